@@ -1,0 +1,42 @@
+# thunder: setup, demo and tests. Every target is idempotent.
+PYTHON ?= python3
+BUILD ?= build
+JOBS ?= $(shell nproc)
+export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
+
+.PHONY: setup deps build demo test test-cpp test-python bench clean
+
+setup: deps build
+
+# Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, GoogleTest.
+deps:
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
+	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
+	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
+	@if [ ! -f /usr/include/gtest/gtest.h ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get install -y -qq libgtest-dev >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libgtest-dev >/dev/null 2>&1)) || \
+	  echo "GoogleTest could not be installed: C++ unit tests will be skipped"; \
+	fi
+
+build:
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: setup
+	$(PYTHON) examples/quickstart.py
+
+test: setup test-cpp test-python
+
+test-cpp:
+	@if [ -x $(BUILD)/thunder_core_tests ]; then cd $(BUILD) && ctest --output-on-failure -j $(JOBS); \
+	else echo "C++ unit tests not built (GoogleTest missing)"; fi
+
+test-python:
+	$(PYTHON) -m pytest -q tests/python
+
+bench: setup
+	$(PYTHON) benchmarks/bench_overhead.py
+
+clean:
+	rm -rf $(BUILD) python/thunder/_C*.so

@@ -1,0 +1,219 @@
+#include "codegen/python_printer.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "ir/error.h"
+
+namespace thunder {
+
+std::string pythonFloatRepr(double d) {
+  if (std::isnan(d)) return "float('nan')";
+  if (std::isinf(d)) return d > 0 ? "float('inf')" : "-float('inf')";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  // sci is "[-]D[.DDD]e[+-]XX": split into sign, digits and exponent.
+  size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  int exp = std::stoi(sci.substr(e + 1));
+  std::string sign;
+  if (mant[0] == '-') {
+    sign = "-";
+    mant = mant.substr(1);
+  }
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  if (exp >= -4 && exp < 16) {
+    // Positional notation, as Python's repr: at least one digit after the point.
+    std::string out;
+    if (exp < 0) {
+      out = "0." + std::string(-exp - 1, '0') + digits;
+    } else {
+      if (static_cast<int>(digits.size()) <= exp + 1) {
+        out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
+      } else {
+        out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+      }
+    }
+    return sign + out;
+  }
+  std::string m = digits.substr(0, 1);
+  if (digits.size() > 1) m += "." + digits.substr(1);
+  char expbuf[16];
+  std::snprintf(expbuf, sizeof(expbuf), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+  return sign + m + expbuf;
+}
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "'";
+}
+
+std::string printSeq(const std::vector<Value>& items, PrintStyle style, const char* open,
+                     const char* close, bool trailingCommaForOne) {
+  std::string s = open;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) s += ", ";
+    s += printValue(items[i], style);
+  }
+  if (trailingCommaForOne && items.size() == 1) s += ",";
+  return s + close;
+}
+
+}  // namespace
+
+std::string printValue(const Value& v, PrintStyle style) {
+  switch (v.kind()) {
+    case Value::Kind::None: return "None";
+    case Value::Kind::Bool: return v.toBool() ? "True" : "False";
+    case Value::Kind::Int: return std::to_string(v.toInt());
+    case Value::Kind::Float: return pythonFloatRepr(v.toDouble());
+    case Value::Kind::Complex: {
+      auto c = v.toComplex();
+      return "complex(" + pythonFloatRepr(c.real()) + ", " + pythonFloatRepr(c.imag()) + ")";
+    }
+    case Value::Kind::String: return quote(v.toString());
+    case Value::Kind::DType:
+      return style == PrintStyle::Torch ? "torch." + std::string(dtypeTorchName(v.toDType()))
+                                        : "dtypes." + std::string(dtypeName(v.toDType()));
+    case Value::Kind::Device:
+      return (style == PrintStyle::Torch ? "torch.device(\"" : "devices.Device(\"") +
+             v.toDevice().str() + "\")";
+    case Value::Kind::Tensor: return v.tensor().name;
+    case Value::Kind::Tuple: return printSeq(v.items(), style, "(", ")", true);
+    case Value::Kind::List: return printSeq(v.items(), style, "[", "]", false);
+    case Value::Kind::Slice: return printSeq(v.items(), style, "slice(", ")", false);
+    case Value::Kind::Ellipsis: return "...";
+    case Value::Kind::Dict: {
+      std::string s = "{";
+      for (size_t i = 0; i < v.items().size(); ++i) {
+        if (i) s += ", ";
+        s += quote(v.keys()[i]) + ": " + printValue(v.items()[i], style);
+      }
+      return s + "}";
+    }
+  }
+  return "?";
+}
+
+std::string printCall(const BoundSymbol& b) {
+  const Symbol& sym = *b.sym;
+  std::string s = sym.printName() + "(";
+  bool first = true;
+  for (size_t i = 0; i < b.args.size(); ++i) {
+    if (!first) s += ", ";
+    first = false;
+    const Param* p = i < sym.params.size() ? &sym.params[i] : nullptr;
+    if (p && p->kwOnly) s += p->name + "=";
+    s += printValue(b.args[i], sym.style);
+  }
+  return s + ")";
+}
+
+namespace {
+
+/// The left-hand side of a statement: "t0", "(t0, _)", or empty when there is no output.
+std::string printTargets(const Value& out) {
+  switch (out.kind()) {
+    case Value::Kind::None: return "";
+    case Value::Kind::Tuple:
+    case Value::Kind::List: {
+      std::string s = out.isTuple() ? "(" : "[";
+      for (size_t i = 0; i < out.items().size(); ++i) {
+        if (i) s += ", ";
+        const Value& item = out.items()[i];
+        s += item.isTensor() || item.isSequence() ? printTargets(item) : "_";
+      }
+      if (out.isTuple() && out.items().size() == 1) s += ",";
+      return s + (out.isTuple() ? ")" : "]");
+    }
+    case Value::Kind::Tensor: return out.tensor().name;
+    default: return "_";
+  }
+}
+
+std::string typeComment(const Value& out) {
+  if (!out.isTensor()) return "";
+  return "  # " + out.tensor().name + ": \"" + out.tensor().typeString() + "\"";
+}
+
+void printStatement(const BoundSymbol& b, const std::string& indent, bool commented,
+                    std::string& out) {
+  std::string line = indent + (commented ? "# " : "");
+  if (b.sym->hasTag(kDel)) {
+    line += "del ";
+    std::vector<TensorPtr> ts = b.inputTensors();
+    for (size_t i = 0; i < ts.size(); ++i) line += (i ? ", " : "") + ts[i]->name;
+    out += line + "\n";
+    return;
+  }
+  std::string targets = printTargets(b.output);
+  if (!targets.empty()) line += targets + " = ";
+  line += printCall(b) + typeComment(b.output);
+  out += line + "\n";
+  for (const BoundSymbol& sub : b.subsymbols) printStatement(sub, indent + "  ", true, out);
+}
+
+void collectImports(const BoundSymbol& b, std::set<std::string>& imports) {
+  const std::string& m = b.sym->module;
+  if (b.sym->bareName || b.sym->hasTag(kDel)) return;
+  if (m == "ltorch") imports.insert("import thunder.torch as ltorch");
+  if (m == "prims") imports.insert("import thunder.core.prims as prims");
+  if (m == "Tensor") imports.insert("from torch import Tensor");
+  if (m == "torchex") imports.insert("from thunder.executors import torchex");
+  if (b.sym->style == PrintStyle::Thunder) {
+    std::vector<const Value*> stack;
+    for (const Value& a : b.args) stack.push_back(&a);
+    while (!stack.empty()) {
+      const Value* v = stack.back();
+      stack.pop_back();
+      if (v->isDType()) imports.insert("import thunder.core.dtypes as dtypes");
+      if (v->isDevice()) imports.insert("import thunder.core.devices as devices");
+      if (v->isSequence() || v->isDict())
+        for (const Value& item : v->items()) stack.push_back(&item);
+    }
+  }
+}
+
+}  // namespace
+
+std::string printTrace(const Trace& trace) {
+  std::string out;
+  if (!trace.provenance.empty()) out += "# " + trace.provenance + "\n";
+  std::set<std::string> imports;
+  for (const BoundSymbol& b : trace.bsyms) collectImports(b, imports);
+  // `from torch import Tensor` first, as the seeds print it; then torch, then thunder's modules.
+  if (imports.count("from torch import Tensor")) out += "from torch import Tensor\n";
+  out += "import torch\n";
+  for (const std::string& imp : imports)
+    if (imp.rfind("import thunder", 0) == 0) out += imp + "\n";
+  if (imports.count("from thunder.executors import torchex"))
+    out += "from thunder.executors import torchex\n";
+  out += "from thunder.executors.torchex import no_autocast\n\n";
+  if (trace.isExecution) out += "@torch.no_grad()\n@no_autocast\n";
+  out += "def " + trace.fnName + "(";
+  for (size_t i = 0; i < trace.inputs.size(); ++i)
+    out += (i ? ", " : "") + trace.inputs[i]->name;
+  out += "):\n";
+  for (const TensorPtr& t : trace.inputs)
+    out += "  # " + t->name + ": \"" + t->typeString() + "\"\n";
+  for (const BoundSymbol& b : trace.bsyms) printStatement(b, "  ", false, out);
+  out += "  return " + printValue(trace.output, PrintStyle::Thunder) + "\n";
+  return out;
+}
+
+}  // namespace thunder

@@ -1,0 +1,141 @@
+#include "executors/executor.h"
+
+#include <algorithm>
+
+#include "codegen/python_printer.h"
+#include "ir/error.h"
+
+namespace thunder {
+
+void Executor::addImplementation(const std::string& symbolId, Implementation impl) {
+  auto& list = impls_[symbolId];
+  list.insert(list.begin(), std::move(impl));
+}
+
+void Executor::removeImplementations(const std::string& symbolId) { impls_.erase(symbolId); }
+
+const Implementation* Executor::find(const BoundSymbol& b) const {
+  auto it = impls_.find(b.sym->id());
+  if (it == impls_.end()) return nullptr;
+  for (const Implementation& impl : it->second)
+    if (!impl.checker || impl.checker(b)) return &impl;
+  return nullptr;
+}
+
+ExecutorRegistry& ExecutorRegistry::get() {
+  static ExecutorRegistry r;
+  return r;
+}
+
+Executor* ExecutorRegistry::add(std::shared_ptr<Executor> ex) {
+  THUNDER_CHECK_KIND(find(ex->name()) == nullptr, ErrorKind::Value, "an executor named '",
+                     ex->name(), "' is already registered");
+  executors_.push_back(std::move(ex));
+  return executors_.back().get();
+}
+
+void ExecutorRegistry::remove(const std::string& name) {
+  executors_.erase(std::remove_if(executors_.begin(), executors_.end(),
+                                  [&](const auto& e) { return e->name() == name; }),
+                   executors_.end());
+}
+
+Executor* ExecutorRegistry::find(const std::string& name) const {
+  for (const auto& e : executors_)
+    if (e->name() == name) return e.get();
+  return nullptr;
+}
+
+std::vector<Executor*> ExecutorRegistry::all() const {
+  std::vector<Executor*> out;
+  for (const auto& e : executors_) out.push_back(e.get());
+  return out;
+}
+
+namespace {
+
+class Claimer {
+ public:
+  Claimer(Trace& out, const std::vector<Executor*>& executors) : out_(out), executors_(executors) {}
+
+  void claim(const BoundSymbol& b, size_t firstExecutor) {
+    if (b.sym->hasTag(kDel)) {
+      out_.bsyms.push_back(b);
+      return;
+    }
+    for (size_t i = firstExecutor; i < executors_.size(); ++i) {
+      const Executor* ex = executors_[i];
+      if (ex->isFusion()) continue;
+      const Implementation* impl = ex->find(b);
+      if (!impl) continue;
+      if (impl->executionTransform) {
+        applyTransform(b, *impl, i);
+      } else {
+        BoundSymbol claimed;
+        claimed.sym = impl->execSymbol;
+        claimed.args = b.args;
+        claimed.output = b.output;
+        claimed.subsymbols = {b};
+        out_.bsyms.push_back(std::move(claimed));
+      }
+      return;
+    }
+    THUNDER_CHECK_KIND(!b.subsymbols.empty(), ErrorKind::NotImplemented, "no executor can run ",
+                       b.sym->id(), " (in `", printCall(b),
+                       "`): none of the active executors implements it");
+    for (const BoundSymbol& sub : b.subsymbols) claim(sub, 0);
+  }
+
+ private:
+  // Traces the execution transform on the call's arguments; the calls it makes are claimed by
+  // the executors after this one for symbols it implements (so `mul -> multimul` cannot recurse),
+  // and by any executor otherwise.
+  void applyTransform(const BoundSymbol& b, const Implementation& impl, size_t exIndex) {
+    Trace scratch = out_.emptyCopy();
+    Value result;
+    {
+      TracingScope scope(scratch);
+      result = impl.executionTransform(b.args);
+    }
+    out_.names = scratch.names;
+    out_.nextId = scratch.nextId;
+    // The transform's outputs stand for b's outputs: rename them so later uses still match.
+    std::vector<TensorPtr> produced, expected;
+    result.collectTensors(produced);
+    b.output.collectTensors(expected);
+    THUNDER_CHECK(produced.size() == expected.size(), "the execution transform for ", b.sym->id(),
+                  " returned ", produced.size(), " tensors, but the call has ", expected.size(),
+                  " outputs");
+    for (size_t i = 0; i < produced.size(); ++i) {
+      THUNDER_CHECK(produced[i]->shape == expected[i]->shape && produced[i]->dtype == expected[i]->dtype,
+                    "the execution transform for ", b.sym->id(), " returned ",
+                    produced[i]->typeString(), " for output ", expected[i]->name, " of type ",
+                    expected[i]->typeString());
+      produced[i]->name = expected[i]->name;
+    }
+    for (const BoundSymbol& sub : scratch.bsyms) {
+      bool same = sub.sym == b.sym;
+      claim(sub, same ? exIndex + 1 : 0);
+    }
+  }
+
+  Trace& out_;
+  const std::vector<Executor*>& executors_;
+};
+
+}  // namespace
+
+Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& executors) {
+  Trace current = trace;
+  // Fusion executors partition the calls first; operator executors then claim the rest.
+  for (const Executor* ex : executors)
+    if (ex->isFusion()) current = ex->fusionPass(current);
+  Trace out = current.emptyCopy();
+  out.isExecution = true;
+  out.provenance = "Transform for execution";
+  Claimer claimer(out, executors);
+  for (const BoundSymbol& b : current.bsyms) claimer.claim(b, 0);
+  return out;
+}
+
+}  // namespace thunder

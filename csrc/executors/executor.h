@@ -1,0 +1,71 @@
+// Executors: who runs each bound symbol. An executor holds implementations keyed by the id of
+// the symbol they implement; claiming walks a trace and hands each bound symbol to the first
+// executor (in priority order) whose implementation accepts it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// How an executor runs one symbol.
+struct Implementation {
+  /// The symbol the claimed call becomes; it prints the call ("torch.mul", "multimul").
+  const Symbol* execSymbol = nullptr;
+  /// Accepts or declines a bound symbol; empty accepts all.
+  std::function<bool(const BoundSymbol&)> checker;
+  /// Replaces the call by a traced program (with its own calls claimed again); empty means the
+  /// call becomes execSymbol with the same arguments.
+  std::function<Value(const std::vector<Value>& args)> executionTransform;
+};
+
+/// An executor: a name and its implementations.
+class Executor {
+ public:
+  explicit Executor(std::string name, std::string version = "") : name_(std::move(name)), version_(std::move(version)) {}
+  virtual ~Executor() = default;
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  /// Adds an implementation of `symbolId`; later ones are tried first.
+  void addImplementation(const std::string& symbolId, Implementation impl);
+  /// Removes every implementation of `symbolId`.
+  void removeImplementations(const std::string& symbolId);
+  /// The first implementation of b's symbol whose checker accepts b, or nullptr.
+  const Implementation* find(const BoundSymbol& b) const;
+  /// True when any implementation of symbolId exists.
+  bool implements(const std::string& symbolId) const { return impls_.count(symbolId) > 0; }
+  /// Fusion executors rewrite regions of a trace instead of claiming single calls.
+  virtual bool isFusion() const { return false; }
+  /// A fusion executor's pass over the calls not claimed by earlier executors.
+  virtual Trace fusionPass(const Trace& trace) const { return trace; }
+
+ private:
+  std::string name_, version_;
+  std::unordered_map<std::string, std::vector<Implementation>> impls_;
+};
+
+/// Every executor by name, and the default list.
+class ExecutorRegistry {
+ public:
+  static ExecutorRegistry& get();
+  /// Adds an executor; a name registered twice is a user error.
+  Executor* add(std::shared_ptr<Executor> ex);
+  void remove(const std::string& name);
+  Executor* find(const std::string& name) const;
+  std::vector<Executor*> all() const;
+
+ private:
+  std::vector<std::shared_ptr<Executor>> executors_;
+};
+
+/// Claims every bound symbol for an executor, in priority order (the torch executor, which must be
+/// the last, takes what the others leave). A call no executor accepts is replaced by its
+/// subsymbols, claimed in turn; a prim nobody implements is a user error naming it.
+Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& executors);
+
+}  // namespace thunder

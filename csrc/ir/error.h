@@ -1,0 +1,62 @@
+// Errors raised by the compiler. Two kinds, as in nvFuser: a user error (bad input, unsupported
+// op) that becomes a Python exception with a clear message, and an internal error (a broken
+// invariant) that asks to be reported. Neither aborts the process.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace thunder {
+
+/// The Python exception class a user error maps to.
+enum class ErrorKind { Runtime, Value, Type, Index, NotImplemented };
+
+/// An error the user can fix: the message names the op, the argument and the shapes.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  /// Which Python exception this becomes.
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+/// A broken internal invariant.
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& msg)
+      : std::logic_error("thunder internal error, please report: " + msg) {}
+};
+
+namespace detail {
+inline void appendAll(std::ostringstream&) {}
+template <typename T, typename... Rest>
+void appendAll(std::ostringstream& os, const T& first, const Rest&... rest) {
+  os << first;
+  appendAll(os, rest...);
+}
+}  // namespace detail
+
+/// Concatenates the arguments with operator<< into one string.
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  detail::appendAll(os, args...);
+  return os.str();
+}
+
+}  // namespace thunder
+
+/// User-facing check: throws thunder::Error of the given kind with the streamed message.
+#define THUNDER_CHECK_KIND(cond, kind, ...)                             \
+  do {                                                                  \
+    if (!(cond)) throw ::thunder::Error((kind), ::thunder::str(__VA_ARGS__)); \
+  } while (0)
+#define THUNDER_CHECK(cond, ...) THUNDER_CHECK_KIND(cond, ::thunder::ErrorKind::Runtime, __VA_ARGS__)
+/// Internal invariant: throws thunder::InternalError.
+#define THUNDER_INTERNAL(cond, ...)                                        \
+  do {                                                                     \
+    if (!(cond)) throw ::thunder::InternalError(::thunder::str(__VA_ARGS__)); \
+  } while (0)

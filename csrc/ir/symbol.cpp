@@ -1,0 +1,149 @@
+#include "ir/symbol.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "ir/error.h"
+
+namespace thunder {
+
+std::vector<Value> Symbol::bind(std::vector<Value> args,
+                                const std::vector<std::pair<std::string, Value>>& kwargs) const {
+  std::vector<Value> out(params.size());
+  std::vector<bool> filled(params.size(), false);
+  size_t nextArg = 0;
+  for (size_t i = 0; i < params.size() && nextArg < args.size(); ++i) {
+    const Param& p = params[i];
+    if (p.kwOnly) break;
+    if (p.varargs) {
+      // x.view(2, 3) and x.view((2, 3)) both bind shape=(2, 3).
+      size_t rest = args.size() - nextArg;
+      if (rest == 1 && (args[nextArg].isSequence() || args[nextArg].isNone())) {
+        out[i] = args[nextArg++];
+      } else {
+        std::vector<Value> packed(args.begin() + nextArg, args.end());
+        out[i] = Value::tuple(std::move(packed));
+        nextArg = args.size();
+      }
+    } else {
+      out[i] = std::move(args[nextArg++]);
+    }
+    filled[i] = true;
+  }
+  THUNDER_CHECK_KIND(nextArg == args.size(), ErrorKind::Type, id(), "() takes ",
+                     std::count_if(params.begin(), params.end(),
+                                   [](const Param& p) { return !p.kwOnly; }),
+                     " positional arguments but ", args.size(), " were given");
+  for (const auto& [key, v] : kwargs) {
+    auto it = std::find_if(params.begin(), params.end(),
+                           [&](const Param& p) { return p.name == key; });
+    THUNDER_CHECK_KIND(it != params.end(), ErrorKind::Type, id(),
+                       "() got an unexpected keyword argument '", key, "'");
+    size_t i = it - params.begin();
+    THUNDER_CHECK_KIND(!filled[i], ErrorKind::Type, id(), "() got multiple values for argument '",
+                       key, "'");
+    out[i] = v;
+    filled[i] = true;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (filled[i]) continue;
+    THUNDER_CHECK_KIND(params[i].hasDefault, ErrorKind::Type, id(),
+                       "() missing required argument '", params[i].name, "'");
+    out[i] = params[i].defaultValue;
+  }
+  return out;
+}
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+Value parseDefault(const std::string& text) {
+  if (text == "None") return Value();
+  if (text == "True") return Value(true);
+  if (text == "False") return Value(false);
+  if (text == "()") return Value::tuple({});
+  if (text.size() >= 2 && (text.front() == '\'' || text.front() == '"'))
+    return Value(text.substr(1, text.size() - 2));
+  if (text.find_first_of(".eE") != std::string::npos && text.find("inf") == std::string::npos)
+    return Value(std::stod(text));
+  return Value(static_cast<int64_t>(std::stoll(text)));
+}
+
+}  // namespace
+
+std::vector<Param> parseSignature(const std::string& sig) {
+  std::vector<Param> params;
+  bool kwOnly = false;
+  std::stringstream ss(sig);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    part = trim(part);
+    if (part.empty() || part == "/") continue;
+    if (part == "*") {
+      kwOnly = true;
+      continue;
+    }
+    Param p;
+    p.kwOnly = kwOnly;
+    size_t eq = part.find('=');
+    std::string name = trim(part.substr(0, eq));
+    if (!name.empty() && name[0] == '*') {
+      p.varargs = true;
+      name = name.substr(1);
+    }
+    p.name = name;
+    if (eq != std::string::npos) {
+      p.hasDefault = true;
+      p.defaultValue = parseDefault(trim(part.substr(eq + 1)));
+    }
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+SymbolRegistry& SymbolRegistry::get() {
+  static SymbolRegistry registry;
+  return registry;
+}
+
+Symbol* SymbolRegistry::add(std::unique_ptr<Symbol> s) {
+  THUNDER_CHECK_KIND(find(s->id()) == nullptr, ErrorKind::Value, "a symbol named '", s->id(),
+                     "' is already registered");
+  symbols_.push_back(std::move(s));
+  Symbol* added = symbols_.back().get();
+  byId_[added->id()] = added;
+  return added;
+}
+
+Symbol* SymbolRegistry::put(std::unique_ptr<Symbol> s) {
+  if (Symbol* existing = find(s->id())) {
+    // Keep the old object alive: traces made earlier still point at it.
+    *existing = std::move(*s);
+    return existing;
+  }
+  return add(std::move(s));
+}
+
+Symbol* SymbolRegistry::find(const std::string& id) const {
+  auto it = byId_.find(id);
+  return it == byId_.end() ? nullptr : it->second;
+}
+
+Symbol& SymbolRegistry::at(const std::string& id) const {
+  Symbol* s = find(id);
+  THUNDER_INTERNAL(s != nullptr, "no symbol '", id, "'");
+  return *s;
+}
+
+std::vector<Symbol*> SymbolRegistry::inModule(const std::string& module) const {
+  std::vector<Symbol*> out;
+  for (const auto& s : symbols_)
+    if (s->module == module) out.push_back(s.get());
+  return out;
+}
+
+}  // namespace thunder

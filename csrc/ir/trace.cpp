@@ -1,0 +1,105 @@
+#include "ir/trace.h"
+
+#include <algorithm>
+
+#include "ir/error.h"
+
+namespace thunder {
+
+std::vector<TensorPtr> BoundSymbol::inputTensors() const {
+  std::vector<TensorPtr> out;
+  for (const Value& a : args) a.collectTensors(out);
+  return out;
+}
+
+std::vector<TensorPtr> BoundSymbol::outputTensors() const {
+  std::vector<TensorPtr> out;
+  output.collectTensors(out);
+  return out;
+}
+
+std::string Trace::newName(const std::string& prefix) {
+  std::string name;
+  do {
+    name = prefix + std::to_string(nextId++);
+  } while (names.count(name));
+  names.insert(name);
+  return name;
+}
+
+void Trace::reserveName(const std::string& name) {
+  THUNDER_INTERNAL(names.insert(name).second, "name '", name, "' is already in use");
+}
+
+Trace Trace::emptyCopy() const {
+  Trace t;
+  t.fnName = fnName;
+  t.inputs = inputs;
+  t.output = output;
+  t.isExecution = isExecution;
+  t.names = names;
+  t.nextId = nextId;
+  return t;
+}
+
+TraceContext::TraceContext(Trace& trace) : trace_(trace) { scopes_.push_back(&trace.bsyms); }
+
+TensorPtr TraceContext::newTensor(Shape shape, DType dtype, Device device, bool requiresGrad) {
+  auto t = std::make_shared<TensorProxy>();
+  t->name = trace_.newName();
+  t->shape = std::move(shape);
+  t->dtype = dtype;
+  t->device = device;
+  t->requiresGrad = requiresGrad;
+  return t;
+}
+
+namespace {
+thread_local TraceContext* tlsContext = nullptr;
+}
+
+TraceContext* currentContext() { return tlsContext; }
+
+TraceContext& requireContext(const std::string& what) {
+  THUNDER_CHECK(tlsContext != nullptr, what,
+                " can only be called while tracing, inside a function given to thunder.jit");
+  return *tlsContext;
+}
+
+TracingScope::TracingScope(Trace& trace) : ctx_(trace), prev_(tlsContext) { tlsContext = &ctx_; }
+TracingScope::~TracingScope() { tlsContext = prev_; }
+
+Value call(const Symbol& sym, std::vector<Value> args) {
+  TraceContext& ctx = requireContext(sym.id());
+  BoundSymbol bsym;
+  bsym.sym = &sym;
+  bsym.args = std::move(args);
+  ctx.pushScope(&bsym.subsymbols);
+  try {
+    if (sym.meta) {
+      bsym.output = sym.meta(bsym.args);
+    } else if (sym.impl) {
+      bsym.output = sym.impl(bsym.args);
+    } else {
+      throw InternalError("symbol " + sym.id() + " has neither a meta function nor an impl");
+    }
+  } catch (...) {
+    ctx.popScope();
+    throw;
+  }
+  ctx.popScope();
+  Value out = bsym.output;
+  if (!sym.meta && bsym.subsymbols.empty()) {
+    // A decomposition that returned its input unchanged (x.to(x.dtype), a no-op reshape) is
+    // not a call: recording it would print as `t_0 = ltorch.to(t_0, ...)`.
+    bool passthrough = true;
+    std::vector<TensorPtr> ins = bsym.inputTensors();
+    for (const TensorPtr& o : bsym.outputTensors())
+      passthrough &= std::find(ins.begin(), ins.end(), o) != ins.end();
+    if (passthrough) return out;
+  }
+  ctx.scope().push_back(std::move(bsym));
+  return out;
+}
+
+}  // namespace thunder

@@ -1,0 +1,90 @@
+// Bound symbols, traces, and the tracing context that records them.
+#pragma once
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ir/symbol.h"
+#include "ir/value.h"
+
+namespace thunder {
+
+/// One call of a symbol in a trace: its bound arguments (one per parameter), its output, and the
+/// calls its decomposition made when it was traced.
+struct BoundSymbol {
+  const Symbol* sym = nullptr;
+  std::vector<Value> args;
+  Value output;
+  std::vector<BoundSymbol> subsymbols;
+
+  /// Tensor proxies read by this call (its arguments, recursively).
+  std::vector<TensorPtr> inputTensors() const;
+  /// Tensor proxies made by this call.
+  std::vector<TensorPtr> outputTensors() const;
+};
+
+/// A straight-line program: named inputs, bound symbols, an output, and where it came from.
+struct Trace {
+  std::string fnName = "computation";
+  /// The function's parameters, in order: tensor proxies.
+  std::vector<TensorPtr> inputs;
+  std::vector<BoundSymbol> bsyms;
+  Value output;
+  /// "Constructed by Delete Last Used (took 0 milliseconds)".
+  std::string provenance;
+  /// Execution traces print the no_grad / no_autocast decorators.
+  bool isExecution = false;
+  /// Every name in use, so new proxies get fresh ones.
+  std::unordered_set<std::string> names;
+  int nextId = 0;
+
+  /// A fresh name "t<N>" (or prefix<N>).
+  std::string newName(const std::string& prefix = "t");
+  /// Reserves an exact name; throws an internal error if taken.
+  void reserveName(const std::string& name);
+  /// A copy with the same inputs, output and names but no bound symbols.
+  Trace emptyCopy() const;
+};
+
+/// The active tracing context: where calls are recorded. Thread-local, entered with TracingScope.
+class TraceContext {
+ public:
+  explicit TraceContext(Trace& trace);
+  Trace& trace() { return trace_; }
+  /// Makes a new named tensor proxy in the trace.
+  TensorPtr newTensor(Shape shape, DType dtype, Device device, bool requiresGrad = false);
+  /// Where the next call is recorded: the trace's body or the enclosing call's subsymbols.
+  std::vector<BoundSymbol>& scope() { return *scopes_.back(); }
+  void pushScope(std::vector<BoundSymbol>* s) { scopes_.push_back(s); }
+  void popScope() { scopes_.pop_back(); }
+
+ private:
+  Trace& trace_;
+  std::vector<std::vector<BoundSymbol>*> scopes_;
+};
+
+/// The current context, or nullptr outside tracing.
+TraceContext* currentContext();
+/// The current context; throws a user error outside tracing.
+TraceContext& requireContext(const std::string& what);
+
+/// Makes `trace` the recording target for its lifetime (scopes nest).
+class TracingScope {
+ public:
+  explicit TracingScope(Trace& trace);
+  ~TracingScope();
+  TracingScope(const TracingScope&) = delete;
+  TracingScope& operator=(const TracingScope&) = delete;
+  TraceContext& context() { return ctx_; }
+
+ private:
+  TraceContext ctx_;
+  TraceContext* prev_;
+};
+
+/// Calls a symbol with bound arguments: runs its meta function (prims) or decomposition,
+/// records a bound symbol in the current scope and returns the output.
+Value call(const Symbol& sym, std::vector<Value> args);
+
+}  // namespace thunder

@@ -1,0 +1,123 @@
+// Values that appear in a trace: tensor proxies, Python-like constants and containers of them.
+#pragma once
+
+#include <complex>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/device.h"
+#include "ir/dtype.h"
+
+namespace thunder {
+
+using Shape = std::vector<int64_t>;
+
+/// A named stand-in for a tensor during tracing: everything known about it except its data.
+struct TensorProxy {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::Float32;
+  Device device;
+  bool requiresGrad = false;
+
+  int64_t ndim() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const;
+  /// Type string used in comments: "cpu f32[2, 2]".
+  std::string typeString() const;
+};
+
+using TensorPtr = std::shared_ptr<TensorProxy>;
+
+/// One value of a trace: None, a Python scalar, a string, a dtype, a device, a tensor proxy, or a
+/// tuple / list / dict (string keys) of values. Cheap to copy: containers share their items.
+class Value {
+ public:
+  enum class Kind : uint8_t {
+    None, Bool, Int, Float, Complex, String, DType, Device, Tensor, Tuple, List, Dict,
+    Slice,     // Python's slice(start, stop, step); items are the three parts
+    Ellipsis,  // Python's ...
+  };
+
+  Value() = default;
+  Value(std::nullptr_t) {}
+  Value(bool b) : kind_(Kind::Bool), i_(b) {}
+  Value(int v) : kind_(Kind::Int), i_(v) {}
+  Value(int64_t v) : kind_(Kind::Int), i_(v) {}
+  Value(double v) : kind_(Kind::Float), f_(v) {}
+  Value(std::complex<double> v) : kind_(Kind::Complex), f_(v.real()), im_(v.imag()) {}
+  Value(std::string s) : kind_(Kind::String), s_(std::make_shared<std::string>(std::move(s))) {}
+  Value(const char* s) : Value(std::string(s)) {}
+  Value(DType d) : kind_(Kind::DType), i_(static_cast<int64_t>(d)) {}
+  Value(Device d) : kind_(Kind::Device), i_(static_cast<int64_t>(d.type)), im_(d.index) {}
+  Value(TensorPtr t) : kind_(Kind::Tensor), t_(std::move(t)) {}
+
+  static Value tuple(std::vector<Value> items);
+  static Value list(std::vector<Value> items);
+  static Value dict(std::vector<std::string> keys, std::vector<Value> items);
+  /// slice(start, stop, step): each None or an int.
+  static Value slice(Value start, Value stop, Value step);
+  static Value ellipsis();
+  /// A tuple of ints, the usual form of shapes and dims.
+  static Value ints(const std::vector<int64_t>& xs);
+
+  Kind kind() const { return kind_; }
+  bool isNone() const { return kind_ == Kind::None; }
+  bool isBool() const { return kind_ == Kind::Bool; }
+  bool isInt() const { return kind_ == Kind::Int; }
+  bool isFloat() const { return kind_ == Kind::Float; }
+  bool isComplex() const { return kind_ == Kind::Complex; }
+  /// bool, int, float or complex.
+  bool isNumber() const { return kind_ >= Kind::Bool && kind_ <= Kind::Complex; }
+  bool isString() const { return kind_ == Kind::String; }
+  bool isDType() const { return kind_ == Kind::DType; }
+  bool isDevice() const { return kind_ == Kind::Device; }
+  bool isTensor() const { return kind_ == Kind::Tensor; }
+  bool isTuple() const { return kind_ == Kind::Tuple; }
+  bool isList() const { return kind_ == Kind::List; }
+  bool isSequence() const { return kind_ == Kind::Tuple || kind_ == Kind::List; }
+  bool isDict() const { return kind_ == Kind::Dict; }
+  bool isSlice() const { return kind_ == Kind::Slice; }
+  bool isEllipsis() const { return kind_ == Kind::Ellipsis; }
+
+  bool toBool() const;
+  int64_t toInt() const;
+  /// Any real number as a double.
+  double toDouble() const;
+  std::complex<double> toComplex() const;
+  const std::string& toString() const;
+  DType toDType() const;
+  Device toDevice() const;
+  const TensorPtr& toTensor() const;
+  const TensorProxy& tensor() const { return *toTensor(); }
+  const std::vector<Value>& items() const;
+  const std::vector<std::string>& keys() const;
+  /// A sequence of ints (or a single int) as a vector.
+  std::vector<int64_t> toInts() const;
+
+  /// Dtype of a number: bool8, int64, float32-category (float64 here) or complex128.
+  DType numberDType() const;
+
+  /// Appends every tensor proxy in this value (recursively) to out.
+  void collectTensors(std::vector<TensorPtr>& out) const;
+  /// Identity for tensors, structural equality otherwise.
+  bool operator==(const Value& o) const;
+
+ private:
+  Kind kind_ = Kind::None;
+  int64_t i_ = 0;
+  double f_ = 0, im_ = 0;
+  std::shared_ptr<std::string> s_;
+  TensorPtr t_;
+  std::shared_ptr<std::vector<Value>> items_;
+  std::shared_ptr<std::vector<std::string>> keys_;
+};
+
+/// The name of a value's kind, for error messages ("tensor", "int", ...).
+std::string kindName(Value::Kind k);
+/// Short description of a value for error messages: a tensor's name and type, or its repr.
+std::string describe(const Value& v);
+
+}  // namespace thunder

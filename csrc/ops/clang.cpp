@@ -1,0 +1,217 @@
+#include "ops/clang.h"
+
+#include <algorithm>
+
+#include "ops/utils.h"
+
+namespace thunder::clang {
+
+Value maybeConvert(const Value& a, DType dtype) {
+  if (a.isTensor()) {
+    if (a.tensor().dtype == dtype) return a;
+    return prims::convert_element_type(a, dtype);
+  }
+  if (!a.isNumber()) return a;
+  switch (dtypeKind(dtype)) {
+    case DTypeKind::Bool:
+      return a.isComplex() ? Value(a.toComplex() != std::complex<double>(0, 0))
+                           : Value(a.toDouble() != 0);
+    case DTypeKind::Integer: return a.isFloat() || a.isComplex() ? a : Value(a.toInt());
+    case DTypeKind::Float: return a.isComplex() ? a : Value(a.toDouble());
+    case DTypeKind::Complex: return Value(a.toComplex());
+  }
+  return a;
+}
+
+Shape broadcastShapes(const std::vector<Shape>& shapes, const std::string& op) {
+  size_t n = 0;
+  for (const Shape& s : shapes) n = std::max(n, s.size());
+  Shape out(n, 1);
+  for (const Shape& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      size_t j = n - s.size() + i;
+      int64_t x = s[i];
+      if (x == out[j] || x == 1) continue;
+      if (out[j] == 1) {
+        out[j] = x;
+        continue;
+      }
+      std::string all;
+      for (size_t k = 0; k < shapes.size(); ++k) all += (k ? " and " : "") + shapeStr(shapes[k]);
+      throw Error(ErrorKind::Runtime, str(op, ": shapes ", all, " cannot be broadcast together (",
+                                          out[j], " != ", x, " at dimension ", j, ")"));
+    }
+  }
+  return out;
+}
+
+Value expandTo(const Value& a, const Shape& shape, const std::string& op) {
+  const TensorProxy& t = a.tensor();
+  if (t.shape == shape) return a;
+  THUNDER_CHECK(t.ndim() <= static_cast<int64_t>(shape.size()), op, ": cannot expand shape ",
+                shapeStr(t.shape), " to ", shapeStr(shape));
+  size_t offset = shape.size() - t.shape.size();
+  std::vector<int64_t> bdims;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    THUNDER_CHECK(t.shape[i] == 1 || t.shape[i] == shape[offset + i], op, ": cannot expand shape ",
+                  shapeStr(t.shape), " to ", shapeStr(shape));
+    bdims.push_back(static_cast<int64_t>(offset + i));
+  }
+  return prims::broadcast_in_dim(a, shape, bdims);
+}
+
+std::vector<Value> maybeBroadcast(const std::vector<Value>& args, const std::string& op) {
+  std::vector<Shape> shapes;
+  for (const Value& v : args)
+    if (v.isTensor()) shapes.push_back(v.tensor().shape);
+  if (shapes.size() < 2) return args;
+  Shape common = broadcastShapes(shapes, op);
+  std::vector<Value> out;
+  for (const Value& v : args) out.push_back(v.isTensor() ? expandTo(v, common, op) : v);
+  return out;
+}
+
+Value unary(PrimUnary prim, const Value& a, PromotionKind kind, const std::string& op) {
+  expectTensor(a, op, "a");
+  auto [computation, result] = elementwiseTypePromotion({a}, kind);
+  Value x = maybeConvert(a, computation);
+  return maybeConvert(prim(x), result);
+}
+
+Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind,
+             const std::string& op) {
+  THUNDER_CHECK_KIND(a.isTensor() || a.isNumber(), ErrorKind::Type, op,
+                     ": expected argument 'a' to be a tensor or a number, but got ", describe(a));
+  THUNDER_CHECK_KIND(b.isTensor() || b.isNumber(), ErrorKind::Type, op,
+                     ": expected argument 'b' to be a tensor or a number, but got ", describe(b));
+  THUNDER_CHECK_KIND(a.isTensor() || b.isTensor(), ErrorKind::Type, op,
+                     ": expected at least one tensor argument, but got ", describe(a), " and ",
+                     describe(b));
+  auto [computation, result] = elementwiseTypePromotion({a, b}, kind);
+  std::vector<Value> ab = maybeBroadcast({a, b}, op);
+  Value x = maybeConvert(ab[0], computation), y = maybeConvert(ab[1], computation);
+  commonDevice({x, y}, op);
+  return maybeConvert(prim(x, y), result);
+}
+
+Value where(const Value& pred, const Value& a, const Value& b, const std::string& op) {
+  THUNDER_CHECK_KIND(pred.isTensor() || pred.isBool(), ErrorKind::Type, op,
+                     ": expected 'condition' to be a bool tensor, but got ", describe(pred));
+  DType dt = elementwiseTypePromotion({a, b}, PromotionKind::Default).second;
+  std::vector<Value> args = maybeBroadcast({pred, a, b}, op);
+  return prims::where(args[0], maybeConvert(args[1], dt), maybeConvert(args[2], dt));
+}
+
+std::vector<int64_t> reductionDims(const TensorProxy& a, const Value& dim, const std::string& op) {
+  if (dim.isNone() || (dim.isSequence() && dim.items().empty())) {
+    std::vector<int64_t> all;
+    for (int64_t i = 0; i < a.ndim(); ++i) all.push_back(i);
+    return all;
+  }
+  std::vector<int64_t> dims = canonicalizeDims(a.ndim(), dim.toInts(), op);
+  if (a.ndim() == 0) dims.clear();
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+Value keepDims(const Value& reduced, const Shape& original, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return reduced;
+  Shape shape = original;
+  std::vector<int64_t> bdims;
+  for (int64_t i = 0; i < static_cast<int64_t>(original.size()); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) != dims.end()) shape[i] = 1;
+    else bdims.push_back(i);
+  }
+  return prims::broadcast_in_dim(reduced, shape, bdims);
+}
+
+Value reshape(const Value& a, const Shape& shapeIn, const std::string& op) {
+  const TensorProxy& t = expectTensor(a, op, "a");
+  Shape shape = shapeIn;
+  int64_t inferred = -1, known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      THUNDER_CHECK(inferred < 0, op, ": only one dimension can be inferred in shape ",
+                    shapeStr(shapeIn));
+      inferred = static_cast<int64_t>(i);
+    } else {
+      THUNDER_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i], " in ",
+                    shapeStr(shapeIn));
+      known *= shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    THUNDER_CHECK(known != 0 && t.numel() % known == 0, op, ": shape ", shapeStr(shapeIn),
+                  " is invalid for input of size ", t.numel());
+    shape[inferred] = t.numel() / known;
+  }
+  THUNDER_CHECK(numelOf(shape) == t.numel(), op, ": shape ", shapeStr(shapeIn),
+                " is invalid for input of shape ", shapeStr(t.shape), " (", t.numel(),
+                " elements)");
+  if (shape == t.shape) return a;
+  return prims::reshape(a, shape);
+}
+
+Value unsqueeze(const Value& a, int64_t dim, const std::string& op) {
+  const TensorProxy& t = expectTensor(a, op, "a");
+  int64_t d = canonicalizeDim(t.ndim() + 1, dim, op);
+  Shape shape = t.shape;
+  shape.insert(shape.begin() + d, 1);
+  std::vector<int64_t> bdims;
+  for (int64_t i = 0; i < t.ndim() + 1; ++i)
+    if (i != d) bdims.push_back(i);
+  return prims::broadcast_in_dim(a, shape, bdims);
+}
+
+Value permute(const Value& a, const std::vector<int64_t>& dims, const std::string& op) {
+  const TensorProxy& t = expectTensor(a, op, "a");
+  THUNDER_CHECK(static_cast<int64_t>(dims.size()) == t.ndim(), op, ": expected ", t.ndim(),
+                " dims for a tensor of shape ", shapeStr(t.shape), ", but got ", dims.size());
+  std::vector<int64_t> perm = canonicalizeDims(t.ndim(), dims, op);
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  if (identity) return a;
+  return prims::transpose(a, perm);
+}
+
+Value transpose(const Value& a, int64_t d0, int64_t d1, const std::string& op) {
+  const TensorProxy& t = expectTensor(a, op, "a");
+  if (t.ndim() == 0) {
+    canonicalizeDim(0, d0, op);
+    canonicalizeDim(0, d1, op);
+    return a;
+  }
+  int64_t x = canonicalizeDim(t.ndim(), d0, op), y = canonicalizeDim(t.ndim(), d1, op);
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < t.ndim(); ++i) perm.push_back(i);
+  std::swap(perm[x], perm[y]);
+  return permute(a, perm, op);
+}
+
+Value sliceInDim(const Value& a, int64_t dim, std::optional<int64_t> start,
+                 std::optional<int64_t> stop, int64_t step, const std::string& op) {
+  const TensorProxy& t = expectTensor(a, op, "a");
+  THUNDER_CHECK(step > 0, op, ": slice step must be positive, but got ", step);
+  int64_t d = canonicalizeDim(t.ndim(), dim, op);
+  int64_t n = t.shape[d];
+  auto clampIdx = [n](int64_t i) {
+    if (i < 0) i += n;
+    return std::clamp<int64_t>(i, 0, n);
+  };
+  int64_t s = start ? clampIdx(*start) : 0;
+  int64_t e = stop ? clampIdx(*stop) : n;
+  if (e < s) e = s;
+  if (s == 0 && e == n && step == 1) return a;
+  std::vector<int64_t> starts(t.ndim(), 0), ends = t.shape, steps(t.ndim(), 1);
+  starts[d] = s;
+  ends[d] = e;
+  steps[d] = step;
+  return prims::slice(a, starts, ends, steps);
+}
+
+Value fullLike(const Value& a, const Value& fill, std::optional<DType> dtype) {
+  const TensorProxy& t = a.tensor();
+  return prims::full(t.shape, fill, t.device, dtype.value_or(t.dtype));
+}
+
+}  // namespace thunder::clang

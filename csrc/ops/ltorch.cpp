@@ -1,0 +1,1189 @@
+#include "ops/ltorch.h"
+
+#include <cmath>
+#include <mutex>
+#include <numeric>
+
+#include "ops/clang.h"
+#include "ops/prims.h"
+#include "ops/utils.h"
+
+namespace thunder::ltorch {
+namespace {
+
+using Args = std::vector<Value>;
+using PK = PromotionKind;
+
+std::vector<TorchName>& names() {
+  static std::vector<TorchName> n;
+  return n;
+}
+
+/// Defines an ltorch symbol: its signature (as PyTorch's), the PyTorch callables that map to it
+/// ("~" marks a reflected operator) and its decomposition.
+void def(const std::string& name, const std::string& sig, std::vector<std::string> torch,
+         SymbolFn fn, uint32_t tags = kNoTags) {
+  auto s = std::make_unique<Symbol>();
+  s->module = "ltorch";
+  s->name = name;
+  s->params = parseSignature(sig);
+  s->impl = std::move(fn);
+  s->tags = tags;
+  s->style = PrintStyle::Torch;
+  std::string id = s->id();
+  SymbolRegistry::get().add(std::move(s));
+  for (std::string& q : torch) {
+    bool swapped = !q.empty() && q[0] == '~';
+    names().push_back({swapped ? q.substr(1) : q, id, swapped});
+  }
+}
+
+std::string opn(const std::string& name) { return "ltorch." + name; }
+
+const TensorProxy& T(const Value& v, const std::string& op, const char* arg = "a") {
+  return expectTensor(v, opn(op), arg);
+}
+
+DType defaultFloat() { return DType::Float32; }
+
+std::optional<DType> optDType(const Value& v) {
+  if (v.isNone()) return std::nullopt;
+  return v.toDType();
+}
+
+Device deviceOr(const Value& v, Device fallback = Device{}) {
+  return v.isNone() ? fallback : v.toDevice();
+}
+
+int64_t dimArg(const Value& v, int64_t ndim, const std::string& op) {
+  return canonicalizeDim(ndim, v.toInt(), opn(op));
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void defUnary(const std::string& name, clang::PrimUnary prim, PK kind,
+              std::vector<std::string> extra = {}, bool identityOnIntegers = false) {
+  std::vector<std::string> torch = {"torch." + name, "torch.Tensor." + name};
+  for (auto& e : extra) torch.push_back(e);
+  def(name, "a", torch, [=](const Args& a) -> Value {
+    const TensorProxy& t = T(a[0], name);
+    if (identityOnIntegers && (isIntegral(t.dtype) || t.dtype == DType::Bool)) return a[0];
+    return clang::unary(prim, a[0], kind, opn(name));
+  }, kElementwise);
+}
+
+void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
+               std::vector<std::string> extra = {}) {
+  std::vector<std::string> torch = {"torch." + name, "torch.Tensor." + name};
+  for (auto& e : extra) torch.push_back(e);
+  def(name, "a, b", torch, [=](const Args& a) {
+    return clang::binary(prim, a[0], a[1], kind, opn(name));
+  }, kElementwise);
+}
+
+Value mulScalar(const Value& a, double s) { return op("mul", {a, s}); }
+
+Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
+               const std::string& name) {
+  Value rhs = b;
+  bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
+                   : alpha.isFloat()                ? alpha.toDouble() == 1.0
+                                                    : false;
+  if (!unitAlpha) rhs = clang::binary(prims::mul, b, alpha, PK::Default, opn(name));
+  return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+}
+
+Value trueDivide(const Value& a, const Value& b) {
+  return clang::binary(prims::div, a, b, PK::IntToFloat, "ltorch.div");
+}
+
+Value floorDivide(const Value& a, const Value& b) {
+  auto [computation, result] = elementwiseTypePromotion({a, b}, PK::Default);
+  if (isFloating(computation) || isLowPrecision(result)) {
+    return clang::maybeConvert(
+        prims::floor(clang::binary(prims::div, clang::maybeConvert(a, computation),
+                                   clang::maybeConvert(b, computation), PK::Default,
+                                   "ltorch.floor_divide")),
+        result);
+  }
+  // Integers: truncating division, one less where the remainder is nonzero and the signs differ.
+  Value q = clang::binary(prims::div, a, b, PK::Default, "ltorch.floor_divide");
+  Value r = clang::binary(prims::fmod, a, b, PK::Default, "ltorch.floor_divide");
+  Value rNonzero = clang::binary(prims::ne, r, 0, PK::AlwaysBool, "ltorch.floor_divide");
+  Value signDiff = clang::binary(prims::ne, clang::binary(prims::lt, r, 0, PK::AlwaysBool, ""),
+                                 clang::binary(prims::lt, b, 0, PK::AlwaysBool, ""),
+                                 PK::AlwaysBool, "ltorch.floor_divide");
+  Value adjust = clang::binary(prims::logical_and, rNonzero, signDiff, PK::AlwaysBool, "");
+  return clang::where(adjust, clang::binary(prims::sub, q, 1, PK::Default, ""), q,
+                      "ltorch.floor_divide");
+}
+
+void registerElementwise() {
+  defUnary("abs", prims::abs, PK::ComplexToFloat, {"torch.Tensor.__abs__"});
+  defUnary("acos", prims::acos, PK::IntToFloat);
+  defUnary("acosh", prims::acosh, PK::IntToFloat);
+  defUnary("asin", prims::asin, PK::IntToFloat);
+  defUnary("asinh", prims::asinh, PK::IntToFloat);
+  defUnary("atan", prims::atan, PK::IntToFloat);
+  defUnary("atanh", prims::atanh, PK::IntToFloat);
+  defUnary("bitwise_not", prims::bitwise_not, PK::Default, {"torch.Tensor.__invert__"});
+  defUnary("ceil", prims::ceil, PK::Default, {}, true);
+  defUnary("cos", prims::cos, PK::IntToFloat);
+  defUnary("cosh", prims::cosh, PK::IntToFloat);
+  defUnary("digamma", prims::digamma, PK::IntToFloat, {"torch.special.digamma"});
+  defUnary("erf", prims::erf, PK::IntToFloat, {"torch.special.erf"});
+  defUnary("erfc", prims::erfc, PK::IntToFloat, {"torch.special.erfc"});
+  defUnary("erfinv", prims::erfinv, PK::IntToFloat, {"torch.special.erfinv"});
+  defUnary("exp", prims::exp, PK::IntToFloat, {"torch.special.exp"});
+  defUnary("exp2", prims::exp2, PK::IntToFloat, {"torch.special.exp2"});
+  defUnary("expm1", prims::expm1, PK::IntToFloat, {"torch.special.expm1"});
+  defUnary("floor", prims::floor, PK::Default, {}, true);
+  defUnary("isfinite", prims::isfinite, PK::AlwaysBool);
+  defUnary("lgamma", prims::lgamma, PK::IntToFloat, {"torch.special.gammaln"});
+  defUnary("log", prims::log, PK::IntToFloat);
+  defUnary("log10", prims::log10, PK::IntToFloat);
+  defUnary("log1p", prims::log1p, PK::IntToFloat, {"torch.special.log1p"});
+  defUnary("log2", prims::log2, PK::IntToFloat);
+  defUnary("neg", prims::neg, PK::Default, {"torch.negative", "torch.Tensor.__neg__"});
+  defUnary("reciprocal", prims::reciprocal, PK::IntToFloat);
+  defUnary("round", prims::round, PK::Default, {}, true);
+  defUnary("rsqrt", prims::rsqrt, PK::IntToFloat);
+  defUnary("sign", prims::sign, PK::Default);
+  defUnary("signbit", prims::signbit, PK::AlwaysBool);
+  defUnary("sin", prims::sin, PK::IntToFloat);
+  defUnary("sinh", prims::sinh, PK::IntToFloat);
+  defUnary("sqrt", prims::sqrt, PK::IntToFloat);
+  defUnary("tan", prims::tan, PK::IntToFloat);
+  defUnary("tanh", prims::tanh, PK::IntToFloat, {"torch.nn.functional.tanh"});
+  defUnary("trunc", prims::trunc, PK::Default, {"torch.fix"}, true);
+  defUnary("sigmoid", prims::sigmoid, PK::IntToFloat,
+           {"torch.nn.functional.sigmoid", "torch.special.expit"});
+
+  def("logical_not", "a", {"torch.logical_not", "torch.Tensor.logical_not"}, [](const Args& a) {
+    T(a[0], "logical_not");
+    return clang::binary(prims::eq, a[0], 0, PK::AlwaysBool, "ltorch.logical_not");
+  }, kElementwise);
+  def("square", "a", {"torch.square", "torch.Tensor.square"}, [](const Args& a) {
+    T(a[0], "square");
+    Value x = a[0].tensor().dtype == DType::Bool ? clang::maybeConvert(a[0], DType::Int64) : a[0];
+    return clang::binary(prims::mul, x, x, PK::Default, "ltorch.square");
+  }, kElementwise);
+
+  def("add", "a, b, *, alpha=1",
+      {"torch.add", "torch.Tensor.add", "torch.Tensor.__add__", "~torch.Tensor.__radd__"},
+      [](const Args& a) { return addAlpha(a[0], a[1], a[2], false, "add"); }, kElementwise);
+  def("sub", "a, b, *, alpha=1",
+      {"torch.sub", "torch.subtract", "torch.Tensor.sub", "torch.Tensor.__sub__",
+       "~torch.Tensor.__rsub__"},
+      [](const Args& a) { return addAlpha(a[0], a[1], a[2], true, "sub"); }, kElementwise);
+  def("mul", "a, b",
+      {"torch.mul", "torch.multiply", "torch.Tensor.mul", "torch.Tensor.__mul__",
+       "~torch.Tensor.__rmul__"},
+      [](const Args& a) { return clang::binary(prims::mul, a[0], a[1], PK::Default, "ltorch.mul"); },
+      kElementwise);
+  def("div", "a, b, *, rounding_mode=None",
+      {"torch.div", "torch.divide", "torch.true_divide", "torch.Tensor.div",
+       "torch.Tensor.__truediv__", "~torch.Tensor.__rtruediv__"},
+      [](const Args& a) -> Value {
+        if (a[2].isNone()) return trueDivide(a[0], a[1]);
+        const std::string& mode = a[2].toString();
+        if (mode == "floor") return floorDivide(a[0], a[1]);
+        THUNDER_CHECK_KIND(mode == "trunc", ErrorKind::Value,
+                           "ltorch.div: rounding_mode must be None, 'trunc' or 'floor', but got '",
+                           mode, "'");
+        auto [computation, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
+        if (isFloating(computation))
+          return clang::maybeConvert(
+              prims::trunc(clang::binary(prims::div, clang::maybeConvert(a[0], computation),
+                                         clang::maybeConvert(a[1], computation), PK::Default,
+                                         "ltorch.div")),
+              result);
+        return clang::binary(prims::div, a[0], a[1], PK::Default, "ltorch.div");
+      },
+      kElementwise);
+  def("floor_divide", "a, b",
+      {"torch.floor_divide", "torch.Tensor.floor_divide", "torch.Tensor.__floordiv__",
+       "~torch.Tensor.__rfloordiv__"},
+      [](const Args& a) { return floorDivide(a[0], a[1]); }, kElementwise);
+  defBinary("remainder", prims::remainder, PK::Default,
+            {"torch.Tensor.__mod__", "~torch.Tensor.__rmod__"});
+  defBinary("fmod", prims::fmod, PK::Default);
+  defBinary("pow", prims::pow, PK::Default,
+            {"torch.Tensor.__pow__", "~torch.Tensor.__rpow__"});
+  defBinary("atan2", prims::atan2, PK::IntToFloat, {"torch.arctan2"});
+  defBinary("maximum", prims::maximum, PK::Default);
+  defBinary("minimum", prims::minimum, PK::Default);
+  defBinary("copysign", prims::copysign, PK::IntToFloat);
+  defBinary("eq", prims::eq, PK::AlwaysBool, {"torch.Tensor.__eq__"});
+  defBinary("ne", prims::ne, PK::AlwaysBool, {"torch.not_equal", "torch.Tensor.__ne__"});
+  defBinary("lt", prims::lt, PK::AlwaysBool, {"torch.less", "torch.Tensor.__lt__"});
+  defBinary("le", prims::le, PK::AlwaysBool, {"torch.less_equal", "torch.Tensor.__le__"});
+  defBinary("gt", prims::gt, PK::AlwaysBool, {"torch.greater", "torch.Tensor.__gt__"});
+  defBinary("ge", prims::ge, PK::AlwaysBool, {"torch.greater_equal", "torch.Tensor.__ge__"});
+  defBinary("bitwise_and", prims::bitwise_and, PK::Default,
+            {"torch.Tensor.__and__", "~torch.Tensor.__rand__"});
+  defBinary("bitwise_or", prims::bitwise_or, PK::Default,
+            {"torch.Tensor.__or__", "~torch.Tensor.__ror__"});
+  defBinary("bitwise_xor", prims::bitwise_xor, PK::Default,
+            {"torch.Tensor.__xor__", "~torch.Tensor.__rxor__"});
+  defBinary("logical_and", prims::logical_and, PK::AlwaysBool);
+  defBinary("logical_or", prims::logical_or, PK::AlwaysBool);
+
+  def("where", "condition, input, other", {"torch.where", "torch.Tensor.where"},
+      [](const Args& a) { return clang::where(a[0], a[1], a[2], "ltorch.where"); }, kElementwise);
+  def("masked_fill", "a, mask, value", {"torch.masked_fill", "torch.Tensor.masked_fill"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "masked_fill");
+        Value v = a[2].isTensor() ? clang::maybeConvert(a[2], t.dtype) : a[2];
+        Value r = clang::where(a[1], v, a[0], "ltorch.masked_fill");
+        return clang::maybeConvert(r, t.dtype);
+      }, kElementwise);
+  def("clamp", "a, min=None, max=None",
+      {"torch.clamp", "torch.clip", "torch.Tensor.clamp", "torch.Tensor.clip"},
+      [](const Args& a) {
+        THUNDER_CHECK(!a[1].isNone() || !a[2].isNone(),
+                      "ltorch.clamp: at least one of 'min' or 'max' must not be None");
+        Value r = a[0];
+        if (!a[1].isNone()) r = clang::binary(prims::maximum, r, a[1], PK::Default, "ltorch.clamp");
+        if (!a[2].isNone()) r = clang::binary(prims::minimum, r, a[2], PK::Default, "ltorch.clamp");
+        return r;
+      }, kElementwise);
+  def("lerp", "a, end, weight", {"torch.lerp", "torch.Tensor.lerp"}, [](const Args& a) {
+    Value diff = op("sub", {a[1], a[0]});
+    return op("add", {a[0], op("mul", {a[2], diff})});
+  }, kElementwise);
+
+  // Activations.
+  def("relu", "a, inplace=False", {"torch.relu", "torch.Tensor.relu", "torch.nn.functional.relu"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(!a[1].toBool(), ErrorKind::NotImplemented,
+                           "ltorch.relu: inplace=True is not supported");
+        T(a[0], "relu");
+        return clang::binary(prims::maximum, a[0], 0, PK::Default, "ltorch.relu");
+      }, kElementwise);
+  def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [](const Args& a) {
+    return op("clamp", {a[0], 0, 6});
+  }, kElementwise);
+  def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "gelu");
+    const std::string& approx = a[1].toString();
+    DType dt = t.dtype;
+    Value x = isLowPrecision(dt) ? clang::maybeConvert(a[0], DType::Float32) : a[0];
+    Value r;
+    if (approx == "none") {
+      Value cdf = op("mul", {0.5, op("add", {1.0, op("erf", {op("mul", {x, M_SQRT1_2})})})});
+      r = op("mul", {x, cdf});
+    } else {
+      THUNDER_CHECK_KIND(approx == "tanh", ErrorKind::Value,
+                         "ltorch.gelu: approximate must be 'none' or 'tanh', but got '", approx, "'");
+      Value inner = op("mul", {std::sqrt(2.0 / M_PI),
+                               op("add", {x, op("mul", {0.044715, op("mul", {x, op("mul", {x, x})})})})});
+      r = op("mul", {op("mul", {0.5, x}), op("add", {1.0, op("tanh", {inner})})});
+    }
+    return clang::maybeConvert(r, dt);
+  }, kElementwise);
+  def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [](const Args& a) {
+    return op("mul", {a[0], op("sigmoid", {a[0]})});
+  }, kElementwise);
+  def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},
+      [](const Args& a) {
+        Value scaled = op("mul", {a[0], a[1]});
+        Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
+        return op("where", {op("gt", {scaled, a[2]}), a[0], soft});
+      }, kElementwise);
+  def("leaky_relu", "a, negative_slope=0.01, inplace=False", {"torch.nn.functional.leaky_relu"},
+      [](const Args& a) {
+        return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {a[0], a[1]})});
+      }, kElementwise);
+  def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [](const Args& a) {
+    return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {op("expm1", {a[0]}), a[1]})});
+  }, kElementwise);
+  def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [](const Args& a) {
+    return op("div", {op("mul", {a[0], op("relu6", {op("add", {a[0], 3})})}), 6});
+  }, kElementwise);
+  def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [](const Args& a) {
+    return op("mul", {a[0], op("tanh", {op("softplus", {a[0]})})});
+  }, kElementwise);
+}
+
+// ---- type conversion ------------------------------------------------------------------------
+
+void defConvert(const std::string& name, DType dt) {
+  def(name, "a", {"torch.Tensor." + name}, [dt, name](const Args& a) {
+    T(a[0], name);
+    return clang::maybeConvert(a[0], dt);
+  });
+}
+
+void registerConversions() {
+  def("to", "a, device=None, dtype=None, non_blocking=False, copy=False", {"torch.Tensor.to"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "to");
+        if (!a[1].isNone()) {
+          Device d = a[1].toDevice();
+          THUNDER_CHECK_KIND(d == t.device, ErrorKind::NotImplemented, "ltorch.to: moving ", t.name,
+                             " from ", t.device.str(), " to ", d.str(),
+                             " inside a jitted function is not supported yet");
+        }
+        if (a[2].isNone()) return a[0];
+        return clang::maybeConvert(a[0], a[2].toDType());
+      });
+  def("type_as", "a, other", {"torch.Tensor.type_as"}, [](const Args& a) {
+    return clang::maybeConvert(a[0], T(a[1], "type_as", "other").dtype);
+  });
+  defConvert("float", DType::Float32);
+  defConvert("double", DType::Float64);
+  defConvert("half", DType::Float16);
+  defConvert("bfloat16", DType::BFloat16);
+  defConvert("int", DType::Int32);
+  defConvert("long", DType::Int64);
+  defConvert("bool", DType::Bool);
+}
+
+// ---- shapes ---------------------------------------------------------------------------------
+
+Value getitem(const Value& a, const Value& key);
+
+void registerShapeOps() {
+  def("reshape", "a, *shape", {"torch.reshape", "torch.Tensor.reshape"}, [](const Args& a) {
+    return clang::reshape(a[0], a[1].toInts(), "ltorch.reshape");
+  }, kShapeOp);
+  def("view", "a, *shape", {"torch.Tensor.view"}, [](const Args& a) {
+    THUNDER_CHECK_KIND(!a[1].isDType(), ErrorKind::NotImplemented,
+                       "ltorch.view: viewing a tensor as another dtype is not supported");
+    return clang::reshape(a[0], a[1].toInts(), "ltorch.view");
+  }, kShapeOp);
+  def("view_as", "a, other", {"torch.Tensor.view_as"}, [](const Args& a) {
+    return clang::reshape(a[0], T(a[1], "view_as", "other").shape, "ltorch.view_as");
+  }, kShapeOp);
+  def("reshape_as", "a, other", {"torch.Tensor.reshape_as"}, [](const Args& a) {
+    return clang::reshape(a[0], T(a[1], "reshape_as", "other").shape, "ltorch.reshape_as");
+  }, kShapeOp);
+  def("flatten", "a, start_dim=0, end_dim=-1", {"torch.flatten", "torch.Tensor.flatten"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "flatten");
+        if (t.ndim() == 0) return clang::reshape(a[0], {1}, "ltorch.flatten");
+        int64_t s = dimArg(a[1], t.ndim(), "flatten"), e = dimArg(a[2], t.ndim(), "flatten");
+        THUNDER_CHECK(s <= e, "ltorch.flatten: start_dim ", a[1].toInt(),
+                      " cannot come after end_dim ", a[2].toInt());
+        Shape shape(t.shape.begin(), t.shape.begin() + s);
+        int64_t n = 1;
+        for (int64_t i = s; i <= e; ++i) n *= t.shape[i];
+        shape.push_back(n);
+        shape.insert(shape.end(), t.shape.begin() + e + 1, t.shape.end());
+        return clang::reshape(a[0], shape, "ltorch.flatten");
+      }, kShapeOp);
+  def("unsqueeze", "a, dim", {"torch.unsqueeze", "torch.Tensor.unsqueeze"}, [](const Args& a) {
+    return clang::unsqueeze(a[0], a[1].toInt(), "ltorch.unsqueeze");
+  }, kShapeOp);
+  def("squeeze", "a, dim=None", {"torch.squeeze", "torch.Tensor.squeeze"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "squeeze");
+    std::vector<int64_t> dims;
+    if (a[1].isNone()) {
+      for (int64_t i = 0; i < t.ndim(); ++i)
+        if (t.shape[i] == 1) dims.push_back(i);
+    } else {
+      // As PyTorch: a named dim whose length is not 1 is left alone.
+      for (int64_t d : canonicalizeDims(t.ndim(), a[1].toInts(), "ltorch.squeeze"))
+        if (t.ndim() > 0 && t.shape[d] == 1) dims.push_back(d);
+    }
+    if (dims.empty()) return a[0];
+    return prims::squeeze(a[0], dims);
+  }, kShapeOp);
+  def("permute", "a, *dims", {"torch.permute", "torch.Tensor.permute"}, [](const Args& a) {
+    return clang::permute(a[0], a[1].toInts(), "ltorch.permute");
+  }, kShapeOp);
+  def("transpose", "a, dim0, dim1",
+      {"torch.transpose", "torch.Tensor.transpose", "torch.swapaxes", "torch.Tensor.swapaxes"},
+      [](const Args& a) {
+        return clang::transpose(a[0], a[1].toInt(), a[2].toInt(), "ltorch.transpose");
+      }, kShapeOp);
+  def("t", "a", {"torch.t", "torch.Tensor.t"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "t");
+    THUNDER_CHECK(t.ndim() <= 2, "ltorch.t: expected a tensor with at most 2 dimensions, but got shape ",
+                  shapeStr(t.shape));
+    if (t.ndim() < 2) return a[0];
+    return clang::transpose(a[0], 0, 1, "ltorch.t");
+  }, kShapeOp);
+  def("movedim", "a, source, destination", {"torch.movedim", "torch.Tensor.movedim"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "movedim");
+        std::vector<int64_t> src = canonicalizeDims(t.ndim(), a[1].toInts(), "ltorch.movedim");
+        std::vector<int64_t> dst = canonicalizeDims(t.ndim(), a[2].toInts(), "ltorch.movedim");
+        THUNDER_CHECK(src.size() == dst.size(),
+                      "ltorch.movedim: source and destination must have the same length");
+        std::vector<int64_t> perm(t.ndim(), -1), rest;
+        for (size_t i = 0; i < src.size(); ++i) perm[dst[i]] = src[i];
+        for (int64_t i = 0; i < t.ndim(); ++i)
+          if (std::find(src.begin(), src.end(), i) == src.end()) rest.push_back(i);
+        size_t r = 0;
+        for (auto& p : perm)
+          if (p < 0) p = rest[r++];
+        return clang::permute(a[0], perm, "ltorch.movedim");
+      }, kShapeOp);
+  def("expand", "a, *shape", {"torch.Tensor.expand"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "expand");
+    Shape shape = a[1].toInts();
+    THUNDER_CHECK(shape.size() >= static_cast<size_t>(t.ndim()), "ltorch.expand: the number of sizes (",
+                  shape.size(), ") must be at least the number of dimensions of ", shapeStr(t.shape));
+    size_t off = shape.size() - t.ndim();
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == -1) {
+        THUNDER_CHECK(i >= off, "ltorch.expand: -1 is not allowed in a new leading dimension");
+        shape[i] = t.shape[i - off];
+      }
+    }
+    return clang::expandTo(a[0], shape, "ltorch.expand");
+  }, kShapeOp);
+  def("expand_as", "a, other", {"torch.Tensor.expand_as"}, [](const Args& a) {
+    return clang::expandTo(a[0], T(a[1], "expand_as", "other").shape, "ltorch.expand_as");
+  }, kShapeOp);
+  def("broadcast_to", "a, shape", {"torch.broadcast_to", "torch.Tensor.broadcast_to"},
+      [](const Args& a) { return op("expand", {a[0], a[1]}); }, kShapeOp);
+  def("contiguous", "a", {"torch.Tensor.contiguous"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "contiguous");
+    std::vector<int64_t> order;
+    for (int64_t i = t.ndim() - 1; i >= 0; --i) order.push_back(i);
+    return prims::stride_order(a[0], order);
+  });
+  def("cat", "tensors, dim=0", {"torch.cat", "torch.concat", "torch.concatenate"},
+      [](const Args& a) {
+        const std::vector<Value>& ts = a[0].items();
+        THUNDER_CHECK(!ts.empty(), "ltorch.cat: expected a non-empty list of tensors");
+        std::vector<Value> kept;
+        for (size_t i = 0; i < ts.size(); ++i) {
+          const TensorProxy& t = expectTensor(ts[i], "ltorch.cat", "tensors[" + std::to_string(i) + "]");
+          // PyTorch skips 1-D empty tensors in cat.
+          if (!(t.ndim() == 1 && t.shape[0] == 0)) kept.push_back(ts[i]);
+        }
+        if (kept.empty()) kept.push_back(ts[0]);
+        DType dt = resultType(kept);
+        for (auto& k : kept) k = clang::maybeConvert(k, dt);
+        if (kept.size() == 1) return kept[0];
+        int64_t dim = canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
+        return prims::cat(kept, dim);
+      });
+  def("stack", "tensors, dim=0", {"torch.stack"}, [](const Args& a) {
+    const std::vector<Value>& ts = a[0].items();
+    THUNDER_CHECK(!ts.empty(), "ltorch.stack: expected a non-empty list of tensors");
+    const TensorProxy& first = expectTensor(ts[0], "ltorch.stack", "tensors[0]");
+    int64_t dim = canonicalizeDim(first.ndim() + 1, a[1].toInt(), "ltorch.stack");
+    std::vector<Value> parts;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const TensorProxy& t = expectTensor(ts[i], "ltorch.stack", "tensors[" + std::to_string(i) + "]");
+      THUNDER_CHECK(t.shape == first.shape, "ltorch.stack: expected tensors of one shape, but got ",
+                    shapeStr(first.shape), " and ", shapeStr(t.shape));
+      parts.push_back(clang::unsqueeze(ts[i], dim, "ltorch.stack"));
+    }
+    return op("cat", {Value::list(parts), dim});
+  });
+  def("split", "a, split_size_or_sections, dim=0", {"torch.split", "torch.Tensor.split"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "split");
+        int64_t dim = dimArg(a[2], t.ndim(), "split");
+        int64_t n = t.shape[dim];
+        std::vector<int64_t> sizes;
+        if (a[1].isInt()) {
+          int64_t s = a[1].toInt();
+          THUNDER_CHECK(s > 0 || (s == 0 && n == 0), "ltorch.split: split_size must be positive, but got ", s);
+          for (int64_t i = 0; i < n; i += s) sizes.push_back(std::min(s, n - i));
+          if (sizes.empty()) sizes.push_back(0);
+        } else {
+          sizes = a[1].toInts();
+          int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+          THUNDER_CHECK(total == n, "ltorch.split: split sizes ", shapeStr(sizes), " sum to ",
+                        total, " but dimension ", dim, " has length ", n);
+        }
+        std::vector<Value> out;
+        int64_t start = 0;
+        for (int64_t s : sizes) {
+          out.push_back(clang::sliceInDim(a[0], dim, start, start + s, 1, "ltorch.split"));
+          start += s;
+        }
+        return Value::tuple(out);
+      });
+  def("chunk", "a, chunks, dim=0", {"torch.chunk", "torch.Tensor.chunk"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "chunk");
+    int64_t chunks = a[1].toInt();
+    THUNDER_CHECK(chunks > 0, "ltorch.chunk: chunks must be positive, but got ", chunks);
+    int64_t dim = dimArg(a[2], t.ndim(), "chunk");
+    int64_t n = t.shape[dim];
+    int64_t size = (n + chunks - 1) / chunks;
+    if (size == 0) size = 1;
+    return op("split", {a[0], size, dim});
+  });
+  def("unbind", "a, dim=0", {"torch.unbind", "torch.Tensor.unbind"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "unbind");
+    int64_t dim = dimArg(a[1], t.ndim(), "unbind");
+    std::vector<Value> out;
+    for (int64_t i = 0; i < t.shape[dim]; ++i)
+      out.push_back(prims::squeeze(clang::sliceInDim(a[0], dim, i, i + 1, 1, "ltorch.unbind"), {dim}));
+    return Value::tuple(out);
+  });
+  def("narrow", "a, dim, start, length", {"torch.narrow", "torch.Tensor.narrow"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "narrow");
+        int64_t dim = dimArg(a[1], t.ndim(), "narrow");
+        int64_t start = a[2].toInt(), len = a[3].toInt();
+        if (start < 0) start += t.shape[dim];
+        THUNDER_CHECK(start >= 0 && len >= 0 && start + len <= t.shape[dim], "ltorch.narrow: start ",
+                      a[2].toInt(), " and length ", len, " exceed dimension ", dim, " of length ",
+                      t.shape[dim]);
+        return clang::sliceInDim(a[0], dim, start, start + len, 1, "ltorch.narrow");
+      }, kShapeOp);
+  def("flip", "a, dims", {"torch.flip", "torch.Tensor.flip"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "flip");
+    std::vector<int64_t> dims = canonicalizeDims(t.ndim(), a[1].toInts(), "ltorch.flip");
+    if (dims.empty() || t.ndim() == 0) return a[0];
+    return prims::flip(a[0], dims);
+  });
+  def("repeat", "a, *repeats", {"torch.Tensor.repeat"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "repeat");
+    std::vector<int64_t> reps = a[1].toInts();
+    THUNDER_CHECK(reps.size() >= static_cast<size_t>(t.ndim()),
+                  "ltorch.repeat: number of repeats (", reps.size(),
+                  ") cannot be smaller than the number of dimensions (", t.ndim(), ")");
+    size_t off = reps.size() - t.ndim();
+    // Put each input dim next to a new repeat dim, expand, then merge the pairs.
+    Shape padded(off, 1);
+    padded.insert(padded.end(), t.shape.begin(), t.shape.end());
+    Shape inter, expanded, final;
+    std::vector<int64_t> bdims;
+    for (size_t i = 0; i < reps.size(); ++i) {
+      inter.push_back(1);
+      inter.push_back(padded[i]);
+      expanded.push_back(reps[i]);
+      expanded.push_back(padded[i]);
+      final.push_back(reps[i] * padded[i]);
+    }
+    Value x = clang::reshape(a[0], inter, "ltorch.repeat");
+    x = clang::expandTo(x, expanded, "ltorch.repeat");
+    return clang::reshape(x, final, "ltorch.repeat");
+  });
+  def("index_select", "a, dim, index", {"torch.index_select", "torch.Tensor.index_select"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "index_select");
+        return prims::take(a[0], a[2], dimArg(a[1], t.ndim(), "index_select"));
+      });
+  def("gather", "a, dim, index", {"torch.gather", "torch.Tensor.gather"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "gather");
+    return prims::gather(a[0], a[2], dimArg(a[1], t.ndim(), "gather"));
+  });
+  def("take_along_dim", "a, indices, dim", {"torch.take_along_dim", "torch.Tensor.take_along_dim"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "take_along_dim");
+        return prims::gather(a[0], a[1], dimArg(a[2], t.ndim(), "take_along_dim"));
+      });
+  def("scatter_add", "a, dim, index, src", {"torch.scatter_add", "torch.Tensor.scatter_add"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "scatter_add");
+        return prims::scatter_add(a[0], a[2], a[3], dimArg(a[1], t.ndim(), "scatter_add"));
+      });
+  def("pad", "a, pad, mode='constant', value=None", {"torch.nn.functional.pad"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "pad");
+        THUNDER_CHECK_KIND(a[2].toString() == "constant", ErrorKind::NotImplemented,
+                           "ltorch.pad: only mode='constant' is supported, got '", a[2].toString(), "'");
+        std::vector<int64_t> p = a[1].toInts();
+        THUNDER_CHECK(p.size() % 2 == 0 && p.size() / 2 <= static_cast<size_t>(t.ndim()),
+                      "ltorch.pad: padding length ", p.size(),
+                      " must be even and at most twice the number of dimensions (", t.ndim(), ")");
+        std::vector<std::array<int64_t, 3>> cfg(t.ndim(), {0, 0, 0});
+        for (size_t i = 0; i < p.size() / 2; ++i) cfg[t.ndim() - 1 - i] = {p[2 * i], p[2 * i + 1], 0};
+        Value fill = a[3].isNone() ? Value(0) : a[3];
+        return prims::pad(a[0], clang::maybeConvert(fill, t.dtype), cfg);
+      });
+  def("tril", "a, diagonal=0", {"torch.tril", "torch.Tensor.tril"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "tril");
+    THUNDER_CHECK(t.ndim() >= 2, "ltorch.tril: expected at least 2 dimensions, but got shape ",
+                  shapeStr(t.shape));
+    int64_t r = t.shape[t.ndim() - 2], c = t.shape.back();
+    Value rows = clang::unsqueeze(prims::iota(r, 0, 1, t.device, DType::Int64), 1, "ltorch.tril");
+    Value cols = clang::unsqueeze(prims::iota(c, 0, 1, t.device, DType::Int64), 0, "ltorch.tril");
+    Value mask = op("le", {op("sub", {cols, rows}), a[1]});
+    return clang::where(mask, a[0], 0, "ltorch.tril");
+  });
+  def("triu", "a, diagonal=0", {"torch.triu", "torch.Tensor.triu"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "triu");
+    THUNDER_CHECK(t.ndim() >= 2, "ltorch.triu: expected at least 2 dimensions, but got shape ",
+                  shapeStr(t.shape));
+    int64_t r = t.shape[t.ndim() - 2], c = t.shape.back();
+    Value rows = clang::unsqueeze(prims::iota(r, 0, 1, t.device, DType::Int64), 1, "ltorch.triu");
+    Value cols = clang::unsqueeze(prims::iota(c, 0, 1, t.device, DType::Int64), 0, "ltorch.triu");
+    Value mask = op("ge", {op("sub", {cols, rows}), a[1]});
+    return clang::where(mask, a[0], 0, "ltorch.triu");
+  });
+  def("getitem", "a, key", {"torch.Tensor.__getitem__"},
+      [](const Args& a) { return getitem(a[0], a[1]); });
+}
+
+Value getitem(const Value& a, const Value& keyIn) {
+  const std::string op = "ltorch.getitem";
+  const TensorProxy& t = expectTensor(a, op, "a");
+  std::vector<Value> key = keyIn.isTuple() ? keyIn.items() : std::vector<Value>{keyIn};
+  // Advanced indexing with one integer tensor in front: a gather along dim 0.
+  if (key.size() == 1 && key[0].isTensor()) {
+    const TensorProxy& idx = key[0].tensor();
+    THUNDER_CHECK_KIND(idx.dtype != DType::Bool, ErrorKind::NotImplemented, op,
+                       ": indexing with a boolean mask makes a data-dependent shape and is not supported");
+    THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, op,
+                       ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
+    THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, op, ": cannot index a 0-dim tensor with a tensor");
+    Value flat = idx.ndim() == 1 ? key[0] : clang::reshape(key[0], {idx.numel()}, op);
+    Value taken = prims::take(a, flat, 0);
+    Shape out = idx.shape;
+    out.insert(out.end(), t.shape.begin() + 1, t.shape.end());
+    return clang::reshape(taken, out, op);
+  }
+  int64_t consumed = 0;
+  for (const Value& k : key) {
+    if (k.isInt() || k.isSlice()) ++consumed;
+    else if (k.isTensor()) {
+      throw Error(ErrorKind::NotImplemented,
+                  op + ": indexing with a tensor mixed with other indices is not supported");
+    } else if (!k.isNone() && !k.isEllipsis()) {
+      throw Error(ErrorKind::Index, str(op, ": unsupported index ", describe(k)));
+    }
+  }
+  THUNDER_CHECK_KIND(consumed <= t.ndim(), ErrorKind::Index, op, ": too many indices for tensor of shape ",
+                     shapeStr(t.shape), " (", consumed, " given)");
+  Value x = a;
+  int64_t dim = 0;  // current dim of x
+  std::vector<int64_t> squeezeDims;
+  for (size_t i = 0; i < key.size(); ++i) {
+    const Value& k = key[i];
+    if (k.isEllipsis()) {
+      dim += t.ndim() - consumed;
+      consumed = t.ndim();
+    } else if (k.isNone()) {
+      x = clang::unsqueeze(x, dim, op);
+      ++dim;
+    } else if (k.isInt()) {
+      int64_t n = x.tensor().shape[dim];
+      int64_t idx = k.toInt();
+      THUNDER_CHECK_KIND(idx >= -n && idx < n, ErrorKind::Index, op, ": index ", idx,
+                         " is out of bounds for dimension ", dim, " with size ", n);
+      if (idx < 0) idx += n;
+      x = clang::sliceInDim(x, dim, idx, idx + 1, 1, op);
+      squeezeDims.push_back(dim);
+      ++dim;
+    } else {
+      const std::vector<Value>& s = k.items();
+      int64_t step = s[2].isNone() ? 1 : s[2].toInt();
+      THUNDER_CHECK_KIND(step > 0, ErrorKind::Value, op, ": slice step must be positive, got ", step);
+      std::optional<int64_t> start, stop;
+      if (!s[0].isNone()) start = s[0].toInt();
+      if (!s[1].isNone()) stop = s[1].toInt();
+      x = clang::sliceInDim(x, dim, start, stop, step, op);
+      ++dim;
+    }
+  }
+  if (!squeezeDims.empty()) x = prims::squeeze(x, squeezeDims);
+  return x;
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+/// Reduces with a prim in the computation dtype, keeping dims if asked.
+Value reduce(Value (*prim)(const Value&, const std::vector<int64_t>&), const Value& a,
+             const Value& dim, bool keepdim, std::optional<DType> dtype, const std::string& name,
+             bool intToLong) {
+  const TensorProxy& t = T(a, name);
+  std::vector<int64_t> dims = clang::reductionDims(t, dim, opn(name));
+  DType result = dtype.value_or(t.dtype);
+  if (!dtype && intToLong && (isIntegral(t.dtype) || t.dtype == DType::Bool)) result = DType::Int64;
+  DType computation = isLowPrecision(result) ? DType::Float32 : result;
+  Value x = clang::maybeConvert(a, computation);
+  Value r = prim(x, dims);
+  r = clang::maybeConvert(r, result);
+  return keepdim ? clang::keepDims(r, t.shape, dims) : r;
+}
+
+int64_t reducedCount(const TensorProxy& t, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= t.shape[d];
+  return n;
+}
+
+Value meanImpl(const Value& a, const Value& dim, bool keepdim, std::optional<DType> dtype) {
+  const TensorProxy& t = T(a, "mean");
+  DType result = dtype.value_or(t.dtype);
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type,
+                     "ltorch.mean: could not infer output dtype. Input dtype must be either a floating "
+                     "point or complex dtype. Got: ", dtypeName(result));
+  std::vector<int64_t> dims = clang::reductionDims(t, dim, "ltorch.mean");
+  DType computation = isLowPrecision(result) ? DType::Float32 : result;
+  Value s = prims::sum(clang::maybeConvert(a, computation), dims);
+  Value m = prims::div(s, clang::maybeConvert(Value(static_cast<double>(reducedCount(t, dims))), computation));
+  m = clang::maybeConvert(m, result);
+  return keepdim ? clang::keepDims(m, t.shape, dims) : m;
+}
+
+Value varImpl(const Value& a, const Value& dim, const Value& correction, bool keepdim,
+              const std::string& name) {
+  const TensorProxy& t = T(a, name);
+  std::vector<int64_t> dims = clang::reductionDims(t, dim, opn(name));
+  double corr = correction.isNone() ? 1.0 : correction.toDouble();
+  DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
+  THUNDER_CHECK_KIND(isFloating(t.dtype) || isComplex(t.dtype), ErrorKind::Type, opn(name),
+                     ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
+  Value v = prims::var(clang::maybeConvert(a, computation), dims, corr);
+  v = clang::maybeConvert(v, complexToReal(t.dtype));
+  return keepdim ? clang::keepDims(v, t.shape, dims) : v;
+}
+
+Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool log,
+                  const std::string& name) {
+  const TensorProxy& t = T(a, name);
+  THUNDER_CHECK(!dimV.isNone(), opn(name), ": dim must be given");
+  int64_t dim = dimArg(dimV, t.ndim(), name);
+  DType result = optDType(dtypeV).value_or(t.dtype);
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type, opn(name),
+                     ": expected a floating point tensor, but got ", dtypeName(result));
+  DType computation = isLowPrecision(result) ? DType::Float32 : result;
+  Value x = clang::maybeConvert(a, computation);
+  if (t.ndim() == 0) {
+    Value r = log ? op("sub", {x, x}) : op("add", {op("mul", {x, 0.0}), 1.0});
+    return clang::maybeConvert(r, result);
+  }
+  Value m = clang::keepDims(prims::amax(x, {dim}), t.shape, {dim});
+  Value shifted = op("sub", {x, m});
+  Value e = op("exp", {shifted});
+  Value s = clang::keepDims(prims::sum(e, {dim}), t.shape, {dim});
+  Value r = log ? op("sub", {shifted, op("log", {s})}) : op("div", {e, s});
+  return clang::maybeConvert(r, result);
+}
+
+void registerReductions() {
+  def("sum", "a, dim=None, keepdim=False, *, dtype=None", {"torch.sum", "torch.Tensor.sum"},
+      [](const Args& a) {
+        return reduce(prims::sum, a[0], a[1], a[2].toBool(), optDType(a[3]), "sum", true);
+      }, kReductionOp);
+  def("prod", "a, dim=None, keepdim=False, *, dtype=None", {"torch.prod", "torch.Tensor.prod"},
+      [](const Args& a) {
+        return reduce(prims::prod, a[0], a[1], a[2].toBool(), optDType(a[3]), "prod", true);
+      }, kReductionOp);
+  def("amax", "a, dim=(), keepdim=False", {"torch.amax", "torch.Tensor.amax"}, [](const Args& a) {
+    return reduce(prims::amax, a[0], a[1], a[2].toBool(), std::nullopt, "amax", false);
+  }, kReductionOp);
+  def("amin", "a, dim=(), keepdim=False", {"torch.amin", "torch.Tensor.amin"}, [](const Args& a) {
+    return reduce(prims::amin, a[0], a[1], a[2].toBool(), std::nullopt, "amin", false);
+  }, kReductionOp);
+  def("mean", "a, dim=None, keepdim=False, *, dtype=None", {"torch.mean", "torch.Tensor.mean"},
+      [](const Args& a) { return meanImpl(a[0], a[1], a[2].toBool(), optDType(a[3])); },
+      kReductionOp);
+  def("var", "a, dim=None, *, correction=None, keepdim=False", {"torch.var", "torch.Tensor.var"},
+      [](const Args& a) { return varImpl(a[0], a[1], a[2], a[3].toBool(), "var"); }, kReductionOp);
+  def("std", "a, dim=None, *, correction=None, keepdim=False", {"torch.std", "torch.Tensor.std"},
+      [](const Args& a) { return op("sqrt", {varImpl(a[0], a[1], a[2], a[3].toBool(), "std")}); },
+      kReductionOp);
+  def("var_mean", "a, dim=None, *, correction=None, keepdim=False", {"torch.var_mean"},
+      [](const Args& a) {
+        Value v = varImpl(a[0], a[1], a[2], a[3].toBool(), "var_mean");
+        Value m = meanImpl(a[0], a[1], a[3].toBool(), std::nullopt);
+        return Value::tuple({v, m});
+      }, kReductionOp);
+  def("argmax", "a, dim=None, keepdim=False", {"torch.argmax", "torch.Tensor.argmax"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "argmax");
+        if (a[1].isNone()) {
+          Value r = prims::argmax(a[0], std::nullopt);
+          return a[2].toBool() ? clang::reshape(r, Shape(t.ndim(), 1), "ltorch.argmax") : r;
+        }
+        int64_t d = dimArg(a[1], t.ndim(), "argmax");
+        Value r = prims::argmax(a[0], d);
+        return a[2].toBool() && t.ndim() > 0 ? clang::keepDims(r, t.shape, {d}) : r;
+      }, kReductionOp);
+  def("argmin", "a, dim=None, keepdim=False", {"torch.argmin", "torch.Tensor.argmin"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "argmin");
+        if (a[1].isNone()) {
+          Value r = prims::argmin(a[0], std::nullopt);
+          return a[2].toBool() ? clang::reshape(r, Shape(t.ndim(), 1), "ltorch.argmin") : r;
+        }
+        int64_t d = dimArg(a[1], t.ndim(), "argmin");
+        Value r = prims::argmin(a[0], d);
+        return a[2].toBool() && t.ndim() > 0 ? clang::keepDims(r, t.shape, {d}) : r;
+      }, kReductionOp);
+  for (const char* which : {"max", "min"}) {
+    std::string name = which;
+    bool isMax = name == "max";
+    def(name, "a, dim=None, keepdim=False", {"torch." + name, "torch.Tensor." + name},
+        [isMax, name](const Args& a) -> Value {
+          const TensorProxy& t = T(a[0], name);
+          if (a[1].isTensor())  // torch.max(a, b) is maximum
+            return op(isMax ? "maximum" : "minimum", {a[0], a[1]});
+          if (a[1].isNone()) {
+            THUNDER_CHECK(t.numel() > 0, "ltorch.", name, ": cannot reduce an empty tensor of shape ",
+                          shapeStr(t.shape));
+            return op(isMax ? "amax" : "amin", {a[0], Value::tuple({})});
+          }
+          Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+          Value idx = op(isMax ? "argmax" : "argmin", {a[0], a[1], a[2]});
+          return Value::tuple({values, idx});
+        }, kReductionOp);
+  }
+  def("any", "a, dim=None, keepdim=False", {"torch.any", "torch.Tensor.any"}, [](const Args& a) {
+    Value nz = clang::maybeConvert(op("ne", {a[0], 0}), DType::Int64);
+    return op("gt", {op("sum", {nz, a[1], a[2]}), 0});
+  }, kReductionOp);
+  def("all", "a, dim=None, keepdim=False", {"torch.all", "torch.Tensor.all"}, [](const Args& a) {
+    Value z = clang::maybeConvert(op("eq", {a[0], 0}), DType::Int64);
+    return op("eq", {op("sum", {z, a[1], a[2]}), 0});
+  }, kReductionOp);
+  def("logsumexp", "a, dim, keepdim=False", {"torch.logsumexp", "torch.Tensor.logsumexp"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "logsumexp");
+        DType result = isFloating(t.dtype) || isComplex(t.dtype) ? t.dtype : DType::Float32;
+        DType computation = isLowPrecision(result) ? DType::Float32 : result;
+        Value x = clang::maybeConvert(a[0], computation);
+        std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.logsumexp");
+        Value m = prims::amax(x, dims);
+        // Where the max is infinite, shifting by it would make nan; shift by 0 there.
+        Value safeM = op("where", {op("isfinite", {m}), m, 0.0});
+        Value shifted = op("sub", {x, clang::keepDims(safeM, t.shape, dims)});
+        Value r = op("add", {op("log", {prims::sum(op("exp", {shifted}), dims)}), safeM});
+        r = clang::maybeConvert(r, result);
+        return a[2].toBool() ? clang::keepDims(r, t.shape, dims) : r;
+      }, kReductionOp);
+  def("softmax", "a, dim, *, dtype=None",
+      {"torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.special.softmax"},
+      [](const Args& a) { return softmaxImpl(a[0], a[1], a[2], false, "softmax"); });
+  def("log_softmax", "a, dim, *, dtype=None",
+      {"torch.log_softmax", "torch.Tensor.log_softmax", "torch.nn.functional.log_softmax",
+       "torch.special.log_softmax"},
+      [](const Args& a) { return softmaxImpl(a[0], a[1], a[2], true, "log_softmax"); });
+}
+
+// ---- creation -------------------------------------------------------------------------------
+
+DType fillDType(const Value& fill, const Value& dtype) {
+  if (!dtype.isNone()) return dtype.toDType();
+  DType d = fill.numberDType();
+  if (d == DType::Float64) return defaultFloat();
+  if (d == DType::Complex128) return DType::Complex64;
+  return d;
+}
+
+void registerCreation() {
+  def("full", "shape, fill_value, *, device=None, dtype=None", {"torch.full"}, [](const Args& a) {
+    return prims::full(a[0].toInts(), a[1], deviceOr(a[2]), fillDType(a[1], a[3]));
+  }, kCreation);
+  for (const char* which : {"zeros", "ones", "empty"}) {
+    std::string name = which;
+    double fill = name == "ones" ? 1.0 : 0.0;
+    def(name, "*shape, device=None, dtype=None, requires_grad=False", {"torch." + name},
+        [fill](const Args& a) {
+          DType dt = optDType(a[2]).value_or(defaultFloat());
+          return prims::full(a[0].toInts(), clang::maybeConvert(Value(fill), dt), deviceOr(a[1]), dt);
+        }, kCreation);
+    std::string like = name + "_like";
+    def(like, "a, *, device=None, dtype=None", {"torch." + like}, [fill, like](const Args& a) {
+      const TensorProxy& t = T(a[0], like);
+      DType dt = optDType(a[2]).value_or(t.dtype);
+      return prims::full(t.shape, clang::maybeConvert(Value(fill), dt), deviceOr(a[1], t.device), dt);
+    }, kCreation);
+  }
+  def("full_like", "a, fill_value, *, device=None, dtype=None", {"torch.full_like"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "full_like");
+        DType dt = optDType(a[3]).value_or(t.dtype);
+        return prims::full(t.shape, clang::maybeConvert(a[1], dt), deviceOr(a[2], t.device), dt);
+      }, kCreation);
+  def("arange", "start, end=None, step=1, *, device=None, dtype=None", {"torch.arange"},
+      [](const Args& a) {
+        Value start = a[1].isNone() ? Value(0) : a[0];
+        Value end = a[1].isNone() ? a[0] : a[1];
+        const Value& step = a[2];
+        bool allInt = start.isInt() && end.isInt() && step.isInt();
+        DType dt = optDType(a[4]).value_or(allInt ? DType::Int64 : defaultFloat());
+        double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+        THUNDER_CHECK(st != 0, "ltorch.arange: step must be nonzero");
+        THUNDER_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+                      "ltorch.arange: upper bound and larger bound inconsistent with step sign");
+        int64_t length = static_cast<int64_t>(std::ceil((e - s) / st));
+        Device dev = deviceOr(a[3]);
+        if (allInt && isIntegral(dt))
+          return prims::iota(length, start.toInt(), step.toInt(), dev, dt);
+        Value idx = prims::iota(length, 0, 1, dev, DType::Int64);
+        DType comp = isIntegral(dt) ? DType::Float64 : (isLowPrecision(dt) ? DType::Float32 : dt);
+        Value r = op("add", {op("mul", {clang::maybeConvert(idx, comp), st}), s});
+        return clang::maybeConvert(r, dt);
+      }, kCreation);
+  def("rand", "*shape, device=None, dtype=None, requires_grad=False", {"torch.rand"},
+      [](const Args& a) {
+        return prims::uniform(a[0].toInts(), 0.0, 1.0, deviceOr(a[1]),
+                              optDType(a[2]).value_or(defaultFloat()));
+      }, kCreation | kRandomOp);
+  def("rand_like", "a, *, device=None, dtype=None", {"torch.rand_like"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "rand_like");
+    return prims::uniform(t.shape, 0.0, 1.0, deviceOr(a[1], t.device), optDType(a[2]).value_or(t.dtype));
+  }, kCreation | kRandomOp);
+  auto randn = [](const Shape& shape, Device dev, DType dt) {
+    // Box-Muller over two uniform draws.
+    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+    Value u1 = prims::uniform(shape, 1e-7, 1.0, dev, comp);
+    Value u2 = prims::uniform(shape, 0.0, 1.0, dev, comp);
+    Value r = op("sqrt", {op("mul", {op("log", {u1}), -2.0})});
+    Value z = op("mul", {r, op("cos", {op("mul", {u2, 2 * M_PI})})});
+    return clang::maybeConvert(z, dt);
+  };
+  def("randn", "*shape, device=None, dtype=None, requires_grad=False", {"torch.randn"},
+      [randn](const Args& a) {
+        return randn(a[0].toInts(), deviceOr(a[1]), optDType(a[2]).value_or(defaultFloat()));
+      }, kCreation | kRandomOp);
+  def("randn_like", "a, *, device=None, dtype=None", {"torch.randn_like"}, [randn](const Args& a) {
+    const TensorProxy& t = T(a[0], "randn_like");
+    return randn(t.shape, deviceOr(a[1], t.device), optDType(a[2]).value_or(t.dtype));
+  }, kCreation | kRandomOp);
+}
+
+// ---- neural network ops ---------------------------------------------------------------------
+
+void checkSameDType(const Value& a, const Value& b, const std::string& op) {
+  if (!a.isTensor() || !b.isTensor()) return;
+  THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Type, op,
+                     ": expected both arguments to have the same dtype, but got ",
+                     dtypeName(a.tensor().dtype), " and ", dtypeName(b.tensor().dtype));
+}
+
+Value normalize(const Value& x, const std::vector<int64_t>& dims, const Shape& shape, double eps,
+                bool subtractMean) {
+  if (subtractMean) {
+    Value mean = clang::keepDims(
+        prims::div(prims::sum(x, dims), static_cast<double>(numelOf(Shape(shape.end() - dims.size(), shape.end())))),
+        shape, dims);
+    Value centered = op("sub", {x, mean});
+    Value var = clang::keepDims(prims::var(x, dims, 0.0), shape, dims);
+    return op("mul", {centered, op("rsqrt", {op("add", {var, eps})})});
+  }
+  Value ms = op("mean", {op("mul", {x, x}), Value::ints(dims), true});
+  return op("mul", {x, op("rsqrt", {op("add", {ms, eps})})});
+}
+
+Value normImpl(const Args& a, bool layer, const std::string& name) {
+  const TensorProxy& t = T(a[0], name);
+  Shape normShape = a[1].toInts();
+  int64_t k = static_cast<int64_t>(normShape.size());
+  THUNDER_CHECK(k <= t.ndim() && Shape(t.shape.end() - k, t.shape.end()) == normShape, opn(name),
+                ": normalized_shape ", shapeStr(normShape), " does not match the trailing dimensions of input shape ",
+                shapeStr(t.shape));
+  std::vector<int64_t> dims;
+  for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
+  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, opn(name),
+                     ": expected a floating point input, but got ", dtypeName(t.dtype));
+  DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
+  Value x = clang::maybeConvert(a[0], computation);
+  double eps = layer ? a[4].toDouble() : (a[3].isNone() ? 1.1920928955078125e-07 : a[3].toDouble());
+  if (!layer && a[3].isNone() && t.dtype == DType::Float64) eps = 2.220446049250313e-16;
+  Value y = normalize(x, dims, t.shape, eps, layer);
+  const Value& w = a[2];
+  if (!w.isNone()) {
+    THUNDER_CHECK(T(w, name, "weight").shape == normShape, opn(name), ": weight of shape ",
+                  shapeStr(w.tensor().shape), " does not match normalized_shape ", shapeStr(normShape));
+    y = op("mul", {y, w});
+  }
+  if (layer && !a[3].isNone()) {
+    THUNDER_CHECK(T(a[3], name, "bias").shape == normShape, opn(name), ": bias of shape ",
+                  shapeStr(a[3].tensor().shape), " does not match normalized_shape ", shapeStr(normShape));
+    y = op("add", {y, a[3]});
+  }
+  return clang::maybeConvert(y, t.dtype);
+}
+
+Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, int64_t ignoreIndex,
+                  const std::string& reduction, const std::string& name) {
+  // logp: (N, C, ...) or (C,); target: (N, ...) or () of class indices.
+  const TensorProxy& lp = logp.tensor();
+  const TensorProxy& tg = T(target, name, "target");
+  THUNDER_CHECK_KIND(isIntegral(tg.dtype), ErrorKind::NotImplemented, opn(name),
+                     ": only integer class-index targets are supported, got dtype ", dtypeName(tg.dtype));
+  int64_t classDim = lp.ndim() == 1 ? 0 : 1;
+  Shape expected = lp.shape;
+  expected.erase(expected.begin() + classDim);
+  THUNDER_CHECK(tg.shape == expected, opn(name), ": expected target of shape ", shapeStr(expected),
+                " for input of shape ", shapeStr(lp.shape), ", but got ", shapeStr(tg.shape));
+  Value valid = op("ne", {target, ignoreIndex});
+  Value safeTarget = op("where", {valid, target, 0});
+  Value idx = clang::unsqueeze(safeTarget, classDim, opn(name));
+  Value picked = prims::squeeze(prims::gather(logp, idx, classDim), {classDim});
+  Value w = clang::maybeConvert(valid, lp.dtype);
+  if (!weight.isNone()) {
+    const TensorProxy& wt = T(weight, name, "weight");
+    THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == lp.shape[classDim], opn(name),
+                  ": expected a weight of shape (", lp.shape[classDim], ",), but got ", shapeStr(wt.shape));
+    w = op("mul", {w, prims::take(weight, clang::reshape(safeTarget, {tg.numel()}, opn(name)), 0)});
+    w = clang::reshape(w, tg.shape, opn(name));
+  }
+  Value losses = op("neg", {op("mul", {picked, w})});
+  if (reduction == "none") return losses;
+  Value total = op("sum", {losses});
+  if (reduction == "sum") return total;
+  THUNDER_CHECK_KIND(reduction == "mean", ErrorKind::Value, opn(name),
+                     ": reduction must be 'none', 'mean' or 'sum', but got '", reduction, "'");
+  return op("div", {total, op("sum", {w})});
+}
+
+void registerNN() {
+  def("linear", "a, weight, bias=None", {"torch.nn.functional.linear"}, [](const Args& a) {
+    T(a[0], "linear");
+    T(a[1], "linear", "weight");
+    checkSameDType(a[0], a[1], "ltorch.linear");
+    return prims::linear(a[0], a[1], a[2]);
+  }, kMatmulOp);
+  def("matmul", "a, b", {"torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__"},
+      [](const Args& a) {
+        T(a[0], "matmul");
+        T(a[1], "matmul", "b");
+        checkSameDType(a[0], a[1], "ltorch.matmul");
+        return prims::matmul(a[0], a[1]);
+      }, kMatmulOp);
+  def("mm", "a, b", {"torch.mm", "torch.Tensor.mm"}, [](const Args& a) {
+    THUNDER_CHECK(T(a[0], "mm").ndim() == 2 && T(a[1], "mm", "b").ndim() == 2,
+                  "ltorch.mm: expected 2-dimensional tensors, but got shapes ",
+                  shapeStr(a[0].tensor().shape), " and ", shapeStr(a[1].tensor().shape));
+    checkSameDType(a[0], a[1], "ltorch.mm");
+    return prims::matmul(a[0], a[1]);
+  }, kMatmulOp);
+  def("bmm", "a, b", {"torch.bmm", "torch.Tensor.bmm"}, [](const Args& a) {
+    const TensorProxy &x = T(a[0], "bmm"), &y = T(a[1], "bmm", "b");
+    THUNDER_CHECK(x.ndim() == 3 && y.ndim() == 3, "ltorch.bmm: expected 3-dimensional tensors, but got shapes ",
+                  shapeStr(x.shape), " and ", shapeStr(y.shape));
+    THUNDER_CHECK(x.shape[0] == y.shape[0], "ltorch.bmm: batch sizes differ: ", shapeStr(x.shape),
+                  " and ", shapeStr(y.shape));
+    checkSameDType(a[0], a[1], "ltorch.bmm");
+    return prims::matmul(a[0], a[1]);
+  }, kMatmulOp);
+  def("layer_norm", "a, normalized_shape, weight=None, bias=None, eps=1e-05",
+      {"torch.nn.functional.layer_norm", "torch.layer_norm"},
+      [](const Args& a) { return normImpl(a, true, "layer_norm"); });
+  def("rms_norm", "a, normalized_shape, weight=None, eps=None",
+      {"torch.nn.functional.rms_norm", "torch.rms_norm"},
+      [](const Args& a) { return normImpl(a, false, "rms_norm"); });
+  def("embedding", "a, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False",
+      {"torch.nn.functional.embedding"}, [](const Args& a) {
+        THUNDER_CHECK_KIND(a[3].isNone(), ErrorKind::NotImplemented,
+                           "ltorch.embedding: max_norm is not supported");
+        const TensorProxy& w = T(a[1], "embedding", "weight");
+        std::optional<int64_t> pad;
+        if (!a[2].isNone()) pad = canonicalizeDim(w.ndim() ? w.shape[0] : 1, a[2].toInt(), "ltorch.embedding");
+        return prims::embedding(a[0], a[1], pad);
+      });
+  def("dropout", "a, p=0.5, training=True, inplace=False",
+      {"torch.nn.functional.dropout", "torch.dropout"}, [](const Args& a) -> Value {
+        const TensorProxy& t = T(a[0], "dropout");
+        double p = a[1].toDouble();
+        THUNDER_CHECK_KIND(p >= 0 && p <= 1, ErrorKind::Value,
+                           "ltorch.dropout: dropout probability has to be between 0 and 1, but got ", p);
+        if (!a[2].toBool() || p == 0) return a[0];
+        if (p == 1) return op("mul", {a[0], 0});
+        Value keep = op("ge", {prims::uniform(t.shape, 0.0, 1.0, t.device,
+                                              isLowPrecision(t.dtype) ? DType::Float32 : t.dtype), p});
+        return op("mul", {op("mul", {a[0], keep}), 1.0 / (1.0 - p)});
+      }, kRandomOp);
+  def("nll_loss",
+      "a, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean'",
+      {"torch.nn.functional.nll_loss"}, [](const Args& a) {
+        return nllLossImpl(a[0], a[1], a[2], a[4].toInt(), a[6].toString(), "nll_loss");
+      });
+  def("cross_entropy",
+      "a, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean', "
+      "label_smoothing=0.0",
+      {"torch.nn.functional.cross_entropy"}, [](const Args& a) {
+        const TensorProxy& t = T(a[0], "cross_entropy");
+        THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
+        THUNDER_CHECK_KIND(a[7].toDouble() == 0.0, ErrorKind::NotImplemented,
+                           "ltorch.cross_entropy: label_smoothing is not supported yet");
+        int64_t classDim = t.ndim() == 1 ? 0 : 1;
+        Value logp = op("log_softmax", {a[0], classDim});
+        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy");
+      });
+  def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean'",
+      {"torch.nn.functional.mse_loss"}, [](const Args& a) {
+        Value d = op("sub", {a[0], a[1]});
+        Value sq = op("mul", {d, d});
+        const std::string& r = a[4].toString();
+        if (r == "none") return sq;
+        if (r == "sum") return op("sum", {sq});
+        THUNDER_CHECK_KIND(r == "mean", ErrorKind::Value,
+                           "ltorch.mse_loss: reduction must be 'none', 'mean' or 'sum', but got '", r, "'");
+        return op("mean", {sq});
+      });
+  def("scaled_dot_product_attention",
+      "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",
+      {"torch.nn.functional.scaled_dot_product_attention"}, [](const Args& a) {
+        const TensorProxy& q = T(a[0], "scaled_dot_product_attention", "query");
+        const TensorProxy& k = T(a[1], "scaled_dot_product_attention", "key");
+        T(a[2], "scaled_dot_product_attention", "value");
+        THUNDER_CHECK_KIND(a[4].toDouble() == 0.0, ErrorKind::NotImplemented,
+                           "ltorch.scaled_dot_product_attention: dropout_p > 0 is not supported yet");
+        THUNDER_CHECK(q.ndim() >= 2 && k.ndim() >= 2,
+                      "ltorch.scaled_dot_product_attention: query and key need at least 2 dimensions");
+        Value key = a[1], value = a[2];
+        if (a[7].toBool() && q.ndim() >= 3 && k.shape[k.ndim() - 3] != q.shape[q.ndim() - 3]) {
+          int64_t rep = q.shape[q.ndim() - 3] / k.shape[k.ndim() - 3];
+          auto repeatHeads = [&](const Value& x) {
+            const TensorProxy& t = x.tensor();
+            Value u = clang::unsqueeze(x, t.ndim() - 2, "ltorch.scaled_dot_product_attention");
+            Shape s = u.tensor().shape;
+            s[t.ndim() - 2] = rep;
+            Value e = clang::expandTo(u, s, "ltorch.scaled_dot_product_attention");
+            Shape merged = t.shape;
+            merged[t.ndim() - 3] *= rep;
+            return clang::reshape(e, merged, "ltorch.scaled_dot_product_attention");
+          };
+          key = repeatHeads(key);
+          value = repeatHeads(value);
+        }
+        double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(q.shape.back())) : a[6].toDouble();
+        DType dt = q.dtype;
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value scores = op("mul", {op("matmul", {a[0], op("transpose", {key, -2, -1})}), scale});
+        scores = clang::maybeConvert(scores, comp);
+        int64_t L = q.shape[q.ndim() - 2], S = k.shape[k.ndim() - 2];
+        if (a[5].toBool()) {
+          Value mask = op("tril", {op("ones", {Value::ints({L, S}), q.device, DType::Bool})});
+          scores = op("masked_fill", {scores, op("logical_not", {mask}), -INFINITY});
+        }
+        if (!a[3].isNone()) {
+          if (a[3].tensor().dtype == DType::Bool)
+            scores = op("masked_fill", {scores, op("logical_not", {a[3]}), -INFINITY});
+          else
+            scores = op("add", {scores, a[3]});
+        }
+        Value attn = clang::maybeConvert(op("softmax", {scores, -1}), dt);
+        return op("matmul", {attn, value});
+      });
+}
+
+}  // namespace
+
+void registerLTorch() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    prims::registerPrims();
+    registerElementwise();
+    registerConversions();
+    registerShapeOps();
+    registerReductions();
+    registerCreation();
+    registerNN();
+  });
+}
+
+const std::vector<TorchName>& torchNames() {
+  registerLTorch();
+  return names();
+}
+
+const Symbol& symbol(const std::string& name) {
+  return SymbolRegistry::get().at("ltorch." + name);
+}
+
+Value op(const std::string& name, std::vector<Value> args,
+         const std::vector<std::pair<std::string, Value>>& kwargs) {
+  const Symbol& s = symbol(name);
+  return call(s, s.bind(std::move(args), kwargs));
+}
+
+}  // namespace thunder::ltorch

@@ -1,0 +1,31 @@
+// The torch language (ltorch): symbols that mirror PyTorch's API and decompose into clang and
+// prims. Their signatures follow PyTorch's Python signatures, so a call prints as valid Python.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/symbol.h"
+
+namespace thunder::ltorch {
+
+/// A PyTorch callable that maps to an ltorch symbol: its qualified name ("torch.Tensor.add")
+/// and the symbol's id. `swapped` marks reflected operators (__rsub__) whose first two
+/// arguments are exchanged.
+struct TorchName {
+  std::string qualname;
+  std::string symbolId;
+  bool swapped = false;
+};
+
+/// Registers the prims and every ltorch symbol (idempotent).
+void registerLTorch();
+/// Every PyTorch callable that maps to an ltorch symbol.
+const std::vector<TorchName>& torchNames();
+/// An ltorch symbol by name ("add").
+const Symbol& symbol(const std::string& name);
+/// Calls an ltorch symbol with positional arguments, filling defaults.
+Value op(const std::string& name, std::vector<Value> args,
+         const std::vector<std::pair<std::string, Value>>& kwargs = {});
+
+}  // namespace thunder::ltorch

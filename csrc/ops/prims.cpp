@@ -1,0 +1,641 @@
+#include "ops/prims.h"
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "ops/utils.h"
+
+namespace thunder::prims {
+namespace {
+
+std::array<const Symbol*, static_cast<size_t>(PrimId::NumPrims)> gPrims{};
+const Symbol* gDel = nullptr;
+
+TensorPtr newTensor(const Shape& shape, DType dtype, Device device) {
+  return requireContext("prims").newTensor(shape, dtype, device);
+}
+
+std::string opName(const char* n) { return std::string("prims.") + n; }
+
+/// Accepted dtype kinds of an elementwise prim, from a string such as "BIFC".
+bool kindAccepted(const char* kinds, DType d) {
+  char k = "BIFC"[static_cast<int>(dtypeKind(d))];
+  for (const char* p = kinds; *p; ++p)
+    if (*p == k) return true;
+  return false;
+}
+
+enum class OutRule { Same, Bool, Real };
+
+DType outDType(OutRule r, DType in) {
+  switch (r) {
+    case OutRule::Same: return in;
+    case OutRule::Bool: return DType::Bool;
+    case OutRule::Real: return complexToReal(in);
+  }
+  return in;
+}
+
+void checkKind(const std::string& op, const char* kinds, const Value& v, const char* arg) {
+  DType d = v.isTensor() ? v.tensor().dtype : v.numberDType();
+  THUNDER_CHECK_KIND(kindAccepted(kinds, d), ErrorKind::Type, op, ": argument '", arg,
+                     "' has dtype ", dtypeName(d), ", which this prim does not support");
+}
+
+Value unaryMeta(const std::string& op, const char* kinds, OutRule rule, const Value& a) {
+  THUNDER_CHECK_KIND(a.isTensor(), ErrorKind::Type, op, ": expected argument 'a' to be a tensor, but got ",
+                     describe(a));
+  checkKind(op, kinds, a, "a");
+  const TensorProxy& t = a.tensor();
+  return newTensor(t.shape, outDType(rule, t.dtype), t.device);
+}
+
+Value binaryMeta(const std::string& op, const char* kinds, OutRule rule, const Value& a,
+                 const Value& b) {
+  THUNDER_CHECK_KIND(a.isTensor() || a.isNumber(), ErrorKind::Type, op,
+                     ": expected argument 'a' to be a tensor or a number, but got ", describe(a));
+  THUNDER_CHECK_KIND(b.isTensor() || b.isNumber(), ErrorKind::Type, op,
+                     ": expected argument 'b' to be a tensor or a number, but got ", describe(b));
+  THUNDER_CHECK_KIND(a.isTensor() || b.isTensor(), ErrorKind::Type, op,
+                     ": expected at least one tensor argument");
+  checkKind(op, kinds, a, "a");
+  checkKind(op, kinds, b, "b");
+  const TensorProxy* ref = a.isTensor() ? &a.tensor() : &b.tensor();
+  if (a.isTensor() && b.isTensor()) {
+    const TensorProxy &ta = a.tensor(), &tb = b.tensor();
+    THUNDER_CHECK(ta.shape == tb.shape, op, ": expected tensors of the same shape, but a is ",
+                  shapeStr(ta.shape), " and b is ", shapeStr(tb.shape));
+    THUNDER_CHECK_KIND(ta.dtype == tb.dtype, ErrorKind::Type, op,
+                       ": expected tensors of the same dtype, but a is ", dtypeName(ta.dtype),
+                       " and b is ", dtypeName(tb.dtype));
+    commonDevice({a, b}, op);
+  }
+  return newTensor(ref->shape, outDType(rule, ref->dtype), ref->device);
+}
+
+const TensorProxy& tensorArg(const Value& v, const char* op, const char* arg) {
+  return expectTensor(v, opName(op), arg);
+}
+
+// ---- meta functions of the PRIM entries -------------------------------------------------------
+
+Value meta_where(const std::vector<Value>& args) {
+  const std::string op = "prims.where";
+  const Value &pred = args[0], &a = args[1], &b = args[2];
+  THUNDER_CHECK_KIND(pred.isTensor() || pred.isBool(), ErrorKind::Type, op,
+                     ": expected 'pred' to be a bool tensor or a bool, but got ", describe(pred));
+  if (pred.isTensor())
+    THUNDER_CHECK_KIND(pred.tensor().dtype == DType::Bool, ErrorKind::Type, op,
+                       ": expected 'pred' to have dtype bool8, but it has ",
+                       dtypeName(pred.tensor().dtype));
+  const TensorProxy* ref = nullptr;
+  for (const Value* v : {&pred, &a, &b}) {
+    if (!v->isTensor()) continue;
+    if (ref)
+      THUNDER_CHECK(ref->shape == v->tensor().shape, op, ": expected tensors of the same shape, but ",
+                    ref->name, " is ", shapeStr(ref->shape), " and ", v->tensor().name, " is ",
+                    shapeStr(v->tensor().shape));
+    ref = &v->tensor();
+  }
+  THUNDER_CHECK_KIND(ref, ErrorKind::Type, op, ": expected at least one tensor argument");
+  DType dt;
+  if (a.isTensor() && b.isTensor()) {
+    THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Type, op,
+                       ": expected 'a' and 'b' of the same dtype, but got ",
+                       dtypeName(a.tensor().dtype), " and ", dtypeName(b.tensor().dtype));
+    dt = a.tensor().dtype;
+  } else if (a.isTensor()) {
+    dt = a.tensor().dtype;
+  } else if (b.isTensor()) {
+    dt = b.tensor().dtype;
+  } else {
+    THUNDER_CHECK_KIND(a.isNumber() && b.isNumber(), ErrorKind::Type, op,
+                       ": expected 'a' and 'b' to be tensors or numbers");
+    dt = a.numberDType();
+    if (dt == DType::Float64) dt = DType::Float32;
+  }
+  Device dev = commonDevice({pred, a, b}, op);
+  return newTensor(ref->shape, dt, dev);
+}
+
+Value meta_convert_element_type(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "convert_element_type", "a");
+  return newTensor(a.shape, args[1].toDType(), a.device);
+}
+
+Value meta_full(const std::vector<Value>& args) {
+  Shape shape = args[0].toInts();
+  checkValidShape(shape, "prims.full");
+  THUNDER_CHECK_KIND(args[1].isNumber(), ErrorKind::Type,
+                     "prims.full: expected 'fill_value' to be a number, but got ", describe(args[1]));
+  return newTensor(shape, args[4].toDType(), args[3].toDevice());
+}
+
+Value meta_iota(const std::vector<Value>& args) {
+  int64_t length = args[0].toInt();
+  THUNDER_CHECK(length >= 0, "prims.iota: expected a non-negative length, but got ", length);
+  THUNDER_CHECK(args[2].toInt() != 0, "prims.iota: step must be nonzero");
+  return newTensor({length}, args[5].toDType(), args[4].toDevice());
+}
+
+Value meta_uniform(const std::vector<Value>& args) {
+  Shape shape = args[0].toInts();
+  checkValidShape(shape, "prims.uniform");
+  DType dt = args[4].toDType();
+  THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::Type,
+                     "prims.uniform: expected a floating dtype, but got ", dtypeName(dt));
+  return newTensor(shape, dt, args[3].toDevice());
+}
+
+Value meta_broadcast_in_dim(const std::vector<Value>& args) {
+  const std::string op = "prims.broadcast_in_dim";
+  const TensorProxy& a = tensorArg(args[0], "broadcast_in_dim", "a");
+  Shape shape = args[1].toInts();
+  std::vector<int64_t> bdims = args[2].toInts();
+  checkValidShape(shape, op);
+  THUNDER_CHECK(static_cast<int64_t>(bdims.size()) == a.ndim(), op, ": expected ", a.ndim(),
+                " broadcast dimensions for a tensor of shape ", shapeStr(a.shape), ", but got ",
+                bdims.size());
+  int64_t prev = -1;
+  for (size_t i = 0; i < bdims.size(); ++i) {
+    int64_t d = bdims[i];
+    THUNDER_CHECK_KIND(d >= 0 && d < static_cast<int64_t>(shape.size()), ErrorKind::Index, op,
+                       ": broadcast dimension ", d, " is out of range for shape ", shapeStr(shape));
+    THUNDER_CHECK(d > prev, op, ": broadcast dimensions must be strictly increasing");
+    prev = d;
+    THUNDER_CHECK(a.shape[i] == shape[d] || a.shape[i] == 1, op, ": dimension ", i,
+                  " of the input (length ", a.shape[i], ") cannot be broadcast to length ",
+                  shape[d], " in shape ", shapeStr(shape));
+  }
+  return newTensor(shape, a.dtype, a.device);
+}
+
+Value meta_reshape(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "reshape", "a");
+  Shape shape = args[1].toInts();
+  checkValidShape(shape, "prims.reshape");
+  THUNDER_CHECK(numelOf(shape) == a.numel(), "prims.reshape: shape ", shapeStr(shape),
+                " is invalid for a tensor of shape ", shapeStr(a.shape), " (", a.numel(),
+                " elements)");
+  return newTensor(shape, a.dtype, a.device);
+}
+
+Value meta_slice(const std::vector<Value>& args) {
+  const std::string op = "prims.slice";
+  const TensorProxy& a = tensorArg(args[0], "slice", "a");
+  std::vector<int64_t> start = args[1].toInts(), end = args[2].toInts();
+  std::vector<int64_t> strides =
+      args[3].isNone() ? std::vector<int64_t>(a.ndim(), 1) : args[3].toInts();
+  THUNDER_CHECK(static_cast<int64_t>(start.size()) == a.ndim() &&
+                    static_cast<int64_t>(end.size()) == a.ndim() &&
+                    static_cast<int64_t>(strides.size()) == a.ndim(),
+                op, ": expected start, end and strides of length ", a.ndim(), " for shape ",
+                shapeStr(a.shape));
+  Shape out;
+  for (int64_t i = 0; i < a.ndim(); ++i) {
+    THUNDER_CHECK(start[i] >= 0 && start[i] <= end[i] && end[i] <= a.shape[i], op,
+                  ": invalid slice [", start[i], ", ", end[i], ") of dimension ", i,
+                  " with length ", a.shape[i]);
+    THUNDER_CHECK(strides[i] > 0, op, ": stride ", strides[i], " of dimension ", i,
+                  " must be positive");
+    out.push_back((end[i] - start[i] + strides[i] - 1) / strides[i]);
+  }
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_squeeze(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "squeeze", "a");
+  std::vector<int64_t> dims = canonicalizeDims(a.ndim(), args[1].toInts(), "prims.squeeze");
+  Shape out;
+  for (int64_t i = 0; i < a.ndim(); ++i) {
+    bool drop = std::find(dims.begin(), dims.end(), i) != dims.end();
+    if (drop) {
+      THUNDER_CHECK(a.shape[i] == 1, "prims.squeeze: cannot squeeze dimension ", i,
+                    " of length ", a.shape[i]);
+    } else {
+      out.push_back(a.shape[i]);
+    }
+  }
+  return newTensor(out, a.dtype, a.device);
+}
+
+void checkPermutation(const std::vector<int64_t>& perm, int64_t ndim, const std::string& op) {
+  THUNDER_CHECK(static_cast<int64_t>(perm.size()) == ndim, op, ": expected a permutation of ",
+                ndim, " dimensions, but got ", perm.size());
+  std::vector<bool> seen(ndim, false);
+  for (int64_t p : perm) {
+    THUNDER_CHECK_KIND(p >= 0 && p < ndim, ErrorKind::Index, op, ": dimension ", p,
+                       " is out of range for ", ndim, " dimensions");
+    THUNDER_CHECK(!seen[p], op, ": dimension ", p, " appears twice in the permutation");
+    seen[p] = true;
+  }
+}
+
+Value meta_transpose(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "transpose", "a");
+  std::vector<int64_t> perm = args[1].toInts();
+  checkPermutation(perm, a.ndim(), "prims.transpose");
+  Shape out;
+  for (int64_t p : perm) out.push_back(a.shape[p]);
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_flip(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "flip", "a");
+  canonicalizeDims(a.ndim(), args[1].toInts(), "prims.flip");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_stride_order(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "stride_order", "a");
+  checkPermutation(args[1].toInts(), a.ndim(), "prims.stride_order");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_cat(const std::vector<Value>& args) {
+  const std::string op = "prims.cat";
+  const std::vector<Value>& ts = args[0].items();
+  THUNDER_CHECK(!ts.empty(), op, ": expected a non-empty sequence of tensors");
+  const TensorProxy& first = expectTensor(ts[0], op, "tensors[0]");
+  THUNDER_CHECK(first.ndim() > 0, op, ": zero-dimensional tensor ", first.name,
+                " cannot be concatenated");
+  int64_t dim = canonicalizeDim(first.ndim(), args[1].toInt(), op);
+  Shape out = first.shape;
+  out[dim] = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorProxy& t = expectTensor(ts[i], op, "tensors[" + std::to_string(i) + "]");
+    THUNDER_CHECK(t.ndim() == first.ndim(), op, ": tensors must have the same number of dimensions, but ",
+                  first.name, " has shape ", shapeStr(first.shape), " and ", t.name, " has shape ",
+                  shapeStr(t.shape));
+    THUNDER_CHECK_KIND(t.dtype == first.dtype, ErrorKind::Type, op,
+                       ": expected tensors of one dtype, but got ", dtypeName(first.dtype), " and ",
+                       dtypeName(t.dtype));
+    for (int64_t d = 0; d < t.ndim(); ++d)
+      THUNDER_CHECK(d == dim || t.shape[d] == first.shape[d], op, ": sizes of tensors must match except in dimension ",
+                    dim, ", but ", first.name, " has shape ", shapeStr(first.shape), " and ", t.name,
+                    " has shape ", shapeStr(t.shape));
+    out[dim] += t.shape[dim];
+  }
+  commonDevice(ts, op);
+  return newTensor(out, first.dtype, first.device);
+}
+
+Value meta_pad(const std::vector<Value>& args) {
+  const std::string op = "prims.pad";
+  const TensorProxy& a = tensorArg(args[0], "pad", "a");
+  THUNDER_CHECK_KIND(args[1].isNumber(), ErrorKind::Type, op,
+                     ": expected 'padding_value' to be a number");
+  const std::vector<Value>& cfg = args[2].items();
+  THUNDER_CHECK(static_cast<int64_t>(cfg.size()) == a.ndim(), op, ": expected ", a.ndim(),
+                " padding configurations for shape ", shapeStr(a.shape), ", but got ", cfg.size());
+  Shape out;
+  for (int64_t i = 0; i < a.ndim(); ++i) {
+    std::vector<int64_t> c = cfg[i].toInts();
+    THUNDER_CHECK(c.size() == 3, op, ": each padding configuration is (low, high, interior)");
+    THUNDER_CHECK(c[2] >= 0, op, ": interior padding must be non-negative, got ", c[2]);
+    int64_t n = a.shape[i];
+    int64_t len = n + c[0] + c[1] + (n > 0 ? (n - 1) * c[2] : 0);
+    THUNDER_CHECK(len >= 0, op, ": padding ", shapeStr(c), " makes dimension ", i,
+                  " of length ", n, " negative");
+    out.push_back(len);
+  }
+  return newTensor(out, a.dtype, a.device);
+}
+
+void checkIndexDType(const TensorProxy& idx, const std::string& op) {
+  THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Type, op,
+                     ": expected integer indices, but got dtype ", dtypeName(idx.dtype));
+}
+
+Value meta_take(const std::vector<Value>& args) {
+  const std::string op = "prims.take";
+  const TensorProxy& a = tensorArg(args[0], "take", "a");
+  const TensorProxy& idx = tensorArg(args[1], "take", "indices");
+  checkIndexDType(idx, op);
+  THUNDER_CHECK(idx.ndim() <= 1, op, ": expected 0- or 1-dimensional indices, but got shape ",
+                shapeStr(idx.shape));
+  int64_t dim = canonicalizeDim(a.ndim(), args[2].toInt(), op);
+  Shape out = a.shape;
+  if (a.ndim() > 0) out[dim] = idx.numel();
+  commonDevice({args[0], args[1]}, op);
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_gather(const std::vector<Value>& args) {
+  const std::string op = "prims.gather";
+  const TensorProxy& a = tensorArg(args[0], "gather", "a");
+  const TensorProxy& idx = tensorArg(args[1], "gather", "indices");
+  checkIndexDType(idx, op);
+  int64_t dim = canonicalizeDim(a.ndim(), args[2].toInt(), op);
+  THUNDER_CHECK(idx.ndim() == a.ndim(), op, ": expected indices with ", a.ndim(),
+                " dimensions, but got shape ", shapeStr(idx.shape));
+  for (int64_t d = 0; d < a.ndim(); ++d)
+    THUNDER_CHECK(d == dim || idx.shape[d] <= a.shape[d], op, ": indices of shape ",
+                  shapeStr(idx.shape), " exceed the input's shape ", shapeStr(a.shape),
+                  " in dimension ", d);
+  commonDevice({args[0], args[1]}, op);
+  return newTensor(idx.shape, a.dtype, a.device);
+}
+
+Value meta_scatter_add(const std::vector<Value>& args) {
+  const std::string op = "prims.scatter_add";
+  const TensorProxy& a = tensorArg(args[0], "scatter_add", "a");
+  const TensorProxy& idx = tensorArg(args[1], "scatter_add", "indices");
+  const TensorProxy& val = tensorArg(args[2], "scatter_add", "value");
+  checkIndexDType(idx, op);
+  canonicalizeDim(a.ndim(), args[3].toInt(), op);
+  THUNDER_CHECK(idx.ndim() == a.ndim() && val.ndim() == a.ndim(), op,
+                ": expected a, indices and value with the same number of dimensions, but got ",
+                shapeStr(a.shape), ", ", shapeStr(idx.shape), " and ", shapeStr(val.shape));
+  for (int64_t d = 0; d < a.ndim(); ++d)
+    THUNDER_CHECK(idx.shape[d] <= val.shape[d], op, ": indices of shape ", shapeStr(idx.shape),
+                  " exceed value's shape ", shapeStr(val.shape), " in dimension ", d);
+  THUNDER_CHECK_KIND(a.dtype == val.dtype, ErrorKind::Type, op,
+                     ": expected a and value of the same dtype, but got ", dtypeName(a.dtype),
+                     " and ", dtypeName(val.dtype));
+  commonDevice({args[0], args[1], args[2]}, op);
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Shape reducedShape(const TensorProxy& a, const std::vector<int64_t>& dims) {
+  Shape out;
+  for (int64_t i = 0; i < a.ndim(); ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(a.shape[i]);
+  return out;
+}
+
+Value reductionMeta(const std::vector<Value>& args, const char* name, bool allowBool) {
+  std::string op = opName(name);
+  const TensorProxy& a = tensorArg(args[0], name, "a");
+  std::vector<int64_t> dims = canonicalizeDims(a.ndim(), args[1].toInts(), op);
+  if (!allowBool)
+    THUNDER_CHECK_KIND(a.dtype != DType::Bool, ErrorKind::Type, op,
+                       ": bool tensors are not supported (convert to an integer dtype first)");
+  return newTensor(reducedShape(a, dims), a.dtype, a.device);
+}
+
+Value meta_sum(const std::vector<Value>& args) { return reductionMeta(args, "sum", false); }
+Value meta_prod(const std::vector<Value>& args) { return reductionMeta(args, "prod", false); }
+
+Value minmaxMeta(const std::vector<Value>& args, const char* name) {
+  std::string op = opName(name);
+  const TensorProxy& a = tensorArg(args[0], name, "a");
+  std::vector<int64_t> dims = canonicalizeDims(a.ndim(), args[1].toInts(), op);
+  for (int64_t d : dims)
+    THUNDER_CHECK(a.ndim() == 0 || a.shape[d] > 0, op, ": cannot reduce dimension ", d,
+                  " of length 0 of shape ", shapeStr(a.shape), " (the operation has no identity)");
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, op, ": complex tensors are not supported");
+  return newTensor(reducedShape(a, dims), a.dtype, a.device);
+}
+
+Value meta_amax(const std::vector<Value>& args) { return minmaxMeta(args, "amax"); }
+Value meta_amin(const std::vector<Value>& args) { return minmaxMeta(args, "amin"); }
+
+Value meta_var(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "var", "a");
+  THUNDER_CHECK_KIND(isFloating(a.dtype) || isComplex(a.dtype), ErrorKind::Type,
+                     "prims.var: expected a floating or complex tensor, but got ",
+                     dtypeName(a.dtype));
+  std::vector<int64_t> dims = canonicalizeDims(a.ndim(), args[1].toInts(), "prims.var");
+  return newTensor(reducedShape(a, dims), complexToReal(a.dtype), a.device);
+}
+
+Value argMeta(const std::vector<Value>& args, const char* name) {
+  std::string op = opName(name);
+  const TensorProxy& a = tensorArg(args[0], name, "a");
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, op, ": complex tensors are not supported");
+  if (args[1].isNone()) {
+    THUNDER_CHECK(a.numel() > 0, op, ": cannot reduce an empty tensor of shape ", shapeStr(a.shape));
+    return newTensor({}, DType::Int64, a.device);
+  }
+  int64_t dim = canonicalizeDim(a.ndim(), args[1].toInt(), op);
+  THUNDER_CHECK(a.ndim() == 0 || a.shape[dim] > 0, op, ": cannot reduce dimension ", dim,
+                " of length 0 of shape ", shapeStr(a.shape));
+  return newTensor(reducedShape(a, {dim}), DType::Int64, a.device);
+}
+
+Value meta_argmax(const std::vector<Value>& args) { return argMeta(args, "argmax"); }
+Value meta_argmin(const std::vector<Value>& args) { return argMeta(args, "argmin"); }
+
+Value meta_matmul(const std::vector<Value>& args) {
+  const std::string op = "prims.matmul";
+  const TensorProxy& a = tensorArg(args[0], "matmul", "a");
+  const TensorProxy& b = tensorArg(args[1], "matmul", "b");
+  THUNDER_CHECK_KIND(a.dtype == b.dtype, ErrorKind::Type, op,
+                     ": expected tensors of the same dtype, but got ", dtypeName(a.dtype), " and ",
+                     dtypeName(b.dtype));
+  THUNDER_CHECK(a.ndim() > 0 && b.ndim() > 0, op,
+                ": both arguments need at least one dimension, but got shapes ", shapeStr(a.shape),
+                " and ", shapeStr(b.shape));
+  commonDevice({args[0], args[1]}, op);
+  // As torch.matmul: 1-D operands are promoted to matrices and the added dimension removed.
+  int64_t k1 = a.shape.back();
+  int64_t k2 = b.ndim() == 1 ? b.shape[0] : b.shape[b.ndim() - 2];
+  THUNDER_CHECK(k1 == k2, op, ": shapes ", shapeStr(a.shape), " and ", shapeStr(b.shape),
+                " cannot be multiplied (", k1, " != ", k2, ")");
+  if (a.ndim() == 1 && b.ndim() == 1) return newTensor({}, a.dtype, a.device);
+  Shape aBatch = a.ndim() > 2 ? Shape(a.shape.begin(), a.shape.end() - 2) : Shape{};
+  Shape bBatch = b.ndim() > 2 ? Shape(b.shape.begin(), b.shape.end() - 2) : Shape{};
+  size_t n = std::max(aBatch.size(), bBatch.size());
+  Shape batch(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - aBatch.size() ? 1 : aBatch[i - (n - aBatch.size())];
+    int64_t y = i < n - bBatch.size() ? 1 : bBatch[i - (n - bBatch.size())];
+    THUNDER_CHECK(x == y || x == 1 || y == 1, op, ": batch dimensions of ", shapeStr(a.shape),
+                  " and ", shapeStr(b.shape), " cannot be broadcast");
+    batch[i] = x == 1 ? y : x;
+  }
+  Shape out = batch;
+  if (a.ndim() > 1) out.push_back(a.shape[a.ndim() - 2]);
+  if (b.ndim() > 1) out.push_back(b.shape.back());
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_linear(const std::vector<Value>& args) {
+  const std::string op = "prims.linear";
+  const TensorProxy& a = tensorArg(args[0], "linear", "a");
+  const TensorProxy& w = tensorArg(args[1], "linear", "w");
+  THUNDER_CHECK(w.ndim() == 1 || w.ndim() == 2, op, ": expected a 1- or 2-dimensional weight, but got shape ",
+                shapeStr(w.shape));
+  THUNDER_CHECK(a.ndim() >= 1, op, ": expected an input with at least one dimension");
+  THUNDER_CHECK(a.shape.back() == w.shape.back(), op, ": input of shape ", shapeStr(a.shape),
+                " and weight of shape ", shapeStr(w.shape),
+                " cannot be multiplied (", a.shape.back(), " != ", w.shape.back(), ")");
+  THUNDER_CHECK_KIND(a.dtype == w.dtype, ErrorKind::Type, op, ": expected input and weight of the same dtype, but got ",
+                     dtypeName(a.dtype), " and ", dtypeName(w.dtype));
+  Shape out(a.shape.begin(), a.shape.end() - 1);
+  if (w.ndim() == 2) out.push_back(w.shape[0]);
+  if (!args[2].isNone()) {
+    const TensorProxy& bias = tensorArg(args[2], "linear", "bias");
+    THUNDER_CHECK_KIND(bias.dtype == a.dtype, ErrorKind::Type, op, ": expected bias of dtype ",
+                       dtypeName(a.dtype), ", but got ", dtypeName(bias.dtype));
+    int64_t outFeatures = w.ndim() == 2 ? w.shape[0] : 1;
+    THUNDER_CHECK(bias.ndim() <= 1 && (bias.numel() == outFeatures || bias.numel() == 1), op,
+                  ": bias of shape ", shapeStr(bias.shape), " does not match ", outFeatures,
+                  " output features");
+  }
+  commonDevice(args, op);
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_embedding(const std::vector<Value>& args) {
+  const std::string op = "prims.embedding";
+  const TensorProxy& a = tensorArg(args[0], "embedding", "a");
+  const TensorProxy& w = tensorArg(args[1], "embedding", "weight");
+  checkIndexDType(a, op);
+  THUNDER_CHECK(w.ndim() == 2, op, ": expected a 2-dimensional weight, but got shape ",
+                shapeStr(w.shape));
+  Shape out = a.shape;
+  out.push_back(w.shape[1]);
+  commonDevice({args[0], args[1]}, op);
+  return newTensor(out, w.dtype, w.device);
+}
+
+Value delMeta(const std::vector<Value>&) { return Value(); }
+
+Symbol* makePrim(const char* name, const std::string& sig, uint32_t tags, SymbolFn meta) {
+  auto s = std::make_unique<Symbol>();
+  s->module = "prims";
+  s->name = name;
+  s->params = parseSignature(sig);
+  s->tags = tags;
+  s->meta = std::move(meta);
+  return SymbolRegistry::get().add(std::move(s));
+}
+
+}  // namespace
+
+void registerPrims() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#define UNARY(n, k, o)                                                                   \
+  gPrims[static_cast<size_t>(PrimId::n)] =                                               \
+      makePrim(#n, "a", kElementwise, [](const std::vector<Value>& args) {               \
+        return unaryMeta("prims." #n, #k, OutRule::o, args[0]);                           \
+      });
+#define BINARY(n, k, o)                                                                  \
+  gPrims[static_cast<size_t>(PrimId::n)] =                                               \
+      makePrim(#n, "a, b", kElementwise, [](const std::vector<Value>& args) {            \
+        return binaryMeta("prims." #n, #k, OutRule::o, args[0], args[1]);                 \
+      });
+#define PRIM(n, s, t) gPrims[static_cast<size_t>(PrimId::n)] = makePrim(#n, s, t, meta_##n);
+#include "ops/prims.def"
+#undef UNARY
+#undef BINARY
+#undef PRIM
+    auto d = std::make_unique<Symbol>();
+    d->name = "del";
+    d->params = parseSignature("*names");
+    d->tags = kDel | kDontDce;
+    d->meta = delMeta;
+    gDel = SymbolRegistry::get().add(std::move(d));
+  });
+}
+
+const Symbol& symbol(PrimId id) {
+  registerPrims();
+  return *gPrims[static_cast<size_t>(id)];
+}
+
+const Symbol& delSymbol() {
+  registerPrims();
+  return *gDel;
+}
+
+#define UNARY(n, k, o) \
+  Value n(const Value& a) { return call(symbol(PrimId::n), {a}); }
+#define BINARY(n, k, o) \
+  Value n(const Value& a, const Value& b) { return call(symbol(PrimId::n), {a, b}); }
+#define PRIM(n, s, t)
+#include "ops/prims.def"
+#undef UNARY
+#undef BINARY
+#undef PRIM
+
+Value where(const Value& pred, const Value& a, const Value& b) {
+  return call(symbol(PrimId::where), {pred, a, b});
+}
+Value convert_element_type(const Value& a, DType dtype) {
+  return call(symbol(PrimId::convert_element_type), {a, dtype});
+}
+Value full(const Shape& shape, const Value& fill, Device device, DType dtype) {
+  return call(symbol(PrimId::full), {Value::ints(shape), fill, device, dtype});
+}
+Value iota(int64_t length, int64_t start, int64_t step, Device device, DType dtype) {
+  return call(symbol(PrimId::iota), {length, start, step, device, dtype});
+}
+Value uniform(const Shape& shape, const Value& minval, const Value& maxval, Device device,
+              DType dtype) {
+  return call(symbol(PrimId::uniform), {Value::ints(shape), minval, maxval, device, dtype});
+}
+Value broadcast_in_dim(const Value& a, const Shape& shape, const std::vector<int64_t>& bdims) {
+  return call(symbol(PrimId::broadcast_in_dim),
+              {a, Value::list({shape.begin(), shape.end()}), Value::list({bdims.begin(), bdims.end()})});
+}
+Value reshape(const Value& a, const Shape& shape) {
+  return call(symbol(PrimId::reshape), {a, Value::ints(shape)});
+}
+Value slice(const Value& a, const std::vector<int64_t>& start, const std::vector<int64_t>& end,
+            const std::vector<int64_t>& strides) {
+  return call(symbol(PrimId::slice), {a, Value::ints(start), Value::ints(end), Value::ints(strides)});
+}
+Value squeeze(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::squeeze), {a, Value::ints(dims)});
+}
+Value transpose(const Value& a, const std::vector<int64_t>& permutation) {
+  return call(symbol(PrimId::transpose), {a, Value::ints(permutation)});
+}
+Value flip(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::flip), {a, Value::ints(dims)});
+}
+Value stride_order(const Value& a, const std::vector<int64_t>& order) {
+  return call(symbol(PrimId::stride_order), {a, Value::ints(order)});
+}
+Value cat(const std::vector<Value>& tensors, int64_t dim) {
+  return call(symbol(PrimId::cat), {Value::list(tensors), dim});
+}
+Value pad(const Value& a, const Value& padValue, const std::vector<std::array<int64_t, 3>>& config) {
+  std::vector<Value> cfg;
+  for (const auto& c : config) cfg.push_back(Value::ints({c[0], c[1], c[2]}));
+  return call(symbol(PrimId::pad), {a, padValue, Value::list(cfg)});
+}
+Value take(const Value& a, const Value& indices, int64_t dim) {
+  return call(symbol(PrimId::take), {a, indices, dim});
+}
+Value gather(const Value& a, const Value& indices, int64_t dim) {
+  return call(symbol(PrimId::gather), {a, indices, dim});
+}
+Value scatter_add(const Value& a, const Value& indices, const Value& value, int64_t dim) {
+  return call(symbol(PrimId::scatter_add), {a, indices, value, dim});
+}
+Value sum(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::sum), {a, Value::ints(dims)});
+}
+Value prod(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::prod), {a, Value::ints(dims)});
+}
+Value amax(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::amax), {a, Value::ints(dims)});
+}
+Value amin(const Value& a, const std::vector<int64_t>& dims) {
+  return call(symbol(PrimId::amin), {a, Value::ints(dims)});
+}
+Value var(const Value& a, const std::vector<int64_t>& dims, double correction) {
+  return call(symbol(PrimId::var), {a, Value::ints(dims), correction});
+}
+Value argmax(const Value& a, std::optional<int64_t> dim) {
+  return call(symbol(PrimId::argmax), {a, dim ? Value(*dim) : Value()});
+}
+Value argmin(const Value& a, std::optional<int64_t> dim) {
+  return call(symbol(PrimId::argmin), {a, dim ? Value(*dim) : Value()});
+}
+Value matmul(const Value& a, const Value& b) { return call(symbol(PrimId::matmul), {a, b}); }
+Value linear(const Value& a, const Value& w, const Value& bias) {
+  return call(symbol(PrimId::linear), {a, w, bias});
+}
+Value embedding(const Value& a, const Value& weight, std::optional<int64_t> paddingIdx) {
+  return call(symbol(PrimId::embedding), {a, weight, paddingIdx ? Value(*paddingIdx) : Value()});
+}
+
+}  // namespace thunder::prims

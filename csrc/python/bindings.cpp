@@ -1,0 +1,529 @@
+// thunder._C: the bindings. The only code that sees both Python and the C++ core.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/tensor_dtypes.h>
+
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+#include "codegen/python_printer.h"
+#include "executors/executor.h"
+#include "ir/error.h"
+#include "ir/verifier.h"
+#include "ops/ltorch.h"
+#include "ops/prims.h"
+#include "runtime/program.h"
+#include "transforms/dce.h"
+#include "transforms/del_last_used.h"
+
+namespace py = pybind11;
+
+namespace thunder::python {
+namespace {
+
+// ---- Python <-> Value ------------------------------------------------------------------------
+
+/// Python-side hooks set by thunder/__init__.py.
+struct Hooks {
+  py::object makeDevice;  // (str) -> thunder.core.devices.Device
+  py::object proxyType;   // thunder.core.proxies.TensorProxy, the Python view of TensorPtr
+};
+Hooks& hooks() {
+  static Hooks* h = new Hooks();  // leaked: must outlive the interpreter's teardown
+  return *h;
+}
+
+/// Real tensors met while tracing become extra trace inputs ("closures").
+struct Capture {
+  Trace* trace = nullptr;
+  std::vector<at::Tensor> tensors;
+  std::unordered_map<const void*, TensorPtr> byImpl;
+};
+thread_local std::vector<Capture*> tlsCaptures;
+
+Device fromAtenDevice(const c10::Device& d) {
+  if (d.is_cuda()) return {DeviceType::CUDA, d.has_index() ? d.index() : 0};
+  if (d.is_meta()) return {DeviceType::Meta, 0};
+  return {DeviceType::CPU, 0};
+}
+
+TensorPtr proxyFor(const at::Tensor& t, const std::string& name) {
+  auto p = std::make_shared<TensorProxy>();
+  p->name = name;
+  p->shape = t.sizes().vec();
+  p->dtype = runtime::fromScalarType(t.scalar_type());
+  p->device = fromAtenDevice(t.device());
+  p->requiresGrad = t.requires_grad();
+  return p;
+}
+
+Value toValue(py::handle obj);
+
+TensorPtr captureTensor(const at::Tensor& t) {
+  THUNDER_CHECK_KIND(!tlsCaptures.empty(), ErrorKind::Type,
+                     "a torch.Tensor was passed to a thunder symbol outside of tracing");
+  Capture& c = *tlsCaptures.back();
+  auto it = c.byImpl.find(t.unsafeGetTensorImpl());
+  if (it != c.byImpl.end()) return it->second;
+  TensorPtr p = proxyFor(t, c.trace->newName("c"));
+  c.trace->inputs.push_back(p);
+  c.tensors.push_back(t);
+  c.byImpl[t.unsafeGetTensorImpl()] = p;
+  return p;
+}
+
+Value toValue(py::handle obj) {
+  if (obj.is_none()) return Value();
+  if (py::isinstance<TensorProxy>(obj)) return Value(obj.cast<TensorPtr>());
+  if (PyBool_Check(obj.ptr())) return Value(obj.ptr() == Py_True);
+  if (PyLong_Check(obj.ptr())) return Value(static_cast<int64_t>(PyLong_AsLongLong(obj.ptr())));
+  if (PyFloat_Check(obj.ptr())) return Value(PyFloat_AsDouble(obj.ptr()));
+  if (PyComplex_Check(obj.ptr()))
+    return Value(std::complex<double>(PyComplex_RealAsDouble(obj.ptr()), PyComplex_ImagAsDouble(obj.ptr())));
+  if (PyUnicode_Check(obj.ptr())) return Value(obj.cast<std::string>());
+  if (THPVariable_Check(obj.ptr())) return Value(captureTensor(THPVariable_Unpack(obj.ptr())));
+  if (THPDtype_Check(obj.ptr()))
+    return Value(runtime::fromScalarType(reinterpret_cast<THPDtype*>(obj.ptr())->scalar_type));
+  if (THPDevice_Check(obj.ptr())) return Value(fromAtenDevice(reinterpret_cast<THPDevice*>(obj.ptr())->device));
+  if (PyTuple_Check(obj.ptr()) || PyList_Check(obj.ptr())) {
+    std::vector<Value> items;
+    for (py::handle x : obj) items.push_back(toValue(x));
+    return PyList_Check(obj.ptr()) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  if (PyDict_Check(obj.ptr())) {
+    std::vector<std::string> keys;
+    std::vector<Value> items;
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) {
+      keys.push_back(py::str(kv.first));
+      items.push_back(toValue(kv.second));
+    }
+    return Value::dict(std::move(keys), std::move(items));
+  }
+  if (PySlice_Check(obj.ptr())) {
+    py::object s = py::reinterpret_borrow<py::object>(obj);
+    return Value::slice(toValue(s.attr("start")), toValue(s.attr("stop")), toValue(s.attr("step")));
+  }
+  if (obj.ptr() == Py_Ellipsis) return Value::ellipsis();
+  // thunder's own dtype and device objects.
+  if (py::hasattr(obj, "_thunder_dtype"))
+    return Value(static_cast<DType>(obj.attr("_thunder_dtype").cast<int>()));
+  if (py::hasattr(obj, "_thunder_device")) return Value(Device::parse(obj.attr("_thunder_device").cast<std::string>()));
+  if (PyIndex_Check(obj.ptr())) return Value(static_cast<int64_t>(PyNumber_AsSsize_t(obj.ptr(), nullptr)));
+  if (py::hasattr(obj, "__float__") && !py::hasattr(obj, "__len__")) return Value(obj.attr("__float__")().cast<double>());
+  throw Error(ErrorKind::Type, "thunder cannot use a value of type " +
+                                   std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+}
+
+py::object fromValue(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::None: return py::none();
+    case Value::Kind::Bool: return py::bool_(v.toBool());
+    case Value::Kind::Int: return py::int_(v.toInt());
+    case Value::Kind::Float: return py::float_(v.toDouble());
+    case Value::Kind::Complex: {
+      auto c = v.toComplex();
+      return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(c.real(), c.imag()));
+    }
+    case Value::Kind::String: return py::str(v.toString());
+    case Value::Kind::DType:
+      return py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPDtype(runtime::toScalarType(v.toDType()))));
+    case Value::Kind::Device: return hooks().makeDevice(v.toDevice().str());
+    case Value::Kind::Tensor: return py::cast(v.toTensor());
+    case Value::Kind::Tuple:
+    case Value::Kind::List: {
+      py::list l;
+      for (const Value& x : v.items()) l.append(fromValue(x));
+      return v.isTuple() ? py::object(py::tuple(l)) : py::object(l);
+    }
+    case Value::Kind::Dict: {
+      py::dict d;
+      for (size_t i = 0; i < v.items().size(); ++i) d[py::str(v.keys()[i])] = fromValue(v.items()[i]);
+      return d;
+    }
+    case Value::Kind::Slice:
+      return py::reinterpret_steal<py::object>(PySlice_New(fromValue(v.items()[0]).ptr(),
+                                                           fromValue(v.items()[1]).ptr(),
+                                                           fromValue(v.items()[2]).ptr()));
+    case Value::Kind::Ellipsis: return py::reinterpret_borrow<py::object>(Py_Ellipsis);
+  }
+  return py::none();
+}
+
+// ---- pytrees ---------------------------------------------------------------------------------
+
+/// The structure of a flattened Python value: containers and leaf positions.
+struct TreeSpec {
+  enum class Kind : uint8_t { Leaf, Tuple, List, Dict } kind = Kind::Leaf;
+  std::vector<TreeSpec> children;
+  std::vector<py::object> keys;  // dict keys
+};
+
+void flatten(py::handle obj, std::vector<py::handle>& leaves, TreeSpec& spec, std::string* key) {
+  if (PyTuple_Check(obj.ptr()) && !THPVariable_Check(obj.ptr())) {
+    spec.kind = TreeSpec::Kind::Tuple;
+    if (key) key->push_back('(');
+  } else if (PyList_Check(obj.ptr())) {
+    spec.kind = TreeSpec::Kind::List;
+    if (key) key->push_back('[');
+  } else if (PyDict_Check(obj.ptr())) {
+    spec.kind = TreeSpec::Kind::Dict;
+    if (key) key->push_back('{');
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) {
+      spec.keys.push_back(py::reinterpret_borrow<py::object>(kv.first));
+      if (key) {
+        *key += py::str(kv.first).cast<std::string>();
+        key->push_back(':');
+      }
+      spec.children.emplace_back();
+      flatten(kv.second, leaves, spec.children.back(), key);
+    }
+    if (key) key->push_back('}');
+    return;
+  } else {
+    spec.kind = TreeSpec::Kind::Leaf;
+    leaves.push_back(obj);
+    return;
+  }
+  for (py::handle x : obj) {
+    spec.children.emplace_back();
+    flatten(x, leaves, spec.children.back(), key);
+  }
+  if (key) key->push_back(spec.kind == TreeSpec::Kind::List ? ']' : ')');
+}
+
+py::object unflatten(const TreeSpec& spec, const py::list& leaves, size_t& pos) {
+  switch (spec.kind) {
+    case TreeSpec::Kind::Leaf: return leaves[pos++];
+    case TreeSpec::Kind::Dict: {
+      py::dict d;
+      for (size_t i = 0; i < spec.children.size(); ++i) d[spec.keys[i]] = unflatten(spec.children[i], leaves, pos);
+      return d;
+    }
+    default: {
+      py::list l;
+      for (const TreeSpec& c : spec.children) l.append(unflatten(c, leaves, pos));
+      return spec.kind == TreeSpec::Kind::Tuple ? py::object(py::tuple(l)) : py::object(l);
+    }
+  }
+}
+
+/// Appends a leaf's cache-key bytes: tensor metadata, or a scalar's value.
+void describeLeaf(py::handle obj, std::string& key) {
+  auto put = [&key](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
+  PyObject* o = obj.ptr();
+  if (THPVariable_Check(o)) {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    char tag[4] = {'T', static_cast<char>(t.scalar_type()), static_cast<char>(t.device().type()),
+                   static_cast<char>(t.device().index())};
+    put(tag, 4);
+    char flags = static_cast<char>(t.requires_grad());
+    put(&flags, 1);
+    int64_t nd = t.dim();
+    put(&nd, sizeof nd);
+    put(t.sizes().data(), sizeof(int64_t) * nd);
+  } else if (o == Py_None) {
+    key.push_back('n');
+  } else if (PyBool_Check(o)) {
+    key.push_back(o == Py_True ? 'B' : 'b');
+  } else if (PyLong_Check(o)) {
+    key.push_back('i');
+    long long v = PyLong_AsLongLong(o);
+    put(&v, sizeof v);
+  } else if (PyFloat_Check(o)) {
+    key.push_back('f');
+    double v = PyFloat_AsDouble(o);
+    put(&v, sizeof v);
+  } else if (PyUnicode_Check(o)) {
+    key.push_back('s');
+    Py_ssize_t n;
+    const char* s = PyUnicode_AsUTF8AndSize(o, &n);
+    put(&n, sizeof n);
+    put(s, n);
+  } else {
+    // Anything else (dtypes, devices, objects) is keyed by identity.
+    key.push_back('o');
+    put(&o, sizeof o);
+  }
+}
+
+// ---- the compiled function -------------------------------------------------------------------
+
+struct Entry {
+  std::vector<std::shared_ptr<Trace>> traces;
+  std::unique_ptr<runtime::Program> program;
+  /// For each trace input: the leaf it comes from (>= 0), or closure tensor -(k + 1).
+  std::vector<int> sources;
+  std::vector<at::Tensor> closures;
+};
+
+class CompiledFunction {
+ public:
+  explicit CompiledFunction(py::object compile) : compile_(std::move(compile)) {}
+
+  py::object call(py::args args, py::kwargs kwargs) {
+    key_.clear();
+    leaves_.clear();
+    TreeSpec spec;
+    py::tuple both = py::make_tuple(args, kwargs);
+    flatten(both, leaves_, spec, &key_);
+    for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
+    key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
+    key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
+    key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCPU)));
+    auto it = cache_.find(key_);
+    Entry* entry;
+    if (it != cache_.end()) {
+      ++hits_;
+      entry = it->second.get();
+    } else {
+      ++misses_;
+      std::string key = key_;  // compile_ may re-enter and reuse key_
+      py::tuple r = compile_(args, kwargs);
+      auto e = std::make_unique<Entry>();
+      e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
+      e->sources = r[1].cast<std::vector<int>>();
+      for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
+      e->program = std::make_unique<runtime::Program>(e->traces.back());
+      entry = e.get();
+      cache_[key] = std::move(e);
+      last_ = entry;
+      leaves_.clear();
+      flatten(both, leaves_, spec, nullptr);
+    }
+    last_ = entry;
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(entry->sources.size());
+    for (int s : entry->sources)
+      inputs.push_back(s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1]);
+    std::vector<at::Tensor> outs;
+    {
+      py::gil_scoped_release release;
+      outs = entry->program->run(std::move(inputs));
+    }
+    size_t pos = 0;
+    return buildOutput(entry->traces.back()->output, outs, pos);
+  }
+
+  int hits() const { return hits_; }
+  int misses() const { return misses_; }
+  std::vector<std::shared_ptr<Trace>> lastTraces() const {
+    return last_ ? last_->traces : std::vector<std::shared_ptr<Trace>>{};
+  }
+
+ private:
+  py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos) {
+    switch (v.kind()) {
+      case Value::Kind::Tensor: return py::reinterpret_steal<py::object>(THPVariable_Wrap(outs[pos++]));
+      case Value::Kind::Tuple:
+      case Value::Kind::List: {
+        py::list l;
+        for (const Value& x : v.items()) l.append(buildOutput(x, outs, pos));
+        return v.isTuple() ? py::object(py::tuple(l)) : py::object(l);
+      }
+      case Value::Kind::Dict: {
+        py::dict d;
+        for (size_t i = 0; i < v.items().size(); ++i) d[py::str(v.keys()[i])] = buildOutput(v.items()[i], outs, pos);
+        return d;
+      }
+      default: return fromValue(v);
+    }
+  }
+
+  py::object compile_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> cache_;
+  std::string key_;
+  std::vector<py::handle> leaves_;
+  Entry* last_ = nullptr;
+  int hits_ = 0, misses_ = 0;
+};
+
+/// Enters tracing into a trace and captures closure tensors; a Python context manager.
+class TracingContext {
+ public:
+  explicit TracingContext(std::shared_ptr<Trace> trace) : trace_(std::move(trace)) {}
+  void enter() {
+    scope_ = std::make_unique<TracingScope>(*trace_);
+    capture_.trace = trace_.get();
+    tlsCaptures.push_back(&capture_);
+  }
+  void exit() {
+    tlsCaptures.pop_back();
+    scope_.reset();
+  }
+  py::list closures() const {
+    py::list l;
+    for (const at::Tensor& t : capture_.tensors) l.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(t)));
+    return l;
+  }
+
+ private:
+  std::shared_ptr<Trace> trace_;
+  std::unique_ptr<TracingScope> scope_;
+  Capture capture_;
+};
+
+std::vector<Executor*> resolveExecutors(const std::vector<std::string>& names) {
+  std::vector<Executor*> out;
+  for (const std::string& n : names) {
+    Executor* ex = ExecutorRegistry::get().find(n);
+    THUNDER_CHECK_KIND(ex != nullptr, ErrorKind::Value, "unknown executor '", n, "'");
+    out.push_back(ex);
+  }
+  return out;
+}
+
+/// The pipeline after acquisition: dce, claiming, del_last_used. Returns every trace, in order.
+std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
+                                                const std::vector<std::string>& executors,
+                                                bool verifyEach) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::shared_ptr<Trace>> traces{computation};
+  auto step = [&](auto&& pass, const char* name) {
+    auto t0 = Clock::now();
+    Trace next = pass(*traces.back());
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    next.provenance = std::string("Constructed by ") + name + " (took " + std::to_string(ms) + " milliseconds)";
+    if (verifyEach) verify(next);
+    traces.push_back(std::make_shared<Trace>(std::move(next)));
+  };
+  std::vector<Executor*> exs = resolveExecutors(executors);
+  step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
+  step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
+  step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");
+  return traces;
+}
+
+}  // namespace
+}  // namespace thunder::python
+
+using namespace thunder;
+using namespace thunder::python;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "thunder's C++ core";
+  runtime::registerTorchExecutor();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      switch (e.kind()) {
+        case ErrorKind::Value: PyErr_SetString(PyExc_ValueError, e.what()); return;
+        case ErrorKind::Type: PyErr_SetString(PyExc_TypeError, e.what()); return;
+        case ErrorKind::Index: PyErr_SetString(PyExc_IndexError, e.what()); return;
+        case ErrorKind::NotImplemented: PyErr_SetString(PyExc_NotImplementedError, e.what()); return;
+        case ErrorKind::Runtime: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
+      }
+    } catch (const InternalError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  py::class_<TensorProxy, TensorPtr>(m, "TensorProxy", py::dynamic_attr())
+      .def_property_readonly("name", [](const TensorProxy& t) { return t.name; })
+      .def_property_readonly("_shape", [](const TensorProxy& t) { return py::tuple(py::cast(t.shape)); })
+      .def_property_readonly("ndim", [](const TensorProxy& t) { return t.ndim(); })
+      .def_property_readonly("dtype", [](const TensorProxy& t) { return fromValue(Value(t.dtype)); })
+      .def_property_readonly("_device_str", [](const TensorProxy& t) { return t.device.str(); })
+      .def_property_readonly("requires_grad", [](const TensorProxy& t) { return t.requiresGrad; })
+      .def("numel", [](const TensorProxy& t) { return t.numel(); })
+      .def("type_string", &TensorProxy::typeString)
+      .def("__repr__", [](const TensorProxy& t) { return "<TensorProxy " + t.name + ": " + t.typeString() + ">"; });
+
+  py::class_<Symbol, std::unique_ptr<Symbol, py::nodelete>>(m, "Symbol")
+      .def_property_readonly("name", [](const Symbol& s) { return s.name; })
+      .def_property_readonly("module", [](const Symbol& s) { return s.module; })
+      .def_property_readonly("id", &Symbol::id)
+      .def_property_readonly("is_prim", &Symbol::isPrim)
+      .def_property_readonly("param_names", [](const Symbol& s) {
+        std::vector<std::string> n;
+        for (const Param& p : s.params) n.push_back(p.name);
+        return n;
+      })
+      .def("__call__", [](const Symbol& s, py::args args, py::kwargs kwargs) {
+        std::vector<Value> a;
+        for (py::handle x : args) a.push_back(toValue(x));
+        std::vector<std::pair<std::string, Value>> kw;
+        for (auto kv : kwargs) kw.emplace_back(py::str(kv.first), toValue(kv.second));
+        return fromValue(call(s, s.bind(std::move(a), kw)));
+      })
+      .def("__repr__", [](const Symbol& s) { return "<Symbol " + s.id() + ">"; });
+
+  py::class_<Trace, std::shared_ptr<Trace>>(m, "Trace")
+      .def(py::init<>())
+      .def("add_input", [](Trace& t, py::handle tensor, const std::string& name) {
+        TensorPtr p = proxyFor(THPVariable_Unpack(tensor.ptr()), name);
+        t.reserveName(name);
+        t.inputs.push_back(p);
+        return p;
+      })
+      .def("set_output", [](Trace& t, py::handle out) { t.output = toValue(out); })
+      .def_property_readonly("provenance", [](const Trace& t) { return t.provenance; })
+      .def_property_readonly("inputs", [](const Trace& t) { return t.inputs; })
+      .def_property_readonly("num_bound_symbols", [](const Trace& t) { return t.bsyms.size(); })
+      .def_property_readonly("bound_symbol_names", [](const Trace& t) {
+        std::vector<std::string> n;
+        for (const BoundSymbol& b : t.bsyms) n.push_back(b.sym->printName());
+        return n;
+      })
+      .def("python", [](const Trace& t) { return printTrace(t); })
+      .def("verify", [](const Trace& t) { verify(t); })
+      .def("__str__", [](const Trace& t) { return printTrace(t); })
+      .def("__repr__", [](const Trace& t) { return printTrace(t); });
+
+  py::class_<TracingContext>(m, "TracingContext")
+      .def(py::init<std::shared_ptr<Trace>>())
+      .def("__enter__", [](TracingContext& c) { c.enter(); return &c; }, py::return_value_policy::reference)
+      .def("__exit__", [](TracingContext& c, py::args) { c.exit(); })
+      .def("closures", &TracingContext::closures);
+
+  py::class_<CompiledFunction>(m, "CompiledFunction")
+      .def(py::init<py::object>())
+      .def("__call__", &CompiledFunction::call)
+      .def_property_readonly("cache_hits", &CompiledFunction::hits)
+      .def_property_readonly("cache_misses", &CompiledFunction::misses)
+      .def("last_traces", &CompiledFunction::lastTraces);
+
+  m.def("set_hooks", [](py::object makeDevice) { hooks().makeDevice = makeDevice; });
+  m.def("tree_flatten", [](py::object obj) {
+    std::vector<py::handle> leaves;
+    auto spec = std::make_shared<TreeSpec>();
+    flatten(obj, leaves, *spec, nullptr);
+    py::list l;
+    for (py::handle h : leaves) l.append(h);
+    return py::make_tuple(l, py::cast(spec));
+  });
+  py::class_<TreeSpec, std::shared_ptr<TreeSpec>>(m, "TreeSpec");
+  m.def("tree_unflatten", [](const std::shared_ptr<TreeSpec>& spec, py::list leaves) {
+    size_t pos = 0;
+    return unflatten(*spec, leaves, pos);
+  });
+  m.def("torch_names", [] {
+    py::list l;
+    for (const ltorch::TorchName& n : ltorch::torchNames())
+      l.append(py::make_tuple(n.qualname, n.symbolId, n.swapped));
+    return l;
+  });
+  m.def("get_symbol", [](const std::string& id) {
+    Symbol* s = SymbolRegistry::get().find(id);
+    THUNDER_CHECK_KIND(s != nullptr, ErrorKind::Value, "no symbol named '", id, "'");
+    return s;
+  }, py::return_value_policy::reference);
+  m.def("symbols", [](const std::string& module) {
+    return SymbolRegistry::get().inModule(module);
+  }, py::return_value_policy::reference);
+  m.def("run_pipeline", &runPipeline, py::arg("trace"), py::arg("executors"), py::arg("verify") = false);
+  m.def("executor_names", [] {
+    std::vector<std::string> n;
+    for (Executor* e : ExecutorRegistry::get().all()) n.push_back(e->name());
+    return n;
+  });
+  m.def("execution_python", [](const std::shared_ptr<Trace>& t) { return printTrace(*t); });
+}

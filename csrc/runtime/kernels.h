@@ -1,0 +1,61 @@
+// Kernels: the run-time halves of executors. A kernel takes the arguments of one claimed call as
+// IValues (tensors from the register file, constants from the trace) and returns its output.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/symbol.h"
+
+namespace thunder::runtime {
+
+/// Typed access to a call's arguments, one per parameter of the symbol's signature.
+struct KernelArgs {
+  std::vector<c10::IValue>& v;
+  /// dtype and device of the call's (first) tensor output, from the trace.
+  at::ScalarType outDType = at::ScalarType::Float;
+  c10::Device outDevice = c10::Device(c10::kCPU);
+
+  const at::Tensor& t(size_t i) const { return v[i].toTensor(); }
+  bool isTensor(size_t i) const { return v[i].isTensor(); }
+  bool none(size_t i) const { return v[i].isNone(); }
+  int64_t i(size_t k) const { return v[k].toInt(); }
+  double d(size_t k) const { return v[k].isDouble() ? v[k].toDouble() : static_cast<double>(v[k].toInt()); }
+  bool b(size_t k) const { return v[k].toBool(); }
+  std::string str(size_t k) const { return v[k].toStringRef(); }
+  /// A number argument as a Scalar.
+  at::Scalar s(size_t k) const;
+  /// A tensor, or a number wrapped as a 0-dim tensor that promotes like a Python number.
+  at::Tensor tw(size_t k) const;
+  /// An int or a list of ints.
+  std::vector<int64_t> ints(size_t k) const;
+  std::optional<std::vector<int64_t>> optInts(size_t k) const {
+    return none(k) ? std::nullopt : std::optional(ints(k));
+  }
+  std::optional<at::ScalarType> dtype(size_t k) const {
+    return none(k) ? std::nullopt : std::optional(static_cast<at::ScalarType>(v[k].toInt()));
+  }
+  std::vector<at::Tensor> tensors(size_t k) const;
+  at::TensorOptions outOptions() const { return at::TensorOptions().dtype(outDType).device(outDevice); }
+};
+
+using Kernel = std::function<c10::IValue(KernelArgs&)>;
+
+/// Registers the torch executor's implementations and kernels (idempotent).
+void registerTorchExecutor();
+/// Makes an executor symbol that prints as `module.name` with `semantic`'s signature.
+const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
+                             const std::string& name, const Symbol& semantic, bool bareName = false);
+/// Attaches the kernel that runs an executor symbol.
+void setKernel(const Symbol* execSymbol, Kernel kernel);
+/// The kernel of an executor symbol, or nullptr.
+const Kernel* findKernel(const Symbol* execSymbol);
+/// thunder dtype -> ATen scalar type, and back.
+at::ScalarType toScalarType(DType d);
+DType fromScalarType(at::ScalarType s);
+
+}  // namespace thunder::runtime

@@ -1,0 +1,160 @@
+#include "runtime/program.h"
+
+#include <ATen/ATen.h>
+
+#include "codegen/python_printer.h"
+#include "ir/error.h"
+
+namespace thunder::runtime {
+
+int Program::regOf(const TensorProxy& t, const std::string& where) {
+  auto it = regs_.find(t.name);
+  THUNDER_INTERNAL(it != regs_.end(), "runtime: ", t.name, " is used before it is defined in ", where);
+  return it->second;
+}
+
+Operand Program::lower(const Value& v) {
+  Operand op;
+  switch (v.kind()) {
+    case Value::Kind::Tensor:
+      op.kind = Operand::Kind::Reg;
+      op.reg = regOf(v.tensor(), "a call");
+      return op;
+    case Value::Kind::Tuple:
+    case Value::Kind::List:
+    case Value::Kind::Slice: {
+      bool allInts = true, anyTensor = false;
+      for (const Value& x : v.items()) {
+        allInts &= x.isInt();
+        anyTensor |= x.isTensor();
+      }
+      if (allInts) {
+        op.constant = c10::IValue(v.toInts());
+        return op;
+      }
+      if (anyTensor) {
+        op.kind = Operand::Kind::List;
+        op.tensorList = true;
+        for (const Value& x : v.items()) op.items.push_back(lower(x));
+        return op;
+      }
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (const Value& x : v.items()) list.push_back(lower(x).constant);
+      op.constant = c10::IValue(list);
+      return op;
+    }
+    case Value::Kind::None: return op;
+    case Value::Kind::Bool: op.constant = v.toBool(); return op;
+    case Value::Kind::Int: op.constant = v.toInt(); return op;
+    case Value::Kind::Float: op.constant = v.toDouble(); return op;
+    case Value::Kind::Complex: op.constant = c10::complex<double>(v.toComplex()); return op;
+    case Value::Kind::String: op.constant = v.toString(); return op;
+    case Value::Kind::DType: op.constant = static_cast<int64_t>(toScalarType(v.toDType())); return op;
+    case Value::Kind::Device: {
+      Device d = v.toDevice();
+      op.constant = c10::Device(d.type == DeviceType::CUDA ? c10::kCUDA
+                                : d.type == DeviceType::Meta ? c10::kMeta
+                                                             : c10::kCPU,
+                                d.type == DeviceType::CUDA ? d.index : -1);
+      return op;
+    }
+    default:
+      throw InternalError("runtime: cannot pass a " + kindName(v.kind()) + " to a kernel");
+  }
+}
+
+Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) {
+  for (const TensorPtr& t : trace_->inputs) regs_[t->name] = numRegs_++;
+  for (const BoundSymbol& b : trace_->bsyms) {
+    if (b.sym->hasTag(kDel)) {
+      THUNDER_INTERNAL(!code_.empty(), "runtime: del before any call");
+      for (const TensorPtr& t : b.inputTensors()) code_.back().frees.push_back(regOf(*t, "del"));
+      continue;
+    }
+    Instruction ins;
+    ins.bsym = &b;
+    ins.kernel = findKernel(b.sym);
+    THUNDER_CHECK_KIND(ins.kernel != nullptr, ErrorKind::NotImplemented, "no kernel runs ",
+                       b.sym->printName(), " (in `", printCall(b), "`)");
+    for (const Value& a : b.args) ins.args.push_back(lower(a));
+    auto defineOut = [&](const Value& o) {
+      if (!o.isTensor()) return -1;
+      auto it = regs_.find(o.tensor().name);
+      if (it != regs_.end()) return it->second;
+      return regs_[o.tensor().name] = numRegs_++;
+    };
+    if (b.output.isSequence()) {
+      ins.tuple = true;
+      for (const Value& o : b.output.items()) ins.outRegs.push_back(defineOut(o));
+    } else {
+      ins.outRegs.push_back(defineOut(b.output));
+    }
+    std::vector<TensorPtr> outs = b.outputTensors();
+    if (!outs.empty()) {
+      ins.outDType = toScalarType(outs[0]->dtype);
+      const Device& d = outs[0]->device;
+      ins.outDevice = d.type == DeviceType::CUDA ? c10::Device(c10::kCUDA, d.index)
+                      : d.type == DeviceType::Meta ? c10::Device(c10::kMeta)
+                                                   : c10::Device(c10::kCPU);
+    }
+    code_.push_back(std::move(ins));
+  }
+  std::vector<TensorPtr> outs;
+  trace_->output.collectTensors(outs);
+  for (const TensorPtr& t : outs) outputRegs_.push_back(regOf(*t, "return"));
+}
+
+namespace {
+
+c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs) {
+  switch (op.kind) {
+    case Operand::Kind::Const: return op.constant;
+    case Operand::Kind::Reg: return regs[op.reg];
+    case Operand::Kind::List: {
+      c10::List<at::Tensor> list;
+      for (const Operand& x : op.items) list.push_back(materialize(x, regs).toTensor());
+      return c10::IValue(list);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
+  THUNDER_INTERNAL(inputs.size() == trace_->inputs.size(), "runtime: expected ",
+                   trace_->inputs.size(), " inputs, got ", inputs.size());
+  std::vector<c10::IValue> regs(numRegs_);
+  for (size_t i = 0; i < inputs.size(); ++i) regs[i] = std::move(inputs[i]);
+  std::vector<c10::IValue> args;
+  for (const Instruction& ins : code_) {
+    args.clear();
+    for (const Operand& op : ins.args) args.push_back(materialize(op, regs));
+    KernelArgs ka{args, ins.outDType, ins.outDevice};
+    c10::IValue out;
+    try {
+      out = (*ins.kernel)(ka);
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      throw Error(ErrorKind::Runtime, "thunder: " + ins.bsym->sym->printName() + " failed in `" +
+                                          printCall(*ins.bsym) + "`: " + e.what_without_backtrace());
+    }
+    if (ins.tuple) {
+      const auto& elems = out.toTupleRef().elements();
+      THUNDER_INTERNAL(elems.size() == ins.outRegs.size(), "runtime: ", ins.bsym->sym->printName(),
+                       " returned ", elems.size(), " outputs, the trace expects ", ins.outRegs.size());
+      for (size_t i = 0; i < elems.size(); ++i)
+        if (ins.outRegs[i] >= 0) regs[ins.outRegs[i]] = elems[i];
+    } else if (ins.outRegs[0] >= 0) {
+      regs[ins.outRegs[0]] = std::move(out);
+    }
+    for (int r : ins.frees) regs[r] = c10::IValue();
+  }
+  std::vector<at::Tensor> result;
+  result.reserve(outputRegs_.size());
+  for (int r : outputRegs_) result.push_back(regs[r].toTensor());
+  return result;
+}
+
+}  // namespace thunder::runtime

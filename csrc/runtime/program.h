@@ -1,0 +1,61 @@
+// A compiled final trace: the bound symbols lowered to kernel calls over a register file.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/trace.h"
+#include "runtime/kernels.h"
+
+namespace thunder::runtime {
+
+/// An argument of a kernel call: a constant, a register, or a list of operands.
+struct Operand {
+  enum class Kind : uint8_t { Const, Reg, List } kind = Kind::Const;
+  c10::IValue constant;
+  int reg = -1;
+  std::vector<Operand> items;
+  bool tensorList = false;
+};
+
+/// One kernel call.
+struct Instruction {
+  const Kernel* kernel = nullptr;
+  const BoundSymbol* bsym = nullptr;  // for error messages
+  std::vector<Operand> args;
+  /// Registers receiving the output: one per output tensor (-1 drops it); `tuple` when the
+  /// kernel returns a tuple.
+  std::vector<int> outRegs;
+  bool tuple = false;
+  /// Registers released after the call (`del`).
+  std::vector<int> frees;
+  at::ScalarType outDType = at::kFloat;
+  c10::Device outDevice = c10::Device(c10::kCPU);
+};
+
+/// The executable form of a final trace.
+class Program {
+ public:
+  /// Lowers a final trace; every bound symbol must be claimed by an executor with a kernel.
+  explicit Program(std::shared_ptr<const Trace> trace);
+  /// Runs the program on the trace's inputs, in order; returns the output tensors in the order
+  /// of Trace::output.collectTensors().
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs) const;
+  const Trace& trace() const { return *trace_; }
+
+ private:
+  Operand lower(const Value& v);
+  int regOf(const TensorProxy& t, const std::string& where);
+
+  std::shared_ptr<const Trace> trace_;
+  std::unordered_map<std::string, int> regs_;
+  std::vector<Instruction> code_;
+  std::vector<int> outputRegs_;
+  int numRegs_ = 0;
+};
+
+}  // namespace thunder::runtime

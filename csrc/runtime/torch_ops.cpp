@@ -1,0 +1,509 @@
+// The torch executor: ATen kernels for every prim (printed as torchex.<prim>) and for the ltorch
+// symbols PyTorch runs as one call (printed as torch.*, Tensor.* or torch.nn.functional.*).
+#include <ATen/ATen.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "executors/executor.h"
+#include "ir/error.h"
+#include "ops/ltorch.h"
+#include "ops/prims.h"
+#include "runtime/kernels.h"
+
+namespace thunder::runtime {
+
+at::Scalar KernelArgs::s(size_t k) const {
+  const c10::IValue& x = v[k];
+  if (x.isDouble()) return x.toDouble();
+  if (x.isBool()) return x.toBool();
+  if (x.isInt()) return x.toInt();
+  if (x.isComplexDouble()) return x.toComplexDouble();
+  throw Error(ErrorKind::Type, "expected a number argument");
+}
+
+at::Tensor KernelArgs::tw(size_t k) const {
+  if (v[k].isTensor()) return v[k].toTensor();
+  at::Tensor t = c10::scalar_to_tensor(s(k));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+std::vector<int64_t> KernelArgs::ints(size_t k) const {
+  if (v[k].isInt()) return {v[k].toInt()};
+  if (v[k].isIntList()) return v[k].toIntVector();
+  std::vector<int64_t> out;
+  for (const c10::IValue& x : v[k].toListRef()) out.push_back(x.toInt());
+  return out;
+}
+
+std::vector<at::Tensor> KernelArgs::tensors(size_t k) const {
+  if (v[k].isTensorList()) return v[k].toTensorVector();
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& x : v[k].toListRef()) out.push_back(x.toTensor());
+  return out;
+}
+
+at::ScalarType toScalarType(DType d) {
+  switch (d) {
+    case DType::Bool: return at::kBool;
+    case DType::UInt8: return at::kByte;
+    case DType::Int8: return at::kChar;
+    case DType::Int16: return at::kShort;
+    case DType::Int32: return at::kInt;
+    case DType::Int64: return at::kLong;
+    case DType::BFloat16: return at::kBFloat16;
+    case DType::Float16: return at::kHalf;
+    case DType::Float32: return at::kFloat;
+    case DType::Float64: return at::kDouble;
+    case DType::Complex64: return at::kComplexFloat;
+    case DType::Complex128: return at::kComplexDouble;
+  }
+  return at::kFloat;
+}
+
+DType fromScalarType(at::ScalarType s) {
+  switch (s) {
+    case at::kBool: return DType::Bool;
+    case at::kByte: return DType::UInt8;
+    case at::kChar: return DType::Int8;
+    case at::kShort: return DType::Int16;
+    case at::kInt: return DType::Int32;
+    case at::kLong: return DType::Int64;
+    case at::kBFloat16: return DType::BFloat16;
+    case at::kHalf: return DType::Float16;
+    case at::kFloat: return DType::Float32;
+    case at::kDouble: return DType::Float64;
+    case at::kComplexFloat: return DType::Complex64;
+    case at::kComplexDouble: return DType::Complex128;
+    default:
+      throw Error(ErrorKind::Type, std::string("thunder does not support tensors of dtype ") +
+                                       c10::toString(s));
+  }
+}
+
+namespace {
+
+struct KernelTable {
+  std::unordered_map<const Symbol*, Kernel> kernels;
+  std::vector<std::unique_ptr<Symbol>> execSymbols;
+};
+
+KernelTable& table() {
+  static KernelTable t;
+  return t;
+}
+
+}  // namespace
+
+const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
+                             const std::string& name, const Symbol& semantic, bool bareName) {
+  auto s = std::make_unique<Symbol>();
+  s->module = module;
+  s->name = name;
+  s->params = semantic.params;
+  s->tags = semantic.tags;
+  s->style = PrintStyle::Torch;
+  s->executor = executor;
+  s->bareName = bareName;
+  table().execSymbols.push_back(std::move(s));
+  return table().execSymbols.back().get();
+}
+
+void setKernel(const Symbol* execSymbol, Kernel kernel) { table().kernels[execSymbol] = std::move(kernel); }
+
+const Kernel* findKernel(const Symbol* execSymbol) {
+  auto it = table().kernels.find(execSymbol);
+  return it == table().kernels.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+using K = KernelArgs;
+Executor* gTorch = nullptr;
+
+/// Registers `kernel` as the torch executor's implementation of `semanticId`, printing as
+/// module.name.
+void impl(const std::string& semanticId, const std::string& module, const std::string& name,
+          Kernel kernel, std::function<bool(const BoundSymbol&)> checker = {}) {
+  const Symbol& semantic = SymbolRegistry::get().at(semanticId);
+  const Symbol* exec = makeExecSymbol("torch", module, name, semantic);
+  setKernel(exec, std::move(kernel));
+  gTorch->addImplementation(semanticId, Implementation{exec, std::move(checker), {}});
+}
+
+bool argIsTensor(const BoundSymbol& b, size_t i) { return b.args.size() > i && b.args[i].isTensor(); }
+bool firstIsTensor(const BoundSymbol& b) { return argIsTensor(b, 0); }
+bool firstTwoTensors(const BoundSymbol& b) { return argIsTensor(b, 0) && argIsTensor(b, 1); }
+
+at::Tensor sumDims(const at::Tensor& a, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return a.clone();
+  return at::sum(a, dims, false, a.scalar_type());
+}
+
+at::Tensor broadcastInDim(const at::Tensor& a, const std::vector<int64_t>& shape,
+                          const std::vector<int64_t>& bdims) {
+  std::vector<int64_t> view(shape.size(), 1);
+  for (size_t i = 0; i < bdims.size(); ++i) view[bdims[i]] = a.size(static_cast<int64_t>(i));
+  return a.reshape(view).expand(shape);
+}
+
+at::Tensor strideOrder(const at::Tensor& a, const std::vector<int64_t>& order) {
+  int64_t n = a.dim();
+  std::vector<int64_t> strides(n);
+  std::vector<int64_t> dimsByRank(n);
+  for (int64_t i = 0; i < n; ++i) dimsByRank[order[i]] = i;
+  int64_t s = 1;
+  for (int64_t r = 0; r < n; ++r) {
+    strides[dimsByRank[r]] = s;
+    s *= std::max<int64_t>(a.size(dimsByRank[r]), 1);
+  }
+  if (a.strides().vec() == strides) return a;
+  at::Tensor out = at::empty_strided(a.sizes(), strides, a.options());
+  out.copy_(a);
+  return out;
+}
+
+at::Tensor padPrim(const at::Tensor& a, const at::Scalar& value, const c10::IValue& cfgV) {
+  std::vector<std::vector<int64_t>> cfg;
+  for (const c10::IValue& c : cfgV.toListRef()) cfg.push_back(c.toIntVector());
+  at::Tensor x = a;
+  bool interior = false;
+  for (auto& c : cfg) interior |= c[2] > 0;
+  if (interior) {
+    std::vector<int64_t> shape;
+    for (int64_t d = 0; d < a.dim(); ++d) {
+      int64_t n = a.size(d);
+      shape.push_back(n == 0 ? 0 : n + (n - 1) * cfg[d][2]);
+    }
+    at::Tensor big = at::full(shape, value, a.options());
+    at::Tensor view = big;
+    for (int64_t d = 0; d < a.dim(); ++d) view = view.slice(d, 0, c10::nullopt, cfg[d][2] + 1);
+    view.copy_(a);
+    x = big;
+  }
+  std::vector<int64_t> pads;
+  for (int64_t d = a.dim() - 1; d >= 0; --d) {
+    pads.push_back(cfg[d][0]);
+    pads.push_back(cfg[d][1]);
+  }
+  return at::constant_pad_nd(x, pads, value);
+}
+
+void registerPrimKernels() {
+  using namespace prims;
+  // Unary elementwise prims map one to one onto ATen.
+#define U(n, f) impl("prims." #n, "torchex", #n, [](K& a) -> c10::IValue { return f(a.t(0)); });
+  U(abs, at::abs) U(acos, at::acos) U(acosh, at::acosh) U(asin, at::asin) U(asinh, at::asinh)
+  U(atan, at::atan) U(atanh, at::atanh) U(bitwise_not, at::bitwise_not) U(ceil, at::ceil)
+  U(cos, at::cos) U(cosh, at::cosh) U(digamma, at::digamma) U(erf, at::erf) U(erfc, at::erfc)
+  U(erfinv, at::erfinv) U(exp, at::exp) U(exp2, at::exp2) U(expm1, at::expm1) U(floor, at::floor)
+  U(isfinite, at::isfinite) U(lgamma, at::lgamma) U(log, at::log) U(log10, at::log10)
+  U(log1p, at::log1p) U(log2, at::log2) U(neg, at::neg) U(reciprocal, at::reciprocal)
+  U(round, at::round) U(rsqrt, at::rsqrt) U(sign, at::sign) U(signbit, at::signbit) U(sin, at::sin)
+  U(sinh, at::sinh) U(sqrt, at::sqrt) U(tan, at::tan) U(tanh, at::tanh) U(trunc, at::trunc)
+  U(sigmoid, at::sigmoid) U(real, at::real) U(imag, at::imag)
+#undef U
+  // Binary prims: numbers become wrapped 0-dim tensors, which promote like Python numbers.
+#define B(n, f) \
+  impl("prims." #n, "torchex", #n, [](K& a) -> c10::IValue { return f(a.tw(0), a.tw(1)); });
+  B(add, at::add) B(atan2, at::atan2) B(bitwise_and, at::bitwise_and) B(bitwise_or, at::bitwise_or)
+  B(bitwise_xor, at::bitwise_xor) B(bitwise_left_shift, at::bitwise_left_shift)
+  B(bitwise_right_shift, at::bitwise_right_shift) B(copysign, at::copysign) B(eq, at::eq)
+  B(fmod, at::fmod) B(ge, at::ge) B(gt, at::gt) B(le, at::le) B(lt, at::lt) B(maximum, at::maximum)
+  B(minimum, at::minimum) B(mul, at::mul) B(ne, at::ne) B(pow, at::pow) B(remainder, at::remainder)
+  B(sub, at::sub) B(logical_and, at::logical_and) B(logical_or, at::logical_or)
+#undef B
+  impl("prims.div", "torchex", "div", [](K& a) -> c10::IValue {
+    at::Tensor x = a.tw(0), y = a.tw(1);
+    bool integral = !at::isFloatingType(x.scalar_type()) && !at::isComplexType(x.scalar_type()) &&
+                    !at::isFloatingType(y.scalar_type()) && !at::isComplexType(y.scalar_type());
+    return integral ? at::div(x, y, "trunc") : at::div(x, y);
+  });
+  impl("prims.where", "torchex", "where", [](K& a) -> c10::IValue {
+    return at::where(a.tw(0), a.tw(1), a.tw(2)).to(a.outDType);
+  });
+  impl("prims.convert_element_type", "torchex", "convert_element_type",
+       [](K& a) -> c10::IValue { return a.t(0).to(*a.dtype(1)); });
+  impl("prims.full", "torchex", "full",
+       [](K& a) -> c10::IValue { return at::full(a.ints(0), a.s(1), a.outOptions()); });
+  impl("prims.iota", "torchex", "iota", [](K& a) -> c10::IValue {
+    int64_t n = a.i(0), start = a.i(1), step = a.i(2);
+    return at::arange(start, start + n * step, step, a.outOptions());
+  });
+  impl("prims.uniform", "torchex", "uniform", [](K& a) -> c10::IValue {
+    return at::empty(a.ints(0), a.outOptions()).uniform_(a.d(1), a.d(2));
+  });
+  impl("prims.broadcast_in_dim", "torchex", "broadcast_in_dim",
+       [](K& a) -> c10::IValue { return broadcastInDim(a.t(0), a.ints(1), a.ints(2)); });
+  impl("prims.reshape", "torchex", "reshape",
+       [](K& a) -> c10::IValue { return a.t(0).reshape(a.ints(1)); });
+  impl("prims.slice", "torchex", "slice", [](K& a) -> c10::IValue {
+    at::Tensor x = a.t(0);
+    std::vector<int64_t> s = a.ints(1), e = a.ints(2);
+    std::vector<int64_t> st = a.none(3) ? std::vector<int64_t>(s.size(), 1) : a.ints(3);
+    for (size_t d = 0; d < s.size(); ++d)
+      if (s[d] != 0 || e[d] != x.size(d) || st[d] != 1) x = x.slice(d, s[d], e[d], st[d]);
+    return x;
+  });
+  impl("prims.squeeze", "torchex", "squeeze",
+       [](K& a) -> c10::IValue { return a.ints(1).empty() ? a.t(0) : at::squeeze(a.t(0), a.ints(1)); });
+  impl("prims.transpose", "torchex", "transpose",
+       [](K& a) -> c10::IValue { return a.t(0).permute(a.ints(1)); });
+  impl("prims.flip", "torchex", "flip", [](K& a) -> c10::IValue { return at::flip(a.t(0), a.ints(1)); });
+  impl("prims.stride_order", "torchex", "stride_order",
+       [](K& a) -> c10::IValue { return strideOrder(a.t(0), a.ints(1)); });
+  impl("prims.cat", "torchex", "cat", [](K& a) -> c10::IValue { return at::cat(a.tensors(0), a.i(1)); });
+  impl("prims.pad", "torchex", "pad", [](K& a) -> c10::IValue { return padPrim(a.t(0), a.s(1), a.v[2]); });
+  impl("prims.take", "torchex", "take", [](K& a) -> c10::IValue {
+    at::Tensor idx = a.t(1);
+    if (a.t(0).dim() == 0) return a.t(0).clone();
+    return at::index_select(a.t(0), a.i(2), idx.dim() == 0 ? idx.reshape({1}) : idx);
+  });
+  impl("prims.gather", "torchex", "gather",
+       [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(2), a.t(1)); });
+  impl("prims.scatter_add", "torchex", "scatter_add",
+       [](K& a) -> c10::IValue { return at::scatter_add(a.t(0), a.i(3), a.t(1), a.t(2)); });
+  impl("prims.sum", "torchex", "sum", [](K& a) -> c10::IValue { return sumDims(a.t(0), a.ints(1)); });
+  impl("prims.prod", "torchex", "prod", [](K& a) -> c10::IValue {
+    std::vector<int64_t> dims = a.ints(1);
+    at::Tensor r = a.t(0);
+    if (dims.empty()) return r.clone();
+    std::sort(dims.rbegin(), dims.rend());
+    for (int64_t d : dims) r = at::prod(r, d, false, r.scalar_type());
+    return r;
+  });
+  impl("prims.amax", "torchex", "amax", [](K& a) -> c10::IValue {
+    return a.ints(1).empty() ? a.t(0).clone() : at::amax(a.t(0), a.ints(1));
+  });
+  impl("prims.amin", "torchex", "amin", [](K& a) -> c10::IValue {
+    return a.ints(1).empty() ? a.t(0).clone() : at::amin(a.t(0), a.ints(1));
+  });
+  impl("prims.var", "torchex", "var", [](K& a) -> c10::IValue {
+    std::vector<int64_t> dims = a.ints(1);
+    if (dims.empty()) return at::zeros_like(at::real(a.t(0))).div(1.0 - a.d(2));
+    return at::var(a.t(0), at::OptionalIntArrayRef(dims), at::Scalar(a.d(2)), false);
+  });
+  impl("prims.argmax", "torchex", "argmax", [](K& a) -> c10::IValue {
+    return at::argmax(a.t(0), a.none(1) ? std::nullopt : std::optional<int64_t>(a.i(1)), false);
+  });
+  impl("prims.argmin", "torchex", "argmin", [](K& a) -> c10::IValue {
+    return at::argmin(a.t(0), a.none(1) ? std::nullopt : std::optional<int64_t>(a.i(1)), false);
+  });
+  impl("prims.matmul", "torchex", "matmul", [](K& a) -> c10::IValue { return at::matmul(a.t(0), a.t(1)); });
+  impl("prims.linear", "torchex", "linear", [](K& a) -> c10::IValue {
+    return at::linear(a.t(0), a.t(1), a.none(2) ? std::optional<at::Tensor>() : std::optional(a.t(2)));
+  });
+  impl("prims.embedding", "torchex", "embedding",
+       [](K& a) -> c10::IValue { return at::embedding(a.t(1), a.t(0)); });
+}
+
+std::optional<at::Tensor> optTensor(K& a, size_t i) {
+  return a.none(i) ? std::nullopt : std::optional<at::Tensor>(a.t(i));
+}
+
+std::optional<at::Scalar> optScalar(K& a, size_t i) {
+  return a.none(i) ? std::nullopt : std::optional<at::Scalar>(a.s(i));
+}
+
+int64_t reductionEnum(const std::string& r) {
+  if (r == "none") return at::Reduction::None;
+  if (r == "sum") return at::Reduction::Sum;
+  return at::Reduction::Mean;
+}
+
+void registerLTorchKernels() {
+  // Unary: the same ATen function; PyTorch's own type promotion applies.
+#define U(n) impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0)); });
+  U(abs) U(acos) U(acosh) U(asin) U(asinh) U(atan) U(atanh) U(bitwise_not) U(ceil) U(cos) U(cosh)
+  U(digamma) U(erf) U(erfc) U(erfinv) U(exp) U(exp2) U(expm1) U(floor) U(isfinite) U(lgamma) U(log)
+  U(log10) U(log1p) U(log2) U(neg) U(reciprocal) U(round) U(rsqrt) U(sign) U(signbit) U(sin) U(sinh)
+  U(sqrt) U(tan) U(tanh) U(trunc) U(sigmoid) U(logical_not) U(square)
+#undef U
+  // Binary with a tensor first and a tensor or number second.
+#define B(n)                                                                                   \
+  impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0), a.tw(1)); }, \
+       firstIsTensor);
+  B(mul) B(remainder) B(fmod) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(bitwise_and) B(bitwise_or)
+  B(bitwise_xor) B(floor_divide)
+#undef B
+#define B2(n)                                                                                 \
+  impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0), a.t(1)); }, \
+       firstTwoTensors);
+  B2(atan2) B2(maximum) B2(minimum) B2(copysign) B2(logical_and) B2(logical_or)
+#undef B2
+  impl("ltorch.add", "torch", "add",
+       [](K& a) -> c10::IValue { return at::add(a.t(0), a.tw(1), a.s(2)); }, firstIsTensor);
+  impl("ltorch.sub", "torch", "sub",
+       [](K& a) -> c10::IValue { return at::sub(a.t(0), a.tw(1), a.s(2)); }, firstIsTensor);
+  impl("ltorch.div", "torch", "div", [](K& a) -> c10::IValue {
+    return a.none(2) ? at::div(a.t(0), a.tw(1)) : at::div(a.t(0), a.tw(1), a.str(2));
+  }, firstIsTensor);
+  impl("ltorch.pow", "torch", "pow", [](K& a) -> c10::IValue {
+    if (!a.isTensor(0)) return at::pow(a.s(0), a.t(1));
+    return a.isTensor(1) ? at::pow(a.t(0), a.t(1)) : at::pow(a.t(0), a.s(1));
+  });
+  impl("ltorch.where", "torch", "where",
+       [](K& a) -> c10::IValue { return at::where(a.t(0), a.tw(1), a.tw(2)); }, firstIsTensor);
+  impl("ltorch.masked_fill", "torch", "masked_fill", [](K& a) -> c10::IValue {
+    return a.isTensor(2) ? at::masked_fill(a.t(0), a.t(1), a.t(2)) : at::masked_fill(a.t(0), a.t(1), a.s(2));
+  });
+  impl("ltorch.clamp", "torch", "clamp", [](K& a) -> c10::IValue {
+    if (a.isTensor(1) || a.isTensor(2)) return at::clamp(a.t(0), optTensor(a, 1), optTensor(a, 2));
+    return at::clamp(a.t(0), optScalar(a, 1), optScalar(a, 2));
+  }, firstIsTensor);
+  impl("ltorch.lerp", "torch", "lerp", [](K& a) -> c10::IValue {
+    return a.isTensor(2) ? at::lerp(a.t(0), a.t(1), a.t(2)) : at::lerp(a.t(0), a.t(1), a.s(2));
+  }, firstTwoTensors);
+  const char* F = "torch.nn.functional";
+  impl("ltorch.relu", "torch", "relu", [](K& a) -> c10::IValue { return at::relu(a.t(0)); });
+  impl("ltorch.relu6", F, "relu6", [](K& a) -> c10::IValue { return at::hardtanh(a.t(0), 0, 6); });
+  impl("ltorch.gelu", F, "gelu", [](K& a) -> c10::IValue { return at::gelu(a.t(0), a.str(1)); });
+  impl("ltorch.silu", F, "silu", [](K& a) -> c10::IValue { return at::silu(a.t(0)); });
+  impl("ltorch.softplus", F, "softplus",
+       [](K& a) -> c10::IValue { return at::softplus(a.t(0), a.s(1), a.s(2)); });
+  impl("ltorch.leaky_relu", F, "leaky_relu",
+       [](K& a) -> c10::IValue { return at::leaky_relu(a.t(0), a.s(1)); });
+  impl("ltorch.elu", F, "elu", [](K& a) -> c10::IValue { return at::elu(a.t(0), a.s(1)); });
+  impl("ltorch.hardswish", F, "hardswish", [](K& a) -> c10::IValue { return at::hardswish(a.t(0)); });
+  impl("ltorch.mish", F, "mish", [](K& a) -> c10::IValue { return at::mish(a.t(0)); });
+
+  // Conversions.
+  impl("ltorch.to", "Tensor", "to", [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });
+  impl("ltorch.type_as", "Tensor", "type_as", [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });
+  for (const char* n : {"float", "double", "half", "bfloat16", "int", "long", "bool"})
+    impl(std::string("ltorch.") + n, "Tensor", n, [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });
+
+  // Shapes.
+  impl("ltorch.reshape", "torch", "reshape", [](K& a) -> c10::IValue { return a.t(0).reshape(a.ints(1)); });
+  impl("ltorch.view", "Tensor", "view", [](K& a) -> c10::IValue { return a.t(0).reshape(a.ints(1)); });
+  impl("ltorch.flatten", "torch", "flatten",
+       [](K& a) -> c10::IValue { return at::flatten(a.t(0), a.i(1), a.i(2)); });
+  impl("ltorch.unsqueeze", "torch", "unsqueeze",
+       [](K& a) -> c10::IValue { return at::unsqueeze(a.t(0), a.i(1)); });
+  impl("ltorch.permute", "torch", "permute", [](K& a) -> c10::IValue { return a.t(0).permute(a.ints(1)); });
+  impl("ltorch.transpose", "torch", "transpose",
+       [](K& a) -> c10::IValue { return at::transpose(a.t(0), a.i(1), a.i(2)); });
+  impl("ltorch.t", "torch", "t", [](K& a) -> c10::IValue { return at::t(a.t(0)); });
+  impl("ltorch.expand", "Tensor", "expand", [](K& a) -> c10::IValue { return a.t(0).expand(a.ints(1)); });
+  impl("ltorch.contiguous", "Tensor", "contiguous", [](K& a) -> c10::IValue { return a.t(0).contiguous(); });
+  impl("ltorch.cat", "torch", "cat", [](K& a) -> c10::IValue { return at::cat(a.tensors(0), a.i(1)); });
+  impl("ltorch.stack", "torch", "stack", [](K& a) -> c10::IValue { return at::stack(a.tensors(0), a.i(1)); });
+  impl("ltorch.split", "torch", "split", [](K& a) -> c10::IValue {
+    std::vector<at::Tensor> parts = a.v[1].isInt() ? at::split(a.t(0), a.i(1), a.i(2))
+                                                   : at::split_with_sizes(a.t(0), a.ints(1), a.i(2));
+    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(parts.begin(), parts.end()));
+  });
+  impl("ltorch.chunk", "torch", "chunk", [](K& a) -> c10::IValue {
+    std::vector<at::Tensor> parts = at::chunk(a.t(0), a.i(1), a.i(2));
+    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(parts.begin(), parts.end()));
+  });
+  impl("ltorch.narrow", "torch", "narrow",
+       [](K& a) -> c10::IValue { return at::narrow(a.t(0), a.i(1), a.i(2), a.i(3)); });
+  impl("ltorch.index_select", "torch", "index_select",
+       [](K& a) -> c10::IValue { return at::index_select(a.t(0), a.i(1), a.t(2)); });
+  impl("ltorch.gather", "torch", "gather",
+       [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(1), a.t(2)); });
+  impl("ltorch.scatter_add", "torch", "scatter_add",
+       [](K& a) -> c10::IValue { return at::scatter_add(a.t(0), a.i(1), a.t(2), a.t(3)); });
+  impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
+  impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
+
+  // Reductions.
+  impl("ltorch.sum", "torch", "sum", [](K& a) -> c10::IValue {
+    return at::sum(a.t(0), at::OptionalIntArrayRef(a.optInts(1)), a.b(2), a.dtype(3));
+  });
+  impl("ltorch.mean", "torch", "mean", [](K& a) -> c10::IValue {
+    return at::mean(a.t(0), at::OptionalIntArrayRef(a.optInts(1)), a.b(2), a.dtype(3));
+  });
+  impl("ltorch.amax", "torch", "amax", [](K& a) -> c10::IValue { return at::amax(a.t(0), a.ints(1), a.b(2)); });
+  impl("ltorch.amin", "torch", "amin", [](K& a) -> c10::IValue { return at::amin(a.t(0), a.ints(1), a.b(2)); });
+  impl("ltorch.var", "torch", "var", [](K& a) -> c10::IValue {
+    return at::var(a.t(0), at::OptionalIntArrayRef(a.optInts(1)), optScalar(a, 2), a.b(3));
+  });
+  impl("ltorch.std", "torch", "std", [](K& a) -> c10::IValue {
+    return at::std(a.t(0), at::OptionalIntArrayRef(a.optInts(1)), optScalar(a, 2), a.b(3));
+  });
+  auto optDim = [](K& a, size_t i) { return a.none(i) ? std::nullopt : std::optional<int64_t>(a.i(i)); };
+  impl("ltorch.argmax", "torch", "argmax",
+       [optDim](K& a) -> c10::IValue { return at::argmax(a.t(0), optDim(a, 1), a.b(2)); });
+  impl("ltorch.argmin", "torch", "argmin",
+       [optDim](K& a) -> c10::IValue { return at::argmin(a.t(0), optDim(a, 1), a.b(2)); });
+  impl("ltorch.logsumexp", "torch", "logsumexp",
+       [](K& a) -> c10::IValue { return at::logsumexp(a.t(0), a.ints(1), a.b(2)); });
+  impl("ltorch.softmax", "torch", "softmax",
+       [](K& a) -> c10::IValue { return at::softmax(a.t(0), a.i(1), a.dtype(2)); });
+  impl("ltorch.log_softmax", "torch", "log_softmax",
+       [](K& a) -> c10::IValue { return at::log_softmax(a.t(0), a.i(1), a.dtype(2)); });
+
+  // Creation: dtype and device come from the trace's output.
+  impl("ltorch.full", "torch", "full",
+       [](K& a) -> c10::IValue { return at::full(a.ints(0), a.s(1), a.outOptions()); });
+  impl("ltorch.zeros", "torch", "zeros", [](K& a) -> c10::IValue { return at::zeros(a.ints(0), a.outOptions()); });
+  impl("ltorch.ones", "torch", "ones", [](K& a) -> c10::IValue { return at::ones(a.ints(0), a.outOptions()); });
+  impl("ltorch.zeros_like", "torch", "zeros_like",
+       [](K& a) -> c10::IValue { return at::zeros(a.t(0).sizes(), a.outOptions()); });
+  impl("ltorch.ones_like", "torch", "ones_like",
+       [](K& a) -> c10::IValue { return at::ones(a.t(0).sizes(), a.outOptions()); });
+  impl("ltorch.full_like", "torch", "full_like",
+       [](K& a) -> c10::IValue { return at::full(a.t(0).sizes(), a.s(1), a.outOptions()); });
+  impl("ltorch.arange", "torch", "arange", [](K& a) -> c10::IValue {
+    at::Scalar start = a.none(1) ? at::Scalar(int64_t{0}) : a.s(0);
+    at::Scalar end = a.none(1) ? a.s(0) : a.s(1);
+    return at::arange(start, end, a.s(2), a.outOptions());
+  });
+  impl("ltorch.rand", "torch", "rand", [](K& a) -> c10::IValue { return at::rand(a.ints(0), a.outOptions()); });
+  impl("ltorch.randn", "torch", "randn", [](K& a) -> c10::IValue { return at::randn(a.ints(0), a.outOptions()); });
+  impl("ltorch.rand_like", "torch", "rand_like",
+       [](K& a) -> c10::IValue { return at::rand(a.t(0).sizes(), a.outOptions()); });
+  impl("ltorch.randn_like", "torch", "randn_like",
+       [](K& a) -> c10::IValue { return at::randn(a.t(0).sizes(), a.outOptions()); });
+
+  // Neural network ops.
+  impl("ltorch.linear", F, "linear",
+       [](K& a) -> c10::IValue { return at::linear(a.t(0), a.t(1), optTensor(a, 2)); });
+  impl("ltorch.matmul", "torch", "matmul", [](K& a) -> c10::IValue { return at::matmul(a.t(0), a.t(1)); });
+  impl("ltorch.mm", "torch", "mm", [](K& a) -> c10::IValue { return at::mm(a.t(0), a.t(1)); });
+  impl("ltorch.bmm", "torch", "bmm", [](K& a) -> c10::IValue { return at::bmm(a.t(0), a.t(1)); });
+  impl("ltorch.layer_norm", F, "layer_norm", [](K& a) -> c10::IValue {
+    return at::layer_norm(a.t(0), a.ints(1), optTensor(a, 2), optTensor(a, 3), a.d(4));
+  });
+  impl("ltorch.rms_norm", F, "rms_norm", [](K& a) -> c10::IValue {
+    return at::rms_norm(a.t(0), a.ints(1), optTensor(a, 2),
+                        a.none(3) ? std::nullopt : std::optional<double>(a.d(3)));
+  });
+  impl("ltorch.embedding", F, "embedding", [](K& a) -> c10::IValue {
+    return at::embedding(a.t(1), a.t(0), a.none(2) ? -1 : a.i(2), a.b(5), a.b(6));
+  });
+  impl("ltorch.dropout", F, "dropout",
+       [](K& a) -> c10::IValue { return at::dropout(a.t(0), a.d(1), a.b(2)); });
+  impl("ltorch.cross_entropy", F, "cross_entropy", [](K& a) -> c10::IValue {
+    return at::cross_entropy_loss(a.t(0), a.t(1), optTensor(a, 2), reductionEnum(a.str(6)), a.i(4), a.d(7));
+  });
+  impl("ltorch.nll_loss", F, "nll_loss", [](K& a) -> c10::IValue {
+    return at::nll_loss_nd(a.t(0), a.t(1), optTensor(a, 2), reductionEnum(a.str(6)), a.i(4));
+  });
+  impl("ltorch.mse_loss", F, "mse_loss",
+       [](K& a) -> c10::IValue { return at::mse_loss(a.t(0), a.t(1), reductionEnum(a.str(4))); });
+  impl("ltorch.scaled_dot_product_attention", F, "scaled_dot_product_attention",
+       [](K& a) -> c10::IValue {
+         return at::scaled_dot_product_attention(a.t(0), a.t(1), a.t(2), optTensor(a, 3), a.d(4), a.b(5),
+                                                 a.none(6) ? std::nullopt : std::optional<double>(a.d(6)),
+                                                 a.b(7));
+       });
+}
+
+}  // namespace
+
+void registerTorchExecutor() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ltorch::registerLTorch();
+    auto ex = std::make_shared<Executor>("torch");
+    gTorch = ExecutorRegistry::get().add(ex);
+    registerPrimKernels();
+    registerLTorchKernels();
+  });
+}
+
+}  // namespace thunder::runtime

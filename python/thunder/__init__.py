@@ -1,0 +1,175 @@
+"""thunder: a source-to-source compiler for PyTorch with a C++ core.
+
+    tfn = thunder.jit(fn_or_module)
+    y = tfn(x)
+    print(thunder.last_traces(tfn)[-1])
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+
+from thunder import _C
+from thunder.core import devices, dtypes
+from thunder.core.devices import Device
+from thunder.core.proxies import TensorProxy, ThunderTorchMode
+
+__all__ = ["jit", "last_traces", "cache_hits", "cache_misses", "compile_stats"]
+
+_C.set_hooks(Device)
+
+
+def _executor_names(executors) -> list[str]:
+    names = []
+    for ex in executors or ():
+        names.append(ex if isinstance(ex, str) else ex.name)
+    if "torch" not in names:
+        names.append("torch")
+    return names
+
+
+def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None]):
+    """Calls fn on proxies; returns (computation trace, input sources, closure tensors)."""
+    leaves, spec = _C.tree_flatten((args, kwargs))
+    trace = _C.Trace()
+    sources = []
+    ctx = _C.TracingContext(trace)
+    with ctx:
+        new_leaves = []
+        counter = 0
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                name = input_names[i] if i < len(input_names) and input_names[i] else None
+                if name is None:
+                    name = f"t_{counter}"
+                    counter += 1
+                new_leaves.append(trace.add_input(leaf, name))
+                sources.append(i)
+            else:
+                new_leaves.append(leaf)
+        pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
+        with ThunderTorchMode():
+            out = fn(*pargs, **pkwargs)
+        trace.set_output(out)
+        closures = ctx.closures()
+    sources += [-(k + 1) for k in range(len(closures))]
+    return trace, sources, closures
+
+
+class ThunderFunction:
+    """A jitted function: call it like the original."""
+
+    def __init__(self, fn: Callable, executors=None):
+        self._fn = fn
+        self._executors = _executor_names(executors)
+        self._cfn = _C.CompiledFunction(self._compile)
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "fn")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def _compile(self, args, kwargs):
+        trace, sources, closures = _trace(self._fn, args, kwargs, ())
+        traces = _C.run_pipeline(trace, self._executors, _VERIFY)
+        _dump(traces)
+        return traces, sources, closures
+
+    def __call__(self, *args, **kwargs):
+        return self._cfn(*args, **kwargs)
+
+
+def _sanitize(name: str) -> str:
+    return "t_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+class ThunderModule(torch.nn.Module):
+    """A jitted nn.Module: parameters and buffers become inputs of the trace."""
+
+    def __init__(self, module: torch.nn.Module, executors=None):
+        super().__init__()
+        self._model = module
+        self._executors = _executor_names(executors)
+        self._cfn = _C.CompiledFunction(self._compile)
+        self._slots = self._collect_slots()
+
+    def _collect_slots(self):
+        slots = []
+        for mod_name, mod in self._model.named_modules(remove_duplicate=False):
+            for kind in ("_parameters", "_buffers"):
+                for name, value in getattr(mod, kind).items():
+                    if value is not None:
+                        slots.append((mod, kind, name, f"{mod_name}.{name}" if mod_name else name))
+        return slots
+
+    def _state(self):
+        return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
+
+    def forward(self, *args, **kwargs):
+        return self._cfn(self._state(), *args, **kwargs)
+
+    def _compile(self, args, kwargs):
+        state, user_args = args[0], args[1:]
+        names = [_sanitize(qual) for _, _, _, qual in self._slots]
+
+        def run(state_proxies, *a, **k):
+            saved = []
+            try:
+                for (mod, kind, name, _), p in zip(self._slots, state_proxies):
+                    saved.append((mod, kind, name, getattr(mod, kind)[name]))
+                    getattr(mod, kind)[name] = p
+                return self._model(*a, **k)
+            finally:
+                for mod, kind, name, old in saved:
+                    getattr(mod, kind)[name] = old
+
+        trace, sources, closures = _trace(run, (state, *user_args), kwargs, names)
+        traces = _C.run_pipeline(trace, self._executors, _VERIFY)
+        _dump(traces)
+        return traces, sources, closures
+
+
+_VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"
+
+
+def _dump(traces):
+    if "passes" in os.environ.get("THUNDER_DUMP", ""):
+        for t in traces:
+            print(t)
+
+
+def jit(fn: Callable | torch.nn.Module, executors=None, **kwargs) -> Any:
+    """Compiles a function or an nn.Module. The result is called like the original."""
+    if kwargs:
+        raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
+    if isinstance(fn, torch.nn.Module):
+        return ThunderModule(fn, executors)
+    if not callable(fn):
+        raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
+    return ThunderFunction(fn, executors)
+
+
+def _cfn(f):
+    c = getattr(f, "_cfn", None)
+    if c is None:
+        raise TypeError(f"expected a function or module returned by thunder.jit, but got {type(f).__name__}")
+    return c
+
+
+def last_traces(f) -> list:
+    """The traces of the last call: computation trace first, final execution trace last."""
+    return list(_cfn(f).last_traces())
+
+
+def cache_hits(f) -> int:
+    return _cfn(f).cache_hits
+
+
+def cache_misses(f) -> int:
+    return _cfn(f).cache_misses
+
+
+def compile_stats(f) -> dict:
+    c = _cfn(f)
+    return {"cache_hits": c.cache_hits, "cache_misses": c.cache_misses}

@@ -1,0 +1,221 @@
+"""The torch executor, as printed traces see it.
+
+Execution traces call PyTorch directly (torch.*, Tensor.*, torch.nn.functional.*) for the torch
+language, and the functions below for prims that PyTorch has no single call for. Each has the
+prim's semantics exactly; the C++ runtime runs the same operations through ATen.
+"""
+
+import functools
+from numbers import Number
+
+import torch
+
+from thunder.core.dtypes import to_torch_dtype
+from thunder.core.devices import to_torch_device
+
+
+def no_autocast(fn):
+    """Runs fn with autocast disabled (execution traces carry their own dtypes)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False):
+            if torch.cuda.is_available():
+                with torch.autocast("cuda", enabled=False):
+                    return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _t(x, like):
+    """A number as a 0-dim tensor promoting like a Python number."""
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.tensor(x, device="cpu")
+
+
+def _unary(f):
+    return lambda a: f(a)
+
+
+for _name in (
+    "abs acos acosh asin asinh atan atanh bitwise_not ceil cos cosh digamma erf erfc erfinv exp exp2 "
+    "expm1 floor isfinite lgamma log log10 log1p log2 neg reciprocal round rsqrt sign signbit sin sinh "
+    "sqrt tan tanh trunc sigmoid real imag"
+).split():
+    globals()[_name] = _unary(getattr(torch, _name))
+
+
+def _binary(f):
+    def op(a, b):
+        like = a if isinstance(a, torch.Tensor) else b
+        return f(_t(a, like), _t(b, like))
+
+    return op
+
+
+for _name in (
+    "add atan2 bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift copysign eq fmod ge "
+    "gt le lt maximum minimum mul ne pow remainder sub logical_and logical_or"
+).split():
+    globals()[_name] = _binary(getattr(torch, _name))
+
+
+def div(a, b):
+    x, y = _t(a, None), _t(b, None)
+    if not (x.is_floating_point() or x.is_complex() or y.is_floating_point() or y.is_complex()):
+        return torch.div(x, y, rounding_mode="trunc")
+    return torch.div(x, y)
+
+
+def where(pred, a, b):
+    like = a if isinstance(a, torch.Tensor) else b
+    out = torch.where(_t(pred, like), _t(a, like), _t(b, like))
+    if isinstance(a, torch.Tensor):
+        return out.to(a.dtype)
+    return out.to(b.dtype) if isinstance(b, torch.Tensor) else out
+
+
+def convert_element_type(a, dtype):
+    return a.to(to_torch_dtype(dtype))
+
+
+def full(shape, fill_value, *, device, dtype):
+    return torch.full(tuple(shape), fill_value, device=to_torch_device(device), dtype=to_torch_dtype(dtype))
+
+
+def iota(length, *, start, step, device, dtype):
+    return torch.arange(start, start + length * step, step, device=to_torch_device(device), dtype=to_torch_dtype(dtype))
+
+
+def uniform(shape, minval, maxval, *, device, dtype):
+    t = torch.empty(tuple(shape), device=to_torch_device(device), dtype=to_torch_dtype(dtype))
+    return t.uniform_(minval, maxval)
+
+
+def broadcast_in_dim(a, shape, broadcast_dimensions):
+    view = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        view[d] = a.shape[i]
+    return a.reshape(view).expand(tuple(shape))
+
+
+def reshape(a, shape):
+    return a.reshape(tuple(shape))
+
+
+def slice(a, start_indices, end_indices, strides=None):
+    strides = strides or [1] * a.ndim
+    for d, (s, e, st) in enumerate(zip(start_indices, end_indices, strides)):
+        a = a.narrow(d, s, e - s)[(builtins_slice(None),) * d + (builtins_slice(None, None, st),)]
+    return a
+
+
+import builtins as _builtins  # noqa: E402
+
+builtins_slice = _builtins.slice
+
+
+def squeeze(a, dims):
+    return torch.squeeze(a, tuple(dims)) if dims else a
+
+
+def transpose(a, permutation):
+    return a.permute(tuple(permutation))
+
+
+def flip(a, dims):
+    return torch.flip(a, tuple(dims))
+
+
+def stride_order(a, order):
+    n = a.ndim
+    by_rank = [0] * n
+    for i, r in enumerate(order):
+        by_rank[r] = i
+    strides, s = [0] * n, 1
+    for r in range(n):
+        strides[by_rank[r]] = s
+        s *= max(a.shape[by_rank[r]], 1)
+    if list(a.stride()) == strides:
+        return a
+    out = torch.empty_strided(a.shape, strides, dtype=a.dtype, device=a.device)
+    return out.copy_(a)
+
+
+def cat(tensors, dim):
+    return torch.cat(tensors, dim)
+
+
+def pad(a, padding_value, padding_config):
+    if any(c[2] > 0 for c in padding_config):
+        shape = [0 if n == 0 else n + (n - 1) * c[2] for n, c in zip(a.shape, padding_config)]
+        big = torch.full(shape, padding_value, dtype=a.dtype, device=a.device)
+        big[tuple(builtins_slice(None, None, c[2] + 1) for c in padding_config)] = a
+        a = big
+    pads = []
+    for lo, hi, _ in reversed(padding_config):
+        pads += [lo, hi]
+    return torch.constant_pad_nd(a, pads, padding_value)
+
+
+def take(a, indices, dim):
+    if a.ndim == 0:
+        return a.clone()
+    return torch.index_select(a, dim, indices.reshape(1) if indices.ndim == 0 else indices)
+
+
+def gather(a, indices, dim):
+    return torch.gather(a, dim, indices)
+
+
+def scatter_add(a, indices, value, dim):
+    return torch.scatter_add(a, dim, indices, value)
+
+
+def sum(a, dims):
+    return torch.sum(a, tuple(dims), dtype=a.dtype) if dims else a.clone()
+
+
+def prod(a, dims):
+    for d in sorted(dims, reverse=True):
+        a = torch.prod(a, d, dtype=a.dtype)
+    return a if dims else a.clone()
+
+
+def amax(a, dims):
+    return torch.amax(a, tuple(dims)) if dims else a.clone()
+
+
+def amin(a, dims):
+    return torch.amin(a, tuple(dims)) if dims else a.clone()
+
+
+def var(a, dims, *, correction):
+    if not dims:
+        return torch.zeros_like(a.real if a.is_complex() else a).div(1.0 - correction)
+    return torch.var(a, tuple(dims), correction=correction)
+
+
+def argmax(a, dim):
+    return torch.argmax(a, dim)
+
+
+def argmin(a, dim):
+    return torch.argmin(a, dim)
+
+
+def matmul(a, b):
+    return torch.matmul(a, b)
+
+
+def linear(a, w, bias):
+    return torch.nn.functional.linear(a, w, bias)
+
+
+def embedding(a, weight, *, padding_idx=None):
+    return torch.nn.functional.embedding(a, weight)
+
+
+del _name

@@ -21,11 +21,11 @@
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "python/module.h"
 
 namespace py = pybind11;
 
 namespace thunder::python {
-namespace {
 
 // ---- Python <-> Value ------------------------------------------------------------------------
 
@@ -34,6 +34,7 @@ struct Hooks {
   py::object makeDevice;  // (str) -> thunder.core.devices.Device
   py::object proxyType;   // thunder.core.proxies.TensorProxy, the Python view of TensorPtr
 };
+namespace {
 Hooks& hooks() {
   static Hooks* h = new Hooks();  // leaked: must outlive the interpreter's teardown
   return *h;
@@ -46,6 +47,7 @@ struct Capture {
   std::unordered_map<const void*, TensorPtr> byImpl;
 };
 thread_local std::vector<Capture*> tlsCaptures;
+}  // namespace
 
 Device fromAtenDevice(const c10::Device& d) {
   if (d.is_cuda()) return {DeviceType::CUDA, d.has_index() ? d.index() : 0};
@@ -63,8 +65,7 @@ TensorPtr proxyFor(const at::Tensor& t, const std::string& name) {
   return p;
 }
 
-Value toValue(py::handle obj);
-
+namespace {
 TensorPtr captureTensor(const at::Tensor& t) {
   THUNDER_CHECK_KIND(!tlsCaptures.empty(), ErrorKind::Type,
                      "a torch.Tensor was passed to a thunder symbol outside of tracing");
@@ -77,6 +78,7 @@ TensorPtr captureTensor(const at::Tensor& t) {
   c.byImpl[t.unsafeGetTensorImpl()] = p;
   return p;
 }
+}  // namespace
 
 Value toValue(py::handle obj) {
   if (obj.is_none()) return Value();
@@ -155,6 +157,8 @@ py::object fromValue(const Value& v) {
   }
   return py::none();
 }
+
+namespace {
 
 // ---- pytrees ---------------------------------------------------------------------------------
 
@@ -380,6 +384,8 @@ std::vector<Executor*> resolveExecutors(const std::vector<std::string>& names) {
 }
 
 /// The pipeline after acquisition: dce, claiming, del_last_used. Returns every trace, in order.
+}  // namespace
+
 std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach) {
@@ -400,7 +406,11 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   return traces;
 }
 
-}  // namespace
+std::vector<std::function<void(py::module_&)>>& moduleInits() {
+  static std::vector<std::function<void(py::module_&)>> inits;
+  return inits;
+}
+
 }  // namespace thunder::python
 
 using namespace thunder;
@@ -409,6 +419,7 @@ using namespace thunder::python;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "thunder's C++ core";
   runtime::registerTorchExecutor();
+  for (auto& init : moduleInits()) init(m);
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -466,6 +477,7 @@ PYBIND11_MODULE(_C, m) {
       })
       .def("set_output", [](Trace& t, py::handle out) { t.output = toValue(out); })
       .def_property_readonly("provenance", [](const Trace& t) { return t.provenance; })
+      .def("set_provenance", [](Trace& t, const std::string& p) { t.provenance = p; })
       .def_property_readonly("inputs", [](const Trace& t) { return t.inputs; })
       .def_property_readonly("num_bound_symbols", [](const Trace& t) { return t.bsyms.size(); })
       .def_property_readonly("bound_symbol_names", [](const Trace& t) {

@@ -356,7 +356,7 @@ void registerLTorchKernels() {
     return a.isTensor(2) ? at::lerp(a.t(0), a.t(1), a.t(2)) : at::lerp(a.t(0), a.t(1), a.s(2));
   }, firstTwoTensors);
   const char* F = "torch.nn.functional";
-  impl("ltorch.relu", "torch", "relu", [](K& a) -> c10::IValue { return at::relu(a.t(0)); });
+  impl("ltorch.relu", F, "relu", [](K& a) -> c10::IValue { return at::relu(a.t(0)); });
   impl("ltorch.relu6", F, "relu6", [](K& a) -> c10::IValue { return at::hardtanh(a.t(0), 0, 6); });
   impl("ltorch.gelu", F, "gelu", [](K& a) -> c10::IValue { return at::gelu(a.t(0), a.str(1)); });
   impl("ltorch.silu", F, "silu", [](K& a) -> c10::IValue { return at::silu(a.t(0)); });

@@ -51,6 +51,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             else:
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
+        trace.set_provenance("Constructed by Trace acquisition")
         with ThunderTorchMode():
             out = fn(*pargs, **pkwargs)
         trace.set_output(out)

@@ -129,14 +129,14 @@ Value meta_full(const std::vector<Value>& args) {
   checkValidShape(shape, "prims.full");
   THUNDER_CHECK_KIND(args[1].isNumber(), ErrorKind::Type,
                      "prims.full: expected 'fill_value' to be a number, but got ", describe(args[1]));
-  return newTensor(shape, args[4].toDType(), args[3].toDevice());
+  return newTensor(shape, args[3].toDType(), args[2].toDevice());
 }
 
 Value meta_iota(const std::vector<Value>& args) {
   int64_t length = args[0].toInt();
   THUNDER_CHECK(length >= 0, "prims.iota: expected a non-negative length, but got ", length);
   THUNDER_CHECK(args[2].toInt() != 0, "prims.iota: step must be nonzero");
-  return newTensor({length}, args[5].toDType(), args[4].toDevice());
+  return newTensor({length}, args[4].toDType(), args[3].toDevice());
 }
 
 Value meta_uniform(const std::vector<Value>& args) {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-import torch
+import torch as pytorch
 
 from thunder import _C
 from thunder.core import devices, dtypes
@@ -41,7 +41,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         new_leaves = []
         counter = 0
         for i, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, pytorch.Tensor):
                 name = input_names[i] if i < len(input_names) and input_names[i] else None
                 if name is None:
                     name = f"t_{counter}"
@@ -85,10 +85,10 @@ def _sanitize(name: str) -> str:
     return "t_" + "".join(c if c.isalnum() else "_" for c in name)
 
 
-class ThunderModule(torch.nn.Module):
+class ThunderModule(pytorch.nn.Module):
     """A jitted nn.Module: parameters and buffers become inputs of the trace."""
 
-    def __init__(self, module: torch.nn.Module, executors=None):
+    def __init__(self, module: pytorch.nn.Module, executors=None):
         super().__init__()
         self._model = module
         self._executors = _executor_names(executors)
@@ -140,11 +140,11 @@ def _dump(traces):
             print(t)
 
 
-def jit(fn: Callable | torch.nn.Module, executors=None, **kwargs) -> Any:
+def jit(fn: Callable | pytorch.nn.Module, executors=None, **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original."""
     if kwargs:
         raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
-    if isinstance(fn, torch.nn.Module):
+    if isinstance(fn, pytorch.nn.Module):
         return ThunderModule(fn, executors)
     if not callable(fn):
         raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
@@ -174,3 +174,7 @@ def cache_misses(f) -> int:
 def compile_stats(f) -> dict:
     c = _cfn(f)
     return {"cache_hits": c.cache_hits, "cache_misses": c.cache_misses}
+
+# The torch language, importable as thunder.torch (which is why PyTorch is `pytorch` above).
+import thunder.torch  # noqa: E402,F401
+import thunder.core.prims  # noqa: E402,F401

@@ -53,10 +53,20 @@ def _has_proxy(x) -> bool:
 
 
 def _qualname(func) -> str:
+    """The public name of a torch callable ("torch.cumsum", "torch.Tensor.add_")."""
+    for prefix, namespace in (
+        ("torch", torch),
+        ("torch.Tensor", torch.Tensor),
+        ("torch.nn.functional", torch.nn.functional),
+        ("torch.special", torch.special),
+        ("torch.linalg", torch.linalg),
+        ("torch.fft", torch.fft),
+    ):
+        name = getattr(func, "__name__", None)
+        if name is not None and getattr(namespace, name, None) is func:
+            return f"{prefix}.{name}"
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    if mod in ("torch._C._VariableFunctions", "torch._C._TensorBase", "torch._tensor", "torch._C") or "Tensor" in name:
-        return f"torch.Tensor.{name.split('.')[-1]}" if "Tensor" in name or mod.endswith("TensorBase") else f"torch.{name}"
     return f"{mod}.{name}" if mod else name
 
 

@@ -62,6 +62,7 @@ Value binaryMeta(const std::string& op, const char* kinds, OutRule rule, const V
   checkKind(op, kinds, a, "a");
   checkKind(op, kinds, b, "b");
   const TensorProxy* ref = a.isTensor() ? &a.tensor() : &b.tensor();
+  Device device = ref->device;
   if (a.isTensor() && b.isTensor()) {
     const TensorProxy &ta = a.tensor(), &tb = b.tensor();
     THUNDER_CHECK(ta.shape == tb.shape, op, ": expected tensors of the same shape, but a is ",
@@ -69,9 +70,10 @@ Value binaryMeta(const std::string& op, const char* kinds, OutRule rule, const V
     THUNDER_CHECK_KIND(ta.dtype == tb.dtype, ErrorKind::Type, op,
                        ": expected tensors of the same dtype, but a is ", dtypeName(ta.dtype),
                        " and b is ", dtypeName(tb.dtype));
-    commonDevice({a, b}, op);
+    // A 0-dim CPU tensor may meet a tensor on another device; the result lives there.
+    device = commonDevice({a, b}, op);
   }
-  return newTensor(ref->shape, outDType(rule, ref->dtype), ref->device);
+  return newTensor(ref->shape, outDType(rule, ref->dtype), device);
 }
 
 const TensorProxy& tensorArg(const Value& v, const char* op, const char* arg) {
@@ -112,6 +114,10 @@ Value meta_where(const std::vector<Value>& args) {
   } else {
     THUNDER_CHECK_KIND(a.isNumber() && b.isNumber(), ErrorKind::Type, op,
                        ": expected 'a' and 'b' to be tensors or numbers");
+    // No type promotion in a prim: two numbers must be of one Python type.
+    THUNDER_CHECK_KIND(a.numberDType() == b.numberDType(), ErrorKind::Type, op,
+                       ": expected 'a' and 'b' of the same dtype, but got ",
+                       dtypeName(a.numberDType()), " and ", dtypeName(b.numberDType()));
     dt = a.numberDType();
     if (dt == DType::Float64) dt = DType::Float32;
   }
@@ -344,13 +350,18 @@ Value meta_scatter_add(const std::vector<Value>& args) {
   const TensorProxy& idx = tensorArg(args[1], "scatter_add", "indices");
   const TensorProxy& val = tensorArg(args[2], "scatter_add", "value");
   checkIndexDType(idx, op);
-  canonicalizeDim(a.ndim(), args[3].toInt(), op);
+  int64_t dim = canonicalizeDim(a.ndim(), args[3].toInt(), op);
   THUNDER_CHECK(idx.ndim() == a.ndim() && val.ndim() == a.ndim(), op,
                 ": expected a, indices and value with the same number of dimensions, but got ",
                 shapeStr(a.shape), ", ", shapeStr(idx.shape), " and ", shapeStr(val.shape));
-  for (int64_t d = 0; d < a.ndim(); ++d)
+  // As torch.scatter_add: indices no larger than value anywhere, nor than a outside `dim`.
+  for (int64_t d = 0; d < a.ndim(); ++d) {
     THUNDER_CHECK(idx.shape[d] <= val.shape[d], op, ": indices of shape ", shapeStr(idx.shape),
                   " exceed value's shape ", shapeStr(val.shape), " in dimension ", d);
+    THUNDER_CHECK(d == dim || idx.shape[d] <= a.shape[d], op, ": indices of shape ",
+                  shapeStr(idx.shape), " exceed the input's shape ", shapeStr(a.shape),
+                  " in dimension ", d);
+  }
   THUNDER_CHECK_KIND(a.dtype == val.dtype, ErrorKind::Type, op,
                      ": expected a and value of the same dtype, but got ", dtypeName(a.dtype),
                      " and ", dtypeName(val.dtype));

@@ -70,6 +70,10 @@ class Claimer {
       if (!impl) continue;
       if (impl->executionTransform) {
         applyTransform(b, *impl, i);
+      } else if (impl->execSymbol == b.sym) {
+        // An executor's own operator (multimul claimed by its executor) stays as it was traced,
+        // its decomposition kept as subsymbols.
+        out_.bsyms.push_back(b);
       } else {
         BoundSymbol claimed;
         claimed.sym = impl->execSymbol;

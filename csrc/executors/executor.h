@@ -15,7 +15,8 @@ namespace thunder {
 
 /// How an executor runs one symbol.
 struct Implementation {
-  /// The symbol the claimed call becomes; it prints the call ("torch.mul", "multimul").
+  /// The symbol the claimed call becomes; it prints the call ("torch.mul", "multimul"). When it
+  /// is the call's own symbol (an executor's operator), the call is kept as traced.
   const Symbol* execSymbol = nullptr;
   /// Accepts or declines a bound symbol; empty accepts all.
   std::function<bool(const BoundSymbol&)> checker;

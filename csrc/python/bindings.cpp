@@ -419,7 +419,6 @@ using namespace thunder::python;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "thunder's C++ core";
   runtime::registerTorchExecutor();
-  for (auto& init : moduleInits()) init(m);
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -538,4 +537,6 @@ PYBIND11_MODULE(_C, m) {
     return n;
   });
   m.def("execution_python", [](const std::shared_ptr<Trace>& t) { return printTrace(*t); });
+  // Last, so that other translation units can extend the classes bound above.
+  for (auto& init : moduleInits()) init(m);
 }

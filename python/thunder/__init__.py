@@ -23,11 +23,15 @@ _C.set_hooks(Device)
 
 
 def _executor_names(executors) -> list[str]:
+    if executors is None:
+        from thunder.extend import get_default_executors
+
+        executors = get_default_executors()
     names = []
-    for ex in executors or ():
+    for ex in executors:
         names.append(ex if isinstance(ex, str) else ex.name)
-    if "torch" not in names:
-        names.append("torch")
+    # The torch executor takes whatever the others leave, so it is always there, last.
+    names = [n for n in names if n != "torch"] + ["torch"]
     return names
 
 

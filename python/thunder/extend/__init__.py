@@ -73,7 +73,7 @@ def _error(what: str, e: BaseException) -> BaseException:
         new = type(e)(msg)
     except Exception:
         new = RuntimeError(msg)
-    if not isinstance(new, Exception) or str(new) != msg:
+    if not isinstance(new, Exception) or new.args != (msg,):
         new = RuntimeError(msg)
     return new
 

@@ -30,10 +30,21 @@ std::vector<Value> Symbol::bind(std::vector<Value> args,
     }
     filled[i] = true;
   }
-  THUNDER_CHECK_KIND(nextArg == args.size(), ErrorKind::Type, id(), "() takes ",
-                     std::count_if(params.begin(), params.end(),
-                                   [](const Param& p) { return !p.kwOnly; }),
-                     " positional arguments but ", args.size(), " were given");
+  if (nextArg != args.size()) {
+    // Python's wording: "f() takes 2 positional arguments but 3 were given",
+    // "f() takes from 1 to 3 positional arguments but 4 were given".
+    size_t most = 0, required = 0;
+    for (const Param& p : params) {
+      if (p.kwOnly) continue;
+      ++most;
+      if (!p.hasDefault) ++required;
+    }
+    std::string takes = required == most ? std::to_string(most)
+                                         : str("from ", required, " to ", most);
+    throw Error(ErrorKind::Type, str(id(), "() takes ", takes, " positional argument",
+                                     most == 1 ? "" : "s", " but ", args.size(),
+                                     args.size() == 1 ? " was" : " were", " given"));
+  }
   for (const auto& [key, v] : kwargs) {
     auto it = std::find_if(params.begin(), params.end(),
                            [&](const Param& p) { return p.name == key; });
@@ -45,11 +56,29 @@ std::vector<Value> Symbol::bind(std::vector<Value> args,
     out[i] = v;
     filled[i] = true;
   }
+  std::vector<std::string> missingPositional, missingKeyword;
   for (size_t i = 0; i < params.size(); ++i) {
     if (filled[i]) continue;
-    THUNDER_CHECK_KIND(params[i].hasDefault, ErrorKind::Type, id(),
-                       "() missing required argument '", params[i].name, "'");
-    out[i] = params[i].defaultValue;
+    if (params[i].hasDefault) {
+      out[i] = params[i].defaultValue;
+      continue;
+    }
+    (params[i].kwOnly ? missingKeyword : missingPositional).push_back("'" + params[i].name + "'");
+  }
+  // Python's wording: "f() missing 2 required positional arguments: 'a' and 'b'"; keyword-only
+  // arguments are reported once no positional one is missing.
+  bool positional = !missingPositional.empty();
+  const std::vector<std::string>& missing = positional ? missingPositional : missingKeyword;
+  if (!missing.empty()) {
+    std::string names;
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (i) names += missing.size() == 2 ? " and " : (i + 1 == missing.size() ? ", and " : ", ");
+      names += missing[i];
+    }
+    throw Error(ErrorKind::Type,
+                str(id(), "() missing ", missing.size(), " required ",
+                    positional ? "positional" : "keyword-only", " argument",
+                    missing.size() == 1 ? "" : "s", ": ", names));
   }
   return out;
 }
@@ -94,6 +123,8 @@ std::vector<Param> parseSignature(const std::string& sig) {
     if (!name.empty() && name[0] == '*') {
       p.varargs = true;
       name = name.substr(1);
+      // As in Python, the parameters after `*name` can only be passed by keyword.
+      kwOnly = true;
     }
     p.name = name;
     if (eq != std::string::npos) {

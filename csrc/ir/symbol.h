@@ -72,13 +72,15 @@ class Symbol {
   bool hasTag(Tag t) const { return (tags & t) != 0; }
 
   /// Binds Python-style positional and keyword arguments to the signature: returns one value per
-  /// parameter. Throws a TypeError naming the symbol on a missing, surplus or unknown argument.
+  /// parameter. Throws a TypeError naming the symbol on a missing, surplus, duplicate or unknown
+  /// argument, worded as Python's ("add() missing 1 required positional argument: 'b'").
   std::vector<Value> bind(std::vector<Value> args,
                           const std::vector<std::pair<std::string, Value>>& kwargs) const;
 };
 
 /// Parses a compact signature "a, b, /, dim=None, *, keepdim=False, dtype=None": defaults are
-/// None, True/False, ints, floats or quoted strings; `*name` marks a varargs parameter.
+/// None, True/False, ints, floats or quoted strings; `*name` marks a varargs parameter, after
+/// which parameters are keyword-only, as in Python.
 std::vector<Param> parseSignature(const std::string& sig);
 
 /// Owns every symbol, looked up by id.

@@ -107,14 +107,21 @@ class Claimer {
     std::vector<TensorPtr> produced, expected;
     result.collectTensors(produced);
     b.output.collectTensors(expected);
-    THUNDER_CHECK(produced.size() == expected.size(), "the execution transform for ", b.sym->id(),
-                  " returned ", produced.size(), " tensors, but the call has ", expected.size(),
-                  " outputs");
+    const std::string what =
+        "executor '" + executors_[exIndex]->name() + "': the execution transform for " + b.sym->id();
+    THUNDER_CHECK(produced.size() == expected.size(), what, " returned ", produced.size(),
+                  " tensors, but the call has ", expected.size(), " outputs");
+    std::vector<TensorPtr> made;
+    for (const BoundSymbol& sub : scratch.bsyms) sub.output.collectTensors(made);
     for (size_t i = 0; i < produced.size(); ++i) {
+      // Renaming a tensor the transform did not make (an input passed through) would rename it
+      // everywhere it is used.
+      THUNDER_CHECK(std::find(made.begin(), made.end(), produced[i]) != made.end(), what,
+                    " returned ", produced[i]->name, " for output ", expected[i]->name,
+                    ", but did not compute it; return the result of a call instead");
       THUNDER_CHECK(produced[i]->shape == expected[i]->shape && produced[i]->dtype == expected[i]->dtype,
-                    "the execution transform for ", b.sym->id(), " returned ",
-                    produced[i]->typeString(), " for output ", expected[i]->name, " of type ",
-                    expected[i]->typeString());
+                    what, " returned ", produced[i]->typeString(), " for output ",
+                    expected[i]->name, " of type ", expected[i]->typeString());
       produced[i]->name = expected[i]->name;
     }
     for (const BoundSymbol& sub : scratch.bsyms) {

@@ -510,3 +510,15 @@ def test_fusion_executor_pass():
     plain = FusionExecutor(f"plainfusion{next(_ids)}")
     with pytest.raises(NotImplementedError, match="define fusion_pass"):
         thunder.jit(lambda a: a.sin(), executors=[plain])(x)
+
+
+def test_execution_transform_that_returns_its_input():
+    ex = fresh()
+    ex.register_implementation(ltorch.exp, execution_transform=lambda a: a)
+    jf = thunder.jit(lambda a: a.exp() * 2, executors=[ex])
+    with pytest.raises(RuntimeError, match=f"executor '{ex.name}': the execution transform for ltorch.exp returned t_0 for output t0, but did not compute it"):
+        jf(x)
+    ex.register_implementation(ltorch.exp, execution_transform=lambda a: (a * 0.5).exp() ** 2)
+    torch.testing.assert_close(jf(x), x.exp() * 2)
+    heads = [l.split(" = ", 1)[1].split("(")[0] for l in call_lines(jf)]
+    assert heads == ["torch.mul", "torch.exp", "torch.pow", "torch.mul"]

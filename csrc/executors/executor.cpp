@@ -59,7 +59,8 @@ class Claimer {
   Claimer(Trace& out, const std::vector<Executor*>& executors) : out_(out), executors_(executors) {}
 
   void claim(const BoundSymbol& b, size_t firstExecutor) {
-    if (b.sym->hasTag(kDel)) {
+    if (b.sym->hasTag(kDel) || isActive(b.sym->executor)) {
+      // Already an executor's call (a fusion, or an active executor's own operator).
       out_.bsyms.push_back(b);
       return;
     }
@@ -128,6 +129,13 @@ class Claimer {
       bool same = sub.sym == b.sym;
       claim(sub, same ? exIndex + 1 : 0);
     }
+  }
+
+  bool isActive(const std::string& executor) const {
+    if (executor.empty()) return false;
+    for (const Executor* ex : executors_)
+      if (ex->name() == executor) return true;
+    return false;
   }
 
   Trace& out_;

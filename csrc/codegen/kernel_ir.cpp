@@ -1,0 +1,309 @@
+#include "codegen/kernel_ir.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "codegen/python_printer.h"
+#include "ir/error.h"
+
+namespace thunder::codegen {
+namespace {
+
+const std::set<std::string> kUnary = {
+    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "bitwise_not", "ceil", "cos",
+    "cosh", "erf", "erfc", "exp", "exp2", "expm1", "floor", "isfinite", "lgamma", "log",
+    "log10", "log1p", "log2", "neg", "reciprocal", "round", "rsqrt", "sign", "signbit", "sin",
+    "sinh", "sqrt", "tan", "tanh", "trunc", "sigmoid"};
+const std::set<std::string> kBinary = {
+    "add", "sub", "mul", "div", "pow", "atan2", "maximum", "minimum", "eq", "ne", "lt", "le",
+    "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "fmod",
+    "remainder", "copysign"};
+const std::set<std::string> kFloatOnly = {
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf", "erfc",
+    "exp", "exp2", "expm1", "floor", "lgamma", "log", "log10", "log1p", "log2", "reciprocal",
+    "round", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "sigmoid", "atan2",
+    "copysign", "pow", "div"};
+
+bool dtypeOk(DType d) { return !isComplex(d); }
+
+}  // namespace
+
+bool isFusiblePrim(const BoundSymbol& b) {
+  if (!b.sym->isPrim()) return false;
+  const std::string& n = b.sym->name;
+  for (const TensorPtr& t : b.inputTensors())
+    if (!dtypeOk(t->dtype)) return false;
+  for (const TensorPtr& t : b.outputTensors())
+    if (!dtypeOk(t->dtype)) return false;
+  for (const Value& a : b.args)
+    if (a.isComplex()) return false;
+  std::vector<TensorPtr> ins = b.inputTensors();
+  DType inDt = ins.empty() ? DType::Float32 : ins[0]->dtype;
+  if (kUnary.count(n) || kBinary.count(n)) {
+    if (kFloatOnly.count(n) && !isFloating(inDt)) return false;
+    return true;
+  }
+  if (n == "where" || n == "convert_element_type" || n == "broadcast_in_dim") return true;
+  if (n == "sum" || n == "amax" || n == "amin" || n == "var") {
+    // Row reductions over the last dimension only.
+    const TensorProxy& a = b.args[0].tensor();
+    std::vector<int64_t> dims = b.args[1].toInts();
+    // Block reductions shuffle 32- and 64-bit values only; ltorch computes 16-bit floats in f32.
+    if (a.dtype != DType::Float32 && a.dtype != DType::Float64 &&
+        (n == "sum" || n == "var" || (a.dtype != DType::Int32 && a.dtype != DType::Int64)))
+      return false;
+    return a.ndim() >= 1 && dims.size() == 1 && dims[0] == a.ndim() - 1 && a.shape.back() > 0;
+  }
+  return false;
+}
+
+std::string registerType(DType d, bool cuda) {
+  switch (d) {
+    case DType::Bool: return "bool";
+    case DType::UInt8: return "uint8_t";
+    case DType::Int8: return "int8_t";
+    case DType::Int16: return "int16_t";
+    case DType::Int32: return "int32_t";
+    case DType::Int64: return "int64_t";
+    case DType::BFloat16:
+    case DType::Float16:
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    default: throw InternalError("codegen: no register type for " + std::string(dtypeName(d)));
+  }
+}
+
+std::string storageType(DType d, bool cuda) {
+  if (d == DType::BFloat16 || d == DType::Float16) return "uint16_t";
+  return registerType(d, cuda);
+}
+
+namespace {
+
+/// Lowers tensors to nodes, memoized on (tensor, dimension map from iteration dims).
+class Lowering {
+ public:
+  Lowering(KernelProgram& prog, const std::vector<BoundSymbol>& prims,
+           const std::vector<TensorPtr>& inputs)
+      : prog_(prog) {
+    for (const BoundSymbol& b : prims)
+      for (const TensorPtr& t : b.outputTensors()) producer_[t.get()] = &b;
+    for (size_t i = 0; i < inputs.size(); ++i) inputIndex_[inputs[i].get()] = static_cast<int>(i);
+  }
+
+  /// The node computing tensor t at iteration index, where dimMap[d] is the dim of t read by
+  /// iteration dim d (-1: not read).
+  int lower(const TensorPtr& t, const std::vector<int>& dimMap) {
+    auto key = std::make_pair(t.get(), dimMap);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    int id = build(t, dimMap);
+    memo_[key] = id;
+    return id;
+  }
+
+  std::string whyNot;
+
+ private:
+  int add(KNode n) {
+    prog_.nodes.push_back(std::move(n));
+    return static_cast<int>(prog_.nodes.size()) - 1;
+  }
+
+  int constant(const Value& v, DType dt) {
+    KNode n;
+    n.kind = KNode::Kind::Const;
+    n.dtype = dt;
+    if (v.isBool()) {
+      n.literal = v.toBool() ? "true" : "false";
+    } else if (v.isInt() && !isFloating(dt)) {
+      n.literal = std::to_string(v.toInt());
+    } else {
+      double x = v.toDouble();
+      if (std::isinf(x)) n.literal = x > 0 ? "THUNDER_INF" : "(-THUNDER_INF)";
+      else if (std::isnan(x)) n.literal = "THUNDER_NAN";
+      else {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", x);
+        n.literal = buf;
+        if (n.literal.find_first_of(".eE") == std::string::npos) n.literal += ".0";
+      }
+    }
+    return add(std::move(n));
+  }
+
+  int build(const TensorPtr& t, const std::vector<int>& dimMap) {
+    auto in = inputIndex_.find(t.get());
+    if (in != inputIndex_.end()) {
+      KInput k{t, dimMap};
+      for (int& d : k.dimMap)
+        if (d >= 0 && t->shape[d] == 1) d = -1;  // a length-1 dim broadcasts
+      int idx = -1;
+      for (size_t i = 0; i < prog_.inputs.size(); ++i)
+        if (prog_.inputs[i].tensor == t && prog_.inputs[i].dimMap == k.dimMap) idx = static_cast<int>(i);
+      if (idx < 0) {
+        prog_.inputs.push_back(k);
+        idx = static_cast<int>(prog_.inputs.size()) - 1;
+      }
+      KNode n;
+      n.kind = KNode::Kind::Load;
+      n.input = idx;
+      n.dtype = t->dtype;
+      return add(std::move(n));
+    }
+    auto pr = producer_.find(t.get());
+    THUNDER_INTERNAL(pr != producer_.end(), "fusion: ", t->name, " has no producer in the region");
+    const BoundSymbol& b = *pr->second;
+    const std::string& op = b.sym->name;
+    if (op == "broadcast_in_dim") {
+      const TensorPtr& src = b.args[0].toTensor();
+      std::vector<int64_t> bdims = b.args[2].toInts();
+      std::vector<int> inner(dimMap.size(), -1);
+      for (size_t d = 0; d < dimMap.size(); ++d) {
+        if (dimMap[d] < 0) continue;
+        for (size_t i = 0; i < bdims.size(); ++i)
+          if (bdims[i] == dimMap[d] && src->shape[i] != 1) inner[d] = static_cast<int>(i);
+      }
+      return lower(src, inner);
+    }
+    if (op == "sum" || op == "amax" || op == "amin" || op == "var") {
+      // Reduced values are read per row: the reduced tensor's dims are the leading iteration dims.
+      const TensorPtr& src = b.args[0].toTensor();
+      int rank = static_cast<int>(prog_.iterShape.size());
+      if (src->shape != prog_.iterShape) {
+        whyNot = "a reduction whose input is not of the iteration shape";
+        return -1;
+      }
+      std::vector<int> full(rank);
+      for (int d = 0; d < rank; ++d) full[d] = d;
+      int x = lower(src, full);
+      if (x < 0) return -1;
+      if (op != "var") return reduce(op, x, src->dtype);
+      // var = sum((x - mean)^2) / (N - correction), mean = sum(x) / N
+      int n = rowLength(src->dtype);
+      int mean = binary("div", reduce("sum", x, src->dtype), n, src->dtype);
+      int d = binary("sub", x, mean, src->dtype);
+      int ss = reduce("sum", binary("mul", d, d, src->dtype), src->dtype);
+      int denom = binary("sub", n, constant(Value(b.args[2].toDouble()), src->dtype), src->dtype);
+      return binary("div", ss, denom, src->dtype);
+    }
+    KNode n;
+    n.kind = KNode::Kind::Op;
+    n.op = op;
+    n.dtype = t->dtype;
+    DType peer = t->dtype;
+    for (const Value& a : b.args)
+      if (a.isTensor()) peer = a.tensor().dtype;
+    if (op == "convert_element_type") {
+      int x = lower(b.args[0].toTensor(), dimMap);
+      if (x < 0) return -1;
+      n.operands = {x};
+    } else {
+      // Elementwise: operands have t's shape, so they are read through the same map.
+      for (size_t i = 0; i < b.args.size(); ++i) {
+        const Value& a = b.args[i];
+        int x;
+        if (a.isTensor()) {
+          x = lower(a.toTensor(), dimMap);
+        } else {
+          DType cdt = op == "where" && i == 0 ? DType::Bool : peer;
+          x = constant(a, cdt);
+        }
+        if (x < 0) return -1;
+        n.operands.push_back(x);
+      }
+    }
+    return finish(std::move(n));
+  }
+
+  int finish(KNode n) {
+    for (int o : n.operands) n.phase = std::max(n.phase, prog_.nodes[o].phase);
+    return add(std::move(n));
+  }
+
+  int binary(const char* op, int a, int b, DType dt) {
+    KNode n;
+    n.op = op;
+    n.dtype = dt;
+    n.operands = {a, b};
+    return finish(std::move(n));
+  }
+
+  int reduce(const std::string& op, int x, DType dt) {
+    KNode n;
+    n.kind = KNode::Kind::Reduce;
+    n.op = op;
+    n.dtype = dt;
+    n.operands = {x};
+    n.phase = prog_.nodes[x].phase + 1;
+    prog_.numPhases = std::max(prog_.numPhases, n.phase);
+    return add(std::move(n));
+  }
+
+  int rowLength(DType dt) {
+    KNode n;
+    n.kind = KNode::Kind::Const;
+    n.dtype = dt;
+    n.literal = "THUNDER_ROW_LEN";
+    return add(std::move(n));
+  }
+
+  KernelProgram& prog_;
+  std::map<const TensorProxy*, const BoundSymbol*> producer_;
+  std::map<const TensorProxy*, int> inputIndex_;
+  std::map<std::pair<const TensorProxy*, std::vector<int>>, int> memo_;
+};
+
+}  // namespace
+
+bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
+                 const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& outputs,
+                 KernelProgram& out, std::string& whyNot) {
+  out = KernelProgram{};
+  out.name = name;
+  // The iteration shape: the largest shape among the values the region computes or reduces.
+  for (const BoundSymbol& b : prims) {
+    for (const TensorPtr& t : b.outputTensors())
+      if (t->ndim() > static_cast<int64_t>(out.iterShape.size())) out.iterShape = t->shape;
+    if (b.sym->hasTag(kReductionOp)) {
+      const TensorProxy& a = b.args[0].tensor();
+      if (a.ndim() >= static_cast<int64_t>(out.iterShape.size())) out.iterShape = a.shape;
+    }
+  }
+  Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);
+  Lowering low(out, prims, inputs);
+  int rank = static_cast<int>(out.iterShape.size());
+  for (const TensorPtr& t : outputs) {
+    std::vector<int> map(rank, -1);
+    bool isReduced;
+    if (t->shape == out.iterShape) {
+      for (int d = 0; d < rank; ++d) map[d] = d;
+      isReduced = false;
+    } else if (rank > 0 && t->shape == reduced) {
+      for (int d = 0; d + 1 < rank; ++d) map[d] = d;
+      isReduced = true;
+    } else {
+      whyNot = "output " + t->name + " has shape " + t->typeString() + ", not the iteration shape";
+      return false;
+    }
+    int node = low.lower(t, map);
+    if (node < 0) {
+      whyNot = low.whyNot;
+      return false;
+    }
+    if (!isReduced && out.hasReduction() == false) {
+      // fine: pointwise output
+    }
+    out.outputs.push_back({t, node, isReduced});
+  }
+  for (const KOutput& o : out.outputs)
+    if (o.reduced && !out.hasReduction()) {
+      whyNot = "a reduced-shape output without a reduction";
+      return false;
+    }
+  return true;
+}
+
+}  // namespace thunder::codegen

@@ -1,0 +1,75 @@
+// The kernel IR of a fusion region: a scalar SSA program evaluated at each element of the
+// region's iteration space, with loads from inputs (through stride maps), optional row
+// reductions over the last dimension, and stores to outputs. Both code generators (CUDA, C++)
+// emit from this one form.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/trace.h"
+
+namespace thunder::codegen {
+
+/// One scalar operation.
+struct KNode {
+  enum class Kind : uint8_t { Load, Const, Op, Reduce };
+  Kind kind = Kind::Op;
+  /// The prim name for Op ("add", "exp", "where", "convert_element_type") or the reduction
+  /// ("sum", "amax", "amin") for Reduce.
+  std::string op;
+  /// The value's dtype (low-precision floats are held in float registers).
+  DType dtype = DType::Float32;
+  std::vector<int> operands;
+  /// Load: the index of the kernel input.
+  int input = -1;
+  /// Const: the literal, printed exactly.
+  std::string literal;
+  /// How many row reductions this value depends on (0: computable in the first pass).
+  int phase = 0;
+};
+
+/// A kernel input: a region input tensor as seen at the iteration shape. Strides are runtime
+/// arguments (zero on broadcast dimensions), so one compiled kernel serves every shape of the
+/// same rank.
+struct KInput {
+  TensorPtr tensor;
+  /// For each iteration dimension, the input dimension it reads (-1 for a broadcast dimension).
+  std::vector<int> dimMap;
+};
+
+/// A kernel output: the node whose value is stored, and whether it has the reduced shape.
+struct KOutput {
+  TensorPtr tensor;
+  int node = -1;
+  bool reduced = false;
+};
+
+/// A whole fused region lowered to scalar code.
+struct KernelProgram {
+  std::string name;
+  /// The iteration shape: every full-size value has it; reduced values drop the last dim.
+  Shape iterShape;
+  std::vector<KInput> inputs;
+  std::vector<KNode> nodes;
+  std::vector<KOutput> outputs;
+  /// Number of row reductions chained in sequence (0 for a pointwise kernel).
+  int numPhases = 0;
+  bool hasReduction() const { return numPhases > 0; }
+};
+
+/// Whether the code generators can compute a prim on a dtype.
+bool isFusiblePrim(const BoundSymbol& b);
+
+/// Lowers the prims of a region to a kernel program; returns false (with a reason) when the
+/// region's shapes do not form one iteration space (then it is not fused).
+bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
+                 const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& outputs,
+                 KernelProgram& out, std::string& whyNot);
+
+/// The C type a dtype is held in registers ("float" for bf16/f16).
+std::string registerType(DType d, bool cuda);
+/// The C type a dtype is stored in memory.
+std::string storageType(DType d, bool cuda);
+
+}  // namespace thunder::codegen

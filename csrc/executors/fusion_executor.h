@@ -1,0 +1,41 @@
+// The fusion executor: partitions a trace into regions of fusible prims and replaces each by one
+// generated kernel (CUDA via NVRTC, C++ via the system compiler). This is the compile-time half;
+// the runtime (csrc/runtime/fusion_runtime.cpp) compiles and launches the kernels.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "codegen/kernel_ir.h"
+#include "executors/executor.h"
+#include "transforms/fusion_partition.h"
+
+namespace thunder {
+
+/// Makes the executable symbol of a lowered region ("cudaFusion0"), with its kernel attached.
+/// `inputs` are the fused call's arguments, in order.
+using FusionCompiler = std::function<const Symbol*(const codegen::KernelProgram&, Device,
+                                                   const std::vector<TensorPtr>& inputs)>;
+
+/// The fuser.
+class FusionExecutor : public Executor {
+ public:
+  /// `cpu`: also fuse CPU regions (C++ kernels built by the system compiler take about a second
+  /// each on a cold cache), not only CUDA ones.
+  FusionExecutor(std::string name, FusionCompiler compiler, bool cpu)
+      : Executor(std::move(name)), compiler_(std::move(compiler)), cpu_(cpu) {}
+  bool isFusion() const override { return true; }
+  /// Replaces each region worth a kernel by one bound symbol printed as
+  /// `[t2, t5] = cudaFusion0(t0, t1)`, its prims kept as nested comments.
+  Trace fusionPass(const Trace& trace) const override;
+
+ private:
+  FusionCompiler compiler_;
+  bool cpu_;
+};
+
+/// Whether a region is worth a kernel: it computes at least two ops (a lone shape op or a lone
+/// elementwise op runs as well through the torch executor, seed 002), on one CUDA or CPU device.
+bool worthFusing(const FusionRegion& region);
+
+}  // namespace thunder

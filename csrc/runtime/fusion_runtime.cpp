@@ -1,0 +1,472 @@
+#include "runtime/fusion_runtime.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "codegen/fusion_codegen.h"
+#include "executors/fusion_executor.h"
+#include "ir/error.h"
+#include "runtime/kernels.h"
+
+namespace thunder::runtime {
+namespace {
+
+using codegen::KernelProgram;
+
+std::atomic<int> gCompiled{0}, gDiskHits{0};
+
+std::string cacheDir(const std::string& sub) {
+  const char* env = std::getenv("THUNDER_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  std::string dir = env ? env : std::string(home ? home : "/tmp") + "/.cache/thunder";
+  dir += "/" + sub;
+  std::string partial;
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/') mkdir(dir.substr(0, i).c_str(), 0755);
+  return dir;
+}
+
+std::string hashHex(const std::string& s) {
+  // FNV-1a, 64 bits, twice with different seeds: a 128-bit name for the cache.
+  auto fnv = [&](uint64_t h) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+  };
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(fnv(14695981039346656037ull)),
+                static_cast<unsigned long long>(fnv(0x9e3779b97f4a7c15ull)));
+  return buf;
+}
+
+bool fileExists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+void writeAtomically(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << data;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+// ---- CPU: C++ compiled by the system compiler, loaded with dlopen --------------------------
+
+using CpuFn = void (*)(void* const*, void* const*, const int64_t*);
+
+CpuFn compileCpu(const std::string& source, const std::string& entry) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, CpuFn> memory;
+  std::string h = hashHex(source);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = memory.find(h);
+    if (it != memory.end()) return it->second;
+  }
+  std::string dir = cacheDir("cpu");
+  std::string so = dir + "/" + h + ".so";
+  if (fileExists(so)) {
+    ++gDiskHits;
+  } else {
+    std::string src = dir + "/" + h + ".cpp";
+    writeAtomically(src, source);
+    const char* cxx = std::getenv("CXX");
+    std::string tmpSo = so + ".tmp" + std::to_string(getpid());
+    std::string cmd = std::string(cxx ? cxx : "c++") +
+                      " -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC -o " +
+                      tmpSo + " " + src + " 2>&1";
+    std::string log;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    THUNDER_CHECK(pipe != nullptr, "fuser: could not run the C++ compiler");
+    char buf[512];
+    while (fgets(buf, sizeof buf, pipe)) log += buf;
+    int rc = pclose(pipe);
+    THUNDER_CHECK(rc == 0, "fuser: compiling ", src, " failed:\n", log);
+    std::rename(tmpSo.c_str(), so.c_str());
+    ++gCompiled;
+  }
+  void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  THUNDER_CHECK(lib != nullptr, "fuser: could not load ", so, ": ", dlerror());
+  auto fn = reinterpret_cast<CpuFn>(dlsym(lib, entry.c_str()));
+  THUNDER_CHECK(fn != nullptr, "fuser: ", so, " has no entry point ", entry);
+  std::lock_guard<std::mutex> lock(mu);
+  memory[h] = fn;
+  return fn;
+}
+
+// ---- CUDA: NVRTC and the driver API, both loaded at run time --------------------------------
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUstream = void*;
+using nvrtcResult = int;
+using nvrtcProgram = void*;
+
+struct Nvrtc {
+  void* lib = nullptr;
+  nvrtcResult (*create)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
+  nvrtcResult (*compile)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*logSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*log)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*cubinSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*cubin)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*destroy)(nvrtcProgram*) = nullptr;
+};
+
+const Nvrtc* nvrtc() {
+  static Nvrtc n = [] {
+    Nvrtc r;
+    std::vector<std::string> names;
+    if (const char* p = std::getenv("THUNDER_NVRTC")) names.push_back(p);
+    for (const char* n : {"libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"}) names.push_back(n);
+    for (const char* home : {static_cast<const char*>(std::getenv("CUDA_HOME")), "/usr/local/cuda"})
+      if (home) names.push_back(std::string(home) + "/lib64/libnvrtc.so");
+    for (const std::string& name : names)
+      if ((r.lib = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) break;
+    if (!r.lib) return r;
+#define LOAD(field, sym) r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.lib, sym))
+    LOAD(create, "nvrtcCreateProgram");
+    LOAD(compile, "nvrtcCompileProgram");
+    LOAD(logSize, "nvrtcGetProgramLogSize");
+    LOAD(log, "nvrtcGetProgramLog");
+    LOAD(cubinSize, "nvrtcGetCUBINSize");
+    LOAD(cubin, "nvrtcGetCUBIN");
+    LOAD(destroy, "nvrtcDestroyProgram");
+#undef LOAD
+    return r;
+  }();
+  return n.lib && n.cubin ? &n : nullptr;
+}
+
+std::string nvrtcCubin(const std::string& source, const std::string& arch) {
+  const Nvrtc* n = nvrtc();
+  THUNDER_CHECK_KIND(n != nullptr, ErrorKind::NotImplemented,
+                     "fuser: libnvrtc could not be loaded (set THUNDER_NVRTC to its path)");
+  nvrtcProgram prog = nullptr;
+  THUNDER_CHECK(n->create(&prog, source.c_str(), "thunder_fusion.cu", 0, nullptr, nullptr) == 0,
+                "fuser: nvrtcCreateProgram failed");
+  std::string archOpt = "--gpu-architecture=" + arch;
+  const char* opts[] = {archOpt.c_str(), "-std=c++17"};
+  nvrtcResult rc = n->compile(prog, 2, opts);
+  size_t logSize = 0;
+  n->logSize(prog, &logSize);
+  std::string log(logSize, '\0');
+  if (logSize) n->log(prog, log.data());
+  if (rc != 0) {
+    n->destroy(&prog);
+    throw Error(ErrorKind::Runtime, "fuser: NVRTC failed to compile a kernel for " + arch + ":\n" + log);
+  }
+  size_t size = 0;
+  n->cubinSize(prog, &size);
+  std::string cubin(size, '\0');
+  n->cubin(prog, cubin.data());
+  n->destroy(&prog);
+  return cubin;
+}
+
+struct Driver {
+  void* lib = nullptr;
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*deviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*attr)(int*, int, CUdevice) = nullptr;
+  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*primaryRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     CUstream, void**, void**) = nullptr;
+};
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver r;
+    r.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    THUNDER_CHECK(r.lib != nullptr, "fuser: the CUDA driver (libcuda.so.1) could not be loaded");
+#define LOAD(field, sym) r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.lib, sym))
+    LOAD(init, "cuInit");
+    LOAD(deviceGet, "cuDeviceGet");
+    LOAD(attr, "cuDeviceGetAttribute");
+    LOAD(ctxGetCurrent, "cuCtxGetCurrent");
+    LOAD(ctxSetCurrent, "cuCtxSetCurrent");
+    LOAD(primaryRetain, "cuDevicePrimaryCtxRetain_v2");
+    LOAD(moduleLoadData, "cuModuleLoadData");
+    LOAD(moduleGetFunction, "cuModuleGetFunction");
+    LOAD(launch, "cuLaunchKernel");
+#undef LOAD
+    THUNDER_CHECK(r.init && r.init(0) == 0, "fuser: cuInit failed");
+    return r;
+  }();
+  return d;
+}
+
+void ensureContext(int device) {
+  const Driver& d = driver();
+  CUcontext ctx = nullptr;
+  d.ctxGetCurrent(&ctx);
+  if (ctx) return;
+  CUdevice dev;
+  THUNDER_CHECK(d.deviceGet(&dev, device) == 0, "fuser: cuDeviceGet failed");
+  THUNDER_CHECK(d.primaryRetain(&ctx, dev) == 0 && d.ctxSetCurrent(ctx) == 0,
+                "fuser: could not make the device's primary context current");
+}
+
+struct DeviceInfo {
+  std::string arch;
+  int sms = 0;
+};
+
+DeviceInfo deviceInfo(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  const Driver& d = driver();
+  CUdevice dev;
+  THUNDER_CHECK(d.deviceGet(&dev, device) == 0, "fuser: cuDeviceGet failed");
+  int major = 0, minor = 0, sms = 0;
+  d.attr(&major, 75, dev);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+  d.attr(&minor, 76, dev);  // ..._MINOR
+  d.attr(&sms, 16, dev);    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  DeviceInfo info{"sm_" + std::to_string(major) + std::to_string(minor), sms};
+  cache[device] = info;
+  return info;
+}
+
+/// Compiles (or loads from the disk cache) and returns the module's functions by name.
+CUmodule loadCudaModule(const std::string& source, int device) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, CUmodule> modules;
+  DeviceInfo info = deviceInfo(device);
+  std::string key = hashHex(source) + "-" + info.arch + "-" + std::to_string(device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = modules.find(key);
+    if (it != modules.end()) return it->second;
+  }
+  std::string path = cacheDir("cuda") + "/" + hashHex(source) + "-" + info.arch + ".cubin";
+  std::string cubin;
+  if (fileExists(path)) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    cubin = ss.str();
+    ++gDiskHits;
+  } else {
+    cubin = nvrtcCubin(source, info.arch);
+    writeAtomically(path, cubin);
+    ++gCompiled;
+  }
+  ensureContext(device);
+  CUmodule mod = nullptr;
+  THUNDER_CHECK(driver().moduleLoadData(&mod, cubin.data()) == 0, "fuser: cuModuleLoadData failed");
+  std::lock_guard<std::mutex> lock(mu);
+  modules[key] = mod;
+  return mod;
+}
+
+// ---- compiled regions -----------------------------------------------------------------------
+
+/// One region: its program, the argument each kernel input reads, and its compiled code.
+struct CompiledRegion {
+  KernelProgram prog;
+  Device device;
+  std::vector<int> argOf;  // kernel input -> call argument
+  std::string cudaSource;
+  std::shared_future<CUmodule> module;  // CUDA: compiled in the background
+  std::mutex mu;
+  std::unordered_map<std::string, CpuFn> cpuFns;  // inner-stride pattern -> function
+  std::shared_future<CpuFn> contiguousCpu;         // CPU: the '1...' pattern, compiled early
+  std::string contiguousPattern;
+};
+
+std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Tensor>& ins) {
+  const KernelProgram& p = r.prog;
+  size_t R = p.iterShape.size(), I = p.inputs.size();
+  std::vector<int64_t> g(codegen::Geometry::length(R, I), 0);
+  int64_t numel = 1;
+  for (size_t d = 0; d < R; ++d) {
+    g[d] = p.iterShape[d];
+    numel *= p.iterShape[d];
+  }
+  for (size_t k = 0; k < I; ++k)
+    for (size_t d = 0; d < R; ++d) {
+      int m = p.inputs[k].dimMap[d];
+      g[R + k * R + d] = m >= 0 ? ins[k].stride(m) : 0;
+    }
+  int64_t L = R ? p.iterShape[R - 1] : 1;
+  g[R + I * R] = numel;
+  g[R + I * R + 1] = L;
+  g[R + I * R + 2] = L ? numel / L : 0;
+  return g;
+}
+
+std::string innerPattern(const CompiledRegion& r, const std::vector<int64_t>& g) {
+  const KernelProgram& p = r.prog;
+  size_t R = p.iterShape.size(), I = p.inputs.size();
+  std::string pat;
+  for (size_t k = 0; k < I; ++k) {
+    int64_t s = R ? g[R + k * R + R - 1] : 0;
+    pat += (R == 0 || p.inputs[k].dimMap[R - 1] < 0 || s == 0) ? '0' : s == 1 ? '1' : 'g';
+  }
+  return pat;
+}
+
+c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
+  const KernelProgram& p = r.prog;
+  std::vector<at::Tensor> ins;
+  for (int arg : r.argOf) ins.push_back(a.t(arg));
+  at::Device dev = ins.empty() ? a.outDevice : ins[0].device();
+  for (const auto& in : ins)
+    if (in.dim() > 0 || !in.device().is_cpu()) dev = in.device();
+  std::vector<at::Tensor> outs;
+  Shape reduced(p.iterShape.begin(), p.iterShape.empty() ? p.iterShape.end() : p.iterShape.end() - 1);
+  for (const codegen::KOutput& o : p.outputs)
+    outs.push_back(at::empty(o.reduced ? reduced : p.iterShape,
+                             at::TensorOptions().dtype(toScalarType(o.tensor->dtype)).device(dev)));
+  std::vector<int64_t> g = geometry(r, ins);
+  size_t R = p.iterShape.size(), I = p.inputs.size();
+  int64_t numel = g[R + I * R];
+  if (numel > 0) {
+    std::vector<void*> inPtrs, outPtrs;
+    for (auto& t : ins) inPtrs.push_back(t.data_ptr());
+    for (auto& t : outs) outPtrs.push_back(t.data_ptr());
+    if (r.device.type == DeviceType::CPU) {
+      std::string pat = innerPattern(r, g);
+      CpuFn fn = nullptr;
+      if (pat == r.contiguousPattern) {
+        fn = r.contiguousCpu.get();
+      } else {
+        std::lock_guard<std::mutex> lock(r.mu);
+        auto it = r.cpuFns.find(pat);
+        fn = it != r.cpuFns.end() ? it->second : (r.cpuFns[pat] = compileCpu(codegen::emitCpp(p, pat), p.name));
+      }
+      fn(inPtrs.data(), outPtrs.data(), g.data());
+    } else {
+      CUmodule mod = r.module.get();
+      int device = dev.index();
+      ensureContext(device);
+      bool vec = false;
+      int vecWidth = 1;
+      if (!p.hasReduction()) {
+        int maxSize = 1;
+        for (const auto& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
+        for (const auto& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
+        vecWidth = 16 / maxSize;
+        vec = numel % vecWidth == 0;
+        for (size_t k = 0; k < I && vec; ++k) {
+          const at::Tensor& t = ins[k];
+          bool identity = t.dim() == static_cast<int64_t>(R);
+          for (size_t d = 0; d < R && identity; ++d) identity = p.inputs[k].dimMap[d] == static_cast<int>(d);
+          vec = identity && t.is_contiguous() && t.sizes().vec() == p.iterShape &&
+                reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+        }
+      }
+      std::string entry = p.name + (vec ? "_vec" : "");
+      CUfunction fn = nullptr;
+      THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry.c_str()) == 0, "fuser: no kernel ", entry);
+      std::vector<void*> params;
+      for (auto& ptr : inPtrs) params.push_back(&ptr);
+      for (auto& ptr : outPtrs) params.push_back(&ptr);
+      params.push_back(g.data());
+      unsigned block, grid;
+      int sms = deviceInfo(device).sms;
+      if (p.hasReduction()) {
+        int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
+        block = L >= 1024 ? 1024 : L >= 512 ? 512 : L >= 256 ? 256 : L >= 128 ? 128 : 64;
+        grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+      } else {
+        block = 256;
+        int64_t work = (numel + vecWidth - 1) / vecWidth;
+        grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + block - 1) / block, int64_t(sms) * 16)));
+      }
+      void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+      THUNDER_CHECK(driver().launch(fn, grid, 1, 1, block, 1, 1, 0, stream, params.data(), nullptr) == 0,
+                    "fuser: launching ", entry, " failed");
+    }
+  }
+  std::vector<c10::IValue> elems(outs.begin(), outs.end());
+  return c10::ivalue::Tuple::create(std::move(elems));
+}
+
+std::mutex gSourcesMu;
+std::unordered_map<const Symbol*, std::shared_ptr<CompiledRegion>> gRegions;
+
+const Symbol* compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs) {
+  auto r = std::make_shared<CompiledRegion>();
+  r->prog = prog;
+  r->device = device;
+  for (const codegen::KInput& in : prog.inputs) {
+    int idx = -1;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] == in.tensor) idx = static_cast<int>(i);
+    THUNDER_INTERNAL(idx >= 0, "fuser: kernel input ", in.tensor->name, " is not an argument of the fusion");
+    r->argOf.push_back(idx);
+  }
+  if (device.type == DeviceType::CUDA) {
+    if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors
+    r->cudaSource = codegen::emitCuda(prog);
+    std::string src = r->cudaSource;
+    int dev = device.index;
+    // Kernels compile in the background, so a cold start compiles many at once.
+    r->module = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
+  } else {
+    r->contiguousPattern.clear();
+    for (const codegen::KInput& in : prog.inputs) {
+      bool innerRead = !prog.iterShape.empty() && in.dimMap.back() >= 0;
+      r->contiguousPattern += innerRead ? '1' : '0';
+    }
+    std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
+    r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
+  }
+  Symbol semantic;
+  const Symbol* sym = makeExecSymbol("fuser", "", prog.name, semantic, true);
+  setKernel(sym, [r](KernelArgs& a) { return runRegion(*r, a); });
+  std::lock_guard<std::mutex> lock(gSourcesMu);
+  gRegions[sym] = r;
+  return sym;
+}
+
+}  // namespace
+
+void registerFusionExecutor() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ExecutorRegistry::get().add(std::make_shared<FusionExecutor>("fuser", compileRegion, true));
+    ExecutorRegistry::get().add(std::make_shared<FusionExecutor>("cudafuser", compileRegion, false));
+  });
+}
+
+std::string fusionSource(const Symbol* fusion) {
+  std::lock_guard<std::mutex> lock(gSourcesMu);
+  auto it = gRegions.find(fusion);
+  THUNDER_CHECK_KIND(it != gRegions.end(), ErrorKind::Value, fusion->name, " is not a fusion");
+  const CompiledRegion& r = *it->second;
+  return r.device.type == DeviceType::CUDA ? r.cudaSource : codegen::emitCpp(r.prog, r.contiguousPattern);
+}
+
+size_t nvrtcCompile(const std::string& source, const std::string& arch) { return nvrtcCubin(source, arch).size(); }
+
+bool nvrtcAvailable() { return nvrtc() != nullptr; }
+
+FusionStats fusionStats() { return {gCompiled.load(), gDiskHits.load()}; }
+
+}  // namespace thunder::runtime

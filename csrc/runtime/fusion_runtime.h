@@ -1,0 +1,27 @@
+// The fusion executor's run-time half: compiles generated kernels (NVRTC for CUDA, the system
+// C++ compiler for CPU), caches them in memory and on disk, and launches them on ATen tensors.
+#pragma once
+
+#include <string>
+
+#include "ir/symbol.h"
+
+namespace thunder::runtime {
+
+/// Registers the fuser in the executor registry (idempotent).
+void registerFusionExecutor();
+/// The generated source of a fusion symbol (CUDA, or C++ for the contiguous inner-stride case).
+std::string fusionSource(const Symbol* fusion);
+/// Compiles CUDA source with NVRTC for an architecture ("sm_90"); returns the CUBIN size, or
+/// throws a user error with NVRTC's log. Needs libnvrtc, not a GPU.
+size_t nvrtcCompile(const std::string& source, const std::string& arch);
+/// Whether libnvrtc could be loaded.
+bool nvrtcAvailable();
+/// Kernel compile statistics: kernels compiled in this process and loaded from the disk cache.
+struct FusionStats {
+  int compiled = 0;
+  int diskHits = 0;
+};
+FusionStats fusionStats();
+
+}  // namespace thunder::runtime

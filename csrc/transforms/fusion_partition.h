@@ -1,0 +1,34 @@
+// Partitions a trace into fusion regions.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// A group of fusible prims that runs as one kernel.
+struct FusionRegion {
+  /// The prims, in program order (composite calls are flattened into their prims).
+  std::vector<BoundSymbol> prims;
+  /// The top-level calls the region was made of, to put back if it is not fused.
+  std::vector<BoundSymbol> originals;
+  /// Tensors read from outside the region, in order of first use.
+  std::vector<TensorPtr> inputs;
+  /// Tensors computed in the region and used after it or returned.
+  std::vector<TensorPtr> outputs;
+  /// Prims that compute (everything but broadcasts).
+  int computeOps = 0;
+};
+
+/// Groups fusible calls into regions respecting data dependencies: a call that is not fusible may
+/// be moved after a region when it does not read the region's results and the region does not
+/// read its results, so no region waits on an op that depends on it. A composite call is fusible
+/// when every prim of its decomposition is. `fuse` turns an accepted region into one bound symbol,
+/// or returns nothing to leave the region's calls as they were.
+Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
+                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse);
+
+}  // namespace thunder

@@ -43,7 +43,7 @@ class Executor:
     """An executor: a name and a version. Priority is its place in `executors=[...]`."""
 
     def __init__(self, name: str, *, version: Any = None, _builtin: bool = False):
-        if not isinstance(name, str) or not name.isidentifier():
+        if not _builtin and (not isinstance(name, str) or not name.isidentifier()):
             raise ValueError(f"an executor's name must be a Python identifier, got {name!r}")
         self._name = name
         self._version = version
@@ -280,7 +280,7 @@ class OperatorExecutor(Executor):
                 _guard(what + " (execution transform)", execution_transform) if execution_transform is not None else None,
             )
         if register_grad is not None:
-            register_grad(self.name, _C.get_symbol(sym_id), grad_transform)
+            register_grad(self.name, _C.get_symbol(sym_id), _guard(what + " (grad transform)", grad_transform))
         self._implementations[sym_id] = {
             "op": op,
             "checker": checker,

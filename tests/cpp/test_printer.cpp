@@ -80,6 +80,8 @@ TEST(Printer, PrintValueEveryKindBothStyles) {
       {Value(std::complex<double>(1, -2)), "complex(1.0, -2.0)", "complex(1.0, -2.0)"},
       {Value("sum"), "'sum'", "'sum'"},
       {Value("it's\n"), "'it\\'s\\n'", "'it\\'s\\n'"},
+      // repr('a\tb\rc\x01z\\e') escapes the same characters.
+      {Value("a\tb\rc\x01z\\e"), "'a\\tb\\rc\\x01z\\\\e'", "'a\\tb\\rc\\x01z\\\\e'"},
       {Value(DType::Float32), "dtypes.float32", "torch.float32"},
       {Value(DType::Bool), "dtypes.bool8", "torch.bool"},
       {Value(DType::BFloat16), "dtypes.bfloat16", "torch.bfloat16"},

@@ -522,3 +522,10 @@ def test_execution_transform_that_returns_its_input():
     torch.testing.assert_close(jf(x), x.exp() * 2)
     heads = [l.split(" = ", 1)[1].split("(")[0] for l in call_lines(jf)]
     assert heads == ["torch.mul", "torch.exp", "torch.pow", "torch.mul"]
+
+
+def test_fn_returning_numpy_arrays():
+    ex = fresh()
+    op = ex.register_operator("npmul", like=lambda a, b: a * b, fn=lambda a, b: np.multiply(a.numpy(), b.numpy()))
+    jf = thunder.jit(lambda a, b: op(a, b) + 1, executors=[ex])
+    torch.testing.assert_close(jf(x, y), x * y + 1)

@@ -14,6 +14,7 @@ fusion pass) is wrapped so that its errors name the executor and the operator.
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, Callable, Sequence
 
 import torch
@@ -147,14 +148,9 @@ def _meta_guard(what: str, meta: Callable) -> Callable:
 
 
 def _to_torch(x):
-    """NumPy results of an fn become tensors."""
-    if isinstance(x, torch.Tensor) or not hasattr(x, "__array__") or not hasattr(x, "shape"):
-        return x
-    if isinstance(x, (tuple, list)):
-        return x
-    import numpy as np
-
-    if isinstance(x, np.ndarray):
+    """NumPy arrays returned by an fn become tensors (NumPy is only loaded if the fn used it)."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.ndarray):
         return torch.from_numpy(x)
     return x
 

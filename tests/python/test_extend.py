@@ -529,3 +529,38 @@ def test_fn_returning_numpy_arrays():
     op = ex.register_operator("npmul", like=lambda a, b: a * b, fn=lambda a, b: np.multiply(a.numpy(), b.numpy()))
     jf = thunder.jit(lambda a, b: op(a, b) + 1, executors=[ex])
     torch.testing.assert_close(jf(x, y), x * y + 1)
+
+
+def test_grad_transform_is_handed_to_autodiff(monkeypatch):
+    import sys
+    import types
+
+    import thunder.core
+
+    try:
+        import thunder.core.transforms as transforms
+    except ImportError:  # autodiff not built yet: stand in for its module
+        transforms = types.ModuleType("thunder.core.transforms")
+        monkeypatch.setitem(sys.modules, "thunder.core.transforms", transforms)
+        monkeypatch.setattr(thunder.core, "transforms", transforms, raising=False)
+    recorded = []
+    monkeypatch.setattr(transforms, "_register_executor_grad_transform", lambda *a: recorded.append(a), raising=False)
+
+    ex = fresh()
+
+    def sin_grad(a):
+        raise ArithmeticError("no grad today")
+
+    ex.register_implementation(ltorch.sin, grad_transform=sin_grad)
+    ((name, sym, fn),) = recorded
+    assert name == ex.name and sym.id == "ltorch.sin" and fn.__wrapped__ is sin_grad
+    with pytest.raises(ArithmeticError, match=f"executor '{ex.name}', operator 'ltorch.sin' \\(grad transform\\): ArithmeticError: no grad today"):
+        fn(1.0)
+    # A grad transform alone does not claim the symbol for execution.
+    jf = thunder.jit(lambda a: a.sin(), executors=[ex])
+    torch.testing.assert_close(jf(x), x.sin())
+    assert " = torch.sin(t_0)" in call_lines(jf)[0]
+
+    monkeypatch.delattr(transforms, "_register_executor_grad_transform")
+    with pytest.raises(NotImplementedError, match="_register_executor_grad_transform"):
+        ex.register_implementation(ltorch.sin, grad_transform=sin_grad)

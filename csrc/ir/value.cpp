@@ -1,5 +1,7 @@
 #include "ir/value.h"
 
+#include <charconv>
+
 #include "ir/error.h"
 
 namespace thunder {
@@ -81,7 +83,12 @@ std::string describe(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Tensor: return "tensor " + v.tensor().name + ": " + v.tensor().typeString();
     case Value::Kind::Int: return "int " + std::to_string(v.toInt());
-    case Value::Kind::Float: return "float " + std::to_string(v.toDouble());
+    case Value::Kind::Float: {
+      // The shortest text that reads back as the same double ("1.5", not "1.500000").
+      char buf[32];
+      auto res = std::to_chars(buf, buf + sizeof(buf), v.toDouble());
+      return "float " + std::string(buf, res.ptr);
+    }
     case Value::Kind::Bool: return v.toBool() ? "True" : "False";
     case Value::Kind::String: return "'" + v.toString() + "'";
     default: return kindName(v.kind());

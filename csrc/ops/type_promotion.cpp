@@ -46,7 +46,8 @@ Slot combine(Slot higher, Slot lower) {
   if (!higher) return lower;
   if (!lower) return higher;
   if (isComplex(*higher)) return higher;
-  if (isComplex(*lower)) return isFloating(*higher) ? realToComplex(*higher) == DType::Complex128 && *higher != DType::Float64 ? DType::Complex64 : realToComplex(*higher) : *lower;
+  // A complex value of lower priority keeps the float's width: float32 -> complex64.
+  if (isComplex(*lower)) return isFloating(*higher) ? realToComplex(*higher) : *lower;
   if (isFloating(*higher)) return higher;
   if (*higher == DType::Bool || isFloating(*lower)) return promoteTypes(*higher, *lower);
   return higher;

@@ -65,6 +65,10 @@ TEST(IR, TensorTypeString) {
 
 TEST(IR, ValueAccessorsRejectOtherKinds) {
   expectError([] { Value(1.5).toInt(); }, ErrorKind::Type, "expected an int but got float 1.5");
+  // Floats are described by their shortest round-trip text.
+  auto err = testing::errorOf([] { Value(0.1).toInt(); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->second, "expected an int but got float 0.1");
   expectError([] { Value("cpu").toDType(); }, ErrorKind::Type, "expected a dtype but got 'cpu'");
   expectError([] { Value().toTensor(); }, ErrorKind::Type, "expected a tensor but got None");
   expectError([] { Value(int64_t{1}).items(); }, ErrorKind::Type, "expected a sequence");

@@ -29,6 +29,7 @@ const DType kAllDTypes[] = {
 
 /// Runs a prim by name on Python-style arguments inside a scratch trace; returns its output.
 Value runPrim(const std::string& name, std::vector<Value> args, const Kw& kwargs = {}) {
+  prims::registerPrims();
   const Symbol& sym = SymbolRegistry::get().at("prims." + name);
   Trace t;
   TracingScope scope(t);
@@ -203,6 +204,7 @@ TEST(PrimsMeta, ElementwiseOutputDTypesMatchPyTorch) {
       {"maximum", DType::Bool, DType::Bool},          // torch.maximum(bool, bool) -> bool
       {"bitwise_xor", DType::UInt8, DType::UInt8},    // torch.bitwise_xor(u8, u8) -> uint8
   };
+  prims::registerPrims();
   for (const auto& f : facts) {
     const Symbol& sym = SymbolRegistry::get().at(std::string("prims.") + f.prim);
     Value a = tensor({3}, f.in);

@@ -13,6 +13,11 @@ deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
+	@# NVRTC compiles the fuser's CUDA kernels (no GPU needed); the wheel is used where the
+	@# CUDA toolkit has none. Machines without network access skip it.
+	@ls /usr/local/cuda/lib64/libnvrtc.so* >/dev/null 2>&1 || \
+	  $(PYTHON) -c "import nvidia, os, sys; sys.exit(not any(os.path.exists(os.path.join(p, 'cu13/lib/libnvrtc.so.13')) for p in nvidia.__path__))" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q nvidia-cuda-nvrtc==13.0.88 2>/dev/null || echo "NVRTC unavailable: CUDA fusion checks will be skipped"
 	@if [ ! -f /usr/include/gtest/gtest.h ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  (apt-get install -y -qq libgtest-dev >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libgtest-dev >/dev/null 2>&1)) || \

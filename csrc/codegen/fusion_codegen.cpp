@@ -12,6 +12,7 @@ namespace {
 
 // Helpers shared by both targets: conversions of the 16-bit floats held as bits, and constants.
 const char* kCudaDefs = R"(#define THUNDER_DEVICE __device__
+#define THUNDER_ROW_LEN L
 #define THUNDER_INF __int_as_float(0x7f800000)
 #define THUNDER_NAN __int_as_float(0x7fffffff)
 __device__ inline uint32_t thunder_bits(float f) { return __float_as_uint(f); }
@@ -19,6 +20,7 @@ __device__ inline float thunder_float(uint32_t u) { return __uint_as_float(u); }
 )";
 
 const char* kCppDefs = R"(#define THUNDER_DEVICE
+#define THUNDER_ROW_LEN L
 #define THUNDER_INF (__builtin_inff())
 #define THUNDER_NAN (__builtin_nanf(""))
 inline uint32_t thunder_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -415,7 +417,7 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   for (const KOutput& o : p.outputs)
     if (o.reduced) rowOuts.push_back(o.node);
   if (!rowOuts.empty()) {
-    s << "    if (threadIdx.x == 0) {\n      const int64_t " << L << " = 0;\n";
+    s << "    if (threadIdx.x == 0) {\n      const int64_t " << L << " = 0;\n      (void)" << L << ";\n";
     std::string rb;
     e.emitNodes(rowOuts, available, rowOff, "      ", rb);
     s << rb;

@@ -138,8 +138,16 @@ const Nvrtc* nvrtc() {
     for (const char* n : {"libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"}) names.push_back(n);
     for (const char* home : {static_cast<const char*>(std::getenv("CUDA_HOME")), "/usr/local/cuda"})
       if (home) names.push_back(std::string(home) + "/lib64/libnvrtc.so");
-    for (const std::string& name : names)
+    for (const std::string& name : names) {
+      size_t slash = name.rfind('/');
+      if (slash != std::string::npos) {
+        // NVRTC loads its builtins library by name: preload it from the same folder.
+        std::string dir = name.substr(0, slash + 1);
+        for (const char* b : {"libnvrtc-builtins.so.13.0", "libnvrtc-builtins.so.12.9", "libnvrtc-builtins.so"})
+          if (dlopen((dir + b).c_str(), RTLD_NOW | RTLD_GLOBAL)) break;
+      }
       if ((r.lib = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) break;
+    }
     if (!r.lib) return r;
 #define LOAD(field, sym) r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.lib, sym))
     LOAD(create, "nvrtcCreateProgram");

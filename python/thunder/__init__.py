@@ -16,10 +16,29 @@ from thunder import _C
 from thunder.core import devices, dtypes
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
+from thunder.core import transforms as _transforms
 
-__all__ = ["jit", "last_traces", "cache_hits", "cache_misses", "compile_stats"]
+__all__ = ["jit", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
 _C.set_hooks(Device)
+
+
+def _find_nvrtc() -> None:
+    """Points the fuser at the libnvrtc of the nvidia-cuda-nvrtc wheel when no other is set."""
+    if "THUNDER_NVRTC" in os.environ:
+        return
+    try:
+        import nvidia  # the namespace package of NVIDIA's wheels
+    except ImportError:
+        return
+    for root in nvidia.__path__:
+        for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12"):
+            if os.path.exists(os.path.join(root, rel)):
+                os.environ["THUNDER_NVRTC"] = os.path.join(root, rel)
+                return
+
+
+_find_nvrtc()
 
 
 def _executor_names(executors) -> list[str]:
@@ -77,9 +96,7 @@ class ThunderFunction:
 
     def _compile(self, args, kwargs):
         trace, sources, closures = _trace(self._fn, args, kwargs, ())
-        traces = _C.run_pipeline(trace, self._executors, _VERIFY)
-        _dump(traces)
-        return traces, sources, closures
+        return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
     def __call__(self, *args, **kwargs):
         return self._cfn(*args, **kwargs)
@@ -130,9 +147,7 @@ class ThunderModule(pytorch.nn.Module):
                     getattr(mod, kind)[name] = old
 
         trace, sources, closures = _trace(run, (state, *user_args), kwargs, names)
-        traces = _C.run_pipeline(trace, self._executors, _VERIFY)
-        _dump(traces)
-        return traces, sources, closures
+        return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 
 _VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"
@@ -162,9 +177,22 @@ def _cfn(f):
     return c
 
 
+def last_backward_traces(f) -> list:
+    """The backward traces of the last call when it was a training call (else empty): the
+    backward trace first, the final execution trace last."""
+    plan = _cfn(f).last_training_plan()
+    return [] if plan is None else list(plan.backward_traces)
+
+
 def last_traces(f) -> list:
     """The traces of the last call: computation trace first, final execution trace last."""
     return list(_cfn(f).last_traces())
+
+
+def last_fusion_sources(f) -> dict:
+    """The generated source (CUDA or C++) of each fusion in the last call's final trace, by name."""
+    traces = last_traces(f)
+    return dict(_C.fusion_sources(traces[-1])) if traces else {}
 
 
 def cache_hits(f) -> int:

@@ -405,3 +405,7 @@ def remove_default_executor(ex: Executor | str) -> None:
 for _name in _C.executor_names():
     register_executor(_builtin(_name))
 del _name
+# By default CUDA regions are fused (NVRTC); CPU fusion compiles C++ with the system compiler and
+# is opted into with executors=["fuser"].
+if "cudafuser" in _executor_map:
+    _default_executors.append(_executor_map["cudafuser"])

@@ -1,0 +1,133 @@
+// thunder fusion cudaFusion0 (CUDA), iteration rank 2, 0 row reduction phase(s)
+// inputs: t_0:f32 t_1:f32 t_2:f32
+// outputs: t10:f32
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+#define THUNDER_DEVICE __device__
+#define THUNDER_ROW_LEN L
+#define THUNDER_INF __int_as_float(0x7f800000)
+#define THUNDER_NAN __int_as_float(0x7fffffff)
+__device__ inline uint32_t thunder_bits(float f) { return __float_as_uint(f); }
+__device__ inline float thunder_float(uint32_t u) { return __uint_as_float(u); }
+THUNDER_DEVICE inline float thunder_bf16_to_float(uint16_t h) {
+  return thunder_float(static_cast<uint32_t>(h) << 16);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+  uint32_t u = thunder_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return thunder_float(u);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+  uint32_t u = thunder_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // nan
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow to inf
+  if (a < 0x38800000u) {                                              // subnormal or zero
+    float af = thunder_float(a);
+    uint32_t m = static_cast<uint32_t>(af * 16777216.0f + 0.5f);        // af / 2^-24, rounded
+    float back = static_cast<float>(m);
+    if (back - af * 16777216.0f == 0.5f && (m & 1u)) --m;              // ties to even
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - ((127 - 15) << 23);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
+THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
+template <typename T>
+THUNDER_DEVICE inline T thunder_remainder(T r, T b) {
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+template <typename T> THUNDER_DEVICE inline T thunder_limit(bool max);
+template <> THUNDER_DEVICE inline bool thunder_limit<bool>(bool m) { return m; }
+template <> THUNDER_DEVICE inline uint8_t thunder_limit<uint8_t>(bool m) { return m ? 255 : 0; }
+template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return m ? 127 : -128; }
+template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
+template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
+template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
+struct Geometry { int64_t v[11]; };
+extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
+  const int64_t numel = g.v[8];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < numel; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t rem = i;
+    const int64_t i1 = rem % g.v[1]; rem /= g.v[1];
+    const int64_t i0 = rem % g.v[0];
+    const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
+    const float v1 = in1[i1 * g.v[5]];  // load t_1
+    const float v2 = (v0 * v1);  // mul
+    const float v3 = in2[i1 * g.v[7]];  // load t_2
+    const float v4 = (v2 + v3);  // add
+    const float v5 = static_cast<float>(0.5);  // constant
+    const float v6 = static_cast<float>(1.0);  // constant
+    const float v7 = static_cast<float>(0.70710678118654757);  // constant
+    const float v8 = (v4 * v7);  // mul
+    const float v9 = erff(v8);  // erf
+    const float v10 = (v6 + v9);  // add
+    const float v11 = (v5 * v10);  // mul
+    const float v12 = (v4 * v11);  // mul
+    const float v13 = static_cast<float>(0.5);  // constant
+    const float v14 = (v12 * v13);  // mul
+    const float v15 = (v14 - v0);  // sub
+    out0[i] = v15;
+  }
+}
+
+template <int N> struct alignas(N) Bytes { unsigned char b[N]; };
+extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
+  const int64_t numel = g.v[8];
+  constexpr int VEC = 4;
+  for (int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC; base < numel; base += (int64_t)gridDim.x * blockDim.x * VEC) {
+    float a0[VEC];
+    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a0) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in0 + base);
+    float a1[VEC];
+    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a1) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in1 + base);
+    float a2[VEC];
+    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a2) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in2 + base);
+    float b0[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float v0 = a0[k];  // load t_0
+      const float v1 = a1[k];  // load t_1
+      const float v2 = (v0 * v1);  // mul
+      const float v3 = a2[k];  // load t_2
+      const float v4 = (v2 + v3);  // add
+      const float v5 = static_cast<float>(0.5);  // constant
+      const float v6 = static_cast<float>(1.0);  // constant
+      const float v7 = static_cast<float>(0.70710678118654757);  // constant
+      const float v8 = (v4 * v7);  // mul
+      const float v9 = erff(v8);  // erf
+      const float v10 = (v6 + v9);  // add
+      const float v11 = (v5 * v10);  // mul
+      const float v12 = (v4 * v11);  // mul
+      const float v13 = static_cast<float>(0.5);  // constant
+      const float v14 = (v12 * v13);  // mul
+      const float v15 = (v14 - v0);  // sub
+      b0[k] = v15;
+    }
+    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(out0 + base) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(b0);
+  }
+}

@@ -1,0 +1,99 @@
+// thunder fusion cpuFusion0 (C++), iteration rank 2, 2 row reduction phase(s)
+// inputs: t_0:f32
+// outputs: t8:f32
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#define THUNDER_DEVICE
+#define THUNDER_ROW_LEN L
+#define THUNDER_INF (__builtin_inff())
+#define THUNDER_NAN (__builtin_nanf(""))
+inline uint32_t thunder_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float thunder_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+THUNDER_DEVICE inline float thunder_bf16_to_float(uint16_t h) {
+  return thunder_float(static_cast<uint32_t>(h) << 16);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+  uint32_t u = thunder_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return thunder_float(u);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+  uint32_t u = thunder_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // nan
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow to inf
+  if (a < 0x38800000u) {                                              // subnormal or zero
+    float af = thunder_float(a);
+    uint32_t m = static_cast<uint32_t>(af * 16777216.0f + 0.5f);        // af / 2^-24, rounded
+    float back = static_cast<float>(m);
+    if (back - af * 16777216.0f == 0.5f && (m & 1u)) --m;              // ties to even
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - ((127 - 15) << 23);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
+THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
+template <typename T>
+THUNDER_DEVICE inline T thunder_remainder(T r, T b) {
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+template <typename T> THUNDER_DEVICE inline T thunder_limit(bool max);
+template <> THUNDER_DEVICE inline bool thunder_limit<bool>(bool m) { return m; }
+template <> THUNDER_DEVICE inline uint8_t thunder_limit<uint8_t>(bool m) { return m ? 255 : 0; }
+template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return m ? 127 : -128; }
+template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
+template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
+template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
+extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int64_t* g) {
+  const float* __restrict__ in0 = static_cast<const float*>(inputs[0]);
+  float* __restrict__ out0 = static_cast<float*>(outputs[0]);
+  const int64_t L = g[5], rows = g[6];
+  #pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row;
+    int64_t base0 = 0;
+    { const int64_t idx = rem % g[0]; rem /= g[0]; base0 += idx * g[2]; }
+    float v1 = -THUNDER_INF;
+    for (int64_t n = 0; n < L; ++n) {
+      const float v0 = in0[base0 + n];  // load t_0
+      v1 = (v0 != v0 || v0 > v1) ? v0 : v1;
+    }
+    float v4 = static_cast<float>(0);
+    #pragma omp simd reduction(+:v4)
+    for (int64_t n = 0; n < L; ++n) {
+      const float v0 = in0[base0 + n];  // load t_0
+      const float v2 = (v0 - v1);  // sub
+      const float v3 = expf(v2);  // exp
+      v4 = v4 + v3;
+    }
+    for (int64_t n = 0; n < L; ++n) {
+      const float v0 = in0[base0 + n];  // load t_0
+      const float v2 = (v0 - v1);  // sub
+      const float v3 = expf(v2);  // exp
+      const float v5 = (v3 / v4);  // div
+      out0[row * L + n] = v5;
+    }
+  }
+}

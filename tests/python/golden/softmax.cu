@@ -1,0 +1,113 @@
+// thunder fusion cudaFusion0 (CUDA), iteration rank 2, 2 row reduction phase(s)
+// inputs: t_0:f32
+// outputs: t8:f32
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+#define THUNDER_DEVICE __device__
+#define THUNDER_ROW_LEN L
+#define THUNDER_INF __int_as_float(0x7f800000)
+#define THUNDER_NAN __int_as_float(0x7fffffff)
+__device__ inline uint32_t thunder_bits(float f) { return __float_as_uint(f); }
+__device__ inline float thunder_float(uint32_t u) { return __uint_as_float(u); }
+THUNDER_DEVICE inline float thunder_bf16_to_float(uint16_t h) {
+  return thunder_float(static_cast<uint32_t>(h) << 16);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+  uint32_t u = thunder_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((man & 0x400u) == 0) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  return thunder_float(u);
+}
+THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+  uint32_t u = thunder_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // nan
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow to inf
+  if (a < 0x38800000u) {                                              // subnormal or zero
+    float af = thunder_float(a);
+    uint32_t m = static_cast<uint32_t>(af * 16777216.0f + 0.5f);        // af / 2^-24, rounded
+    float back = static_cast<float>(m);
+    if (back - af * 16777216.0f == 0.5f && (m & 1u)) --m;              // ties to even
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - ((127 - 15) << 23);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
+THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
+template <typename T>
+THUNDER_DEVICE inline T thunder_remainder(T r, T b) {
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+}
+template <typename T> THUNDER_DEVICE inline T thunder_limit(bool max);
+template <> THUNDER_DEVICE inline bool thunder_limit<bool>(bool m) { return m; }
+template <> THUNDER_DEVICE inline uint8_t thunder_limit<uint8_t>(bool m) { return m ? 255 : 0; }
+template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return m ? 127 : -128; }
+template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
+template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
+template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
+struct Geometry { int64_t v[7]; };
+template <typename T, typename F>
+__device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = shared[0];
+  for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
+  return v;
+}
+extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
+  __shared__ double shared_d[32];
+  const int64_t L = g.v[5], rows = g.v[6];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t rem = row;
+    const int64_t i0 = rem % g.v[0];
+    float acc1 = -THUNDER_INF;
+    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
+      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
+      acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
+    }
+    const float v1 = thunder_block_reduce<float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d));
+    float acc4 = static_cast<float>(0);
+    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
+      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
+      const float v2 = (v0 - v1);  // sub
+      const float v3 = expf(v2);  // exp
+      acc4 = acc4 + v3;
+    }
+    const float v4 = thunder_block_reduce<float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
+    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
+      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
+      const float v2 = (v0 - v1);  // sub
+      const float v3 = expf(v2);  // exp
+      const float v5 = (v3 / v4);  // div
+      out0[row * L + i1] = v5;
+    }
+    __syncthreads();
+  }
+}

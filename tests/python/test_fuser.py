@@ -1,0 +1,175 @@
+"""The fusion executor: regions, generated code (golden files, NVRTC), CPU kernels vs eager."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import thunder
+from thunder import _C
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def gelu_chain(x, w, b):
+    return torch.nn.functional.gelu(x * w + b) * 0.5 - x
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def rms_norm_bf16(x, w):
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+
+
+def _programs():
+    torch.manual_seed(0)
+    return {
+        "gelu_chain": (gelu_chain, (torch.randn(8, 64), torch.randn(64), torch.randn(64))),
+        "softmax": (softmax, (torch.randn(8, 64),)),
+        "rms_norm_bf16": (rms_norm_bf16, (torch.randn(8, 64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16))),
+    }
+
+
+def _sources(fn, args, target):
+    jf = thunder.jit(fn, executors=[])
+    jf(*args)
+    computation = thunder.last_traces(jf)[1]  # after dead code elimination
+    return _C.generate_fusion_sources(computation, target)
+
+
+@pytest.mark.parametrize("target,ext", [("cuda", "cu"), ("cpp", "cpp")])
+@pytest.mark.parametrize("name", sorted(_programs()))
+def test_golden_sources(name, target, ext):
+    fn, args = _programs()[name]
+    sources = _sources(fn, args, target)
+    assert len(sources) == 1, f"{name} should be one fusion"
+    text = sources[0][1]
+    path = GOLDEN / f"{name}.{ext}"
+    if os.environ.get("THUNDER_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with THUNDER_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"generated {target} code for {name} changed; review and update {path}"
+
+
+@pytest.mark.skipif(not _C.nvrtc_available(), reason="libnvrtc is not installed (make setup installs it)")
+@pytest.mark.parametrize("name", sorted(_programs()))
+def test_cuda_sources_compile_with_nvrtc(name):
+    fn, args = _programs()[name]
+    for kernel, source in _sources(fn, args, "cuda"):
+        for arch in ("sm_80", "sm_90"):
+            assert _C.nvrtc_compile(source, arch) > 0, (kernel, arch)
+
+
+def _check(fn, *args, atol=None, rtol=None, fusions=1):
+    jf = thunder.jit(fn, executors=["fuser"])
+    out = jf(*args)
+    torch.testing.assert_close(out, fn(*args), atol=atol, rtol=rtol, equal_nan=True)
+    final = thunder.last_traces(jf)[-1]
+    names = [n for n in final.bound_symbol_names if n.startswith("cpuFusion")]
+    assert len(names) == fusions, str(final)
+    return jf
+
+
+CASES = [
+    ("chain", lambda a, b: ((a * 2 + 1).relu() * b - a).abs() / 3 + b, [(16, 33), (16, 33)]),
+    ("broadcast", lambda a, b: torch.exp(a - b) * torch.sigmoid(b), [(4, 5, 6), (6,)]),
+    ("broadcast_middle", lambda a, b: (a + b).tanh() * 2, [(4, 5, 6), (5, 1)]),
+    ("where", lambda a, b: torch.where(a > b, a * b, a - b).sin() + 1, [(7, 9), (7, 9)]),
+    ("scalar_input", lambda a, b: (a * b + b).sqrt().log1p(), [(), (3,)]),
+    ("softmax", lambda a: torch.softmax(a, -1), [(5, 100)]),
+    ("log_softmax", lambda a: torch.log_softmax(a * 2, -1), [(5, 1000)]),
+    ("layer_norm", lambda a, w, b: torch.nn.functional.layer_norm(a, (64,), w, b), [(3, 7, 64), (64,), (64,)]),
+    ("rms_norm", lambda a, w: torch.nn.functional.rms_norm(a, (64,), w, 1e-5), [(6, 64), (64,)]),
+    ("sum_and_pointwise", lambda a: ((a * a).sum(-1), a.exp() * 2), [(4, 50)]),
+    ("amax_amin", lambda a: (a.sin().amax(-1) - a.cos().amin(-1)), [(4, 50)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", CASES, ids=[c[0] for c in CASES])
+def test_cpu_fusion_matches_eager(name, fn, shapes):
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    _check(fn, *args)
+
+
+def test_non_contiguous_inputs():
+    a = torch.randn(32, 16).t()  # transposed
+    b = torch.randn(16, 64)[:, ::2]  # strided
+    _check(lambda x, y: (x * y + 1).exp() - y, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_low_and_high_precision(dtype):
+    a, b = torch.randn(9, 17, dtype=dtype), torch.randn(17, dtype=dtype)
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.bfloat16, torch.float16) else {}
+    _check(lambda x, y: torch.nn.functional.gelu(x * y) + x.exp(), a, b, **tol)
+    _check(lambda x: torch.softmax(x, -1), a, **tol)
+
+
+def test_integer_and_bool_ops():
+    a = torch.randint(-50, 50, (6, 7))
+    b = torch.randint(1, 9, (6, 7))
+    _check(lambda x, y: ((x * y + 3) % y) - (x & 7) + (x > y).to(torch.int64), a, b)
+    _check(lambda x, y: torch.logical_and(x > 0, y > 2) | (x == y), a, b)
+
+
+def test_special_values():
+    a = torch.tensor([[0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -3.5, 2.5]])
+    _check(lambda x: (torch.maximum(x, x * 0.5) + torch.sign(x) * torch.isfinite(x)).abs(), a)
+    _check(lambda x: torch.softmax(x.nan_to_num(0.0) if False else x, -1), a)
+
+
+def test_empty_tensors():
+    a = torch.randn(0, 5)
+    _check(lambda x: (x * 2 + 1).exp(), a)
+
+
+def test_lone_ops_are_not_fused():
+    # seed 002: a region of a single shape op (or a single elementwise op) stays with torch
+    a = torch.randn(4, 5)
+    jf = thunder.jit(lambda x: x.expand(3, 4, 5), executors=["fuser"])
+    torch.testing.assert_close(jf(a), a.expand(3, 4, 5))
+    assert not any(n.startswith("cpuFusion") for n in thunder.last_traces(jf)[-1].bound_symbol_names)
+    jf = thunder.jit(lambda x: x.exp(), executors=["fuser"])
+    jf(a)
+    assert [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n != "del"] == ["torch.exp"]
+
+
+def test_non_fusible_op_splits_regions_without_cycles():
+    a, w = torch.randn(4, 8), torch.randn(8, 8)
+
+    def f(x, w):
+        y = (x * 2).exp() + 1  # region 1
+        z = y @ w  # matmul: torch
+        return (z.tanh() * y.sum(-1, keepdim=True)).relu()  # region 2 reads z and region 1
+
+    jf = _check(f, a, w, fusions=2)
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert names.index("torch.matmul") > names.index("cpuFusion0")
+
+
+def test_trace_prints_fusion_and_source_is_available():
+    jf = _check(gelu_chain, *_programs()["gelu_chain"][1])
+    text = str(thunder.last_traces(jf)[-1])
+    assert "[t" in text and "] = cpuFusion0(" in text and "# t" in text and "prims.erf" in text
+    sources = thunder.last_fusion_sources(jf)
+    assert list(sources) == ["cpuFusion0"] and 'extern "C" void cpuFusion0(' in sources["cpuFusion0"]
+
+
+def test_new_process_reuses_the_disk_cache(tmp_path):
+    script = (
+        "import torch, thunder\n"
+        "from thunder import _C\n"
+        "jf = thunder.jit(lambda a: (a * 3).sin() + a.cos(), executors=['fuser'])\n"
+        "jf(torch.randn(10, 10))\n"
+        "s = _C.fusion_stats(); print(s['compiled'], s['disk_hits'])\n"
+    )
+    env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path))
+    run = lambda: subprocess.check_output([sys.executable, "-c", script], env=env, text=True).split()
+    assert run() == ["1", "0"]  # cold: compiled
+    assert run() == ["0", "1"]  # new process: loaded from disk, nothing compiled

@@ -21,6 +21,7 @@
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "python/autodiff_bindings.h"
 #include "python/module.h"
 
 namespace py = pybind11;
@@ -265,6 +266,8 @@ struct Entry {
   /// For each trace input: the leaf it comes from (>= 0), or closure tensor -(k + 1).
   std::vector<int> sources;
   std::vector<at::Tensor> closures;
+  /// Set for training calls: forward and backward joined to autograd (autodiff_bindings.h).
+  std::shared_ptr<TrainingEntry> training;
 };
 
 class CompiledFunction {
@@ -294,7 +297,8 @@ class CompiledFunction {
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
-      e->program = std::make_unique<runtime::Program>(e->traces.back());
+      if (r.size() > 3 && !r[3].is_none()) e->training = makeTrainingEntry(r[3]);
+      else e->program = std::make_unique<runtime::Program>(e->traces.back());
       entry = e.get();
       cache_[key] = std::move(e);
       last_ = entry;
@@ -309,10 +313,17 @@ class CompiledFunction {
     std::vector<at::Tensor> outs;
     {
       py::gil_scoped_release release;
-      outs = entry->program->run(std::move(inputs));
+      outs = entry->training ? runTraining(entry->training, std::move(inputs))
+                             : entry->program->run(std::move(inputs));
     }
     size_t pos = 0;
-    return buildOutput(entry->traces.back()->output, outs, pos);
+    return buildOutput(entry->training ? trainingOutput(*entry->training)
+                                       : entry->traces.back()->output,
+                       outs, pos);
+  }
+  /// The training plan of the last call (thunder._C.TrainingPlan), or None.
+  py::object lastTrainingPlan() const {
+    return last_ && last_->training ? trainingPlan(*last_->training) : py::none();
   }
 
   int hits() const { return hits_; }
@@ -500,7 +511,8 @@ PYBIND11_MODULE(_C, m) {
       .def("__call__", &CompiledFunction::call)
       .def_property_readonly("cache_hits", &CompiledFunction::hits)
       .def_property_readonly("cache_misses", &CompiledFunction::misses)
-      .def("last_traces", &CompiledFunction::lastTraces);
+      .def("last_traces", &CompiledFunction::lastTraces)
+      .def("last_training_plan", &CompiledFunction::lastTrainingPlan);
 
   m.def("set_hooks", [](py::object makeDevice) { hooks().makeDevice = makeDevice; });
   m.def("tree_flatten", [](py::object obj) {

@@ -183,10 +183,6 @@ def _raise_len():
     raise TypeError("len() of a 0-d tensor")
 
 
-def _identity(x, *args, **kwargs):
-    return x
-
-
 _SPECIAL = {
     torch.Tensor.size: _size,
     torch.Tensor.dim: lambda self: self.ndim,
@@ -194,7 +190,8 @@ _SPECIAL = {
     torch.numel: lambda self: self.numel(),
     torch.Tensor.to: _to,
     torch.Tensor.contiguous: _contiguous,
-    torch.Tensor.detach: _identity,
+    torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
+    torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.Tensor.__len__: lambda self: len(self),
 }
 

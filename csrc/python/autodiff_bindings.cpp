@@ -1,0 +1,240 @@
+// Bindings of autodiff: the grad() pipeline, training plans, grad rules written in Python, and the
+// custom autograd function that joins a training call's forward and backward programs to
+// PyTorch's autograd.
+#include "python/autodiff_bindings.h"
+
+#include <ATen/ATen.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <chrono>
+
+#include "executors/executor.h"
+#include "ir/error.h"
+#include "ir/verifier.h"
+#include "python/module.h"
+#include "runtime/program.h"
+#include "transforms/autodiff.h"
+#include "transforms/dce.h"
+#include "transforms/del_last_used.h"
+
+namespace thunder::python {
+
+/// A training call's traces, and how its forward, backward and autograd connect.
+struct TrainingPlan {
+  ForwardBackward fb;
+  std::vector<std::shared_ptr<Trace>> forwardTraces, backwardTraces;
+  size_t numUserOutputs = 0;
+};
+
+struct TrainingEntry {
+  std::shared_ptr<const TrainingPlan> plan;
+  std::unique_ptr<runtime::Program> forward, backward;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<Executor*> executorsByName(const std::vector<std::string>& names) {
+  std::vector<Executor*> out;
+  for (const std::string& n : names) {
+    Executor* ex = ExecutorRegistry::get().find(n);
+    THUNDER_CHECK_KIND(ex != nullptr, ErrorKind::Value, "unknown executor '", n, "'");
+    out.push_back(ex);
+  }
+  return out;
+}
+
+/// Runs a pass, names it in the provenance, verifies it if asked.
+template <typename F>
+std::shared_ptr<Trace> timed(F&& pass, const std::string& name, bool verifyEach) {
+  auto t0 = Clock::now();
+  Trace next = pass();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  next.provenance = "Constructed by " + name + " (took " + std::to_string(ms) + " milliseconds)";
+  if (verifyEach) verify(next);
+  return std::make_shared<Trace>(std::move(next));
+}
+
+/// Appends the claiming and delete-last-used passes of traces.back().
+void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
+                       const std::vector<Executor*>& exs, bool verifyEach) {
+  std::shared_ptr<Trace> t = traces.back();
+  traces.push_back(
+      timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
+  t = traces.back();
+  traces.push_back(timed([&] { return delLastUsed(*t); }, "Delete Last Used", verifyEach));
+}
+
+std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> computation,
+                                                    const std::vector<std::string>& executors,
+                                                    size_t numArgs, bool verifyEach) {
+  std::vector<Executor*> exs = executorsByName(executors);
+  std::vector<std::shared_ptr<Trace>> traces{computation};
+  traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
+  std::shared_ptr<Trace> pruned = traces.back();
+  traces.push_back(
+      timed([&] { return gradTransform(*pruned, numArgs, exs); }, "Grad", verifyEach));
+  lowerForExecution(traces, exs, verifyEach);
+  return traces;
+}
+
+std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computation,
+                                                  const std::vector<std::string>& executors,
+                                                  bool verifyEach) {
+  std::vector<Executor*> exs = executorsByName(executors);
+  auto plan = std::make_shared<TrainingPlan>();
+  plan->forwardTraces = {computation};
+  plan->forwardTraces.push_back(
+      timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
+  const Trace& pruned = *plan->forwardTraces.back();
+  auto t0 = Clock::now();
+  plan->fb = forwardBackward(pruned, exs);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  std::string took = " (took " + std::to_string(ms) + " milliseconds)";
+  auto forward = std::make_shared<Trace>(plan->fb.forward);
+  forward->provenance = "Constructed by Forward (autodiff split)" + took;
+  auto backward = std::make_shared<Trace>(plan->fb.backward);
+  backward->provenance = "Constructed by Backward (autodiff split)" + took;
+  if (verifyEach) {
+    verify(*forward);
+    verify(*backward);
+  }
+  plan->forwardTraces.push_back(forward);
+  plan->backwardTraces.push_back(backward);
+  lowerForExecution(plan->forwardTraces, exs, verifyEach);
+  lowerForExecution(plan->backwardTraces, exs, verifyEach);
+  std::vector<TensorPtr> outs;
+  plan->fb.userOutput.collectTensors(outs);
+  plan->numUserOutputs = outs.size();
+  return plan;
+}
+
+/// Keeps a training entry alive for as long as an autograd graph refers to it.
+struct EntryRef : torch::CustomClassHolder {
+  std::shared_ptr<TrainingEntry> entry;
+};
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// The one autograd node of a training call.
+struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
+                               c10::intrusive_ptr<EntryRef> ref) {
+    const TrainingEntry& e = *ref->entry;
+    const TrainingPlan& p = *e.plan;
+    std::vector<at::Tensor> all = e.forward->run(std::vector<at::Tensor>(inputs.begin(), inputs.end()));
+    size_t n = p.numUserOutputs;
+    variable_list outs(all.begin(), all.begin() + n);
+    ctx->save_for_backward(variable_list(all.begin() + n, all.end()));
+    ctx->saved_data["thunder"] = c10::IValue::make_capsule(ref);
+    variable_list nondiff;
+    for (size_t i = 0; i < n; ++i)
+      if (!p.fb.differentiableOutputs[i]) nondiff.push_back(outs[i]);
+    if (!nondiff.empty()) ctx->mark_non_differentiable(nondiff);
+    return outs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Throws PyTorch's "Trying to backward through the graph a second time" once freed.
+    variable_list ins = ctx->get_saved_variables();
+    auto ref = c10::static_intrusive_pointer_cast<EntryRef>(ctx->saved_data.at("thunder").toCapsule());
+    const TrainingEntry& e = *ref->entry;
+    const ForwardBackward& fb = e.plan->fb;
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (fb.differentiableOutputs[i]) ins.push_back(grads[i]);
+    std::vector<at::Tensor> res = e.backward->run(std::move(ins));
+    variable_list out(fb.gradIndex.size() + 1);  // + the EntryRef argument
+    for (size_t i = 0; i < fb.gradIndex.size(); ++i)
+      if (fb.gradIndex[i] >= 0) out[i] = res[fb.gradIndex[i]];
+    return out;
+  }
+};
+
+std::string symbolId(py::handle symbol) {
+  if (py::isinstance<py::str>(symbol)) return symbol.cast<std::string>();
+  return symbol.attr("id").cast<std::string>();
+}
+
+void init(py::module_& m) {
+  registerDetachSymbol();
+  registerGradRules();
+
+  py::class_<TrainingPlan, std::shared_ptr<TrainingPlan>>(m, "TrainingPlan")
+      .def_readonly("forward_traces", &TrainingPlan::forwardTraces)
+      .def_readonly("backward_traces", &TrainingPlan::backwardTraces)
+      .def_property_readonly("num_saved", [](const TrainingPlan& p) { return p.fb.saved.size(); })
+      .def_property_readonly("saved_bytes", [](const TrainingPlan& p) { return p.fb.savedBytes; })
+      .def_property_readonly("saved_names",
+                             [](const TrainingPlan& p) {
+                               std::vector<std::string> n;
+                               for (const TensorPtr& t : p.fb.saved) n.push_back(t->name);
+                               return n;
+                             })
+      .def_property_readonly("num_saved_without_remat",
+                             [](const TrainingPlan& p) { return p.fb.numSavedWithoutRemat; })
+      .def_property_readonly("saved_bytes_without_remat",
+                             [](const TrainingPlan& p) { return p.fb.savedBytesWithoutRemat; })
+      .def_property_readonly("differentiable_outputs",
+                             [](const TrainingPlan& p) { return p.fb.differentiableOutputs; });
+
+  m.def("run_grad_pipeline", &runGradPipeline, py::arg("trace"), py::arg("executors"),
+        py::arg("num_args"), py::arg("verify") = false);
+  m.def("run_training_pipeline", &runTrainingPipeline, py::arg("trace"), py::arg("executors"),
+        py::arg("verify") = false);
+  m.def("get_grad", [](py::handle x) { return fromValue(getGrad(toValue(x))); });
+  m.def("put_grad", [](py::handle x, py::handle g) { putGrad(toValue(x), toValue(g)); });
+  m.def("register_executor_grad_transform",
+        [](const std::string& executor, py::handle symbol, py::function fn) {
+          std::string id = symbolId(symbol);
+          const Symbol* s = SymbolRegistry::get().find(id);
+          // The rule outlives nothing Python needs at exit: dropped without the GIL then.
+          auto holder = std::shared_ptr<py::object>(new py::object(fn), [](py::object* o) {
+            if (!Py_IsInitialized()) return;
+            py::gil_scoped_acquire gil;
+            delete o;
+          });
+          registerExecutorGradRule(executor, id, [holder, s](const std::vector<Value>& args) {
+            py::gil_scoped_acquire gil;
+            py::list pos;
+            py::dict kw;
+            for (size_t i = 0; i < args.size(); ++i) {
+              if (s && i < s->params.size() && s->params[i].kwOnly)
+                kw[py::str(s->params[i].name)] = fromValue(args[i]);
+              else
+                pos.append(fromValue(args[i]));
+            }
+            return toValue((*holder)(*py::tuple(pos), **kw));
+          });
+        });
+}
+
+const bool registered = (moduleInits().push_back(init), true);
+
+}  // namespace
+
+std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan) {
+  auto e = std::make_shared<TrainingEntry>();
+  auto p = plan.cast<std::shared_ptr<TrainingPlan>>();
+  e->forward = std::make_unique<runtime::Program>(p->forwardTraces.back());
+  e->backward = std::make_unique<runtime::Program>(p->backwardTraces.back());
+  e->plan = std::move(p);
+  return e;
+}
+
+std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,
+                                    std::vector<at::Tensor> inputs) {
+  auto ref = c10::make_intrusive<EntryRef>();
+  ref->entry = entry;
+  return ThunderFunction::apply(at::TensorList(inputs), ref);
+}
+
+const Value& trainingOutput(const TrainingEntry& entry) { return entry.plan->fb.userOutput; }
+
+py::object trainingPlan(const TrainingEntry& entry) {
+  return py::cast(std::const_pointer_cast<TrainingPlan>(entry.plan));
+}
+
+}  // namespace thunder::python

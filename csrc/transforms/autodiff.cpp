@@ -1,0 +1,591 @@
+#include "transforms/autodiff.h"
+
+#include <algorithm>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/error.h"
+#include "ops/ltorch.h"
+#include "ops/prims.h"
+#include "transforms/dce.h"
+#include "transforms/remat.h"
+
+namespace thunder {
+
+namespace {
+
+using RuleTable = std::unordered_map<std::string, GradRule>;
+
+RuleTable& table() {
+  static RuleTable* t = new RuleTable();  // leaked: rules may hold Python objects
+  return *t;
+}
+
+std::unordered_map<std::string, RuleTable>& executorTable() {
+  static auto* t = new std::unordered_map<std::string, RuleTable>();
+  return *t;
+}
+
+/// The backward half of one rule application, traced against placeholder cotangents.
+struct Block {
+  int key = 0;  // position of the forward call, for ordering
+  std::vector<BoundSymbol> bsyms;
+  std::vector<std::pair<TensorPtr, TensorPtr>> cotangents;  // (placeholder, forward output)
+  std::vector<std::pair<Value, Value>> grads;                // (forward input, gradient)
+  const Symbol* noRule = nullptr;  // a call on the gradient path that has no rule
+};
+
+/// The rule being traced.
+struct Recording {
+  TraceContext* ctx = nullptr;
+  Block* block = nullptr;
+  bool inBackward = false;
+};
+thread_local Recording* tlsRecording = nullptr;
+
+using Subst = std::unordered_map<const TensorProxy*, Value>;
+
+/// `v` with the tensors in `m` replaced; sets `changed` when any was.
+Value subst(const Value& v, const Subst& m, bool& changed) {
+  if (v.isTensor()) {
+    auto it = m.find(v.toTensor().get());
+    if (it == m.end()) return v;
+    changed = true;
+    return it->second;
+  }
+  if (!(v.isSequence() || v.isDict() || v.isSlice())) return v;
+  bool any = false;
+  std::vector<Value> items;
+  items.reserve(v.items().size());
+  for (const Value& x : v.items()) items.push_back(subst(x, m, any));
+  if (!any) return v;
+  changed = true;
+  switch (v.kind()) {
+    case Value::Kind::Tuple: return Value::tuple(std::move(items));
+    case Value::Kind::List: return Value::list(std::move(items));
+    case Value::Kind::Dict: return Value::dict(v.keys(), std::move(items));
+    default: return Value::slice(items[0], items[1], items[2]);
+  }
+}
+
+Value subst(const Value& v, const Subst& m) {
+  bool changed = false;
+  return subst(v, m, changed);
+}
+
+void substInPlace(BoundSymbol& b, const Subst& m) {
+  for (Value& a : b.args) a = subst(a, m);
+  b.output = subst(b.output, m);
+  for (BoundSymbol& s : b.subsymbols) substInPlace(s, m);
+}
+
+bool isFloatTensor(const TensorPtr& t) { return isFloating(t->dtype); }
+
+/// Sums a gradient to `shape` (undoes broadcasting): leading dims and dims broadcast from 1.
+Value sumToShape(const Value& g, const Shape& shape) {
+  const Shape& gs = g.tensor().shape;
+  THUNDER_INTERNAL(gs.size() >= shape.size(), "autodiff: gradient of shape ", describe(g),
+                   " cannot be summed to ", shape.size(), " dimensions");
+  size_t lead = gs.size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < gs.size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && gs[i] != 1)) dims.push_back(static_cast<int64_t>(i));
+  Value r = g;
+  if (!dims.empty()) r = ltorch::op("sum", {g, Value::ints(dims)});
+  if (r.tensor().shape != shape) r = ltorch::op("reshape", {r, Value::ints(shape)});
+  return r;
+}
+
+Value zerosLike(const TensorProxy& t) {
+  return ltorch::op("full", {Value::ints(t.shape), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
+}
+
+/// Replaces composite calls whose internal (non-output) tensors are read elsewhere by their
+/// subsymbols: an executor running the composite as one call would not make them.
+void flattenReferenced(const std::vector<BoundSymbol>& in,
+                       const std::unordered_set<const TensorProxy*>& referenced,
+                       std::vector<BoundSymbol>& out) {
+  for (const BoundSymbol& b : in) {
+    bool flatten = false;
+    if (!b.subsymbols.empty()) {
+      std::vector<TensorPtr> outs = b.outputTensors();
+      std::unordered_set<const TensorProxy*> own;
+      for (const TensorPtr& t : outs) own.insert(t.get());
+      std::vector<const BoundSymbol*> stack;
+      for (const BoundSymbol& s : b.subsymbols) stack.push_back(&s);
+      while (!stack.empty() && !flatten) {
+        const BoundSymbol* s = stack.back();
+        stack.pop_back();
+        for (const TensorPtr& t : s->outputTensors())
+          flatten |= !own.count(t.get()) && referenced.count(t.get());
+        for (const BoundSymbol& x : s->subsymbols) stack.push_back(&x);
+      }
+    }
+    if (flatten) flattenReferenced(b.subsymbols, referenced, out);
+    else out.push_back(b);
+  }
+}
+
+/// Tensors read by top-level calls of `bsyms` (and by `output`).
+std::unordered_set<const TensorProxy*> readTensors(const std::vector<BoundSymbol>& bsyms,
+                                                   const Value& output) {
+  std::unordered_set<const TensorProxy*> r;
+  for (const BoundSymbol& b : bsyms)
+    for (const TensorPtr& t : b.inputTensors()) r.insert(t.get());
+  std::vector<TensorPtr> outs;
+  output.collectTensors(outs);
+  for (const TensorPtr& t : outs) r.insert(t.get());
+  return r;
+}
+
+/// Walks a computation trace, tracing the rules of the calls on the gradient path into a forward
+/// list (joint_.bsyms) and backward blocks; then emits the backward in reverse order.
+class Differentiator {
+ public:
+  Differentiator(const Trace& computation, const std::vector<TensorPtr>& wrt,
+                 const std::vector<Executor*>& executors)
+      : comp_(computation), joint_(computation.emptyCopy()), executors_(executors) {
+    registerGradRules();
+    for (const TensorPtr& t : wrt) diff_.insert(t.get());
+    scope_ = std::make_unique<TracingScope>(joint_);
+  }
+
+  Trace& joint() { return joint_; }
+  TraceContext& ctx() { return scope_->context(); }
+
+  void forward() {
+    for (const BoundSymbol& b : comp_.bsyms) walk(b);
+    userOutput_ = env_.empty() ? comp_.output : subst(comp_.output, env_);
+  }
+
+  const Value& userOutput() const { return userOutput_; }
+  bool differentiable(const TensorPtr& t) const { return diff_.count(t.get()) > 0; }
+  int producerKey(const TensorPtr& t) const {
+    auto it = producerKey_.find(t.get());
+    return it == producerKey_.end() ? -1 : it->second;
+  }
+
+  /// Emits the backward into bwd_ given the cotangents of forward tensors.
+  void backward(const std::vector<std::pair<TensorPtr, Value>>& seeds) {
+    ctx().pushScope(&bwd_);
+    try {
+      for (const auto& [out, ct] : seeds) accumulate(out, ct, producerKey(out));
+      for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) emitBlock(*it);
+    } catch (...) {
+      ctx().popScope();
+      throw;
+    }
+    ctx().popScope();
+  }
+
+  /// Emits calls into the backward with a given ordering key.
+  template <typename F>
+  Value emit(int key, F&& f) {
+    ctx().pushScope(&bwd_);
+    Value v;
+    try {
+      v = f();
+    } catch (...) {
+      ctx().popScope();
+      throw;
+    }
+    ctx().popScope();
+    keys_.resize(bwd_.size(), key);
+    return v;
+  }
+
+  Value cotangent(const TensorPtr& t) const {
+    auto it = cot_.find(t.get());
+    return it == cot_.end() ? Value() : it->second;
+  }
+
+  std::vector<BoundSymbol>& bwd() { return bwd_; }
+  const std::vector<int>& keys() const { return keys_; }
+
+ private:
+  const GradRule* ruleFor(const BoundSymbol& b) const {
+    const std::string id = b.sym->id();
+    for (const Executor* ex : executors_) {
+      auto et = executorTable().find(ex->name());
+      if (et == executorTable().end()) continue;
+      auto r = et->second.find(id);
+      if (r == et->second.end()) continue;
+      if (!ex->implements(id) || ex->find(b)) return &r->second;
+    }
+    return findGradRule(id);
+  }
+
+  bool onGradPath(const BoundSymbol& b) const {
+    for (const TensorPtr& t : b.inputTensors())
+      if (diff_.count(t.get())) return true;
+    return false;
+  }
+
+  void walk(const BoundSymbol& orig) {
+    BoundSymbol b = orig;
+    if (!env_.empty()) substInPlace(b, env_);
+    if (b.sym->hasTag(kDel) || !onGradPath(b)) {
+      ctx().scope().push_back(std::move(b));
+      return;
+    }
+    if (const GradRule* rule = ruleFor(b)) {
+      applyRule(b, *rule);
+      return;
+    }
+    if (!orig.subsymbols.empty()) {
+      // No rule: differentiate the decomposition, keeping the call around its new subsymbols.
+      BoundSymbol k;
+      k.sym = b.sym;
+      k.args = b.args;
+      ctx().pushScope(&k.subsymbols);
+      try {
+        for (const BoundSymbol& s : orig.subsymbols) walk(s);
+      } catch (...) {
+        ctx().popScope();
+        throw;
+      }
+      ctx().popScope();
+      k.output = env_.empty() ? orig.output : subst(orig.output, env_);
+      ctx().scope().push_back(std::move(k));
+      return;
+    }
+    // A prim without a rule: its floating outputs carry an error to any cotangent reaching them.
+    Block block;
+    block.key = nextKey_++;
+    block.noRule = b.sym;
+    for (const TensorPtr& t : b.outputTensors()) {
+      if (!isFloatTensor(t)) continue;
+      block.cotangents.push_back({nullptr, t});
+      diff_.insert(t.get());
+    }
+    ctx().scope().push_back(std::move(b));
+    if (!block.cotangents.empty()) blocks_.push_back(std::move(block));
+  }
+
+  void applyRule(const BoundSymbol& b, const GradRule& rule) {
+    Block block;
+    block.key = nextKey_++;
+    Recording rec{&ctx(), &block, false};
+    Recording* prev = tlsRecording;
+    tlsRecording = &rec;
+    std::vector<BoundSymbol>& fwdScope = ctx().scope();
+    size_t start = fwdScope.size();
+    Value result;
+    try {
+      result = rule(b.args);
+    } catch (...) {
+      if (rec.inBackward) ctx().popScope();
+      tlsRecording = prev;
+      throw;
+    }
+    if (rec.inBackward) ctx().popScope();
+    tlsRecording = prev;
+
+    std::vector<TensorPtr> produced, expected;
+    result.collectTensors(produced);
+    b.output.collectTensors(expected);
+    THUNDER_CHECK(produced.size() == expected.size(), "the grad rule of ", b.sym->id(),
+                  " returned ", produced.size(), " tensors, but the call has ", expected.size(),
+                  " tensor outputs");
+    // The rule's outputs stand for the call's: rename fresh ones to the originals so later calls
+    // keep reading the originals; map the others.
+    std::unordered_set<const TensorProxy*> fresh;
+    for (size_t i = start; i < fwdScope.size(); ++i)
+      for (const TensorPtr& t : fwdScope[i].outputTensors()) fresh.insert(t.get());
+    Subst ren;
+    for (size_t i = 0; i < produced.size(); ++i) {
+      if (produced[i] == expected[i]) continue;
+      THUNDER_CHECK(produced[i]->shape == expected[i]->shape &&
+                        produced[i]->dtype == expected[i]->dtype,
+                    "the grad rule of ", b.sym->id(), " returned ", produced[i]->typeString(),
+                    " for output ", expected[i]->name, " of type ", expected[i]->typeString());
+      if (fresh.count(produced[i].get())) ren[produced[i].get()] = Value(expected[i]);
+      else env_[expected[i].get()] = Value(produced[i]);
+    }
+    if (!ren.empty()) {
+      for (size_t i = start; i < fwdScope.size(); ++i) substInPlace(fwdScope[i], ren);
+      for (BoundSymbol& s : block.bsyms) substInPlace(s, ren);
+      for (auto& [ph, out] : block.cotangents) {
+        auto it = ren.find(out.get());
+        if (it != ren.end()) out = it->second.toTensor();
+      }
+      for (auto& [in, g] : block.grads) {
+        in = subst(in, ren);
+        g = subst(g, ren);
+      }
+    }
+    for (const auto& [ph, out] : block.cotangents) {
+      if (!isFloatTensor(out)) continue;
+      diff_.insert(out.get());
+      producerKey_.emplace(out.get(), block.key);
+    }
+    if (!block.cotangents.empty() || !block.bsyms.empty() || !block.grads.empty())
+      blocks_.push_back(std::move(block));
+  }
+
+  void accumulate(const TensorPtr& in, const Value& g, int key) {
+    if (!diff_.count(in.get()) || g.isNone()) return;
+    THUNDER_CHECK_KIND(g.isTensor(), ErrorKind::Type, "put_grad: the gradient of ", in->name,
+                       " must be a tensor, but got ", describe(g));
+    Value gv = g;
+    emit(key, [&] {
+      if (gv.tensor().shape != in->shape) gv = sumToShape(gv, in->shape);
+      if (gv.tensor().dtype != in->dtype) gv = ltorch::op("to", {gv, Value(), in->dtype});
+      auto it = cot_.find(in.get());
+      if (it != cot_.end()) gv = ltorch::op("add", {it->second, gv});
+      return gv;
+    });
+    cot_[in.get()] = gv;
+  }
+
+  void emitBlock(const Block& block) {
+    bool any = false;
+    for (const auto& [ph, out] : block.cotangents) any |= cot_.count(out.get()) > 0;
+    if (!any) return;
+    THUNDER_CHECK_KIND(!block.noRule, ErrorKind::NotImplemented, "thunder cannot differentiate ",
+                       block.noRule->id(), ": it has no grad rule (a gradient reaches its output)");
+    Subst m;
+    for (const auto& [ph, out] : block.cotangents) {
+      auto it = cot_.find(out.get());
+      m[ph.get()] = it != cot_.end() ? it->second
+                                     : emit(block.key, [&] { return zerosLike(*out); });
+    }
+    for (const BoundSymbol& b : block.bsyms) {
+      BoundSymbol c = b;
+      substInPlace(c, m);
+      bwd_.push_back(std::move(c));
+    }
+    keys_.resize(bwd_.size(), block.key);
+    for (const auto& [in, g] : block.grads)
+      if (in.isTensor()) accumulate(in.toTensor(), subst(g, m), block.key);
+  }
+
+  const Trace& comp_;
+  Trace joint_;
+  const std::vector<Executor*>& executors_;
+  std::unique_ptr<TracingScope> scope_;
+  std::unordered_set<const TensorProxy*> diff_;
+  std::unordered_map<const TensorProxy*, int> producerKey_;
+  Subst env_;
+  std::vector<Block> blocks_;
+  int nextKey_ = 0;
+  Value userOutput_;
+  std::vector<BoundSymbol> bwd_;
+  std::vector<int> keys_;
+  std::unordered_map<const TensorProxy*, Value> cot_;
+};
+
+/// Orders calls by dependencies, preferring the smallest key, then the earlier position.
+std::vector<BoundSymbol> sortByKey(std::vector<BoundSymbol> bsyms, const std::vector<int>& keys) {
+  size_t n = bsyms.size();
+  std::unordered_map<const TensorProxy*, size_t> producer;
+  for (size_t i = 0; i < n; ++i)
+    for (const TensorPtr& t : bsyms[i].outputTensors()) producer.emplace(t.get(), i);
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<size_t> pending(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    std::unordered_set<size_t> deps;
+    for (const TensorPtr& t : bsyms[i].inputTensors()) {
+      auto it = producer.find(t.get());
+      if (it != producer.end() && it->second != i) deps.insert(it->second);
+    }
+    pending[i] = deps.size();
+    for (size_t d : deps) users[d].push_back(i);
+  }
+  using Item = std::pair<int, size_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (!pending[i]) ready.push({keys[i], i});
+  std::vector<BoundSymbol> out;
+  out.reserve(n);
+  while (!ready.empty()) {
+    size_t i = ready.top().second;
+    ready.pop();
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push({keys[u], u});
+    out.push_back(std::move(bsyms[i]));
+  }
+  THUNDER_INTERNAL(out.size() == n, "autodiff: the joint trace has a cycle");
+  return out;
+}
+
+std::string inputList(const Trace& t) {
+  std::string s;
+  for (const TensorPtr& p : t.inputs) s += (s.empty() ? "" : ", ") + p->name + ": " + p->typeString();
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+void registerGradRule(const std::string& symbolId, GradRule rule) {
+  table()[symbolId] = std::move(rule);
+}
+
+void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
+                              GradRule rule) {
+  executorTable()[executor][symbolId] = std::move(rule);
+}
+
+const GradRule* findGradRule(const std::string& symbolId) {
+  registerGradRules();
+  auto it = table().find(symbolId);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+Value getGrad(const Value& out) {
+  THUNDER_CHECK(tlsRecording != nullptr,
+                "get_grad can only be called inside a grad rule (a grad transform being traced)");
+  THUNDER_CHECK_KIND(out.isTensor(), ErrorKind::Type, "get_grad: expected a tensor, but got ",
+                     describe(out));
+  Recording& r = *tlsRecording;
+  const TensorPtr& t = out.toTensor();
+  for (const auto& [ph, o] : r.block->cotangents)
+    if (o == t) return Value(ph);
+  if (!r.inBackward) {
+    r.ctx->pushScope(&r.block->bsyms);
+    r.inBackward = true;
+  }
+  TensorPtr ph = r.ctx->newTensor(t->shape, t->dtype, t->device);
+  r.block->cotangents.push_back({ph, t});
+  return Value(ph);
+}
+
+void putGrad(const Value& in, const Value& g) {
+  THUNDER_CHECK(tlsRecording != nullptr,
+                "put_grad can only be called inside a grad rule (a grad transform being traced)");
+  if (!in.isTensor() || g.isNone()) return;
+  THUNDER_CHECK_KIND(g.isTensor(), ErrorKind::Type, "put_grad: the gradient of ",
+                     in.tensor().name, " must be a tensor, but got ", describe(g));
+  tlsRecording->block->grads.push_back({in, g});
+}
+
+Trace gradTransform(const Trace& computation, size_t numArgs,
+                    const std::vector<Executor*>& executors) {
+  std::vector<TensorPtr> wrt;
+  for (size_t i = 0; i < computation.inputs.size() && i < numArgs; ++i)
+    if (isFloatTensor(computation.inputs[i])) wrt.push_back(computation.inputs[i]);
+  THUNDER_CHECK_KIND(!wrt.empty(), ErrorKind::Value,
+                     "grad: the function has no differentiable input (a floating point tensor "
+                     "argument); its tensor inputs are ",
+                     inputList(computation));
+  Differentiator d(computation, wrt, executors);
+  d.forward();
+  std::vector<TensorPtr> outs;
+  d.userOutput().collectTensors(outs);
+  std::vector<std::pair<TensorPtr, Value>> seeds;
+  for (const TensorPtr& o : outs) {
+    if (!d.differentiable(o)) continue;
+    Value ones = d.emit(d.producerKey(o), [&] {
+      return ltorch::op("full", {Value::ints(o->shape), 1.0},
+                        {{"device", o->device}, {"dtype", o->dtype}});
+    });
+    seeds.push_back({o, ones});
+  }
+  THUNDER_CHECK_KIND(!seeds.empty(), ErrorKind::Value,
+                     "grad: no output of the function depends on a differentiable input");
+  d.backward(seeds);
+  std::vector<Value> grads;
+  for (const TensorPtr& t : wrt) {
+    Value g = d.cotangent(t);
+    if (g.isNone()) g = d.emit(1 << 30, [&] { return zerosLike(*t); });
+    grads.push_back(g);
+  }
+  Trace& joint = d.joint();
+  Value output = Value::list(grads);
+  std::vector<BoundSymbol> fwd;
+  flattenReferenced(joint.bsyms, readTensors(d.bwd(), output), fwd);
+  std::vector<int> keys(fwd.size(), -1);
+  keys.insert(keys.end(), d.keys().begin(), d.keys().end());
+  for (BoundSymbol& b : d.bwd()) fwd.push_back(std::move(b));
+  Trace out = joint.emptyCopy();
+  out.bsyms = sortByKey(std::move(fwd), keys);
+  out.output = output;
+  out.provenance = "Grad";
+  Trace pruned = dce(out);
+  pruned.provenance = "Grad";
+  return pruned;
+}
+
+ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors) {
+  std::vector<TensorPtr> wrt;
+  for (const TensorPtr& t : computation.inputs)
+    if (t->requiresGrad && isFloatTensor(t)) wrt.push_back(t);
+  THUNDER_CHECK_KIND(!wrt.empty(), ErrorKind::Value,
+                     "thunder: no input requires grad, so there is nothing to differentiate");
+  Differentiator d(computation, wrt, executors);
+  d.forward();
+  ForwardBackward fb;
+  fb.userOutput = d.userOutput();
+  std::vector<TensorPtr> outs;
+  fb.userOutput.collectTensors(outs);
+  std::vector<std::pair<TensorPtr, Value>> seeds;
+  std::vector<TensorPtr> cotangents;
+  for (const TensorPtr& o : outs) {
+    bool diff = d.differentiable(o);
+    fb.differentiableOutputs.push_back(diff);
+    if (!diff) continue;
+    TensorPtr ct = d.ctx().newTensor(o->shape, o->dtype, o->device);
+    cotangents.push_back(ct);
+    seeds.push_back({o, Value(ct)});
+  }
+  d.backward(seeds);
+
+  Trace& joint = d.joint();
+  Trace bw = joint.emptyCopy();
+  bw.fnName = "backward";
+  bw.bsyms = std::move(d.bwd());
+  std::vector<Value> grads;
+  int next = 0;
+  for (const TensorPtr& t : computation.inputs) {
+    Value g = d.differentiable(t) ? d.cotangent(t) : Value();
+    fb.gradIndex.push_back(g.isTensor() ? next++ : -1);
+    grads.push_back(g);
+  }
+  bw.output = Value::tuple(grads);
+  bw = dce(bw);
+
+  // What the backward reads from the forward.
+  std::unordered_set<const TensorProxy*> produced, cts;
+  for (const BoundSymbol& b : bw.bsyms)
+    for (const TensorPtr& t : b.outputTensors()) produced.insert(t.get());
+  for (const TensorPtr& t : cotangents) cts.insert(t.get());
+  std::vector<TensorPtr> needed;
+  std::unordered_set<const TensorProxy*> seen;
+  auto need = [&](const TensorPtr& t) {
+    if (!produced.count(t.get()) && !cts.count(t.get()) && seen.insert(t.get()).second)
+      needed.push_back(t);
+  };
+  for (const BoundSymbol& b : bw.bsyms)
+    for (const TensorPtr& t : b.inputTensors()) need(t);
+  std::vector<TensorPtr> gradTensors;
+  bw.output.collectTensors(gradTensors);
+  for (const TensorPtr& t : gradTensors) need(t);
+
+  std::vector<BoundSymbol> fwd;
+  flattenReferenced(joint.bsyms, seen, fwd);
+  fb.numSavedWithoutRemat = needed.size();
+  for (const TensorPtr& t : needed) fb.savedBytesWithoutRemat += tensorBytes(*t);
+  RematPlan plan = rematerialize(fwd, computation.inputs, needed);
+  fb.saved = plan.saved;
+  for (const TensorPtr& t : fb.saved) fb.savedBytes += tensorBytes(*t);
+
+  std::vector<BoundSymbol> bsyms = std::move(plan.recompute);
+  for (BoundSymbol& b : bw.bsyms) bsyms.push_back(std::move(b));
+  bw.bsyms = std::move(bsyms);
+  bw.inputs = fb.saved;
+  bw.inputs.insert(bw.inputs.end(), cotangents.begin(), cotangents.end());
+  bw.provenance = "Backward";
+  fb.backward = std::move(bw);
+
+  Trace fw = joint.emptyCopy();
+  fw.bsyms = std::move(fwd);
+  std::vector<Value> saved(fb.saved.begin(), fb.saved.end());
+  fw.output = Value::tuple({fb.userOutput, Value::tuple(saved)});
+  fb.forward = dce(fw);
+  fb.forward.provenance = "Forward";
+  return fb;
+}
+
+}  // namespace thunder

@@ -1,0 +1,76 @@
+// Reverse-mode autodiff: a table of grad rules keyed by symbol id, the grad() transform, and the
+// split of a training call into a forward and a backward trace.
+//
+// A grad rule is traced like a decomposition on a call's bound arguments. It computes the
+// forward (and returns the call's output), then reads each output's cotangent with getGrad and
+// gives each input's gradient with putGrad. Everything it traces after the first getGrad belongs
+// to the backward. Walking a trace, a call uses the rule of its symbol (an active executor's rule
+// first, then the table), else its subsymbols are walked; a call with neither has no gradient.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executors/executor.h"
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// A grad rule: called while tracing with a call's bound arguments; returns the call's output.
+using GradRule = std::function<Value(const std::vector<Value>& args)>;
+
+/// Registers the rule of a symbol (by id) in the default table, replacing an earlier one.
+void registerGradRule(const std::string& symbolId, GradRule rule);
+/// Registers a rule that takes precedence for `symbolId` while `executor` is active (and its
+/// checker, if it implements the symbol, accepts the call).
+void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
+                              GradRule rule);
+/// Registers the default grad rules (idempotent; lookups call it).
+void registerGradRules();
+/// Registers ltorch.detach: an alias of its input through which no gradient flows (idempotent).
+void registerDetachSymbol();
+/// The default table's rule of a symbol, or nullptr.
+const GradRule* findGradRule(const std::string& symbolId);
+
+/// Inside a grad rule: the cotangent of a forward output (a proxy of its metadata).
+Value getGrad(const Value& forwardOutput);
+/// Inside a grad rule: the gradient of a forward input. Numbers, None inputs and None gradients
+/// are ignored; a gradient of another shape is summed to the input's (unbroadcast), and one of
+/// another dtype converted.
+void putGrad(const Value& forwardInput, const Value& grad);
+
+/// The trace of thunder.core.transforms.grad: same inputs as `computation`, the gradients of
+/// every floating-point tensor among its first `numArgs` inputs as a list, with every tensor
+/// output's cotangent a tensor of ones. Backward parts are ordered like their forward calls
+/// where dependencies allow. ValueError when no input or no output is differentiable.
+Trace gradTransform(const Trace& computation, size_t numArgs,
+                    const std::vector<Executor*>& executors);
+
+/// A training call split in two.
+struct ForwardBackward {
+  /// Inputs: the computation's. Output: (the computation's output, (saved tensors...)).
+  Trace forward;
+  /// Inputs: saved tensors, then one cotangent per differentiable output. Output: a tuple with
+  /// one entry per forward input, its gradient or None.
+  Trace backward;
+  /// The computation's output (what the user gets).
+  Value userOutput;
+  /// Per tensor of userOutput (collectTensors order): whether it gets a cotangent.
+  std::vector<bool> differentiableOutputs;
+  /// Per forward input: the index of its gradient among the backward's output tensors, or -1.
+  std::vector<int> gradIndex;
+  /// Saved tensors (after rematerialization), and what saving every needed tensor would cost.
+  std::vector<TensorPtr> saved;
+  int64_t savedBytes = 0;
+  size_t numSavedWithoutRemat = 0;
+  int64_t savedBytesWithoutRemat = 0;
+};
+
+/// Differentiates `computation` with respect to its floating inputs that require grad and splits
+/// the joint trace: the forward saves only what the backward needs, with cheap ops recomputed in
+/// the backward where that saves memory (remat.h).
+ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors);
+
+}  // namespace thunder

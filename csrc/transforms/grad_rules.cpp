@@ -1,0 +1,436 @@
+// The default grad rules: one per differentiable prim, plus faster rules for a few torch-language
+// symbols. Backward computations are written in the torch language, so a backward trace reads
+// like PyTorch and every executor can claim its calls.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <mutex>
+
+#include "ir/error.h"
+#include "ops/clang.h"
+#include "ops/ltorch.h"
+#include "ops/prims.h"
+#include "ops/utils.h"
+#include "transforms/autodiff.h"
+
+namespace thunder {
+namespace {
+
+using Args = std::vector<Value>;
+using X = const Value&;
+using prims::PrimId;
+
+Value op(const char* name, std::vector<Value> args) { return ltorch::op(name, std::move(args)); }
+Value mul(X a, X b) { return op("mul", {a, b}); }
+Value div(X a, X b) { return op("div", {a, b}); }
+Value add(X a, X b) { return op("add", {a, b}); }
+Value sub(X a, X b) { return op("sub", {a, b}); }
+Value neg(X a) { return a.isTensor() ? op("neg", {a}) : Value(-a.toDouble()); }
+Value un(const char* name, X a) { return op(name, {a}); }
+Value sq(X a) { return a.isTensor() ? mul(a, a) : Value(a.toDouble() * a.toDouble()); }
+Value zerosLike(X a) { return op("zeros_like", {a}); }
+Value toDType(X a, DType d) {
+  return a.tensor().dtype == d ? a : ltorch::op("to", {a, Value(), d});
+}
+/// Computes low-precision floats in float32, as PyTorch's backward kernels do.
+Value up(X a) { return isLowPrecision(a.tensor().dtype) ? toDType(a, DType::Float32) : a; }
+
+const Symbol& sym(PrimId id) { return prims::symbol(id); }
+
+/// A reduced gradient broadcast back over the reduced dims of `shape`.
+Value expandBack(X g, const Shape& shape, const std::vector<int64_t>& dims) {
+  Shape keep = shape;
+  for (int64_t d : dims) keep[d] = 1;
+  Value r = op("reshape", {g, Value::ints(keep)});
+  return op("expand", {r, Value::ints(shape)});
+}
+
+using UnaryGrad = Value (*)(X x, X y, X g);
+using BinaryGrad = std::pair<Value, Value> (*)(X a, X b, X y, X g);
+
+void unary(PrimId id, UnaryGrad f) {
+  registerGradRule(sym(id).id(), [id, f](const Args& a) {
+    Value y = call(sym(id), a);
+    Value g = getGrad(y);
+    putGrad(a[0], f(a[0], y, g));
+    return y;
+  });
+}
+
+void binary(PrimId id, BinaryGrad f) {
+  registerGradRule(sym(id).id(), [id, f](const Args& a) {
+    Value y = call(sym(id), a);
+    Value g = getGrad(y);
+    auto [ga, gb] = f(a[0], a[1], y, g);
+    putGrad(a[0], ga);
+    putGrad(a[1], gb);
+    return y;
+  });
+}
+
+/// A rule over a call's bound arguments: `f(args, y, g)` puts the gradients.
+void rule(const Symbol& s, void (*f)(const Args& a, X y, X g)) {
+  const Symbol* p = &s;
+  registerGradRule(s.id(), [p, f](const Args& a) {
+    Value y = call(*p, a);
+    f(a, y, getGrad(y));
+    return y;
+  });
+}
+
+const double kPi = 3.14159265358979323846;
+
+const std::pair<PrimId, UnaryGrad> kUnary[] = {
+    {PrimId::abs, [](X x, X, X g) { return mul(g, un("sign", x)); }},
+    {PrimId::acos, [](X x, X, X g) { return neg(div(g, un("sqrt", sub(1.0, sq(x))))); }},
+    {PrimId::acosh, [](X x, X, X g) { return div(g, un("sqrt", sub(sq(x), 1.0))); }},
+    {PrimId::asin, [](X x, X, X g) { return div(g, un("sqrt", sub(1.0, sq(x)))); }},
+    {PrimId::asinh, [](X x, X, X g) { return div(g, un("sqrt", add(sq(x), 1.0))); }},
+    {PrimId::atan, [](X x, X, X g) { return div(g, add(sq(x), 1.0)); }},
+    {PrimId::atanh, [](X x, X, X g) { return div(g, sub(1.0, sq(x))); }},
+    {PrimId::ceil, [](X x, X, X) { return zerosLike(x); }},
+    {PrimId::floor, [](X x, X, X) { return zerosLike(x); }},
+    {PrimId::round, [](X x, X, X) { return zerosLike(x); }},
+    {PrimId::trunc, [](X x, X, X) { return zerosLike(x); }},
+    {PrimId::sign, [](X x, X, X) { return zerosLike(x); }},
+    {PrimId::cos, [](X x, X, X g) { return mul(g, neg(un("sin", x))); }},
+    {PrimId::cosh, [](X x, X, X g) { return mul(g, un("sinh", x)); }},
+    {PrimId::erf,
+     [](X x, X, X g) { return mul(g, mul(2.0 / std::sqrt(kPi), un("exp", neg(sq(x))))); }},
+    {PrimId::erfc,
+     [](X x, X, X g) { return mul(g, mul(-2.0 / std::sqrt(kPi), un("exp", neg(sq(x))))); }},
+    {PrimId::erfinv,
+     [](X, X y, X g) { return mul(g, mul(std::sqrt(kPi) / 2.0, un("exp", sq(y)))); }},
+    {PrimId::exp, [](X, X y, X g) { return mul(g, y); }},
+    {PrimId::exp2, [](X, X y, X g) { return mul(g, mul(y, std::log(2.0))); }},
+    {PrimId::expm1, [](X, X y, X g) { return mul(g, add(y, 1.0)); }},
+    {PrimId::lgamma, [](X x, X, X g) { return mul(g, un("digamma", x)); }},
+    {PrimId::log, [](X x, X, X g) { return div(g, x); }},
+    {PrimId::log10, [](X x, X, X g) { return div(g, mul(x, std::log(10.0))); }},
+    {PrimId::log1p, [](X x, X, X g) { return div(g, add(x, 1.0)); }},
+    {PrimId::log2, [](X x, X, X g) { return div(g, mul(x, std::log(2.0))); }},
+    {PrimId::neg, [](X, X, X g) { return neg(g); }},
+    {PrimId::reciprocal, [](X, X y, X g) { return mul(g, neg(sq(y))); }},
+    {PrimId::rsqrt, [](X, X y, X g) { return mul(g, mul(-0.5, mul(y, sq(y)))); }},
+    {PrimId::sin, [](X x, X, X g) { return mul(g, un("cos", x)); }},
+    {PrimId::sinh, [](X x, X, X g) { return mul(g, un("cosh", x)); }},
+    {PrimId::sqrt, [](X, X y, X g) { return div(g, mul(y, 2.0)); }},
+    {PrimId::tan, [](X, X y, X g) { return mul(g, add(sq(y), 1.0)); }},
+    {PrimId::tanh, [](X, X y, X g) { return mul(g, sub(1.0, sq(y))); }},
+    {PrimId::sigmoid, [](X, X y, X g) { return mul(g, mul(y, sub(1.0, y))); }},
+};
+
+using VV = std::pair<Value, Value>;
+
+const std::pair<PrimId, BinaryGrad> kBinary[] = {
+    {PrimId::add, [](X, X, X, X g) { return VV{g, g}; }},
+    {PrimId::sub, [](X, X, X, X g) { return VV{g, neg(g)}; }},
+    {PrimId::mul, [](X a, X b, X, X g) { return VV{mul(b, g), mul(a, g)}; }},
+    {PrimId::div,
+     [](X a, X b, X, X g) {
+       Value gb = b.isTensor() ? neg(div(mul(g, a), sq(b))) : Value();
+       return VV{div(g, b), gb};
+     }},
+    {PrimId::pow,
+     [](X a, X b, X y, X g) {
+       Value ga, gb;
+       if (a.isTensor()) {
+         // d/da a^b = b * a^(b - 1), zero where b == 0.
+         Value bm1 = b.isTensor() ? sub(b, 1.0) : Value(b.toDouble() - 1.0);
+         Value d = mul(b, op("pow", {a, bm1}));
+         if (b.isTensor()) d = op("where", {op("eq", {b, 0.0}), 0.0, d});
+         else if (b.toDouble() == 0.0) d = zerosLike(a);
+         ga = mul(g, d);
+       }
+       if (b.isTensor()) {
+         // d/db a^b = a^b * log(a), zero where a == 0 and b >= 0.
+         Value loga = a.isTensor() ? un("log", a) : Value(std::log(a.toDouble()));
+         Value d = mul(y, loga);
+         if (a.isTensor())
+           d = op("where", {op("logical_and", {op("eq", {a, 0.0}), op("ge", {b, 0.0})}), 0.0, d});
+         else if (a.toDouble() == 0.0)
+           d = op("where", {op("ge", {b, 0.0}), 0.0, d});
+         gb = mul(g, d);
+       }
+       return VV{ga, gb};
+     }},
+    {PrimId::atan2,
+     [](X a, X b, X, X g) {
+       Value den = add(sq(a), sq(b));
+       return VV{mul(g, div(b, den)), mul(g, div(neg(a), den))};
+     }},
+    {PrimId::maximum,
+     [](X a, X b, X, X g) {
+       Value half = op("where", {op("eq", {a, b}), mul(g, 0.5), g});
+       return VV{op("where", {op("lt", {a, b}), 0.0, half}),
+                 op("where", {op("gt", {a, b}), 0.0, half})};
+     }},
+    {PrimId::minimum,
+     [](X a, X b, X, X g) {
+       Value half = op("where", {op("eq", {a, b}), mul(g, 0.5), g});
+       return VV{op("where", {op("gt", {a, b}), 0.0, half}),
+                 op("where", {op("lt", {a, b}), 0.0, half})};
+     }},
+    {PrimId::copysign,
+     [](X a, X b, X y, X g) {
+       Value ga = a.isTensor() ? mul(g, op("where", {op("eq", {a, 0.0}), 0.0, div(y, a)})) : Value();
+       return VV{ga, b.isTensor() ? zerosLike(b) : Value()};
+     }},
+    {PrimId::fmod,
+     [](X a, X b, X, X g) {
+       Value gb = b.isTensor() ? neg(mul(g, un("trunc", div(a, b)))) : Value();
+       return VV{g, gb};
+     }},
+    {PrimId::remainder,
+     [](X a, X b, X, X g) {
+       Value gb = b.isTensor() ? neg(mul(g, un("floor", div(a, b)))) : Value();
+       return VV{g, gb};
+     }},
+};
+
+void registerShapeRules() {
+  rule(sym(PrimId::where), [](const Args& a, X, X g) {
+    putGrad(a[1], op("where", {a[0], g, 0.0}));
+    putGrad(a[2], op("where", {a[0], 0.0, g}));
+  });
+  rule(sym(PrimId::convert_element_type), [](const Args& a, X, X g) {
+    if (isFloating(a[0].tensor().dtype)) putGrad(a[0], toDType(g, a[0].tensor().dtype));
+  });
+  rule(sym(PrimId::broadcast_in_dim), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    Shape shape = a[1].toInts();
+    std::vector<int64_t> bdims = a[2].toInts(), dims;
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      auto it = std::find(bdims.begin(), bdims.end(), d);
+      if (it == bdims.end() || (t.shape[it - bdims.begin()] == 1 && shape[d] != 1)) dims.push_back(d);
+    }
+    Value r = dims.empty() ? g : op("sum", {g, Value::ints(dims)});
+    putGrad(a[0], op("reshape", {r, Value::ints(t.shape)}));
+  });
+  rule(sym(PrimId::reshape), [](const Args& a, X, X g) {
+    putGrad(a[0], op("reshape", {g, Value::ints(a[0].tensor().shape)}));
+  });
+  rule(sym(PrimId::squeeze), [](const Args& a, X, X g) {
+    putGrad(a[0], op("reshape", {g, Value::ints(a[0].tensor().shape)}));
+  });
+  rule(sym(PrimId::transpose), [](const Args& a, X, X g) {
+    std::vector<int64_t> perm = a[1].toInts(), inv(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+    putGrad(a[0], op("permute", {g, Value::ints(inv)}));
+  });
+  rule(sym(PrimId::flip), [](const Args& a, X, X g) { putGrad(a[0], op("flip", {g, a[1]})); });
+  rule(sym(PrimId::stride_order), [](const Args& a, X, X g) { putGrad(a[0], g); });
+  rule(sym(PrimId::slice), [](const Args& a, X y, X g) {
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> start = a[1].toInts();
+    std::vector<int64_t> strides = a[3].isNone() ? std::vector<int64_t>(t.ndim(), 1) : a[3].toInts();
+    std::vector<std::array<int64_t, 3>> cfg;
+    for (int64_t d = 0; d < t.ndim(); ++d) {
+      int64_t n = y.tensor().shape[d];
+      int64_t covered = n > 0 ? (n - 1) * strides[d] + 1 : 0;
+      cfg.push_back({start[d], t.shape[d] - start[d] - covered, strides[d] - 1});
+    }
+    putGrad(a[0], prims::pad(g, 0.0, cfg));
+  });
+  rule(sym(PrimId::pad), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    const std::vector<Value>& cfg = a[2].items();
+    std::vector<std::array<int64_t, 3>> undo;
+    std::vector<int64_t> starts, ends, steps;
+    bool anyNegative = false;
+    for (int64_t d = 0; d < t.ndim(); ++d) {
+      std::vector<int64_t> c = cfg[d].toInts();
+      int64_t lo = c[0], hi = c[1], step = c[2] + 1, n = t.shape[d];
+      undo.push_back({std::max<int64_t>(-lo, 0), std::max<int64_t>(-hi, 0), 0});
+      anyNegative |= lo < 0 || hi < 0;
+      int64_t s = std::max<int64_t>(lo, 0);
+      starts.push_back(s);
+      ends.push_back(n > 0 ? s + (n - 1) * step + 1 : s);
+      steps.push_back(step);
+    }
+    Value g2 = anyNegative ? prims::pad(g, 0.0, undo) : g;
+    putGrad(a[0], prims::slice(g2, starts, ends, steps));
+  });
+  rule(sym(PrimId::cat), [](const Args& a, X, X g) {
+    const std::vector<Value>& ts = a[0].items();
+    int64_t dim = a[1].toInt(), offset = 0;
+    for (const Value& t : ts) {
+      int64_t len = t.tensor().shape[canonicalizeDim(t.tensor().ndim(), dim, "prims.cat")];
+      putGrad(t, op("narrow", {g, dim, offset, len}));
+      offset += len;
+    }
+  });
+}
+
+Value asLong(X idx) { return toDType(idx, DType::Int64); }
+
+void registerIndexingRules() {
+  rule(sym(PrimId::take), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    if (t.ndim() == 0) {
+      putGrad(a[0], op("reshape", {g, Value::ints({})}));
+      return;
+    }
+    int64_t dim = canonicalizeDim(t.ndim(), a[2].toInt(), "prims.take");
+    const TensorProxy& idx = a[1].tensor();
+    Value flat = idx.ndim() == 1 ? a[1] : op("reshape", {a[1], Value::ints({idx.numel()})});
+    Value spread = prims::broadcast_in_dim(asLong(flat), g.tensor().shape, {dim});
+    putGrad(a[0], op("scatter_add", {zerosLike(a[0]), dim, spread, g}));
+  });
+  rule(sym(PrimId::gather), [](const Args& a, X, X g) {
+    putGrad(a[0], op("scatter_add", {zerosLike(a[0]), a[2], asLong(a[1]), g}));
+  });
+  rule(sym(PrimId::scatter_add), [](const Args& a, X, X g) {
+    putGrad(a[0], g);
+    const TensorProxy &idx = a[1].tensor(), &val = a[2].tensor();
+    Value gv = op("gather", {g, a[3], asLong(a[1])});
+    if (idx.shape != val.shape) {
+      std::vector<std::array<int64_t, 3>> cfg;
+      for (int64_t d = 0; d < val.ndim(); ++d) cfg.push_back({0, val.shape[d] - idx.shape[d], 0});
+      gv = prims::pad(gv, 0.0, cfg);
+    }
+    putGrad(a[2], gv);
+  });
+  rule(sym(PrimId::embedding), [](const Args& a, X, X g) {
+    const TensorProxy &idx = a[0].tensor(), &w = a[1].tensor();
+    int64_t n = idx.numel(), dim = w.shape[1];
+    Value g2 = op("reshape", {g, Value::ints({n, dim})});
+    Value flat = asLong(op("reshape", {a[0], Value::ints({n})}));
+    if (!a[2].isNone())
+      g2 = op("where", {op("unsqueeze", {op("eq", {flat, a[2]}), 1}), 0.0, g2});
+    Value spread = op("expand", {op("unsqueeze", {flat, 1}), Value::ints({n, dim})});
+    putGrad(a[1], op("scatter_add", {zerosLike(a[1]), 0, spread, g2}));
+  });
+}
+
+void registerReductionRules() {
+  rule(sym(PrimId::sum), [](const Args& a, X, X g) {
+    putGrad(a[0], expandBack(g, a[0].tensor().shape, a[1].toInts()));
+  });
+  rule(sym(PrimId::prod), [](const Args& a, X y, X g) {
+    putGrad(a[0], div(expandBack(mul(g, y), a[0].tensor().shape, a[1].toInts()), a[0]));
+  });
+  auto minmax = [](const Args& a, X y, X g) {
+    // The gradient is shared evenly among the elements equal to the result.
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = a[1].toInts();
+    if (dims.empty()) {
+      putGrad(a[0], g);
+      return;
+    }
+    Value mask = toDType(op("eq", {a[0], expandBack(y, t.shape, dims)}), t.dtype);
+    Value count = op("sum", {mask, Value::ints(dims)});
+    putGrad(a[0], mul(expandBack(div(g, count), t.shape, dims), mask));
+  };
+  rule(sym(PrimId::amax), minmax);
+  rule(sym(PrimId::amin), minmax);
+  rule(sym(PrimId::var), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = a[1].toInts();
+    if (dims.empty()) {
+      putGrad(a[0], zerosLike(a[0]));
+      return;
+    }
+    int64_t n = 1;
+    for (int64_t d : dims) n *= t.shape[d];
+    Value mean = expandBack(div(op("sum", {a[0], Value::ints(dims)}), static_cast<double>(n)),
+                            t.shape, dims);
+    double scale = 2.0 / (static_cast<double>(n) - a[2].toDouble());
+    putGrad(a[0], mul(expandBack(g, t.shape, dims), mul(sub(a[0], mean), scale)));
+  });
+}
+
+void registerMatmulRules() {
+  rule(sym(PrimId::matmul), [](const Args& a, X y, X g) {
+    const TensorProxy &ta = a[0].tensor(), &tb = a[1].tensor();
+    // Matrices of 1-D operands, as torch.matmul; the gradients are summed over broadcast batch
+    // dims by putGrad.
+    Value a2 = ta.ndim() == 1 ? op("unsqueeze", {a[0], 0}) : a[0];
+    Value b2 = tb.ndim() == 1 ? op("unsqueeze", {a[1], -1}) : a[1];
+    Shape yShape = y.tensor().shape;
+    if (tb.ndim() == 1) yShape.push_back(1);
+    if (ta.ndim() == 1) yShape.insert(yShape.end() - 1, 1);
+    Value g2 = op("reshape", {g, Value::ints(yShape)});
+    Value ga = op("matmul", {g2, op("transpose", {b2, -2, -1})});
+    if (ta.ndim() == 1) ga = op("squeeze", {ga, -2});
+    Value gb = op("matmul", {op("transpose", {a2, -2, -1}), g2});
+    if (tb.ndim() == 1) gb = op("squeeze", {gb, -1});
+    putGrad(a[0], ga);
+    putGrad(a[1], gb);
+  });
+  rule(sym(PrimId::linear), [](const Args& a, X, X g) {
+    const TensorProxy &x = a[0].tensor(), &w = a[1].tensor();
+    int64_t in = x.shape.back();
+    if (w.ndim() == 2) {
+      int64_t out = w.shape[0];
+      putGrad(a[0], op("matmul", {g, a[1]}));
+      Value g2 = op("reshape", {g, Value::ints({-1, out})});
+      Value x2 = op("reshape", {a[0], Value::ints({-1, in})});
+      putGrad(a[1], op("matmul", {op("transpose", {g2, 0, 1}), x2}));
+    } else {
+      putGrad(a[0], mul(op("unsqueeze", {g, -1}), a[1]));
+      putGrad(a[1], op("matmul", {op("reshape", {g, Value::ints({-1})}),
+                                  op("reshape", {a[0], Value::ints({-1, in})})}));
+    }
+    putGrad(a[2], g);
+  });
+}
+
+void registerTorchRules() {
+  rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
+    putGrad(a[0], op("where", {op("gt", {y, 0}), g, 0.0}));
+  });
+  // softmax and log_softmax keep their forward as one call: the backward reads only the output.
+  rule(ltorch::symbol("softmax"), [](const Args& a, X y, X g) {
+    Value y32 = up(y), g32 = up(g);
+    Value s = ltorch::op("sum", {mul(g32, y32), Value::ints({a[1].toInt()}), true});
+    putGrad(a[0], mul(y32, sub(g32, s)));
+  });
+  rule(ltorch::symbol("log_softmax"), [](const Args& a, X y, X g) {
+    Value y32 = up(y), g32 = up(g);
+    Value s = ltorch::op("sum", {g32, Value::ints({a[1].toInt()}), true});
+    putGrad(a[0], sub(g32, mul(un("exp", y32), s)));
+  });
+  // detach: the forward only, no gradient.
+  registerGradRule("ltorch.detach", [](const Args& a) {
+    return call(SymbolRegistry::get().at("ltorch.detach"), a);
+  });
+}
+
+}  // namespace
+
+void registerDetachSymbol() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ltorch::registerLTorch();
+    if (SymbolRegistry::get().find("ltorch.detach")) return;
+    auto s = std::make_unique<Symbol>();
+    s->module = "ltorch";
+    s->name = "detach";
+    s->params = parseSignature("a");
+    s->style = PrintStyle::Torch;
+    // An alias that the walk never differentiates through.
+    s->impl = [](const std::vector<Value>& a) -> Value {
+      const TensorProxy& t = expectTensor(a[0], "ltorch.detach", "a");
+      return prims::convert_element_type(a[0], t.dtype);
+    };
+    SymbolRegistry::get().add(std::move(s));
+  });
+}
+
+void registerGradRules() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ltorch::registerLTorch();
+    registerDetachSymbol();
+    for (const auto& [id, f] : kUnary) unary(id, f);
+    for (const auto& [id, f] : kBinary) binary(id, f);
+    registerShapeRules();
+    registerIndexingRules();
+    registerReductionRules();
+    registerMatmulRules();
+    registerTorchRules();
+  });
+}
+
+}  // namespace thunder

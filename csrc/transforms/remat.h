@@ -1,0 +1,33 @@
+// Rematerialization: which forward tensors a backward gets saved, and which it recomputes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// What the backward gets from the forward.
+struct RematPlan {
+  /// Tensors the forward saves for the backward.
+  std::vector<TensorPtr> saved;
+  /// Forward calls the backward runs again before its own, in forward order.
+  std::vector<BoundSymbol> recompute;
+};
+
+/// Bytes of a tensor's elements.
+int64_t tensorBytes(const TensorProxy& t);
+
+/// True for calls cheap to run again: elementwise, shape and non-random creation ops, and
+/// composites made only of them.
+bool isRecomputable(const BoundSymbol& b);
+
+/// Chooses the saved tensors by a minimum cut of the forward's dataflow graph, each tensor
+/// weighted by its bytes (inputs almost free: they live anyway): a tensor the backward `needs`
+/// is either saved or recomputed from saved ones through recomputable calls. Falls back to
+/// saving `needed` as is unless the cut saves strictly fewer bytes.
+RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
+                        const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& needed);
+
+}  // namespace thunder

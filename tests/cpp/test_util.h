@@ -6,12 +6,21 @@
 
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 
 #include "ir/error.h"
 #include "ir/trace.h"
 #include "ir/value.h"
+
+namespace thunder {
+
+/// GoogleTest prints devices and dtypes by name in failure messages.
+inline void PrintTo(const Device& d, std::ostream* os) { *os << d.str(); }
+inline void PrintTo(DType d, std::ostream* os) { *os << dtypeName(d); }
+
+}  // namespace thunder
 
 namespace thunder::testing {
 

@@ -67,7 +67,11 @@ void defUnary(const std::string& name, clang::PrimUnary prim, PK kind,
   for (auto& e : extra) torch.push_back(e);
   def(name, "a", torch, [=](const Args& a) -> Value {
     const TensorProxy& t = T(a[0], name);
-    if (identityOnIntegers && (isIntegral(t.dtype) || t.dtype == DType::Bool)) return a[0];
+    if (identityOnIntegers) {
+      THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, opn(name),
+                         ": argument 'a' has dtype bool8, which is not supported");
+      if (isIntegral(t.dtype)) return a[0];
+    }
     return clang::unary(prim, a[0], kind, opn(name));
   }, kElementwise);
 }
@@ -85,6 +89,11 @@ Value mulScalar(const Value& a, double s) { return op("mul", {a, s}); }
 
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
+  if (!subtract && elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool) {
+    // PyTorch adds bools as a logical or; alpha=False drops b.
+    if (alpha.isBool() && !alpha.toBool()) return clang::maybeConvert(a, DType::Bool);
+    return clang::binary(prims::logical_or, a, b, PK::AlwaysBool, opn(name));
+  }
   Value rhs = b;
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
@@ -109,13 +118,17 @@ Value floorDivide(const Value& a, const Value& b) {
   // Integers: truncating division, one less where the remainder is nonzero and the signs differ.
   Value q = clang::binary(prims::div, a, b, PK::Default, "ltorch.floor_divide");
   Value r = clang::binary(prims::fmod, a, b, PK::Default, "ltorch.floor_divide");
-  Value rNonzero = clang::binary(prims::ne, r, 0, PK::AlwaysBool, "ltorch.floor_divide");
-  Value signDiff = clang::binary(prims::ne, clang::binary(prims::lt, r, 0, PK::AlwaysBool, ""),
-                                 clang::binary(prims::lt, b, 0, PK::AlwaysBool, ""),
-                                 PK::AlwaysBool, "ltorch.floor_divide");
-  Value adjust = clang::binary(prims::logical_and, rNonzero, signDiff, PK::AlwaysBool, "");
-  return clang::where(adjust, clang::binary(prims::sub, q, 1, PK::Default, ""), q,
-                      "ltorch.floor_divide");
+  const std::string name = "ltorch.floor_divide";
+  Value rNonzero = clang::binary(prims::ne, r, 0, PK::AlwaysBool, name);
+  Value rNegative = clang::binary(prims::lt, r, 0, PK::AlwaysBool, name);
+  // b may be a number: its sign is known now.
+  Value signDiff = b.isTensor()
+      ? clang::binary(prims::ne, rNegative, clang::binary(prims::lt, b, 0, PK::AlwaysBool, name),
+                      PK::AlwaysBool, name)
+      : (b.toDouble() < 0 ? clang::binary(prims::eq, rNegative, false, PK::AlwaysBool, name)
+                          : rNegative);
+  Value adjust = clang::binary(prims::logical_and, rNonzero, signDiff, PK::AlwaysBool, name);
+  return clang::where(adjust, clang::binary(prims::sub, q, 1, PK::Default, name), q, name);
 }
 
 void registerElementwise() {
@@ -134,8 +147,12 @@ void registerElementwise() {
   defUnary("erf", prims::erf, PK::IntToFloat, {"torch.special.erf"});
   defUnary("erfc", prims::erfc, PK::IntToFloat, {"torch.special.erfc"});
   defUnary("erfinv", prims::erfinv, PK::IntToFloat, {"torch.special.erfinv"});
-  defUnary("exp", prims::exp, PK::IntToFloat, {"torch.special.exp"});
-  defUnary("exp2", prims::exp2, PK::IntToFloat, {"torch.special.exp2"});
+  defUnary("exp", prims::exp, PK::IntToFloat);
+  def("exp2", "a", {"torch.exp2", "torch.Tensor.exp2", "torch.special.exp2"}, [](const Args& a) {
+    // prims.exp2 is real only: 2**z = exp(z * ln 2) for complex z.
+    if (isComplex(T(a[0], "exp2").dtype)) return op("exp", {op("mul", {a[0], M_LN2})});
+    return clang::unary(prims::exp2, a[0], PK::IntToFloat, "ltorch.exp2");
+  }, kElementwise);
   defUnary("expm1", prims::expm1, PK::IntToFloat, {"torch.special.expm1"});
   defUnary("floor", prims::floor, PK::Default, {}, true);
   defUnary("isfinite", prims::isfinite, PK::AlwaysBool);
@@ -148,8 +165,16 @@ void registerElementwise() {
   defUnary("reciprocal", prims::reciprocal, PK::IntToFloat);
   defUnary("round", prims::round, PK::Default, {}, true);
   defUnary("rsqrt", prims::rsqrt, PK::IntToFloat);
-  defUnary("sign", prims::sign, PK::Default);
-  defUnary("signbit", prims::signbit, PK::AlwaysBool);
+  def("sign", "a", {"torch.sign", "torch.Tensor.sign"}, [](const Args& a) {
+    // The sign of a bool is itself.
+    if (T(a[0], "sign").dtype == DType::Bool) return a[0];
+    return clang::unary(prims::sign, a[0], PK::Default, "ltorch.sign");
+  }, kElementwise);
+  def("signbit", "a", {"torch.signbit", "torch.Tensor.signbit"}, [](const Args& a) {
+    // Bools are never negative: signbit of their uint8 value.
+    Value x = T(a[0], "signbit").dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
+    return clang::unary(prims::signbit, x, PK::AlwaysBool, "ltorch.signbit");
+  }, kElementwise);
   defUnary("sin", prims::sin, PK::IntToFloat);
   defUnary("sinh", prims::sinh, PK::IntToFloat);
   defUnary("sqrt", prims::sqrt, PK::IntToFloat);
@@ -179,7 +204,12 @@ void registerElementwise() {
   def("mul", "a, b",
       {"torch.mul", "torch.multiply", "torch.Tensor.mul", "torch.Tensor.__mul__",
        "~torch.Tensor.__rmul__"},
-      [](const Args& a) { return clang::binary(prims::mul, a[0], a[1], PK::Default, "ltorch.mul"); },
+      [](const Args& a) {
+        // PyTorch multiplies bools as a logical and.
+        if (elementwiseTypePromotion({a[0], a[1]}, PK::Default).second == DType::Bool)
+          return clang::binary(prims::logical_and, a[0], a[1], PK::AlwaysBool, "ltorch.mul");
+        return clang::binary(prims::mul, a[0], a[1], PK::Default, "ltorch.mul");
+      },
       kElementwise);
   def("div", "a, b, *, rounding_mode=None",
       {"torch.div", "torch.divide", "torch.true_divide", "torch.Tensor.div",
@@ -187,6 +217,10 @@ void registerElementwise() {
       [](const Args& a) -> Value {
         if (a[2].isNone()) return trueDivide(a[0], a[1]);
         const std::string& mode = a[2].toString();
+        DType operands = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
+        THUNDER_CHECK_KIND(!isComplex(operands), ErrorKind::Type, "ltorch.div: rounding_mode='",
+                           mode, "' is not supported for complex inputs (", dtypeName(operands),
+                           ")");
         if (mode == "floor") return floorDivide(a[0], a[1]);
         THUNDER_CHECK_KIND(mode == "trunc", ErrorKind::Value,
                            "ltorch.div: rounding_mode must be None, 'trunc' or 'floor', but got '",
@@ -412,6 +446,7 @@ void registerShapeOps() {
         std::vector<int64_t> dst = canonicalizeDims(t.ndim(), a[2].toInts(), "ltorch.movedim");
         THUNDER_CHECK(src.size() == dst.size(),
                       "ltorch.movedim: source and destination must have the same length");
+        if (t.ndim() == 0) return a[0];
         std::vector<int64_t> perm(t.ndim(), -1), rest;
         for (size_t i = 0; i < src.size(); ++i) perm[dst[i]] = src[i];
         for (int64_t i = 0; i < t.ndim(); ++i)
@@ -819,17 +854,22 @@ void registerReductions() {
             return op(isMax ? "amax" : "amin", {a[0], Value::tuple({})});
           }
           Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
-          Value idx = op(isMax ? "argmax" : "argmin", {a[0], a[1], a[2]});
+          // argmax/argmin take no bools: the index of the first true (false) is the same in uint8.
+          Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
+          Value idx = op(isMax ? "argmax" : "argmin", {x, a[1], a[2]});
           return Value::tuple({values, idx});
         }, kReductionOp);
   }
+  // any and all return bool, except uint8 for uint8 inputs, as in PyTorch.
   def("any", "a, dim=None, keepdim=False", {"torch.any", "torch.Tensor.any"}, [](const Args& a) {
+    DType dt = T(a[0], "any").dtype == DType::UInt8 ? DType::UInt8 : DType::Bool;
     Value nz = clang::maybeConvert(op("ne", {a[0], 0}), DType::Int64);
-    return op("gt", {op("sum", {nz, a[1], a[2]}), 0});
+    return clang::maybeConvert(op("gt", {op("sum", {nz, a[1], a[2]}), 0}), dt);
   }, kReductionOp);
   def("all", "a, dim=None, keepdim=False", {"torch.all", "torch.Tensor.all"}, [](const Args& a) {
+    DType dt = T(a[0], "all").dtype == DType::UInt8 ? DType::UInt8 : DType::Bool;
     Value z = clang::maybeConvert(op("eq", {a[0], 0}), DType::Int64);
-    return op("eq", {op("sum", {z, a[1], a[2]}), 0});
+    return clang::maybeConvert(op("eq", {op("sum", {z, a[1], a[2]}), 0}), dt);
   }, kReductionOp);
   def("logsumexp", "a, dim, keepdim=False", {"torch.logsumexp", "torch.Tensor.logsumexp"},
       [](const Args& a) {
@@ -838,7 +878,8 @@ void registerReductions() {
         DType computation = isLowPrecision(result) ? DType::Float32 : result;
         Value x = clang::maybeConvert(a[0], computation);
         std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.logsumexp");
-        Value m = prims::amax(x, dims);
+        // Complex inputs shift by the largest real part.
+        Value m = prims::amax(isComplex(computation) ? prims::real(x) : x, dims);
         // Where the max is infinite, shifting by it would make nan; shift by 0 there.
         Value safeM = op("where", {op("isfinite", {m}), m, 0.0});
         Value shifted = op("sub", {x, clang::keepDims(safeM, t.shape, dims)});
@@ -897,6 +938,8 @@ void registerCreation() {
         const Value& step = a[2];
         bool allInt = start.isInt() && end.isInt() && step.isInt();
         DType dt = optDType(a[4]).value_or(allInt ? DType::Int64 : defaultFloat());
+        THUNDER_CHECK_KIND(dt != DType::Bool && !isComplex(dt), ErrorKind::Type,
+                           "ltorch.arange: dtype ", dtypeName(dt), " is not supported");
         double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
         THUNDER_CHECK(st != 0, "ltorch.arange: step must be nonzero");
         THUNDER_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
@@ -910,16 +953,26 @@ void registerCreation() {
         Value r = op("add", {op("mul", {clang::maybeConvert(idx, comp), st}), s});
         return clang::maybeConvert(r, dt);
       }, kCreation);
+  // Complex draws: independent real and imaginary parts of the matching real dtype, each scaled
+  // by `scale`.
+  auto complexOf = [](auto draw, const Shape& shape, Device dev, DType dt, double scale) {
+    DType real = complexToReal(dt);
+    Value re = draw(shape, dev, real), im = draw(shape, dev, real);
+    return op("add", {op("mul", {re, scale}), op("mul", {im, std::complex<double>(0.0, scale)})});
+  };
+  auto rand = [complexOf](const Shape& shape, Device dev, DType dt) -> Value {
+    auto draw = [](const Shape& s, Device d, DType t) { return prims::uniform(s, 0.0, 1.0, d, t); };
+    return isComplex(dt) ? complexOf(draw, shape, dev, dt, 1.0) : draw(shape, dev, dt);
+  };
   def("rand", "*shape, device=None, dtype=None, requires_grad=False", {"torch.rand"},
-      [](const Args& a) {
-        return prims::uniform(a[0].toInts(), 0.0, 1.0, deviceOr(a[1]),
-                              optDType(a[2]).value_or(defaultFloat()));
+      [rand](const Args& a) {
+        return rand(a[0].toInts(), deviceOr(a[1]), optDType(a[2]).value_or(defaultFloat()));
       }, kCreation | kRandomOp);
-  def("rand_like", "a, *, device=None, dtype=None", {"torch.rand_like"}, [](const Args& a) {
+  def("rand_like", "a, *, device=None, dtype=None", {"torch.rand_like"}, [rand](const Args& a) {
     const TensorProxy& t = T(a[0], "rand_like");
-    return prims::uniform(t.shape, 0.0, 1.0, deviceOr(a[1], t.device), optDType(a[2]).value_or(t.dtype));
+    return rand(t.shape, deviceOr(a[1], t.device), optDType(a[2]).value_or(t.dtype));
   }, kCreation | kRandomOp);
-  auto randn = [](const Shape& shape, Device dev, DType dt) {
+  auto normal = [](const Shape& shape, Device dev, DType dt) {
     // Box-Muller over two uniform draws.
     DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
     Value u1 = prims::uniform(shape, 1e-7, 1.0, dev, comp);
@@ -927,6 +980,10 @@ void registerCreation() {
     Value r = op("sqrt", {op("mul", {op("log", {u1}), -2.0})});
     Value z = op("mul", {r, op("cos", {op("mul", {u2, 2 * M_PI})})});
     return clang::maybeConvert(z, dt);
+  };
+  // A complex standard normal has variance 1/2 in each part.
+  auto randn = [normal, complexOf](const Shape& shape, Device dev, DType dt) -> Value {
+    return isComplex(dt) ? complexOf(normal, shape, dev, dt, M_SQRT1_2) : normal(shape, dev, dt);
   };
   def("randn", "*shape, device=None, dtype=None, requires_grad=False", {"torch.randn"},
       [randn](const Args& a) {
@@ -1012,8 +1069,8 @@ Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, i
     const TensorProxy& wt = T(weight, name, "weight");
     THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == lp.shape[classDim], opn(name),
                   ": expected a weight of shape (", lp.shape[classDim], ",), but got ", shapeStr(wt.shape));
-    w = op("mul", {w, prims::take(weight, clang::reshape(safeTarget, {tg.numel()}, opn(name)), 0)});
-    w = clang::reshape(w, tg.shape, opn(name));
+    Value classWeight = prims::take(weight, clang::reshape(safeTarget, {tg.numel()}, opn(name)), 0);
+    w = op("mul", {w, clang::reshape(classWeight, tg.shape, opn(name))});
   }
   Value losses = op("neg", {op("mul", {picked, w})});
   if (reduction == "none") return losses;
@@ -1098,19 +1155,31 @@ void registerNN() {
         Value logp = op("log_softmax", {a[0], classDim});
         return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy");
       });
-  def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean'",
+  def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {
+        const TensorProxy& t = T(a[0], "mse_loss");
         Value d = op("sub", {a[0], a[1]});
         Value sq = op("mul", {d, d});
         const std::string& r = a[4].toString();
+        THUNDER_CHECK_KIND(r == "none" || r == "sum" || r == "mean", ErrorKind::Value,
+                           "ltorch.mse_loss: reduction must be 'none', 'mean' or 'sum', but got '", r, "'");
+        const Value& w = a[5];
+        if (!w.isNone()) {
+          // As PyTorch: a weight of the input's shape scales each squared error; the mean
+          // divides by the sum of the weights.
+          THUNDER_CHECK_KIND(T(w, "mse_loss", "weight").shape == t.shape, ErrorKind::Value,
+                             "ltorch.mse_loss: weight of shape ", shapeStr(w.tensor().shape),
+                             " must have the input's shape ", shapeStr(t.shape));
+          sq = op("mul", {sq, w});
+          if (r == "mean") return op("div", {op("sum", {sq}), op("sum", {w})});
+        }
         if (r == "none") return sq;
         if (r == "sum") return op("sum", {sq});
-        THUNDER_CHECK_KIND(r == "mean", ErrorKind::Value,
-                           "ltorch.mse_loss: reduction must be 'none', 'mean' or 'sum', but got '", r, "'");
         return op("mean", {sq});
       });
   def("scaled_dot_product_attention",
-      "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False",
+      "query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, "
+      "enable_gqa=False",
       {"torch.nn.functional.scaled_dot_product_attention"}, [](const Args& a) {
         const TensorProxy& q = T(a[0], "scaled_dot_product_attention", "query");
         const TensorProxy& k = T(a[1], "scaled_dot_product_attention", "key");
@@ -1142,7 +1211,7 @@ void registerNN() {
         scores = clang::maybeConvert(scores, comp);
         int64_t L = q.shape[q.ndim() - 2], S = k.shape[k.ndim() - 2];
         if (a[5].toBool()) {
-          Value mask = op("tril", {op("ones", {Value::ints({L, S}), q.device, DType::Bool})});
+          Value mask = op("tril", {prims::full({L, S}, true, q.device, DType::Bool)});
           scores = op("masked_fill", {scores, op("logical_not", {mask}), -INFINITY});
         }
         if (!a[3].isNone()) {

@@ -451,6 +451,9 @@ void registerLTorchKernels() {
     at::Scalar start = a.none(1) ? at::Scalar(int64_t{0}) : a.s(0);
     at::Scalar end = a.none(1) ? a.s(0) : a.s(1);
     return at::arange(start, end, a.s(2), a.outOptions());
+  }, [](const BoundSymbol& b) {
+    // torch.arange(5, None, 1) is not valid Python: claim only calls with an explicit end.
+    return b.args.size() > 1 && !b.args[1].isNone();
   });
   impl("ltorch.rand", "torch", "rand", [](K& a) -> c10::IValue { return at::rand(a.ints(0), a.outOptions()); });
   impl("ltorch.randn", "torch", "randn", [](K& a) -> c10::IValue { return at::randn(a.ints(0), a.outOptions()); });
@@ -483,8 +486,10 @@ void registerLTorchKernels() {
   impl("ltorch.nll_loss", F, "nll_loss", [](K& a) -> c10::IValue {
     return at::nll_loss_nd(a.t(0), a.t(1), optTensor(a, 2), reductionEnum(a.str(6)), a.i(4));
   });
+  // at::mse_loss takes no weight: weighted losses run as their decomposition.
   impl("ltorch.mse_loss", F, "mse_loss",
-       [](K& a) -> c10::IValue { return at::mse_loss(a.t(0), a.t(1), reductionEnum(a.str(4))); });
+       [](K& a) -> c10::IValue { return at::mse_loss(a.t(0), a.t(1), reductionEnum(a.str(4))); },
+       [](const BoundSymbol& b) { return b.args.size() > 5 && b.args[5].isNone(); });
   impl("ltorch.scaled_dot_product_attention", F, "scaled_dot_product_attention",
        [](K& a) -> c10::IValue {
          return at::scaled_dot_product_attention(a.t(0), a.t(1), a.t(2), optTensor(a, 3), a.d(4), a.b(5),

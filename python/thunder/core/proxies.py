@@ -72,11 +72,14 @@ def _qualname(func) -> str:
 
 def dispatch(func, args, kwargs):
     """Runs a torch callable on proxies: the mapped ltorch symbol, or a clear error."""
+    special = _SPECIAL.get(func)
+    if special is not None:
+        return special(*args, **kwargs)
+    # torch.nn.functional.softmax and friends pass their warning stack level along.
+    if "_stacklevel" in kwargs:
+        kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
     entry = _TORCH_MAP.get(func)
     if entry is None:
-        special = _SPECIAL.get(func)
-        if special is not None:
-            return special(*args, **kwargs)
         if not _has_proxy(args) and not _has_proxy(kwargs):
             # Only real tensors and constants: run it as PyTorch would (e.g. a property of a
             # tensor the function closes over).
@@ -148,13 +151,19 @@ def _contiguous(self, memory_format=None):
     return _METHODS["contiguous"][0](self)
 
 
+def _where(self, condition, other):
+    """Tensor.where(condition, other) is torch.where(condition, self, other)."""
+    return _METHODS["where"][0](condition, self, other)
+
+
 def _install_methods():
     for name, (sym, swapped) in _METHODS.items():
-        if name in ("to", "contiguous"):
+        if name in ("to", "contiguous", "where"):
             continue
         setattr(TensorProxy, name, _make_method(sym, swapped))
     TensorProxy.to = _to
     TensorProxy.contiguous = _contiguous
+    TensorProxy.where = _where
     TensorProxy.shape = property(lambda self: torch.Size(self._shape))
     TensorProxy.size = _size
     TensorProxy.dim = lambda self: self.ndim
@@ -190,6 +199,7 @@ _SPECIAL = {
     torch.numel: lambda self: self.numel(),
     torch.Tensor.to: _to,
     torch.Tensor.contiguous: _contiguous,
+    torch.Tensor.where: _where,
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.Tensor.__len__: lambda self: len(self),

@@ -1,0 +1,275 @@
+"""Every mapped torch op through thunder.jit against eager PyTorch on CPU, from the OpInfo table."""
+
+from __future__ import annotations
+
+from numbers import Number
+
+import pytest
+import torch
+
+import thunder
+from thunder import _C
+from thunder.core import prims
+from thunder.core.proxies import _resolve
+
+from opinfos import ALL, OPS, f32, i64, is_reflected, opinfos
+
+DTYPE_NAMES = {d: str(d).replace("torch.", "") for d in ALL}
+
+
+def describe(args, kwargs) -> str:
+    def one(x):
+        if isinstance(x, torch.Tensor):
+            return f"{DTYPE_NAMES.get(x.dtype, x.dtype)}{list(x.shape)}{'' if x.is_contiguous() else ' noncontig'}"
+        if isinstance(x, (list, tuple)):
+            return "[" + ", ".join(one(y) for y in x) + "]"
+        return repr(x)
+
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def assert_same(actual, expected, *, random=False, **tol):
+    """Same structure, shapes and dtypes; same values (nan == nan) unless random."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
+        assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != {expected.dtype}"
+        assert actual.device == expected.device, f"device {actual.device} != {expected.device}"
+        if not random:
+            torch.testing.assert_close(actual, expected, equal_nan=True, **tol)
+    elif isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)), f"expected a sequence, got {type(actual).__name__}"
+        assert len(actual) == len(expected), f"{len(actual)} outputs != {len(expected)}"
+        for a, e in zip(actual, expected):
+            assert_same(a, e, random=random, **tol)
+    else:
+        assert actual == expected, f"{actual!r} != {expected!r}"
+
+
+def first_dtype(op):
+    return f32 if f32 in op.dtypes else (i64 if i64 in op.dtypes else op.dtypes[0])
+
+
+def tensor_inputs(args, kwargs) -> list[torch.Tensor]:
+    """The trace's inputs: the tensors among the flattened arguments, in order."""
+    leaves, _ = _C.tree_flatten((args, kwargs))
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+# ---- 1. consistency with eager ------------------------------------------------------------
+
+
+def _consistency_params():
+    for op in opinfos:
+        for dtype in op.dtypes:
+            yield pytest.param(op, dtype, id=f"{op.name}-{DTYPE_NAMES[dtype]}")
+
+
+@pytest.mark.parametrize("op,dtype", list(_consistency_params()))
+def test_consistency(op, dtype):
+    samples = op.samples(dtype)
+    assert samples, f"{op.name} has no samples for {dtype}"
+    jf = thunder.jit(op.op)
+    for args, kwargs in samples:
+        what = f"{op.name}{describe(args, kwargs)}"
+        try:
+            expected = op.op(*args, **kwargs)
+        except Exception as e:  # the table is wrong, not thunder
+            pytest.fail(f"table error: eager {what} raised {type(e).__name__}: {e}")
+        try:
+            actual = jf(*args, **kwargs)
+        except Exception as e:
+            pytest.fail(f"thunder {what} raised {type(e).__name__}: {e}")
+        try:
+            assert_same(actual, expected, random=op.random, **op.tolerance(dtype))
+            if op.check is not None:
+                op.check(actual, args, kwargs)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: {e}") from None
+
+
+# ---- every PyTorch name of an op: torch.X, Tensor.X, dunders, aliases ---------------------
+
+
+def _variant_params():
+    for op in opinfos:
+        for qualname, fn in op.variant_list()[1:]:
+            yield pytest.param(op, qualname, fn, id=qualname)
+
+
+def _variant_samples(op, qualname, dtype):
+    name = qualname.rsplit(".", 1)[-1]
+    for args, kwargs in op.samples(dtype):
+        if qualname.startswith("torch.Tensor.") and (not args or not isinstance(args[0], torch.Tensor)):
+            continue
+        if name.startswith("__") and name != "__getitem__":
+            if kwargs:
+                continue
+            if is_reflected(qualname):
+                # number OP tensor: the tensor's reflected dunder.
+                if len(args) != 2 or not isinstance(args[1], Number):
+                    continue
+            elif op.name in ("abs", "neg", "bitwise_not"):
+                if len(args) != 1:
+                    continue
+            elif len(args) != 2:
+                continue
+        yield args, kwargs
+
+
+@pytest.mark.parametrize("op,qualname,fn", list(_variant_params()))
+def test_variant(op, qualname, fn):
+    tested = 0
+    for dtype in dict.fromkeys((first_dtype(op), op.dtypes[0], op.dtypes[-1])):
+        jf = thunder.jit(fn)
+        for args, kwargs in _variant_samples(op, qualname, dtype):
+            what = f"{qualname}{describe(args, kwargs)}"
+            try:
+                expected = fn(*args, **kwargs)
+            except TypeError:
+                continue  # a call form this name does not take (e.g. varargs shapes of torch.reshape)
+            try:
+                actual = jf(*args, **kwargs)
+            except Exception as e:
+                pytest.fail(f"thunder {what} raised {type(e).__name__}: {e}")
+            try:
+                assert_same(actual, expected, random=op.random, **op.tolerance(dtype))
+            except AssertionError as e:
+                raise AssertionError(f"{what}: {e}") from None
+            tested += 1
+    assert tested > 0, f"no sample of {op.name} exercises {qualname}"
+
+
+# ---- 2. every trace compiles; the final trace run as Python matches the runtime -----------
+
+
+@pytest.mark.parametrize("op", opinfos, ids=lambda op: op.name)
+def test_final_trace_as_python(op):
+    cases = [(first_dtype(op), s) for s in op.samples(first_dtype(op))]
+    for dtype in op.dtypes:
+        cases += [(dtype, s) for s in op.samples(dtype)[:2]]
+    for dtype, (args, kwargs) in cases:
+        what = f"{op.name}{describe(args, kwargs)}"
+        jf = thunder.jit(op.op)
+        torch.manual_seed(1234)
+        runtime = jf(*args, **kwargs)
+        traces = thunder.last_traces(jf)
+        assert traces, f"{what}: no traces"
+        for i, trace in enumerate(traces):
+            src = str(trace)
+            try:
+                code = compile(src, f"<{op.name} trace {i}>", "exec")
+            except SyntaxError as e:
+                pytest.fail(f"{what}: trace {i} is not valid Python: {e}\n{src}")
+        scope: dict = {}
+        exec(code, scope)
+        torch.manual_seed(1234)
+        try:
+            result = scope["computation"](*tensor_inputs(args, kwargs))
+        except Exception as e:
+            pytest.fail(f"{what}: the final trace run as Python raised {type(e).__name__}: {e}\n{src}")
+        try:
+            assert_same(result, runtime, random=op.name in ("empty", "empty_like"), rtol=0, atol=0)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: Python and C++ runtime differ: {e}\n{src}") from None
+
+
+# ---- 3. error inputs ------------------------------------------------------------------------
+
+
+def _error_params():
+    for op in opinfos:
+        if op.error_inputs:
+            yield pytest.param(op, id=op.name)
+
+
+@pytest.mark.parametrize("op", list(_error_params()))
+def test_errors(op):
+    errors = op.errors()
+    assert errors
+    for err in errors:
+        what = f"{op.name}{describe(err.args, err.kwargs)}"
+        if err.eager_raises:
+            with pytest.raises(Exception):
+                op.op(*err.args, **err.kwargs)
+        jf = thunder.jit(op.op)
+        with pytest.raises(err.exc, match=err.match) as info:
+            jf(*err.args, **err.kwargs)
+        assert "internal error" not in str(info.value), f"{what}: {info.value}"
+
+
+@pytest.mark.parametrize("op", opinfos, ids=lambda op: op.name)
+def test_unsupported_dtypes(op):
+    """Where PyTorch refuses a dtype, thunder refuses it too, with a user error; so do the
+    dtypes PyTorch takes and thunder documents as unsupported (OpInfo.thunder_unsupported)."""
+    for dtype in ALL:
+        if dtype in op.dtypes:
+            continue
+        samples = op.samples(dtype)
+        if not samples:
+            continue
+        args, kwargs = samples[0]
+        what = f"{op.name}{describe(args, kwargs)}"
+        try:
+            op.op(*args, **kwargs)
+        except Exception:
+            pass
+        else:
+            if dtype not in op.thunder_unsupported:
+                pytest.fail(f"table error: eager {what} works, but {dtype} is not among {op.name}'s dtypes")
+        with pytest.raises((RuntimeError, TypeError, ValueError, NotImplementedError)) as info:
+            thunder.jit(op.op)(*args, **kwargs)
+        assert "internal error" not in str(info.value), f"{what}: {info.value}"
+
+
+# ---- 4. coverage of the mapped names --------------------------------------------------------
+
+
+def test_all_mapped_names_resolve():
+    unresolved = sorted(q for q, _, _ in _C.torch_names() if _resolve(q) is None)
+    assert not unresolved, f"mapped names that are not PyTorch callables: {unresolved}"
+
+
+def test_coverage():
+    mapped = {q: sym for q, sym, _ in _C.torch_names() if _resolve(q) is not None}
+    covered = {q for op in opinfos for q, _ in op.variant_list()}
+    missing = sorted(set(mapped) - covered)
+    assert not missing, f"mapped torch names without an OpInfo: {missing}"
+    stale = sorted(covered - set(mapped))
+    assert not stale, f"OpInfo names that thunder does not map: {stale}"
+
+
+def test_variants_map_to_one_symbol():
+    """All names of one OpInfo map to one ltorch symbol."""
+    by_name = {q: sym for q, sym, _ in _C.torch_names()}
+    for op in opinfos:
+        syms = {by_name[q] for q, _ in op.variant_list() if q in by_name}
+        assert len(syms) == 1, f"{op.name} covers several symbols: {sorted(syms)}"
+
+
+# ---- random ops ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_uniform_prim(dtype):
+    jf = thunder.jit(lambda: prims.uniform((4000,), -2.0, 3.0, device="cpu", dtype=dtype))
+    x = jf()
+    assert x.shape == (4000,) and x.dtype == dtype
+    x = x.double()
+    assert x.min() >= -2 and x.max() <= 3
+    assert abs(x.mean().item() - 0.5) < 0.15
+    assert abs(x.var().item() - 25 / 12) < 0.2
+    # Two calls draw different numbers.
+    assert not torch.equal(jf(), jf())
+
+
+def test_rand_follows_the_seed():
+    jf = thunder.jit(lambda a: torch.rand(3, 4) + torch.randn_like(a))
+    a = torch.zeros(3, 4)
+    torch.manual_seed(0)
+    x = jf(a)
+    torch.manual_seed(0)
+    y = jf(a)
+    assert torch.equal(x, y)
+    assert not torch.equal(x, jf(a))

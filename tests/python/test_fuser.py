@@ -173,3 +173,44 @@ def test_new_process_reuses_the_disk_cache(tmp_path):
     run = lambda: subprocess.check_output([sys.executable, "-c", script], env=env, text=True).split()
     assert run() == ["1", "0"]  # cold: compiled
     assert run() == ["0", "1"]  # new process: loaded from disk, nothing compiled
+
+
+# ---- CUDA (run on the GPU machine; skipped elsewhere) ------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name,fn,shapes", CASES, ids=[c[0] for c in CASES])
+def test_cuda_fusion_matches_eager(name, fn, shapes, dtype):
+    torch.manual_seed(0)
+    args = [torch.randn(s, device="cuda", dtype=dtype) for s in shapes]
+    jf = thunder.jit(fn)  # the default executors fuse CUDA regions
+    out = jf(*args)
+    tol = {} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out, fn(*args), equal_nan=True, **tol)
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert any(n.startswith("cudaFusion") for n in names), names
+
+
+@cuda
+def test_cuda_vectorized_and_strided_paths():
+    a = torch.randn(1 << 20, device="cuda")
+    b = torch.randn(1 << 20, device="cuda")
+    f = lambda x, y: (x * y + 1).exp() - y
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(a, b), f(a, b))  # contiguous, aligned: the _vec kernel
+    a2 = torch.randn(1024, 2048, device="cuda").t()
+    b2 = torch.randn(2048, 1024, device="cuda")
+    torch.testing.assert_close(jf(a2, b2), f(a2, b2))  # transposed input: the strided kernel
+    c = torch.randn(1 << 20 + 1, device="cuda")[1:]  # misaligned by 4 bytes
+    torch.testing.assert_close(jf(c, c), f(c, c))
+
+
+@cuda
+@pytest.mark.parametrize("n", [1, 31, 1000, 4096, 65536, 262144])
+def test_cuda_row_reductions_up_to_256k(n):
+    x = torch.randn(3, n, device="cuda")
+    for f in (lambda t: torch.softmax(t, -1), lambda t: torch.nn.functional.rms_norm(t, (n,), eps=1e-5)):
+        torch.testing.assert_close(thunder.jit(f)(x), f(x), atol=1e-5, rtol=1e-4)

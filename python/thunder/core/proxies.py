@@ -163,6 +163,7 @@ def _install_methods():
         setattr(TensorProxy, name, _make_method(sym, swapped))
     TensorProxy.to = _to
     TensorProxy.contiguous = _contiguous
+    TensorProxy.detach = _SPECIAL[torch.Tensor.detach]
     TensorProxy.where = _where
     TensorProxy.shape = property(lambda self: torch.Size(self._shape))
     TensorProxy.size = _size

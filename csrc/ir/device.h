@@ -1,6 +1,7 @@
 // Devices a tensor can live on.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace thunder {

@@ -564,3 +564,23 @@ def test_grad_transform_is_handed_to_autodiff(monkeypatch):
     monkeypatch.delattr(transforms, "_register_executor_grad_transform")
     with pytest.raises(NotImplementedError, match="_register_executor_grad_transform"):
         ex.register_implementation(ltorch.sin, grad_transform=sin_grad)
+
+
+def test_python_kernel_in_a_training_call():
+    ex = fresh()
+    runs = []
+
+    def impl(a, b):
+        runs.append(1)
+        return torch.from_numpy(np.multiply(a.detach().numpy(), b.detach().numpy()))
+
+    npmul = ex.register_operator("npmul_train", like=lambda a, b: a * b, fn=impl)
+    jf = thunder.jit(lambda a, b: npmul(a, b).sum(), executors=[ex])
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3)
+    loss = jf(a, b)
+    loss.backward()
+    torch.testing.assert_close(loss, (a * b).sum())
+    torch.testing.assert_close(a.grad, b)
+    assert runs == [1]
+    assert " = npmul_train(t_0, t_1)" in call_lines(jf)[0]

@@ -5,6 +5,7 @@ figures can be recorded. Run: `make bench` or `PYTHONPATH=python python benchmar
 """
 
 import argparse
+import os
 import platform
 import subprocess
 import time
@@ -28,9 +29,9 @@ def per_call_us(fn, args, iters: int, repeats: int = 5) -> float:
 
 def commit() -> str:
     try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
     except Exception:
-        return "unknown"
+        return os.environ.get("THUNDER_COMMIT", "unknown")
 
 
 def main():

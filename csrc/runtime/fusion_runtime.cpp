@@ -214,12 +214,15 @@ const Driver& driver() {
     LOAD(attr, "cuDeviceGetAttribute");
     LOAD(ctxGetCurrent, "cuCtxGetCurrent");
     LOAD(ctxSetCurrent, "cuCtxSetCurrent");
-    LOAD(primaryRetain, "cuDevicePrimaryCtxRetain_v2");
+    LOAD(primaryRetain, "cuDevicePrimaryCtxRetain");
     LOAD(moduleLoadData, "cuModuleLoadData");
     LOAD(moduleGetFunction, "cuModuleGetFunction");
     LOAD(launch, "cuLaunchKernel");
 #undef LOAD
-    THUNDER_CHECK(r.init && r.init(0) == 0, "fuser: cuInit failed");
+    THUNDER_CHECK(r.init && r.deviceGet && r.attr && r.ctxGetCurrent && r.ctxSetCurrent && r.primaryRetain &&
+                      r.moduleLoadData && r.moduleGetFunction && r.launch,
+                  "fuser: the CUDA driver lacks an entry point thunder needs");
+    THUNDER_CHECK(r.init(0) == 0, "fuser: cuInit failed");
     return r;
   }();
   return d;

@@ -28,7 +28,11 @@ Value sub(X a, X b) { return op("sub", {a, b}); }
 Value neg(X a) { return a.isTensor() ? op("neg", {a}) : Value(-a.toDouble()); }
 Value un(const char* name, X a) { return op(name, {a}); }
 Value sq(X a) { return a.isTensor() ? mul(a, a) : Value(a.toDouble() * a.toDouble()); }
-Value zerosLike(X a) { return op("zeros_like", {a}); }
+/// Zeros of a tensor's metadata; reads only its shape, so the backward need not keep it.
+Value zerosLike(X a) {
+  const TensorProxy& t = a.tensor();
+  return ltorch::op("full", {Value::ints(t.shape), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
+}
 Value toDType(X a, DType d) {
   return a.tensor().dtype == d ? a : ltorch::op("to", {a, Value(), d});
 }

@@ -144,9 +144,9 @@ const Nvrtc* nvrtc() {
         // NVRTC loads its builtins library by name: preload it from the same folder.
         std::string dir = name.substr(0, slash + 1);
         for (const char* b : {"libnvrtc-builtins.so.13.0", "libnvrtc-builtins.so.12.9", "libnvrtc-builtins.so"})
-          if (dlopen((dir + b).c_str(), RTLD_NOW | RTLD_GLOBAL)) break;
+          if (dlopen((dir + b).c_str(), RTLD_NOW | RTLD_LOCAL)) break;
       }
-      if ((r.lib = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) break;
+      if ((r.lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
     }
     if (!r.lib) return r;
 #define LOAD(field, sym) r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.lib, sym))

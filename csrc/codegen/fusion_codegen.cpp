@@ -3,12 +3,25 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "ir/error.h"
 
 namespace thunder::codegen {
 namespace {
+
+/// Source text built without iostreams (see ir/error.h): `out << "x" << 3`.
+class Out {
+ public:
+  template <typename T>
+  Out& operator<<(const T& v) {
+    detail::appendOne(text_, v);
+    return *this;
+  }
+  std::string str() const { return text_; }
+
+ private:
+  std::string text_;
+};
 
 // Helpers shared by both targets: conversions of the 16-bit floats held as bits, and constants.
 const char* kCudaDefs = R"(#define THUNDER_DEVICE __device__
@@ -268,7 +281,7 @@ std::string emitCuda(const KernelProgram& p) {
   const bool cuda = true;
   Emitter e(p, cuda);
   size_t R = p.iterShape.size(), I = p.inputs.size();
-  std::ostringstream s;
+  Out s;
   s << header(p, "CUDA");
   s << "typedef unsigned char uint8_t;\ntypedef signed char int8_t;\ntypedef short int16_t;\n"
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
@@ -435,7 +448,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Emitter e(p, cuda);
   size_t R = p.iterShape.size(), I = p.inputs.size();
   THUNDER_INTERNAL(innerStrides.size() == I, "codegen: one inner-stride code per input expected");
-  std::ostringstream s;
+  Out s;
   s << header(p, "C++");
   s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n";
   s << kCppDefs << kPrelude << kRemainder << kLimits;

@@ -3,9 +3,11 @@
 // invariant) that asks to be reported. Neither aborts the process.
 #pragma once
 
-#include <sstream>
+#include <charconv>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace thunder {
 
@@ -31,20 +33,27 @@ class InternalError : public std::logic_error {
 };
 
 namespace detail {
-inline void appendAll(std::ostringstream&) {}
-template <typename T, typename... Rest>
-void appendAll(std::ostringstream& os, const T& first, const Rest&... rest) {
-  os << first;
-  appendAll(os, rest...);
+// Strings are built without iostreams: a locale-free append is all messages need, and iostreams
+// compiled against one libstdc++ can crash when another is loaded at run time.
+inline void appendOne(std::string& out, std::string_view v) { out.append(v); }
+inline void appendOne(std::string& out, const char* v) { out.append(v); }
+inline void appendOne(std::string& out, const std::string& v) { out.append(v); }
+inline void appendOne(std::string& out, char c) { out.push_back(c); }
+inline void appendOne(std::string& out, bool b) { out.append(b ? "true" : "false"); }
+template <typename T>
+std::enable_if_t<std::is_arithmetic_v<T>> appendOne(std::string& out, T v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, res.ptr);
 }
 }  // namespace detail
 
-/// Concatenates the arguments with operator<< into one string.
+/// Concatenates strings and numbers into one string.
 template <typename... Args>
 std::string str(const Args&... args) {
-  std::ostringstream os;
-  detail::appendAll(os, args...);
-  return os.str();
+  std::string out;
+  (detail::appendOne(out, args), ...);
+  return out;
 }
 
 }  // namespace thunder

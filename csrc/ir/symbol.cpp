@@ -1,7 +1,6 @@
 #include "ir/symbol.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "ir/error.h"
 
@@ -107,10 +106,12 @@ Value parseDefault(const std::string& text) {
 std::vector<Param> parseSignature(const std::string& sig) {
   std::vector<Param> params;
   bool kwOnly = false;
-  std::stringstream ss(sig);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    part = trim(part);
+  size_t pos = 0;
+  while (pos <= sig.size()) {
+    size_t comma = sig.find(',', pos);
+    if (comma == std::string::npos) comma = sig.size();
+    std::string part = trim(sig.substr(pos, comma - pos));
+    pos = comma + 1;
     if (part.empty() || part == "/") continue;
     if (part == "*") {
       kwOnly = true;

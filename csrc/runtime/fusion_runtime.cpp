@@ -8,11 +8,10 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <mutex>
-#include <sstream>
 #include <unordered_map>
 
 #include "codegen/fusion_codegen.h"
@@ -57,10 +56,10 @@ bool fileExists(const std::string& p) {
 
 void writeAtomically(const std::string& path, const std::string& data) {
   std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << data;
-  }
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  THUNDER_CHECK(f != nullptr, "fuser: cannot write ", tmp);
+  std::fwrite(data.data(), 1, data.size(), f);
+  std::fclose(f);
   std::rename(tmp.c_str(), path.c_str());
 }
 
@@ -276,10 +275,11 @@ CUmodule loadCudaModule(const std::string& source, int device) {
   std::string path = cacheDir("cuda") + "/" + hashHex(source) + "-" + info.arch + ".cubin";
   std::string cubin;
   if (fileExists(path)) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    cubin = ss.str();
+    FILE* f = std::fopen(path.c_str(), "rb");
+    THUNDER_CHECK(f != nullptr, "fuser: cannot read ", path);
+    char buf[1 << 16];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) cubin.append(buf, n);
+    std::fclose(f);
     ++gDiskHits;
   } else {
     cubin = nvrtcCubin(source, info.arch);

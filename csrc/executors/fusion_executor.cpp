@@ -28,7 +28,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     codegen::KernelProgram prog;
     std::string whyNot;
     if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot)) return std::nullopt;
-    const Symbol* sym = compiler_(prog, dev, r.inputs);
+    const Symbol* sym = compiler_(prog, dev, r.inputs, Executor::name());
     if (!sym) return std::nullopt;
     ++counter;
     BoundSymbol b;

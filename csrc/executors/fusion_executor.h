@@ -13,9 +13,11 @@
 namespace thunder {
 
 /// Makes the executable symbol of a lowered region ("cudaFusion0"), with its kernel attached.
-/// `inputs` are the fused call's arguments, in order.
+/// `inputs` are the fused call's arguments, in order; `executor` names the fusing executor, which
+/// the symbol records so that claiming keeps the call.
 using FusionCompiler = std::function<const Symbol*(const codegen::KernelProgram&, Device,
-                                                   const std::vector<TensorPtr>& inputs)>;
+                                                   const std::vector<TensorPtr>& inputs,
+                                                   const std::string& executor)>;
 
 /// The fuser.
 class FusionExecutor : public Executor {

@@ -15,7 +15,7 @@ void init(py::module_& m) {
   m.def("fusion_sources", [](const std::shared_ptr<Trace>& trace) {
     py::dict out;
     for (const BoundSymbol& b : trace->bsyms)
-      if (b.sym->executor == "fuser") out[py::str(b.sym->name)] = runtime::fusionSource(b.sym);
+      if (runtime::isFusion(b.sym)) out[py::str(b.sym->name)] = runtime::fusionSource(b.sym);
     return out;
   }, "The generated source of every fusion in an execution trace, by name.");
   m.def("generate_fusion_sources", [](const std::shared_ptr<Trace>& trace, const std::string& target) {

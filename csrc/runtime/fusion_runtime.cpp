@@ -421,7 +421,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
 std::mutex gSourcesMu;
 std::unordered_map<const Symbol*, std::shared_ptr<CompiledRegion>> gRegions;
 
-const Symbol* compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs) {
+const Symbol* compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs,
+                            const std::string& executor) {
   auto r = std::make_shared<CompiledRegion>();
   r->prog = prog;
   r->device = device;
@@ -449,7 +450,7 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
     r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
   }
   Symbol semantic;
-  const Symbol* sym = makeExecSymbol("fuser", "", prog.name, semantic, true);
+  const Symbol* sym = makeExecSymbol(executor, "", prog.name, semantic, true);
   setKernel(sym, [r](KernelArgs& a) { return runRegion(*r, a); });
   std::lock_guard<std::mutex> lock(gSourcesMu);
   gRegions[sym] = r;
@@ -464,6 +465,11 @@ void registerFusionExecutor() {
     ExecutorRegistry::get().add(std::make_shared<FusionExecutor>("fuser", compileRegion, true));
     ExecutorRegistry::get().add(std::make_shared<FusionExecutor>("cudafuser", compileRegion, false));
   });
+}
+
+bool isFusion(const Symbol* sym) {
+  std::lock_guard<std::mutex> lock(gSourcesMu);
+  return gRegions.count(sym) > 0;
 }
 
 std::string fusionSource(const Symbol* fusion) {

@@ -10,6 +10,8 @@ namespace thunder::runtime {
 
 /// Registers the fuser in the executor registry (idempotent).
 void registerFusionExecutor();
+/// Whether a symbol is a compiled fusion.
+bool isFusion(const Symbol* sym);
 /// The generated source of a fusion symbol (CUDA, or C++ for the contiguous inner-stride case).
 std::string fusionSource(const Symbol* fusion);
 /// Compiles CUDA source with NVRTC for an architecture ("sm_90"); returns the CUBIN size, or

@@ -319,34 +319,45 @@ std::string emitCuda(const KernelProgram& p) {
     for (size_t j = 0; j < p.outputs.size(); ++j)
       s << "    out" << j << "[i] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
     s << "  }\n}\n\n";
-    // Vectorized variant: every input contiguous at the iteration shape, 16-byte aligned, numel
-    // a multiple of the vector width; each thread moves VEC elements with wide accesses.
+    // Vectorized variant: each thread takes VEC consecutive elements of one row (the host checks
+    // that the row length is a multiple of VEC); inputs with unit stride along the row are read
+    // with one wide access, the others element by element. Outputs are written with wide stores.
     int maxSize = 1;
-    for (const KInput& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype) == 2 && isFloating(in.tensor->dtype) ? 2 : dtypeItemSize(in.tensor->dtype));
+    for (const KInput& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
     for (const KOutput& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
     int vec = 16 / maxSize;
     s << "template <int N> struct alignas(N) Bytes { unsigned char b[N]; };\n";
     s << "extern \"C\" __global__ void " << p.name << "_vec(" << params << ") {\n";
-    s << "  const int64_t numel = g.v[" << R + I * R << "];\n";
     s << "  constexpr int VEC = " << vec << ";\n";
-    s << "  for (int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC; base < numel; base += (int64_t)gridDim.x * blockDim.x * VEC) {\n";
+    s << "  const int64_t groups = g.v[" << R + I * R << "] / VEC;\n";
+    s << "  for (int64_t grp = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; grp < groups; grp += (int64_t)gridDim.x * blockDim.x) {\n";
+    s << "    const int64_t base = grp * VEC;\n    int64_t rem = base;\n";
+    for (size_t k = R; k-- > 0;) {
+      s << "    const int64_t i" << k << " = rem % g.v[" << k << "];";
+      s << (k ? " rem /= g.v[" + std::to_string(k) + "];\n" : "\n");
+    }
+    auto off = offsetExpr("i");
     for (size_t k = 0; k < I; ++k) {
-      std::string st = storageType(p.inputs[k].tensor->dtype, cuda);
-      s << "    " << st << " a" << k << "[VEC];\n";
-      s << "    *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(a" << k << ") = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(in" << k << " + base);\n";
+      std::string st = storageType(p.inputs[k].tensor->dtype, cuda), ks = std::to_string(k);
+      s << "    " << st << " a" << ks << "[VEC];\n";
+      s << "    {\n      const int64_t off = " << off(static_cast<int>(k)) << ";\n";
+      if (R > 0 && p.inputs[k].dimMap[R - 1] >= 0) {
+        s << "      const int64_t sk = g.v[" << R + k * R + R - 1 << "];\n";
+        s << "      if (sk == 1) {\n        *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(a" << ks
+          << ") = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(in" << ks << " + off);\n";
+        s << "      } else {\n#pragma unroll\n        for (int k = 0; k < VEC; ++k) a" << ks << "[k] = in" << ks
+          << "[off + k * sk];\n      }\n";
+      } else {
+        s << "#pragma unroll\n      for (int k = 0; k < VEC; ++k) a" << ks << "[k] = in" << ks << "[off];\n";
+      }
+      s << "    }\n";
     }
     for (size_t j = 0; j < p.outputs.size(); ++j)
       s << "    " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
     s << "#pragma unroll\n    for (int k = 0; k < VEC; ++k) {\n";
-    Emitter ev(p, cuda);
-    std::string vbody;
-    // Loads read the staged registers a<input>[k].
-    struct Local {
-      static std::string off(int) { return "k"; }
-    };
     std::string tmp;
-    ev.emitNodes(fullOuts, {}, [](int) { return std::string("k"); }, "      ", tmp);
-    // Replace in<k>[k] by a<k>[k]: loads were emitted against in<input>.
+    e.emitNodes(fullOuts, {}, [](int) { return std::string("k"); }, "      ", tmp);
+    // Loads read the staged registers a<input>[k].
     for (size_t k = 0; k < I; ++k) {
       std::string from = "in" + std::to_string(k) + "[k]", to = "a" + std::to_string(k) + "[k]";
       for (size_t pos = tmp.find(from); pos != std::string::npos; pos = tmp.find(from, pos + to.size()))

@@ -378,17 +378,19 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       bool vec = false;
       int vecWidth = 1;
       if (!p.hasReduction()) {
+        // The vectorized kernel: rows a multiple of VEC long, and every input read with unit
+        // stride along the row starts each group on a VEC-aligned address.
         int maxSize = 1;
         for (const auto& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
         for (const auto& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
         vecWidth = 16 / maxSize;
-        vec = numel % vecWidth == 0;
+        int64_t L = g[R + I * R + 1];
+        vec = R > 0 && L % vecWidth == 0;
         for (size_t k = 0; k < I && vec; ++k) {
-          const at::Tensor& t = ins[k];
-          bool identity = t.dim() == static_cast<int64_t>(R);
-          for (size_t d = 0; d < R && identity; ++d) identity = p.inputs[k].dimMap[d] == static_cast<int>(d);
-          vec = identity && t.is_contiguous() && t.sizes().vec() == p.iterShape &&
-                reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+          if (p.inputs[k].dimMap[R - 1] < 0 || g[R + k * R + R - 1] != 1) continue;
+          int bytes = vecWidth * dtypeItemSize(p.inputs[k].tensor->dtype);
+          vec = reinterpret_cast<uintptr_t>(ins[k].data_ptr()) % bytes == 0;
+          for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % vecWidth == 0;
         }
       }
       std::string entry = p.name + (vec ? "_vec" : "");

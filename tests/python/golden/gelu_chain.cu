@@ -98,15 +98,46 @@ extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const floa
 
 template <int N> struct alignas(N) Bytes { unsigned char b[N]; };
 extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  const int64_t numel = g.v[8];
   constexpr int VEC = 4;
-  for (int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC; base < numel; base += (int64_t)gridDim.x * blockDim.x * VEC) {
+  const int64_t groups = g.v[8] / VEC;
+  for (int64_t grp = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; grp < groups; grp += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t base = grp * VEC;
+    int64_t rem = base;
+    const int64_t i1 = rem % g.v[1]; rem /= g.v[1];
+    const int64_t i0 = rem % g.v[0];
     float a0[VEC];
-    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a0) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in0 + base);
+    {
+      const int64_t off = i0 * g.v[2] + i1 * g.v[3];
+      const int64_t sk = g.v[3];
+      if (sk == 1) {
+        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a0) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in0 + off);
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) a0[k] = in0[off + k * sk];
+      }
+    }
     float a1[VEC];
-    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a1) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in1 + base);
+    {
+      const int64_t off = i1 * g.v[5];
+      const int64_t sk = g.v[5];
+      if (sk == 1) {
+        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a1) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in1 + off);
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) a1[k] = in1[off + k * sk];
+      }
+    }
     float a2[VEC];
-    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a2) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in2 + base);
+    {
+      const int64_t off = i1 * g.v[7];
+      const int64_t sk = g.v[7];
+      if (sk == 1) {
+        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a2) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in2 + off);
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) a2[k] = in2[off + k * sk];
+      }
+    }
     float b0[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {

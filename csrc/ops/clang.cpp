@@ -89,6 +89,11 @@ Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind
                      describe(b));
   auto [computation, result] = elementwiseTypePromotion({a, b}, kind);
   std::vector<Value> ab = maybeBroadcast({a, b}, op);
+  // As PyTorch's kernels: a tensor of another dtype (a 0-dim f32 with an f16) is first rounded to
+  // a low precision common dtype, then computed in float32 (comparisons too).
+  DType common = elementwiseTypePromotion({a, b}, PromotionKind::Default).second;
+  if (isLowPrecision(common))
+    for (Value& v : ab) v = v.isTensor() ? maybeConvert(v, common) : v;
   Value x = maybeConvert(ab[0], computation), y = maybeConvert(ab[1], computation);
   commonDevice({x, y}, op);
   return maybeConvert(prim(x, y), result);

@@ -102,18 +102,59 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
   return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
 }
 
+/// Runs a composite op in float32 for low precision inputs, rounding once at the end, as PyTorch's
+/// CPU kernels do.
+Value inFloat32(const Value& a, const std::function<Value(const Value&)>& f) {
+  DType dt = a.isTensor() ? a.tensor().dtype : DType::Float32;
+  if (!isLowPrecision(dt)) return f(a);
+  return clang::maybeConvert(f(clang::maybeConvert(a, DType::Float32)), dt);
+}
+
+/// An operand in the computation dtype; a tensor is first rounded to a low precision result dtype,
+/// as PyTorch's kernels see it (this matters at the jumps of floor and trunc).
+Value computeIn(const Value& x, DType computation, DType result) {
+  Value y = isLowPrecision(result) && x.isTensor() ? clang::maybeConvert(x, result) : x;
+  return clang::maybeConvert(y, computation);
+}
+
 Value trueDivide(const Value& a, const Value& b) {
   return clang::binary(prims::div, a, b, PK::IntToFloat, "ltorch.div");
+}
+
+/// Python's floor division of floating point values, as PyTorch computes it (c10's
+/// div_floor_floating): (a - fmod(a, b)) / b, corrected by the signs, rounded to the nearest
+/// integer; a signed zero where that is 0; a / b where b is 0.
+Value floorDivFloating(const Value& a, const Value& b, const std::string& name) {
+  auto bin = [&](clang::PrimBinary p, const Value& x, const Value& y) {
+    return clang::binary(p, x, y, PK::Default, name);
+  };
+  auto test = [&](clang::PrimBinary p, const Value& x, const Value& y) {
+    return clang::binary(p, x, y, PK::AlwaysBool, name);
+  };
+  Value q = bin(prims::div, a, b);
+  Value mod = bin(prims::fmod, a, b);
+  Value div = bin(prims::div, bin(prims::sub, a, mod), b);
+  Value modNegative = test(prims::lt, mod, 0);
+  // b may be a number: its sign is known now.
+  Value signDiff = b.isTensor() ? test(prims::ne, test(prims::lt, b, 0), modNegative)
+                   : b.toDouble() < 0 ? test(prims::eq, modNegative, false)
+                                      : modNegative;
+  Value adjust = test(prims::logical_and, test(prims::ne, mod, 0), signDiff);
+  div = clang::where(adjust, bin(prims::sub, div, 1), div, name);
+  Value fl = prims::floor(div);
+  fl = clang::where(test(prims::gt, bin(prims::sub, div, fl), 0.5), bin(prims::add, fl, 1), fl, name);
+  Value r = clang::where(test(prims::ne, div, 0), fl, bin(prims::copysign, 0.0, q), name);
+  if (!b.isTensor()) return b.toDouble() == 0 ? q : r;
+  return clang::where(test(prims::eq, b, 0), q, r, name);
 }
 
 Value floorDivide(const Value& a, const Value& b) {
   auto [computation, result] = elementwiseTypePromotion({a, b}, PK::Default);
   if (isFloating(computation) || isLowPrecision(result)) {
-    return clang::maybeConvert(
-        prims::floor(clang::binary(prims::div, clang::maybeConvert(a, computation),
-                                   clang::maybeConvert(b, computation), PK::Default,
-                                   "ltorch.floor_divide")),
-        result);
+    return clang::maybeConvert(floorDivFloating(computeIn(a, computation, result),
+                                                computeIn(b, computation, result),
+                                                "ltorch.floor_divide"),
+                               result);
   }
   // Integers: truncating division, one less where the remainder is nonzero and the signs differ.
   Value q = clang::binary(prims::div, a, b, PK::Default, "ltorch.floor_divide");
@@ -226,12 +267,12 @@ void registerElementwise() {
                            "ltorch.div: rounding_mode must be None, 'trunc' or 'floor', but got '",
                            mode, "'");
         auto [computation, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
+        // Floats: the quotient rounded to the result dtype, then truncated (exact in any dtype).
         if (isFloating(computation))
-          return clang::maybeConvert(
-              prims::trunc(clang::binary(prims::div, clang::maybeConvert(a[0], computation),
-                                         clang::maybeConvert(a[1], computation), PK::Default,
-                                         "ltorch.div")),
-              result);
+          return prims::trunc(clang::maybeConvert(
+              clang::binary(prims::div, computeIn(a[0], computation, result),
+                            computeIn(a[1], computation, result), PK::Default, "ltorch.div"),
+              result));
         return clang::binary(prims::div, a[0], a[1], PK::Default, "ltorch.div");
       },
       kElementwise);
@@ -317,26 +358,34 @@ void registerElementwise() {
     return clang::maybeConvert(r, dt);
   }, kElementwise);
   def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [](const Args& a) {
-    return op("mul", {a[0], op("sigmoid", {a[0]})});
+    return inFloat32(a[0], [](const Value& x) { return op("mul", {x, op("sigmoid", {x})}); });
   }, kElementwise);
   def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},
       [](const Args& a) {
-        Value scaled = op("mul", {a[0], a[1]});
-        Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
-        return op("where", {op("gt", {scaled, a[2]}), a[0], soft});
+        return inFloat32(a[0], [&](const Value& x) {
+          Value scaled = op("mul", {x, a[1]});
+          Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
+          return op("where", {op("gt", {scaled, a[2]}), x, soft});
+        });
       }, kElementwise);
   def("leaky_relu", "a, negative_slope=0.01, inplace=False", {"torch.nn.functional.leaky_relu"},
       [](const Args& a) {
         return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {a[0], a[1]})});
       }, kElementwise);
   def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [](const Args& a) {
-    return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {op("expm1", {a[0]}), a[1]})});
+    return inFloat32(a[0], [&](const Value& x) {
+      return op("where", {op("gt", {x, 0}), x, op("mul", {op("expm1", {x}), a[1]})});
+    });
   }, kElementwise);
   def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [](const Args& a) {
-    return op("div", {op("mul", {a[0], op("relu6", {op("add", {a[0], 3})})}), 6});
+    return inFloat32(a[0], [](const Value& x) {
+      return op("div", {op("mul", {x, op("relu6", {op("add", {x, 3})})}), 6});
+    });
   }, kElementwise);
   def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [](const Args& a) {
-    return op("mul", {a[0], op("tanh", {op("softplus", {a[0]})})});
+    return inFloat32(a[0], [](const Value& x) {
+      return op("mul", {x, op("tanh", {op("softplus", {x})})});
+    });
   }, kElementwise);
 }
 
@@ -636,7 +685,7 @@ void registerShapeOps() {
     Value rows = clang::unsqueeze(prims::iota(r, 0, 1, t.device, DType::Int64), 1, "ltorch.tril");
     Value cols = clang::unsqueeze(prims::iota(c, 0, 1, t.device, DType::Int64), 0, "ltorch.tril");
     Value mask = op("le", {op("sub", {cols, rows}), a[1]});
-    return clang::where(mask, a[0], 0, "ltorch.tril");
+    return clang::where(mask, a[0], clang::maybeConvert(Value(0), t.dtype), "ltorch.tril");
   });
   def("triu", "a, diagonal=0", {"torch.triu", "torch.Tensor.triu"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "triu");
@@ -646,7 +695,7 @@ void registerShapeOps() {
     Value rows = clang::unsqueeze(prims::iota(r, 0, 1, t.device, DType::Int64), 1, "ltorch.triu");
     Value cols = clang::unsqueeze(prims::iota(c, 0, 1, t.device, DType::Int64), 0, "ltorch.triu");
     Value mask = op("ge", {op("sub", {cols, rows}), a[1]});
-    return clang::where(mask, a[0], 0, "ltorch.triu");
+    return clang::where(mask, a[0], clang::maybeConvert(Value(0), t.dtype), "ltorch.triu");
   });
   def("getitem", "a, key", {"torch.Tensor.__getitem__"},
       [](const Args& a) { return getitem(a[0], a[1]); });
@@ -1206,9 +1255,12 @@ void registerNN() {
         }
         double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(q.shape.back())) : a[6].toDouble();
         DType dt = q.dtype;
+        // Low precision inputs: both matmuls and the softmax in float32, one rounding at the end.
         DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-        Value scores = op("mul", {op("matmul", {a[0], op("transpose", {key, -2, -1})}), scale});
-        scores = clang::maybeConvert(scores, comp);
+        Value query = clang::maybeConvert(a[0], comp);
+        key = clang::maybeConvert(key, comp);
+        value = clang::maybeConvert(value, comp);
+        Value scores = op("mul", {op("matmul", {query, op("transpose", {key, -2, -1})}), scale});
         int64_t L = q.shape[q.ndim() - 2], S = k.shape[k.ndim() - 2];
         if (a[5].toBool()) {
           Value mask = op("tril", {prims::full({L, S}, true, q.device, DType::Bool)});
@@ -1220,8 +1272,7 @@ void registerNN() {
           else
             scores = op("add", {scores, a[3]});
         }
-        Value attn = clang::maybeConvert(op("softmax", {scores, -1}), dt);
-        return op("matmul", {attn, value});
+        return clang::maybeConvert(op("matmul", {op("softmax", {scores, -1}), value}), dt);
       });
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from numbers import Number
 
 import pytest
@@ -57,6 +58,29 @@ def tensor_inputs(args, kwargs) -> list[torch.Tensor]:
     return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
+SHORT_DTYPES = {
+    torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32",
+    torch.int64: "i64", torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+    torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128",
+}
+
+
+def type_string(t: torch.Tensor) -> str:
+    return f"{t.device.type} {SHORT_DTYPES[t.dtype]}[{', '.join(str(n) for n in t.shape)}]"
+
+
+def assert_metadata(src: str, result):
+    """The type comments of the trace's outputs describe what the runtime returned."""
+    ret = [line.strip() for line in src.split("\n") if line.strip().startswith("return")][-1]
+    names = re.findall(r"\b(t_?\w+)\b", ret[len("return"):])
+    outs = [x for x in _C.tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
+    assert len(names) == len(outs), f"{ret} vs {len(outs)} tensor outputs"
+    for name, t in zip(names, outs):
+        m = re.search(rf'# {name}: "([^"]*)"', src)
+        assert m, f"no type comment for {name}"
+        assert m.group(1) == type_string(t), f"trace says {name}: {m.group(1)}, runtime gave {type_string(t)}"
+
+
 # ---- 1. consistency with eager ------------------------------------------------------------
 
 
@@ -83,6 +107,7 @@ def test_consistency(op, dtype):
             pytest.fail(f"thunder {what} raised {type(e).__name__}: {e}")
         try:
             assert_same(actual, expected, random=op.random, **op.tolerance(dtype))
+            assert_metadata(str(thunder.last_traces(jf)[-1]), actual)
             if op.check is not None:
                 op.check(actual, args, kwargs)
         except AssertionError as e:
@@ -173,6 +198,57 @@ def test_final_trace_as_python(op):
             assert_same(result, runtime, random=op.name in ("empty", "empty_like"), rtol=0, atol=0)
         except AssertionError as e:
             raise AssertionError(f"{what}: Python and C++ runtime differ: {e}\n{src}") from None
+
+
+# ---- the decompositions: the computation trace's prims, run through torchex, against eager ----
+
+
+def prim_program(src: str) -> str:
+    """The computation trace as a program of its prims: every statement replaced by the leaves of
+    its subsymbol tree (printed as nested comments)."""
+    lines = src.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("def computation"))
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" ")) - 2) // 2
+        text = line.strip()
+        if text.startswith("# "):
+            if depth == 0:
+                continue  # an input's type comment
+            text = text[2:]
+        body.append((depth, text))
+    leaves = [code for i, (d, code) in enumerate(body) if i + 1 == len(body) or body[i + 1][0] <= d]
+    for code in leaves:
+        assert code.startswith("return") or "= prims." in code, f"not a prim: {code}"
+    return "\n".join([lines[start]] + ["  " + code for code in leaves])
+
+
+@pytest.mark.parametrize("op,dtype", list(_consistency_params()))
+def test_decomposition(op, dtype):
+    """The decomposition to prims computes what PyTorch computes (what a fusion executor or
+    autodiff sees when the torch executor does not claim the whole op)."""
+    from types import SimpleNamespace
+
+    from thunder.core import devices, dtypes
+    from thunder.executors import torchex
+
+    scope = dict(torch=torch, prims=torchex, dtypes=dtypes, devices=devices)
+    jf = thunder.jit(op.op)
+    for args, kwargs in op.samples(dtype):
+        what = f"{op.name}{describe(args, kwargs)}"
+        expected = op.op(*args, **kwargs)
+        jf(*args, **kwargs)
+        src = prim_program(str(thunder.last_traces(jf)[0]))
+        exec(compile(src, f"<{op.name} prims>", "exec"), scope)
+        actual = scope["computation"](*tensor_inputs(args, kwargs))
+        try:
+            assert_same(actual, expected, random=op.random, **op.tolerance(dtype))
+            if op.check is not None:
+                op.check(actual, args, kwargs)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: {e}\n{src}") from None
 
 
 # ---- 3. error inputs ------------------------------------------------------------------------

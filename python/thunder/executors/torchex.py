@@ -29,9 +29,13 @@ def no_autocast(fn):
 
 
 def _t(x, like):
-    """A number as a 0-dim tensor promoting like a Python number."""
+    """A number as a 0-dim tensor promoting like a Python number does against `like`: of the
+    dtype torch.result_type gives the pair (a plain 0-dim tensor of the number's default dtype
+    would promote a 0-dim `like`, e.g. uint8 with 0 -> int64)."""
     if isinstance(x, torch.Tensor):
         return x
+    if isinstance(like, torch.Tensor):
+        return torch.tensor(x, dtype=torch.result_type(like, x), device=like.device)
     return torch.tensor(x, device="cpu")
 
 
@@ -63,7 +67,7 @@ for _name in (
 
 
 def div(a, b):
-    x, y = _t(a, None), _t(b, None)
+    x, y = _t(a, b), _t(b, a)
     if not (x.is_floating_point() or x.is_complex() or y.is_floating_point() or y.is_complex()):
         return torch.div(x, y, rounding_mode="trunc")
     return torch.div(x, y)
@@ -71,7 +75,8 @@ def div(a, b):
 
 def where(pred, a, b):
     like = a if isinstance(a, torch.Tensor) else b
-    out = torch.where(_t(pred, like), _t(a, like), _t(b, like))
+    pred = pred if isinstance(pred, torch.Tensor) else torch.tensor(bool(pred))
+    out = torch.where(pred, _t(a, like), _t(b, like))
     if isinstance(a, torch.Tensor):
         return out.to(a.dtype)
     return out.to(b.dtype) if isinstance(b, torch.Tensor) else out

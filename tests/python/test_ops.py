@@ -229,8 +229,6 @@ def prim_program(src: str) -> str:
 def test_decomposition(op, dtype):
     """The decomposition to prims computes what PyTorch computes (what a fusion executor or
     autodiff sees when the torch executor does not claim the whole op)."""
-    from types import SimpleNamespace
-
     from thunder.core import devices, dtypes
     from thunder.executors import torchex
 

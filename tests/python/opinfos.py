@@ -10,6 +10,7 @@ broadcasting and non-contiguous tensors, tolerances, and a generator of error in
 from __future__ import annotations
 
 import math
+import os
 import operator
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
@@ -30,6 +31,11 @@ REALS = INTS + FLOATS
 NUMERIC = REALS + COMPLEX
 FLOAT_COMPLEX = FLOATS + COMPLEX
 ALL = (b8,) + NUMERIC
+
+# The device the table runs on: THUNDER_TEST_DEVICE=cuda runs it on the GPU (float32, bfloat16 and
+# float16 there).
+DEVICE = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+CUDA_DTYPES = (f32, bf16, f16)
 
 Sample = tuple  # (args, kwargs)
 
@@ -55,7 +61,7 @@ def make(shape, dtype=f32, *, low=None, high=None, exclude_zero=False, noncontig
         low = None if low is None else math.floor(low)
         high = None if high is None else max(math.ceil(high), (low if low is not None else 0) + 1)
     return make_tensor(
-        shape, dtype=dtype, device="cpu", low=low, high=high, exclude_zero=exclude_zero, noncontiguous=noncontig
+        shape, dtype=dtype, device=DEVICE, low=low, high=high, exclude_zero=exclude_zero, noncontiguous=noncontig
     )
 
 
@@ -565,8 +571,8 @@ def _to_samples(dtype):
     for target in (b8, i32, i64, f16, f32, f64, c64):
         yield (make((2, 3), dtype), target), {}
     yield (make((), dtype),), dict(dtype=f64)
-    yield (make((0, 3), dtype), "cpu"), {}
-    yield (transposed((2, 3), dtype), "cpu", i16), {}
+    yield (make((0, 3), dtype), DEVICE), {}
+    yield (transposed((2, 3), dtype), DEVICE, i16), {}
     yield (make((2, 3), dtype), make((), i8)), {}
 
 
@@ -1094,7 +1100,7 @@ opinfos += [
 def _full_samples(dtype):
     yield ((2, 3), number(dtype)), dict(dtype=dtype)
     yield ((), number(dtype)), dict(dtype=dtype)
-    yield ((0, 3), number(dtype)), dict(dtype=dtype, device="cpu")
+    yield ((0, 3), number(dtype)), dict(dtype=dtype, device=DEVICE)
     if dtype == f32:
         yield ((2,), 1.5), {}
         yield ((2,), 3), {}
@@ -1104,7 +1110,7 @@ def _full_samples(dtype):
 def _fill_samples(dtype):
     yield (2, 3), dict(dtype=dtype)
     yield ((2, 3),), dict(dtype=dtype)
-    yield ((),), dict(dtype=dtype, device="cpu")
+    yield ((),), dict(dtype=dtype, device=DEVICE)
     yield (0, 3), dict(dtype=dtype)
     if dtype == f32:
         yield ([4],), {}

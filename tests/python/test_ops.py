@@ -13,7 +13,9 @@ from thunder import _C
 from thunder.core import prims
 from thunder.core.proxies import _resolve
 
-from opinfos import ALL, OPS, f32, i64, is_reflected, opinfos
+from opinfos import ALL, CUDA_DTYPES, DEVICE, OPS, f32, i64, is_reflected, opinfos
+
+on_cpu_only = pytest.mark.skipif(DEVICE != "cpu", reason="checks the CPU table (dtypes, errors)")
 
 DTYPE_NAMES = {d: str(d).replace("torch.", "") for d in ALL}
 
@@ -87,14 +89,28 @@ def assert_metadata(src: str, result):
 def _consistency_params():
     for op in opinfos:
         for dtype in op.dtypes:
+            if DEVICE != "cpu" and dtype not in CUDA_DTYPES:
+                continue
             yield pytest.param(op, dtype, id=f"{op.name}-{DTYPE_NAMES[dtype]}")
 
 
-@pytest.mark.parametrize("op,dtype", list(_consistency_params()))
-def test_consistency(op, dtype):
+def _fused_params():
+    # The fuser (C++ kernels on CPU, NVRTC on CUDA) over every op, in float32 and bfloat16.
+    for op in opinfos:
+        for dtype in (f32, torch.bfloat16):
+            if dtype in op.dtypes:
+                yield pytest.param(op, dtype, ["fuser"], id=f"{op.name}-{DTYPE_NAMES[dtype]}-fuser")
+
+
+@pytest.mark.parametrize(
+    "op,dtype,executors",
+    [pytest.param(op, dtype, None, id=id_) for (op, dtype), id_ in
+     ((p.values, p.id) for p in _consistency_params())] + list(_fused_params()),
+)
+def test_consistency(op, dtype, executors):
     samples = op.samples(dtype)
     assert samples, f"{op.name} has no samples for {dtype}"
-    jf = thunder.jit(op.op)
+    jf = thunder.jit(op.op, executors=executors)
     for args, kwargs in samples:
         what = f"{op.name}{describe(args, kwargs)}"
         try:
@@ -258,6 +274,7 @@ def _error_params():
             yield pytest.param(op, id=op.name)
 
 
+@on_cpu_only
 @pytest.mark.parametrize("op", list(_error_params()))
 def test_errors(op):
     errors = op.errors()
@@ -273,6 +290,7 @@ def test_errors(op):
         assert "internal error" not in str(info.value), f"{what}: {info.value}"
 
 
+@on_cpu_only
 @pytest.mark.parametrize("op", opinfos, ids=lambda op: op.name)
 def test_unsupported_dtypes(op):
     """Where PyTorch refuses a dtype, thunder refuses it too, with a user error; so do the

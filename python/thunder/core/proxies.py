@@ -89,7 +89,16 @@ def dispatch(func, args, kwargs):
     sym, swapped = entry
     if swapped:
         args = (args[1], args[0], *args[2:])
+    if sym.name in _FACTORIES and kwargs.get("device") is None:
+        # Factories follow torch's default device (`with torch.device("cuda"):`), as in eager.
+        default = torch.get_default_device()
+        if default.type != "cpu":
+            kwargs = dict(kwargs, device=default)
     return sym(*args, **kwargs)
+
+
+# Torch-language factories with no tensor argument: they take the default device.
+_FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn"})
 
 
 class ThunderTorchMode(TorchFunctionMode):

@@ -204,8 +204,9 @@ def test_cuda_vectorized_and_strided_paths():
     a2 = torch.randn(1024, 2048, device="cuda").t()
     b2 = torch.randn(2048, 1024, device="cuda")
     torch.testing.assert_close(jf(a2, b2), f(a2, b2))  # transposed input: the strided kernel
-    c = torch.randn(1 << 20 + 1, device="cuda")[1:]  # misaligned by 4 bytes
-    torch.testing.assert_close(jf(c, c), f(c, c))
+    c = torch.randn((1 << 20) + 1, device="cuda")[1:]  # misaligned by 4 bytes
+    # exp of large arguments: the fused multiply-add rounds once where eager rounds twice
+    torch.testing.assert_close(jf(c, c), f(c, c), rtol=1e-5, atol=1e-5)
 
 
 @cuda

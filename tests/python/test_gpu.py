@@ -27,29 +27,43 @@ def _to(args, dtype):
     return out
 
 
+# Cases whose function closes over a CPU float64 constant (a class weight) run on the CPU only.
+GPU_CASES = [c for c in CASES if c[0] != "cross_entropy_weight_ignore"]
+
+
+def _grads(fn, args, dtype, jit):
+    args = _to(args, dtype)
+    outs = _float_outputs((thunder.jit(fn) if jit else fn)(*args))
+    torch.manual_seed(1)
+    cotangents = [torch.randn_like(o, dtype=torch.float64).to(o.dtype) for o in outs]
+    wrt = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    return outs, torch.autograd.grad(outs, wrt, cotangents, allow_unused=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name,fn,args", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,fn,args", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_grad_matches_autograd_on_cuda(name, fn, args, dtype):
-    torch.manual_seed(0)
-    eager_args, thunder_args = _to(args, dtype), _to(args, dtype)
-    eager_outs = _float_outputs(fn(*eager_args))
-    thunder_outs = _float_outputs(thunder.jit(fn)(*thunder_args))
-    # bf16 results are compared relative to their scale
-    scale = lambda t: max(1.0, t.detach().abs().max().item()) if t.numel() else 1.0
-    for e, a in zip(eager_outs, thunder_outs):
-        tol = {k: v * scale(e) for k, v in TOL[dtype].items()} if dtype == torch.bfloat16 else TOL[dtype]
-        torch.testing.assert_close(a, e, **tol)
-    cotangents = [torch.randn_like(o) for o in eager_outs]
-    wrt_e = [a for a in eager_args if isinstance(a, torch.Tensor) and a.requires_grad]
-    wrt_t = [a for a in thunder_args if isinstance(a, torch.Tensor) and a.requires_grad]
-    ge = torch.autograd.grad(eager_outs, wrt_e, cotangents, allow_unused=True)
-    gt = torch.autograd.grad(thunder_outs, wrt_t, cotangents, allow_unused=True)
-    for e, a in zip(ge, gt):
-        if e is None:
+    """float32: thunder's outputs and gradients equal eager's. bfloat16: both are compared with a
+    float64 reference, and thunder's error is at most twice eager's (plus 1% of the scale):
+    thunder computes bf16 ops in float32, so it is usually the closer one."""
+    t_outs, t_grads = _grads(fn, args, dtype, jit=True)
+    e_outs, e_grads = _grads(fn, args, dtype, jit=False)
+    if dtype == torch.float32:
+        for a, e in zip(list(t_outs) + list(t_grads), list(e_outs) + list(e_grads)):
+            if e is None:
+                assert a is None or torch.count_nonzero(a) == 0
+                continue
+            torch.testing.assert_close(a, e, **TOL[dtype])
+        return
+    r_outs, r_grads = _grads(fn, args, torch.float64, jit=False)
+    for a, e, r in zip(list(t_outs) + list(t_grads), list(e_outs) + list(e_grads), list(r_outs) + list(r_grads)):
+        if r is None:
             assert a is None or torch.count_nonzero(a) == 0
             continue
-        tol = {k: v * scale(e) for k, v in TOL[dtype].items()} if dtype == torch.bfloat16 else TOL[dtype]
-        torch.testing.assert_close(a, e, **tol)
+        scale = max(1.0, r.abs().max().item()) if r.numel() else 1.0
+        t_err = (a.double() - r).abs().max().item() if r.numel() else 0.0
+        e_err = (e.double() - r).abs().max().item() if r.numel() else 0.0
+        assert t_err <= 2 * e_err + 1e-2 * scale, f"thunder error {t_err:.3g} vs eager {e_err:.3g} (scale {scale:.3g})"
 
 
 def test_transformer_adamw_50_steps_on_cuda():

@@ -172,7 +172,7 @@ class Emitter {
   /// nodes already available (loads at the same offsets, earlier reductions) are reused.
   void emitNodes(const std::vector<int>& targets, const std::set<int>& available,
                  const std::function<std::string(int)>& offsetOf, const std::string& indent,
-                 std::string& out) const {
+                 std::string& out, const std::map<int, std::string>* loadFrom = nullptr) const {
     std::set<int> need;
     std::function<void(int)> mark = [&](int id) {
       if (need.count(id) || available.count(id)) return;
@@ -186,9 +186,12 @@ class Emitter {
       std::string v = "v" + std::to_string(id);
       std::string line;
       switch (n.kind) {
-        case KNode::Kind::Load:
-          line = "const " + rt(n.dtype) + " " + v + " = " + load(n.input, offsetOf(n.input)) + ";";
+        case KNode::Kind::Load: {
+          auto cached = loadFrom ? loadFrom->find(id) : std::map<int, std::string>::const_iterator();
+          std::string x = loadFrom && cached != loadFrom->end() ? cached->second : load(n.input, offsetOf(n.input));
+          line = "const " + rt(n.dtype) + " " + v + " = " + x + ";";
           break;
+        }
         case KNode::Kind::Const:
           line = "const " + rt(n.dtype) + " " + v + " = static_cast<" + rt(n.dtype) + ">(" + n.literal + ");";
           break;
@@ -295,30 +298,51 @@ std::string emitCuda(const KernelProgram& p) {
       for (size_t d = 0; d < R; ++d) {
         if (p.inputs[input].dimMap[d] < 0) continue;
         if (!o.empty()) o += " + ";
-        o += idxPrefix + std::to_string(d) + " * g.v[" + std::to_string(R + input * R + d) + "]";
+        o += idxPrefix + std::to_string(d) + " * (IdxT)g.v[" + std::to_string(R + input * R + d) + "]";
       }
       return o.empty() ? std::string("0") : o;
     };
   };
   std::string params = paramList(p, cuda) + "const Geometry g";
+  std::string argNames;
+  for (size_t i = 0; i < I; ++i) argNames += "in" + std::to_string(i) + ", ";
+  for (size_t j = 0; j < p.outputs.size(); ++j) argNames += "out" + std::to_string(j) + ", ";
+  argNames += "g";
+  // Each kernel body is a template over its index type; `<name>_32` instantiates it with 32-bit
+  // indices, which the host picks when every offset fits (64-bit division is slow on GPUs).
+  auto entryPoints = [&](const std::string& kernel) {
+    s << "extern \"C\" __global__ void " << kernel << "(" << params << ") { " << kernel
+      << "_body<int64_t>(" << argNames << "); }\n";
+    s << "extern \"C\" __global__ void " << kernel << "_32(" << params << ") { " << kernel
+      << "_body<uint32_t>(" << argNames << "); }\n";
+  };
   std::vector<int> fullOuts;
   for (const KOutput& o : p.outputs)
     if (!o.reduced) fullOuts.push_back(o.node);
-  if (!p.hasReduction()) {
-    s << "extern \"C\" __global__ void " << p.name << "(" << params << ") {\n";
-    s << "  const int64_t numel = g.v[" << R + I * R << "];\n";
-    s << "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < numel; i += (int64_t)gridDim.x * blockDim.x) {\n";
-    s << "    int64_t rem = i;\n";
+  auto indexDecomposition = [&](const char* var) {
+    // i<R-1> ... i0 from the linear index; the outermost needs no modulo.
+    s << "    IdxT rem = " << var << ";\n";
     for (size_t k = R; k-- > 0;) {
-      s << "    const int64_t i" << k << " = rem % g.v[" << k << "];";
-      s << (k ? " rem /= g.v[" + std::to_string(k) + "];\n" : "\n");
+      if (k == 0) {
+        s << "    const IdxT i0 = rem;\n";
+      } else {
+        s << "    const IdxT i" << k << " = rem % (IdxT)g.v[" << k << "]; rem /= (IdxT)g.v[" << k << "];\n";
+      }
     }
+  };
+  if (!p.hasReduction()) {
+    s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
+    s << "  const IdxT numel = (IdxT)g.v[" << R + I * R << "];\n";
+    s << "  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {\n";
+    indexDecomposition("i");
     std::string body;
     e.emitNodes(fullOuts, {}, offsetExpr("i"), "    ", body);
     s << body;
     for (size_t j = 0; j < p.outputs.size(); ++j)
       s << "    out" << j << "[i] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
-    s << "  }\n}\n\n";
+    s << "  }\n}\n";
+    entryPoints(p.name);
+    s << "\n";
     // Vectorized variant: each thread takes VEC consecutive elements of one row (the host checks
     // that the row length is a multiple of VEC); inputs with unit stride along the row are read
     // with one wide access, the others element by element. Outputs are written with wide stores.
@@ -327,22 +351,19 @@ std::string emitCuda(const KernelProgram& p) {
     for (const KOutput& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
     int vec = 16 / maxSize;
     s << "template <int N> struct alignas(N) Bytes { unsigned char b[N]; };\n";
-    s << "extern \"C\" __global__ void " << p.name << "_vec(" << params << ") {\n";
+    s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_vec_body(" << params << ") {\n";
     s << "  constexpr int VEC = " << vec << ";\n";
-    s << "  const int64_t groups = g.v[" << R + I * R << "] / VEC;\n";
-    s << "  for (int64_t grp = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; grp < groups; grp += (int64_t)gridDim.x * blockDim.x) {\n";
-    s << "    const int64_t base = grp * VEC;\n    int64_t rem = base;\n";
-    for (size_t k = R; k-- > 0;) {
-      s << "    const int64_t i" << k << " = rem % g.v[" << k << "];";
-      s << (k ? " rem /= g.v[" + std::to_string(k) + "];\n" : "\n");
-    }
+    s << "  const IdxT groups = (IdxT)(g.v[" << R + I * R << "] / VEC);\n";
+    s << "  for (IdxT grp = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; grp < groups; grp += (IdxT)gridDim.x * blockDim.x) {\n";
+    s << "    const IdxT base = grp * VEC;\n";
+    indexDecomposition("base");
     auto off = offsetExpr("i");
     for (size_t k = 0; k < I; ++k) {
       std::string st = storageType(p.inputs[k].tensor->dtype, cuda), ks = std::to_string(k);
       s << "    " << st << " a" << ks << "[VEC];\n";
-      s << "    {\n      const int64_t off = " << off(static_cast<int>(k)) << ";\n";
+      s << "    {\n      const IdxT off = " << off(static_cast<int>(k)) << ";\n";
       if (R > 0 && p.inputs[k].dimMap[R - 1] >= 0) {
-        s << "      const int64_t sk = g.v[" << R + k * R + R - 1 << "];\n";
+        s << "      const IdxT sk = (IdxT)g.v[" << R + k * R + R - 1 << "];\n";
         s << "      if (sk == 1) {\n        *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(a" << ks
           << ") = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(in" << ks << " + off);\n";
         s << "      } else {\n#pragma unroll\n        for (int k = 0; k < VEC; ++k) a" << ks << "[k] = in" << ks
@@ -372,6 +393,7 @@ std::string emitCuda(const KernelProgram& p) {
       s << "    *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(out" << j << " + base) = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(b" << j << ");\n";
     }
     s << "  }\n}\n";
+    entryPoints(p.name + "_vec");
     return s.str();
   }
   // Row reduction: one block per row; each phase loops over the row, reduces across the block
@@ -388,40 +410,79 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   return v;
 }
 )";
-  s << "extern \"C\" __global__ void " << p.name << "(" << params << ") {\n";
+  // The body is a template over ITEMS: with ITEMS > 0 each thread keeps its (at most ITEMS)
+  // elements of the row in registers, loaded once and reused by every phase, so the row is read
+  // from memory once; ITEMS == 0 loops over the row in each phase (rows of any length).
+  s << "template <int ITEMS>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
+  s << "  using IdxT = int64_t;\n";
   s << "  __shared__ double shared_d[32];\n";
   s << "  const int64_t L = g.v[" << R + I * R + 1 << "], rows = g.v[" << R + I * R + 2 << "];\n";
   s << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
   s << "    int64_t rem = row;\n";
   for (size_t k = R - 1; k-- > 0;) {
-    s << "    const int64_t i" << k << " = rem % g.v[" << k << "];";
-    s << (k ? " rem /= g.v[" + std::to_string(k) + "];\n" : "\n");
+    if (k == 0) {
+      s << "    const int64_t i0 = rem;\n";
+    } else {
+      s << "    const int64_t i" << k << " = rem % g.v[" << k << "]; rem /= g.v[" << k << "];\n";
+    }
   }
   auto off = offsetExpr("i");
-  auto rowOff = [&](int input) {
-    std::string o = off(input);
-    return o;
-  };
-  std::set<int> available;
+  std::function<std::string(int)> rowOff = [&](int input) { return off(input); };
   std::string L = "i" + std::to_string(R - 1);
+  // Loads that vary along the row are the ones worth keeping in registers.
+  std::vector<int> rowLoads;
+  for (size_t id = 0; id < p.nodes.size(); ++id) {
+    const KNode& n = p.nodes[id];
+    if (n.kind == KNode::Kind::Load && p.inputs[n.input].dimMap[R - 1] >= 0) rowLoads.push_back(static_cast<int>(id));
+  }
+  std::map<int, std::string> fromRegisters;
+  for (int id : rowLoads) fromRegisters[id] = "c" + std::to_string(id) + "[it]";
+  auto loopOpen = [&](const char* indent) {
+    s << indent << "#pragma unroll\n" << indent << "for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {\n";
+    s << indent << "  for (int64_t " << L << " = threadIdx.x + (int64_t)it * blockDim.x; " << L
+      << " < L; " << L << " += (ITEMS ? L : blockDim.x)) {\n";
+  };
+  auto loopClose = [&](const char* indent) { s << indent << "  }\n" << indent << "}\n"; };
+  // Both forms share one loop shape: with ITEMS > 0 the inner loop runs at most once.
+  auto bodyFor = [&](const std::vector<int>& targets, const std::set<int>& available) {
+    std::string cachedBody, plainBody;
+    e.emitNodes(targets, available, rowOff, "        ", cachedBody, &fromRegisters);
+    e.emitNodes(targets, available, rowOff, "        ", plainBody);
+    if (cachedBody == plainBody) return plainBody;
+    return "        if constexpr (ITEMS > 0) {\n" + cachedBody + "        PHASE_TAIL\n        } else {\n" + plainBody +
+           "        PHASE_TAIL\n        }\n";
+  };
+  if (!rowLoads.empty()) {
+    for (int id : rowLoads)
+      s << "    " << e.rt(p.nodes[id].dtype) << " c" << id << "[ITEMS ? ITEMS : 1];\n";
+    s << "    if constexpr (ITEMS > 0) {\n";
+    loopOpen("      ");
+    for (int id : rowLoads)
+      s << "        c" << id << "[it] = " << e.load(p.nodes[id].input, rowOff(p.nodes[id].input)) << ";\n";
+    loopClose("      ");
+    s << "    }\n";
+  }
+  std::set<int> available;
   auto phases = reductionsByPhase(p);
   for (size_t ph = 0; ph < phases.size(); ++ph) {
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       s << "    " << e.rt(n.dtype) << " acc" << r << " = " << reduceInit(n, cuda) << ";\n";
     }
-    s << "    for (int64_t " << L << " = threadIdx.x; " << L << " < L; " << L << " += blockDim.x) {\n";
     std::vector<int> operands;
     for (int r : phases[ph]) operands.push_back(p.nodes[r].operands[0]);
-    std::string body;
-    e.emitNodes(operands, available, rowOff, "      ", body);
-    s << body;
+    std::string tail;
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string acc = "acc" + std::to_string(r), v = "v" + std::to_string(n.operands[0]);
-      s << "      " << acc << " = " << reduceCombine(n, acc, v) << ";\n";
+      tail += acc + " = " + reduceCombine(n, acc, v) + "; ";
     }
-    s << "    }\n";
+    std::string body = bodyFor(operands, available);
+    if (body.find("PHASE_TAIL") == std::string::npos) body += "        PHASE_TAIL\n";
+    for (size_t pos; (pos = body.find("PHASE_TAIL")) != std::string::npos;) body.replace(pos, 10, tail);
+    loopOpen("    ");
+    s << body;
+    loopClose("    ");
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string T = e.rt(n.dtype);
@@ -429,14 +490,16 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
       available.insert(r);
     }
   }
-  s << "    for (int64_t " << L << " = threadIdx.x; " << L << " < L; " << L << " += blockDim.x) {\n";
-  std::string body;
-  e.emitNodes(fullOuts, available, rowOff, "      ", body);
-  s << body;
+  std::string stores;
   for (size_t j = 0; j < p.outputs.size(); ++j)
     if (!p.outputs[j].reduced)
-      s << "      out" << j << "[row * L + " << L << "] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
-  s << "    }\n";
+      stores += "out" + std::to_string(j) + "[row * L + " + L + "] = " + Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) + "; ";
+  std::string body = bodyFor(fullOuts, available);
+  if (body.find("PHASE_TAIL") == std::string::npos) body += "        PHASE_TAIL\n";
+  for (size_t pos; (pos = body.find("PHASE_TAIL")) != std::string::npos;) body.replace(pos, 10, stores);
+  loopOpen("    ");
+  s << body;
+  loopClose("    ");
   std::vector<int> rowOuts;
   for (const KOutput& o : p.outputs)
     if (o.reduced) rowOuts.push_back(o.node);
@@ -451,6 +514,10 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
     s << "    }\n";
   }
   s << "    __syncthreads();\n  }\n}\n";
+  // Entry points: `<name>` loops over rows of any length; `<name>_c<K>` keeps K elements per thread.
+  s << "extern \"C\" __global__ void " << p.name << "(" << params << ") { " << p.name << "_body<0>(" << argNames << "); }\n";
+  for (int k : {1, 2, 4, 8, 16})
+    s << "extern \"C\" __global__ void " << p.name << "_c" << k << "(" << params << ") { " << p.name << "_body<" << k << ">(" << argNames << "); }\n";
   return s.str();
 }
 

@@ -393,24 +393,38 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % vecWidth == 0;
         }
       }
-      std::string entry = p.name + (vec ? "_vec" : "");
+      std::string entry = p.name;
+      unsigned block, grid;
+      int sms = deviceInfo(device).sms;
+      if (p.hasReduction()) {
+        // One block per row; rows up to 16 elements per thread stay in registers.
+        int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
+        int64_t threads = std::min<int64_t>(1024, std::max<int64_t>(32, ((L + 3) / 4 + 31) / 32 * 32));
+        int64_t items = (L + threads - 1) / threads;
+        int k = items <= 1 ? 1 : items <= 2 ? 2 : items <= 4 ? 4 : items <= 8 ? 8 : items <= 16 ? 16 : 0;
+        if (k == 0) threads = 1024;
+        block = static_cast<unsigned>(threads);
+        if (k) entry += "_c" + std::to_string(k);
+        grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+      } else {
+        // 32-bit index arithmetic when every offset fits.
+        bool fits = numel < (int64_t(1) << 31);
+        for (size_t k = 0; k < I && fits; ++k) {
+          int64_t extent = 1;
+          for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);
+          fits = extent < (int64_t(1) << 31);
+        }
+        entry += std::string(vec ? "_vec" : "") + (fits ? "_32" : "");
+        block = 256;
+        int64_t work = (numel + vecWidth - 1) / vecWidth;
+        grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + block - 1) / block, int64_t(sms) * 32)));
+      }
       CUfunction fn = nullptr;
       THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry.c_str()) == 0, "fuser: no kernel ", entry);
       std::vector<void*> params;
       for (auto& ptr : inPtrs) params.push_back(&ptr);
       for (auto& ptr : outPtrs) params.push_back(&ptr);
       params.push_back(g.data());
-      unsigned block, grid;
-      int sms = deviceInfo(device).sms;
-      if (p.hasReduction()) {
-        int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
-        block = L >= 1024 ? 1024 : L >= 512 ? 512 : L >= 256 ? 256 : L >= 128 ? 128 : 64;
-        grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
-      } else {
-        block = 256;
-        int64_t work = (numel + vecWidth - 1) / vecWidth;
-        grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + block - 1) / block, int64_t(sms) * 16)));
-      }
       void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
       THUNDER_CHECK(driver().launch(fn, grid, 1, 1, block, 1, 1, 0, stream, params.data(), nullptr) == 0,
                     "fuser: launching ", entry, " failed");

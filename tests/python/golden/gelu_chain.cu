@@ -70,16 +70,17 @@ template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { retur
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
 struct Geometry { int64_t v[11]; };
-extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  const int64_t numel = g.v[8];
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < numel; i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t rem = i;
-    const int64_t i1 = rem % g.v[1]; rem /= g.v[1];
-    const int64_t i0 = rem % g.v[0];
-    const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
-    const float v1 = in1[i1 * g.v[5]];  // load t_1
+template <typename IdxT>
+__device__ __forceinline__ void cudaFusion0_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
+  const IdxT numel = (IdxT)g.v[8];
+  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {
+    IdxT rem = i;
+    const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
+    const IdxT i0 = rem;
+    const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
+    const float v1 = in1[i1 * (IdxT)g.v[5]];  // load t_1
     const float v2 = (v0 * v1);  // mul
-    const float v3 = in2[i1 * g.v[7]];  // load t_2
+    const float v3 = in2[i1 * (IdxT)g.v[7]];  // load t_2
     const float v4 = (v2 + v3);  // add
     const float v5 = static_cast<float>(0.5);  // constant
     const float v6 = static_cast<float>(1.0);  // constant
@@ -95,20 +96,23 @@ extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const floa
     out0[i] = v15;
   }
 }
+extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<int64_t>(in0, in1, in2, out0, g); }
+extern "C" __global__ void cudaFusion0_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<uint32_t>(in0, in1, in2, out0, g); }
 
 template <int N> struct alignas(N) Bytes { unsigned char b[N]; };
-extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
+template <typename IdxT>
+__device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
   constexpr int VEC = 4;
-  const int64_t groups = g.v[8] / VEC;
-  for (int64_t grp = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; grp < groups; grp += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t base = grp * VEC;
-    int64_t rem = base;
-    const int64_t i1 = rem % g.v[1]; rem /= g.v[1];
-    const int64_t i0 = rem % g.v[0];
+  const IdxT groups = (IdxT)(g.v[8] / VEC);
+  for (IdxT grp = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; grp < groups; grp += (IdxT)gridDim.x * blockDim.x) {
+    const IdxT base = grp * VEC;
+    IdxT rem = base;
+    const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
+    const IdxT i0 = rem;
     float a0[VEC];
     {
-      const int64_t off = i0 * g.v[2] + i1 * g.v[3];
-      const int64_t sk = g.v[3];
+      const IdxT off = i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3];
+      const IdxT sk = (IdxT)g.v[3];
       if (sk == 1) {
         *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a0) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in0 + off);
       } else {
@@ -118,8 +122,8 @@ extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const 
     }
     float a1[VEC];
     {
-      const int64_t off = i1 * g.v[5];
-      const int64_t sk = g.v[5];
+      const IdxT off = i1 * (IdxT)g.v[5];
+      const IdxT sk = (IdxT)g.v[5];
       if (sk == 1) {
         *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a1) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in1 + off);
       } else {
@@ -129,8 +133,8 @@ extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const 
     }
     float a2[VEC];
     {
-      const int64_t off = i1 * g.v[7];
-      const int64_t sk = g.v[7];
+      const IdxT off = i1 * (IdxT)g.v[7];
+      const IdxT sk = (IdxT)g.v[7];
       if (sk == 1) {
         *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a2) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in2 + off);
       } else {
@@ -162,3 +166,5 @@ extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const 
     *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(out0 + base) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(b0);
   }
 }
+extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<int64_t>(in0, in1, in2, out0, g); }
+extern "C" __global__ void cudaFusion0_vec_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<uint32_t>(in0, in1, in2, out0, g); }

@@ -81,35 +81,83 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
   return v;
 }
-extern "C" __global__ void cudaFusion0(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) {
+template <int ITEMS>
+__device__ __forceinline__ void cudaFusion0_body(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) {
+  using IdxT = int64_t;
   __shared__ double shared_d[32];
   const int64_t L = g.v[7], rows = g.v[8];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t rem = row;
-    const int64_t i0 = rem % g.v[0];
+    const int64_t i0 = rem;
+    float c0[ITEMS ? ITEMS : 1];
+    float c10[ITEMS ? ITEMS : 1];
+    if constexpr (ITEMS > 0) {
+      #pragma unroll
+      for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+        for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        c0[it] = thunder_bf16_to_float(in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]]);
+        c10[it] = thunder_bf16_to_float(in1[i1 * (IdxT)g.v[5]]);
+        }
+      }
+    }
     float acc3 = static_cast<float>(0);
-    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
-      const float v0 = thunder_bf16_to_float(in0[i0 * g.v[2] + i1 * g.v[3]]);  // load t_0
-      const float v1 = static_cast<float>(v0);  // convert_element_type
-      const float v2 = (v1 * v1);  // mul
-      acc3 = acc3 + v2;
+    #pragma unroll
+    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        if constexpr (ITEMS > 0) {
+        const float v0 = c0[it];  // load t_0
+        const float v1 = static_cast<float>(v0);  // convert_element_type
+        const float v2 = (v1 * v1);  // mul
+        acc3 = acc3 + v2; 
+        } else {
+        const float v0 = thunder_bf16_to_float(in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]]);  // load t_0
+        const float v1 = static_cast<float>(v0);  // convert_element_type
+        const float v2 = (v1 * v1);  // mul
+        acc3 = acc3 + v2; 
+        }
+      }
     }
     const float v3 = thunder_block_reduce<float>(acc3, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
-    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
-      const float v0 = thunder_bf16_to_float(in0[i0 * g.v[2] + i1 * g.v[3]]);  // load t_0
-      const float v1 = static_cast<float>(v0);  // convert_element_type
-      const float v4 = static_cast<float>(64.0);  // constant
-      const float v5 = (v3 / v4);  // div
-      const float v6 = static_cast<float>(9.9999999999999995e-07);  // constant
-      const float v7 = (v5 + v6);  // add
-      const float v8 = rsqrtf(v7);  // rsqrt
-      const float v9 = (v1 * v8);  // mul
-      const float v10 = thunder_bf16_to_float(in1[i1 * g.v[5]]);  // load t_1
-      const float v11 = static_cast<float>(v10);  // convert_element_type
-      const float v12 = (v9 * v11);  // mul
-      const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
-      out0[row * L + i1] = thunder_float_to_bf16(v13);
+    #pragma unroll
+    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        if constexpr (ITEMS > 0) {
+        const float v0 = c0[it];  // load t_0
+        const float v1 = static_cast<float>(v0);  // convert_element_type
+        const float v4 = static_cast<float>(64.0);  // constant
+        const float v5 = (v3 / v4);  // div
+        const float v6 = static_cast<float>(9.9999999999999995e-07);  // constant
+        const float v7 = (v5 + v6);  // add
+        const float v8 = rsqrtf(v7);  // rsqrt
+        const float v9 = (v1 * v8);  // mul
+        const float v10 = c10[it];  // load t_1
+        const float v11 = static_cast<float>(v10);  // convert_element_type
+        const float v12 = (v9 * v11);  // mul
+        const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
+        out0[row * L + i1] = thunder_float_to_bf16(v13); 
+        } else {
+        const float v0 = thunder_bf16_to_float(in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]]);  // load t_0
+        const float v1 = static_cast<float>(v0);  // convert_element_type
+        const float v4 = static_cast<float>(64.0);  // constant
+        const float v5 = (v3 / v4);  // div
+        const float v6 = static_cast<float>(9.9999999999999995e-07);  // constant
+        const float v7 = (v5 + v6);  // add
+        const float v8 = rsqrtf(v7);  // rsqrt
+        const float v9 = (v1 * v8);  // mul
+        const float v10 = thunder_bf16_to_float(in1[i1 * (IdxT)g.v[5]]);  // load t_1
+        const float v11 = static_cast<float>(v10);  // convert_element_type
+        const float v12 = (v9 * v11);  // mul
+        const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
+        out0[row * L + i1] = thunder_float_to_bf16(v13); 
+        }
+      }
     }
     __syncthreads();
   }
 }
+extern "C" __global__ void cudaFusion0(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<0>(in0, in1, out0, g); }
+extern "C" __global__ void cudaFusion0_c1(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<1>(in0, in1, out0, g); }
+extern "C" __global__ void cudaFusion0_c2(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<2>(in0, in1, out0, g); }
+extern "C" __global__ void cudaFusion0_c4(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<4>(in0, in1, out0, g); }
+extern "C" __global__ void cudaFusion0_c8(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<8>(in0, in1, out0, g); }
+extern "C" __global__ void cudaFusion0_c16(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_body<16>(in0, in1, out0, g); }

@@ -81,33 +81,79 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
   return v;
 }
-extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
+template <int ITEMS>
+__device__ __forceinline__ void cudaFusion0_body(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
+  using IdxT = int64_t;
   __shared__ double shared_d[32];
   const int64_t L = g.v[5], rows = g.v[6];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     int64_t rem = row;
-    const int64_t i0 = rem % g.v[0];
+    const int64_t i0 = rem;
+    float c0[ITEMS ? ITEMS : 1];
+    if constexpr (ITEMS > 0) {
+      #pragma unroll
+      for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+        for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        c0[it] = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];
+        }
+      }
+    }
     float acc1 = -THUNDER_INF;
-    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
-      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
-      acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
+    #pragma unroll
+    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        if constexpr (ITEMS > 0) {
+        const float v0 = c0[it];  // load t_0
+        acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1; 
+        } else {
+        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
+        acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1; 
+        }
+      }
     }
     const float v1 = thunder_block_reduce<float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d));
     float acc4 = static_cast<float>(0);
-    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
-      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
-      const float v2 = (v0 - v1);  // sub
-      const float v3 = expf(v2);  // exp
-      acc4 = acc4 + v3;
+    #pragma unroll
+    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        if constexpr (ITEMS > 0) {
+        const float v0 = c0[it];  // load t_0
+        const float v2 = (v0 - v1);  // sub
+        const float v3 = expf(v2);  // exp
+        acc4 = acc4 + v3; 
+        } else {
+        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
+        const float v2 = (v0 - v1);  // sub
+        const float v3 = expf(v2);  // exp
+        acc4 = acc4 + v3; 
+        }
+      }
     }
     const float v4 = thunder_block_reduce<float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
-    for (int64_t i1 = threadIdx.x; i1 < L; i1 += blockDim.x) {
-      const float v0 = in0[i0 * g.v[2] + i1 * g.v[3]];  // load t_0
-      const float v2 = (v0 - v1);  // sub
-      const float v3 = expf(v2);  // exp
-      const float v5 = (v3 / v4);  // div
-      out0[row * L + i1] = v5;
+    #pragma unroll
+    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
+      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
+        if constexpr (ITEMS > 0) {
+        const float v0 = c0[it];  // load t_0
+        const float v2 = (v0 - v1);  // sub
+        const float v3 = expf(v2);  // exp
+        const float v5 = (v3 / v4);  // div
+        out0[row * L + i1] = v5; 
+        } else {
+        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
+        const float v2 = (v0 - v1);  // sub
+        const float v3 = expf(v2);  // exp
+        const float v5 = (v3 / v4);  // div
+        out0[row * L + i1] = v5; 
+        }
+      }
     }
     __syncthreads();
   }
 }
+extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<0>(in0, out0, g); }
+extern "C" __global__ void cudaFusion0_c1(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<1>(in0, out0, g); }
+extern "C" __global__ void cudaFusion0_c2(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<2>(in0, out0, g); }
+extern "C" __global__ void cudaFusion0_c4(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<4>(in0, out0, g); }
+extern "C" __global__ void cudaFusion0_c8(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<8>(in0, out0, g); }
+extern "C" __global__ void cudaFusion0_c16(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<16>(in0, out0, g); }

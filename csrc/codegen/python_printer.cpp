@@ -185,6 +185,7 @@ void collectImports(const BoundSymbol& b, std::set<std::string>& imports) {
   if (m == "prims") imports.insert("import thunder.core.prims as prims");
   if (m == "Tensor") imports.insert("from torch import Tensor");
   if (m == "torchex") imports.insert("from thunder.executors import torchex");
+  if (m == "sdpaex") imports.insert("from thunder.executors import sdpaex");
   if (b.sym->style == PrintStyle::Thunder) {
     std::vector<const Value*> stack;
     for (const Value& a : b.args) stack.push_back(&a);
@@ -211,6 +212,8 @@ std::string printTrace(const Trace& trace) {
   out += "import torch\n";
   for (const std::string& imp : imports)
     if (imp.rfind("import thunder", 0) == 0) out += imp + "\n";
+  if (imports.count("from thunder.executors import sdpaex"))
+    out += "from thunder.executors import sdpaex\n";
   if (imports.count("from thunder.executors import torchex"))
     out += "from thunder.executors import torchex\n";
   out += "from thunder.executors.torchex import no_autocast\n\n";

@@ -11,6 +11,10 @@
 
 #include "ir/symbol.h"
 
+namespace thunder {
+class Executor;
+}
+
 namespace thunder::runtime {
 
 /// Typed access to a call's arguments, one per parameter of the symbol's signature.
@@ -47,6 +51,8 @@ using Kernel = std::function<c10::IValue(KernelArgs&)>;
 
 /// Registers the torch executor's implementations and kernels (idempotent).
 void registerTorchExecutor();
+/// Adds the kernels of the fused attention symbols (ops/sdpa.h) to the torch executor.
+void registerSdpaKernels(Executor& torch);
 /// Makes an executor symbol that prints as `module.name` with `semantic`'s signature.
 const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
                              const std::string& name, const Symbol& semantic, bool bareName = false);

@@ -508,6 +508,7 @@ void registerTorchExecutor() {
     gTorch = ExecutorRegistry::get().add(ex);
     registerPrimKernels();
     registerLTorchKernels();
+    registerSdpaKernels(*gTorch);
   });
 }
 

@@ -23,6 +23,11 @@ RuleTable& table() {
   return *t;
 }
 
+std::unordered_map<std::string, GradRuleCondition>& conditions() {
+  static auto* c = new std::unordered_map<std::string, GradRuleCondition>();
+  return *c;
+}
+
 std::unordered_map<std::string, RuleTable>& executorTable() {
   static auto* t = new std::unordered_map<std::string, RuleTable>();
   return *t;
@@ -214,7 +219,12 @@ class Differentiator {
       if (r == et->second.end()) continue;
       if (!ex->implements(id) || ex->find(b)) return &r->second;
     }
-    return findGradRule(id);
+    const GradRule* r = findGradRule(id);
+    auto c = conditions().find(id);
+    if (r && c != conditions().end() &&
+        !c->second(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; }))
+      return nullptr;
+    return r;
   }
 
   bool onGradPath(const BoundSymbol& b) const {
@@ -421,6 +431,12 @@ std::string inputList(const Trace& t) {
 
 void registerGradRule(const std::string& symbolId, GradRule rule) {
   table()[symbolId] = std::move(rule);
+  conditions().erase(symbolId);
+}
+
+void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies) {
+  table()[symbolId] = std::move(rule);
+  conditions()[symbolId] = std::move(applies);
 }
 
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,

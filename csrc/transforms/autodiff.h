@@ -21,8 +21,16 @@ namespace thunder {
 /// A grad rule: called while tracing with a call's bound arguments; returns the call's output.
 using GradRule = std::function<Value(const std::vector<Value>& args)>;
 
+/// Whether a conditional rule applies to a call; `differentiable` says whether a tensor of the
+/// call needs a gradient.
+using GradRuleCondition = std::function<bool(
+    const BoundSymbol& call, const std::function<bool(const TensorProxy&)>& differentiable)>;
+
 /// Registers the rule of a symbol (by id) in the default table, replacing an earlier one.
 void registerGradRule(const std::string& symbolId, GradRule rule);
+/// Registers a rule used only for the calls `applies` accepts; the others are differentiated as
+/// if the symbol had no rule (through their decomposition).
+void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies);
 /// Registers a rule that takes precedence for `symbolId` while `executor` is active (and its
 /// checker, if it implements the symbol, accepts the call).
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,

@@ -12,6 +12,7 @@
 #include "ops/prims.h"
 #include "ops/utils.h"
 #include "transforms/autodiff.h"
+#include "transforms/sdpa_rules.h"
 
 namespace thunder {
 namespace {
@@ -434,6 +435,7 @@ void registerGradRules() {
     registerReductionRules();
     registerMatmulRules();
     registerTorchRules();
+    registerSdpaGradRule();
   });
 }
 

@@ -1,0 +1,198 @@
+"""Fused attention in training: scaled_dot_product_attention differentiated through ATen's flash
+kernel (CPU) against torch.autograd.grad, the fallback to the decomposition where no fused kernel
+applies (float64, a mask needing a gradient, head dims that differ), and what an attention layer
+saves for its backward."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+from thunder.core.transforms import grad, saved_for_backward
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+def _causal_bool(L, S):
+    return torch.ones(L, S, dtype=torch.bool).tril()
+
+
+# (name, fn, tensor args): every floating tensor argument is differentiated.
+FUSED_CASES = [
+    ("plain", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), [(2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)]),
+    ("causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [(2, 3, 9, 8), (2, 3, 9, 8), (2, 3, 9, 8)]),
+    ("causal_rectangular", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [(1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8)]),
+    ("scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.37), [(2, 2, 6, 4)] * 3),
+    ("causal_scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.3),
+     [(2, 2, 6, 4)] * 3),
+    ("float_mask_2d", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=MASK_2D),
+     [(2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)]),
+    ("float_mask_4d", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=MASK_4D),
+     [(2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)]),
+    ("bool_mask", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=_causal_bool(6, 6)),
+     [(2, 2, 6, 4)] * 3),
+    ("gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     [(2, 6, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)]),
+    ("gqa_causal_scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.2,
+                                                                         enable_gqa=True),
+     [(1, 4, 6, 8), (1, 1, 6, 8), (1, 1, 6, 8)]),
+]
+
+torch.manual_seed(0)
+MASK_2D = rand(5, 7)
+MASK_4D = rand(2, 1, 5, 7)
+
+
+def _grads(fn, args, cotangent=None):
+    args = [a.detach().clone().requires_grad_() for a in args]
+    out = fn(*args)
+    if cotangent is None:
+        cotangent = torch.randn_like(out)
+    return out, torch.autograd.grad(out, args, cotangent), cotangent
+
+
+def _check(fn, args, rtol, atol):
+    tfn = thunder.jit(fn)
+    expected, ge, ct = _grads(fn, args)
+    actual, gt, _ = _grads(tfn, args, ct)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    for e, a in zip(ge, gt):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+    return tfn
+
+
+def _backward_text(tfn):
+    return str(thunder.last_backward_traces(tfn)[-1])
+
+
+@pytest.mark.parametrize("name,fn,shapes", FUSED_CASES, ids=[c[0] for c in FUSED_CASES])
+def test_fused_grad_matches_torch_autograd_float32(name, fn, shapes):
+    torch.manual_seed(1)
+    tfn = _check(fn, [rand(*s) for s in shapes], rtol=1e-5, atol=1e-5)
+    fwd, bwd = str(thunder.last_traces(tfn)[-1]), _backward_text(tfn)
+    assert "sdpaex.fused_attention_forward(" in fwd and "'flash_cpu'" in fwd
+    assert "sdpaex.fused_attention_backward(" in bwd
+    # The backward reads no probabilities: no softmax, no matmul.
+    assert "softmax" not in fwd + bwd and "matmul" not in fwd + bwd
+
+
+def test_fused_grad_bfloat16_matches_eager():
+    # Eager runs the same flash kernel on CPU, so thunder agrees with it closely in bfloat16.
+    torch.manual_seed(2)
+    args = [rand(2, 4, 16, 16, dtype=torch.bfloat16) for _ in range(3)]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    tfn = _check(fn, args, rtol=2e-2, atol=2e-2)
+    assert "sdpaex.fused_attention_backward(" in _backward_text(tfn)
+
+
+FALLBACK_CASES = [
+    ("float64", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [rand(2, 3, 5, 4, dtype=torch.float64) for _ in range(3)]),
+    ("float64_mask_scale_gqa", lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=MASK_2D.double(), scale=0.5, enable_gqa=True),
+     [rand(2, 4, 5, 4, dtype=torch.float64), rand(2, 2, 7, 4, dtype=torch.float64),
+      rand(2, 2, 7, 4, dtype=torch.float64)]),
+    # The fused backward gives no gradient for the mask.
+    ("mask_needs_grad", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+     [rand(2, 2, 5, 4, dtype=torch.float64) for _ in range(3)] + [rand(5, 5, dtype=torch.float64)]),
+    # The flash kernel needs one head dim for q, k and v.
+    ("value_head_dim_differs", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+     [rand(2, 2, 5, 4), rand(2, 2, 6, 4), rand(2, 2, 6, 3)]),
+    # The flash kernel needs 4-D inputs.
+    ("three_dims", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [rand(2, 5, 4), rand(2, 5, 4), rand(2, 5, 4)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", FALLBACK_CASES, ids=[c[0] for c in FALLBACK_CASES])
+def test_fallback_to_decomposition(name, fn, args):
+    tol = 1e-9 if args[0].dtype == torch.float64 else 1e-5
+    tfn = _check(fn, args, rtol=tol, atol=tol)
+    assert "fused_attention" not in _backward_text(tfn)
+    assert "fused_attention" not in str(thunder.last_traces(tfn)[-1])
+
+
+def test_grad_transform_uses_the_fused_kernel():
+    torch.manual_seed(3)
+    q, k, v = (rand(1, 2, 6, 8) for _ in range(3))
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    gq, gk, gv = grad(fn)(q, k, v)
+    _, expected, _ = _grads(fn, [q, k, v], torch.ones(1, 2, 6, 8))
+    for a, e in zip((gq, gk, gv), expected):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_keeps_one_sdpa_call():
+    q, k, v = (rand(1, 2, 6, 8) for _ in range(3))
+    tfn = thunder.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(tfn(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    text = str(thunder.last_traces(tfn)[-1])
+    assert "torch.nn.functional.scaled_dot_product_attention(" in text and "fused_attention" not in text
+
+
+class Attention(nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (z.view(B, T, self.heads, C // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(a.transpose(1, 2).reshape(B, T, C))
+
+
+def _saved_shapes(tfn):
+    bwd = thunder.last_backward_traces(tfn)[-1]
+    n = saved_for_backward(tfn)["count"]
+    return [tuple(t._shape) for t in bwd.inputs[:n]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_layer_saves_no_T_by_T_tensor(dtype):
+    torch.manual_seed(4)
+    B, T = 2, 64
+    model = Attention().to(dtype)
+    ref = Attention().to(dtype)
+    ref.load_state_dict(model.state_dict())
+    tmodel = thunder.jit(model)
+    x = torch.randn(B, T, 32, dtype=dtype)
+    out = tmodel(x)
+    out.sum().backward()
+    ref(x).sum().backward()
+    tol = 1e-5 if dtype == torch.float32 else 1e-9
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, rtol=tol, atol=tol)
+    saved = _saved_shapes(tmodel)
+    has_probabilities = any(len(s) >= 2 and s[-2:] == (T, T) for s in saved)
+    bwd = _backward_text(tmodel)
+    if dtype == torch.float32:
+        # Fused: the backward reads q, k, v, the output and the logsumexp, never T x T.
+        assert "sdpaex.fused_attention_backward(" in bwd
+        assert not has_probabilities, saved
+        assert (B, 4, T) in saved  # the logsumexp
+    else:
+        # float64 goes through the decomposition, which keeps the probabilities.
+        assert "fused_attention" not in bwd
+        assert has_probabilities, saved
+
+
+def test_attention_layer_saves_less_than_the_decomposition():
+    # The same layer in float32 (fused) and float64 (decomposed): per element, the fused
+    # backward keeps far less, as the probabilities are gone.
+    torch.manual_seed(5)
+    stats = {}
+    for dtype in (torch.float32, torch.float64):
+        tmodel = thunder.jit(Attention().to(dtype))
+        tmodel(torch.randn(2, 128, 32, dtype=dtype)).sum().backward()
+        s = saved_for_backward(tmodel)
+        stats[dtype] = s["bytes"] / torch.tensor([], dtype=dtype).element_size()
+    assert stats[torch.float32] < 0.5 * stats[torch.float64], stats

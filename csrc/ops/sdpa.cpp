@@ -98,7 +98,7 @@ Value backwardMeta(const std::vector<Value>& a) {
                      ", but got grad_out ", g.typeString(), " and out ", out.typeString());
   Shape lseShape = {q.shape[0], q.shape[1], logsumexpLength(b, q.shape[2])};
   THUNDER_CHECK_KIND(lse.shape == lseShape && lse.dtype == DType::Float32, ErrorKind::Value, op,
-                     ": logsumexp must be f32", shapeStr(lseShape), " for the '", backendName(b),
+                     ": logsumexp must be float32 of shape ", shapeStr(lseShape), " for the '", backendName(b),
                      "' kernel, but got ", lse.typeString());
   commonDevice({a[0], a[1], a[4], a[5]}, op);
   TraceContext& ctx = requireContext(op);

@@ -196,3 +196,28 @@ def test_attention_layer_saves_less_than_the_decomposition():
         s = saved_for_backward(tmodel)
         stats[dtype] = s["bytes"] / torch.tensor([], dtype=dtype).element_size()
     assert stats[torch.float32] < 0.5 * stats[torch.float64], stats
+
+
+def test_printed_traces_run_as_python():
+    # The printed forward and backward traces are valid Python (thunder.executors.sdpaex provides
+    # the fused calls) and compute what the runtime computes.
+    torch.manual_seed(6)
+    q, k, v = (rand(2, 2, 6, 8) for _ in range(3))
+    mask = rand(6, 6)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.4)
+    tfn = thunder.jit(fn)
+    expected, ge, ct = _grads(fn, [q, k, v])
+    tfn(*(x.clone().requires_grad_() for x in (q, k, v)))
+    fwd_src = str(thunder.last_traces(tfn)[-1])
+    bwd_src = str(thunder.last_backward_traces(tfn)[-1])
+    assert "sdpaex.fused_attention_forward(" in fwd_src
+    fwd_ns, bwd_ns = {}, {}
+    exec(fwd_src, fwd_ns)
+    exec(bwd_src, bwd_ns)
+    # The mask is a closure: the forward takes it as an input after q, k, v.
+    fwd_inputs = [q, k, v] + [mask] * (len(thunder.last_traces(tfn)[-1].inputs) - 3)
+    out, saved = fwd_ns["computation"](*fwd_inputs)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    grads = bwd_ns["backward"](*saved, ct)
+    for e, a in zip(ge, grads):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)

@@ -221,3 +221,35 @@ def test_printed_traces_run_as_python():
     grads = bwd_ns["backward"](*saved, ct)
     for e, a in zip(ge, grads):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+CUDA_CASES = [
+    # (name, dtype, shapes, kwargs, kernel)
+    ("flash_bf16_causal", torch.bfloat16, [(2, 4, 128, 64)] * 3, dict(is_causal=True), "flash"),
+    ("flash_f16_scale", torch.float16, [(2, 4, 96, 128), (2, 4, 80, 128), (2, 4, 80, 128)], dict(scale=0.3), "flash"),
+    ("flash_bf16_gqa", torch.bfloat16, [(1, 8, 64, 64), (1, 2, 64, 64), (1, 2, 64, 64)],
+     dict(is_causal=True, enable_gqa=True), "flash"),
+    ("efficient_f32_causal", torch.float32, [(2, 4, 100, 64)] * 3, dict(is_causal=True), "efficient"),
+    ("efficient_bf16_causal_rectangular", torch.bfloat16, [(1, 2, 48, 64), (1, 2, 80, 64), (1, 2, 80, 64)],
+     dict(is_causal=True), "efficient"),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,dtype,shapes,kwargs,kernel", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
+def test_fused_grad_on_cuda(name, dtype, shapes, kwargs, kernel):
+    # Against a float64 reference: thunder's error at most about eager's (which uses the same
+    # kernels).
+    torch.manual_seed(7)
+    args = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs)
+    tfn = thunder.jit(fn)
+    expected, ge, ct = _grads(fn, args)
+    actual, gt, _ = _grads(tfn, args, ct)
+    ref, gr, _ = _grads(fn, [a.double() for a in args], ct.double())
+    fwd, bwd = str(thunder.last_traces(tfn)[-1]), _backward_text(tfn)
+    assert f"'{kernel}'" in fwd and "sdpaex.fused_attention_backward(" in bwd, fwd + bwd
+    for e, a, r in zip((expected, *ge), (actual, *gt), (ref, *gr)):
+        scale = max(1.0, r.abs().max().item())
+        t_err, e_err = (a.double() - r).abs().max().item(), (e.double() - r).abs().max().item()
+        assert t_err <= 2 * e_err + 1e-3 * scale, f"thunder error {t_err:.3g} vs eager {e_err:.3g}"

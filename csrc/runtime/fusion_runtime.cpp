@@ -397,9 +397,10 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       unsigned block, grid;
       int sms = deviceInfo(device).sms;
       if (p.hasReduction()) {
-        // One block per row; rows up to 16 elements per thread stay in registers.
+        // One block per row; rows up to 16 elements per thread stay in registers. Blocks of at
+        // most 512 threads leave room for several per SM, so loads overlap other rows' reductions.
         int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
-        int64_t threads = std::min<int64_t>(1024, std::max<int64_t>(32, ((L + 3) / 4 + 31) / 32 * 32));
+        int64_t threads = std::min<int64_t>(512, std::max<int64_t>(32, ((L + 15) / 16 + 31) / 32 * 32));
         int64_t items = (L + threads - 1) / threads;
         int k = items <= 1 ? 1 : items <= 2 ? 2 : items <= 4 ? 4 : items <= 8 ? 8 : items <= 16 ? 16 : 0;
         if (k == 0) threads = 1024;

@@ -6,6 +6,9 @@
 #include "ir/error.h"
 #include "python/module.h"
 #include "runtime/fusion_runtime.h"
+#include "runtime/kernels.h"
+
+#include <torch/csrc/autograd/python_variable.h>
 
 namespace thunder::python {
 namespace {
@@ -38,6 +41,28 @@ void init(py::module_& m) {
       out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog) : codegen::emitCpp(prog, pattern));
       return std::nullopt;
     });
+    return out;
+  });
+  m.def("fusion_callables", [](const std::shared_ptr<Trace>& trace) {
+    // Python callables that launch each fusion's kernel, so a printed execution trace with
+    // fusions runs as Python: {"cudaFusion0": fn(*tensors) -> list of tensors}.
+    py::dict out;
+    for (const BoundSymbol& b : trace->bsyms) {
+      if (!runtime::isFusion(b.sym)) continue;
+      const Symbol* sym = b.sym;
+      std::vector<TensorPtr> outs = b.outputTensors();
+      at::ScalarType dt = outs.empty() ? at::kFloat : runtime::toScalarType(outs[0]->dtype);
+      out[py::str(sym->name)] = py::cpp_function([sym, dt](py::args args) {
+        std::vector<c10::IValue> ivalues;
+        for (py::handle a : args) ivalues.push_back(THPVariable_Unpack(a.ptr()));
+        runtime::KernelArgs ka{ivalues, dt, ivalues.empty() ? c10::Device(c10::kCPU) : ivalues[0].toTensor().device()};
+        c10::IValue result = (*runtime::findKernel(sym))(ka);
+        py::list l;
+        for (const c10::IValue& v : result.toTupleRef().elements())
+          l.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor())));
+        return l;
+      });
+    }
     return out;
   });
   m.def("nvrtc_available", &runtime::nvrtcAvailable);

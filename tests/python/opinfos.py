@@ -93,7 +93,7 @@ def shp(*dims) -> str:
 
 
 def index(shape, n, dtype=i64):
-    return torch.randint(0, n, shape, dtype=dtype)
+    return torch.randint(0, n, shape, dtype=dtype, device=DEVICE)
 
 
 # ---- the OpInfo -----------------------------------------------------------------------------
@@ -419,7 +419,7 @@ def _div_samples(dtype):
     yield from _float_floor_cases(dtype, dict(rounding_mode="trunc"))
     # Negative operands with integer floor division round toward -inf.
     if dtype in (i8, i16, i32, i64):
-        yield (torch.tensor([-7, 7, -7, 7], dtype=dtype), torch.tensor([2, -2, -2, 2], dtype=dtype)), dict(
+        yield (torch.tensor([-7, 7, -7, 7], dtype=dtype, device=DEVICE), torch.tensor([2, -2, -2, 2], dtype=dtype, device=DEVICE)), dict(
             rounding_mode="floor")
 
 
@@ -435,7 +435,7 @@ def _floor_divide_samples(dtype):
     # Nonzero both sides: `3 // a` divides by a.
     yield from binary_samples(rhs_nonzero=True, lhs_nonzero=True, other_dtype=promote_to)(dtype)
     if dtype in (i8, i16, i32, i64, f32, f64):
-        yield (torch.tensor([-7, 7, -7, 7, 0], dtype=dtype), torch.tensor([2, -2, -2, 2, 3], dtype=dtype)), {}
+        yield (torch.tensor([-7, 7, -7, 7, 0], dtype=dtype, device=DEVICE), torch.tensor([2, -2, -2, 2, 3], dtype=dtype, device=DEVICE)), {}
     yield from _float_floor_cases(dtype, {})
 
 
@@ -443,8 +443,8 @@ def _float_floor_cases(dtype, kwargs):
     """Floor division at its edges: signed zeros, division by zero, quotients just below an integer
     (5 // 0.1 is 49)."""
     if dtype in FLOATS:
-        a = torch.tensor([-0.0, 0.0, 1.0, -1.0, 5.0, -5.0, 0.3, 7.0], dtype=dtype)
-        b = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.1, 0.1, -0.1, -0.7], dtype=dtype)
+        a = torch.tensor([-0.0, 0.0, 1.0, -1.0, 5.0, -5.0, 0.3, 7.0], dtype=dtype, device=DEVICE)
+        b = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.1, 0.1, -0.1, -0.7], dtype=dtype, device=DEVICE)
         yield (a, b), kwargs
         yield (a, 0.1), kwargs
         yield (a, -0.7), kwargs
@@ -1065,7 +1065,7 @@ def _logsumexp_samples(dtype):
     yield (make((0, 3), dtype), 1), {}
     yield (transposed((3, 4), dtype), 0), {}
     if dtype in FLOATS:
-        yield (torch.tensor([[float("inf"), 1.0], [-float("inf"), -float("inf")]], dtype=dtype), 1), {}
+        yield (torch.tensor([[float("inf"), 1.0], [-float("inf"), -float("inf")]], dtype=dtype, device=DEVICE), 1), {}
 
 
 opinfos += [
@@ -1337,8 +1337,8 @@ def _nll_samples(dtype):
     yield (logp((4, 5)), index((4,), 5)), dict(reduction="none")
     yield (logp((5,)), index((), 5)), {}
     yield (logp((2, 5, 3)), index((2, 3), 5)), dict(weight=make((5,), dtype, low=0.1, high=1))
-    yield (logp((4, 5)), torch.tensor([0, -100, 2, -100])), {}
-    yield (logp((4, 5)), torch.tensor([0, 1, 2, 1])), dict(ignore_index=1, reduction="sum")
+    yield (logp((4, 5)), torch.tensor([0, -100, 2, -100], device=DEVICE)), {}
+    yield (logp((4, 5)), torch.tensor([0, 1, 2, 1], device=DEVICE)), dict(ignore_index=1, reduction="sum")
 
 
 def _nll_errors(name):
@@ -1359,7 +1359,7 @@ def _cross_entropy_samples(dtype):
     yield (make((4, 5), dtype), index((4,), 5)), dict(reduction="none")
     yield (make((5,), dtype), index((), 5)), {}
     yield (make((2, 5, 3), dtype), index((2, 3), 5)), dict(weight=make((5,), dtype, low=0.1, high=1))
-    yield (transposed((4, 5), dtype), torch.tensor([0, -100, 2, 3])), {}
+    yield (transposed((4, 5), dtype), torch.tensor([0, -100, 2, 3], device=DEVICE)), {}
 
 
 def _cross_entropy_errors():

@@ -68,7 +68,8 @@ SHORT_DTYPES = {
 
 
 def type_string(t: torch.Tensor) -> str:
-    return f"{t.device.type} {SHORT_DTYPES[t.dtype]}[{', '.join(str(n) for n in t.shape)}]"
+    device = f"cuda:{t.device.index or 0}" if t.device.type == "cuda" else t.device.type
+    return f"{device} {SHORT_DTYPES[t.dtype]}[{', '.join(str(n) for n in t.shape)}]"
 
 
 def assert_metadata(src: str, result):
@@ -203,7 +204,9 @@ def test_final_trace_as_python(op):
                 code = compile(src, f"<{op.name} trace {i}>", "exec")
             except SyntaxError as e:
                 pytest.fail(f"{what}: trace {i} is not valid Python: {e}\n{src}")
-        scope: dict = {}
+        # Fusions (cudaFusion0, ...) are not Python functions: the scope gets callables that
+        # launch their compiled kernels, as the runtime does.
+        scope: dict = dict(_C.fusion_callables(traces[-1]))
         exec(code, scope)
         torch.manual_seed(1234)
         try:

@@ -175,7 +175,9 @@ Backend chooseBackend(const std::vector<Value>& a, bool maskIsDifferentiable) {
       bool aligned = E % 8 == 0 && E <= 256;
       if (!aligned) return Backend::None;
       if (dt != DType::Float32 && (!causal || L == S)) return Backend::Flash;
-      return Backend::Efficient;
+      // The memory-efficient kernel's gradients disagreed with eager on an H200 (float32, L != S);
+      // until that is understood, those calls are differentiated through the decomposition.
+      return Backend::None;
     }
     default: return Backend::None;
   }

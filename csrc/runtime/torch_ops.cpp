@@ -24,7 +24,8 @@ at::Scalar KernelArgs::s(size_t k) const {
 
 at::Tensor KernelArgs::tw(size_t k) const {
   if (v[k].isTensor()) return v[k].toTensor();
-  at::Tensor t = c10::scalar_to_tensor(s(k));
+  // On the call's device: some CUDA kernels (logical_and, ...) refuse a CPU scalar operand.
+  at::Tensor t = c10::scalar_to_tensor(s(k), outDevice);
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
 }

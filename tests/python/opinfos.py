@@ -1386,7 +1386,7 @@ def _sdpa_samples(dtype):
     q = lambda *s: make(s, dtype, low=-2, high=2)  # noqa: E731
     yield (q(2, 3, 4, 8), q(2, 3, 5, 8), q(2, 3, 5, 8)), {}
     yield (q(2, 3, 4, 8), q(2, 3, 4, 8), q(2, 3, 4, 8)), dict(is_causal=True)
-    yield (q(2, 3, 4, 8), q(2, 3, 5, 8), q(2, 3, 5, 6)), dict(attn_mask=make((4, 5), b8) | torch.eye(4, 5, dtype=b8))
+    yield (q(2, 3, 4, 8), q(2, 3, 5, 8), q(2, 3, 5, 6)), dict(attn_mask=make((4, 5), b8) | torch.eye(4, 5, dtype=b8, device=DEVICE))
     yield (q(2, 3, 4, 8), q(2, 3, 5, 8), q(2, 3, 5, 8)), dict(attn_mask=q(3, 4, 5), scale=0.5)
     yield (q(4, 8), q(5, 8), q(5, 8)), {}
     yield (q(2, 4, 4, 8), q(2, 2, 5, 8), q(2, 2, 5, 8)), dict(enable_gqa=True)

@@ -403,13 +403,16 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         int64_t threads = std::min<int64_t>(512, std::max<int64_t>(32, ((L + 15) / 16 + 31) / 32 * 32));
         int64_t items = (L + threads - 1) / threads;
         int k = items <= 1 ? 1 : items <= 2 ? 2 : items <= 4 ? 4 : items <= 8 ? 8 : items <= 16 ? 16 : 0;
+        static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
+        if (uncached) k = 0;
         if (k == 0) threads = 1024;
         block = static_cast<unsigned>(threads);
         if (k) entry += "_c" + std::to_string(k);
         grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
       } else {
         // 32-bit index arithmetic when every offset fits.
-        bool fits = numel < (int64_t(1) << 31);
+        static const bool wide = std::getenv("THUNDER_FUSER_64BIT") != nullptr;
+        bool fits = !wide && numel < (int64_t(1) << 31);
         for (size_t k = 0; k < I && fits; ++k) {
           int64_t extent = 1;
           for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);

@@ -312,6 +312,25 @@ def test_false_checker_passes_to_next_executor():
     assert call_lines(jf)[0].startswith("t0 = torch.cos(t_0)")
 
 
+def test_python_executor_torch_and_fuser_in_one_trace():
+    ex = fresh()
+    mulsum = ex.register_operator(
+        "mulsum", like=lambda a, b: (a * b, a + b), fn=lambda a, b: (np.multiply(a, b), np.add(a, b))
+    )
+
+    def f(a, b, w):
+        p, s = mulsum(a, b)  # the Python executor
+        h = (p.exp() * 2 + s).tanh()  # the fuser: one generated kernel
+        return h @ w  # the torch executor
+
+    w = torch.randn(4, 5)
+    jf = thunder.jit(f, executors=[ex, "fuser"])
+    expected = ((x * y).exp() * 2 + (x + y)).tanh() @ w
+    torch.testing.assert_close(jf(x, y, w), expected)
+    heads = [l.split(" = ", 1)[1].split("(")[0] for l in call_lines(jf)]
+    assert heads == ["mulsum", "cpuFusion0", "torch.matmul"], heads
+
+
 def test_execution_transform_with_torch_calls_around_operator():
     ex = fresh()
     seen = []

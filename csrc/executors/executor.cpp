@@ -46,6 +46,16 @@ Executor* ExecutorRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<Executor*> ExecutorRegistry::resolve(const std::vector<std::string>& names) const {
+  std::vector<Executor*> out;
+  for (const std::string& n : names) {
+    Executor* ex = find(n);
+    THUNDER_CHECK_KIND(ex != nullptr, ErrorKind::Value, "unknown executor '", n, "'");
+    out.push_back(ex);
+  }
+  return out;
+}
+
 std::vector<Executor*> ExecutorRegistry::all() const {
   std::vector<Executor*> out;
   for (const auto& e : executors_) out.push_back(e.get());

@@ -59,6 +59,8 @@ class ExecutorRegistry {
   void remove(const std::string& name);
   Executor* find(const std::string& name) const;
   std::vector<Executor*> all() const;
+  /// The executors with these names, in order; an unknown name is a ValueError.
+  std::vector<Executor*> resolve(const std::vector<std::string>& names) const;
 
  private:
   std::vector<std::shared_ptr<Executor>> executors_;

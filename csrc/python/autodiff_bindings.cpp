@@ -36,15 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<Executor*> executorsByName(const std::vector<std::string>& names) {
-  std::vector<Executor*> out;
-  for (const std::string& n : names) {
-    Executor* ex = ExecutorRegistry::get().find(n);
-    THUNDER_CHECK_KIND(ex != nullptr, ErrorKind::Value, "unknown executor '", n, "'");
-    out.push_back(ex);
-  }
-  return out;
-}
 
 /// Runs a pass, names it in the provenance, verifies it if asked.
 template <typename F>
@@ -70,7 +61,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
 std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> computation,
                                                     const std::vector<std::string>& executors,
                                                     size_t numArgs, bool verifyEach) {
-  std::vector<Executor*> exs = executorsByName(executors);
+  std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   std::vector<std::shared_ptr<Trace>> traces{computation};
   traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
   std::shared_ptr<Trace> pruned = traces.back();
@@ -83,7 +74,7 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
 std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computation,
                                                   const std::vector<std::string>& executors,
                                                   bool verifyEach) {
-  std::vector<Executor*> exs = executorsByName(executors);
+  std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   auto plan = std::make_shared<TrainingPlan>();
   plan->forwardTraces = {computation};
   plan->forwardTraces.push_back(

@@ -384,15 +384,6 @@ class TracingContext {
   Capture capture_;
 };
 
-std::vector<Executor*> resolveExecutors(const std::vector<std::string>& names) {
-  std::vector<Executor*> out;
-  for (const std::string& n : names) {
-    Executor* ex = ExecutorRegistry::get().find(n);
-    THUNDER_CHECK_KIND(ex != nullptr, ErrorKind::Value, "unknown executor '", n, "'");
-    out.push_back(ex);
-  }
-  return out;
-}
 
 /// The pipeline after acquisition: dce, claiming, del_last_used. Returns every trace, in order.
 }  // namespace
@@ -410,7 +401,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
     if (verifyEach) verify(next);
     traces.push_back(std::make_shared<Trace>(std::move(next)));
   };
-  std::vector<Executor*> exs = resolveExecutors(executors);
+  std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
   step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");

@@ -313,7 +313,23 @@ void registerReductionRules() {
     putGrad(a[0], expandBack(g, a[0].tensor().shape, a[1].toInts()));
   });
   rule(sym(PrimId::prod), [](const Args& a, X y, X g) {
-    putGrad(a[0], div(expandBack(mul(g, y), a[0].tensor().shape, a[1].toInts()), a[0]));
+    // d prod / d a_i is the product of the other elements. Dividing the product by a_i is wrong
+    // at zeros, so: with no zero in the group it is prod / a_i; with exactly one zero, the zero
+    // gets the product of the nonzero elements and the others 0; with more zeros, all get 0.
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = a[1].toInts();
+    if (dims.empty()) {
+      putGrad(a[0], g);
+      return;
+    }
+    Value isZero = op("eq", {a[0], 0});
+    Value nonzero = op("where", {isZero, 1, a[0]});
+    Value prodNonzero = expandBack(call(sym(PrimId::prod), {nonzero, a[1]}), t.shape, dims);
+    Value zeros = expandBack(call(sym(PrimId::sum), {toDType(isZero, t.dtype), a[1]}), t.shape, dims);
+    Value lone = op("logical_and", {op("eq", {zeros, 1}), isZero});
+    Value others = op("where", {op("eq", {zeros, 0}), div(prodNonzero, nonzero),
+                                op("where", {lone, prodNonzero, 0})});
+    putGrad(a[0], mul(expandBack(g, t.shape, dims), others));
   });
   auto minmax = [](const Args& a, X y, X g) {
     // The gradient is shared evenly among the elements equal to the result.
@@ -382,6 +398,21 @@ void registerMatmulRules() {
 }
 
 void registerTorchRules() {
+  // clamp passes the gradient where min <= x <= max, bounds included, as PyTorch does (through
+  // maximum/minimum a value exactly at a bound would get half of it); tensor bounds get the rest.
+  rule(ltorch::symbol("clamp"), [](const Args& a, X y, X g) {
+    Value pass = Value(true);
+    auto both = [](X p, X q) { return p.isBool() ? q : op("logical_and", {p, q}); };
+    if (!a[1].isNone()) {
+      pass = both(pass, op("ge", {a[0], a[1]}));
+      if (a[1].isTensor()) putGrad(a[1], op("where", {op("lt", {a[0], a[1]}), g, 0.0}));
+    }
+    if (!a[2].isNone()) {
+      pass = both(pass, op("le", {a[0], a[2]}));
+      if (a[2].isTensor()) putGrad(a[2], op("where", {op("gt", {a[0], a[2]}), g, 0.0}));
+    }
+    putGrad(a[0], op("where", {pass, g, 0.0}));
+  });
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
     putGrad(a[0], op("where", {op("gt", {y, 0}), g, 0.0}));
   });

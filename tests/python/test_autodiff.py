@@ -196,6 +196,12 @@ CASES = [
     ("argmax_and_value", lambda a: (a.argmax(1), a.amax(1) * 2), [t(3, 4)]),
     ("chain", lambda a, b: torch.tanh(a @ b).sum(0).exp(), [t(3, 4), t(4, 2)]),
     ("reuse", lambda a: (a.sin() * a).cos() + a, [t(3, 4)]),
+    # prod at zeros: no zero, one zero and two zeros in a reduced group
+    ("prod_with_zeros", lambda a: (a.prod(-1), a.prod(0), a.prod()),
+     [torch.tensor([[2.0, 0.0, 3.0], [0.0, 0.0, 1.0], [1.0, 2.0, 4.0]], dtype=D)]),
+    # clamp passes the gradient at its bounds; tensor bounds get the clamped part
+    ("clamp_at_bounds", lambda a: torch.clamp(a, -1.0, 1.0) * 3, [torch.tensor([-2.0, -1.0, 0.5, 1.0, 2.0], dtype=D)]),
+    ("clamp_tensor_bounds", torch.clamp, [torch.tensor([-1.0, 0.0, 0.5, 1.0, 2.0], dtype=D), t(5) * 0, t(5) * 0 + 1]),
 ]
 
 

@@ -170,37 +170,48 @@ struct TreeSpec {
   std::vector<py::object> keys;  // dict keys
 };
 
-void flatten(py::handle obj, std::vector<py::handle>& leaves, TreeSpec& spec, std::string* key) {
-  if (PyTuple_Check(obj.ptr()) && !THPVariable_Check(obj.ptr())) {
-    spec.kind = TreeSpec::Kind::Tuple;
-    if (key) key->push_back('(');
-  } else if (PyList_Check(obj.ptr())) {
-    spec.kind = TreeSpec::Kind::List;
-    if (key) key->push_back('[');
-  } else if (PyDict_Check(obj.ptr())) {
-    spec.kind = TreeSpec::Kind::Dict;
-    if (key) key->push_back('{');
-    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) {
-      spec.keys.push_back(py::reinterpret_borrow<py::object>(kv.first));
-      if (key) {
-        *key += py::str(kv.first).cast<std::string>();
-        key->push_back(':');
-      }
-      spec.children.emplace_back();
-      flatten(kv.second, leaves, spec.children.back(), key);
-    }
-    if (key) key->push_back('}');
-    return;
+/// Appends the leaves of a Python value; records its structure in `spec` (when given) and in
+/// `key` (when given), which the per-call path uses alone, so it builds no spec.
+void flatten(py::handle obj, std::vector<py::handle>& leaves, TreeSpec* spec, std::string* key) {
+  PyObject* o = obj.ptr();
+  TreeSpec::Kind kind;
+  char open, close;
+  if (PyTuple_Check(o) && !THPVariable_Check(o)) {
+    kind = TreeSpec::Kind::Tuple, open = '(', close = ')';
+  } else if (PyList_Check(o)) {
+    kind = TreeSpec::Kind::List, open = '[', close = ']';
+  } else if (PyDict_Check(o)) {
+    kind = TreeSpec::Kind::Dict, open = '{', close = '}';
   } else {
-    spec.kind = TreeSpec::Kind::Leaf;
+    if (spec) spec->kind = TreeSpec::Kind::Leaf;
     leaves.push_back(obj);
     return;
   }
-  for (py::handle x : obj) {
-    spec.children.emplace_back();
-    flatten(x, leaves, spec.children.back(), key);
+  if (spec) spec->kind = kind;
+  if (key) key->push_back(open);
+  if (kind == TreeSpec::Kind::Dict) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &k, &v)) {
+      if (spec) spec->keys.push_back(py::reinterpret_borrow<py::object>(k));
+      if (key) {
+        *key += py::str(k).cast<std::string>();
+        key->push_back(':');
+      }
+      TreeSpec* child = nullptr;
+      if (spec) child = &spec->children.emplace_back();
+      flatten(v, leaves, child, key);
+    }
+  } else {
+    Py_ssize_t n = kind == TreeSpec::Kind::Tuple ? PyTuple_GET_SIZE(o) : PyList_GET_SIZE(o);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = kind == TreeSpec::Kind::Tuple ? PyTuple_GET_ITEM(o, i) : PyList_GET_ITEM(o, i);
+      TreeSpec* child = nullptr;
+      if (spec) child = &spec->children.emplace_back();
+      flatten(item, leaves, child, key);
+    }
   }
-  if (key) key->push_back(spec.kind == TreeSpec::Kind::List ? ']' : ')');
+  if (key) key->push_back(close);
 }
 
 py::object unflatten(const TreeSpec& spec, const py::list& leaves, size_t& pos) {
@@ -277,9 +288,11 @@ class CompiledFunction {
   py::object call(py::args args, py::kwargs kwargs) {
     key_.clear();
     leaves_.clear();
-    TreeSpec spec;
-    py::tuple both = py::make_tuple(args, kwargs);
-    flatten(both, leaves_, spec, &key_);
+    // (args, kwargs) flattened as the tuple `(args, kwargs)` would be, without building it.
+    key_.push_back('(');
+    flatten(args, leaves_, nullptr, &key_);
+    flatten(kwargs, leaves_, nullptr, &key_);
+    key_.push_back(')');
     for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
@@ -303,7 +316,8 @@ class CompiledFunction {
       cache_[key] = std::move(e);
       last_ = entry;
       leaves_.clear();
-      flatten(both, leaves_, spec, nullptr);
+      flatten(args, leaves_, nullptr, nullptr);
+      flatten(kwargs, leaves_, nullptr, nullptr);
     }
     last_ = entry;
     std::vector<at::Tensor> inputs;
@@ -497,7 +511,7 @@ PYBIND11_MODULE(_C, m) {
       .def("__exit__", [](TracingContext& c, py::args) { c.exit(); })
       .def("closures", &TracingContext::closures);
 
-  py::class_<CompiledFunction>(m, "CompiledFunction")
+  py::class_<CompiledFunction>(m, "CompiledFunction", py::dynamic_attr())
       .def(py::init<py::object>())
       .def("__call__", &CompiledFunction::call)
       .def_property_readonly("cache_hits", &CompiledFunction::hits)
@@ -509,7 +523,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("tree_flatten", [](py::object obj) {
     std::vector<py::handle> leaves;
     auto spec = std::make_shared<TreeSpec>();
-    flatten(obj, leaves, *spec, nullptr);
+    flatten(obj, leaves, spec.get(), nullptr);
     py::list l;
     for (py::handle h : leaves) l.append(h);
     return py::make_tuple(l, py::cast(spec));

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch as pytorch
@@ -83,23 +84,27 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     return trace, sources, closures
 
 
-class ThunderFunction:
-    """A jitted function: call it like the original."""
+class ThunderFunction(_C.CompiledFunction):
+    """A jitted function: call it like the original. Calls go straight to the C++ cache lookup
+    and runtime (CompiledFunction.__call__); Python runs only to trace on a cache miss."""
 
     def __init__(self, fn: Callable, executors=None):
+        # The C++ side holds the compile hook; a weak reference keeps it from owning self.
+        compile_ = weakref.WeakMethod(self._compile)
+        super().__init__(lambda args, kwargs: compile_()(args, kwargs))
         self._fn = fn
         self._executors = _executor_names(executors)
-        self._cfn = _C.CompiledFunction(self._compile)
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
 
+    @property
+    def _cfn(self):
+        return self
+
     def _compile(self, args, kwargs):
         trace, sources, closures = _trace(self._fn, args, kwargs, ())
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
-
-    def __call__(self, *args, **kwargs):
-        return self._cfn(*args, **kwargs)
 
 
 def _sanitize(name: str) -> str:

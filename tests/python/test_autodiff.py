@@ -214,11 +214,14 @@ def _float_outputs(out):
     return [o for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()]
 
 
+@pytest.mark.parametrize("executors", [None, ["fuser"]], ids=["default", "fuser"])
 @pytest.mark.parametrize("name,fn,args", CASES, ids=[c[0] for c in CASES])
-def test_grad_matches_torch_autograd(name, fn, args):
+def test_grad_matches_torch_autograd(name, fn, args, executors):
+    """Forward and backward against eager; with ["fuser"] the forward and backward traces run
+    their fusible regions as generated C++ kernels."""
     eager_args, thunder_args = _requires_grad(args), _requires_grad(args)
     expected = fn(*eager_args)
-    actual = thunder.jit(fn)(*thunder_args)
+    actual = thunder.jit(fn, executors=executors)(*thunder_args)
     eager_outs, thunder_outs = _float_outputs(expected), _float_outputs(actual)
     assert len(eager_outs) == len(thunder_outs)
     for e, a in zip(eager_outs, thunder_outs):
@@ -401,3 +404,15 @@ def test_python_grad_rule_used_in_training():
     x.grad = None
     thunder.jit(lambda a: a.sin())(x).sum().backward()
     torch.testing.assert_close(x.grad, x.detach().cos())
+
+
+def test_fuser_runs_forward_and_backward_regions():
+    """The fused variant above is not vacuous: layer norm's forward and backward both run
+    generated kernels."""
+    a, w, b = _requires_grad([t(4, 16), t(16), t(16)])
+    jf = thunder.jit(lambda x, w, b: F.layer_norm(x, (16,), w, b).tanh(), executors=["fuser"])
+    jf(a, w, b).sum().backward()
+    forward = thunder.last_traces(jf)[-1].bound_symbol_names
+    backward = thunder.last_backward_traces(jf)[-1].bound_symbol_names
+    assert any(n.startswith("cpuFusion") for n in forward), forward
+    assert any(n.startswith("cpuFusion") for n in backward), backward

@@ -273,6 +273,8 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     }
   }
   Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);
+  Shape keepdim = reduced;
+  if (!out.iterShape.empty()) keepdim.push_back(1);
   Lowering low(out, prims, inputs);
   int rank = static_cast<int>(out.iterShape.size());
   for (const TensorPtr& t : outputs) {
@@ -281,7 +283,9 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     if (t->shape == out.iterShape) {
       for (int d = 0; d < rank; ++d) map[d] = d;
       isReduced = false;
-    } else if (rank > 0 && t->shape == reduced) {
+    } else if (rank > 0 && (t->shape == reduced || t->shape == keepdim)) {
+      // One value per row: the reduced shape, or it with a trailing 1 (keepdim), which has the
+      // same layout.
       for (int d = 0; d + 1 < rank; ++d) map[d] = d;
       isReduced = true;
     } else {

@@ -349,9 +349,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   for (const auto& in : ins)
     if (in.dim() > 0 || !in.device().is_cpu()) dev = in.device();
   std::vector<at::Tensor> outs;
-  Shape reduced(p.iterShape.begin(), p.iterShape.empty() ? p.iterShape.end() : p.iterShape.end() - 1);
   for (const codegen::KOutput& o : p.outputs)
-    outs.push_back(at::empty(o.reduced ? reduced : p.iterShape,
+    outs.push_back(at::empty(o.tensor->shape,
                              at::TensorOptions().dtype(toScalarType(o.tensor->dtype)).device(dev)));
   std::vector<int64_t> g = geometry(r, ins);
   size_t R = p.iterShape.size(), I = p.inputs.size();

@@ -12,6 +12,7 @@ setup: deps build
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest || echo "pytest could not be installed"
+	@$(PYTHON) -c "import numpy" 2>/dev/null || $(PYTHON) -m pip install -q numpy || echo "numpy could not be installed (seed 001's tests need it)"
 	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
 	@# NVRTC compiles the fuser's CUDA kernels (no GPU needed); the wheel is used where the
 	@# CUDA toolkit has none. Machines without network access skip it.

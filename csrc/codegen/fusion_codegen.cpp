@@ -220,6 +220,20 @@ class Emitter {
   bool cuda_;
 };
 
+/// Store statements for the outputs of one kind (row values when `reduced`, else full-size):
+/// `<indent><prefix><j>[<index>] = <value><end>` each, converting 16-bit floats to their bits.
+std::string storeLines(const KernelProgram& p, bool reduced, const std::string& prefix,
+                       const std::string& index, const std::string& indent, const std::string& end) {
+  std::string out;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const KOutput& o = p.outputs[j];
+    if (o.reduced != reduced) continue;
+    out += indent + prefix + std::to_string(j) + "[" + index + "] = " +
+           Emitter::store(o.tensor->dtype, "v" + std::to_string(o.node)) + end;
+  }
+  return out;
+}
+
 std::string paramList(const KernelProgram& p, bool cuda) {
   std::string s;
   for (size_t i = 0; i < p.inputs.size(); ++i)
@@ -338,8 +352,7 @@ std::string emitCuda(const KernelProgram& p) {
     std::string body;
     e.emitNodes(fullOuts, {}, offsetExpr("i"), "    ", body);
     s << body;
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      s << "    out" << j << "[i] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+    s << storeLines(p, false, "out", "i", "    ", ";\n");
     s << "  }\n}\n";
     entryPoints(p.name);
     s << "\n";
@@ -385,8 +398,7 @@ std::string emitCuda(const KernelProgram& p) {
         tmp.replace(pos, from.size(), to);
     }
     s << tmp;
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      s << "      b" << j << "[k] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+    s << storeLines(p, false, "b", "k", "      ", ";\n");
     s << "    }\n";
     for (size_t j = 0; j < p.outputs.size(); ++j) {
       std::string st = storageType(p.outputs[j].tensor->dtype, cuda);
@@ -490,10 +502,7 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
       available.insert(r);
     }
   }
-  std::string stores;
-  for (size_t j = 0; j < p.outputs.size(); ++j)
-    if (!p.outputs[j].reduced)
-      stores += "out" + std::to_string(j) + "[row * L + " + L + "] = " + Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) + "; ";
+  std::string stores = storeLines(p, false, "out", "row * L + " + L, "", "; ");
   std::string body = bodyFor(fullOuts, available);
   if (body.find("PHASE_TAIL") == std::string::npos) body += "        PHASE_TAIL\n";
   for (size_t pos; (pos = body.find("PHASE_TAIL")) != std::string::npos;) body.replace(pos, 10, stores);
@@ -508,9 +517,7 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
     std::string rb;
     e.emitNodes(rowOuts, available, rowOff, "      ", rb);
     s << rb;
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      if (p.outputs[j].reduced)
-        s << "      out" << j << "[row] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+    s << storeLines(p, true, "out", "row", "      ", ";\n");
     s << "    }\n";
   }
   s << "    __syncthreads();\n  }\n}\n";
@@ -577,8 +584,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     std::string body;
     e.emitNodes(fullOuts, {}, offsetOf, "      ", body);
     s << body;
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      s << "      out" << j << "[row * L + n] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+    s << storeLines(p, false, "out", "row * L + n", "      ", ";\n");
     s << "    }\n  }\n}\n";
     return s.str();
   }
@@ -617,9 +623,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   std::string body;
   e.emitNodes(fullOuts, available, offsetOf, "      ", body);
   s << body;
-  for (size_t j = 0; j < p.outputs.size(); ++j)
-    if (!p.outputs[j].reduced)
-      s << "      out" << j << "[row * L + n] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+  s << storeLines(p, false, "out", "row * L + n", "      ", ";\n");
   s << "    }\n";
   std::vector<int> rowOuts;
   for (const KOutput& o : p.outputs)
@@ -629,9 +633,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     std::string rb;
     e.emitNodes(rowOuts, available, offsetOf, "      ", rb);
     s << rb;
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      if (p.outputs[j].reduced)
-        s << "      out" << j << "[row] = " << Emitter::store(p.outputs[j].tensor->dtype, "v" + std::to_string(p.outputs[j].node)) << ";\n";
+    s << storeLines(p, true, "out", "row", "      ", ";\n");
     s << "    }\n";
   }
   s << "  }\n}\n";

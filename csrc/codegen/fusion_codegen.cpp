@@ -1,5 +1,6 @@
 #include "codegen/fusion_codegen.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -294,7 +295,74 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
 
 }  // namespace
 
-std::string emitCuda(const KernelProgram& p) {
+int cudaVecWidth(const KernelProgram& p) {
+  size_t R = p.iterShape.size();
+  int maxSize = 1;
+  for (const KInput& in : p.inputs)
+    if (R > 0 && in.dimMap[R - 1] >= 0) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
+  for (const KOutput& o : p.outputs)
+    if (!o.reduced) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
+  return std::max(1, 16 / maxSize);
+}
+
+namespace {
+int pow2ceil(int64_t x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+}  // namespace
+
+RowLaunch chooseRowLaunch(int64_t L, int vec) {
+  int64_t chunks = (L + vec - 1) / vec;
+  RowLaunch r;
+  if (chunks <= 32 * 8) {  // short rows: one warp per row, eight rows per block, no shared memory
+    r.warp = true;
+    r.threads = 256;
+    r.items = pow2ceil((chunks + 31) / 32);
+    return r;
+  }
+  // Long rows: one block per row, about four chunks of VEC per thread held in registers.
+  r.threads = std::min(1024, std::max(64, pow2ceil((chunks + 3) / 4)));
+  r.items = pow2ceil((chunks + r.threads - 1) / r.threads);
+  if (r.items > 16) r.items = 0;  // longer than 16 chunks per thread: re-read the row per phase
+  return r;
+}
+
+std::string CudaVariant::entry(const std::string& kernel) const {
+  if (row) {
+    return kernel + "_r" + std::to_string(items) + "_v" + std::to_string(vec) + (warp ? "_w" : "_b") +
+           std::to_string(threads);
+  }
+  return kernel + (vec > 1 ? "_vec_u" + std::to_string(unroll) : "") + (idx32 ? "_32" : "");
+}
+
+CudaVariant predictCudaVariant(const KernelProgram& p) {
+  CudaVariant v;
+  size_t R = p.iterShape.size();
+  int64_t numel = 1;
+  for (int64_t s : p.iterShape) numel *= s;
+  int64_t L = R ? p.iterShape[R - 1] : 1;
+  int w = cudaVecWidth(p);
+  // Contiguous inputs at the traced shapes: rows start VEC-aligned when L is a multiple of VEC.
+  bool vecOk = R > 0 && L % w == 0;
+  if (p.hasReduction()) {
+    v.row = true;
+    v.vec = vecOk ? w : 1;
+    RowLaunch l = chooseRowLaunch(L, v.vec);
+    v.items = l.items;
+    v.warp = l.warp;
+    v.threads = l.threads;
+  } else {
+    v.vec = vecOk ? w : 1;
+    v.idx32 = numel < (int64_t(1) << 31);
+  }
+  return v;
+}
+
+std::string emitCuda(const KernelProgram& p) { return emitCuda(p, predictCudaVariant(p)); }
+
+std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
   const bool cuda = true;
   Emitter e(p, cuda);
   size_t R = p.iterShape.size(), I = p.inputs.size();
@@ -306,113 +374,134 @@ std::string emitCuda(const KernelProgram& p) {
   s << kCudaDefs << kPrelude << kRemainder << kLimits;
   size_t G = Geometry::length(R, I);
   s << "struct Geometry { int64_t v[" << G << "]; };\n";
-  auto offsetExpr = [&](const std::string& idxPrefix) {
-    return [&, idxPrefix](int input) {
-      std::string o;
-      for (size_t d = 0; d < R; ++d) {
-        if (p.inputs[input].dimMap[d] < 0) continue;
-        if (!o.empty()) o += " + ";
-        o += idxPrefix + std::to_string(d) + " * (IdxT)g.v[" + std::to_string(R + input * R + d) + "]";
-      }
-      return o.empty() ? std::string("0") : o;
-    };
-  };
+  // Wide accesses: VEC elements of one type moved as one 1- to 16-byte word.
+  s << R"(struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
+struct alignas(8) thunder_v8 { uint32_t x, y; };
+template <int N> struct thunder_raw;
+template <> struct thunder_raw<16> { typedef thunder_v16 type; };
+template <> struct thunder_raw<8> { typedef thunder_v8 type; };
+template <> struct thunder_raw<4> { typedef uint32_t type; };
+template <> struct thunder_raw<2> { typedef uint16_t type; };
+template <> struct thunder_raw<1> { typedef uint8_t type; };
+template <int VEC, typename T>
+__device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
+  typedef typename thunder_raw<sizeof(T) * VEC>::type V;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+)";
+  const std::string gNumel = std::to_string(R + I * R), gL = std::to_string(R + I * R + 1),
+                    gRows = std::to_string(R + I * R + 2);
+  auto strideOf = [&](size_t input, size_t d) { return "g.v[" + std::to_string(R + input * R + d) + "]"; };
   std::string params = paramList(p, cuda) + "const Geometry g";
   std::string argNames;
   for (size_t i = 0; i < I; ++i) argNames += "in" + std::to_string(i) + ", ";
   for (size_t j = 0; j < p.outputs.size(); ++j) argNames += "out" + std::to_string(j) + ", ";
   argNames += "g";
-  // Each kernel body is a template over its index type; `<name>_32` instantiates it with 32-bit
-  // indices, which the host picks when every offset fits (64-bit division is slow on GPUs).
-  auto entryPoints = [&](const std::string& kernel) {
-    s << "extern \"C\" __global__ void " << kernel << "(" << params << ") { " << kernel
-      << "_body<int64_t>(" << argNames << "); }\n";
-    s << "extern \"C\" __global__ void " << kernel << "_32(" << params << ") { " << kernel
-      << "_body<uint32_t>(" << argNames << "); }\n";
-  };
   std::vector<int> fullOuts;
   for (const KOutput& o : p.outputs)
     if (!o.reduced) fullOuts.push_back(o.node);
-  auto indexDecomposition = [&](const char* var) {
-    // i<R-1> ... i0 from the linear index; the outermost needs no modulo.
-    s << "    IdxT rem = " << var << ";\n";
-    for (size_t k = R; k-- > 0;) {
-      if (k == 0) {
-        s << "    const IdxT i0 = rem;\n";
-      } else {
-        s << "    const IdxT i" << k << " = rem % (IdxT)g.v[" << k << "]; rem /= (IdxT)g.v[" << k << "];\n";
-      }
-    }
+  auto rowVarying = [&](size_t k) { return R > 0 && p.inputs[k].dimMap[R - 1] >= 0; };
+  // Converts a stored element (bits of a 16-bit float) to its register type.
+  auto fromStorage = [&](size_t k, const std::string& x) {
+    DType d = p.inputs[k].tensor->dtype;
+    if (d == DType::BFloat16) return "thunder_bf16_to_float(" + x + ")";
+    if (d == DType::Float16) return "thunder_f16_to_float(" + x + ")";
+    return x;
   };
+
   if (!p.hasReduction()) {
-    s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
-    s << "  const IdxT numel = (IdxT)g.v[" << R + I * R << "];\n";
-    s << "  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {\n";
-    indexDecomposition("i");
-    std::string body;
-    e.emitNodes(fullOuts, {}, offsetExpr("i"), "    ", body);
-    s << body;
-    s << storeLines(p, false, "out", "i", "    ", ";\n");
-    s << "  }\n}\n";
-    entryPoints(p.name);
-    s << "\n";
-    // Vectorized variant: each thread takes VEC consecutive elements of one row (the host checks
-    // that the row length is a multiple of VEC); inputs with unit stride along the row are read
-    // with one wide access, the others element by element. Outputs are written with wide stores.
-    int maxSize = 1;
-    for (const KInput& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
-    for (const KOutput& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
-    int vec = 16 / maxSize;
-    s << "template <int N> struct alignas(N) Bytes { unsigned char b[N]; };\n";
-    s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_vec_body(" << params << ") {\n";
-    s << "  constexpr int VEC = " << vec << ";\n";
-    s << "  const IdxT groups = (IdxT)(g.v[" << R + I * R << "] / VEC);\n";
-    s << "  for (IdxT grp = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; grp < groups; grp += (IdxT)gridDim.x * blockDim.x) {\n";
-    s << "    const IdxT base = grp * VEC;\n";
-    indexDecomposition("base");
-    auto off = offsetExpr("i");
-    for (size_t k = 0; k < I; ++k) {
-      std::string st = storageType(p.inputs[k].tensor->dtype, cuda), ks = std::to_string(k);
-      s << "    " << st << " a" << ks << "[VEC];\n";
-      s << "    {\n      const IdxT off = " << off(static_cast<int>(k)) << ";\n";
-      if (R > 0 && p.inputs[k].dimMap[R - 1] >= 0) {
-        s << "      const IdxT sk = (IdxT)g.v[" << R + k * R + R - 1 << "];\n";
-        s << "      if (sk == 1) {\n        *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(a" << ks
-          << ") = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(in" << ks << " + off);\n";
-        s << "      } else {\n#pragma unroll\n        for (int k = 0; k < VEC; ++k) a" << ks << "[k] = in" << ks
-          << "[off + k * sk];\n      }\n";
-      } else {
-        s << "#pragma unroll\n      for (int k = 0; k < VEC; ++k) a" << ks << "[k] = in" << ks << "[off];\n";
+    auto indexDecomposition = [&](const char* var, const char* indent) {
+      // i<R-1> ... i0 from the linear index; the outermost needs no modulo.
+      s << indent << "IdxT rem = " << var << ";\n";
+      for (size_t k = R; k-- > 0;) {
+        if (k == 0) s << indent << "const IdxT i0 = rem;\n";
+        else s << indent << "const IdxT i" << k << " = rem % (IdxT)g.v[" << k << "]; rem /= (IdxT)g.v[" << k << "];\n";
       }
-      s << "    }\n";
+    };
+    auto offsetOf = [&](int input) {
+      std::string o;
+      for (size_t d = 0; d < R; ++d) {
+        if (p.inputs[input].dimMap[d] < 0) continue;
+        if (!o.empty()) o += " + ";
+        o += "i" + std::to_string(d) + " * (IdxT)" + strideOf(input, d);
+      }
+      return o.empty() ? std::string("0") : o;
+    };
+    if (variant.vec <= 1) {
+      // Generic strides: one element per thread and iteration.
+      s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
+      s << "  const IdxT numel = (IdxT)g.v[" << gNumel << "];\n";
+      s << "  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {\n";
+      indexDecomposition("i", "    ");
+      std::string body;
+      e.emitNodes(fullOuts, {}, offsetOf, "    ", body);
+      s << body << storeLines(p, false, "out", "i", "    ", ";\n") << "  }\n}\n";
+      s << "extern \"C\" __global__ void __launch_bounds__(256) " << variant.entry(p.name) << "(" << params << ") { "
+        << p.name << "_body<" << (variant.idx32 ? "uint32_t" : "int64_t") << ">(" << argNames << "); }\n";
+      return s.str();
     }
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      s << "    " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
-    s << "#pragma unroll\n    for (int k = 0; k < VEC; ++k) {\n";
-    std::string tmp;
-    e.emitNodes(fullOuts, {}, [](int) { return std::string("k"); }, "      ", tmp);
-    // Loads read the staged registers a<input>[k].
+    // Vectorized: each thread takes UNROLL groups of VEC consecutive elements of one row (the
+    // host checks that rows are a multiple of VEC long and start aligned). All loads of the
+    // UNROLL groups are issued before any compute, so each thread keeps several wide reads in
+    // flight; inputs with unit stride along the row are read with one wide access, the others
+    // element by element, and outputs are written with wide stores.
+    s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_vec_body(" << params << ") {\n";
+    s << "  constexpr int VEC = " << variant.vec << ", UNROLL = " << variant.unroll << ";\n";
+    s << "  const IdxT groups = (IdxT)(g.v[" << gNumel << "] / VEC);\n";
+    s << "  const IdxT step = (IdxT)gridDim.x * blockDim.x * UNROLL;\n";
+    s << "  for (IdxT first = (IdxT)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; first < groups; first += step) {\n";
     for (size_t k = 0; k < I; ++k) {
-      std::string from = "in" + std::to_string(k) + "[k]", to = "a" + std::to_string(k) + "[k]";
-      for (size_t pos = tmp.find(from); pos != std::string::npos; pos = tmp.find(from, pos + to.size()))
-        tmp.replace(pos, from.size(), to);
+      std::string st = storageType(p.inputs[k].tensor->dtype, cuda);
+      s << "    alignas(16) " << st << " a" << k << "[UNROLL][" << (rowVarying(k) ? "VEC" : "1") << "];\n";
     }
-    s << tmp;
-    s << storeLines(p, false, "b", "k", "      ", ";\n");
+    s << "#pragma unroll\n    for (int u = 0; u < UNROLL; ++u) {\n";
+    s << "      const IdxT grp = first + (IdxT)u * blockDim.x;\n      if (grp >= groups) break;\n";
+    indexDecomposition("grp * VEC", "      ");
+    for (size_t k = 0; k < I; ++k) {
+      std::string ks = std::to_string(k);
+      if (rowVarying(k)) {
+        s << "      if (" << strideOf(k, R - 1) << " == 1) {\n        thunder_vcopy<VEC>(a" << ks << "[u], in" << ks
+          << " + " << offsetOf(static_cast<int>(k)) << ");\n      } else {\n";
+        s << "#pragma unroll\n        for (int k = 0; k < VEC; ++k) a" << ks << "[u][k] = in" << ks << "[" << offsetOf(static_cast<int>(k))
+          << " + k * (IdxT)" << strideOf(k, R - 1) << "];\n      }\n";
+      } else {
+        s << "      a" << ks << "[u][0] = in" << ks << "[" << offsetOf(static_cast<int>(k)) << "];\n";
+      }
+    }
     s << "    }\n";
-    for (size_t j = 0; j < p.outputs.size(); ++j) {
-      std::string st = storageType(p.outputs[j].tensor->dtype, cuda);
-      s << "    *reinterpret_cast<Bytes<sizeof(" << st << ") * VEC>*>(out" << j << " + base) = *reinterpret_cast<const Bytes<sizeof(" << st << ") * VEC>*>(b" << j << ");\n";
+    s << "#pragma unroll\n    for (int u = 0; u < UNROLL; ++u) {\n";
+    s << "      const IdxT grp = first + (IdxT)u * blockDim.x;\n      if (grp >= groups) break;\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      s << "      alignas(16) " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
+    s << "#pragma unroll\n      for (int k = 0; k < VEC; ++k) {\n";
+    std::map<int, std::string> staged;
+    for (size_t id = 0; id < p.nodes.size(); ++id) {
+      const KNode& n = p.nodes[id];
+      if (n.kind != KNode::Kind::Load) continue;
+      size_t k = static_cast<size_t>(n.input);
+      staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (rowVarying(k) ? "[u][k]" : "[u][0]"));
     }
-    s << "  }\n}\n";
-    entryPoints(p.name + "_vec");
+    std::string body;
+    e.emitNodes(fullOuts, {}, offsetOf, "        ", body, &staged);
+    s << body << storeLines(p, false, "b", "k", "        ", ";\n") << "      }\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      s << "      thunder_vcopy<VEC>(out" << j << " + grp * VEC, b" << j << ");\n";
+    s << "    }\n  }\n}\n";
+    s << "extern \"C\" __global__ void __launch_bounds__(256) " << variant.entry(p.name) << "(" << params << ") { "
+      << p.name << "_vec_body<" << (variant.idx32 ? "uint32_t" : "int64_t") << ">(" << argNames << "); }\n";
     return s.str();
   }
-  // Row reduction: one block per row; each phase loops over the row, reduces across the block
-  // (warp shuffles, then shared memory), and the last phase stores.
-  s << R"(template <typename T, typename F>
-__device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
+
+  // Row reductions over the last dimension. A row is handled by one warp (WARP: short rows,
+  // several rows per block, shuffles only) or by one block (shuffles, then shared memory). Each
+  // thread takes chunks of VEC consecutive elements, chunk `it` at column (it * TPR + lane) * VEC.
+  // With ITEMS > 0 the thread keeps its (at most ITEMS) chunks of every input that varies along
+  // the row in registers, in their storage type: read once, reused by every phase. ITEMS == 0
+  // re-reads the row in each phase (rows of any length).
+  s << R"(template <bool WARP, typename T, typename F>
+__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (WARP) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) shared[warp] = v;
@@ -422,109 +511,136 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   return v;
 }
 )";
-  // The body is a template over ITEMS: with ITEMS > 0 each thread keeps its (at most ITEMS)
-  // elements of the row in registers, loaded once and reused by every phase, so the row is read
-  // from memory once; ITEMS == 0 loops over the row in each phase (rows of any length).
-  s << "template <int ITEMS>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
-  s << "  using IdxT = int64_t;\n";
+  s << "template <int ITEMS, int VEC, bool WARP>\n__device__ __forceinline__ void " << p.name << "_row(" << params << ") {\n";
   s << "  __shared__ double shared_d[32];\n";
-  s << "  const int64_t L = g.v[" << R + I * R + 1 << "], rows = g.v[" << R + I * R + 2 << "];\n";
-  s << "  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  s << "  const int64_t L = g.v[" << gL << "], rows = g.v[" << gRows << "];\n";
+  s << "  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;\n";
+  s << "  const int tpr = WARP ? 32 : blockDim.x;\n";
+  s << "  const int64_t rpb = WARP ? (blockDim.x >> 5) : 1;\n";
+  s << "  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {\n";
   s << "    int64_t rem = row;\n";
   for (size_t k = R - 1; k-- > 0;) {
-    if (k == 0) {
-      s << "    const int64_t i0 = rem;\n";
-    } else {
-      s << "    const int64_t i" << k << " = rem % g.v[" << k << "]; rem /= g.v[" << k << "];\n";
-    }
+    if (k == 0) s << "    const int64_t i0 = rem;\n";
+    else s << "    const int64_t i" << k << " = rem % g.v[" << k << "]; rem /= g.v[" << k << "];\n";
   }
-  auto off = offsetExpr("i");
-  std::function<std::string(int)> rowOff = [&](int input) { return off(input); };
-  std::string L = "i" + std::to_string(R - 1);
-  // Loads that vary along the row are the ones worth keeping in registers.
-  std::vector<int> rowLoads;
+  if (R == 1) s << "    (void)rem;\n";
+  // Per input: the row's base offset and the stride along the row.
+  for (size_t k = 0; k < I; ++k) {
+    std::string b;
+    for (size_t d = 0; d + 1 < R; ++d) {
+      if (p.inputs[k].dimMap[d] < 0) continue;
+      if (!b.empty()) b += " + ";
+      b += "i" + std::to_string(d) + " * " + strideOf(k, d);
+    }
+    s << "    const int64_t b" << k << " = " << (b.empty() ? "0" : b) << ";\n";
+    if (rowVarying(k)) s << "    const int64_t s" << k << " = " << strideOf(k, R - 1) << ";\n";
+  }
+  std::vector<size_t> varying;
+  for (size_t k = 0; k < I; ++k)
+    if (rowVarying(k)) varying.push_back(k);
+  auto loadChunk = [&](const std::string& dst, size_t k, const char* indent) {
+    std::string ks = std::to_string(k);
+    return std::string(indent) + "if constexpr (VEC > 1) thunder_vcopy<VEC>(" + dst + ", in" + ks + " + b" + ks +
+           " + col);\n" + indent + "else " + dst + "[0] = in" + ks + "[b" + ks + " + col * s" + ks + "];\n";
+  };
+  // Inputs that differ from row to row are kept in registers; inputs the same for every row
+  // (a weight along the row) are re-read where used, from cache, to save registers.
+  std::vector<size_t> cached, streamed;
+  for (size_t k : varying) {
+    bool perRow = false;
+    for (size_t d = 0; d + 1 < R; ++d) perRow |= p.inputs[k].dimMap[d] >= 0;
+    (perRow ? cached : streamed).push_back(k);
+  }
+  for (size_t k : cached)
+    s << "    alignas(16) " << storageType(p.inputs[k].tensor->dtype, cuda) << " c" << k << "[ITEMS ? ITEMS : 1][VEC];\n";
+  if (!cached.empty()) {
+    s << "    if constexpr (ITEMS > 0) {\n#pragma unroll\n      for (int it = 0; it < ITEMS; ++it) {\n";
+    s << "        const int64_t col = ((int64_t)it * tpr + lane) * VEC;\n        if (col < L) {\n";
+    for (size_t k : cached) s << loadChunk("c" + std::to_string(k) + "[it]", k, "          ");
+    s << "        }\n      }\n    }\n";
+  }
+  // Loads of row-varying inputs read the chunk registers X<k>[v]; the others read in<k>[b<k>].
+  std::map<int, std::string> fromChunk;
   for (size_t id = 0; id < p.nodes.size(); ++id) {
     const KNode& n = p.nodes[id];
-    if (n.kind == KNode::Kind::Load && p.inputs[n.input].dimMap[R - 1] >= 0) rowLoads.push_back(static_cast<int>(id));
+    if (n.kind == KNode::Kind::Load && rowVarying(static_cast<size_t>(n.input)))
+      fromChunk[static_cast<int>(id)] = fromStorage(n.input, "X" + std::to_string(n.input) + "[v]");
   }
-  std::map<int, std::string> fromRegisters;
-  for (int id : rowLoads) fromRegisters[id] = "c" + std::to_string(id) + "[it]";
-  auto loopOpen = [&](const char* indent) {
-    s << indent << "#pragma unroll\n" << indent << "for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {\n";
-    s << indent << "  for (int64_t " << L << " = threadIdx.x + (int64_t)it * blockDim.x; " << L
-      << " < L; " << L << " += (ITEMS ? L : blockDim.x)) {\n";
+  std::function<std::string(int)> rowOff = [&](int input) { return "b" + std::to_string(input); };
+  std::string colVar = "i" + std::to_string(R - 1);
+  auto chunkLoad = [&](size_t k) {
+    return "          alignas(16) " + storageType(p.inputs[k].tensor->dtype, cuda) + " X" + std::to_string(k) + "[VEC];\n" +
+           loadChunk("X" + std::to_string(k), k, "          ");
   };
-  auto loopClose = [&](const char* indent) { s << indent << "  }\n" << indent << "}\n"; };
-  // Both forms share one loop shape: with ITEMS > 0 the inner loop runs at most once.
-  auto bodyFor = [&](const std::vector<int>& targets, const std::set<int>& available) {
-    std::string cachedBody, plainBody;
-    e.emitNodes(targets, available, rowOff, "        ", cachedBody, &fromRegisters);
-    e.emitNodes(targets, available, rowOff, "        ", plainBody);
-    if (cachedBody == plainBody) return plainBody;
-    return "        if constexpr (ITEMS > 0) {\n" + cachedBody + "        PHASE_TAIL\n        } else {\n" + plainBody +
-           "        PHASE_TAIL\n        }\n";
+  // One pass over the thread's chunks running `body` (per element, column `col + v`); only the
+  // inputs the body reads are loaded.
+  auto pass = [&](const std::string& body, const std::string& chunkHead, const std::string& chunkTail) {
+    std::string registers, loads;
+    for (size_t k : varying) {
+      std::string X = "X" + std::to_string(k) + "[v]";
+      if (body.find(X) == std::string::npos) continue;
+      bool isCached = std::find(cached.begin(), cached.end(), k) != cached.end();
+      registers += isCached ? "          const " + storageType(p.inputs[k].tensor->dtype, cuda) + "* X" + std::to_string(k) +
+                                  " = c" + std::to_string(k) + "[it];\n"
+                            : chunkLoad(k);
+      loads += chunkLoad(k);
+    }
+    std::string perElement = "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n            const int64_t " + colVar +
+                             " = col + v;\n            (void)" + colVar + ";\n" + body + "          }\n";
+    s << "    if constexpr (ITEMS > 0) {\n#pragma unroll\n      for (int it = 0; it < ITEMS; ++it) {\n";
+    s << "        const int64_t col = ((int64_t)it * tpr + lane) * VEC;\n        if (col < L) {\n";
+    s << registers << chunkHead << perElement << chunkTail << "        }\n      }\n";
+    s << "    } else {\n      for (int64_t col = (int64_t)lane * VEC; col < L; col += (int64_t)tpr * VEC) {\n";
+    s << "        {\n" << loads << chunkHead << perElement << chunkTail << "        }\n      }\n    }\n";
   };
-  if (!rowLoads.empty()) {
-    for (int id : rowLoads)
-      s << "    " << e.rt(p.nodes[id].dtype) << " c" << id << "[ITEMS ? ITEMS : 1];\n";
-    s << "    if constexpr (ITEMS > 0) {\n";
-    loopOpen("      ");
-    for (int id : rowLoads)
-      s << "        c" << id << "[it] = " << e.load(p.nodes[id].input, rowOff(p.nodes[id].input)) << ";\n";
-    loopClose("      ");
-    s << "    }\n";
-  }
   std::set<int> available;
   auto phases = reductionsByPhase(p);
   for (size_t ph = 0; ph < phases.size(); ++ph) {
-    for (int r : phases[ph]) {
-      const KNode& n = p.nodes[r];
-      s << "    " << e.rt(n.dtype) << " acc" << r << " = " << reduceInit(n, cuda) << ";\n";
-    }
+    for (int r : phases[ph])
+      s << "    " << e.rt(p.nodes[r].dtype) << " acc" << r << " = " << reduceInit(p.nodes[r], cuda) << ";\n";
     std::vector<int> operands;
     for (int r : phases[ph]) operands.push_back(p.nodes[r].operands[0]);
-    std::string tail;
+    std::string body;
+    e.emitNodes(operands, available, rowOff, "            ", body, &fromChunk);
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string acc = "acc" + std::to_string(r), v = "v" + std::to_string(n.operands[0]);
-      tail += acc + " = " + reduceCombine(n, acc, v) + "; ";
+      body += "            " + acc + " = " + reduceCombine(n, acc, v) + ";\n";
     }
-    std::string body = bodyFor(operands, available);
-    if (body.find("PHASE_TAIL") == std::string::npos) body += "        PHASE_TAIL\n";
-    for (size_t pos; (pos = body.find("PHASE_TAIL")) != std::string::npos;) body.replace(pos, 10, tail);
-    loopOpen("    ");
-    s << body;
-    loopClose("    ");
+    pass(body, "", "");
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string T = e.rt(n.dtype);
-      s << "    const " << T << " v" << r << " = thunder_block_reduce<" << T << ">(acc" << r << ", [](" << T << " a, " << T << " b) { return " << reduceCombine(n, "a", "b") << "; }, reinterpret_cast<" << T << "*>(shared_d));\n";
+      s << "    const " << T << " v" << r << " = thunder_reduce<WARP, " << T << ">(acc" << r << ", [](" << T << " a, " << T
+        << " b) { return " << reduceCombine(n, "a", "b") << "; }, reinterpret_cast<" << T << "*>(shared_d));\n";
       available.insert(r);
     }
   }
-  std::string stores = storeLines(p, false, "out", "row * L + " + L, "", "; ");
-  std::string body = bodyFor(fullOuts, available);
-  if (body.find("PHASE_TAIL") == std::string::npos) body += "        PHASE_TAIL\n";
-  for (size_t pos; (pos = body.find("PHASE_TAIL")) != std::string::npos;) body.replace(pos, 10, stores);
-  loopOpen("    ");
-  s << body;
-  loopClose("    ");
+  if (!fullOuts.empty()) {
+    std::string body;
+    e.emitNodes(fullOuts, available, rowOff, "            ", body, &fromChunk);
+    body += storeLines(p, false, "o", "v", "            ", ";\n");
+    std::string head, tail;
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      if (p.outputs[j].reduced) continue;
+      head += "          alignas(16) " + storageType(p.outputs[j].tensor->dtype, cuda) + " o" + std::to_string(j) + "[VEC];\n";
+      tail += "          thunder_vcopy<VEC>(out" + std::to_string(j) + " + row * L + col, o" + std::to_string(j) + ");\n";
+    }
+    pass(body, head, tail);
+  }
   std::vector<int> rowOuts;
   for (const KOutput& o : p.outputs)
     if (o.reduced) rowOuts.push_back(o.node);
   if (!rowOuts.empty()) {
-    s << "    if (threadIdx.x == 0) {\n      const int64_t " << L << " = 0;\n      (void)" << L << ";\n";
+    s << "    if (lane == 0) {\n";
     std::string rb;
     e.emitNodes(rowOuts, available, rowOff, "      ", rb);
-    s << rb;
-    s << storeLines(p, true, "out", "row", "      ", ";\n");
-    s << "    }\n";
+    s << rb << storeLines(p, true, "out", "row", "      ", ";\n") << "    }\n";
   }
-  s << "    __syncthreads();\n  }\n}\n";
-  // Entry points: `<name>` loops over rows of any length; `<name>_c<K>` keeps K elements per thread.
-  s << "extern \"C\" __global__ void " << p.name << "(" << params << ") { " << p.name << "_body<0>(" << argNames << "); }\n";
-  for (int k : {1, 2, 4, 8, 16})
-    s << "extern \"C\" __global__ void " << p.name << "_c" << k << "(" << params << ") { " << p.name << "_body<" << k << ">(" << argNames << "); }\n";
+  s << "    if (!WARP) __syncthreads();\n  }\n}\n";
+  s << "extern \"C\" __global__ void __launch_bounds__(" << variant.threads << ") " << variant.entry(p.name) << "("
+    << params << ") { " << p.name << "_row<" << variant.items << ", " << variant.vec << ", "
+    << (variant.warp ? "true" : "false") << ">(" << argNames << "); }\n";
   return s.str();
 }
 

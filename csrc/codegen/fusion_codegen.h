@@ -15,9 +15,37 @@ struct Geometry {
   static size_t length(size_t rank, size_t inputs) { return rank + inputs * rank + 3; }
 };
 
-/// CUDA source of a kernel program. Entry points: `<name>` (generic strides) and, for pointwise
-/// programs, `<name>_vec` (every input contiguous and 16-byte aligned: vectorized accesses).
-/// Reduction programs launch one block per row.
+/// How a CUDA kernel program is launched; each variant is its own entry point and module,
+/// compiled when first needed (the one predicted from the traced shapes ahead of time).
+struct CudaVariant {
+  bool row = false;  // row reductions (else pointwise)
+  int vec = 1;       // elements per wide access (1: element by element, any strides)
+  bool idx32 = false;  // pointwise: 32-bit index arithmetic
+  int unroll = 2;      // pointwise, vectorized: groups of VEC per thread and iteration
+  int items = 0;       // row: chunks of VEC per thread kept in registers (0: re-read per phase)
+  bool warp = false;   // row: one warp per row (else one block per row)
+  int threads = 256;   // threads per block
+  /// The entry point's name for a kernel: `<kernel>`, `<kernel>_vec_32`, `<kernel>_r4_v4_b256`...
+  std::string entry(const std::string& kernel) const;
+};
+
+/// The elements of one 16-byte access for the widest type a kernel reads along rows or writes.
+int cudaVecWidth(const KernelProgram& prog);
+
+/// Threads and register chunks for rows of L elements read VEC at a time.
+struct RowLaunch {
+  int items = 0;
+  int threads = 256;
+  bool warp = false;
+};
+RowLaunch chooseRowLaunch(int64_t L, int vec);
+
+/// The variant a program gets for contiguous inputs of its traced shapes.
+CudaVariant predictCudaVariant(const KernelProgram& prog);
+
+/// CUDA source of one variant of a kernel program (templates plus one `extern "C"` entry).
+std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);
+/// CUDA source of the predicted variant.
 std::string emitCuda(const KernelProgram& prog);
 
 /// C++ source of a kernel program with entry point `extern "C" void <name>(void* const* inputs,

@@ -301,8 +301,8 @@ struct CompiledRegion {
   KernelProgram prog;
   Device device;
   std::vector<int> argOf;  // kernel input -> call argument
-  std::string cudaSource;
-  std::shared_future<CUmodule> module;  // CUDA: compiled in the background
+  std::string cudaSource;  // the predicted variant's source
+  std::unordered_map<std::string, std::shared_future<CUmodule>> modules;  // CUDA: by entry point
   std::mutex mu;
   std::unordered_map<std::string, CpuFn> cpuFns;  // inner-stride pattern -> function
   std::shared_future<CpuFn> contiguousCpu;         // CPU: the '1...' pattern, compiled early
@@ -371,57 +371,75 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       }
       fn(inPtrs.data(), outPtrs.data(), g.data());
     } else {
-      CUmodule mod = r.module.get();
       int device = dev.index();
       ensureContext(device);
-      bool vec = false;
-      int vecWidth = 1;
-      if (!p.hasReduction()) {
-        // The vectorized kernel: rows a multiple of VEC long, and every input read with unit
-        // stride along the row starts each group on a VEC-aligned address.
-        int maxSize = 1;
-        for (const auto& in : p.inputs) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
-        for (const auto& o : p.outputs) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
-        vecWidth = 16 / maxSize;
-        int64_t L = g[R + I * R + 1];
-        vec = R > 0 && L % vecWidth == 0;
-        for (size_t k = 0; k < I && vec; ++k) {
-          if (p.inputs[k].dimMap[R - 1] < 0 || g[R + k * R + R - 1] != 1) continue;
-          int bytes = vecWidth * dtypeItemSize(p.inputs[k].tensor->dtype);
-          vec = reinterpret_cast<uintptr_t>(ins[k].data_ptr()) % bytes == 0;
-          for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % vecWidth == 0;
+      int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
+      // Wide accesses need rows a multiple of VEC long, and every input read with unit stride
+      // along the row starting each row (and each group) on a VEC-aligned address.
+      int w = codegen::cudaVecWidth(p);
+      static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
+      bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
+      for (size_t k = 0; k < I && vec; ++k) {
+        if (p.inputs[k].dimMap[R - 1] < 0) continue;
+        int64_t inner = g[R + k * R + R - 1];
+        if (inner != 1) {
+          // Pointwise kernels read such inputs element by element; row kernels need all of them.
+          if (p.hasReduction()) vec = false;
+          continue;
         }
+        int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
+        vec = reinterpret_cast<uintptr_t>(ins[k].data_ptr()) % bytes == 0;
+        for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
       }
-      std::string entry = p.name;
+      codegen::CudaVariant v;
+      v.vec = vec ? w : 1;
       unsigned block, grid;
       int sms = deviceInfo(device).sms;
       if (p.hasReduction()) {
-        // One block per row; rows up to 16 elements per thread stay in registers. Blocks of at
-        // most 512 threads leave room for several per SM, so loads overlap other rows' reductions.
-        int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
-        int64_t threads = std::min<int64_t>(512, std::max<int64_t>(32, ((L + 15) / 16 + 31) / 32 * 32));
-        int64_t items = (L + threads - 1) / threads;
-        int k = items <= 1 ? 1 : items <= 2 ? 2 : items <= 4 ? 4 : items <= 8 ? 8 : items <= 16 ? 16 : 0;
+        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec);
         static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
-        if (uncached) k = 0;
-        if (k == 0) threads = 1024;
-        block = static_cast<unsigned>(threads);
-        if (k) entry += "_c" + std::to_string(k);
-        grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+        if (uncached && !l.warp) l.items = 0;
+        if (l.items == 0) l.threads = 1024;
+        v.row = true;
+        v.items = l.items;
+        v.warp = l.warp;
+        v.threads = l.threads;
+        block = static_cast<unsigned>(l.threads);
+        int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
+        grid = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
       } else {
         // 32-bit index arithmetic when every offset fits.
         static const bool wide = std::getenv("THUNDER_FUSER_64BIT") != nullptr;
+        static const int unroll = [] {
+          const char* e = std::getenv("THUNDER_FUSER_UNROLL");
+          int u = e ? std::atoi(e) : 0;
+          return u == 1 || u == 2 || u == 4 || u == 8 ? u : 0;
+        }();
         bool fits = !wide && numel < (int64_t(1) << 31);
         for (size_t k = 0; k < I && fits; ++k) {
           int64_t extent = 1;
           for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);
           fits = extent < (int64_t(1) << 31);
         }
-        entry += std::string(vec ? "_vec" : "") + (fits ? "_32" : "");
+        v.idx32 = fits;
+        if (unroll) v.unroll = unroll;
         block = 256;
-        int64_t work = (numel + vecWidth - 1) / vecWidth;
+        int64_t work = (numel + v.vec - 1) / v.vec;
+        if (v.vec > 1) work = (work + v.unroll - 1) / v.unroll;
         grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + block - 1) / block, int64_t(sms) * 32)));
       }
+      std::string entry = v.entry(p.name);
+      std::shared_future<CUmodule> pending;
+      {
+        std::lock_guard<std::mutex> lock(r.mu);
+        auto it = r.modules.find(entry);
+        if (it == r.modules.end()) {
+          std::string src = codegen::emitCuda(p, v);
+          it = r.modules.emplace(entry, std::async(std::launch::deferred, [src, device] { return loadCudaModule(src, device); }).share()).first;
+        }
+        pending = it->second;
+      }
+      CUmodule mod = pending.get();
       CUfunction fn = nullptr;
       THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry.c_str()) == 0, "fuser: no kernel ", entry);
       std::vector<void*> params;
@@ -454,11 +472,13 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
   }
   if (device.type == DeviceType::CUDA) {
     if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors
-    r->cudaSource = codegen::emitCuda(prog);
+    // The variant predicted from the traced shapes compiles in the background, so a cold start
+    // compiles many kernels at once; other variants compile when a call first needs them.
+    codegen::CudaVariant v = codegen::predictCudaVariant(prog);
+    r->cudaSource = codegen::emitCuda(prog, v);
     std::string src = r->cudaSource;
     int dev = device.index;
-    // Kernels compile in the background, so a cold start compiles many at once.
-    r->module = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
+    r->modules[v.entry(prog.name)] = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
   } else {
     r->contiguousPattern.clear();
     for (const codegen::KInput& in : prog.inputs) {

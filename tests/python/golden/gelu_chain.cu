@@ -70,101 +70,81 @@ template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { retur
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
 struct Geometry { int64_t v[11]; };
-template <typename IdxT>
-__device__ __forceinline__ void cudaFusion0_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  const IdxT numel = (IdxT)g.v[8];
-  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {
-    IdxT rem = i;
-    const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
-    const IdxT i0 = rem;
-    const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
-    const float v1 = in1[i1 * (IdxT)g.v[5]];  // load t_1
-    const float v2 = (v0 * v1);  // mul
-    const float v3 = in2[i1 * (IdxT)g.v[7]];  // load t_2
-    const float v4 = (v2 + v3);  // add
-    const float v5 = static_cast<float>(0.5);  // constant
-    const float v6 = static_cast<float>(1.0);  // constant
-    const float v7 = static_cast<float>(0.70710678118654757);  // constant
-    const float v8 = (v4 * v7);  // mul
-    const float v9 = erff(v8);  // erf
-    const float v10 = (v6 + v9);  // add
-    const float v11 = (v5 * v10);  // mul
-    const float v12 = (v4 * v11);  // mul
-    const float v13 = static_cast<float>(0.5);  // constant
-    const float v14 = (v12 * v13);  // mul
-    const float v15 = (v14 - v0);  // sub
-    out0[i] = v15;
-  }
+struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
+struct alignas(8) thunder_v8 { uint32_t x, y; };
+template <int N> struct thunder_raw;
+template <> struct thunder_raw<16> { typedef thunder_v16 type; };
+template <> struct thunder_raw<8> { typedef thunder_v8 type; };
+template <> struct thunder_raw<4> { typedef uint32_t type; };
+template <> struct thunder_raw<2> { typedef uint16_t type; };
+template <> struct thunder_raw<1> { typedef uint8_t type; };
+template <int VEC, typename T>
+__device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
+  typedef typename thunder_raw<sizeof(T) * VEC>::type V;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 }
-extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<int64_t>(in0, in1, in2, out0, g); }
-extern "C" __global__ void cudaFusion0_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<uint32_t>(in0, in1, in2, out0, g); }
-
-template <int N> struct alignas(N) Bytes { unsigned char b[N]; };
 template <typename IdxT>
 __device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  constexpr int VEC = 4;
+  constexpr int VEC = 4, UNROLL = 2;
   const IdxT groups = (IdxT)(g.v[8] / VEC);
-  for (IdxT grp = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; grp < groups; grp += (IdxT)gridDim.x * blockDim.x) {
-    const IdxT base = grp * VEC;
-    IdxT rem = base;
-    const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
-    const IdxT i0 = rem;
-    float a0[VEC];
-    {
-      const IdxT off = i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3];
-      const IdxT sk = (IdxT)g.v[3];
-      if (sk == 1) {
-        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a0) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in0 + off);
+  const IdxT step = (IdxT)gridDim.x * blockDim.x * UNROLL;
+  for (IdxT first = (IdxT)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; first < groups; first += step) {
+    alignas(16) float a0[UNROLL][VEC];
+    alignas(16) float a1[UNROLL][VEC];
+    alignas(16) float a2[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const IdxT grp = first + (IdxT)u * blockDim.x;
+      if (grp >= groups) break;
+      IdxT rem = grp * VEC;
+      const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
+      const IdxT i0 = rem;
+      if (g.v[3] == 1) {
+        thunder_vcopy<VEC>(a0[u], in0 + i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]);
       } else {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) a0[k] = in0[off + k * sk];
+        for (int k = 0; k < VEC; ++k) a0[u][k] = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3] + k * (IdxT)g.v[3]];
       }
-    }
-    float a1[VEC];
-    {
-      const IdxT off = i1 * (IdxT)g.v[5];
-      const IdxT sk = (IdxT)g.v[5];
-      if (sk == 1) {
-        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a1) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in1 + off);
+      if (g.v[5] == 1) {
+        thunder_vcopy<VEC>(a1[u], in1 + i1 * (IdxT)g.v[5]);
       } else {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) a1[k] = in1[off + k * sk];
+        for (int k = 0; k < VEC; ++k) a1[u][k] = in1[i1 * (IdxT)g.v[5] + k * (IdxT)g.v[5]];
       }
-    }
-    float a2[VEC];
-    {
-      const IdxT off = i1 * (IdxT)g.v[7];
-      const IdxT sk = (IdxT)g.v[7];
-      if (sk == 1) {
-        *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(a2) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(in2 + off);
+      if (g.v[7] == 1) {
+        thunder_vcopy<VEC>(a2[u], in2 + i1 * (IdxT)g.v[7]);
       } else {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) a2[k] = in2[off + k * sk];
+        for (int k = 0; k < VEC; ++k) a2[u][k] = in2[i1 * (IdxT)g.v[7] + k * (IdxT)g.v[7]];
       }
     }
-    float b0[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const float v0 = a0[k];  // load t_0
-      const float v1 = a1[k];  // load t_1
-      const float v2 = (v0 * v1);  // mul
-      const float v3 = a2[k];  // load t_2
-      const float v4 = (v2 + v3);  // add
-      const float v5 = static_cast<float>(0.5);  // constant
-      const float v6 = static_cast<float>(1.0);  // constant
-      const float v7 = static_cast<float>(0.70710678118654757);  // constant
-      const float v8 = (v4 * v7);  // mul
-      const float v9 = erff(v8);  // erf
-      const float v10 = (v6 + v9);  // add
-      const float v11 = (v5 * v10);  // mul
-      const float v12 = (v4 * v11);  // mul
-      const float v13 = static_cast<float>(0.5);  // constant
-      const float v14 = (v12 * v13);  // mul
-      const float v15 = (v14 - v0);  // sub
-      b0[k] = v15;
+    for (int u = 0; u < UNROLL; ++u) {
+      const IdxT grp = first + (IdxT)u * blockDim.x;
+      if (grp >= groups) break;
+      alignas(16) float b0[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float v0 = a0[u][k];  // load t_0
+        const float v1 = a1[u][k];  // load t_1
+        const float v2 = (v0 * v1);  // mul
+        const float v3 = a2[u][k];  // load t_2
+        const float v4 = (v2 + v3);  // add
+        const float v5 = static_cast<float>(0.5);  // constant
+        const float v6 = static_cast<float>(1.0);  // constant
+        const float v7 = static_cast<float>(0.70710678118654757);  // constant
+        const float v8 = (v4 * v7);  // mul
+        const float v9 = erff(v8);  // erf
+        const float v10 = (v6 + v9);  // add
+        const float v11 = (v5 * v10);  // mul
+        const float v12 = (v4 * v11);  // mul
+        const float v13 = static_cast<float>(0.5);  // constant
+        const float v14 = (v12 * v13);  // mul
+        const float v15 = (v14 - v0);  // sub
+        b0[k] = v15;
+      }
+      thunder_vcopy<VEC>(out0 + grp * VEC, b0);
     }
-    *reinterpret_cast<Bytes<sizeof(float) * VEC>*>(out0 + base) = *reinterpret_cast<const Bytes<sizeof(float) * VEC>*>(b0);
   }
 }
-extern "C" __global__ void cudaFusion0_vec(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<int64_t>(in0, in1, in2, out0, g); }
-extern "C" __global__ void cudaFusion0_vec_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<uint32_t>(in0, in1, in2, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_vec_u2_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<uint32_t>(in0, in1, in2, out0, g); }

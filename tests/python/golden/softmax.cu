@@ -70,9 +70,23 @@ template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { retur
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
 struct Geometry { int64_t v[7]; };
-template <typename T, typename F>
-__device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
+struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
+struct alignas(8) thunder_v8 { uint32_t x, y; };
+template <int N> struct thunder_raw;
+template <> struct thunder_raw<16> { typedef thunder_v16 type; };
+template <> struct thunder_raw<8> { typedef thunder_v8 type; };
+template <> struct thunder_raw<4> { typedef uint32_t type; };
+template <> struct thunder_raw<2> { typedef uint16_t type; };
+template <> struct thunder_raw<1> { typedef uint8_t type; };
+template <int VEC, typename T>
+__device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
+  typedef typename thunder_raw<sizeof(T) * VEC>::type V;
+  *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+template <bool WARP, typename T, typename F>
+__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (WARP) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) shared[warp] = v;
@@ -81,79 +95,141 @@ __device__ inline T thunder_block_reduce(T v, F combine, T* shared) {
   for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
   return v;
 }
-template <int ITEMS>
-__device__ __forceinline__ void cudaFusion0_body(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
-  using IdxT = int64_t;
+template <int ITEMS, int VEC, bool WARP>
+__device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
   __shared__ double shared_d[32];
   const int64_t L = g.v[5], rows = g.v[6];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;
+  const int tpr = WARP ? 32 : blockDim.x;
+  const int64_t rpb = WARP ? (blockDim.x >> 5) : 1;
+  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {
     int64_t rem = row;
     const int64_t i0 = rem;
-    float c0[ITEMS ? ITEMS : 1];
+    const int64_t b0 = i0 * g.v[2];
+    const int64_t s0 = g.v[3];
+    alignas(16) float c0[ITEMS ? ITEMS : 1][VEC];
     if constexpr (ITEMS > 0) {
-      #pragma unroll
-      for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
-        for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
-        c0[it] = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        const int64_t col = ((int64_t)it * tpr + lane) * VEC;
+        if (col < L) {
+          if constexpr (VEC > 1) thunder_vcopy<VEC>(c0[it], in0 + b0 + col);
+          else c0[it][0] = in0[b0 + col * s0];
         }
       }
     }
     float acc1 = -THUNDER_INF;
-    #pragma unroll
-    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
-      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
-        if constexpr (ITEMS > 0) {
-        const float v0 = c0[it];  // load t_0
-        acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1; 
-        } else {
-        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
-        acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1; 
+    if constexpr (ITEMS > 0) {
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        const int64_t col = ((int64_t)it * tpr + lane) * VEC;
+        if (col < L) {
+          const float* X0 = c0[it];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
+          }
+        }
+      }
+    } else {
+      for (int64_t col = (int64_t)lane * VEC; col < L; col += (int64_t)tpr * VEC) {
+        {
+          alignas(16) float X0[VEC];
+          if constexpr (VEC > 1) thunder_vcopy<VEC>(X0, in0 + b0 + col);
+          else X0[0] = in0[b0 + col * s0];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
+          }
         }
       }
     }
-    const float v1 = thunder_block_reduce<float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d));
+    const float v1 = thunder_reduce<WARP, float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d));
     float acc4 = static_cast<float>(0);
-    #pragma unroll
-    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
-      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
-        if constexpr (ITEMS > 0) {
-        const float v0 = c0[it];  // load t_0
-        const float v2 = (v0 - v1);  // sub
-        const float v3 = expf(v2);  // exp
-        acc4 = acc4 + v3; 
-        } else {
-        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
-        const float v2 = (v0 - v1);  // sub
-        const float v3 = expf(v2);  // exp
-        acc4 = acc4 + v3; 
+    if constexpr (ITEMS > 0) {
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        const int64_t col = ((int64_t)it * tpr + lane) * VEC;
+        if (col < L) {
+          const float* X0 = c0[it];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            const float v2 = (v0 - v1);  // sub
+            const float v3 = expf(v2);  // exp
+            acc4 = acc4 + v3;
+          }
+        }
+      }
+    } else {
+      for (int64_t col = (int64_t)lane * VEC; col < L; col += (int64_t)tpr * VEC) {
+        {
+          alignas(16) float X0[VEC];
+          if constexpr (VEC > 1) thunder_vcopy<VEC>(X0, in0 + b0 + col);
+          else X0[0] = in0[b0 + col * s0];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            const float v2 = (v0 - v1);  // sub
+            const float v3 = expf(v2);  // exp
+            acc4 = acc4 + v3;
+          }
         }
       }
     }
-    const float v4 = thunder_block_reduce<float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
-    #pragma unroll
-    for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it) {
-      for (int64_t i1 = threadIdx.x + (int64_t)it * blockDim.x; i1 < L; i1 += (ITEMS ? L : blockDim.x)) {
-        if constexpr (ITEMS > 0) {
-        const float v0 = c0[it];  // load t_0
-        const float v2 = (v0 - v1);  // sub
-        const float v3 = expf(v2);  // exp
-        const float v5 = (v3 / v4);  // div
-        out0[row * L + i1] = v5; 
-        } else {
-        const float v0 = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]];  // load t_0
-        const float v2 = (v0 - v1);  // sub
-        const float v3 = expf(v2);  // exp
-        const float v5 = (v3 / v4);  // div
-        out0[row * L + i1] = v5; 
+    const float v4 = thunder_reduce<WARP, float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
+    if constexpr (ITEMS > 0) {
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        const int64_t col = ((int64_t)it * tpr + lane) * VEC;
+        if (col < L) {
+          const float* X0 = c0[it];
+          alignas(16) float o0[VEC];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            const float v2 = (v0 - v1);  // sub
+            const float v3 = expf(v2);  // exp
+            const float v5 = (v3 / v4);  // div
+            o0[v] = v5;
+          }
+          thunder_vcopy<VEC>(out0 + row * L + col, o0);
+        }
+      }
+    } else {
+      for (int64_t col = (int64_t)lane * VEC; col < L; col += (int64_t)tpr * VEC) {
+        {
+          alignas(16) float X0[VEC];
+          if constexpr (VEC > 1) thunder_vcopy<VEC>(X0, in0 + b0 + col);
+          else X0[0] = in0[b0 + col * s0];
+          alignas(16) float o0[VEC];
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const int64_t i1 = col + v;
+            (void)i1;
+            const float v0 = X0[v];  // load t_0
+            const float v2 = (v0 - v1);  // sub
+            const float v3 = expf(v2);  // exp
+            const float v5 = (v3 / v4);  // div
+            o0[v] = v5;
+          }
+          thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
       }
     }
-    __syncthreads();
+    if (!WARP) __syncthreads();
   }
 }
-extern "C" __global__ void cudaFusion0(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<0>(in0, out0, g); }
-extern "C" __global__ void cudaFusion0_c1(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<1>(in0, out0, g); }
-extern "C" __global__ void cudaFusion0_c2(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<2>(in0, out0, g); }
-extern "C" __global__ void cudaFusion0_c4(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<4>(in0, out0, g); }
-extern "C" __global__ void cudaFusion0_c8(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<8>(in0, out0, g); }
-extern "C" __global__ void cudaFusion0_c16(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_body<16>(in0, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v4_w256(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 4, true>(in0, out0, g); }

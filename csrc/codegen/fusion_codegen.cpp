@@ -46,12 +46,22 @@ const char* kPrelude = R"(THUNDER_DEVICE inline float thunder_bf16_to_float(uint
   return thunder_float(static_cast<uint32_t>(h) << 16);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint16_t hw;  // one instruction: round to nearest even
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
   u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float hw;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hw) : "h"(h));
+  return hw;
+#endif
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
   if (exp == 0) {
     if (man == 0) {
@@ -69,6 +79,11 @@ THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
   return thunder_float(u);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t hw;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
@@ -228,7 +243,7 @@ std::string storeLines(const KernelProgram& p, bool reduced, const std::string& 
   std::string out;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const KOutput& o = p.outputs[j];
-    if (o.reduced != reduced) continue;
+    if (o.reduced != reduced || o.column) continue;
     out += indent + prefix + std::to_string(j) + "[" + index + "] = " +
            Emitter::store(o.tensor->dtype, "v" + std::to_string(o.node)) + end;
   }
@@ -239,8 +254,11 @@ std::string paramList(const KernelProgram& p, bool cuda) {
   std::string s;
   for (size_t i = 0; i < p.inputs.size(); ++i)
     s += "const " + storageType(p.inputs[i].tensor->dtype, cuda) + "* __restrict__ in" + std::to_string(i) + ", ";
-  for (size_t i = 0; i < p.outputs.size(); ++i)
-    s += storageType(p.outputs[i].tensor->dtype, cuda) + "* __restrict__ out" + std::to_string(i) + ", ";
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    const KOutput& o = p.outputs[i];
+    if (o.column) s += registerType(o.accDtype, cuda) + "* __restrict__ part" + std::to_string(i) + ", ";
+    else s += storageType(o.tensor->dtype, cuda) + "* __restrict__ out" + std::to_string(i) + ", ";
+  }
   return s;
 }
 
@@ -250,7 +268,7 @@ std::string header(const KernelProgram& p, const char* target) {
   s += "// inputs:";
   for (const KInput& in : p.inputs) s += " " + in.tensor->name + ":" + std::string(dtypeShortName(in.tensor->dtype));
   s += "\n// outputs:";
-  for (const KOutput& o : p.outputs) s += " " + o.tensor->name + ":" + std::string(dtypeShortName(o.tensor->dtype)) + (o.reduced ? "(row)" : "");
+  for (const KOutput& o : p.outputs) s += " " + o.tensor->name + ":" + std::string(dtypeShortName(o.tensor->dtype)) + (o.reduced ? "(row)" : o.column ? "(column sum)" : "");
   return s + "\n";
 }
 
@@ -301,7 +319,7 @@ int cudaVecWidth(const KernelProgram& p) {
   for (const KInput& in : p.inputs)
     if (R > 0 && in.dimMap[R - 1] >= 0) maxSize = std::max(maxSize, dtypeItemSize(in.tensor->dtype));
   for (const KOutput& o : p.outputs)
-    if (!o.reduced) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
+    if (!o.reduced && !o.column) maxSize = std::max(maxSize, dtypeItemSize(o.tensor->dtype));
   return std::max(1, 16 / maxSize);
 }
 
@@ -346,7 +364,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
   int w = cudaVecWidth(p);
   // Contiguous inputs at the traced shapes: rows start VEC-aligned when L is a multiple of VEC.
   bool vecOk = R > 0 && L % w == 0;
-  if (p.hasReduction()) {
+  if (p.rowKernel()) {
     v.row = true;
     v.vec = vecOk ? w : 1;
     RowLaunch l = chooseRowLaunch(L, v.vec);
@@ -395,11 +413,12 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   std::string params = paramList(p, cuda) + "const Geometry g";
   std::string argNames;
   for (size_t i = 0; i < I; ++i) argNames += "in" + std::to_string(i) + ", ";
-  for (size_t j = 0; j < p.outputs.size(); ++j) argNames += "out" + std::to_string(j) + ", ";
+  for (size_t j = 0; j < p.outputs.size(); ++j) argNames += (p.outputs[j].column ? "part" : "out") + std::to_string(j) + ", ";
   argNames += "g";
-  std::vector<int> fullOuts;
+  std::vector<int> fullOuts, colOuts;
   for (const KOutput& o : p.outputs)
-    if (!o.reduced) fullOuts.push_back(o.node);
+    if (o.column) colOuts.push_back(o.node);
+    else if (!o.reduced) fullOuts.push_back(o.node);
   auto rowVarying = [&](size_t k) { return R > 0 && p.inputs[k].dimMap[R - 1] >= 0; };
   // Converts a stored element (bits of a 16-bit float) to its register type.
   auto fromStorage = [&](size_t k, const std::string& x) {
@@ -409,7 +428,7 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
     return x;
   };
 
-  if (!p.hasReduction()) {
+  if (!p.rowKernel()) {
     auto indexDecomposition = [&](const char* var, const char* indent) {
       // i<R-1> ... i0 from the linear index; the outermost needs no modulo.
       s << indent << "IdxT rem = " << var << ";\n";
@@ -499,15 +518,17 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   // the row in registers, in their storage type: read once, reused by every phase. ITEMS == 0
   // re-reads the row in each phase (rows of any length).
   s << R"(template <bool WARP, typename T, typename F>
-__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
+__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identity) {
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (WARP) return v;
+  // Across warps: each warp's result goes through shared memory, and every warp reduces the
+  // (at most 32) partial results with shuffles again.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = shared[0];
-  for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
+  v = lane < warps ? shared[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 )";
@@ -517,6 +538,13 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
   s << "  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;\n";
   s << "  const int tpr = WARP ? 32 : blockDim.x;\n";
   s << "  const int64_t rpb = WARP ? (blockDim.x >> 5) : 1;\n";
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const KOutput& o = p.outputs[j];
+    if (!o.column) continue;
+    s << "  " << registerType(o.accDtype, cuda) << " col" << j << "[ITEMS ? ITEMS : 1][VEC];\n";
+    s << "#pragma unroll\n  for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it)\n#pragma unroll\n    for (int v = 0; v < VEC; ++v) col" << j
+      << "[it][v] = 0;\n";
+  }
   s << "  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {\n";
   s << "    int64_t rem = row;\n";
   for (size_t k = R - 1; k-- > 0;) {
@@ -574,7 +602,8 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
   };
   // One pass over the thread's chunks running `body` (per element, column `col + v`); only the
   // inputs the body reads are loaded.
-  auto pass = [&](const std::string& body, const std::string& chunkHead, const std::string& chunkTail) {
+  auto pass = [&](const std::string& body, const std::string& chunkHead, const std::string& chunkTail,
+                  const std::string& streamBody = "") {
     std::string registers, loads;
     for (size_t k : varying) {
       std::string X = "X" + std::to_string(k) + "[v]";
@@ -585,13 +614,16 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
                             : chunkLoad(k);
       loads += chunkLoad(k);
     }
-    std::string perElement = "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n            const int64_t " + colVar +
-                             " = col + v;\n            (void)" + colVar + ";\n" + body + "          }\n";
+    auto perElement = [&](const std::string& b) {
+      return "#pragma unroll\n          for (int v = 0; v < VEC; ++v) {\n            const int64_t " + colVar + " = col + v;\n            (void)" +
+             colVar + ";\n" + b + "          }\n";
+    };
     s << "    if constexpr (ITEMS > 0) {\n#pragma unroll\n      for (int it = 0; it < ITEMS; ++it) {\n";
     s << "        const int64_t col = ((int64_t)it * tpr + lane) * VEC;\n        if (col < L) {\n";
-    s << registers << chunkHead << perElement << chunkTail << "        }\n      }\n";
+    s << registers << chunkHead << perElement(body) << chunkTail << "        }\n      }\n";
     s << "    } else {\n      for (int64_t col = (int64_t)lane * VEC; col < L; col += (int64_t)tpr * VEC) {\n";
-    s << "        {\n" << loads << chunkHead << perElement << chunkTail << "        }\n      }\n    }\n";
+    s << "        {\n" << loads << chunkHead << perElement(streamBody.empty() ? body : streamBody) << chunkTail
+      << "        }\n      }\n    }\n";
   };
   std::set<int> available;
   auto phases = reductionsByPhase(p);
@@ -612,21 +644,34 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
       const KNode& n = p.nodes[r];
       std::string T = e.rt(n.dtype);
       s << "    const " << T << " v" << r << " = thunder_reduce<WARP, " << T << ">(acc" << r << ", [](" << T << " a, " << T
-        << " b) { return " << reduceCombine(n, "a", "b") << "; }, reinterpret_cast<" << T << "*>(shared_d));\n";
+        << " b) { return " << reduceCombine(n, "a", "b") << "; }, reinterpret_cast<" << T << "*>(shared_d), "
+        << reduceInit(n, cuda) << ");\n";
       available.insert(r);
     }
   }
-  if (!fullOuts.empty()) {
+  if (!fullOuts.empty() || !colOuts.empty()) {
+    std::vector<int> targets = fullOuts;
+    targets.insert(targets.end(), colOuts.begin(), colOuts.end());
     std::string body;
-    e.emitNodes(fullOuts, available, rowOff, "            ", body, &fromChunk);
+    e.emitNodes(targets, available, rowOff, "            ", body, &fromChunk);
     body += storeLines(p, false, "o", "v", "            ", ";\n");
+    // Column sums: cached rows add into the thread's column registers; re-read rows (ITEMS == 0)
+    // add into the zeroed partial row with atomics.
+    std::string streamBody = body;
     std::string head, tail;
     for (size_t j = 0; j < p.outputs.size(); ++j) {
-      if (p.outputs[j].reduced) continue;
-      head += "          alignas(16) " + storageType(p.outputs[j].tensor->dtype, cuda) + " o" + std::to_string(j) + "[VEC];\n";
-      tail += "          thunder_vcopy<VEC>(out" + std::to_string(j) + " + row * L + col, o" + std::to_string(j) + ");\n";
+      const KOutput& o = p.outputs[j];
+      std::string js = std::to_string(j), v = "v" + std::to_string(o.node);
+      if (o.column) {
+        body += "            col" + js + "[it][v] += " + v + ";\n";
+        streamBody += "            atomicAdd(part" + js + " + col + v, " + v + ");\n";
+        continue;
+      }
+      if (o.reduced) continue;
+      head += "          alignas(16) " + storageType(o.tensor->dtype, cuda) + " o" + js + "[VEC];\n";
+      tail += "          thunder_vcopy<VEC>(out" + js + " + row * L + col, o" + js + ");\n";
     }
-    pass(body, head, tail);
+    pass(body, head, tail, streamBody);
   }
   std::vector<int> rowOuts;
   for (const KOutput& o : p.outputs)
@@ -637,7 +682,20 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
     e.emitNodes(rowOuts, available, rowOff, "      ", rb);
     s << rb << storeLines(p, true, "out", "row", "      ", ";\n") << "    }\n";
   }
-  s << "    if (!WARP) __syncthreads();\n  }\n}\n";
+  s << "    if (!WARP) __syncthreads();\n  }\n";
+  if (!colOuts.empty()) {
+    // Each row slot (a block, or a warp of one) writes its column sums as one partial row; the
+    // host adds the partial rows.
+    s << "  if constexpr (ITEMS > 0) {\n";
+    s << "    const int64_t prow = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0);\n";
+    s << "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n";
+    s << "      const int64_t col = ((int64_t)it * tpr + lane) * VEC;\n      if (col < L) {\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].column)
+        s << "#pragma unroll\n        for (int v = 0; v < VEC; ++v) part" << j << "[prow * L + col + v] = col" << j << "[it][v];\n";
+    s << "      }\n    }\n  }\n";
+  }
+  s << "}\n";
   s << "extern \"C\" __global__ void __launch_bounds__(" << variant.threads << ") " << variant.entry(p.name) << "("
     << params << ") { " << p.name << "_row<" << variant.items << ", " << variant.vec << ", "
     << (variant.warp ? "true" : "false") << ">(" << argNames << "); }\n";
@@ -651,7 +709,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   THUNDER_INTERNAL(innerStrides.size() == I, "codegen: one inner-stride code per input expected");
   Out s;
   s << header(p, "C++");
-  s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n";
+  s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n";
   s << kCppDefs << kPrelude << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";
   for (size_t i = 0; i < I; ++i) {
@@ -685,10 +743,11 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
       s << " }\n";
     }
   };
-  std::vector<int> fullOuts;
+  std::vector<int> fullOuts, colOuts;
   for (const KOutput& o : p.outputs)
-    if (!o.reduced) fullOuts.push_back(o.node);
-  if (!p.hasReduction()) {
+    if (o.column) colOuts.push_back(o.node);
+    else if (!o.reduced) fullOuts.push_back(o.node);
+  if (!p.rowKernel()) {
     // Pointwise: rows are split into chunks so a long last dimension still runs in parallel.
     s << "  const int64_t chunk = 16384;\n  const int64_t per_row = (L + chunk - 1) / chunk;\n";
     s << "  #pragma omp parallel for schedule(static)\n";
@@ -704,7 +763,20 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     s << "    }\n  }\n}\n";
     return s.str();
   }
-  s << "  #pragma omp parallel for schedule(static)\n";
+  // Column sums: each thread adds into its own row of sums, then the rows are added.
+  bool columns = !colOuts.empty();
+  if (columns) {
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].column)
+        s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> colsum" << j << "(L, 0);\n";
+    s << "  #pragma omp parallel\n  {\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].column)
+        s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> col" << j << "(L, 0);\n";
+    s << "  #pragma omp for schedule(static)\n";
+  } else {
+    s << "  #pragma omp parallel for schedule(static)\n";
+  }
   s << "  for (int64_t row = 0; row < rows; ++row) {\n";
   emitBases("    ");
   std::set<int> available;
@@ -736,10 +808,14 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     for (int r : phases[ph]) available.insert(r);
   }
   s << "    for (int64_t n = 0; n < L; ++n) {\n";
+  std::vector<int> targets = fullOuts;
+  targets.insert(targets.end(), colOuts.begin(), colOuts.end());
   std::string body;
-  e.emitNodes(fullOuts, available, offsetOf, "      ", body);
+  e.emitNodes(targets, available, offsetOf, "      ", body);
   s << body;
   s << storeLines(p, false, "out", "row * L + n", "      ", ";\n");
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (p.outputs[j].column) s << "      col" << j << "[n] += v" << p.outputs[j].node << ";\n";
   s << "    }\n";
   std::vector<int> rowOuts;
   for (const KOutput& o : p.outputs)
@@ -752,7 +828,28 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     s << storeLines(p, true, "out", "row", "      ", ";\n");
     s << "    }\n";
   }
-  s << "  }\n}\n";
+  s << "  }\n";
+  if (columns) {
+    s << "  #pragma omp critical\n  {\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].column) s << "    for (int64_t n = 0; n < L; ++n) colsum" << j << "[n] += col" << j << "[n];\n";
+    s << "  }\n  }\n";
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      const KOutput& o = p.outputs[j];
+      if (!o.column) continue;
+      // The epilogue: the sum converted through each dtype in turn, then stored.
+      std::string v = "colsum" + std::to_string(j) + "[n]";
+      for (DType d : o.epilogue) {
+        std::string c = "static_cast<" + registerType(d, cuda) + ">(" + v + ")";
+        if (d == DType::BFloat16) c = "thunder_round_bf16(" + c + ")";
+        if (d == DType::Float16) c = "thunder_round_f16(" + c + ")";
+        if (d == DType::Bool) c = "(" + v + " != 0)";
+        v = c;
+      }
+      s << "  for (int64_t n = 0; n < L; ++n) out" << j << "[n] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
+    }
+  }
+  s << "}\n";
   return s.str();
 }
 

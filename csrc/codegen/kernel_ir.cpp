@@ -30,6 +30,18 @@ bool dtypeOk(DType d) { return !isComplex(d); }
 
 }  // namespace
 
+bool isColumnSum(const BoundSymbol& b) {
+  // A float sum over every dimension but the last: the bias-gradient pattern.
+  if (!b.sym->isPrim() || b.sym->name != "sum") return false;
+  const TensorProxy& a = b.args[0].tensor();
+  if (a.dtype != DType::Float32 && a.dtype != DType::Float64) return false;
+  std::vector<int64_t> dims = b.args[1].toInts();
+  if (a.ndim() < 2 || static_cast<int64_t>(dims.size()) != a.ndim() - 1 || a.shape.back() <= 0) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
 bool isFusiblePrim(const BoundSymbol& b) {
   if (!b.sym->isPrim()) return false;
   const std::string& n = b.sym->name;
@@ -46,6 +58,7 @@ bool isFusiblePrim(const BoundSymbol& b) {
     return true;
   }
   if (n == "where" || n == "convert_element_type" || n == "broadcast_in_dim") return true;
+  if (isColumnSum(b)) return true;
   if (n == "sum" || n == "amax" || n == "amin" || n == "var") {
     // Row reductions over the last dimension only.
     const TensorProxy& a = b.args[0].tensor();
@@ -102,6 +115,28 @@ class Lowering {
     int id = build(t, dimMap);
     memo_[key] = id;
     return id;
+  }
+
+  /// Whether region output t is a column sum, possibly followed by dtype conversions: then the
+  /// summed tensor, the sum's dtype and the conversions after it.
+  bool columnSource(const TensorPtr& t, TensorPtr& summed, DType& acc, std::vector<DType>& epilogue) const {
+    std::vector<DType> converts;
+    const TensorProxy* cur = t.get();
+    for (;;) {
+      auto pr = producer_.find(cur);
+      if (pr == producer_.end()) return false;
+      const BoundSymbol& b = *pr->second;
+      if (b.sym->name == "convert_element_type") {
+        converts.insert(converts.begin(), cur->dtype);
+        cur = b.args[0].toTensor().get();
+        continue;
+      }
+      if (!isColumnSum(b) || b.args[0].tensor().shape != prog_.iterShape) return false;
+      summed = b.args[0].toTensor();
+      acc = cur->dtype;
+      epilogue = converts;
+      return true;
+    }
   }
 
   std::string whyNot;
@@ -167,6 +202,10 @@ class Lowering {
           if (bdims[i] == dimMap[d] && src->shape[i] != 1) inner[d] = static_cast<int>(i);
       }
       return lower(src, inner);
+    }
+    if (isColumnSum(b)) {
+      whyNot = "a column sum whose value is used inside the region";
+      return -1;
     }
     if (op == "sum" || op == "amax" || op == "amin" || op == "var") {
       // Reduced values are read per row: the reduced tensor's dims are the leading iteration dims.
@@ -279,6 +318,19 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
   int rank = static_cast<int>(out.iterShape.size());
   for (const TensorPtr& t : outputs) {
     std::vector<int> map(rank, -1);
+    TensorPtr summed;
+    KOutput col{t, -1, false, true};
+    if (low.columnSource(t, summed, col.accDtype, col.epilogue)) {
+      // A column sum: the kernel accumulates the full-size value per column.
+      for (int d = 0; d < rank; ++d) map[d] = d;
+      col.node = low.lower(summed, map);
+      if (col.node < 0) {
+        whyNot = low.whyNot;
+        return false;
+      }
+      out.outputs.push_back(col);
+      continue;
+    }
     bool isReduced;
     if (t->shape == out.iterShape) {
       for (int d = 0; d < rank; ++d) map[d] = d;

@@ -38,11 +38,17 @@ struct KInput {
   std::vector<int> dimMap;
 };
 
-/// A kernel output: the node whose value is stored, and whether it has the reduced shape.
+/// A kernel output: the node whose value is stored, and whether it has the reduced shape (one
+/// value per row). A column output is a sum over every iteration dim but the last (a bias
+/// gradient): `node` is the full-size value summed, accumulated in `accDtype`, then converted
+/// through the `epilogue` dtypes in order.
 struct KOutput {
   TensorPtr tensor;
   int node = -1;
   bool reduced = false;
+  bool column = false;
+  DType accDtype = DType::Float32;
+  std::vector<DType> epilogue;
 };
 
 /// A whole fused region lowered to scalar code.
@@ -56,7 +62,18 @@ struct KernelProgram {
   /// Number of row reductions chained in sequence (0 for a pointwise kernel).
   int numPhases = 0;
   bool hasReduction() const { return numPhases > 0; }
+  bool hasColumns() const {
+    for (const KOutput& o : outputs)
+      if (o.column) return true;
+    return false;
+  }
+  /// Row reductions or column outputs: the kernel walks rows (else it is pointwise).
+  bool rowKernel() const { return hasReduction() || hasColumns(); }
 };
+
+/// A float sum over every dimension but the last (a bias gradient): fusible, but its value can
+/// only leave the region (through dtype conversions), not feed other ops in it.
+bool isColumnSum(const BoundSymbol& b);
 
 /// Whether the code generators can compute a prim on a dtype.
 bool isFusiblePrim(const BoundSymbol& b);

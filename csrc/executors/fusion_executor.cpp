@@ -40,7 +40,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     b.subsymbols = r.prims;
     return b;
   };
-  Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse);
+  Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum);
   return out;
 }
 

@@ -40,7 +40,7 @@ void init(py::module_& m) {
         pattern += !prog.iterShape.empty() && in.dimMap.back() >= 0 ? '1' : '0';
       out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog) : codegen::emitCpp(prog, pattern));
       return std::nullopt;
-    });
+    }, codegen::isColumnSum);
     return out;
   });
   m.def("fusion_callables", [](const std::shared_ptr<Trace>& trace) {

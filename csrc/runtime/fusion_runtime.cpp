@@ -384,7 +384,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         int64_t inner = g[R + k * R + R - 1];
         if (inner != 1) {
           // Pointwise kernels read such inputs element by element; row kernels need all of them.
-          if (p.hasReduction()) vec = false;
+          if (p.rowKernel()) vec = false;
           continue;
         }
         int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
@@ -395,7 +395,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       v.vec = vec ? w : 1;
       unsigned block, grid;
       int sms = deviceInfo(device).sms;
-      if (p.hasReduction()) {
+      std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
+      if (p.rowKernel()) {
         codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec);
         static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
         if (uncached && !l.warp) l.items = 0;
@@ -407,6 +408,19 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         block = static_cast<unsigned>(l.threads);
         int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
         grid = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
+        if (p.hasColumns()) {
+          // About one wave of blocks, each summing its rows' columns into one partial row per slot.
+          grid = static_cast<unsigned>(std::min<int64_t>(grid, int64_t(sms) * std::max(1, 2048 / l.threads)));
+          int64_t slots = l.items > 0 ? int64_t(grid) * rowsPerBlock : 1;
+          for (size_t j = 0; j < p.outputs.size(); ++j) {
+            const codegen::KOutput& o = p.outputs[j];
+            if (!o.column) continue;
+            auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
+            at::Tensor part = l.items > 0 ? at::empty({slots, L}, opts) : at::zeros({slots, L}, opts);
+            outPtrs[j] = part.data_ptr();
+            partials.emplace_back(j, part);
+          }
+        }
       } else {
         // 32-bit index arithmetic when every offset fits.
         static const bool wide = std::getenv("THUNDER_FUSER_64BIT") != nullptr;
@@ -449,7 +463,16 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
       THUNDER_CHECK(driver().launch(fn, grid, 1, 1, block, 1, 1, 0, stream, params.data(), nullptr) == 0,
                     "fuser: launching ", entry, " failed");
+      for (auto& [j, part] : partials) {
+        const codegen::KOutput& o = p.outputs[j];
+        at::Tensor t = part.sum(0);
+        for (DType d : o.epilogue) t = t.to(toScalarType(d));
+        outs[j] = t.reshape(o.tensor->shape);
+      }
     }
+  } else {
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].column) outs[j].zero_();  // a sum over no rows
   }
   std::vector<c10::IValue> elems(outs.begin(), outs.end());
   return c10::ivalue::Tuple::create(std::move(elems));

@@ -25,16 +25,36 @@ struct Unit {
   const BoundSymbol* bsym;
   bool fusible;
   std::vector<BoundSymbol> prims;
+  bool terminal = false;  // computes a terminal prim's value
 };
+
+/// Whether the values of the unit's terminal prims are only converted within the unit (else the
+/// unit cannot be fused: a terminal value cannot feed other ops in a kernel).
+bool terminalsOnlyConverted(const Unit& u, const std::function<bool(const BoundSymbol&)>& terminal) {
+  std::unordered_set<const TensorProxy*> ends;
+  for (const BoundSymbol& p : u.prims) {
+    bool reads = false;
+    for (const TensorPtr& t : p.inputTensors()) reads |= ends.count(t.get()) > 0;
+    if (reads && p.sym->name != "convert_element_type") return false;
+    if (reads || terminal(p))
+      for (const TensorPtr& t : p.outputTensors()) ends.insert(t.get());
+  }
+  return true;
+}
 
 }  // namespace
 
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
-                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse) {
+                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                      const std::function<bool(const BoundSymbol&)>& terminal) {
   std::vector<Unit> units;
   for (const BoundSymbol& b : trace.bsyms) {
     Unit u{&b, false, {}};
     if (!b.sym->hasTag(kDel) && b.sym->executor.empty()) u.fusible = leafPrims(b, fusible, u.prims);
+    if (u.fusible && terminal) {
+      for (const BoundSymbol& p : u.prims) u.terminal |= terminal(p);
+      if (u.terminal) u.fusible = terminalsOnlyConverted(u, terminal);
+    }
     if (!u.fusible) u.prims.clear();
     units.push_back(std::move(u));
   }
@@ -51,7 +71,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
 
   Trace out = trace.emptyCopy();
   std::vector<size_t> group, deferred;
-  std::unordered_set<const TensorProxy*> groupOut, deferredOut;
+  std::unordered_set<const TensorProxy*> groupOut, deferredOut, terminalOut;
 
   auto flush = [&] {
     if (!group.empty()) {
@@ -87,6 +107,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     deferred.clear();
     groupOut.clear();
     deferredOut.clear();
+    terminalOut.clear();
   };
 
   auto reads = [](const Unit& u, const std::unordered_set<const TensorProxy*>& set) {
@@ -98,9 +119,12 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (u.fusible) {
-      if (reads(u, deferredOut)) flush();
+      if (reads(u, deferredOut) || reads(u, terminalOut)) flush();
       group.push_back(i);
-      for (const TensorPtr& t : u.bsym->outputTensors()) groupOut.insert(t.get());
+      for (const TensorPtr& t : u.bsym->outputTensors()) {
+        groupOut.insert(t.get());
+        if (u.terminal) terminalOut.insert(t.get());
+      }
     } else if (reads(u, groupOut) || u.bsym->sym->hasTag(kDontDce) || u.bsym->sym->hasTag(kRandomOp)) {
       flush();
       out.bsyms.push_back(*u.bsym);

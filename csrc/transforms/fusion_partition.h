@@ -28,7 +28,12 @@ struct FusionRegion {
 /// read its results, so no region waits on an op that depends on it. A composite call is fusible
 /// when every prim of its decomposition is. `fuse` turns an accepted region into one bound symbol,
 /// or returns nothing to leave the region's calls as they were.
+///
+/// A `terminal` prim (a column sum) ends its values' use in the region: they may only pass
+/// through dtype conversions in the same call and leave the region; a later call that reads them
+/// starts a new region.
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
-                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse);
+                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                      const std::function<bool(const BoundSymbol&)>& terminal = nullptr);
 
 }  // namespace thunder

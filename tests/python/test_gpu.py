@@ -14,7 +14,6 @@ from test_training import TinyGPT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
 
 
 def _to(args, dtype):
@@ -43,27 +42,27 @@ def _grads(fn, args, dtype, jit):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name,fn,args", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_grad_matches_autograd_on_cuda(name, fn, args, dtype):
-    """float32: thunder's outputs and gradients equal eager's. bfloat16: both are compared with a
-    float64 reference, and thunder's error is at most twice eager's (plus 1% of the scale):
-    thunder computes bf16 ops in float32, so it is usually the closer one."""
+    """Thunder's outputs and gradients against a float64 reference computed by eager PyTorch:
+    thunder's error is at most twice eager's, plus a small multiple of the scale (1e-5 in float32,
+    1% in bfloat16, where thunder computes ops in float32 and is usually the closer one). Eager
+    itself is not the reference: on the H200 (torch 2.11), eager's float32 SDPA gradients for the
+    `sdpa` case (head dim 4, 5 queries, 6 keys) were off by more than 1 while thunder's matched
+    the float64 reference to 2e-7."""
     t_outs, t_grads = _grads(fn, args, dtype, jit=True)
     e_outs, e_grads = _grads(fn, args, dtype, jit=False)
-    if dtype == torch.float32:
-        for a, e in zip(list(t_outs) + list(t_grads), list(e_outs) + list(e_grads)):
-            if e is None:
-                assert a is None or torch.count_nonzero(a) == 0
-                continue
-            torch.testing.assert_close(a, e, **TOL[dtype])
-        return
     r_outs, r_grads = _grads(fn, args, torch.float64, jit=False)
+    slack = 1e-5 if dtype == torch.float32 else 1e-2
     for a, e, r in zip(list(t_outs) + list(t_grads), list(e_outs) + list(e_grads), list(r_outs) + list(r_grads)):
         if r is None:
             assert a is None or torch.count_nonzero(a) == 0
             continue
+        assert a is not None and a.shape == r.shape and a.dtype == e.dtype
         scale = max(1.0, r.abs().max().item()) if r.numel() else 1.0
         t_err = (a.double() - r).abs().max().item() if r.numel() else 0.0
         e_err = (e.double() - r).abs().max().item() if r.numel() else 0.0
-        assert t_err <= 2 * e_err + 1e-2 * scale, f"thunder error {t_err:.3g} vs eager {e_err:.3g} (scale {scale:.3g})"
+        assert t_err <= 2 * e_err + slack * scale, f"thunder error {t_err:.3g} vs eager {e_err:.3g} (scale {scale:.3g})"
+        if dtype == torch.float32:  # and in float32, close to the reference whatever eager does
+            assert t_err <= 1e-4 * scale, f"thunder error {t_err:.3g} (scale {scale:.3g})"
 
 
 def test_transformer_adamw_50_steps_on_cuda():

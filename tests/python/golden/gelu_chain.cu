@@ -18,12 +18,22 @@ THUNDER_DEVICE inline float thunder_bf16_to_float(uint16_t h) {
   return thunder_float(static_cast<uint32_t>(h) << 16);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint16_t hw;  // one instruction: round to nearest even
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
   u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float hw;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hw) : "h"(h));
+  return hw;
+#endif
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
   if (exp == 0) {
     if (man == 0) {
@@ -41,6 +51,11 @@ THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
   return thunder_float(u);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t hw;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;

@@ -18,12 +18,22 @@ THUNDER_DEVICE inline float thunder_bf16_to_float(uint16_t h) {
   return thunder_float(static_cast<uint32_t>(h) << 16);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_bf16(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint16_t hw;  // one instruction: round to nearest even
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // nan
   u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float hw;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hw) : "h"(h));
+  return hw;
+#endif
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
   if (exp == 0) {
     if (man == 0) {
@@ -41,6 +51,11 @@ THUNDER_DEVICE inline float thunder_f16_to_float(uint16_t h) {
   return thunder_float(u);
 }
 THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t hw;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return hw;
+#endif
   uint32_t u = thunder_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
@@ -84,15 +99,17 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 }
 template <bool WARP, typename T, typename F>
-__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared) {
+__device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identity) {
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (WARP) return v;
+  // Across warps: each warp's result goes through shared memory, and every warp reduces the
+  // (at most 32) partial results with shuffles again.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = shared[0];
-  for (int w = 1; w < warps; ++w) v = combine(v, shared[w]);
+  v = lane < warps ? shared[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 template <int ITEMS, int VEC, bool WARP>
@@ -150,7 +167,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
         }
       }
     }
-    const float v1 = thunder_reduce<WARP, float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d));
+    const float v1 = thunder_reduce<WARP, float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d), -THUNDER_INF);
     float acc4 = static_cast<float>(0);
     if constexpr (ITEMS > 0) {
 #pragma unroll
@@ -187,7 +204,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
         }
       }
     }
-    const float v4 = thunder_reduce<WARP, float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d));
+    const float v4 = thunder_reduce<WARP, float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d), static_cast<float>(0));
     if constexpr (ITEMS > 0) {
 #pragma unroll
       for (int it = 0; it < ITEMS; ++it) {

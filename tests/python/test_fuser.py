@@ -87,6 +87,11 @@ CASES = [
     ("rms_norm", lambda a, w: torch.nn.functional.rms_norm(a, (64,), w, 1e-5), [(6, 64), (64,)]),
     ("sum_and_pointwise", lambda a: ((a * a).sum(-1), a.exp() * 2), [(4, 50)]),
     ("amax_amin", lambda a: (a.sin().amax(-1) - a.cos().amin(-1)), [(4, 50)]),
+    # Column sums (bias gradients): sums over every dim but the last, with other outputs.
+    ("column_sum", lambda a, b: ((a * b).sum(0), (a + b).relu()), [(37, 24), (24,)]),
+    ("column_sum_3d", lambda a: (a.exp() * 0.5).sum((0, 1)), [(3, 5, 40)]),
+    ("row_and_column_sums", lambda a: (torch.softmax(a, -1).sum(0), (a * a).sum(-1)), [(9, 70)]),
+    ("column_sum_long_rows", lambda a: (a * 2 - 1).sum(0), [(3, 70000)]),
 ]
 
 
@@ -95,6 +100,28 @@ def test_cpu_fusion_matches_eager(name, fn, shapes):
     torch.manual_seed(0)
     args = [torch.randn(s) for s in shapes]
     _check(fn, *args)
+
+
+def test_bias_gradient_fuses_into_the_backward_kernel():
+    # gelu(x @ w + b): the backward's bias gradient (a column sum) joins the pointwise region.
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5, 16, dtype=torch.float64), torch.randn(16, 24, dtype=torch.float64)
+    b = torch.randn(24, dtype=torch.float64, requires_grad=True)
+    f = lambda x, w, b: torch.nn.functional.gelu(x @ w + b) * 2
+    jf = thunder.jit(f, executors=["fuser"])
+    g = torch.randn(6, 5, 24, dtype=torch.float64)
+    (gb,) = torch.autograd.grad(jf(x, w, b), (b,), g)
+    (eb,) = torch.autograd.grad(f(x, w, b), (b,), g)
+    torch.testing.assert_close(gb, eb, rtol=1e-12, atol=1e-12)
+    bw = thunder.last_backward_traces(jf)[-1]
+    names = [n for n in bw.bound_symbol_names if n != "del"]
+    assert names.count("cpuFusion0") == 1 and not any(n.startswith("torch.sum") for n in names), str(bw)
+
+
+def test_column_sum_used_inside_a_region_starts_a_new_one():
+    # The column sum's value feeds more math: that math goes to a second region.
+    a = torch.randn(8, 12)
+    _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a, fusions=2)
 
 
 def test_non_contiguous_inputs():
@@ -215,3 +242,25 @@ def test_cuda_row_reductions_up_to_256k(n):
     x = torch.randn(3, n, device="cuda")
     for f in (lambda t: torch.softmax(t, -1), lambda t: torch.nn.functional.rms_norm(t, (n,), eps=1e-5)):
         torch.testing.assert_close(thunder.jit(f)(x), f(x), atol=1e-5, rtol=1e-4)
+    # column sums over many rows (partial rows per block) and over rows too long to keep in
+    # registers (atomics into one partial row)
+    y = torch.randn(2000, n, device="cuda")
+    f = lambda t: ((t * 2 + 1).sum(0), t.relu())
+    torch.testing.assert_close(thunder.jit(f)(y), f(y), atol=1e-3, rtol=1e-4)
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_norm_backward_is_one_kernel_with_its_weight_gradient(dtype):
+    x = torch.randn(64, 1024, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(1024, device="cuda", dtype=dtype, requires_grad=True)
+    g = torch.randn(64, 1024, device="cuda", dtype=dtype)
+    f = lambda x, w: torch.nn.functional.rms_norm(x, (1024,), w, 1e-6)
+    jf = thunder.jit(f)
+    got = torch.autograd.grad(jf(x, w), (x, w), g)
+    ref = torch.autograd.grad(f(x.double(), w.double()), (x, w), g.double())
+    tol = {} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a.double(), r, **({"atol": 1e-3, "rtol": 1e-4} if dtype == torch.float32 else tol))
+    names = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n != "del"]
+    assert sum(n.startswith("cudaFusion") for n in names) == 1, names

@@ -313,6 +313,12 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
 
 }  // namespace
 
+void divisionMagic(int64_t d, int64_t& magic, int64_t& shift) {
+  shift = 0;
+  while ((int64_t(1) << shift) < d) ++shift;
+  magic = static_cast<int64_t>((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(d)) / uint64_t(d) + 1);
+}
+
 int cudaVecWidth(const KernelProgram& p) {
   size_t R = p.iterShape.size();
   int maxSize = 1;
@@ -434,9 +440,26 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
       s << indent << "IdxT rem = " << var << ";\n";
       for (size_t k = R; k-- > 0;) {
         if (k == 0) s << indent << "const IdxT i0 = rem;\n";
-        else s << indent << "const IdxT i" << k << " = rem % (IdxT)g.v[" << k << "]; rem /= (IdxT)g.v[" << k << "];\n";
+        else s << indent << "const IdxT i" << k << " = thunder_divmod<IdxT>(rem, g.v[" << k << "], g.v["
+               << Geometry::magic(R, I, k) << "], g.v[" << Geometry::magic(R, I, k) + 1 << "]);\n";
       }
     };
+    // 32-bit indices divide with a multiply-high by the host's magic number: a few instructions
+    // where a division by a value known only at run time takes tens.
+    s << R"(template <typename IdxT>
+__device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t magic, int64_t shift) {
+  if constexpr (sizeof(IdxT) == 4) {
+    const uint32_t q = (__umulhi((uint32_t)rem, (uint32_t)magic) + (uint32_t)rem) >> (uint32_t)shift;
+    const IdxT r = rem - q * (uint32_t)size;
+    rem = q;
+    return r;
+  } else {
+    const IdxT r = rem % (IdxT)size;
+    rem /= (IdxT)size;
+    return r;
+  }
+}
+)";
     auto offsetOf = [&](int input) {
       std::string o;
       for (size_t d = 0; d < R; ++d) {

@@ -10,10 +10,16 @@ namespace thunder::codegen {
 
 /// The layout of the int64 geometry block both kinds of kernel receive (R = iteration rank,
 /// I = number of inputs): sizes[R], strides[I][R] (in elements, 0 on broadcast dims), numel,
-/// row length (the last size), number of rows.
+/// row length (the last size), number of rows, then per dim a 32-bit division magic number and
+/// shift (sizes divide 32-bit indices with a multiply-high, see `divisionMagic`).
 struct Geometry {
-  static size_t length(size_t rank, size_t inputs) { return rank + inputs * rank + 3; }
+  static size_t length(size_t rank, size_t inputs) { return rank + inputs * rank + 3 + 2 * rank; }
+  static size_t magic(size_t rank, size_t inputs, size_t dim) { return rank + inputs * rank + 3 + 2 * dim; }
 };
+
+/// For 1 <= d <= 2^31: (magic, shift) with n / d == (umulhi(n, magic) + n) >> shift for every
+/// n < 2^31 (the round-up reciprocal method).
+void divisionMagic(int64_t d, int64_t& magic, int64_t& shift);
 
 /// How a CUDA kernel program is launched; each variant is its own entry point and module,
 /// compiled when first needed (the one predicted from the traced shapes ahead of time).

@@ -327,6 +327,9 @@ std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Ten
   g[R + I * R] = numel;
   g[R + I * R + 1] = L;
   g[R + I * R + 2] = L ? numel / L : 0;
+  for (size_t d = 0; d < R; ++d)
+    codegen::divisionMagic(std::max<int64_t>(1, std::min<int64_t>(p.iterShape[d], int64_t(1) << 31)),
+                           g[codegen::Geometry::magic(R, I, d)], g[codegen::Geometry::magic(R, I, d) + 1]);
   return g;
 }
 

@@ -84,7 +84,7 @@ template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return 
 template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
-struct Geometry { int64_t v[11]; };
+struct Geometry { int64_t v[15]; };
 struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
 struct alignas(8) thunder_v8 { uint32_t x, y; };
 template <int N> struct thunder_raw;
@@ -97,6 +97,19 @@ template <int VEC, typename T>
 __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   typedef typename thunder_raw<sizeof(T) * VEC>::type V;
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
+}
+template <typename IdxT>
+__device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t magic, int64_t shift) {
+  if constexpr (sizeof(IdxT) == 4) {
+    const uint32_t q = (__umulhi((uint32_t)rem, (uint32_t)magic) + (uint32_t)rem) >> (uint32_t)shift;
+    const IdxT r = rem - q * (uint32_t)size;
+    rem = q;
+    return r;
+  } else {
+    const IdxT r = rem % (IdxT)size;
+    rem /= (IdxT)size;
+    return r;
+  }
 }
 template <typename IdxT>
 __device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
@@ -112,7 +125,7 @@ __device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ i
       const IdxT grp = first + (IdxT)u * blockDim.x;
       if (grp >= groups) break;
       IdxT rem = grp * VEC;
-      const IdxT i1 = rem % (IdxT)g.v[1]; rem /= (IdxT)g.v[1];
+      const IdxT i1 = thunder_divmod<IdxT>(rem, g.v[1], g.v[13], g.v[14]);
       const IdxT i0 = rem;
       if (g.v[3] == 1) {
         thunder_vcopy<VEC>(a0[u], in0 + i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]);

@@ -84,7 +84,7 @@ template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return 
 template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
-struct Geometry { int64_t v[9]; };
+struct Geometry { int64_t v[13]; };
 struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
 struct alignas(8) thunder_v8 { uint32_t x, y; };
 template <int N> struct thunder_raw;

@@ -1,0 +1,56 @@
+// Code generation helpers that are pure arithmetic: the 32-bit division magic numbers and the
+// row-kernel launch shapes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+
+#include "codegen/fusion_codegen.h"
+
+using namespace thunder::codegen;
+
+namespace {
+
+// What the generated CUDA does with a magic number: (umulhi(n, magic) + n) >> shift.
+uint32_t magicDivide(uint32_t n, int64_t magic, int64_t shift) {
+  uint32_t hi = static_cast<uint32_t>((uint64_t(n) * uint64_t(magic)) >> 32);
+  return (hi + n) >> shift;
+}
+
+}  // namespace
+
+TEST(DivisionMagic, MatchesDivisionForEveryDivisorShape) {
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> divisors = {1, 2, 3, 5, 7, 8, 64, 100, 127, 128, 129, 1000, 4096, 8191, 8192,
+                                   65535, 65536, 1 << 20, (1 << 20) + 1, 1000003, (int64_t(1) << 30) + 7,
+                                   (int64_t(1) << 31) - 1, int64_t(1) << 31};
+  for (int i = 0; i < 200; ++i) divisors.push_back(1 + static_cast<int64_t>(rng() % (uint64_t(1) << 31)));
+  for (int64_t d : divisors) {
+    int64_t magic, shift;
+    divisionMagic(d, magic, shift);
+    ASSERT_GE(magic, 0);
+    ASSERT_LE(magic, int64_t(0xffffffff));
+    std::vector<uint32_t> ns = {0, 1, static_cast<uint32_t>(d - 1), static_cast<uint32_t>(d), 0x7fffffffu};
+    if (d < (int64_t(1) << 31)) ns.push_back(static_cast<uint32_t>(d + 1));
+    for (int k = 0; k < 2000; ++k) ns.push_back(static_cast<uint32_t>(rng() & 0x7fffffffu));
+    for (uint32_t n : ns) ASSERT_EQ(magicDivide(n, magic, shift), n / uint64_t(d)) << n << " / " << d;
+  }
+}
+
+TEST(RowLaunch, ShortRowsTakeAWarpLongRowsABlock) {
+  RowLaunch s = chooseRowLaunch(100, 4);  // 25 chunks: one warp, one chunk per lane
+  EXPECT_TRUE(s.warp);
+  EXPECT_EQ(s.items, 1);
+  RowLaunch l = chooseRowLaunch(8192, 4);  // 2048 chunks: 512 threads of 4
+  EXPECT_FALSE(l.warp);
+  EXPECT_EQ(l.threads, 512);
+  EXPECT_EQ(l.items, 4);
+  RowLaunch huge = chooseRowLaunch(int64_t(1) << 20, 4);  // more than 16 chunks per thread
+  EXPECT_EQ(huge.items, 0);
+  for (int64_t L : {1, 31, 1000, 4096, 65536, 262144})
+    for (int vec : {1, 4, 8}) {
+      RowLaunch r = chooseRowLaunch(L, vec);
+      int64_t chunks = (L + vec - 1) / vec;
+      if (r.items > 0) EXPECT_GE(int64_t(r.items) * (r.warp ? 32 : r.threads), chunks) << L << " " << vec;
+    }
+}

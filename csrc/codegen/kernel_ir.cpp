@@ -176,6 +176,15 @@ class Lowering {
         whyNot = "a reduction whose input is not of the iteration shape";
         return -1;
       }
+      // The value of row (i_0, ..., i_{rank-2}) is read in that row only: each iteration dim
+      // reads its own dim of the reduced tensor, the last none (length-1 dims do not matter). A
+      // broadcast that moves the reduced dims, as in x.sum(-1)[None, :], reads across rows.
+      for (int d = 0; d < rank; ++d) {
+        if (prog_.iterShape[d] != 1 && dimMap[d] != (d + 1 < rank ? d : -1)) {
+          whyNot = "a row reduction read across rows";
+          return -1;
+        }
+      }
       std::vector<int> full(rank);
       for (int d = 0; d < rank; ++d) full[d] = d;
       int x = lower(src, full);

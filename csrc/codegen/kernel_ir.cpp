@@ -272,13 +272,23 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
                  KernelProgram& out, std::string& whyNot) {
   out = KernelProgram{};
   out.name = name;
-  // The iteration shape: the largest shape among the values the region computes or reduces.
+  // The iteration shape: the largest shape among the values the region computes or reduces,
+  // first by rank, then by number of elements (a region that starts with per-row [M, 1] values
+  // still iterates over [M, N]). Ties keep the first shape, except that a reduction's input wins.
+  auto larger = [&](const Shape& s, bool winTies) {
+    int64_t r = static_cast<int64_t>(s.size()), cur = static_cast<int64_t>(out.iterShape.size());
+    if (r != cur) return r > cur;
+    int64_t n = 1, m = 1;
+    for (int64_t x : s) n *= x;
+    for (int64_t x : out.iterShape) m *= x;
+    return winTies ? n >= m : n > m;
+  };
   for (const BoundSymbol& b : prims) {
     for (const TensorPtr& t : b.outputTensors())
-      if (t->ndim() > static_cast<int64_t>(out.iterShape.size())) out.iterShape = t->shape;
+      if (larger(t->shape, false)) out.iterShape = t->shape;
     if (b.sym->hasTag(kReductionOp)) {
       const TensorProxy& a = b.args[0].tensor();
-      if (a.ndim() >= static_cast<int64_t>(out.iterShape.size())) out.iterShape = a.shape;
+      if (larger(a.shape, true)) out.iterShape = a.shape;
     }
   }
   Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);

@@ -1,5 +1,6 @@
 #include "codegen/kernel_ir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -27,6 +28,42 @@ const std::set<std::string> kFloatOnly = {
     "copysign", "pow", "div"};
 
 bool dtypeOk(DType d) { return !isComplex(d); }
+
+/// The dims of `shape` whose length is not 1, in order.
+std::vector<int> nonUnitDims(const Shape& shape) {
+  std::vector<int> out;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) out.push_back(static_cast<int>(d));
+  return out;
+}
+
+/// Whether two shapes differ only by length-1 dims (the same non-1 lengths, in the same order).
+/// Then a tensor of one shape is a relabeling of the dims of the other: a contiguous tensor has
+/// the same layout in both, and a reshape between them moves no element.
+bool sameUpToUnitDims(const Shape& a, const Shape& b) {
+  std::vector<int> da = nonUnitDims(a), db = nonUnitDims(b);
+  if (da.size() != db.size()) return false;
+  for (size_t k = 0; k < da.size(); ++k)
+    if (a[da[k]] != b[db[k]]) return false;
+  return true;
+}
+
+/// For shapes that differ only by length-1 dims: for each dim of `from`, the dim of `to` it is
+/// (the k-th non-1 dim of one is the k-th non-1 dim of the other; length-1 dims are -1).
+std::vector<int> unitDimMap(const Shape& from, const Shape& to) {
+  std::vector<int> f = nonUnitDims(from), t = nonUnitDims(to), out(from.size(), -1);
+  for (size_t k = 0; k < f.size(); ++k) out[f[k]] = t[k];
+  return out;
+}
+
+/// A fusible reduction over a length-1 dim (sum, amax or amin; var is 0/0 there): it is that
+/// dim's one element, so it lowers as a reshape dropping the dim, with no reduction phase.
+bool isUnitReduction(const BoundSymbol& b) {
+  const std::string& n = b.sym->name;
+  if (n != "sum" && n != "amax" && n != "amin") return false;
+  const Shape& in = b.args[0].tensor().shape;
+  return !in.empty() && in.back() == 1;
+}
 
 }  // namespace
 
@@ -59,6 +96,12 @@ bool isFusiblePrim(const BoundSymbol& b) {
   }
   if (n == "where" || n == "convert_element_type" || n == "broadcast_in_dim") return true;
   if (isColumnSum(b)) return true;
+  if (n == "reshape" || n == "squeeze") {
+    // Only when length-1 dims are inserted or removed ([M] -> [M, 1], [M, 1] -> [M]): that
+    // relabels dims, which the lowering expresses by remapping them like broadcast_in_dim. Any
+    // other reshape moves elements between dims.
+    return sameUpToUnitDims(b.args[0].tensor().shape, b.outputTensors()[0]->shape);
+  }
   if (n == "sum" || n == "amax" || n == "amin" || n == "var") {
     // Row reductions over the last dimension only.
     const TensorProxy& a = b.args[0].tensor();
@@ -203,21 +246,50 @@ class Lowering {
       }
       return lower(src, inner);
     }
+    if (op == "reshape" || op == "squeeze") {
+      // Only length-1 dims differ (isFusiblePrim): the k-th non-1 dim of t is the k-th non-1 dim
+      // of the source, and t's length-1 dims read nothing.
+      const TensorPtr& src = b.args[0].toTensor();
+      std::vector<int> toSrc = unitDimMap(t->shape, src->shape);
+      std::vector<int> inner(dimMap.size(), -1);
+      for (size_t d = 0; d < dimMap.size(); ++d)
+        if (dimMap[d] >= 0) inner[d] = toSrc[dimMap[d]];
+      return lower(src, inner);
+    }
+    if (isUnitReduction(b)) {
+      // t is the input without its last dim, of length 1: t's dims are the input's first dims.
+      return lower(b.args[0].toTensor(), dimMap);
+    }
     if (isColumnSum(b)) {
       whyNot = "a column sum whose value is used inside the region";
       return -1;
     }
     if (op == "sum" || op == "amax" || op == "amin" || op == "var") {
       // Reduced values are read per row: the reduced tensor's dims are the leading iteration dims.
+      // The input has the iteration shape, up to length-1 dims ([M, N] in a [1, M, N] region),
+      // and its last dim is the last iteration dim, the one reduced.
       const TensorPtr& src = b.args[0].toTensor();
       int rank = static_cast<int>(prog_.iterShape.size());
-      if (src->shape != prog_.iterShape) {
+      std::vector<int> srcMap(rank);  // iteration dim -> dim of src
+      if (src->shape == prog_.iterShape) {
+        for (int d = 0; d < rank; ++d) srcMap[d] = d;
+      } else if (rank > 0 && sameUpToUnitDims(prog_.iterShape, src->shape) &&
+                 unitDimMap(prog_.iterShape, src->shape).back() == src->ndim() - 1) {
+        srcMap = unitDimMap(prog_.iterShape, src->shape);
+      } else {
         whyNot = "a reduction whose input is not of the iteration shape";
         return -1;
       }
-      std::vector<int> full(rank);
-      for (int d = 0; d < rank; ++d) full[d] = d;
-      int x = lower(src, full);
+      // The value of a row is read in that row only: each iteration dim reads the dim of the
+      // reduced tensor it reads of the input, the last none (length-1 dims do not matter). A
+      // broadcast that moves the reduced dims, as in x.sum(-1)[None, :], reads across rows.
+      for (int d = 0; d < rank; ++d) {
+        if (prog_.iterShape[d] != 1 && dimMap[d] != (d + 1 < rank ? srcMap[d] : -1)) {
+          whyNot = "a row reduction read across rows";
+          return -1;
+        }
+      }
+      int x = lower(src, srcMap);
       if (x < 0) return -1;
       if (op != "var") return reduce(op, x, src->dtype);
       // var = sum((x - mean)^2) / (N - correction), mean = sum(x) / N
@@ -302,13 +374,25 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
                  KernelProgram& out, std::string& whyNot) {
   out = KernelProgram{};
   out.name = name;
-  // The iteration shape: the largest shape among the values the region computes or reduces.
+  // The iteration shape: the largest shape among the values the region computes or reduces,
+  // first by rank, then by number of elements (a region that starts with per-row [M, 1] values
+  // still iterates over [M, N]). Ties keep the first shape, except that a reduction's input wins.
+  auto larger = [&](const Shape& s, bool winTies) {
+    int64_t r = static_cast<int64_t>(s.size()), cur = static_cast<int64_t>(out.iterShape.size());
+    if (r != cur) return r > cur;
+    int64_t n = 1, m = 1;
+    for (int64_t x : s) n *= x;
+    for (int64_t x : out.iterShape) m *= x;
+    return winTies ? n >= m : n > m;
+  };
+  bool reduces = false;
   for (const BoundSymbol& b : prims) {
     for (const TensorPtr& t : b.outputTensors())
-      if (t->ndim() > static_cast<int64_t>(out.iterShape.size())) out.iterShape = t->shape;
+      if (larger(t->shape, false)) out.iterShape = t->shape;
     if (b.sym->hasTag(kReductionOp)) {
+      reduces |= !isUnitReduction(b);
       const TensorProxy& a = b.args[0].tensor();
-      if (a.ndim() >= static_cast<int64_t>(out.iterShape.size())) out.iterShape = a.shape;
+      if (larger(a.shape, true)) out.iterShape = a.shape;
     }
   }
   Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);
@@ -317,6 +401,9 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
   Lowering low(out, prims, inputs);
   int rank = static_cast<int>(out.iterShape.size());
   for (const TensorPtr& t : outputs) {
+    // map[d]: the dim of t that iteration dim d stores to (-1: none). Outputs are contiguous and
+    // stored in iteration order, so a shape that differs from the iteration shape (or the reduced
+    // shape) only by length-1 dims has the same layout.
     std::vector<int> map(rank, -1);
     TensorPtr summed;
     KOutput col{t, -1, false, true};
@@ -335,10 +422,16 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     if (t->shape == out.iterShape) {
       for (int d = 0; d < rank; ++d) map[d] = d;
       isReduced = false;
-    } else if (rank > 0 && (t->shape == reduced || t->shape == keepdim)) {
-      // One value per row: the reduced shape, or it with a trailing 1 (keepdim), which has the
-      // same layout.
+    } else if (rank > 0 && reduces && (t->shape == reduced || t->shape == keepdim)) {
+      // One value per row: the reduced shape, or it with a trailing 1 (keepdim).
       for (int d = 0; d + 1 < rank; ++d) map[d] = d;
+      isReduced = true;
+    } else if (sameUpToUnitDims(t->shape, out.iterShape)) {
+      map = unitDimMap(out.iterShape, t->shape);
+      isReduced = false;
+    } else if (rank > 0 && reduces && sameUpToUnitDims(t->shape, reduced)) {
+      std::vector<int> rows = unitDimMap(reduced, t->shape);
+      std::copy(rows.begin(), rows.end(), map.begin());
       isReduced = true;
     } else {
       whyNot = "output " + t->name + " has shape " + t->typeString() + ", not the iteration shape";
@@ -348,9 +441,6 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     if (node < 0) {
       whyNot = low.whyNot;
       return false;
-    }
-    if (!isReduced && out.hasReduction() == false) {
-      // fine: pointwise output
     }
     out.outputs.push_back({t, node, isReduced});
   }

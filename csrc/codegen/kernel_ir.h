@@ -54,7 +54,8 @@ struct KOutput {
 /// A whole fused region lowered to scalar code.
 struct KernelProgram {
   std::string name;
-  /// The iteration shape: every full-size value has it; reduced values drop the last dim.
+  /// The iteration shape: every full-size value has it (up to length-1 dims); reduced values
+  /// drop the last dim.
   Shape iterShape;
   std::vector<KInput> inputs;
   std::vector<KNode> nodes;

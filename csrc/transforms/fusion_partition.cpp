@@ -84,7 +84,8 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
           for (const TensorPtr& t : p.inputTensors())
             if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
           for (const TensorPtr& t : p.outputTensors()) produced.insert(t.get());
-          if (p.sym->name != "broadcast_in_dim") ++r.computeOps;
+          // Broadcasts and reshapes only relabel dims: a region of shape ops alone is no fusion.
+          if (!p.sym->hasTag(kShapeOp)) ++r.computeOps;
           r.prims.push_back(p);
         }
       }

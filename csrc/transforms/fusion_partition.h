@@ -19,7 +19,7 @@ struct FusionRegion {
   std::vector<TensorPtr> inputs;
   /// Tensors computed in the region and used after it or returned.
   std::vector<TensorPtr> outputs;
-  /// Prims that compute (everything but broadcasts).
+  /// Prims that compute (everything but shape ops: broadcasts, reshapes, squeezes).
   int computeOps = 0;
 };
 

@@ -202,12 +202,16 @@ void registerShapeRules() {
     if (isFloating(a[0].tensor().dtype)) putGrad(a[0], toDType(g, a[0].tensor().dtype));
   });
   rule(sym(PrimId::broadcast_in_dim), [](const Args& a, X, X g) {
+    // Sum over the dims that are new or broadcast from length 1. A length-1 dim of the output
+    // holds one value: summing over it is a reshape, which the reshape below already does (and a
+    // sum would be a needless reduction phase in a fused kernel).
     const TensorProxy& t = a[0].tensor();
     Shape shape = a[1].toInts();
     std::vector<int64_t> bdims = a[2].toInts(), dims;
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      if (shape[d] == 1) continue;
       auto it = std::find(bdims.begin(), bdims.end(), d);
-      if (it == bdims.end() || (t.shape[it - bdims.begin()] == 1 && shape[d] != 1)) dims.push_back(d);
+      if (it == bdims.end() || t.shape[it - bdims.begin()] == 1) dims.push_back(d);
     }
     Value r = dims.empty() ? g : op("sum", {g, Value::ints(dims)});
     putGrad(a[0], op("reshape", {r, Value::ints(t.shape)}));

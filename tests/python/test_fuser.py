@@ -124,6 +124,78 @@ def test_column_sum_used_inside_a_region_starts_a_new_one():
     _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a, fusions=2)
 
 
+# Reshapes and squeezes that only insert or remove length-1 dims relabel dims, so they fuse like
+# broadcasts; other reshapes stay with torch. (name, fn, input shapes, expected cpuFusion regions)
+UNIT_DIM_CASES = [
+    ("unsqueeze_squeeze", lambda a: (a.exp().unsqueeze(1) * 2).squeeze(1).sin() + a, [(6, 9)], 1),
+    ("reshape_unit_dims", lambda a: ((a * 2 + 1).reshape(4, 1, 8, 1).exp() + 1).reshape(4, 8).cos() * 3, [(4, 8)], 1),
+    ("input_to_column", lambda a, b: (a.reshape(16, 1) * b).tanh() + b * (a.exp() + 1).reshape(16, 1), [(16,), (16, 33)], 1),
+    ("scalar_to_unit", lambda a, b: ((a * 3 + 1).reshape(1, 1) + b).exp() * 2, [(), (1, 1)], 1),
+    ("row_sum_reshaped", lambda a: a / a.abs().sum(-1).reshape(3, 5, 1) + 1, [(3, 5, 7)], 1),
+    ("rows_as_output", lambda a: (a.exp().sum(-1).reshape(1, 3, 5) * 2).sin(), [(3, 5, 7)], 1),
+    ("squeeze_middle", lambda a: torch.softmax(a * 2, -1).squeeze(1).exp() + 1, [(4, 1, 50)], 1),
+    # The reduction's input has the iteration shape up to a leading length-1 dim.
+    ("softmax_unit_view", lambda a: (torch.softmax(a, -1).reshape(1, 5, 40) * 2).exp(), [(5, 40)], 1),
+    ("leading_unit_log_softmax", lambda a: torch.log_softmax(a.unsqueeze(0) * 2, -1).squeeze(0).exp() - 1, [(3, 70)], 1),
+    # A reduction over a length-1 dim is its one element: a reshape, not a reduction phase.
+    ("reduce_unit_dim", lambda a, b: (b * a.amax(-1, keepdim=True)).exp() + b.sum(-1, keepdim=True), [(16, 1), (16, 33)], 1),
+    ("sum_of_unit_rows", lambda a: (a.exp().sum(-1) * 2).sin(), [(8, 1)], 1),
+    # Merging dims moves elements between dims: the reshape splits the chain in two regions.
+    ("merge_dims", lambda a: (a.exp() * 2).reshape(32).sin() + 1, [(4, 8)], 2),
+    # Row sums read along columns are not one iteration space: left to torch (fusing was wrong).
+    ("row_sum_across_rows", lambda a: a.exp() * a.sum(-1)[None, :] + 1, [(6, 6)], 0),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,fusions", UNIT_DIM_CASES, ids=[c[0] for c in UNIT_DIM_CASES])
+def test_cpu_fusion_of_unit_dim_reshapes(name, fn, shapes, fusions):
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    _check(fn, *args, fusions=fusions)
+
+
+def _rms_norm_with_bias(x, b, w):
+    return torch.nn.functional.rms_norm(x + b, (x.shape[-1],), w, 1e-6)
+
+
+# (name, () -> (fn, inputs), row reduction phases of the backward's second region). The bias
+# gradient sums the full-size input gradient per row: a second phase after the first row sum.
+RMS_NORM_TRAINING = [
+    ("contiguous", lambda: (rms_norm_bf16, [torch.randn(64, 128), torch.randn(128)]), 1),
+    ("transposed_input", lambda: (rms_norm_bf16, [torch.randn(128, 64).t(), torch.randn(128)]), 1),
+    ("three_dims", lambda: (rms_norm_bf16, [torch.randn(4, 16, 128), torch.randn(128)]), 1),
+    ("broadcast_bias", lambda: (_rms_norm_with_bias, [torch.randn(64, 128), torch.randn(64, 1), torch.randn(128)]), 2),
+]
+
+
+@pytest.mark.parametrize("name,make,phases", RMS_NORM_TRAINING, ids=[c[0] for c in RMS_NORM_TRAINING])
+def test_rms_norm_training_fuses_row_math(name, make, phases):
+    # The forward is one region, and so is the backward: the row sum, the per-row [M, 1] math, the
+    # full-size input gradient and the weight gradient's column sum.
+    torch.manual_seed(0)
+    fn, inputs = make()
+    args = [t.to(torch.float64).requires_grad_() for t in inputs]
+    assert name != "transposed_input" or not args[0].is_contiguous()
+    jf = thunder.jit(fn, executors=["fuser"])
+    out = jf(*args)
+    expected = fn(*args)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    grad = torch.randn_like(out)
+    grads = torch.autograd.grad(out, args, grad)
+    for got, want in zip(grads, torch.autograd.grad(expected, args, grad)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    forward = [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n != "del"]
+    assert forward == ["cpuFusion0"], forward
+    backward = thunder.last_backward_traces(jf)[-1]
+    names = [n for n in backward.bound_symbol_names if n != "del"]
+    assert names == ["cpuFusion0"], str(backward)
+    # The gradient of the [M] -> [M, 1] broadcast is a reshape, not a sum over the length-1 dim
+    # (which would be one more reduction phase).
+    sources = dict(_C.fusion_sources(backward))
+    assert f"{phases} row reduction phase(s)" in sources["cpuFusion0"]
+    assert "(column sum)" in sources["cpuFusion0"].splitlines()[2]
+
+
 def test_non_contiguous_inputs():
     a = torch.randn(32, 16).t()  # transposed
     b = torch.randn(16, 64)[:, ::2]  # strided

@@ -116,12 +116,24 @@ class Emitter {
 
   std::string rt(DType d) const { return registerType(d, cuda_); }
 
-  std::string load(int input, const std::string& offset) const {
-    const KInput& in = p_.inputs[input];
-    std::string x = "in" + std::to_string(input) + "[" + offset + "]";
-    if (in.tensor->dtype == DType::BFloat16) return "thunder_bf16_to_float(" + x + ")";
-    if (in.tensor->dtype == DType::Float16) return "thunder_f16_to_float(" + x + ")";
+  /// A stored element (the bits of a 16-bit float) as its register type.
+  static std::string fromStorage(DType d, const std::string& x) {
+    if (d == DType::BFloat16) return "thunder_bf16_to_float(" + x + ")";
+    if (d == DType::Float16) return "thunder_f16_to_float(" + x + ")";
     return x;
+  }
+
+  /// A register value converted to dtype d (16-bit floats rounded, held in float).
+  static std::string convert(DType d, const std::string& a, bool cuda) {
+    if (d == DType::Bool) return "(" + a + " != 0)";
+    std::string c = "static_cast<" + registerType(d, cuda) + ">(" + a + ")";
+    if (d == DType::BFloat16) return "thunder_round_bf16(" + c + ")";
+    if (d == DType::Float16) return "thunder_round_f16(" + c + ")";
+    return c;
+  }
+
+  std::string load(int input, const std::string& offset) const {
+    return fromStorage(p_.inputs[input].tensor->dtype, "in" + std::to_string(input) + "[" + offset + "]");
   }
 
   static std::string store(DType d, const std::string& v) {
@@ -137,13 +149,7 @@ class Emitter {
     DType od = n.operands.empty() ? d : p_.nodes[n.operands[0]].dtype;
     std::string a = o.empty() ? "" : o[0], b = o.size() > 1 ? o[1] : "";
     std::string T = rt(d);
-    if (op == "convert_element_type") {
-      if (d == DType::Bool) return "(" + a + " != 0)";
-      std::string c = "static_cast<" + T + ">(" + a + ")";
-      if (d == DType::BFloat16) return "thunder_round_bf16(" + c + ")";
-      if (d == DType::Float16) return "thunder_round_f16(" + c + ")";
-      return c;
-    }
+    if (op == "convert_element_type") return convert(d, a, cuda_);
     if (op == "where") return "(" + a + " ? " + b + " : " + o[2] + ")";
     if (op == "abs") return isF(d) ? fm("fabs", d) + "(" + a + ")" : d == DType::Bool ? a : "(" + a + " < 0 ? -" + a + " : " + a + ")";
     if (op == "neg") return "(-" + a + ")";
@@ -426,13 +432,7 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
     if (o.column) colOuts.push_back(o.node);
     else if (!o.reduced) fullOuts.push_back(o.node);
   auto rowVarying = [&](size_t k) { return R > 0 && p.inputs[k].dimMap[R - 1] >= 0; };
-  // Converts a stored element (bits of a 16-bit float) to its register type.
-  auto fromStorage = [&](size_t k, const std::string& x) {
-    DType d = p.inputs[k].tensor->dtype;
-    if (d == DType::BFloat16) return "thunder_bf16_to_float(" + x + ")";
-    if (d == DType::Float16) return "thunder_f16_to_float(" + x + ")";
-    return x;
-  };
+  auto fromStorage = [&](size_t k, const std::string& x) { return Emitter::fromStorage(p.inputs[k].tensor->dtype, x); };
 
   if (!p.rowKernel()) {
     auto indexDecomposition = [&](const char* var, const char* indent) {
@@ -862,13 +862,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
       if (!o.column) continue;
       // The epilogue: the sum converted through each dtype in turn, then stored.
       std::string v = "colsum" + std::to_string(j) + "[n]";
-      for (DType d : o.epilogue) {
-        std::string c = "static_cast<" + registerType(d, cuda) + ">(" + v + ")";
-        if (d == DType::BFloat16) c = "thunder_round_bf16(" + c + ")";
-        if (d == DType::Float16) c = "thunder_round_f16(" + c + ")";
-        if (d == DType::Bool) c = "(" + v + " != 0)";
-        v = c;
-      }
+      for (DType d : o.epilogue) v = Emitter::convert(d, v, cuda);
       s << "  for (int64_t n = 0; n < L; ++n) out" << j << "[n] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
     }
   }

@@ -301,7 +301,9 @@ struct CompiledRegion {
   KernelProgram prog;
   Device device;
   std::vector<int> argOf;  // kernel input -> call argument
-  std::string cudaSource;  // the predicted variant's source
+  std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
+  int vecWidth = 1;            // CUDA: elements per 16-byte access
+  std::string cudaSource;      // the predicted variant's source
   std::unordered_map<std::string, std::shared_future<CUmodule>> modules;  // CUDA: by entry point
   std::mutex mu;
   std::unordered_map<std::string, CpuFn> cpuFns;  // inner-stride pattern -> function
@@ -327,9 +329,7 @@ std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Ten
   g[R + I * R] = numel;
   g[R + I * R + 1] = L;
   g[R + I * R + 2] = L ? numel / L : 0;
-  for (size_t d = 0; d < R; ++d)
-    codegen::divisionMagic(std::max<int64_t>(1, std::min<int64_t>(p.iterShape[d], int64_t(1) << 31)),
-                           g[codegen::Geometry::magic(R, I, d)], g[codegen::Geometry::magic(R, I, d) + 1]);
+  std::copy(r.magic.begin(), r.magic.end(), g.begin() + codegen::Geometry::magic(R, I, 0));
   return g;
 }
 
@@ -379,7 +379,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
       // Wide accesses need rows a multiple of VEC long, and every input read with unit stride
       // along the row starting each row (and each group) on a VEC-aligned address.
-      int w = codegen::cudaVecWidth(p);
+      int w = r.vecWidth;
       static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
       bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
       for (size_t k = 0; k < I && vec; ++k) {
@@ -489,6 +489,13 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
   auto r = std::make_shared<CompiledRegion>();
   r->prog = prog;
   r->device = device;
+  for (int64_t size : prog.iterShape) {
+    int64_t magic, shift;
+    codegen::divisionMagic(std::max<int64_t>(1, std::min<int64_t>(size, int64_t(1) << 31)), magic, shift);
+    r->magic.push_back(magic);
+    r->magic.push_back(shift);
+  }
+  r->vecWidth = codegen::cudaVecWidth(prog);
   for (const codegen::KInput& in : prog.inputs) {
     int idx = -1;
     for (size_t i = 0; i < inputs.size(); ++i)

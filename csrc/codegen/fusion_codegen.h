@@ -27,16 +27,22 @@ struct CudaVariant {
   bool row = false;  // row reductions (else pointwise)
   int vec = 1;       // elements per wide access (1: element by element, any strides)
   bool idx32 = false;  // pointwise: 32-bit index arithmetic
-  int unroll = 2;      // pointwise, vectorized: groups of VEC per thread and iteration
+  int unroll = 4;      // pointwise, vectorized: rows per thread and iteration
+  /// Pointwise, vectorized: per input, how it is read along the row ('1' unit stride, 'g' other
+  /// strides, '0' constant along the row).
+  std::string pattern;
   int items = 0;       // row: chunks of VEC per thread kept in registers (0: re-read per phase)
   bool warp = false;   // row: one warp per row (else one block per row)
   int threads = 256;   // threads per block
-  /// The entry point's name for a kernel: `<kernel>`, `<kernel>_vec_32`, `<kernel>_r4_v4_b256`...
+  /// The entry point's name for a kernel: `<kernel>`, `<kernel>_t2_v4_110_32`, `<kernel>_r4_v4_b256`...
   std::string entry(const std::string& kernel) const;
 };
 
 /// The elements of one 16-byte access for the widest type a kernel reads along rows or writes.
 int cudaVecWidth(const KernelProgram& prog);
+
+/// The least power of two >= x (1 for x <= 1).
+int pow2ceil(int64_t x);
 
 /// Threads and register chunks for rows of L elements read VEC at a time.
 struct RowLaunch {
@@ -44,7 +50,8 @@ struct RowLaunch {
   int threads = 256;
   bool warp = false;
 };
-RowLaunch chooseRowLaunch(int64_t L, int vec);
+/// `threads` forces the block size of a long-row launch (0: chosen from L).
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0);
 
 /// The variant a program gets for contiguous inputs of its traced shapes.
 CudaVariant predictCudaVariant(const KernelProgram& prog);

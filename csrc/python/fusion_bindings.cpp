@@ -1,6 +1,8 @@
 // Bindings of the fusion executor: generated sources, NVRTC compilation, compile statistics.
 #include <pybind11/stl.h>
 
+#include <set>
+
 #include "codegen/fusion_codegen.h"
 #include "executors/fusion_executor.h"
 #include "ir/error.h"
@@ -21,7 +23,7 @@ void init(py::module_& m) {
       if (runtime::isFusion(b.sym)) out[py::str(b.sym->name)] = runtime::fusionSource(b.sym);
     return out;
   }, "The generated source of every fusion in an execution trace, by name.");
-  m.def("generate_fusion_sources", [](const std::shared_ptr<Trace>& trace, const std::string& target) {
+  m.def("generate_fusion_sources", [](const std::shared_ptr<Trace>& trace, const std::string& target, bool variants) {
     // Partitions a trace as the fuser does and emits each region's source for `target` ("cuda"
     // or "cpp"), whatever device the trace is on: for golden files and NVRTC checks without a GPU.
     THUNDER_CHECK_KIND(target == "cuda" || target == "cpp", ErrorKind::Value,
@@ -38,11 +40,47 @@ void init(py::module_& m) {
       std::string pattern;
       for (const codegen::KInput& in : prog.inputs)
         pattern += !prog.iterShape.empty() && in.dimMap.back() >= 0 ? '1' : '0';
-      out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog) : codegen::emitCpp(prog, pattern));
+      if (target != "cuda" || !variants) {
+        out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog) : codegen::emitCpp(prog, pattern));
+        return std::nullopt;
+      }
+      // Every kind of launch variant the runtime may pick for other strides and row lengths.
+      codegen::CudaVariant predicted = codegen::predictCudaVariant(prog);
+      std::vector<codegen::CudaVariant> vs{predicted};
+      codegen::CudaVariant scalar;
+      scalar.row = predicted.row;
+      scalar.threads = predicted.row ? 1024 : 256;
+      scalar.idx32 = true;
+      vs.push_back(scalar);
+      scalar.idx32 = false;
+      vs.push_back(scalar);
+      if (predicted.row) {
+        for (int64_t L : {int64_t(100), int64_t(8192), int64_t(1) << 20}) {
+          codegen::RowLaunch l = codegen::chooseRowLaunch(L, predicted.vec);
+          codegen::CudaVariant v = predicted;
+          v.items = l.items;
+          v.warp = l.warp;
+          v.threads = l.items ? l.threads : 1024;
+          vs.push_back(v);
+        }
+      } else if (predicted.vec > 1) {
+        codegen::CudaVariant v = predicted;
+        for (char& c : v.pattern) c = c == '1' ? 'g' : c;  // strided along the row
+        v.idx32 = false;
+        vs.push_back(v);
+        v = predicted;
+        for (char& c : v.pattern) c = '0';  // expanded along the row
+        vs.push_back(v);
+      }
+      std::set<std::string> seen;
+      for (const codegen::CudaVariant& v : vs)
+        if (seen.insert(v.entry(name)).second) out.emplace_back(v.entry(name), codegen::emitCuda(prog, v));
       return std::nullopt;
     }, codegen::isColumnSum);
     return out;
-  });
+  }, py::arg("trace"), py::arg("target"), py::arg("variants") = false,
+     "Partitions a trace as the fuser does and returns (name, source) per region for 'cuda' or "
+     "'cpp'; with variants=True (CUDA), one entry per kind of launch variant.");
   m.def("fusion_callables", [](const std::shared_ptr<Trace>& trace) {
     // Python callables that launch each fusion's kernel, so a printed execution trace with
     // fusions runs as Python: {"cudaFusion0": fn(*tensors) -> list of tensors}.

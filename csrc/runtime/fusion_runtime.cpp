@@ -396,11 +396,16 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       }
       codegen::CudaVariant v;
       v.vec = vec ? w : 1;
-      unsigned block, grid;
+      unsigned blockX = 1, blockY = 1, gridX = 1, gridY = 1;
       int sms = deviceInfo(device).sms;
       std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
       if (p.rowKernel()) {
-        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec);
+        static const int rowThreads = [] {  // experiments: force the block size of long-row kernels
+          const char* e = std::getenv("THUNDER_FUSER_ROW_THREADS");
+          int t = e ? std::atoi(e) : 0;
+          return t >= 32 && t <= 1024 ? t : 0;
+        }();
+        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads);
         static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
         if (uncached && !l.warp) l.items = 0;
         if (l.items == 0) l.threads = 1024;
@@ -408,13 +413,13 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         v.items = l.items;
         v.warp = l.warp;
         v.threads = l.threads;
-        block = static_cast<unsigned>(l.threads);
+        blockX = static_cast<unsigned>(l.threads);
         int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
-        grid = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
+        gridX = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
         if (p.hasColumns()) {
           // About one wave of blocks, each summing its rows' columns into one partial row per slot.
-          grid = static_cast<unsigned>(std::min<int64_t>(grid, int64_t(sms) * std::max(1, 2048 / l.threads)));
-          int64_t slots = l.items > 0 ? int64_t(grid) * rowsPerBlock : 1;
+          gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * std::max(1, 2048 / l.threads)));
+          int64_t slots = l.items > 0 ? int64_t(gridX) * rowsPerBlock : 1;
           for (size_t j = 0; j < p.outputs.size(); ++j) {
             const codegen::KOutput& o = p.outputs[j];
             if (!o.column) continue;
@@ -440,10 +445,21 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
         v.idx32 = fits;
         if (unroll) v.unroll = unroll;
-        block = 256;
-        int64_t work = (numel + v.vec - 1) / v.vec;
-        if (v.vec > 1) work = (work + v.unroll - 1) / v.unroll;
-        grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + block - 1) / block, int64_t(sms) * 32)));
+        if (v.vec > 1) {
+          // Tiles of TX column groups by TY rows, ROWS rows per thread (see emitCuda).
+          v.pattern = innerPattern(r, g);
+          int64_t groups = L / v.vec, rowsPerBlock;
+          blockX = static_cast<unsigned>(std::min<int64_t>(256, codegen::pow2ceil(groups)));
+          blockY = 256 / blockX;
+          rowsPerBlock = int64_t(blockY) * v.unroll;
+          gridX = static_cast<unsigned>((groups + blockX - 1) / blockX);
+          gridY = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 65535));
+        } else {
+          blockX = 256;
+          // One block per 256 elements: the hardware scheduler balances the blocks, so the
+          // last wave is short.
+          gridX = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((numel + blockX - 1) / blockX, int64_t(1) << 30)));
+        }
       }
       std::string entry = v.entry(p.name);
       std::shared_future<CUmodule> pending;
@@ -464,7 +480,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       for (auto& ptr : outPtrs) params.push_back(&ptr);
       params.push_back(g.data());
       void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
-      THUNDER_CHECK(driver().launch(fn, grid, 1, 1, block, 1, 1, 0, stream, params.data(), nullptr) == 0,
+      THUNDER_CHECK(driver().launch(fn, gridX, gridY, 1, blockX, blockY, 1, 0, stream, params.data(), nullptr) == 0,
                     "fuser: launching ", entry, " failed");
       for (auto& [j, part] : partials) {
         const codegen::KOutput& o = p.outputs[j];

@@ -41,10 +41,13 @@ TEST(RowLaunch, ShortRowsTakeAWarpLongRowsABlock) {
   RowLaunch s = chooseRowLaunch(100, 4);  // 25 chunks: one warp, one chunk per lane
   EXPECT_TRUE(s.warp);
   EXPECT_EQ(s.items, 1);
-  RowLaunch l = chooseRowLaunch(8192, 4);  // 2048 chunks: 512 threads of 4
+  RowLaunch l = chooseRowLaunch(8192, 4);  // 2048 chunks of 4 floats: 256 threads of 8
   EXPECT_FALSE(l.warp);
-  EXPECT_EQ(l.threads, 512);
-  EXPECT_EQ(l.items, 4);
+  EXPECT_EQ(l.threads, 256);
+  EXPECT_EQ(l.items, 8);
+  RowLaunch h = chooseRowLaunch(8192, 8);  // 1024 chunks of 8 bf16: 256 threads of 4
+  EXPECT_EQ(h.threads, 256);
+  EXPECT_EQ(h.items, 4);
   RowLaunch huge = chooseRowLaunch(int64_t(1) << 20, 4);  // more than 16 chunks per thread
   EXPECT_EQ(huge.items, 0);
   for (int64_t L : {1, 31, 1000, 4096, 65536, 262144})

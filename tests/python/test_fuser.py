@@ -65,6 +65,40 @@ def test_cuda_sources_compile_with_nvrtc(name):
             assert _C.nvrtc_compile(source, arch) > 0, (kernel, arch)
 
 
+def _variant_programs():
+    torch.manual_seed(0)
+    progs = dict(_programs())
+    progs["rank3_broadcasts"] = (
+        lambda x, r, c: (x * r + c).tanh() - x.to(torch.bfloat16).float(),
+        (torch.randn(4, 8, 64), torch.randn(4, 1, 1), torch.randn(64)),
+    )
+
+    progs["rms_norm_backward"] = (
+        lambda x, w: torch.nn.functional.rms_norm(x, (64,), w, 1e-6),
+        (torch.randn(8, 64, requires_grad=True), torch.randn(64, requires_grad=True)),
+    )
+    return progs
+
+
+@pytest.mark.skipif(not _C.nvrtc_available(), reason="libnvrtc is not installed (make setup installs it)")
+@pytest.mark.parametrize("name", sorted(_variant_programs()))
+def test_cuda_launch_variants_compile_with_nvrtc(name):
+    # Every kind of launch variant (strided, expanded, scalar, warp, block and re-reading rows)
+    # compiles, not only the one the traced shapes predict.
+    fn, args = _variant_programs()[name]
+    jf = thunder.jit(fn, executors=[])
+    out = jf(*args)
+    trace = thunder.last_traces(jf)[1]
+    if out.requires_grad:  # the backward trace: the input gradient and the column sum of the weight's
+        out.backward(torch.randn_like(out))
+        trace = thunder.last_backward_traces(jf)[0]
+    sources = _C.generate_fusion_sources(trace, "cuda", variants=True)
+    assert len(sources) >= 3
+    for entry, source in sources:
+        assert f" {entry}(" in source
+        assert _C.nvrtc_compile(source, "sm_90") > 0, entry
+
+
 def _check(fn, *args, atol=None, rtol=None, fusions=1):
     jf = thunder.jit(fn, executors=["fuser"])
     out = jf(*args)

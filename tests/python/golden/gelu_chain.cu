@@ -112,51 +112,37 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
   }
 }
 template <typename IdxT>
-__device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  constexpr int VEC = 4, UNROLL = 2;
-  const IdxT groups = (IdxT)(g.v[8] / VEC);
-  const IdxT step = (IdxT)gridDim.x * blockDim.x * UNROLL;
-  for (IdxT first = (IdxT)blockIdx.x * blockDim.x * UNROLL + threadIdx.x; first < groups; first += step) {
-    alignas(16) float a0[UNROLL][VEC];
-    alignas(16) float a1[UNROLL][VEC];
-    alignas(16) float a2[UNROLL][VEC];
+__device__ __forceinline__ void cudaFusion0_tile_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
+  constexpr int VEC = 4, ROWS = 4;
+  const IdxT L = (IdxT)g.v[9], rows = (IdxT)g.v[10];
+  const IdxT col = ((IdxT)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  if (col >= L) return;
+  alignas(16) float a1[VEC];
+  thunder_vcopy<VEC>(a1, in1 + col);
+  alignas(16) float a2[VEC];
+  thunder_vcopy<VEC>(a2, in2 + col);
+  const IdxT step = (IdxT)gridDim.y * blockDim.y * ROWS;
+  for (IdxT r0 = ((IdxT)blockIdx.y * blockDim.y + threadIdx.y) * ROWS; r0 < rows; r0 += step) {
+    alignas(16) float a0[ROWS][VEC];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const IdxT grp = first + (IdxT)u * blockDim.x;
-      if (grp >= groups) break;
-      IdxT rem = grp * VEC;
-      const IdxT i1 = thunder_divmod<IdxT>(rem, g.v[1], g.v[13], g.v[14]);
+    for (int u = 0; u < ROWS; ++u) {
+      const IdxT r = r0 + u;
+      if (r >= rows) break;
+      IdxT rem = r;
       const IdxT i0 = rem;
-      if (g.v[3] == 1) {
-        thunder_vcopy<VEC>(a0[u], in0 + i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) a0[u][k] = in0[i0 * (IdxT)g.v[2] + i1 * (IdxT)g.v[3] + k * (IdxT)g.v[3]];
-      }
-      if (g.v[5] == 1) {
-        thunder_vcopy<VEC>(a1[u], in1 + i1 * (IdxT)g.v[5]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) a1[u][k] = in1[i1 * (IdxT)g.v[5] + k * (IdxT)g.v[5]];
-      }
-      if (g.v[7] == 1) {
-        thunder_vcopy<VEC>(a2[u], in2 + i1 * (IdxT)g.v[7]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) a2[u][k] = in2[i1 * (IdxT)g.v[7] + k * (IdxT)g.v[7]];
-      }
+      thunder_vcopy<VEC>(a0[u], (in0 + (i0 * (IdxT)g.v[2])) + col);
     }
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const IdxT grp = first + (IdxT)u * blockDim.x;
-      if (grp >= groups) break;
+    for (int u = 0; u < ROWS; ++u) {
+      const IdxT r = r0 + u;
+      if (r >= rows) break;
       alignas(16) float b0[VEC];
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float v0 = a0[u][k];  // load t_0
-        const float v1 = a1[u][k];  // load t_1
+        const float v1 = a1[k];  // load t_1
         const float v2 = (v0 * v1);  // mul
-        const float v3 = a2[u][k];  // load t_2
+        const float v3 = a2[k];  // load t_2
         const float v4 = (v2 + v3);  // add
         const float v5 = static_cast<float>(0.5);  // constant
         const float v6 = static_cast<float>(1.0);  // constant
@@ -171,8 +157,8 @@ __device__ __forceinline__ void cudaFusion0_vec_body(const float* __restrict__ i
         const float v15 = (v14 - v0);  // sub
         b0[k] = v15;
       }
-      thunder_vcopy<VEC>(out0 + grp * VEC, b0);
+      thunder_vcopy<VEC>(out0 + r * L + col, b0);
     }
   }
 }
-extern "C" __global__ void __launch_bounds__(256) cudaFusion0_vec_u2_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_vec_body<uint32_t>(in0, in1, in2, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_t4_v4_111_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_tile_body<uint32_t>(in0, in1, in2, out0, g); }

@@ -341,7 +341,7 @@ int pow2ceil(int64_t x) {
   return p;
 }
 
-RowLaunch chooseRowLaunch(int64_t L, int vec, int threads) {
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns) {
   int64_t chunks = (L + vec - 1) / vec;
   RowLaunch r;
   if (chunks <= 32 * 8) {  // short rows: one warp per row, eight rows per block, no shared memory
@@ -353,7 +353,7 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads) {
   // Long rows: one block per row, about 32 elements per thread held in registers (8 chunks of
   // four floats, 4 of eight bf16 values): on an H200 that beat 4 chunks of either by up to 6%
   // for row lengths 2K to 32K, and 2 chunks lost up to 20% to shared-memory reductions.
-  r.threads = threads > 0 ? threads : std::min<int>(1024, std::max<int>(128, pow2ceil((L + 31) / 32)));
+  r.threads = threads > 0 ? threads : std::min<int>(1024, std::max<int>(columns ? 256 : 128, pow2ceil((L + 31) / 32)));
   r.items = pow2ceil((chunks + r.threads - 1) / r.threads);
   if (r.items > 16) r.items = 0;  // longer than 16 chunks per thread: re-read the row per phase
   return r;
@@ -380,7 +380,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
   if (p.rowKernel()) {
     v.row = true;
     v.vec = vecOk ? w : 1;
-    RowLaunch l = chooseRowLaunch(L, v.vec);
+    RowLaunch l = chooseRowLaunch(L, v.vec, 0, p.hasColumns());
     v.items = l.items;
     v.warp = l.warp;
     v.threads = l.threads;
@@ -599,12 +599,14 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   return v;
 }
 )";
-  s << "template <int ITEMS, int VEC, bool WARP>\n__device__ __forceinline__ void " << p.name << "_row(" << params << ") {\n";
+  // THREADS (the block size) is a compile-time constant so that the columns of a thread's chunks
+  // are constant offsets from one address: fewer registers than one 64-bit address per chunk.
+  s << "template <int ITEMS, int VEC, bool WARP, int THREADS>\n__device__ __forceinline__ void " << p.name << "_row(" << params << ") {\n";
   s << "  __shared__ double shared_d[32];\n";
   s << "  const int64_t L = g.v[" << gL << "], rows = g.v[" << gRows << "];\n";
   s << "  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;\n";
-  s << "  const int tpr = WARP ? 32 : blockDim.x;\n";
-  s << "  const int64_t rpb = WARP ? (blockDim.x >> 5) : 1;\n";
+  s << "  constexpr int tpr = WARP ? 32 : THREADS;\n";
+  s << "  constexpr int64_t rpb = WARP ? (THREADS >> 5) : 1;\n";
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const KOutput& o = p.outputs[j];
     if (!o.column) continue;
@@ -765,7 +767,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   s << "}\n";
   s << "extern \"C\" __global__ void __launch_bounds__(" << variant.threads << ") " << variant.entry(p.name) << "("
     << params << ") { " << p.name << "_row<" << variant.items << ", " << variant.vec << ", "
-    << (variant.warp ? "true" : "false") << ">(" << argNames << "); }\n";
+    << (variant.warp ? "true" : "false") << ", " << variant.threads << ">(" << argNames << "); }\n";
   return s.str();
 }
 

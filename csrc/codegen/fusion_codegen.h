@@ -50,8 +50,9 @@ struct RowLaunch {
   int threads = 256;
   bool warp = false;
 };
-/// `threads` forces the block size of a long-row launch (0: chosen from L).
-RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0);
+/// `threads` forces the block size of a long-row launch (0: chosen from L); `columns`: the kernel
+/// also sums columns (it reads two full inputs per row, and wants more threads per row).
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false);
 
 /// The variant a program gets for contiguous inputs of its traced shapes.
 CudaVariant predictCudaVariant(const KernelProgram& prog);

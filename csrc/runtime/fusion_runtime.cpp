@@ -405,10 +405,10 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           int t = e ? std::atoi(e) : 0;
           return t >= 32 && t <= 1024 ? t : 0;
         }();
-        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads);
+        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns());
         static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
         if (uncached && !l.warp) l.items = 0;
-        if (l.items == 0) l.threads = 1024;
+        if (l.items == 0 && !(uncached && rowThreads)) l.threads = 1024;
         v.row = true;
         v.items = l.items;
         v.warp = l.warp;
@@ -418,7 +418,12 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         gridX = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
         if (p.hasColumns()) {
           // About one wave of blocks, each summing its rows' columns into one partial row per slot.
-          gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * std::max(1, 2048 / l.threads)));
+          static const int colBlocks = [] {  // experiments: blocks per SM of column-sum kernels
+            const char* e = std::getenv("THUNDER_FUSER_COL_BLOCKS");
+            return e ? std::atoi(e) : 0;
+          }();
+          int perSm = colBlocks > 0 ? colBlocks : std::max(1, 2048 / l.threads);
+          gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * perSm));
           int64_t slots = l.items > 0 ? int64_t(gridX) * rowsPerBlock : 1;
           for (size_t j = 0; j < p.outputs.size(); ++j) {
             const codegen::KOutput& o = p.outputs[j];

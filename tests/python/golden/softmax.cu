@@ -112,13 +112,13 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <int ITEMS, int VEC, bool WARP>
+template <int ITEMS, int VEC, bool WARP, int THREADS>
 __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
   __shared__ double shared_d[32];
   const int64_t L = g.v[5], rows = g.v[6];
   const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;
-  const int tpr = WARP ? 32 : blockDim.x;
-  const int64_t rpb = WARP ? (blockDim.x >> 5) : 1;
+  constexpr int tpr = WARP ? 32 : THREADS;
+  constexpr int64_t rpb = WARP ? (THREADS >> 5) : 1;
   for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {
     int64_t rem = row;
     const int64_t i0 = rem;
@@ -249,4 +249,4 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
     if (!WARP) __syncthreads();
   }
 }
-extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v4_w256(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 4, true>(in0, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v4_w256(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 4, true, 256>(in0, out0, g); }

@@ -380,6 +380,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       // Wide accesses need rows a multiple of VEC long, and every input read with unit stride
       // along the row starting each row (and each group) on a VEC-aligned address.
       int w = r.vecWidth;
+      // Knobs for experiments, read once: THUNDER_FUSER_NOVEC (no wide accesses),
+      // THUNDER_FUSER_UNROLL (rows per thread of tiled pointwise kernels: 1, 2, 4 or 8),
+      // THUNDER_FUSER_64BIT (64-bit pointwise indices), THUNDER_FUSER_ROW_THREADS (block size of
+      // long-row kernels), THUNDER_FUSER_ROW_UNCACHED (re-read rows instead of holding them),
+      // THUNDER_FUSER_COL_BLOCKS (blocks per SM of column-sum kernels).
       static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
       bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
       for (size_t k = 0; k < I && vec; ++k) {

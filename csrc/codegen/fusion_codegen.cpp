@@ -335,6 +335,12 @@ int cudaVecWidth(const KernelProgram& p) {
   return std::max(1, 16 / maxSize);
 }
 
+std::string contiguousPattern(const KernelProgram& p) {
+  std::string pattern;
+  for (const KInput& in : p.inputs) pattern += !p.iterShape.empty() && in.dimMap.back() >= 0 ? '1' : '0';
+  return pattern;
+}
+
 int pow2ceil(int64_t x) {
   int p = 1;
   while (p < x) p <<= 1;
@@ -387,8 +393,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
   } else {
     v.vec = vecOk ? w : 1;
     v.idx32 = numel < (int64_t(1) << 31);
-    if (v.vec > 1)
-      for (const KInput& in : p.inputs) v.pattern += in.dimMap[R - 1] >= 0 ? '1' : '0';
+    if (v.vec > 1) v.pattern = contiguousPattern(p);
   }
   return v;
 }
@@ -435,13 +440,21 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
     if (o.column) colOuts.push_back(o.node);
     else if (!o.reduced) fullOuts.push_back(o.node);
   auto rowVarying = [&](size_t k) { return R > 0 && p.inputs[k].dimMap[R - 1] >= 0; };
+  // Whether input k differs from row to row (depends on a dim before the last).
+  auto perRow = [&](size_t k) {
+    for (size_t d = 0; d + 1 < R; ++d)
+      if (p.inputs[k].dimMap[d] >= 0) return true;
+    return false;
+  };
   auto fromStorage = [&](size_t k, const std::string& x) { return Emitter::fromStorage(p.inputs[k].tensor->dtype, x); };
 
   if (!p.rowKernel()) {
-    auto indexDecomposition = [&](const char* var, const char* indent) {
-      // i<R-1> ... i0 from the linear index; the outermost needs no modulo.
+    auto indexDecomposition = [&](const char* var, size_t dims, const char* indent) {
+      // i<dims-1> ... i0 from a linear index over the first `dims` dims; the outermost needs no
+      // modulo.
+      if (dims == 0) return;
       s << indent << "IdxT rem = " << var << ";\n";
-      for (size_t k = R; k-- > 0;) {
+      for (size_t k = dims; k-- > 0;) {
         if (k == 0) s << indent << "const IdxT i0 = rem;\n";
         else s << indent << "const IdxT i" << k << " = thunder_divmod<IdxT>(rem, g.v[" << k << "], g.v["
                << Geometry::magic(R, I, k) << "], g.v[" << Geometry::magic(R, I, k) + 1 << "]);\n";
@@ -477,7 +490,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_body(" << params << ") {\n";
       s << "  const IdxT numel = (IdxT)g.v[" << gNumel << "];\n";
       s << "  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {\n";
-      indexDecomposition("i", "    ");
+      indexDecomposition("i", R, "    ");
       std::string body;
       e.emitNodes(fullOuts, {}, offsetOf, "    ", body);
       s << body << storeLines(p, false, "out", "i", "    ", ";\n") << "  }\n}\n";
@@ -495,11 +508,6 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     // constant along the row (one element). Outputs are written with wide stores.
     const std::string& pat = variant.pattern;
     THUNDER_CHECK(pat.size() == I, "fuser: pointwise pattern '", pat, "' for ", I, " inputs");
-    auto columnOnly = [&](size_t k) {
-      for (size_t d = 0; d + 1 < R; ++d)
-        if (p.inputs[k].dimMap[d] >= 0) return false;
-      return true;
-    };
     auto strideExpr = [&](size_t k, size_t d) { return "(IdxT)" + strideOf(k, d); };
     // Reads group `dst` of input k at row offset `ro` ("" for none).
     auto readGroup = [&](size_t k, const std::string& dst, const std::string& ro, const std::string& indent) {
@@ -519,7 +527,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     s << "  const IdxT col = ((IdxT)blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n";
     s << "  if (col >= L) return;\n";
     for (size_t k = 0; k < I; ++k) {
-      if (!columnOnly(k)) continue;
+      if (perRow(k)) continue;
       std::string st = storageType(p.inputs[k].tensor->dtype, cuda), ks = std::to_string(k);
       s << "  alignas(16) " << st << " a" << ks << "[" << (pat[k] == '0' ? "1" : "VEC") << "];\n";
       readGroup(k, "a" + ks, "", "  ");
@@ -527,7 +535,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     s << "  const IdxT step = (IdxT)gridDim.y * blockDim.y * ROWS;\n";
     s << "  for (IdxT r0 = ((IdxT)blockIdx.y * blockDim.y + threadIdx.y) * ROWS; r0 < rows; r0 += step) {\n";
     for (size_t k = 0; k < I; ++k) {
-      if (columnOnly(k)) continue;
+      if (!perRow(k)) continue;
       std::string st = storageType(p.inputs[k].tensor->dtype, cuda);
       s << "    alignas(16) " << st << " a" << k << "[ROWS][" << (pat[k] == '0' ? "1" : "VEC") << "];\n";
     }
@@ -535,17 +543,10 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     s << "      const IdxT r = r0 + u;\n      if (r >= rows) break;\n";
     // The row index over the outer dims R-2 ... 0.
     bool anyRowInput = false;
-    for (size_t k = 0; k < I; ++k) anyRowInput = anyRowInput || !columnOnly(k);
-    if (anyRowInput && R > 1) {
-      s << "      IdxT rem = r;\n";
-      for (size_t d = R - 1; d-- > 0;) {
-        if (d == 0) s << "      const IdxT i0 = rem;\n";
-        else s << "      const IdxT i" << d << " = thunder_divmod<IdxT>(rem, g.v[" << d << "], g.v["
-               << Geometry::magic(R, I, d) << "], g.v[" << Geometry::magic(R, I, d) + 1 << "]);\n";
-      }
-    }
+    for (size_t k = 0; k < I; ++k) anyRowInput = anyRowInput || perRow(k);
+    if (anyRowInput) indexDecomposition("r", R - 1, "      ");
     for (size_t k = 0; k < I; ++k) {
-      if (columnOnly(k)) continue;
+      if (!perRow(k)) continue;
       std::string ro;
       for (size_t d = 0; d + 1 < R; ++d) {
         if (p.inputs[k].dimMap[d] < 0) continue;
@@ -565,7 +566,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       if (n.kind != KNode::Kind::Load) continue;
       size_t k = static_cast<size_t>(n.input);
       std::string at = pat[k] == '0' ? "[0]" : "[k]";
-      staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (columnOnly(k) ? "" : "[u]") + at);
+      staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (perRow(k) ? "[u]" : "") + at);
     }
     std::string body;
     e.emitNodes(fullOuts, {}, offsetOf, "        ", body, &staged);
@@ -644,9 +645,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   // (a weight along the row) are re-read where used, from cache, to save registers.
   std::vector<size_t> cached, streamed;
   for (size_t k : varying) {
-    bool perRow = false;
-    for (size_t d = 0; d + 1 < R; ++d) perRow |= p.inputs[k].dimMap[d] >= 0;
-    (perRow ? cached : streamed).push_back(k);
+    (perRow(k) ? cached : streamed).push_back(k);
   }
   for (size_t k : cached)
     s << "    alignas(16) " << storageType(p.inputs[k].tensor->dtype, cuda) << " c" << k << "[ITEMS ? ITEMS : 1][VEC];\n";

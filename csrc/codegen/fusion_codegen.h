@@ -41,6 +41,10 @@ struct CudaVariant {
 /// The elements of one 16-byte access for the widest type a kernel reads along rows or writes.
 int cudaVecWidth(const KernelProgram& prog);
 
+/// The inner-stride pattern of contiguous inputs: per input '1' if it is read along the last
+/// dim, else '0' (see CudaVariant::pattern and emitCpp).
+std::string contiguousPattern(const KernelProgram& prog);
+
 /// The least power of two >= x (1 for x <= 1).
 int pow2ceil(int64_t x);
 

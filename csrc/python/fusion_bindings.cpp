@@ -37,11 +37,9 @@ void init(py::module_& m) {
       std::string why;
       if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, why)) return std::nullopt;
       ++counter;
-      std::string pattern;
-      for (const codegen::KInput& in : prog.inputs)
-        pattern += !prog.iterShape.empty() && in.dimMap.back() >= 0 ? '1' : '0';
       if (target != "cuda" || !variants) {
-        out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog) : codegen::emitCpp(prog, pattern));
+        out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog)
+                                                : codegen::emitCpp(prog, codegen::contiguousPattern(prog)));
         return std::nullopt;
       }
       // Every kind of launch variant the runtime may pick for other strides and row lengths.

@@ -539,11 +539,7 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
     int dev = device.index;
     r->modules[v.entry(prog.name)] = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
   } else {
-    r->contiguousPattern.clear();
-    for (const codegen::KInput& in : prog.inputs) {
-      bool innerRead = !prog.iterShape.empty() && in.dimMap.back() >= 0;
-      r->contiguousPattern += innerRead ? '1' : '0';
-    }
+    r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
     r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
   }

@@ -63,11 +63,17 @@ class Symbol {
   std::string executor;
   /// Printed without the module prefix (executor operators: `multimul(...)`).
   bool bareName = false;
+  /// When set, printed instead of the name: the PyTorch callable a fallback symbol runs
+  /// ("torch.nn.functional.hardtanh"), while its id stays unique.
+  std::string printAs;
 
   /// "prims.add".
   std::string id() const { return module.empty() ? name : module + "." + name; }
   /// How the symbol prints in a trace: "prims.add", "torch.mul", "multimul".
-  std::string printName() const { return bareName || module.empty() ? name : id(); }
+  std::string printName() const {
+    if (!printAs.empty()) return printAs;
+    return bareName || module.empty() ? name : id();
+  }
   bool isPrim() const { return module == "prims"; }
   bool hasTag(Tag t) const { return (tags & t) != 0; }
 

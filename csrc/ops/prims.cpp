@@ -503,6 +503,18 @@ Value meta_embedding(const std::vector<Value>& args) {
   return newTensor(out, w.dtype, w.device);
 }
 
+Value meta_copy_(const std::vector<Value>& args) {
+  const std::string op = "prims.copy_";
+  const TensorProxy& src = tensorArg(args[0], "copy_", "src");
+  const TensorProxy& dst = tensorArg(args[1], "copy_", "dst");
+  THUNDER_CHECK(src.shape == dst.shape, op, ": src of shape ", shapeStr(src.shape),
+                " does not match dst of shape ", shapeStr(dst.shape));
+  THUNDER_CHECK_KIND(src.dtype == dst.dtype, ErrorKind::Type, op, ": src has dtype ",
+                     dtypeName(src.dtype), " but dst has dtype ", dtypeName(dst.dtype));
+  commonDevice({args[0], args[1]}, op);
+  return newTensor(dst.shape, dst.dtype, dst.device);
+}
+
 Value delMeta(const std::vector<Value>&) { return Value(); }
 
 Symbol* makePrim(const char* name, const std::string& sig, uint32_t tags, SymbolFn meta) {
@@ -648,5 +660,6 @@ Value linear(const Value& a, const Value& w, const Value& bias) {
 Value embedding(const Value& a, const Value& weight, std::optional<int64_t> paddingIdx) {
   return call(symbol(PrimId::embedding), {a, weight, paddingIdx ? Value(*paddingIdx) : Value()});
 }
+Value copy_(const Value& src, const Value& dst) { return call(symbol(PrimId::copy_), {src, dst}); }
 
 }  // namespace thunder::prims

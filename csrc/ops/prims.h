@@ -70,5 +70,7 @@ Value argmin(const Value& a, std::optional<int64_t> dim);
 Value matmul(const Value& a, const Value& b);
 Value linear(const Value& a, const Value& w, const Value& bias);
 Value embedding(const Value& a, const Value& weight, std::optional<int64_t> paddingIdx);
+/// Writes src into dst (a trace input of the same shape, dtype and device); returns dst.
+Value copy_(const Value& src, const Value& dst);
 
 }  // namespace thunder::prims

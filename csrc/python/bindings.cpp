@@ -533,6 +533,10 @@ PYBIND11_MODULE(_C, m) {
     size_t pos = 0;
     return unflatten(*spec, leaves, pos);
   });
+  m.def("capture_tensor", [](py::handle t) {
+    THUNDER_CHECK_KIND(THPVariable_Check(t.ptr()), ErrorKind::Type, "capture_tensor: expected a torch.Tensor");
+    return captureTensor(THPVariable_Unpack(t.ptr()));
+  }, "The proxy of a real tensor met while tracing (it becomes an input of the trace).");
   m.def("torch_names", [] {
     py::list l;
     for (const ltorch::TorchName& n : ltorch::torchNames())

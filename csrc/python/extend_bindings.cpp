@@ -309,7 +309,8 @@ void init(py::module_& m) {
   m.def(
       "extend_register_operator",
       [](const std::string& executor, const std::string& name, const py::list& paramSpec,
-         py::object like, py::object meta, py::object fn, const std::vector<std::string>& tags) {
+         py::object like, py::object meta, py::object fn, const std::vector<std::string>& tags,
+         const std::string& printAs) {
         Executor& ex = executorNamed(executor);
         std::vector<Param> params = toParams(paramSpec);
         auto spec = std::make_shared<OutputSpec>();
@@ -321,6 +322,7 @@ void init(py::module_& m) {
         sym->style = PrintStyle::Torch;
         sym->executor = executor;
         sym->bareName = true;
+        sym->printAs = printAs;
         if (!like.is_none()) {
           sym->impl = tracedFn(PyRef(like), params, spec);
         } else {
@@ -334,6 +336,8 @@ void init(py::module_& m) {
         ex.addImplementation(s->id(), Implementation{s, {}, {}});
         return s;
       },
+      py::arg("executor"), py::arg("name"), py::arg("params"), py::arg("like"), py::arg("meta"),
+      py::arg("fn"), py::arg("tags"), py::arg("print_as") = std::string(),
       py::return_value_policy::reference,
       "Registers an operator of an executor: a symbol printed by its bare name whose "
       "decomposition (like) or meta function and kernel (fn) are Python functions.");

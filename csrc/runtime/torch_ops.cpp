@@ -297,6 +297,11 @@ void registerPrimKernels() {
   });
   impl("prims.embedding", "torchex", "embedding",
        [](K& a) -> c10::IValue { return at::embedding(a.t(1), a.t(0)); });
+  impl("prims.copy_", "torchex", "copy_", [](K& a) -> c10::IValue {
+    at::Tensor dst = a.t(1);
+    dst.copy_(a.t(0));
+    return dst;
+  });
 }
 
 std::optional<at::Tensor> optTensor(K& a, size_t i) {

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch as pytorch
 
 from thunder import _C
-from thunder.core import devices, dtypes
+from thunder.core import devices, dtypes, functionalize
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
@@ -50,12 +50,23 @@ def _executor_names(executors) -> list[str]:
     names = []
     for ex in executors:
         names.append(ex if isinstance(ex, str) else ex.name)
-    # The torch executor takes whatever the others leave, so it is always there, last.
-    names = [n for n in names if n != "torch"] + ["torch"]
+    # Calls with no thunder symbol run in the fallback executor; the torch executor takes
+    # whatever the others leave. Both are always there, last.
+    from thunder.core import fallback
+
+    fallback._ensure_executor()
+    names = [n for n in names if n not in ("torch", fallback.EXECUTOR)] + [fallback.EXECUTOR, "torch"]
     return names
 
 
-def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None]):
+def _write_back(state) -> None:
+    """Inputs updated in place get their new value written back (prims.copy_) at the end."""
+    copy_ = _C.get_symbol("prims.copy_")
+    for original, latest in state.mutated_inputs():
+        copy_(latest, original)
+
+
+def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors)."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
@@ -76,8 +87,13 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         trace.set_provenance("Constructed by Trace acquisition")
-        with ThunderTorchMode():
-            out = fn(*pargs, **pkwargs)
+        with functionalize.tracing_state(trace) as state:
+            with ThunderTorchMode():
+                out = fn(*pargs, **pkwargs)
+                if on_exit is not None:
+                    on_exit(state)
+            out = state.fresh(out)
+            _write_back(state)
         trace.set_output(out)
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
@@ -140,18 +156,33 @@ class ThunderModule(pytorch.nn.Module):
         state, user_args = args[0], args[1:]
         names = [_sanitize(qual) for _, _, _, qual in self._slots]
 
+        slot_proxies = []
+
         def run(state_proxies, *a, **k):
             saved = []
             try:
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
                     getattr(mod, kind)[name] = p
+                slot_proxies[:] = state_proxies
                 return self._model(*a, **k)
             finally:
                 for mod, kind, name, old in saved:
                     getattr(mod, kind)[name] = old
 
-        trace, sources, closures = _trace(run, (state, *user_args), kwargs, names)
+        def reassigned(fstate):
+            # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
+            for (mod, kind, name, qual), p in zip(self._slots, slot_proxies):
+                now = getattr(mod, kind).get(name)
+                if now is not p and now is not None:
+                    if not isinstance(now, TensorProxy) or now.shape != p.shape or now.dtype != p.dtype:
+                        raise NotImplementedError(
+                            f"thunder.jit: forward replaced the {kind[1:-1]} {qual} by a value of another "
+                            f"shape, dtype or kind; only values like it can be written back"
+                        )
+                    functionalize.commit(fstate, f"assignment to {qual}", p, now)
+
+        trace, sources, closures = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 

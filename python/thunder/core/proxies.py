@@ -10,7 +10,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from thunder import _C
-from thunder.core import devices
+from thunder.core import devices, fallback, functionalize
 
 TensorProxy = _C.TensorProxy
 
@@ -71,13 +71,26 @@ def _qualname(func) -> str:
 
 
 def dispatch(func, args, kwargs):
-    """Runs a torch callable on proxies: the mapped ltorch symbol, or a clear error."""
+    """Runs a torch callable on proxies: the mapped ltorch symbol, an in-place op made functional,
+    or, for a callable with no thunder symbol, a fallback symbol that PyTorch runs."""
+    st = functionalize.current()
+    if st is not None and (st.latest or st.stale):
+        orig_first = args[0] if args else None
+        args, kwargs = st.fresh(args), st.fresh(kwargs)
+    else:
+        orig_first = args[0] if args else None
     special = _SPECIAL.get(func)
     if special is not None:
-        return special(*args, **kwargs)
+        out = special(*args, **kwargs)
+        _note_views(st, func, args, out)
+        return out
     # torch.nn.functional.softmax and friends pass their warning stack level along.
     if "_stacklevel" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
+    if st is not None:
+        r = _maybe_inplace(st, func, orig_first, args, kwargs)
+        if r is not _NOT_INPLACE:
+            return r
     entry = _TORCH_MAP.get(func)
     if entry is None:
         if not _has_proxy(args) and not _has_proxy(kwargs):
@@ -85,7 +98,9 @@ def dispatch(func, args, kwargs):
             # tensor the function closes over).
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
-        raise NotImplementedError(f"thunder.jit: {_qualname(func)} is not supported: it has no mapping to a thunder operation")
+        out = fallback.call(func, _qualname(func), args, kwargs)
+        _note_views(st, func, args, out)
+        return out
     sym, swapped = entry
     if swapped:
         args = (args[1], args[0], *args[2:])
@@ -94,7 +109,264 @@ def dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             kwargs = dict(kwargs, device=default)
-    return sym(*args, **kwargs)
+    out = sym(*args, **kwargs)
+    _note_views(st, func, args, out)
+    return out
+
+
+def _note_views(st, func, args, out):
+    if st is None or not args:
+        return
+    name = getattr(func, "__name__", "")
+    if name not in functionalize.VIEW_OPS:
+        return
+    if name == "__getitem__" and len(args) > 1 and _has_tensor_index(args[1]):
+        return  # advanced indexing copies
+    st.record_views(name, args[0], out)
+
+
+def _has_tensor_index(key) -> bool:
+    if isinstance(key, (TensorProxy, torch.Tensor, list)):
+        return True
+    if isinstance(key, tuple):
+        return any(_has_tensor_index(k) for k in key)
+    return False
+
+
+_NOT_INPLACE = object()
+
+# Python's augmented assignments and the out-of-place operator each stands for.
+_IOPS = {
+    "__iadd__": "__add__", "__isub__": "__sub__", "__imul__": "__mul__", "__itruediv__": "__truediv__",
+    "__ifloordiv__": "__floordiv__", "__imod__": "__mod__", "__ipow__": "__pow__", "__iand__": "__and__",
+    "__ior__": "__or__", "__ixor__": "__xor__", "__ilshift__": "__lshift__", "__irshift__": "__rshift__",
+    "__idiv__": "__truediv__",
+}
+
+
+def _inplace_functional(func):
+    """(qualname, functional callable or a rule) when func updates its first argument in place."""
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str):
+        return None
+    if name in _IOPS and getattr(torch.Tensor, name, None) is func:
+        return f"Tensor.{name}", getattr(torch.Tensor, _IOPS[name])
+    if not name.endswith("_") or name.endswith("__") or name.startswith("_"):
+        return None
+    if getattr(torch.Tensor, name, None) is func:
+        rule = _INPLACE_RULES.get(name)
+        if rule is not None:
+            return f"Tensor.{name}", rule
+        functional = getattr(torch.Tensor, name[:-1], None)
+        return (f"Tensor.{name}", functional) if functional is not None else None
+    if getattr(torch, name, None) is func:
+        functional = getattr(torch, name[:-1], None)
+        if functional is None:
+            functional = getattr(torch.nn.functional, name[:-1], None)
+        return (f"torch.{name}", functional) if functional is not None else None
+    if getattr(torch.nn.functional, name, None) is func:
+        functional = getattr(torch.nn.functional, name[:-1], None)
+        return (f"torch.nn.functional.{name}", functional) if functional is not None else None
+    return None
+
+
+def _inplace_kwarg(func, args, kwargs):
+    """For torch.nn.functional ops with an `inplace` parameter: (args, kwargs) of the same call
+    with inplace=False when it asked for inplace=True, else None."""
+    try:
+        sig = _signature(func)
+    except (TypeError, ValueError):
+        return None
+    if sig is None or "inplace" not in sig.parameters:
+        return None
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    if not bound.arguments.get("inplace", False):
+        return None
+    bound.arguments["inplace"] = False
+    return bound.args, bound.kwargs
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(func):
+    import inspect
+
+    if getattr(func, "__module__", "") != "torch.nn.functional":
+        return None
+    return inspect.signature(func)
+
+
+def _maybe_inplace(st, func, orig_first, args, kwargs):
+    if func is torch.Tensor.__setitem__:
+        x, key, value = args
+        result = _setitem_value(x, key, value)
+        functionalize.commit(st, "Tensor.__setitem__", orig_first, result)
+        return None
+    out = kwargs.get("out") if kwargs else None
+    if out is not None and isinstance(out, (TensorProxy, torch.Tensor)):
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        result = dispatch(func, args, rest)
+        return functionalize.commit(st, f"{_qualname(func)}(out=)", kwargs["out"], result)
+    hit = _inplace_functional(func)
+    if hit is not None:
+        qual, functional = hit
+        if functional is _RETURN_SELF:
+            return orig_first
+        result = dispatch(functional, args, kwargs) if not callable(getattr(functional, "rule", None)) else functional.rule(*args, **kwargs)
+        return functionalize.commit(st, qual, orig_first, result)
+    redo = _inplace_kwarg(func, args, kwargs)
+    if redo is not None:
+        result = dispatch(func, redo[0], redo[1])
+        return functionalize.commit(st, f"{_qualname(func)}(inplace=True)", orig_first, result)
+    return _NOT_INPLACE
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, (TensorProxy, torch.Tensor))
+
+
+def _setitem_value(x, key, value):
+    """The value of x after x[key] = value, computed without mutation."""
+    if isinstance(value, (list, tuple)):
+        with torch._C.DisableTorchFunction():
+            value = torch.tensor(value, dtype=x.dtype, device=str(x.device))
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) == 1 and _is_tensor(keys[0]) and keys[0].dtype == torch.bool:
+        mask = keys[0]
+        if mask.ndim < x.ndim:
+            mask = mask.reshape(tuple(mask.shape) + (1,) * (x.ndim - mask.ndim))
+        if _is_tensor(value):
+            if value.ndim > 0 and value.numel() != 1:
+                raise NotImplementedError(
+                    "thunder.jit: Tensor.__setitem__ with a boolean mask and a value of shape "
+                    f"{list(value.shape)} depends on how many elements the mask selects; use torch.where"
+                )
+            value = value.reshape(()).to(x.dtype)
+        return torch.where(mask, value, x)
+    if any(_is_tensor(k) or isinstance(k, list) for k in keys):
+        return _index_put_value(x, keys, value)
+    return _basic_setitem_value(x, keys, value)
+
+
+def _full(shape, value, dtype, device):
+    return _C.get_symbol("ltorch.full")(shape, value, device=device, dtype=dtype)
+
+
+def _expand_ellipsis(keys, ndim):
+    n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
+    out = []
+    for k in keys:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - n_real))
+        else:
+            out.append(k)
+    if Ellipsis not in keys:
+        out.extend([slice(None)] * (ndim - n_real))
+    return out
+
+
+def _index_put_value(x, keys, value):
+    indices = []
+    for k in _expand_ellipsis(keys, x.ndim):
+        if k is None:
+            raise NotImplementedError("thunder.jit: Tensor.__setitem__ with None and tensor indices together is not supported")
+        if isinstance(k, list):
+            with torch._C.DisableTorchFunction():
+                k = torch.tensor(k, device=str(x.device))
+        if _is_tensor(k):
+            indices.append(k)
+        elif isinstance(k, slice) and k == slice(None):
+            indices.append(None)
+        else:
+            raise NotImplementedError(
+                f"thunder.jit: Tensor.__setitem__ mixing tensor indices with {k!r} is not supported"
+            )
+    while indices and indices[-1] is None:
+        indices.pop()
+    if not _is_tensor(value):
+        value = _full((), value, x.dtype, x.device)
+    return torch.index_put(x, tuple(indices), value.to(x.dtype))
+
+
+def _basic_setitem_value(x, keys, value):
+    from thunder.core import prims
+
+    shape = tuple(x.shape)
+    dims = []  # per dim of x: (start, length, step, is_int)
+    view_shape = []  # the shape of x[key]
+    d = 0
+    for k in _expand_ellipsis(keys, x.ndim):
+        if k is None:
+            view_shape.append(1)
+            continue
+        if d >= len(shape):
+            raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+        n = shape[d]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            length = len(range(start, stop, step))
+            dims.append((start, length, step, False))
+            view_shape.append(length)
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
+            dims.append((i % n, 1, 1, True))
+        d += 1
+    region = [length for _, length, _, _ in dims]
+    if _is_tensor(value):
+        v = value.to(x.dtype)
+        if tuple(v.shape) != tuple(view_shape):
+            v = v.expand(tuple(view_shape))
+        v = v.reshape(tuple(region))
+    else:
+        v = _full(tuple(region), value, x.dtype, x.device)
+    if any(length == 0 for length in region):
+        return x
+    if all(start == 0 and length == n and step == 1 for (start, length, step, _), n in zip(dims, shape)):
+        return v
+    config = [(start, n - (start + (length - 1) * step + 1), step - 1) for (start, length, step, _), n in zip(dims, shape)]
+    padded = prims.pad(v, 0, config)
+    mask = prims.pad(_full(tuple(region), True, torch.bool, x.device), False, config)
+    return torch.where(mask, padded, x)
+
+
+class _Rule:
+    """An in-place method with no out-of-place twin of the same name: how to compute its value."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+
+_RETURN_SELF = object()
+
+
+def _copy_rule(self, src, non_blocking=False):
+    if not isinstance(src, (TensorProxy, torch.Tensor)):
+        return torch.full_like(self, src)
+    return src.to(self.dtype).expand(self.shape)
+
+
+def _fill_rule(self, value):
+    if isinstance(value, (TensorProxy, torch.Tensor)):
+        return value.to(self.dtype).expand(self.shape)
+    return torch.full_like(self, value)
+
+
+_INPLACE_RULES = {
+    "copy_": _Rule(_copy_rule),
+    "fill_": _Rule(_fill_rule),
+    "zero_": _Rule(lambda self: torch.zeros_like(self)),
+    "uniform_": _Rule(lambda self, a=0.0, b=1.0, generator=None: torch.rand_like(self) * (b - a) + a),
+    "normal_": _Rule(lambda self, mean=0.0, std=1.0, generator=None: torch.randn_like(self) * std + mean),
+    "requires_grad_": _RETURN_SELF,
+    "retain_grad": _RETURN_SELF,
+    "share_memory_": _RETURN_SELF,
+}
 
 
 # Torch-language factories with no tensor argument: they take the default device.
@@ -111,15 +383,60 @@ class ThunderTorchMode(TorchFunctionMode):
 # ---- methods and properties of TensorProxy --------------------------------------------------
 
 
-def _make_method(sym, swapped):
-    if swapped:
-        def method(self, other, *args, **kwargs):
-            return sym(other, self, *args, **kwargs)
-    else:
-        def method(self, *args, **kwargs):
-            return sym(self, *args, **kwargs)
-    method.__name__ = sym.name
+def _make_method(name):
+    """A TensorProxy method that dispatches the torch.Tensor method of the same name, so that
+    x.foo(...) traces exactly as torch.Tensor.foo(x, ...) does (in-place, views, fallback)."""
+    attr = getattr(torch.Tensor, name)
+
+    def method(self, *args, **kwargs):
+        return dispatch(attr, (self, *args), kwargs)
+
+    method.__name__ = name
     return method
+
+
+# Tensor attributes that are not methods, as a proxy answers them.
+_PROPERTIES = {
+    "layout": lambda self: torch.strided,
+    "is_sparse": lambda self: False,
+    "is_quantized": lambda self: False,
+    "is_meta": lambda self: self._device_str == "meta",
+    "is_mps": lambda self: False,
+    "is_xpu": lambda self: False,
+    "is_mkldnn": lambda self: False,
+    "is_nested": lambda self: False,
+    "itemsize": lambda self: torch.empty((), dtype=self.dtype).element_size(),
+    "nbytes": lambda self: torch.empty((), dtype=self.dtype).element_size() * self.numel(),
+    "data": lambda self: dispatch(torch.Tensor.detach, (self,), {}),
+    "grad": lambda self: None,
+    "grad_fn": lambda self: None,
+    "is_leaf": lambda self: not self.requires_grad,
+    "names": lambda self: (None,) * self.ndim,
+}
+
+
+def _getattr(self, name):
+    """Tensor methods thunder has no symbol for: dispatched like the others (they fall back to
+    PyTorch); other attributes of torch.Tensor as a proxy can answer them."""
+    prop = _PROPERTIES.get(name)
+    if prop is not None:
+        return prop(self)
+    attr = getattr(torch.Tensor, name, None) if not name.startswith("__") else None
+    if attr is not None and callable(attr):
+        return _bound(attr, self)
+    raise AttributeError(f"'TensorProxy' object has no attribute '{name}'")
+
+
+def _bound(attr, self):
+    def method(*args, **kwargs):
+        return dispatch(attr, (self, *args), kwargs)
+
+    return method
+
+
+def _setitem(self, key, value):
+    """x[key] = value, traced as a functional scatter of value into x."""
+    dispatch(torch.Tensor.__setitem__, (self, key, value), {})
 
 
 def _size(self, dim=None):
@@ -166,10 +483,14 @@ def _where(self, condition, other):
 
 
 def _install_methods():
-    for name, (sym, swapped) in _METHODS.items():
+    for name in _METHODS:
         if name in ("to", "contiguous", "where"):
             continue
-        setattr(TensorProxy, name, _make_method(sym, swapped))
+        setattr(TensorProxy, name, _make_method(name))
+    for name in _IOPS:
+        if hasattr(torch.Tensor, name):
+            setattr(TensorProxy, name, _make_method(name))
+    TensorProxy.__getattr__ = _getattr
     TensorProxy.to = _to
     TensorProxy.contiguous = _contiguous
     TensorProxy.detach = _SPECIAL[torch.Tensor.detach]
@@ -192,9 +513,7 @@ def _install_methods():
     TensorProxy.__hash__ = object.__hash__
     for name in ("__bool__", "item", "tolist", "numpy", "__float__", "__int__", "__index__"):
         setattr(TensorProxy, name, _unsupported(f"Tensor.{name}"))
-    TensorProxy.__setitem__ = lambda self, k, v: (_ for _ in ()).throw(
-        NotImplementedError("thunder.jit: in-place assignment (Tensor.__setitem__) is not supported")
-    )
+    TensorProxy.__setitem__ = _setitem
     TensorProxy.__torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: dispatch(func, args, kwargs or {}))
 
 

@@ -1,0 +1,180 @@
+"""In-place ops and mutation while tracing, made functional.
+
+Proxies are immutable: `x.add_(y)` traces `t1 = x + y` and from then on every use of `x` reads
+`t1` (the tracing state keeps, for each mutated tensor, its latest value). When tracing ends,
+each mutated input of the trace (an argument, a module parameter or buffer, a tensor the
+function closes over) gets `prims.copy_(latest, input)`, so the caller's tensor holds what eager
+PyTorch would have written. `x[key] = v` becomes a functional scatter of v into x.
+
+Views are where functionalization could go silently wrong: eager PyTorch writes through a view
+into its base and sees a base's update through its views. Thunder does not model storage, so it
+refuses what it cannot represent, with an error naming the op: an in-place update of a view of
+an input, and any use of a view (or base) after the other was updated in place.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from thunder import _C
+
+# Ops whose result may share storage with their first argument (as PyTorch's views do).
+VIEW_OPS = frozenset(
+    """view view_as reshape reshape_as flatten unflatten squeeze unsqueeze permute transpose t T mT
+    swapaxes swapdims movedim moveaxis expand expand_as broadcast_to narrow select split chunk
+    unbind tensor_split diagonal detach __getitem__ as_strided contiguous real imag unfold
+    view_as_real view_as_complex to type float double half bfloat16 int long bool""".split()
+)
+
+_tls = threading.local()
+
+
+class TraceState:
+    """What tracing one function knows about mutation: the latest value of each mutated tensor,
+    and which proxies are views of which."""
+
+    def __init__(self, trace=None):
+        self.trace = trace
+        # id(original) -> (original, latest): original is a proxy or a real (closure) tensor.
+        self.latest: dict[int, tuple] = {}
+        # id(view proxy) -> (view, base proxy, op name)
+        self.view_of: dict[int, tuple] = {}
+        # id(base proxy) -> [view proxies]
+        self.views: dict[int, list] = {}
+        # id(stale proxy) -> message of why it may no longer be read
+        self.stale: dict[int, str] = {}
+
+    def fresh(self, x):
+        """x with every mutated tensor replaced by its latest value (through tuples, lists, dicts)."""
+        if not self.latest and not self.stale:
+            return x
+        return self._fresh(x)
+
+    def _fresh(self, x):
+        if isinstance(x, (_C.TensorProxy, torch.Tensor)):
+            msg = self.stale.get(id(x))
+            if msg is not None:
+                raise NotImplementedError(msg)
+            e = self.latest.get(id(x))
+            return x if e is None else e[1]
+        if isinstance(x, tuple):
+            if type(x) is tuple or type(x) is torch.Size:
+                return type(x)(self._fresh(y) for y in x)
+            if hasattr(x, "_fields"):
+                return type(x)(*(self._fresh(y) for y in x))
+            return x
+        if isinstance(x, list):
+            return [self._fresh(y) for y in x]
+        if isinstance(x, dict):
+            return {k: self._fresh(v) for k, v in x.items()}
+        return x
+
+    def root(self, p):
+        e = self.view_of.get(id(p))
+        while e is not None:
+            p = e[1]
+            e = self.view_of.get(id(p))
+        return p
+
+    def is_input(self, p) -> bool:
+        return self.trace is not None and any(q is p for q in self.trace.inputs)
+
+    def record_views(self, op_name: str, base, out):
+        if not isinstance(base, _C.TensorProxy):
+            return
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for o in outs:
+            if isinstance(o, _C.TensorProxy) and o is not base and id(o) not in self.view_of:
+                self.view_of[id(o)] = (o, base, op_name)
+                self.views.setdefault(id(base), []).append(o)
+
+    def mutated_inputs(self):
+        """(input proxy, latest value) for every input of the trace updated in place."""
+        return [(o, v) for o, v in self.latest.values() if isinstance(o, _C.TensorProxy) and o is not v and self.is_input(o)]
+
+
+def current() -> TraceState | None:
+    stack = getattr(_tls, "stack", None)
+    return stack[-1] if stack else None
+
+
+class tracing_state:
+    """Context manager: a fresh TraceState for one trace acquisition."""
+
+    def __init__(self, trace=None):
+        self._trace = trace
+
+    def __enter__(self) -> TraceState:
+        if not hasattr(_tls, "stack"):
+            _tls.stack = []
+        st = TraceState(self._trace)
+        _tls.stack.append(st)
+        return st
+
+    def __exit__(self, *exc):
+        _tls.stack.pop()
+        return False
+
+
+def _shape_str(p) -> str:
+    return str(list(p.shape))
+
+
+def commit(state: TraceState, op_name: str, target, result):
+    """Makes `result` the new value of `target` after an in-place op named op_name: checks that
+    PyTorch would accept it (shape, dtype cast) and that no view makes it ambiguous. Returns
+    target, as PyTorch's in-place ops return self."""
+    real = isinstance(target, torch.Tensor) and not isinstance(target, _C.TensorProxy)
+    proxy = _C.capture_tensor(target) if real else target
+    cur = state.fresh(proxy)
+    if not isinstance(result, _C.TensorProxy):
+        raise NotImplementedError(f"thunder.jit: {op_name} did not produce a tensor")
+    if tuple(result.shape) != tuple(cur.shape):
+        raise RuntimeError(
+            f"{op_name}: output with shape {list(cur.shape)} doesn't match the broadcast shape {list(result.shape)}"
+        )
+    if result.dtype != cur.dtype:
+        if not torch.can_cast(result.dtype, cur.dtype):
+            raise RuntimeError(
+                f"{op_name}: result type {_dtype_title(result.dtype)} can't be cast to the desired output type "
+                f"{_dtype_title(cur.dtype)}"
+            )
+        result = result.to(cur.dtype)
+    view = state.view_of.get(id(proxy))
+    if view is None and torch.is_grad_enabled() and proxy.requires_grad and state.is_input(proxy):
+        raise RuntimeError(
+            f"{op_name}: a leaf Variable that requires grad ({proxy.name}) is being used in an in-place operation."
+        )
+    if view is not None:
+        root = state.root(proxy)
+        if state.is_input(root):
+            raise NotImplementedError(
+                f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
+                f"(made by {view[2]}); writing through a view of an input is not supported: update {root.name} itself"
+            )
+        state.stale[id(root)] = (
+            f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name}; reading it "
+            f"again is not supported (update it directly, or clone the view first)"
+        )
+    for v in state.views.get(id(proxy), ()):
+        state.stale[id(v)] = (
+            f"thunder.jit: {v.name} is a view of {proxy.name}, which {op_name} updated in place after the view "
+            f"was taken; reading the view again is not supported (clone it before the update, or take it after)"
+        )
+    state.latest[id(proxy)] = (proxy, result)
+    if real:
+        state.latest[id(target)] = (target, result)
+    return target
+
+
+def _dtype_title(dt) -> str:
+    names = {
+        torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+        torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+        torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+    }
+    return names.get(dt, str(dt))
+
+

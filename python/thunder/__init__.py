@@ -19,7 +19,7 @@ from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
 
-__all__ = ["jit", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
+__all__ = ["jit", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
 _C.set_hooks(Device)
 
@@ -156,7 +156,7 @@ class ThunderModule(pytorch.nn.Module):
         state, user_args = args[0], args[1:]
         names = [_sanitize(qual) for _, _, _, qual in self._slots]
 
-        slot_proxies = []
+        replaced = []  # (slot, proxy it held, value forward assigned to it)
 
         def run(state_proxies, *a, **k):
             saved = []
@@ -164,17 +164,19 @@ class ThunderModule(pytorch.nn.Module):
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
                     getattr(mod, kind)[name] = p
-                slot_proxies[:] = state_proxies
                 return self._model(*a, **k)
             finally:
+                for slot, p in zip(self._slots, state_proxies):
+                    now = getattr(slot[0], slot[1]).get(slot[2])
+                    if now is not p:
+                        replaced.append((slot, p, now))
                 for mod, kind, name, old in saved:
                     getattr(mod, kind)[name] = old
 
         def reassigned(fstate):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
-            for (mod, kind, name, qual), p in zip(self._slots, slot_proxies):
-                now = getattr(mod, kind).get(name)
-                if now is not p and now is not None:
+            for (mod, kind, name, qual), p, now in replaced:
+                if now is not None:
                     if not isinstance(now, TensorProxy) or now.shape != p.shape or now.dtype != p.dtype:
                         raise NotImplementedError(
                             f"thunder.jit: forward replaced the {kind[1:-1]} {qual} by a value of another "
@@ -246,3 +248,4 @@ def compile_stats(f) -> dict:
 # The torch language, importable as thunder.torch (which is why PyTorch is `pytorch` above).
 import thunder.torch  # noqa: E402,F401
 import thunder.core.prims  # noqa: E402,F401
+from thunder.examine import examine  # noqa: E402

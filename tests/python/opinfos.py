@@ -367,7 +367,8 @@ def _nn(name, dtypes=FLOATS, samples=None, tol=None, extra=(), errors=None):
 
 
 def _relu_errors():
-    yield ErrorInput((make((2,)),), dict(inplace=True), NotImplementedError, r"relu: inplace=True", False)
+    # inplace=True is traced as an in-place update (tests/python/test_inplace.py); a non-tensor is an error.
+    yield ErrorInput(("x",), {}, TypeError, r"relu", True)
 
 
 def _gelu_errors():

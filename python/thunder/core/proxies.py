@@ -52,19 +52,42 @@ def _has_proxy(x) -> bool:
     return False
 
 
+_NAMESPACES = (
+    ("torch", torch),
+    ("torch.Tensor", torch.Tensor),
+    ("torch.nn.functional", torch.nn.functional),
+    ("torch.special", torch.special),
+    ("torch.linalg", torch.linalg),
+    ("torch.fft", torch.fft),
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _public_names() -> dict:
+    """id(callable) -> its public name, for every callable of torch's public namespaces."""
+    names = {}
+    for prefix, namespace in reversed(_NAMESPACES):
+        for name in dir(namespace):
+            if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                continue
+            try:
+                obj = getattr(namespace, name)
+            except Exception:
+                continue
+            if callable(obj):
+                names[id(obj)] = f"{prefix}.{name}"
+    return names
+
+
 def _qualname(func) -> str:
     """The public name of a torch callable ("torch.cumsum", "torch.Tensor.add_")."""
-    for prefix, namespace in (
-        ("torch", torch),
-        ("torch.Tensor", torch.Tensor),
-        ("torch.nn.functional", torch.nn.functional),
-        ("torch.special", torch.special),
-        ("torch.linalg", torch.linalg),
-        ("torch.fft", torch.fft),
-    ):
-        name = getattr(func, "__name__", None)
+    name = getattr(func, "__name__", None)
+    for prefix, namespace in _NAMESPACES:
         if name is not None and getattr(namespace, name, None) is func:
             return f"{prefix}.{name}"
+    public = _public_names().get(id(func))
+    if public is not None:
+        return public
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
     return f"{mod}.{name}" if mod else name
@@ -262,7 +285,7 @@ def _expand_ellipsis(keys, ndim):
             out.extend([slice(None)] * (ndim - n_real))
         else:
             out.append(k)
-    if Ellipsis not in keys:
+    if not any(k is Ellipsis for k in keys):
         out.extend([slice(None)] * (ndim - n_real))
     return out
 

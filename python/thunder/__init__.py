@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch as pytorch
 
 from thunder import _C
-from thunder.core import devices, dtypes, functionalize
+from thunder.core import devices, dtypes, functionalize, outputs
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
@@ -59,6 +59,16 @@ def _executor_names(executors) -> list[str]:
     return names
 
 
+def _compiling():
+    """While the user's program is traced, torch.compiler.is_compiling() is True, as under
+    torch.compile: libraries then skip checks that read tensor values (Hugging Face's mask
+    shortcuts, for one)."""
+    import contextlib
+
+    ctx = getattr(pytorch.compiler, "_compile_session_context", None)
+    return ctx() if ctx is not None else contextlib.nullcontext()
+
+
 def _write_back(state) -> None:
     """Inputs updated in place get their new value written back (prims.copy_) at the end."""
     copy_ = _C.get_symbol("prims.copy_")
@@ -87,14 +97,14 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         trace.set_provenance("Constructed by Trace acquisition")
-        with functionalize.tracing_state(trace) as state:
+        with functionalize.tracing_state(trace) as state, _compiling():
             with ThunderTorchMode():
                 out = fn(*pargs, **pkwargs)
                 if on_exit is not None:
                     on_exit(state)
             out = state.fresh(out)
             _write_back(state)
-        trace.set_output(out)
+        trace.set_output(outputs.prepare(out))
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     return trace, sources, closures
@@ -117,6 +127,9 @@ class ThunderFunction(_C.CompiledFunction):
     @property
     def _cfn(self):
         return self
+
+    def __call__(self, *args, **kwargs):
+        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
         trace, sources, closures = _trace(self._fn, args, kwargs, ())
@@ -150,7 +163,7 @@ class ThunderModule(pytorch.nn.Module):
         return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
 
     def forward(self, *args, **kwargs):
-        return self._cfn(self._state(), *args, **kwargs)
+        return outputs.finish(self._cfn(self._state(), *args, **kwargs))
 
     def _compile(self, args, kwargs):
         state, user_args = args[0], args[1:]

@@ -33,6 +33,9 @@ _counter = itertools.count()
 _VALUE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, devices.Device, slice, type(Ellipsis))
 
 
+_STATIC_TYPES = (torch.dtype, torch.device, devices.Device, str)
+
+
 def _is_value(x) -> bool:
     return isinstance(x, (_C.TensorProxy, torch.Tensor) + _VALUE_TYPES)
 
@@ -67,13 +70,16 @@ class _Call:
         self.nargs, self.kwnames = len(args), tuple(kwargs)
         leaves, self.spec = pytree.tree_flatten((args, kwargs))
         self.constants = {i: x for i, x in enumerate(leaves) if not _is_value(x)}
+        # Dtypes, devices and strings stay arguments (the trace prints them), but the kernel gets
+        # them as traced: the runtime hands a dtype over as its number.
+        self.static = {i: x for i, x in enumerate(leaves) if isinstance(x, _STATIC_TYPES)}
         if self.constants:
             leaves = [None if i in self.constants else x for i, x in enumerate(leaves)]
             args, kwargs = pytree.tree_unflatten(leaves, self.spec)
         self.args, self.kwargs = tuple(args), dict(kwargs)
 
     def key(self):
-        consts = tuple((i, repr(x)) for i, x in sorted(self.constants.items()))
+        consts = tuple((i, repr(x)) for i, x in sorted({**self.constants, **self.static}.items()))
         return (self.func, str(self.spec), consts)
 
     def params(self):
@@ -86,13 +92,18 @@ class _Call:
 
     def rebuild(self, leaves, leaf_fn):
         """(args, kwargs) for the torch callable from flat leaves, constants put back."""
-        full = [self.constants[i] if i in self.constants else leaf_fn(x) for i, x in enumerate(leaves)]
+        fixed = {**self.static, **self.constants}
+        full = [leaf_fn(fixed[i]) if i in fixed else leaf_fn(x) for i, x in enumerate(leaves)]
         return pytree.tree_unflatten(full, self.spec)
 
 
 def _device_of(values, kwargs_device):
+    """The device of a fallback call's outputs: a device argument's, else the first tensor's."""
     if kwargs_device is not None:
         return devices.Device(kwargs_device)
+    for x in values:
+        if isinstance(x, (torch.device, devices.Device)):
+            return devices.Device(x)
     for x in values:
         if isinstance(x, _C.TensorProxy):
             return x.device
@@ -139,12 +150,67 @@ def _make_symbol(call: _Call):
         tensors = tuple(x for x in pytree.tree_leaves(out) if x is not None)
         return tensors[0] if len(tensors) == 1 else tensors
 
+    # The forward of a training call also returns the random number generator's state before the
+    # call, so that the backward's rerun draws the same numbers (dropout-like ops).
+    def meta_rng(*args, **kwargs):
+        out = meta(*args, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        device = _device_of(pytree.tree_leaves(args), kwargs.get("device"))
+        n = _rng_state_size(device)
+        return (*outs, _C.TensorProxy(shape=(n,), dtype=torch.uint8, device="cpu"))
+
+    def fn_rng(*args, **kwargs):
+        device = _device_of_tensors(pytree.tree_leaves((args, kwargs)))
+        state = _get_rng_state(device)
+        out = fn(*args, **kwargs)
+        return (*(out if isinstance(out, tuple) else (out,)), state)
+
     sym_name = f"{_sanitize(qualname)}_{next(_counter)}"
     sym = _C.extend_register_operator(EXECUTOR, sym_name, call.params(), None, meta, fn, [], qualname)
+    sym_rng = _C.extend_register_operator(EXECUTOR, sym_name + "_rng", call.params(), None, meta_rng, fn_rng, [], "")
     from thunder.core.transforms import _register_executor_grad_transform
 
-    _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym, call))
+    _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym_rng, call))
     return sym, box
+
+
+def _rng_state_size(device) -> int:
+    if devices.Device(device).type == "cuda":
+        return 16
+    return torch.get_rng_state().numel()
+
+
+def _device_of_tensors(leaves):
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def _get_rng_state(device):
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+class _replay_rng:
+    """Runs a block with the generator of `device` set to `state`, and leaves it as it was."""
+
+    def __init__(self, device, state):
+        self.device, self.state = torch.device(device), state
+
+    def __enter__(self):
+        cuda = self.device.type == "cuda"
+        self._fork = torch.random.fork_rng(devices=[self.device] if cuda else [], device_type="cuda" if cuda else "cpu")
+        self._fork.__enter__()
+        if cuda:
+            torch.cuda.set_rng_state(self.state, self.device)
+        else:
+            torch.set_rng_state(self.state)
+
+    def __exit__(self, *exc):
+        return self._fork.__exit__(*exc)
 
 
 def _is_diff(x) -> bool:
@@ -158,8 +224,9 @@ def _grad_rule(sym, call: _Call):
     def rule(*args, **kwargs):
         from thunder.core.transforms import get_grad, put_grad
 
-        result = sym(*args, **kwargs)
-        outs = result if isinstance(result, tuple) else (result,)
+        with_state = sym(*args, **kwargs)
+        outs, rng_state = with_state[:-1], with_state[-1]
+        result = outs if len(outs) != 1 else outs[0]
         leaves = call.leaves(args, kwargs)
         diff_out = tuple(i for i, o in enumerate(outs) if _is_diff(o))
         diff_in = tuple(i for i, x in enumerate(leaves) if _is_diff(x))
@@ -172,7 +239,7 @@ def _grad_rule(sym, call: _Call):
         vjp = vjps.get(key)
         if vjp is None:
             vjp = vjps[key] = _make_vjp(call, len(leaves), tensor_at, dict(consts), diff_in, diff_out)
-        grads = vjp(*[leaves[i] for i in tensor_at], *cots)
+        grads = vjp(*[leaves[i] for i in tensor_at], rng_state, *cots)
         grads = grads if isinstance(grads, tuple) else (grads,)
         for i, g in zip(diff_in, grads):
             put_grad(leaves[i], g)
@@ -187,7 +254,7 @@ def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
     qualname, n = call.qualname, len(tensor_at)
 
     def meta(*xs):
-        by_leaf = dict(zip(tensor_at, xs[:n]))
+        by_leaf = dict(zip(tensor_at, xs[:n]))  # then the generator state, then the cotangents
         out = tuple(_C.TensorProxy(like=by_leaf[i]) for i in diff_in)
         return out[0] if len(out) == 1 else out
 
@@ -195,11 +262,11 @@ def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
     # call that meets the refusal, then left out (their gradient is zero).
     refused: set = set()
 
-    def run(leaves, cots, wrt_at):
+    def run(leaves, cots, wrt_at, state):
         # The rerun must not change anything the caller sees: a call that updates some input in
-        # place (batch norm's running stats) updates a copy.
+        # place (batch norm's running stats) updates a copy; it draws the forward's random numbers.
         leaves = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
-        with torch.enable_grad():
+        with torch.enable_grad(), _replay_rng(_device_of_tensors(leaves), state):
             for i in wrt_at:
                 leaves[i] = leaves[i].detach().requires_grad_(True)
             args, kwargs = call.rebuild(leaves, _to_torch_leaf)
@@ -217,26 +284,26 @@ def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
             leaves[i] = x
         for i, c in consts.items():
             leaves[i] = c
-        cots = xs[n:]
+        state, cots = xs[n], xs[n + 1:]
         try:
             wrt_at = [i for i in diff_in if i not in refused]
-            grads = run(leaves, cots, wrt_at)
+            grads = run(leaves, cots, wrt_at, state)
         except RuntimeError as e:
             if "not differentiable with respect to" not in str(e):
                 raise RuntimeError(f"thunder.jit: the gradient of {qualname} (computed by PyTorch) failed: {e}") from None
             for i in diff_in:
                 try:
-                    run(leaves, cots, [i])
+                    run(leaves, cots, [i], state)
                 except RuntimeError:
                     refused.add(i)
             wrt_at = [i for i in diff_in if i not in refused]
-            grads = run(leaves, cots, wrt_at)
+            grads = run(leaves, cots, wrt_at, state)
         by_leaf = dict(zip(wrt_at, grads))
         out = tuple(torch.zeros_like(leaves[i]) if by_leaf.get(i) is None else by_leaf[i] for i in diff_in)
         return out[0] if len(out) == 1 else out
 
     name = f"vjp_{_sanitize(qualname)}_{next(_counter)}"
-    params = [(f"a{i}", "positional", False, None) for i in range(n + len(diff_out))]
+    params = [(f"a{i}", "positional", False, None) for i in range(n + 1 + len(diff_out))]
     return _C.extend_register_operator(EXECUTOR, name, params, None, meta, fn, [], "")
 
 

@@ -63,10 +63,29 @@ def _compiling():
     """While the user's program is traced, torch.compiler.is_compiling() is True, as under
     torch.compile: libraries then skip checks that read tensor values (Hugging Face's mask
     shortcuts, for one)."""
-    import contextlib
+    return _CompilingFlag()
 
-    ctx = getattr(pytorch.compiler, "_compile_session_context", None)
-    return ctx() if ctx is not None else contextlib.nullcontext()
+
+class _CompilingFlag:
+    """Makes torch.compiler.is_compiling() answer True for the duration of a trace: the function
+    is replaced (versions differ in what it reads), and the module flag set where there is one."""
+
+    def __enter__(self):
+        c = pytorch.compiler
+        self._old = [("is_compiling", c.is_compiling)]
+        if hasattr(c, "_is_compiling_flag"):
+            self._old.append(("_is_compiling_flag", c._is_compiling_flag))
+            c._is_compiling_flag = True
+        c.is_compiling = _always_compiling
+
+    def __exit__(self, *exc):
+        for name, value in self._old:
+            setattr(pytorch.compiler, name, value)
+        return False
+
+
+def _always_compiling() -> bool:
+    return True
 
 
 def _write_back(state) -> None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -88,11 +89,22 @@ def _always_compiling() -> bool:
     return True
 
 
+_mutated = threading.local()
+
+
 def _write_back(state) -> None:
     """Inputs updated in place get their new value written back (prims.copy_) at the end."""
     copy_ = _C.get_symbol("prims.copy_")
-    for original, latest in state.mutated_inputs():
+    mutated = state.mutated_inputs()
+    for original, latest in mutated:
         copy_(latest, original)
+    # The pipeline checks that no backward needs a value these writes replace.
+    _mutated.names = {original.name for original, _ in mutated}
+
+
+def mutated_input_names() -> set:
+    """Names of the inputs the last trace acquired on this thread updates in place."""
+    return getattr(_mutated, "names", set())
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):

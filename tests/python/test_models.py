@@ -230,3 +230,22 @@ def test_torchvision_resnet18_matches_eager():
         model, ref, lambda s: (torch.randn(2, 3, 64, 64, generator=g).to(DEVICE, DTYPE),),
         lambda out: out.float().square().mean(),
     )
+
+
+def test_kv_cache_made_after_jit_is_updated_and_module_stays_intact():
+    # lit-gpt's usage: thunder.jit(model) first, set_kv_cache() afterwards.
+    cfg = llama.Config()
+    model, ref = _pair(lambda: llama.GPT(cfg))
+    model.eval(), ref.eval()
+    tm = thunder.jit(model)
+    model.set_kv_cache(1, device=DEVICE, dtype=DTYPE)
+    ref.set_kv_cache(1, device=DEVICE, dtype=DTYPE)
+    prompt = _tokens(cfg.vocab_size, (5,))
+    out = llama.generate(model, tm, prompt, 10)
+    expected = llama.generate(ref, ref, prompt, 10)
+    if DTYPE == torch.float32:
+        assert torch.equal(out, expected)
+    for m in model.modules():
+        for t in list(vars(m).values()) + list(m._buffers.values()) + list(m._parameters.values()):
+            assert t is None or not isinstance(t, thunder.TensorProxy), "a proxy stayed behind in the module"
+    assert_close(model.transformer.h[0].attn.kv_cache.k, ref.transformer.h[0].attn.kv_cache.k, "KV cache")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch.testing import make_tensor
 
@@ -274,17 +275,12 @@ def _nn(name, dtypes=FLOATS, samples=None, tol=None, extra=(), errors=None):
                   tol=tol or LOWP_COMPOSITE, error_inputs=errors)
 
 
-def _relu_errors():
-    yield ErrorInput((make((2,)),), dict(inplace=True), NotImplementedError, r"relu: inplace=True", False)
-
-
 def _gelu_errors():
     yield ErrorInput((make((2,)),), dict(approximate="fast"), ValueError, r"gelu: approximate must be")
 
 
 opinfos += [
-    OpInfo("relu", ("torch.nn.functional.relu", "torch.relu", "torch.Tensor.relu"), unary_samples(), REALS,
-           error_inputs=_relu_errors),
+    OpInfo("relu", ("torch.nn.functional.relu", "torch.relu", "torch.Tensor.relu"), unary_samples(), REALS),
     _nn("relu6", REALS),
     _nn("gelu", samples=with_kwargs(unary_samples(), dict(approximate="tanh")), errors=_gelu_errors),
     _nn("silu", FLOAT_COMPLEX),
@@ -1416,10 +1412,55 @@ def _clamp_grad_extra(dtype):
            make((5,), dtype) * 0 + 1), {}
 
 
+def _keep(gen, keep):
+    """The samples of `gen` for which keep(args, kwargs) holds."""
+
+    def g(dtype):
+        return ((args, kwargs) for args, kwargs in gen(dtype) if keep(args, kwargs))
+
+    return g
+
+
+def _no_zero_divisor(args, kwargs):
+    b = args[1]
+    return not (bool((b == 0).any()) if isinstance(b, torch.Tensor) else b == 0)
+
+
+def _ordered_bounds(args, kwargs):
+    lo, hi = (list(args[1:]) + [kwargs.get("min"), kwargs.get("max")])[:2]
+    return not (isinstance(lo, torch.Tensor) and isinstance(hi, torch.Tensor) and bool((lo > hi).any()))
+
+
+# Known divergences from eager, kept out of the tables' gradient samples and tested as strict
+# xfails in test_autodiff.py: floor division by zero, clamp with min > max, var/std of a single
+# element (0-dim) with correction 1, scatter_add with a source larger than its index.
+OPS["div"].grad_sample_inputs = _keep(_div_samples, _no_zero_divisor)
+OPS["clamp"].grad_sample_inputs = _keep(_plus(_clamp_samples, _clamp_grad_extra), _ordered_bounds)
+for _n in ("var", "std", "var_mean"):
+    OPS[_n].grad_sample_inputs = _keep(_var_samples, lambda args, kwargs: args[0].ndim > 0)
+OPS["scatter_add"].grad_sample_inputs = _keep(_scatter_add_samples, lambda args, kwargs: args[3].shape == args[2].shape)
+OPS["atan2"].test_directives += (
+    DecorateInfo(pytest.mark.xfail(strict=True, reason="the fuser's float64 atan2 gradient differs from eager by ~1e-8 "
+                                   "relative when the other operand is float32"),
+                 "test_vjp_correctness", dtypes=(f64,), executors=("fuser",)),
+)
+OPS["scaled_dot_product_attention"].test_directives += (
+    DecorateInfo(pytest.mark.xfail(strict=True, reason="the sdpa executor's flash_cpu forward returns wrong values "
+                                   "for a value tensor with a strided last dimension"),
+                 "test_vjp_correctness", dtypes=(f32,), devicetypes=("cpu",), executors=("default",)),
+)
+
+
+def _matmul_grad_extra(dtype):
+    # Batched matrix times vector, and vector times batched matrix.
+    yield (make((2, 3, 4), dtype), make((4,), dtype)), {}
+    yield (make((4,), dtype), make((2, 4, 3), dtype)), {}
+
+
+OPS["matmul"].grad_sample_inputs = _plus(_matmul_samples, _matmul_grad_extra)
 OPS["prod"].grad_sample_inputs = _plus(_prod_samples, _prod_grad_extra)
 OPS["amax"].grad_sample_inputs = _plus(_amax_samples, _amax_grad_extra)
 OPS["amin"].grad_sample_inputs = _plus(_amax_samples, _amax_grad_extra)
-OPS["clamp"].grad_sample_inputs = _plus(_clamp_samples, _clamp_grad_extra)
 # Eager cannot differentiate the losses with respect to their class weights.
 OPS["nll_loss"].no_grad_kwargs = ("weight",)
 OPS["cross_entropy"].no_grad_kwargs = ("weight",)

@@ -196,12 +196,14 @@ def test_vjp_correctness(op, dtype, executor):
         except Exception as e:
             pytest.fail(f"thunder {what} raised {type(e).__name__}: {e}")
         assert len(actual) == len(expected), f"{what}: {len(actual)} outputs != {len(expected)}"
-        diff = [i for i, e in enumerate(expected) if e.requires_grad]
+        # Thunder differentiates real floating-point outputs (complex autodiff is not supported).
+        diff = [i for i, e in enumerate(expected) if e.requires_grad and e.is_floating_point()]
         if not diff:
             continue
         try:
             for i in diff:
-                torch.testing.assert_close(actual[i], expected[i], equal_nan=True, **op.grad_tolerance(dtype))
+                torch.testing.assert_close(actual[i], expected[i], equal_nan=True,
+                                           **op.grad_tolerance(expected[i].dtype))
                 assert actual[i].requires_grad, f"output {i} does not require grad"
         except AssertionError as e:
             raise AssertionError(f"{what} forward: {e}") from None
@@ -215,9 +217,12 @@ def test_vjp_correctness(op, dtype, executor):
             if e is None:
                 assert a is None or torch.count_nonzero(a) == 0, f"{what}: input {k} has a gradient eager has not"
                 continue
+            if a is None and e.numel() == 0:
+                continue  # an empty input's gradient: eager gives an empty tensor, thunder None
             assert a is not None, f"{what}: no gradient for input {k}"
             try:
-                torch.testing.assert_close(a, e, equal_nan=True, **op.grad_tolerance(dtype))
+                # A gradient's tolerance is its own dtype's (mixed-dtype samples).
+                torch.testing.assert_close(a, e, equal_nan=True, **op.grad_tolerance(e.dtype))
             except AssertionError as err:
                 raise AssertionError(f"{what}: gradient of input {k}: {err}") from None
         tested += 1

@@ -270,8 +270,20 @@ class OpInfo:
     # -- callables
 
     def variant_list(self) -> list[tuple[str, Callable]]:
-        names = self._variants if self._variants is not None else _torch_names_of(self._reference)
+        """The PyTorch names covered, with their callables. By default: the names thunder maps to
+        the op's symbol, or else the names of its torch_reference."""
+        names = self._variants
+        if names is None:
+            sym = getattr(self._op, "id", None)
+            names = tuple(q for q, s, _ in _C.torch_names() if s == sym) if sym else ()
+            names = names or _torch_names_of(self._reference)
         return [v if isinstance(v, tuple) else (v, variant_callable(v)) for v in names]
+
+    def variants_to_test(self) -> list[tuple[str, Callable]]:
+        """The variants the variant test runs: every name, but the one the op itself is (the
+        first name of the table's spelling, tested by the consistency tests)."""
+        variants = self.variant_list()
+        return variants[1:] if self._op is None else variants
 
     @property
     def op(self) -> Callable:

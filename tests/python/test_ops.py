@@ -288,7 +288,7 @@ def test_unsupported_dtypes(op):
 
 def _variant_params():
     for op in opinfos:
-        for qualname, fn in op.variant_list()[1:]:
+        for qualname, fn in op.variants_to_test():
             yield pytest.param(op, qualname, fn, marks=op.marks("test_variant", devicetype=DEVICETYPE),
                                id=f"{op.name}-{qualname}")
 

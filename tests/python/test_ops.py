@@ -493,3 +493,15 @@ def test_rand_follows_the_seed():
     y = jf(a)
     assert torch.equal(x, y)
     assert not torch.equal(x, jf(a))
+
+
+# ---- docs/ops.md ----------------------------------------------------------------------------------
+
+
+def test_ops_doc_is_current():
+    """docs/ops.md is what tests/python/gen_ops_doc.py writes today."""
+    import gen_ops_doc
+
+    with open(gen_ops_doc.DOC) as f:
+        current = f.read()
+    assert current == gen_ops_doc.render(), "docs/ops.md is out of date: run python tests/python/gen_ops_doc.py"

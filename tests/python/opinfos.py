@@ -1,10 +1,12 @@
-"""OpInfo-style table of thunder's torch language, for tests/python/test_ops.py.
+"""The OpInfo table of thunder's torch language (the framework: opinfo_framework.py; the tests:
+test_ops.py). Other tables live in opinfos_*.py and may import the helpers below.
 
-Each OpInfo names an op, the torch callable the test function calls, the PyTorch names it covers
-(one variant per name: torch.X, Tensor.X, Tensor.__X__, torch.nn.functional.X, ...), the dtypes
-PyTorch supports for it on CPU, a generator of sample inputs (args, kwargs) over 0-dim, empty,
-broadcasting and non-contiguous tensors, tolerances, and a generator of error inputs
-(args, kwargs, exception type, message regex).
+Most entries use the table's spelling: a name, the PyTorch names covered (one variant per name:
+torch.X, Tensor.X, Tensor.__X__, torch.nn.functional.X, ...; the first is the callable traced), the
+dtypes PyTorch supports for it on CPU, a generator of sample inputs (args, kwargs) over 0-dim,
+empty, broadcasting and non-contiguous tensors, tolerances, and a generator of error inputs
+(args, kwargs, exception type, message regex). acos shows seed 003's spelling. The differentiable
+ops and their extra gradient samples are listed at the end.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ REALS = INTS + FLOATS
 NUMERIC = REALS + COMPLEX
 FLOAT_COMPLEX = FLOATS + COMPLEX
 ALL = (b8,) + NUMERIC
+
+Sample = tuple  # (args, kwargs): a sample in the table's spelling
 
 
 # ---- tensor makers --------------------------------------------------------------------------

@@ -150,83 +150,145 @@ def test_output_metadata(op, dtype, executor):
 
 
 def _grad_params():
-    """float64 with the default executors and the fuser, float32 with the default executors."""
-    test_name = "test_vjp_correctness"
+    """float64 with the default executors and the fuser."""
     for op in opinfos:
-        if not op.supports_grad:
-            continue
-        for dtype, executors in ((f64, ("default", "fuser")), (f32, ("default",))):
-            for executor in executors:
-                yield param(op, test_name, dtype, executor, dtype=dtype, executor=executor)
+        if op.supports_grad:
+            for executor in ("default", "fuser"):
+                yield param(op, "test_vjp_correctness", executor, dtype=f64, executor=executor)
 
 
-def _with_grad(x, no_grad: bool = False):
-    """A copy of the sample in which every floating-point tensor is a leaf requiring grad."""
-    if isinstance(x, torch.Tensor):
-        if x.is_floating_point() and not no_grad:
-            return x.detach().clone().requires_grad_(True)
+def _lowp_grad_params():
+    """float32 (and bfloat16 on CUDA) with the default executors."""
+    for op in opinfos:
+        if op.supports_grad:
+            for dtype in (f32,) if ON_CPU else (f32, torch.bfloat16):
+                if dtype in op.dtypes:
+                    yield param(op, "test_vjp_correctness_lowp", dtype, dtype=dtype, executor="default")
+
+
+def _leaves(op, args, kwargs, dtype=None, device=None):
+    """A copy of a sample: tensors moved to `device`, floating-point ones converted to `dtype` and
+    made leaves requiring grad (but for the keyword arguments in op.no_grad_kwargs)."""
+
+    def one(x, grad):
+        if isinstance(x, torch.Tensor):
+            x = x.detach().to(device=device or x.device)
+            if not x.is_floating_point():
+                return x
+            return x.to(dtype or x.dtype).clone().requires_grad_(grad)
+        if isinstance(x, (list, tuple)):
+            return type(x)(one(y, grad) for y in x)
+        if isinstance(x, dict):
+            return {k: one(v, grad) for k, v in x.items()}
         return x
-    if isinstance(x, (list, tuple)):
-        return type(x)(_with_grad(y, no_grad) for y in x)
-    if isinstance(x, dict):
-        return {k: _with_grad(v, no_grad) for k, v in x.items()}
-    return x
+
+    return one(args, True), {k: one(v, k not in op.no_grad_kwargs) for k, v in kwargs.items()}
 
 
-def _grad_copy(op, args, kwargs):
-    return _with_grad(args), {k: _with_grad(v, k in op.no_grad_kwargs) for k, v in kwargs.items()}
+def _outputs_and_grads(fn, args, kwargs, diff, cotangents, who):
+    """The differentiable outputs of fn(*args, **kwargs) and the gradients of its inputs that
+    require grad, for the cotangents (float64, converted to each output's dtype)."""
+    try:
+        outs = tensor_leaves(fn(*args, **kwargs))
+    except Exception as e:
+        pytest.fail(f"{who} raised {type(e).__name__}: {e}")
+    selected = [outs[i] for i in diff]
+    for i, o in zip(diff, selected):
+        assert o.requires_grad, f"{who}: output {i} does not require grad"
+    wrt = [t for t in tensor_inputs(args, kwargs) if t.requires_grad]
+    try:
+        grads = torch.autograd.grad(selected, wrt, [c.to(o.dtype) for c, o in zip(cotangents, selected)],
+                                    allow_unused=True)
+    except Exception as e:
+        pytest.fail(f"{who}: backward raised {type(e).__name__}: {e}")
+    return selected + list(grads)
 
 
-@pytest.mark.parametrize("op,dtype,executor", list(_grad_params()))
-def test_vjp_correctness(op, dtype, executor):
-    """Forward and the vector-Jacobian product with random cotangents, against torch.autograd."""
+def vjp_cases(op, executor, dtype, device=None):
+    """Per sample with a differentiable input and output: its description and, per differentiable
+    output and per input requiring grad, (label, thunder's, eager's, eager's in float64 from the
+    same values). Random cotangents; thunder differentiates real floating-point outputs only."""
     jf = thunder.jit(op.op, executors=EXECUTORS[executor])
-    tested = 0
     for args, kwargs in op.grad_samples(dtype):
-        eargs, ekwargs = _grad_copy(op, args, kwargs)
-        targs, tkwargs = _grad_copy(op, args, kwargs)
         what = f"{op.name}{describe(args, kwargs)}"
-        wrt_e = [t for t in tensor_inputs(eargs, ekwargs) if t.requires_grad]
-        wrt_t = [t for t in tensor_inputs(targs, tkwargs) if t.requires_grad]
-        if not wrt_e:
+        eargs, ekwargs = _leaves(op, args, kwargs, device=device)
+        wrt = [t for t in tensor_inputs(eargs, ekwargs) if t.requires_grad]
+        if not wrt:
             continue
-        expected = tensor_leaves(op.reference(*eargs, **ekwargs))
-        try:
-            actual = tensor_leaves(jf(*targs, **tkwargs))
-        except Exception as e:
-            pytest.fail(f"thunder {what} raised {type(e).__name__}: {e}")
-        assert len(actual) == len(expected), f"{what}: {len(actual)} outputs != {len(expected)}"
-        # Thunder differentiates real floating-point outputs (complex autodiff is not supported).
-        diff = [i for i, e in enumerate(expected) if e.requires_grad and e.is_floating_point()]
+        probe = tensor_leaves(op.reference(*eargs, **ekwargs))
+        diff = [i for i, o in enumerate(probe) if o.requires_grad and o.is_floating_point()]
         if not diff:
             continue
-        try:
-            for i in diff:
-                torch.testing.assert_close(actual[i], expected[i], equal_nan=True,
-                                           **op.grad_tolerance(expected[i].dtype))
-                assert actual[i].requires_grad, f"output {i} does not require grad"
-        except AssertionError as e:
-            raise AssertionError(f"{what} forward: {e}") from None
-        cotangents = [torch.randn_like(expected[i]) for i in diff]
-        ge = torch.autograd.grad([expected[i] for i in diff], wrt_e, cotangents, allow_unused=True)
-        try:
-            gt = torch.autograd.grad([actual[i] for i in diff], wrt_t, cotangents, allow_unused=True)
-        except Exception as e:
-            pytest.fail(f"thunder's backward of {what} raised {type(e).__name__}: {e}")
-        for k, (e, a) in enumerate(zip(ge, gt)):
-            if e is None:
-                assert a is None or torch.count_nonzero(a) == 0, f"{what}: input {k} has a gradient eager has not"
+        cotangents = [torch.randn(probe[i].shape, dtype=f64, device=probe[i].device) for i in diff]
+        eager = _outputs_and_grads(op.reference, eargs, ekwargs, diff, cotangents, f"eager {what}")
+        thunder_ = _outputs_and_grads(jf, *_leaves(op, args, kwargs, device=device), diff, cotangents,
+                                      f"thunder {what}")
+        reference = eager if dtype == f64 else _outputs_and_grads(
+            op.reference, *_leaves(op, args, kwargs, f64, device), diff, cotangents, f"eager float64 {what}")
+        labels = [f"output {i}" for i in diff] + [f"gradient of input {k}" for k in range(len(wrt))]
+        yield what, list(zip(labels, thunder_, eager, reference))
+
+
+def _absent_or_zero(what, label, a, r):
+    """Where the reference has no gradient (or an empty one, which thunder may leave as None)."""
+    if r is None:
+        assert a is None or torch.count_nonzero(a) == 0, f"{what}: {label}: thunder has one, eager none"
+        return True
+    if a is None and r.numel() == 0:
+        return True
+    assert a is not None, f"{what}: {label}: thunder has none"
+    return False
+
+
+@pytest.mark.parametrize("op,executor", list(_grad_params()))
+def test_vjp_correctness(op, executor):
+    """Outputs and vector-Jacobian products with random cotangents against torch.autograd, in
+    float64."""
+    tested = 0
+    for what, entries in vjp_cases(op, executor, f64):
+        for label, a, e, _ in entries:
+            if _absent_or_zero(what, label, a, e):
                 continue
-            if a is None and e.numel() == 0:
-                continue  # an empty input's gradient: eager gives an empty tensor, thunder None
-            assert a is not None, f"{what}: no gradient for input {k}"
             try:
-                # A gradient's tolerance is its own dtype's (mixed-dtype samples).
+                # A tolerance is its tensor's dtype's (mixed-dtype samples).
                 torch.testing.assert_close(a, e, equal_nan=True, **op.grad_tolerance(e.dtype))
             except AssertionError as err:
-                raise AssertionError(f"{what}: gradient of input {k}: {err}") from None
+                raise AssertionError(f"{what}: {label}: {err}") from None
         tested += 1
-    assert tested, f"{op.name}: no sample in {dtype} has a differentiable input and output"
+    assert tested, f"{op.name}: no sample has a differentiable input and output"
+
+
+def check_lowp(what, entries, dtype):
+    """Thunder's low-precision outputs and gradients against eager's float64 ones from the same
+    values: thunder's error is at most twice eager's plus a small multiple of the scale (1e-5 in
+    float32, 1% in bfloat16), and in float32 within 1e-4 of the scale whatever eager does."""
+    slack = 1e-5 if dtype == f32 else 1e-2
+    for label, a, e, r in entries:
+        if _absent_or_zero(what, label, a, r):
+            continue
+        assert a.shape == r.shape and a.dtype == e.dtype, f"{what}: {label}: {a.shape} {a.dtype} vs {e.dtype}"
+        if not r.numel():
+            continue
+        finite = torch.isfinite(r) & torch.isfinite(e.double())
+        assert torch.isfinite(a[finite]).all(), f"{what}: {label}: thunder is not finite where eager is"
+        if not finite.any():
+            continue
+        scale = max(1.0, r[finite].abs().max().item())
+        t_err = (a.double() - r)[finite].abs().max().item()
+        e_err = (e.double() - r)[finite].abs().max().item()
+        assert t_err <= 2 * e_err + slack * scale, \
+            f"{what}: {label}: thunder error {t_err:.3g} vs eager {e_err:.3g} (scale {scale:.3g})"
+        if dtype == f32:
+            assert t_err <= 1e-4 * scale, f"{what}: {label}: thunder error {t_err:.3g} (scale {scale:.3g})"
+
+
+@pytest.mark.parametrize("op,dtype", list(_lowp_grad_params()))
+def test_vjp_correctness_lowp(op, dtype):
+    tested = 0
+    for what, entries in vjp_cases(op, "default", dtype):
+        check_lowp(what, entries, dtype)
+        tested += 1
+    assert tested, f"{op.name}: no sample has a differentiable input and output"
 
 
 # ---- error inputs ---------------------------------------------------------------------------------

@@ -105,6 +105,14 @@ def test_known_gradient_divergences(name, fn, args):
     _check_against_autograd(fn, args, None)
 
 
+def test_an_op_without_a_gradient_says_so():
+    # digamma has no grad rule (its derivative, polygamma, is not a prim): differentiating it is
+    # a clear error, never a silent zero.
+    x = t(3).requires_grad_()
+    with pytest.raises(NotImplementedError, match=r"thunder cannot differentiate prims.digamma: it has no grad rule"):
+        thunder.jit(torch.digamma)(x)
+
+
 def test_scatter_add_with_a_source_larger_than_the_index():
     # Eager autograd rejects this case; the source's gradient is the gathered cotangent, zero
     # where the index does not reach.

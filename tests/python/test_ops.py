@@ -76,7 +76,7 @@ def type_string(t: torch.Tensor) -> str:
 
 def assert_metadata(src: str, result):
     """The type comments of the final trace's outputs (shape, dtype, device: what thunder's
-    proxies promise) describe what the runtime returned."""
+    proxies promise; they carry no strides) describe what the runtime returned."""
     ret = [line.strip() for line in src.split("\n") if line.strip().startswith("return")][-1]
     names = re.findall(r"\b(t_?\w+)\b", ret[len("return"):])
     outs = tensor_leaves(result)

@@ -4,9 +4,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
 
-.PHONY: setup deps build demo test test-cpp test-python bench clean
+.PHONY: setup deps build develop demo test test-cpp test-python bench clean
 
-setup: deps build
+setup: deps build develop
 
 # Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, GoogleTest.
 deps:
@@ -28,6 +28,12 @@ deps:
 build:
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Makes `import thunder` work from any directory, as an editable install does: a .pth file in the
+# interpreter's site-packages puts python/ (where `build` places the extension) on sys.path. One
+# copy of the extension exists, so `make build` after a change is all a user's script needs.
+develop:
+	@$(PYTHON) tools/develop.py
 
 demo: setup
 	$(PYTHON) examples/quickstart.py

@@ -1233,8 +1233,10 @@ void registerNN() {
         const TensorProxy& q = T(a[0], "scaled_dot_product_attention", "query");
         const TensorProxy& k = T(a[1], "scaled_dot_product_attention", "key");
         T(a[2], "scaled_dot_product_attention", "value");
-        THUNDER_CHECK_KIND(a[4].toDouble() == 0.0, ErrorKind::NotImplemented,
-                           "ltorch.scaled_dot_product_attention: dropout_p > 0 is not supported yet");
+        double dropoutP = a[4].toDouble();
+        THUNDER_CHECK_KIND(dropoutP >= 0.0 && dropoutP <= 1.0, ErrorKind::Value,
+                           "ltorch.scaled_dot_product_attention: dropout_p must be in [0, 1], but got ",
+                           dropoutP);
         THUNDER_CHECK(q.ndim() >= 2 && k.ndim() >= 2,
                       "ltorch.scaled_dot_product_attention: query and key need at least 2 dimensions");
         Value key = a[1], value = a[2];
@@ -1272,7 +1274,10 @@ void registerNN() {
           else
             scores = op("add", {scores, a[3]});
         }
-        return clang::maybeConvert(op("matmul", {op("softmax", {scores, -1}), value}), dt);
+        Value probs = op("softmax", {scores, -1});
+        // Dropout of the attention weights, as PyTorch's math backend applies it.
+        if (dropoutP > 0.0) probs = op("dropout", {probs, dropoutP});
+        return clang::maybeConvert(op("matmul", {probs, value}), dt);
       });
 }
 

@@ -16,6 +16,21 @@ namespace thunder {
 
 namespace {
 
+/// Pairs the tensors a grad rule returned with the call's outputs, item by item: an output
+/// that dead code elimination pruned (None in the call) drops the rule's tensor there.
+void pairOutputs(const Value& result, const Value& output, std::vector<TensorPtr>& produced,
+                 std::vector<TensorPtr>& expected) {
+  if (result.isSequence() && output.isSequence() && result.items().size() == output.items().size()) {
+    for (size_t i = 0; i < result.items().size(); ++i)
+      pairOutputs(result.items()[i], output.items()[i], produced, expected);
+    return;
+  }
+  if (output.isNone() && result.isTensor()) return;
+  result.collectTensors(produced);
+  output.collectTensors(expected);
+}
+
+
 using RuleTable = std::unordered_map<std::string, GradRule>;
 
 RuleTable& table() {
@@ -294,8 +309,7 @@ class Differentiator {
     tlsRecording = prev;
 
     std::vector<TensorPtr> produced, expected;
-    result.collectTensors(produced);
-    b.output.collectTensors(expected);
+    pairOutputs(result, b.output, produced, expected);
     THUNDER_CHECK(produced.size() == expected.size(), "the grad rule of ", b.sym->id(),
                   " returned ", produced.size(), " tensors, but the call has ", expected.size(),
                   " tensor outputs");

@@ -14,12 +14,12 @@ from typing import Any, Callable, Sequence
 import torch as pytorch
 
 from thunder import _C
-from thunder.core import devices, dtypes, functionalize
+from thunder.core import devices, dtypes, functionalize, outputs
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
 
-__all__ = ["jit", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
+__all__ = ["jit", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
 _C.set_hooks(Device)
 
@@ -59,6 +59,16 @@ def _executor_names(executors) -> list[str]:
     return names
 
 
+def _compiling():
+    """While the user's program is traced, torch.compiler.is_compiling() is True, as under
+    torch.compile: libraries then skip checks that read tensor values (Hugging Face's mask
+    shortcuts, for one)."""
+    import contextlib
+
+    ctx = getattr(pytorch.compiler, "_compile_session_context", None)
+    return ctx() if ctx is not None else contextlib.nullcontext()
+
+
 def _write_back(state) -> None:
     """Inputs updated in place get their new value written back (prims.copy_) at the end."""
     copy_ = _C.get_symbol("prims.copy_")
@@ -87,14 +97,14 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         trace.set_provenance("Constructed by Trace acquisition")
-        with functionalize.tracing_state(trace) as state:
+        with functionalize.tracing_state(trace) as state, _compiling():
             with ThunderTorchMode():
                 out = fn(*pargs, **pkwargs)
                 if on_exit is not None:
                     on_exit(state)
             out = state.fresh(out)
             _write_back(state)
-        trace.set_output(out)
+        trace.set_output(outputs.prepare(out))
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     return trace, sources, closures
@@ -117,6 +127,9 @@ class ThunderFunction(_C.CompiledFunction):
     @property
     def _cfn(self):
         return self
+
+    def __call__(self, *args, **kwargs):
+        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
         trace, sources, closures = _trace(self._fn, args, kwargs, ())
@@ -150,13 +163,13 @@ class ThunderModule(pytorch.nn.Module):
         return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
 
     def forward(self, *args, **kwargs):
-        return self._cfn(self._state(), *args, **kwargs)
+        return outputs.finish(self._cfn(self._state(), *args, **kwargs))
 
     def _compile(self, args, kwargs):
         state, user_args = args[0], args[1:]
         names = [_sanitize(qual) for _, _, _, qual in self._slots]
 
-        slot_proxies = []
+        replaced = []  # (slot, proxy it held, value forward assigned to it)
 
         def run(state_proxies, *a, **k):
             saved = []
@@ -164,17 +177,19 @@ class ThunderModule(pytorch.nn.Module):
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
                     getattr(mod, kind)[name] = p
-                slot_proxies[:] = state_proxies
                 return self._model(*a, **k)
             finally:
+                for slot, p in zip(self._slots, state_proxies):
+                    now = getattr(slot[0], slot[1]).get(slot[2])
+                    if now is not p:
+                        replaced.append((slot, p, now))
                 for mod, kind, name, old in saved:
                     getattr(mod, kind)[name] = old
 
         def reassigned(fstate):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
-            for (mod, kind, name, qual), p in zip(self._slots, slot_proxies):
-                now = getattr(mod, kind).get(name)
-                if now is not p and now is not None:
+            for (mod, kind, name, qual), p, now in replaced:
+                if now is not None:
                     if not isinstance(now, TensorProxy) or now.shape != p.shape or now.dtype != p.dtype:
                         raise NotImplementedError(
                             f"thunder.jit: forward replaced the {kind[1:-1]} {qual} by a value of another "
@@ -246,3 +261,4 @@ def compile_stats(f) -> dict:
 # The torch language, importable as thunder.torch (which is why PyTorch is `pytorch` above).
 import thunder.torch  # noqa: E402,F401
 import thunder.core.prims  # noqa: E402,F401
+from thunder.examine import examine  # noqa: E402

@@ -130,11 +130,12 @@ def test_printed_traces_compile_and_have_the_seed_format():
     assert lines[-1].startswith("  return ")
 
 
-def test_unsupported_torch_function_names_itself():
+def test_data_dependent_shape_names_the_op():
+    # No thunder symbol, and no way to know the output's shape without the data.
     def f(x):
-        return torch.cumsum(x, 0)
+        return torch.nonzero(x)
 
-    with pytest.raises(NotImplementedError, match=r"torch\.cumsum is not supported"):
+    with pytest.raises(NotImplementedError, match=r"torch\.nonzero has no thunder symbol.*metadata"):
         thunder.jit(f)(torch.randn(3))
 
 

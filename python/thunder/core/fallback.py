@@ -33,6 +33,9 @@ _counter = itertools.count()
 _VALUE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, devices.Device, slice, type(Ellipsis))
 
 
+_STATIC_TYPES = (torch.dtype, torch.device, devices.Device, str)
+
+
 def _is_value(x) -> bool:
     return isinstance(x, (_C.TensorProxy, torch.Tensor) + _VALUE_TYPES)
 
@@ -59,26 +62,48 @@ def _sanitize(name: str) -> str:
 
 
 class _Call:
-    """One fallback call's structure: the flattened arguments with constants split out."""
+    """One fallback call: its arguments as symbol parameters (one per positional argument, one
+    keyword-only parameter per keyword), with constants thunder cannot hold split out."""
 
     def __init__(self, func, qualname, args, kwargs):
         self.func, self.qualname = func, qualname
+        self.nargs, self.kwnames = len(args), tuple(kwargs)
         leaves, self.spec = pytree.tree_flatten((args, kwargs))
         self.constants = {i: x for i, x in enumerate(leaves) if not _is_value(x)}
-        self.values = [None if i in self.constants else x for i, x in enumerate(leaves)]
+        # Dtypes, devices and strings stay arguments (the trace prints them), but the kernel gets
+        # them as traced: the runtime hands a dtype over as its number.
+        self.static = {i: x for i, x in enumerate(leaves) if isinstance(x, _STATIC_TYPES)}
+        if self.constants:
+            leaves = [None if i in self.constants else x for i, x in enumerate(leaves)]
+            args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        self.args, self.kwargs = tuple(args), dict(kwargs)
 
     def key(self):
-        consts = tuple((i, repr(x)) for i, x in sorted(self.constants.items()))
+        consts = tuple((i, repr(x)) for i, x in sorted({**self.constants, **self.static}.items()))
         return (self.func, str(self.spec), consts)
 
+    def params(self):
+        pos = [(f"a{i}", "positional", False, None) for i in range(self.nargs)]
+        return pos + [(k, "keyword", False, None) for k in self.kwnames]
+
+    def leaves(self, args, kwargs):
+        """The flat argument leaves of a call of the symbol (as the symbol received them)."""
+        return pytree.tree_leaves((tuple(args), {k: kwargs[k] for k in self.kwnames}))
+
     def rebuild(self, leaves, leaf_fn):
-        full = [self.constants[i] if i in self.constants else leaf_fn(x) for i, x in enumerate(leaves)]
+        """(args, kwargs) for the torch callable from flat leaves, constants put back."""
+        fixed = {**self.static, **self.constants}
+        full = [leaf_fn(fixed[i]) if i in fixed else leaf_fn(x) for i, x in enumerate(leaves)]
         return pytree.tree_unflatten(full, self.spec)
 
 
 def _device_of(values, kwargs_device):
+    """The device of a fallback call's outputs: a device argument's, else the first tensor's."""
     if kwargs_device is not None:
         return devices.Device(kwargs_device)
+    for x in values:
+        if isinstance(x, (torch.device, devices.Device)):
+            return devices.Device(x)
     for x in values:
         if isinstance(x, _C.TensorProxy):
             return x.device
@@ -86,31 +111,26 @@ def _device_of(values, kwargs_device):
 
 
 def _make_symbol(call: _Call):
-    func, qualname, spec, constants = call.func, call.qualname, call.spec, dict(call.constants)
-    n = len(call.values)
-    out_spec_box = {}
+    func, qualname = call.func, call.qualname
+    box = {}
 
-    def meta(*leaves):
-        args, kwargs = _rebuild(leaves, _meta_leaf)
+    def meta(*args, **kwargs):
         with torch._C.DisableTorchFunction():
+            margs, mkwargs = call.rebuild(call.leaves(args, kwargs), _meta_leaf)
             try:
-                out = func(*args, **kwargs)
-            except NotImplementedError as e:
+                out = func(*margs, **mkwargs)
+            except (NotImplementedError, RuntimeError) as e:
+                text = str(e)
+                if isinstance(e, RuntimeError) and "meta" not in text.lower() and "data-dependent" not in text.lower():
+                    raise
                 raise NotImplementedError(
                     f"thunder.jit: {qualname} has no thunder symbol, and PyTorch cannot tell its output's "
-                    f"metadata without running it ({e}); it cannot be traced"
+                    f"metadata without running it ({text.splitlines()[0][:160]}); it cannot be traced"
                 ) from None
-            except RuntimeError as e:
-                if "meta" in str(e).lower() or "data-dependent" in str(e).lower():
-                    raise NotImplementedError(
-                        f"thunder.jit: {qualname} has no thunder symbol, and its output's metadata depends on "
-                        f"the values of its inputs ({e}); it cannot be traced"
-                    ) from None
-                raise
         out_leaves, out_spec = pytree.tree_flatten(out)
-        device = _device_of(leaves, kwargs.get("device") if isinstance(kwargs, dict) else None)
+        device = _device_of(pytree.tree_leaves(args), mkwargs.get("device"))
         proxies = []
-        for i, x in enumerate(out_leaves):
+        for x in out_leaves:
             if isinstance(x, torch.Tensor):
                 proxies.append(_C.TensorProxy(shape=tuple(x.shape), dtype=x.dtype, device=device))
             elif x is None:
@@ -118,89 +138,172 @@ def _make_symbol(call: _Call):
             else:
                 raise NotImplementedError(
                     f"thunder.jit: {qualname} has no thunder symbol, and it returns a {type(x).__name__}, whose "
-                    f"value would depend on the tensors' data or strides; it cannot be traced"
+                    f"value may depend on the tensors' data or strides; it cannot be traced"
                 )
-        out_spec_box["spec"] = out_spec
-        out_spec_box["none"] = [p is None for p in proxies]
-        return tuple(p for p in proxies if p is not None)
+        box["spec"], box["none"] = out_spec, [p is None for p in proxies]
+        tensors = tuple(p for p in proxies if p is not None)
+        return tensors[0] if len(tensors) == 1 else tensors
 
-    def _rebuild(leaves, leaf_fn):
-        full = [constants[i] if i in constants else leaf_fn(leaves[i]) for i in range(n)]
-        return pytree.tree_unflatten(full, spec)
+    def fn(*args, **kwargs):
+        rargs, rkwargs = call.rebuild(call.leaves(args, kwargs), _to_torch_leaf)
+        out = func(*rargs, **rkwargs)
+        tensors = tuple(x for x in pytree.tree_leaves(out) if x is not None)
+        return tensors[0] if len(tensors) == 1 else tensors
 
-    def fn(*leaves):
-        args, kwargs = _rebuild(leaves, _to_torch_leaf)
-        out = func(*args, **kwargs)
-        return tuple(x for x in pytree.tree_leaves(out) if x is not None)
+    # The forward of a training call also returns the random number generator's state before the
+    # call, so that the backward's rerun draws the same numbers (dropout-like ops).
+    def meta_rng(*args, **kwargs):
+        out = meta(*args, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        device = _device_of(pytree.tree_leaves(args), kwargs.get("device"))
+        n = _rng_state_size(device)
+        return (*outs, _C.TensorProxy(shape=(n,), dtype=torch.uint8, device="cpu"))
+
+    def fn_rng(*args, **kwargs):
+        device = _device_of_tensors(pytree.tree_leaves((args, kwargs)))
+        state = _get_rng_state(device)
+        out = fn(*args, **kwargs)
+        return (*(out if isinstance(out, tuple) else (out,)), state)
 
     sym_name = f"{_sanitize(qualname)}_{next(_counter)}"
-    params = [("args", "varargs", False, None)]
-    sym = _C.extend_register_operator(EXECUTOR, sym_name, params, None, meta, fn, [], qualname)
+    sym = _C.extend_register_operator(EXECUTOR, sym_name, call.params(), None, meta, fn, [], qualname)
+    sym_rng = _C.extend_register_operator(EXECUTOR, sym_name + "_rng", call.params(), None, meta_rng, fn_rng, [], "")
     from thunder.core.transforms import _register_executor_grad_transform
 
-    _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym, call, _rebuild))
-    return sym, out_spec_box
+    _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym_rng, call))
+    return sym, box
+
+
+def _rng_state_size(device) -> int:
+    if devices.Device(device).type == "cuda":
+        return 16
+    return torch.get_rng_state().numel()
+
+
+def _device_of_tensors(leaves):
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def _get_rng_state(device):
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+class _replay_rng:
+    """Runs a block with the generator of `device` set to `state`, and leaves it as it was."""
+
+    def __init__(self, device, state):
+        self.device, self.state = torch.device(device), state
+
+    def __enter__(self):
+        cuda = self.device.type == "cuda"
+        self._fork = torch.random.fork_rng(devices=[self.device] if cuda else [], device_type="cuda" if cuda else "cpu")
+        self._fork.__enter__()
+        if cuda:
+            torch.cuda.set_rng_state(self.state, self.device)
+        else:
+            torch.set_rng_state(self.state)
+
+    def __exit__(self, *exc):
+        return self._fork.__exit__(*exc)
 
 
 def _is_diff(x) -> bool:
     return isinstance(x, _C.TensorProxy) and (x.dtype.is_floating_point or x.dtype.is_complex)
 
 
-def _grad_rule(sym, call: _Call, rebuild):
+def _grad_rule(sym, call: _Call):
     """The grad rule of a fallback symbol: forward as traced, backward through torch.autograd."""
-    func, qualname = call.func, call.qualname
-    vjp_syms: dict = {}
+    vjps: dict = {}
 
-    def rule(leaves):
+    def rule(*args, **kwargs):
         from thunder.core.transforms import get_grad, put_grad
 
-        outs = sym(*leaves)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        diff_out = [i for i, o in enumerate(outs) if _is_diff(o)]
-        diff_in = [i for i, x in enumerate(leaves) if _is_diff(x)]
+        with_state = sym(*args, **kwargs)
+        outs, rng_state = with_state[:-1], with_state[-1]
+        result = outs if len(outs) != 1 else outs[0]
+        leaves = call.leaves(args, kwargs)
+        diff_out = tuple(i for i, o in enumerate(outs) if _is_diff(o))
+        diff_in = tuple(i for i, x in enumerate(leaves) if _is_diff(x))
         if not diff_out or not diff_in:
-            return outs if len(outs) != 1 else outs[0]
+            return result
         cots = [get_grad(outs[i]) for i in diff_out]
-        key = (tuple(diff_in), tuple(diff_out), tuple(type(x).__name__ if not isinstance(x, _C.TensorProxy) else "T" for x in leaves))
-        vjp = vjp_syms.get(key)
+        tensor_at = tuple(i for i, x in enumerate(leaves) if isinstance(x, _C.TensorProxy))
+        consts = tuple((i, x) for i, x in enumerate(leaves) if not isinstance(x, _C.TensorProxy))
+        key = (diff_in, diff_out, tensor_at, repr(consts))
+        vjp = vjps.get(key)
         if vjp is None:
-            vjp = _make_vjp(func, qualname, rebuild, leaves, diff_in, diff_out)
-            vjp_syms[key] = vjp
-        grads = vjp(*leaves, *cots)
+            vjp = vjps[key] = _make_vjp(call, len(leaves), tensor_at, dict(consts), diff_in, diff_out)
+        grads = vjp(*[leaves[i] for i in tensor_at], rng_state, *cots)
         grads = grads if isinstance(grads, tuple) else (grads,)
         for i, g in zip(diff_in, grads):
             put_grad(leaves[i], g)
-        return outs if len(outs) != 1 else outs[0]
+        return result
 
-    return lambda leaves: rule(tuple(leaves))
+    return rule
 
 
-def _make_vjp(func, qualname, rebuild, leaves, diff_in, diff_out):
-    n = len(leaves)
+def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
+    """vjp_<name>(input tensors..., cotangents...) -> the gradients of the differentiable inputs,
+    computed by PyTorch's autograd on a rerun of the call."""
+    qualname, n = call.qualname, len(tensor_at)
 
     def meta(*xs):
-        return tuple(_C.TensorProxy(like=xs[i]) for i in diff_in)
+        by_leaf = dict(zip(tensor_at, xs[:n]))  # then the generator state, then the cotangents
+        out = tuple(_C.TensorProxy(like=by_leaf[i]) for i in diff_in)
+        return out[0] if len(out) == 1 else out
 
-    def fn(*xs):
-        ins, cots = list(xs[:n]), xs[n:]
-        with torch.enable_grad():
-            for i in diff_in:
-                ins[i] = ins[i].detach().requires_grad_(True)
-            args, kwargs = rebuild(ins, _to_torch_leaf)
-            out = func(*args, **kwargs)
+    # Inputs PyTorch refuses to differentiate (a batch norm's running stats): found on the first
+    # call that meets the refusal, then left out (their gradient is zero).
+    refused: set = set()
+
+    def run(leaves, cots, wrt_at, state):
+        # The rerun must not change anything the caller sees: a call that updates some input in
+        # place (batch norm's running stats) updates a copy; it draws the forward's random numbers.
+        leaves = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
+        with torch.enable_grad(), _replay_rng(_device_of_tensors(leaves), state):
+            for i in wrt_at:
+                leaves[i] = leaves[i].detach().requires_grad_(True)
+            args, kwargs = call.rebuild(leaves, _to_torch_leaf)
+            out = call.func(*args, **kwargs)
             outs = [x for x in pytree.tree_leaves(out) if x is not None]
             pairs = [(outs[i], c) for i, c in zip(diff_out, cots) if outs[i].requires_grad]
-            wrt = [ins[i] for i in diff_in]
-            if not pairs:
-                return tuple(torch.zeros_like(w) for w in wrt)
-            try:
-                grads = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True)
-            except RuntimeError as e:
-                raise RuntimeError(f"thunder.jit: the gradient of {qualname} (run by PyTorch) failed: {e}") from None
-        return tuple(torch.zeros_like(w) if g is None else g for w, g in zip(wrt, grads))
+            wrt = [leaves[i] for i in wrt_at]
+            if not pairs or not wrt:
+                return [None] * len(wrt)
+            return torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True)
+
+    def fn(*xs):
+        leaves = [None] * nleaves
+        for i, x in zip(tensor_at, xs[:n]):
+            leaves[i] = x
+        for i, c in consts.items():
+            leaves[i] = c
+        state, cots = xs[n], xs[n + 1:]
+        try:
+            wrt_at = [i for i in diff_in if i not in refused]
+            grads = run(leaves, cots, wrt_at, state)
+        except RuntimeError as e:
+            if "not differentiable with respect to" not in str(e):
+                raise RuntimeError(f"thunder.jit: the gradient of {qualname} (computed by PyTorch) failed: {e}") from None
+            for i in diff_in:
+                try:
+                    run(leaves, cots, [i], state)
+                except RuntimeError:
+                    refused.add(i)
+            wrt_at = [i for i in diff_in if i not in refused]
+            grads = run(leaves, cots, wrt_at, state)
+        by_leaf = dict(zip(wrt_at, grads))
+        out = tuple(torch.zeros_like(leaves[i]) if by_leaf.get(i) is None else by_leaf[i] for i in diff_in)
+        return out[0] if len(out) == 1 else out
 
     name = f"vjp_{_sanitize(qualname)}_{next(_counter)}"
-    params = [("args", "varargs", False, None)]
+    params = [(f"a{i}", "positional", False, None) for i in range(n + 1 + len(diff_out))]
     return _C.extend_register_operator(EXECUTOR, name, params, None, meta, fn, [], "")
 
 
@@ -216,7 +319,7 @@ def call(func, qualname: str, args: tuple, kwargs: dict):
             entry = _make_symbol(c)
             _symbols[key] = entry
     sym, box = entry
-    out = sym(*c.values)
+    out = sym(*c.args, **c.kwargs)
     outs = list(out) if isinstance(out, tuple) else [out]
     it = iter(outs)
     full = [None if none else next(it) for none in box["none"]]

@@ -95,6 +95,24 @@ class TraceState:
         return [(o, v) for o, v in self.latest.values() if isinstance(o, _C.TensorProxy) and o is not v and self.is_input(o)]
 
 
+def user_code() -> bool:
+    """True while tracing runs the user's program (not thunder's own callbacks such as an executor's
+    checker or meta function): proxies then answer like torch.Tensors (device is a torch.device,
+    which PyTorch's argument parser accepts); elsewhere like thunder's (a thunder Device)."""
+    return bool(getattr(_tls, "stack", None)) and not getattr(_tls, "thunder_depth", 0)
+
+
+class thunder_code:
+    """Context manager: thunder API code runs inside (an executor's callbacks)."""
+
+    def __enter__(self):
+        _tls.thunder_depth = getattr(_tls, "thunder_depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.thunder_depth -= 1
+        return False
+
+
 def current() -> TraceState | None:
     stack = getattr(_tls, "stack", None)
     return stack[-1] if stack else None

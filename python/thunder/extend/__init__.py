@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from thunder import _C
+from thunder.core import functionalize
 from thunder.core.proxies import TensorProxy
 
 __all__ = [
@@ -84,7 +85,8 @@ def _guard(what: str, f: Callable, check: Callable | None = None) -> Callable:
 
     def guarded(*args, **kwargs):
         try:
-            result = f(*args, **kwargs)
+            with functionalize.thunder_code():
+                result = f(*args, **kwargs)
         except Exception as e:
             raise _error(what, e) from e
         if check is not None:
@@ -137,7 +139,8 @@ def _check_meta_output(what: str, inputs: tuple):
 def _meta_guard(what: str, meta: Callable) -> Callable:
     def guarded(*args, **kwargs):
         try:
-            out = meta(*args, **kwargs)
+            with functionalize.thunder_code():
+                out = meta(*args, **kwargs)
         except Exception as e:
             raise _error(what, e) from e
         _check_meta_output(what, args + tuple(kwargs.values()))(out)

@@ -1,0 +1,159 @@
+"""Outputs of a traced function that the trace cannot hold as they are.
+
+A trace returns tensors in tuples, lists and dicts. Programs return more: named tuples,
+dataclass-like outputs (Hugging Face's ModelOutput), caches (objects whose attributes hold
+tensors). Such an output is split, at trace time, into its tensors (what the trace returns) and a
+spec that rebuilds the Python object around them on every call: the trace then returns
+(MARK, key, tensors) and the caller rebuilds the object from the spec under `key`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+
+import torch
+import torch.utils._pytree as pytree
+
+from thunder import _C
+
+MARK = "__thunder_rebuild__"
+
+_specs: dict[int, "_Spec"] = {}
+_keys = itertools.count()
+_lock = threading.Lock()
+
+_CONSTANT_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device)
+
+
+class _Spec:
+    def rebuild(self, it):
+        raise NotImplementedError
+
+
+class _Leaf(_Spec):
+    def rebuild(self, it):
+        return next(it)
+
+
+class _Const(_Spec):
+    def __init__(self, value):
+        self.value = value
+
+    def rebuild(self, it):
+        return self.value
+
+
+class _Seq(_Spec):
+    def __init__(self, kind, items):
+        self.kind, self.items = kind, items
+
+    def rebuild(self, it):
+        return self.kind(s.rebuild(it) for s in self.items)
+
+
+class _Dict(_Spec):
+    def __init__(self, keys, items):
+        self.keys, self.items = keys, items
+
+    def rebuild(self, it):
+        return {k: s.rebuild(it) for k, s in zip(self.keys, self.items)}
+
+
+class _Node(_Spec):
+    """A type registered with torch's pytree (named tuples, ModelOutput, ...)."""
+
+    def __init__(self, kind, context, items):
+        self.kind, self.context, self.items = kind, context, items
+
+    def rebuild(self, it):
+        children = [s.rebuild(it) for s in self.items]
+        return pytree.SUPPORTED_NODES[self.kind].unflatten_fn(children, self.context)
+
+
+class _NamedTuple(_Spec):
+    def __init__(self, kind, items):
+        self.kind, self.items = kind, items
+
+    def rebuild(self, it):
+        return self.kind(*(s.rebuild(it) for s in self.items))
+
+
+class _Object(_Spec):
+    """Any other object: a shallow copy of the traced one, with its tensor-holding attributes
+    rebuilt."""
+
+    def __init__(self, template, attrs):
+        self.template, self.attrs = template, attrs
+
+    def rebuild(self, it):
+        obj = copy.copy(self.template)
+        for name, s in self.attrs.items():
+            setattr(obj, name, s.rebuild(it))
+        return obj
+
+
+def _contains_proxy(x, depth=0) -> bool:
+    if depth > 8:
+        return False
+    if isinstance(x, _C.TensorProxy):
+        return True
+    if isinstance(x, (tuple, list)):
+        return any(_contains_proxy(y, depth + 1) for y in x)
+    if isinstance(x, dict):
+        return any(_contains_proxy(y, depth + 1) for y in x.values())
+    if hasattr(x, "__dict__") and not isinstance(x, (type, torch.nn.Module)):
+        return any(_contains_proxy(y, depth + 1) for y in vars(x).values())
+    return False
+
+
+def _spec(x, leaves) -> _Spec:
+    if isinstance(x, _C.TensorProxy):
+        leaves.append(x)
+        return _Leaf()
+    if isinstance(x, _CONSTANT_TYPES) or isinstance(x, torch.Tensor):
+        return _Const(x)
+    if type(x) in (tuple, list):
+        return _Seq(type(x), [_spec(y, leaves) for y in x])
+    if type(x) is dict:
+        return _Dict(list(x), [_spec(y, leaves) for y in x.values()])
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return _NamedTuple(type(x), [_spec(y, leaves) for y in x])
+    if type(x) in pytree.SUPPORTED_NODES:
+        children, context = pytree.SUPPORTED_NODES[type(x)].flatten_fn(x)
+        return _Node(type(x), context, [_spec(y, leaves) for y in children])
+    if _contains_proxy(x):
+        return _Object(x, {k: _spec(v, leaves) for k, v in vars(x).items() if _contains_proxy(v)})
+    return _Const(x)
+
+
+def _plain(x) -> bool:
+    """Whether the trace can return x as it is: tensors and constants in tuples, lists and dicts."""
+    if isinstance(x, (_C.TensorProxy,) + _CONSTANT_TYPES):
+        return True
+    if type(x) in (tuple, list):
+        return all(_plain(y) for y in x)
+    if type(x) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in x.items())
+    return False
+
+
+def prepare(out):
+    """The value a trace returns for `out`: out itself when the trace can hold it, else
+    (MARK, key, tensors) with the spec that rebuilds out stored under key."""
+    if _plain(out):
+        return out
+    leaves: list = []
+    spec = _spec(out, leaves)
+    with _lock:
+        key = next(_keys)
+        _specs[key] = spec
+    return (MARK, key, tuple(leaves))
+
+
+def finish(result):
+    """The caller's value for what a trace returned: the rebuilt object for a (MARK, key, tensors)."""
+    if type(result) is tuple and len(result) == 3 and result[0] == MARK:
+        return _specs[result[1]].rebuild(iter(result[2]))
+    return result

@@ -1,0 +1,120 @@
+"""thunder.examine: which torch calls of a program thunder runs natively, which fall back to
+PyTorch, and which it cannot run.
+
+    report = thunder.examine(model, x)     # runs model(x) eagerly, recording every torch call
+    print(report)                          # the calls by kind, with counts
+    report.failing                         # {name: (count, reason)}
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
+
+from thunder.core import proxies
+
+__all__ = ["examine", "ExamineReport"]
+
+
+@dataclass
+class ExamineReport:
+    """Torch calls of one eager run, by what thunder does with them: name -> count (and, for the
+    failing ones, the reason)."""
+
+    native: dict = field(default_factory=dict)
+    fallback: dict = field(default_factory=dict)
+    failing: dict = field(default_factory=dict)
+
+    @property
+    def num_calls(self) -> int:
+        return sum(self.native.values()) + sum(self.fallback.values()) + sum(c for c, _ in self.failing.values())
+
+    def __str__(self) -> str:
+        lines = [
+            f"thunder.examine: {self.num_calls} torch calls of {len(self.native) + len(self.fallback) + len(self.failing)} "
+            f"kinds: {len(self.native)} native, {len(self.fallback)} fall back to PyTorch, {len(self.failing)} cannot run"
+        ]
+        for title, table in (("native", self.native), ("fallback (run by PyTorch)", self.fallback)):
+            if table:
+                lines.append(f"{title}:")
+                lines += [f"  {name} x{count}" for name, count in sorted(table.items())]
+        if self.failing:
+            lines.append("cannot run:")
+            lines += [f"  {name} x{count}: {reason}" for name, (count, reason) in sorted(self.failing.items())]
+        return "\n".join(lines)
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+        self.first: dict = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.counts[func] += 1
+        if func not in self.first:
+            self.first[func] = (args, kwargs)
+        return func(*args, **kwargs)
+
+
+def _is_attribute_read(func) -> bool:
+    # Tensor.shape, Tensor.dtype, ... reach __torch_function__ as their descriptors' __get__.
+    return getattr(func, "__name__", "") == "__get__"
+
+
+def _meta(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+def _classify(func, args, kwargs):
+    """("native" | "fallback" | "failing", reason)."""
+    if func in proxies._TORCH_MAP or func in proxies._SPECIAL or _is_attribute_read(func):
+        return "native", ""
+    if func is torch.Tensor.__setitem__:
+        return "native", ""
+    hit = proxies._inplace_functional(func)
+    if hit is not None:
+        functional = hit[1]
+        if functional is proxies._RETURN_SELF or isinstance(functional, proxies._Rule):
+            return "native", ""
+        kind, reason = _classify(functional, args, kwargs)
+        return kind, reason
+    if proxies._inplace_kwarg(func, args, kwargs) is not None or (kwargs and kwargs.get("out") is not None):
+        return "native" if func in proxies._TORCH_MAP else "fallback", ""
+    margs, mkwargs = pytree.tree_map(_meta, (args, kwargs))
+    try:
+        with torch._C.DisableTorchFunction():
+            out = func(*margs, **mkwargs)
+    except Exception as e:  # noqa: BLE001 - any failure means the call cannot be traced
+        return "failing", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    for leaf in pytree.tree_leaves(out):
+        if leaf is not None and not isinstance(leaf, torch.Tensor):
+            return "failing", f"returns a {type(leaf).__name__}, whose value depends on the data"
+    return "fallback", ""
+
+
+def examine(fn, *args, **kwargs) -> ExamineReport:
+    """Runs fn(*args, **kwargs) eagerly, recording every torch call, and reports which calls
+    thunder runs natively, which fall back to PyTorch and which it cannot run. Prints the report
+    and returns it."""
+    rec = _Recorder()
+    with rec:
+        fn(*args, **kwargs)
+    report = ExamineReport()
+    for func, count in rec.counts.items():
+        name = proxies._qualname(func)
+        a, k = rec.first[func]
+        kind, reason = _classify(func, a, k)
+        if kind == "failing":
+            report.failing[name] = (count, reason)
+        else:
+            getattr(report, kind)[name] = getattr(report, kind).get(name, 0) + count
+    print(report)
+    return report

@@ -1,0 +1,155 @@
+"""Torch calls with no thunder symbol fall back to PyTorch, forward and backward; thunder.examine
+reports which calls are native, which fall back and which cannot run."""
+
+import re
+
+import pytest
+import torch
+
+import thunder
+
+
+def _grads(fn, *inputs):
+    out = fn(*inputs)
+    loss = sum((o.float() * torch.linspace(-1, 1, o.numel()).reshape(o.shape)).sum() for o in (out if isinstance(out, tuple) else (out,)))
+    return out, torch.autograd.grad(loss, [x for x in inputs if x.requires_grad])
+
+
+# Calls with no thunder symbol (chosen among ops thunder is unlikely to map soon).
+FALLBACK_CASES = [
+    ("i0e", lambda x: torch.special.i0e(x) * 2, ((3, 4),)),
+    ("logcumsumexp", lambda x: torch.logcumsumexp(x, dim=1).sin(), ((3, 5),)),
+    ("cummax_values", lambda x: torch.cummax(x, 0).values + x, ((4, 3),)),
+    ("kron", lambda a, b: torch.kron(a, b).tanh(), ((2, 3), (3, 2))),
+    ("method", lambda x: x.logcumsumexp(0) * x, ((5,),)),
+    ("keyword_only", lambda x: torch.special.polygamma(1, x.abs() + 1), ((4,),)),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", FALLBACK_CASES, ids=[c[0] for c in FALLBACK_CASES])
+def test_fallback_forward_and_backward_match_eager(name, fn, shapes):
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    jf = thunder.jit(fn)
+    out, grads = _grads(jf, *inputs)
+    expected, expected_grads = _grads(fn, *inputs)
+    torch.testing.assert_close(out, expected)
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e)
+    # Cached call, no grad.
+    with torch.no_grad():
+        torch.testing.assert_close(jf(*inputs), fn(*inputs))
+
+
+def test_fallback_prints_by_its_torch_name_and_backward_calls_pytorch():
+    def f(x):
+        return torch.logcumsumexp(x, dim=0) * 2
+
+    x = torch.randn(4, requires_grad=True)
+    jf = thunder.jit(f)
+    with torch.no_grad():
+        jf(x)
+    fwd = str(thunder.last_traces(jf)[-1])
+    assert re.search(r"t0 = torch\.logcumsumexp\(t_0, dim=0\)", fwd), fwd
+    # In training the forward also keeps the generator's state, for the backward's rerun.
+    jf(x).sum().backward()
+    fwd = str(thunder.last_traces(jf)[-1])
+    bwd = str(thunder.last_backward_traces(jf)[-1])
+    assert re.search(r"\(t0, t\d+\) = torch_logcumsumexp_\d+_rng\(t_0, dim=0\)", fwd), fwd
+    assert re.search(r"vjp_torch_logcumsumexp_\d+\(t_0, t\d+, t\d+\)", bwd), bwd
+
+
+def test_random_fallback_backward_replays_the_forward_random_numbers():
+    def f(x):
+        return torch.nn.functional.gumbel_softmax(x, tau=0.5) * x  # draws noise; no thunder symbol
+
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    jf = thunder.jit(f)
+    torch.manual_seed(7)
+    out = jf(x)
+    (g,) = torch.autograd.grad((out * out).sum(), x)
+    after = torch.rand(1)
+    torch.manual_seed(7)
+    ref = f(x)
+    (ref_g,) = torch.autograd.grad((ref * ref).sum(), x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g, ref_g)
+    # The backward's rerun leaves the generator where the eager program leaves it.
+    torch.testing.assert_close(after, torch.rand(1))
+
+
+def test_fallback_inside_a_module_trains_like_eager():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(6, 6)
+            self.b = torch.nn.Linear(6, 2)
+
+        def forward(self, x):
+            h = torch.special.i0e(self.a(x))  # no thunder symbol
+            return self.b(torch.logcumsumexp(h, dim=-1))
+
+    torch.manual_seed(0)
+    net = Net()
+    ref = Net()
+    ref.load_state_dict(net.state_dict())
+    tnet = thunder.jit(net)
+    opt, ref_opt = torch.optim.SGD(net.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        x = torch.randn(8, 6)
+        loss, ref_loss = tnet(x).square().mean(), ref(x).square().mean()
+        torch.testing.assert_close(loss, ref_loss)
+        loss.backward()
+        ref_loss.backward()
+        opt.step(), ref_opt.step(), opt.zero_grad(), ref_opt.zero_grad()
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_fallback_without_a_pytorch_derivative_names_the_op():
+    def f(x, q):
+        return torch.special.zeta(x, q)  # PyTorch has no derivative for x
+
+    x = torch.rand(3, dtype=torch.float64, requires_grad=True) + 2
+    q = torch.rand(3, dtype=torch.float64) + 1
+    out = thunder.jit(f)(x, q)
+    torch.testing.assert_close(out, f(x, q))
+    with pytest.raises(RuntimeError, match=r"gradient of torch\.special\.zeta .*failed.*not implemented"):
+        out.sum().backward()
+
+
+def test_fallback_refuses_data_dependent_shapes():
+    with pytest.raises(NotImplementedError, match=r"torch\.unique has no thunder symbol"):
+        thunder.jit(lambda x: torch.unique(x))(torch.randn(4))
+
+
+def test_fallback_with_non_value_constants():
+    def f(x):
+        return torch.clone(x, memory_format=torch.contiguous_format) * 2  # a memory_format argument
+
+    x = torch.randn(2, 3).t()
+    torch.testing.assert_close(thunder.jit(f)(x), f(x))
+
+
+def test_examine_reports_native_fallback_and_failing():
+    def f(x):
+        y = torch.sin(x) + torch.special.i0e(x)
+        y.add_(1)
+        n = torch.nonzero(x > 0)
+        return y, n
+
+    report = thunder.examine(f, torch.randn(5))
+    assert "torch.sin" in report.native and "torch.Tensor.add_" in report.native
+    assert "torch.special.i0e" in report.fallback
+    assert list(report.failing) == ["torch.nonzero"]
+    assert report.num_calls == sum(report.native.values()) + 1 + 1
+    assert "1 cannot run" in str(report)
+
+
+def test_examine_a_cnn_has_no_failing_calls():
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(2),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    )
+    report = thunder.examine(m, torch.randn(2, 3, 16, 16))
+    assert report.failing == {} and report.num_calls >= 7

@@ -1,0 +1,297 @@
+"""In-place ops and mutation under thunder.jit: results and mutated tensors equal eager's, or a
+clear error naming the op. Every case runs the same function eagerly and jitted on copies of the
+same inputs and compares outputs and every input afterwards."""
+
+import copy
+
+import pytest
+import torch
+
+import thunder
+
+
+def _clone(xs):
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def check_inplace(fn, *inputs, calls=2):
+    """fn(*inputs) eagerly and jitted: outputs and inputs (mutated ones included) agree, on a
+    first call and on cached calls."""
+    jf = thunder.jit(fn)
+    eager_in, jit_in = _clone(inputs), _clone(inputs)
+    for _ in range(calls):
+        expected = fn(*eager_in)
+        actual = jf(*jit_in)
+        torch.testing.assert_close(actual, expected)
+        for a, e in zip(jit_in, eager_in):
+            if isinstance(e, torch.Tensor):
+                torch.testing.assert_close(a, e)
+    return jf
+
+
+def _inplace_cases():
+    def add_(x, y):
+        x.add_(y, alpha=2)
+        return x * 3
+
+    def chain(x, y):
+        z = x * 2
+        z.mul_(y).sub_(1).clamp_(min=-0.5)
+        return z
+
+    def iadd(x, y):
+        x += y
+        x *= 2
+        return x.sum()
+
+    def setitem_slice(x, v):
+        x[1:3, ::2] = v
+        return x + 1
+
+    def setitem_int_and_ellipsis(x):
+        x[0] = 7.0
+        x[..., -1] = -1.0
+        return x
+
+    def setitem_mask(x):
+        x[x < 0] = 0.0
+        return x
+
+    def setitem_index_tensor(x, idx, v):
+        x[idx] = v
+        return x
+
+    def setitem_intermediate(x):
+        y = x * 2
+        y[:, 0] = 0
+        return y
+
+    def relu_inplace(x):
+        y = x * 2
+        torch.nn.functional.relu(y, inplace=True)
+        return y
+
+    def relu_inplace_on_input(x):
+        return torch.nn.functional.relu(x, inplace=True) + 1
+
+    def masked_fill_(x, m):
+        x.masked_fill_(m, -1e4)
+        return x.softmax(-1)
+
+    def masked_fill_broadcast(x, m):
+        return x.masked_fill_(m[None, :], 0.5)
+
+    def kv_cache(cache, pos, k):
+        cache.index_copy_(1, pos, k)
+        return cache.sum(1)
+
+    def kv_cache_slice(cache, k):
+        cache[:, 2:4] = k
+        return cache.mean()
+
+    def zero_fill_copy(x, y):
+        x.zero_()
+        y.fill_(3)
+        return x + y
+
+    def copy_(x, src):
+        x.copy_(src)
+        return x * 2
+
+    def out_kwarg(x, y, out):
+        torch.add(x, y, out=out)
+        return out * 2
+
+    def int_inplace(x):
+        x.add_(1)
+        x.mul_(3)
+        return x
+
+    def sigmoid_(x):
+        return torch.sigmoid_(x * 1) + x.exp_()
+
+    f32 = lambda *s: torch.randn(*s)  # noqa: E731
+    return [
+        ("add_", add_, (f32(3, 4), f32(4))),
+        ("chained", chain, (f32(3, 4), f32(3, 4))),
+        ("augmented_assignment", iadd, (f32(5), f32(5))),
+        ("setitem_slice", setitem_slice, (f32(4, 6), f32(2, 3))),
+        ("setitem_int_and_ellipsis", setitem_int_and_ellipsis, (f32(3, 4),)),
+        ("setitem_mask", setitem_mask, (f32(4, 5),)),
+        ("setitem_index_tensor", setitem_index_tensor, (f32(6, 3), torch.tensor([0, 4]), f32(2, 3))),
+        ("setitem_intermediate", setitem_intermediate, (f32(3, 3),)),
+        ("relu_inplace", relu_inplace, (f32(3, 4),)),
+        ("relu_inplace_on_input", relu_inplace_on_input, (f32(3, 4),)),
+        ("masked_fill_", masked_fill_, (f32(2, 5), torch.rand(2, 5) > 0.5)),
+        ("masked_fill_broadcast_mask", masked_fill_broadcast, (f32(3, 5), torch.rand(5) > 0.5)),
+        ("kv_cache_index_copy_", kv_cache, (torch.zeros(2, 8, 4), torch.tensor([3]), f32(2, 1, 4))),
+        ("kv_cache_slice", kv_cache_slice, (torch.zeros(2, 8, 4), f32(2, 2, 4))),
+        ("zero_fill_", zero_fill_copy, (f32(3), f32(3))),
+        ("copy_", copy_, (f32(2, 3), f32(3))),
+        ("out_kwarg", out_kwarg, (f32(3), f32(3), torch.empty(3))),
+        ("integer", int_inplace, (torch.arange(6),)),
+        ("torch_function_", sigmoid_, (f32(4),)),
+    ]
+
+
+@pytest.mark.parametrize("name,fn,inputs", _inplace_cases(), ids=[c[0] for c in _inplace_cases()])
+def test_inplace_matches_eager(name, fn, inputs):
+    check_inplace(fn, *inputs)
+
+
+def test_mutated_input_is_written_back_in_the_trace():
+    def f(x, y):
+        x.add_(y)
+        return y * 2
+
+    jf = thunder.jit(f)
+    jf(torch.randn(3), torch.randn(3))
+    src = str(thunder.last_traces(jf)[-1])
+    assert "copy_(" in src
+
+
+def test_module_buffer_updated_in_forward():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+            self.register_buffer("ema", torch.zeros(4))
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.steps += 1
+            self.ema.mul_(0.9).add_(0.1 * x.detach().mean(0))
+            return self.lin(x)
+
+    m = Counter()
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(tm(x), ref(x))
+    assert int(m.steps) == 3
+    torch.testing.assert_close(m.ema, ref.ema)
+
+
+def test_module_buffer_reassigned_in_forward():
+    class Reassign(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("last", torch.zeros(3))
+
+        def forward(self, x):
+            self.last = x.detach() * 2
+            return x + 1
+
+    m, ref = Reassign(), Reassign()
+    tm = thunder.jit(m)
+    x = torch.randn(3)
+    torch.testing.assert_close(tm(x), ref(x))
+    torch.testing.assert_close(m.last, ref.last)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_batch_norm_running_stats(train):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(inplace=True))
+    m.train(train)
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    for _ in range(3):
+        x = torch.randn(2, 3, 8, 8)
+        out, expected = tm(x), ref(x)
+        torch.testing.assert_close(out, expected)
+        if train:
+            out.sum().backward()
+            expected.sum().backward()
+    for name, buf in m.named_buffers():
+        torch.testing.assert_close(buf, dict(ref.named_buffers())[name], msg=name)
+    if train:
+        torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad)
+
+
+def test_inplace_in_training_matches_eager_gradients():
+    def f(x, w):
+        h = x @ w
+        h.mul_(2)
+        h[:, 0] = 0
+        h.add_(x.sum(1, keepdim=True))
+        return h.tanh().sum()
+
+    x = torch.randn(4, 3, dtype=torch.float64)
+    w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    jf = thunder.jit(f)
+    out = jf(x, w)
+    out.backward()
+    g = w.grad.clone()
+    w.grad = None
+    f(x, w).backward()
+    torch.testing.assert_close(g, w.grad)
+
+
+def test_closure_tensor_mutated():
+    state = torch.zeros(3)
+    ref_state = torch.zeros(3)
+
+    def make(s):
+        def f(x):
+            s.add_(x)
+            return s * 1
+
+        return f
+
+    jf = thunder.jit(make(state))
+    f = make(ref_state)
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(jf(x), f(x))
+    torch.testing.assert_close(state, ref_state)
+
+
+# ---- what thunder refuses, with the op named ----------------------------------------------------
+
+
+def test_inplace_on_leaf_requiring_grad_raises_like_eager():
+    def f(w):
+        w.add_(1)
+        return w * 2
+
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        f(w.clone().detach().requires_grad_())
+    with pytest.raises(RuntimeError, match="Tensor.add_: a leaf Variable that requires grad"):
+        thunder.jit(f)(w)
+
+
+def test_inplace_through_view_of_input_is_refused():
+    def f(x):
+        x.view(-1)[:2].fill_(0)
+        return x
+
+    with pytest.raises(NotImplementedError, match=r"Tensor.fill_ updates .* a view of the input t_0"):
+        thunder.jit(f)(torch.randn(2, 3))
+
+
+def test_reading_a_view_after_its_base_changed_is_refused():
+    def f(x):
+        y = x * 1
+        v = y[0]
+        y.add_(1)
+        return v * 2  # eager sees the update through the view
+
+    with pytest.raises(NotImplementedError, match="is a view of .* which Tensor.add_ updated in place"):
+        thunder.jit(f)(torch.randn(2, 3))
+
+
+def test_inplace_shape_and_dtype_errors_match_eager():
+    def grow(x, y):
+        return x.add_(y)
+
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        grow(torch.randn(3), torch.randn(2, 3))
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        thunder.jit(grow)(torch.randn(3), torch.randn(2, 3))
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        grow(torch.arange(3), torch.randn(3))
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        thunder.jit(grow)(torch.arange(3), torch.randn(3))

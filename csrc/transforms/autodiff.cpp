@@ -255,7 +255,17 @@ class Differentiator {
       ctx().scope().push_back(std::move(b));
       return;
     }
-    if (const GradRule* rule = ruleFor(b)) {
+    const GradRule* rule = ruleFor(b);
+    if (rule || orig.subsymbols.empty()) {
+      // Gradients are real: a complex value made from a differentiable one would silently cut
+      // the gradient's path, so it is refused.
+      for (const TensorPtr& t : b.outputTensors())
+        THUNDER_CHECK_KIND(!isComplex(t->dtype), ErrorKind::NotImplemented, "thunder cannot differentiate ",
+                           b.sym->printName(), ": it makes the complex tensor ", t->name,
+                           " from a tensor that requires grad, and gradients through complex "
+                           "tensors are not supported yet");
+    }
+    if (rule) {
       applyRule(b, *rule);
       return;
     }

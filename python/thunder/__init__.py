@@ -171,8 +171,13 @@ class ThunderModule(pytorch.nn.Module):
 
         replaced = []  # (slot, proxy it held, value forward assigned to it)
 
+        attributes = []  # (module name, attribute, tensor it held, value forward assigned to it)
+
         def run(state_proxies, *a, **k):
             saved = []
+            # Plain tensor attributes (not parameters or buffers) forward may reassign.
+            before = [(n, m, {key: v for key, v in vars(m).items() if isinstance(v, pytorch.Tensor)})
+                      for n, m in self._model.named_modules()]
             try:
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
@@ -185,6 +190,13 @@ class ThunderModule(pytorch.nn.Module):
                         replaced.append((slot, p, now))
                 for mod, kind, name, old in saved:
                     getattr(mod, kind)[name] = old
+                # The module keeps its tensors: a proxy never stays behind in an attribute.
+                for mod_name, mod, tensors in before:
+                    for key, old in tensors.items():
+                        now = vars(mod).get(key)
+                        if now is not old:
+                            attributes.append((mod_name, key, old, now))
+                            setattr(mod, key, old)
 
         def reassigned(fstate):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
@@ -196,6 +208,16 @@ class ThunderModule(pytorch.nn.Module):
                             f"shape, dtype or kind; only values like it can be written back"
                         )
                     functionalize.commit(fstate, f"assignment to {qual}", p, now)
+            for mod_name, key, old, now in attributes:
+                qual = f"{mod_name}.{key}" if mod_name else key
+                if isinstance(now, TensorProxy) and now is _C.capture_tensor(old):
+                    continue  # reassigned to itself (self.cache = self.cache.to(x.dtype))
+                if not isinstance(now, TensorProxy) or now.shape != old.shape or now.dtype != old.dtype:
+                    raise NotImplementedError(
+                        f"thunder.jit: forward replaced the tensor attribute {qual} by a value of another shape, "
+                        f"dtype or kind; make it a buffer, or keep its shape and dtype"
+                    )
+                functionalize.commit(fstate, f"assignment to {qual}", old, now)
 
         trace, sources, closures = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)

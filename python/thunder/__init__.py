@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -63,17 +64,47 @@ def _compiling():
     """While the user's program is traced, torch.compiler.is_compiling() is True, as under
     torch.compile: libraries then skip checks that read tensor values (Hugging Face's mask
     shortcuts, for one)."""
-    import contextlib
+    return _CompilingFlag()
 
-    ctx = getattr(pytorch.compiler, "_compile_session_context", None)
-    return ctx() if ctx is not None else contextlib.nullcontext()
+
+class _CompilingFlag:
+    """Makes torch.compiler.is_compiling() answer True for the duration of a trace: the function
+    is replaced (versions differ in what it reads), and the module flag set where there is one."""
+
+    def __enter__(self):
+        c = pytorch.compiler
+        self._old = [("is_compiling", c.is_compiling)]
+        if hasattr(c, "_is_compiling_flag"):
+            self._old.append(("_is_compiling_flag", c._is_compiling_flag))
+            c._is_compiling_flag = True
+        c.is_compiling = _always_compiling
+
+    def __exit__(self, *exc):
+        for name, value in self._old:
+            setattr(pytorch.compiler, name, value)
+        return False
+
+
+def _always_compiling() -> bool:
+    return True
+
+
+_mutated = threading.local()
 
 
 def _write_back(state) -> None:
     """Inputs updated in place get their new value written back (prims.copy_) at the end."""
     copy_ = _C.get_symbol("prims.copy_")
-    for original, latest in state.mutated_inputs():
+    mutated = state.mutated_inputs()
+    for original, latest in mutated:
         copy_(latest, original)
+    # The pipeline checks that no backward needs a value these writes replace.
+    _mutated.names = {original.name for original, _ in mutated}
+
+
+def mutated_input_names() -> set:
+    """Names of the inputs the last trace acquired on this thread updates in place."""
+    return getattr(_mutated, "names", set())
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):

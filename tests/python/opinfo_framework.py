@@ -249,6 +249,10 @@ class OpInfo:
             f"OpInfo {self.name}: give exactly one of sample_inputs and sample_input_generator"
         self._samples_old = sample_inputs
         self._samples_new = sample_input_generator
+        self.sample_inputs = sample_inputs  # the table's field names, kept for its users
+        self.sample_input_generator = sample_input_generator
+        self.error_input_generator = error_input_generator
+        self.torch_reference = torch_reference
         assert error_inputs is None or error_input_generator is None, \
             f"OpInfo {self.name}: give at most one of error_inputs and error_input_generator"
         self._errors_old = error_inputs
@@ -278,6 +282,11 @@ class OpInfo:
             names = tuple(q for q, s, _ in _C.torch_names() if s == sym) if sym else ()
             names = names or _torch_names_of(self._reference)
         return [v if isinstance(v, tuple) else (v, variant_callable(v)) for v in names]
+
+    @property
+    def variants(self) -> tuple:
+        """The PyTorch names covered (the table's field)."""
+        return tuple(q for q, _ in self.variant_list())
 
     def variants_to_test(self) -> list[tuple[str, Callable]]:
         """The variants the variant test runs: every name, but the one the op itself is (the

@@ -113,8 +113,8 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* __restrict__ logits, c
   const long long row = blockIdx.x;
   const T* x = logits + row * classes;
   T* o = out + row * classes;
-  const float g = grad[row], lse = mlse[row];
   const long long y = static_cast<long long>(labels[row]);
+  const float g = y < 0 ? 0.f : grad[row], lse = mlse[row];  // negative labels are ignored rows
   const float hit = g * (1.f - smoothing), base = g * smoothing / classes;
   long long j = threadIdx.x;
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {

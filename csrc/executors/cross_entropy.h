@@ -25,7 +25,8 @@ int blockSize(int64_t classes);
 ///     negative); NaN for a label >= classes.
 ///   thunder_xent_bwd(const float* grad, const T* logits, const L* labels, const float* mlse,
 ///                    T* out, int64_t classes, float smoothing)
-///     out[r, j] = grad[r] * (exp(x[r, j] - mlse[r]) - (1 - s) * [j == y_r] - s / classes).
+///     out[r, j] = grad[r] * (exp(x[r, j] - mlse[r]) - (1 - s) * [j == y_r] - s / classes), and 0
+///     for rows with a negative label (rows ignored for another label get grad[r] = 0).
 ///
 /// A user error for another dtype or a block size that is not a power of two in [32, 1024].
 std::string cudaSource(DType logits, DType labels, int block);

@@ -14,9 +14,10 @@ THUNDER_DEBUG_CLAIMS=1) and the decomposition runs. Traces print
     t7 = apex_cross_entropy_backward(t5, t6, target=labels, max_log_sum_exp=t1, label_smoothing=0.0)
 
 apex_cross_entropy returns (loss, max_log_sum_exp), the second the float32 log-sum-exp of each row
-that the backward reads instead of the softmax. An ignore_index that can match a class (>= 0)
-follows the label smoothing as a fifth argument; rows with a negative label are always ignored
-(PyTorch accepts no other negative label), so a negative ignore_index needs no argument.
+that the backward reads instead of the softmax. The kernels ignore the rows whose label is negative
+(PyTorch accepts no negative label but ignore_index), so a negative ignore_index needs nothing more;
+for an ignore_index that is a class (>= 0), the trace first maps that label to -1
+(`torch.where(labels == ignore_index, -1, labels)`).
 """
 
 from __future__ import annotations
@@ -42,16 +43,15 @@ _LOGITS_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 _LABEL_DTYPES = (dtypes.int64, dtypes.int32)
 
 
-def _fwd_meta(logits, labels, reduction, label_smoothing, *ignore_index):
+def _fwd_meta(logits, labels, reduction, label_smoothing):
     rows = logits.shape[0]
     loss = TensorProxy(like=logits, shape=(rows,) if reduction == "none" else ())
     max_log_sum_exp = TensorProxy(like=logits, shape=(rows,), dtype=dtypes.float32)
     return loss, max_log_sum_exp
 
 
-def _fwd_impl(logits, labels, reduction, label_smoothing, *ignore_index):
-    ii = ignore_index[0] if ignore_index else -1
-    return _C.apex_cross_entropy_forward(logits, labels, reduction, float(label_smoothing), int(ii))
+def _fwd_impl(logits, labels, reduction, label_smoothing):
+    return _C.apex_cross_entropy_forward(logits, labels, reduction, float(label_smoothing), -1)
 
 
 def _bwd_meta(grad, logits, *, target, max_log_sum_exp, label_smoothing):
@@ -99,36 +99,35 @@ def _checker(a, target, weight=None, size_average=None, ignore_index=-100, reduc
     return True
 
 
-def _forward(a, target, reduction, ignore_index, label_smoothing):
-    extra = (ignore_index,) if ignore_index >= 0 else ()
-    return apex_cross_entropy(a, target, reduction, float(label_smoothing), *extra)
+def _labels(target, ignore_index):
+    """The labels the kernels read: ignored rows have a negative label."""
+    if ignore_index < 0:
+        return target
+    return ltorch.where(ltorch.eq(target, ignore_index), -1, target)
 
 
 def _execution_transform(a, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                          reduction="mean", label_smoothing=0.0):
-    loss, _ = _forward(a, target, reduction, ignore_index, label_smoothing)
+    loss, _ = apex_cross_entropy(a, _labels(target, ignore_index), reduction, float(label_smoothing))
     return loss
 
 
 def _grad_transform(a, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                     reduction="mean", label_smoothing=0.0):
-    loss, max_log_sum_exp = _forward(a, target, reduction, ignore_index, label_smoothing)
+    labels = _labels(target, ignore_index)
+    loss, max_log_sum_exp = apex_cross_entropy(a, labels, reduction, float(label_smoothing))
     g = get_grad(loss)
-    rows = a.shape[0]
     # Each row's cotangent: the loss's for "none", shared by the rows for "sum", divided by the
-    # number of rows that count for "mean". Ignored rows get 0 (the kernel zeroes negative labels).
+    # number of rows not ignored for "mean". The kernel gives ignored rows a zero gradient.
     if reduction == "none":
         row_grad = g
     else:
-        row_grad = ltorch.expand(ltorch.unsqueeze(g, 0), (rows,))
-    counted = ltorch.ge(target, 0)
-    if ignore_index >= 0:
-        counted = ltorch.logical_and(counted, ltorch.ne(target, ignore_index))
-        row_grad = ltorch.where(counted, row_grad, 0.0)
+        row_grad = ltorch.expand(ltorch.unsqueeze(g, 0), (a.shape[0],))
     if reduction == "mean":
-        row_grad = ltorch.div(row_grad, ltorch.sum(counted.to(torch.float32)))
+        counted = ltorch.sum(ltorch.ge(labels, 0).to(torch.float32))
+        row_grad = ltorch.div(row_grad, counted)
     grad_logits = apex_cross_entropy_backward(
-        row_grad, a.contiguous(), target=target, max_log_sum_exp=max_log_sum_exp, label_smoothing=float(label_smoothing)
+        row_grad, a.contiguous(), target=labels, max_log_sum_exp=max_log_sum_exp, label_smoothing=float(label_smoothing)
     )
     put_grad(a, grad_logits)
     return loss

@@ -594,6 +594,9 @@ void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& l
                                      fromScalarType(labels.scalar_type()), block);
   const int device = logits.get_device();
   CUmodule mod = loadCudaModule(src, device);
+  // The backward may run on an autograd thread with no current context (a cached module is not
+  // loaded again, so loadCudaModule does not set one).
+  ensureContext(device);
   CUfunction fn = nullptr;
   THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "apex_cross_entropy: no kernel ", entry);
   c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));

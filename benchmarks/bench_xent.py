@@ -4,7 +4,7 @@ Forward+backward of F.cross_entropy at [2048, 50257] float32 and at [8192, 12825
 computed in float32 (`F.cross_entropy(logits.float(), labels)`), through apex_ex (and triton_ex
 where Triton exists); thunder's apex_ex also on the bf16 logits directly (its kernels compute in
 float32 and round the loss to bf16). SDPA forward+backward at [4, 32, 2048, 128] bfloat16 causal
-with thunder's default executors. Prints one table (milliseconds, ratio to eager and to
+with thunder's default executors and with cudnn_ex. Prints one table (milliseconds, ratio to eager and to
 torch.compile) with the device, versions and commit.
 
     PYTHONPATH=python python benchmarks/bench_xent.py
@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import thunder
 from thunder.executors import triton_crossentropy
 from thunder.executors.apexex import apex_ex
+from thunder.executors.cudnnex import cudnn_available, cudnn_ex
 
 
 def commit() -> str:
@@ -137,6 +138,10 @@ def main():
     jf = thunder.jit(sdpa)
     check("sdpa", sdpa(q, k, v), jf(q, k, v), 2e-2)
     times["thunder"] = cuda_time(sdpa_step(jf))
+    if cudnn_available():
+        jc = thunder.jit(sdpa, executors=[cudnn_ex])
+        check("sdpa cudnn_ex", sdpa(q, k, v), jc(q, k, v), 2e-2)
+        times["thunder cudnn_ex"] = cuda_time(sdpa_step(jc))
     row("sdpa fwd+bwd [4, 32, 2048, 128] bf16 causal", times, rows)
     sdpa_trace = str(thunder.last_traces(jf)[-1])
 

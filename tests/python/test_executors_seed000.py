@@ -143,7 +143,7 @@ def test_seed001_apex_cells():
 # ---- CPU: imports, fallbacks, claims -----------------------------------------------------------
 
 def test_every_executor_module_imports():
-    for name in ("apexex", "apex_entropyex", "triton_crossentropy", "torchex", "sdpaex"):
+    for name in ("apexex", "apex_entropyex", "triton_crossentropy", "cudnnex", "torchex", "sdpaex"):
         importlib.import_module(f"thunder.executors.{name}")
     from thunder.executors.apex_entropyex import apex_ex as a1
     from thunder.executors.apexex import apex_ex as a2
@@ -151,7 +151,7 @@ def test_every_executor_module_imports():
     assert a1 is a2 and a1.name == "apex"
     assert triton_crossentropy.triton_ex.name == "triton"
     names = {e.name for e in thunder.extend.get_all_executors()}
-    assert {"apex", "triton"} <= names
+    assert {"apex", "triton", "cudnn"} <= names
 
 
 def xent(logits, labels, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
@@ -342,3 +342,45 @@ def test_apex_out_of_range_label_gives_nan_not_a_value():
     y = torch.tensor([0, 7, 2], device="cuda")
     out = thunder.jit(lambda a, b: xent(a, b, reduction="none"), executors=[apex_ex])(x, y)
     assert torch.isnan(out[1]) and not torch.isnan(out[0]) and not torch.isnan(out[2])
+
+
+# ---- the cudnn attention executor ------------------------------------------------------------------
+
+def sdpa(q, k, v, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def test_cudnn_sdpa_with_cpu_tensors_falls_back(monkeypatch, capfd):
+    from thunder.executors.cudnnex import cudnn_ex
+
+    monkeypatch.setenv("THUNDER_DEBUG_CLAIMS", "1")
+    q, k, v = (torch.randn(1, 2, 8, 16, requires_grad=True) for _ in range(3))
+    jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, True), executors=["cudnn"])
+    got, want = jf(q, k, v), sdpa(q, k, v, True)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))):
+        torch.testing.assert_close(a, b)
+    assert "cudnn_sdpa" not in str(thunder.last_traces(jf)[-1])
+    assert f"executor '{cudnn_ex.name}' declined ltorch.scaled_dot_product_attention" in capfd.readouterr().err
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 4, 128, 64), (1, 8, 300, 128), (2, 2, 64, 32)])
+def test_cudnn_sdpa_matches_float64(dtype, causal, shape):
+    from thunder.executors.cudnnex import cudnn_available, cudnn_ex
+
+    if not cudnn_available():
+        pytest.skip("this PyTorch has no cuDNN")
+    q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, causal), executors=[cudnn_ex])
+    got = jf(q, k, v)
+    assert "cudnn_sdpa_fwd(" in str(thunder.last_traces(jf)[-1])
+    assert "cudnn_sdpa_bwd(" in str(thunder.last_backward_traces(jf)[-1])
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = sdpa(*ref, causal)
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+    g = torch.randn_like(want)
+    for a, b in zip(torch.autograd.grad(got, (q, k, v), g.to(dtype)), torch.autograd.grad(want, ref, g)):
+        torch.testing.assert_close(a.double(), b, rtol=5e-2, atol=5e-2)

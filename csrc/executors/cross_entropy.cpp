@@ -146,19 +146,27 @@ int blockSize(int64_t classes) {
 std::string cudaSource(DType logits, DType labels, int block) {
   const char* t = nullptr;
   switch (logits) {
-    case DType::Float32: t = "float"; break;
-    case DType::BFloat16: t = "thunder_bf16"; break;
-    case DType::Float16: t = "thunder_f16"; break;
+    case DType::Float32:
+      t = "float";
+      break;
+    case DType::BFloat16:
+      t = "thunder_bf16";
+      break;
+    case DType::Float16:
+      t = "thunder_f16";
+      break;
     default:
       THUNDER_CHECK(false, "apex_cross_entropy: logits of dtype ", dtypeName(logits),
                     " are not supported (float32, bfloat16 or float16)");
   }
-  THUNDER_CHECK(labels == DType::Int64 || labels == DType::Int32, "apex_cross_entropy: labels of dtype ",
-                dtypeName(labels), " are not supported (int64 or int32)");
+  THUNDER_CHECK(labels == DType::Int64 || labels == DType::Int32,
+                "apex_cross_entropy: labels of dtype ", dtypeName(labels),
+                " are not supported (int64 or int32)");
   THUNDER_CHECK(block >= 32 && block <= 1024 && (block & (block - 1)) == 0,
                 "apex_cross_entropy: block size ", block, " is not a power of two in [32, 1024]");
   std::string s = "// thunder apex cross-entropy kernels\n";
-  s += "struct thunder_bf16 { unsigned short bits; };\nstruct thunder_f16 { unsigned short bits; };\n";
+  s += "struct thunder_bf16 { unsigned short bits; };\n";
+  s += "struct thunder_f16 { unsigned short bits; };\n";
   s += "typedef " + std::string(t) + " T;\n";
   s += std::string("typedef ") + (labels == DType::Int64 ? "long long" : "int") + " L;\n";
   s += "#define BLOCK " + std::to_string(block) + "\n";

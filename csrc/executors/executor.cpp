@@ -90,7 +90,8 @@ class Claimer {
       const Implementation* impl = ex->find(b);
       if (!impl) {
         if (debugClaims() && ex->implements(b.sym->id()))
-          std::fprintf(stderr, "thunder: executor '%s' declined %s (`%s`): its checker returned False\n",
+          std::fprintf(stderr,
+                       "thunder: executor '%s' declined %s (`%s`): its checker returned False\n",
                        ex->name().c_str(), b.sym->id().c_str(), printCall(b).c_str());
         continue;
       }

@@ -1133,7 +1133,8 @@ Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, i
     }
     Value smooth = op("where", {valid, op("neg", {op("sum", {lw, classDim})}), 0});
     double classes = static_cast<double>(lp.shape[classDim]);
-    losses = op("add", {op("mul", {losses, 1.0 - smoothing}), op("mul", {smooth, smoothing / classes})});
+    losses =
+        op("add", {op("mul", {losses, 1.0 - smoothing}), op("mul", {smooth, smoothing / classes})});
   }
   if (reduction == "none") return losses;
   Value total = op("sum", {losses});
@@ -1212,12 +1213,14 @@ void registerNN() {
         const TensorProxy& t = T(a[0], "cross_entropy");
         THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
         double smoothing = a[7].toDouble();
-        THUNDER_CHECK_KIND(smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,
-                           "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
-                           smoothing);
+        THUNDER_CHECK_KIND(
+            smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,
+            "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
+            smoothing);
         int64_t classDim = t.ndim() == 1 ? 0 : 1;
         Value logp = op("log_softmax", {a[0], classDim});
-        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy", smoothing);
+        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy",
+                           smoothing);
       });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {

@@ -586,7 +586,8 @@ FusionStats fusionStats() { return {gCompiled.load(), gDiskHits.load()}; }
 namespace {
 
 /// Launches one of the cross-entropy kernels: one block per row, on the tensors' current stream.
-void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& labels, void** params) {
+void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& labels,
+                void** params) {
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return;
   const int block = xent::blockSize(classes);
@@ -598,32 +599,37 @@ void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& l
   // loaded again, so loadCudaModule does not set one).
   ensureContext(device);
   CUfunction fn = nullptr;
-  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "apex_cross_entropy: no kernel ", entry);
+  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "apex_cross_entropy: no kernel ",
+                entry);
   c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-  void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
-  THUNDER_CHECK(rows < (int64_t(1) << 31), "apex_cross_entropy: ", rows, " rows are more than one launch holds");
-  THUNDER_CHECK(driver().launch(fn, static_cast<unsigned>(rows), 1, 1, static_cast<unsigned>(block), 1, 1, 0,
-                                stream, params, nullptr) == 0,
+  void* stream =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+  THUNDER_CHECK(rows < (int64_t(1) << 31), "apex_cross_entropy: ", rows,
+                " rows are more than one launch holds");
+  THUNDER_CHECK(driver().launch(fn, static_cast<unsigned>(rows), 1, 1, static_cast<unsigned>(block),
+                                1, 1, 0, stream, params, nullptr) == 0,
                 "apex_cross_entropy: launching ", entry, " failed");
 }
 
 void checkXentArgs(const char* op, const at::Tensor& logits, const at::Tensor& labels) {
-  THUNDER_CHECK(logits.is_cuda() && labels.is_cuda() && logits.get_device() == labels.get_device(), op,
-                ": expected logits and labels on one CUDA device, but got ", logits.device().str(), " and ",
-                labels.device().str());
+  THUNDER_CHECK(logits.is_cuda() && labels.is_cuda() && logits.get_device() == labels.get_device(),
+                op, ": expected logits and labels on one CUDA device, but got ",
+                logits.device().str(), " and ", labels.device().str());
   THUNDER_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0), op,
-                ": expected logits [rows, classes] and labels [rows], but got ", c10::str(logits.sizes()), " and ",
-                c10::str(labels.sizes()));
+                ": expected logits [rows, classes] and labels [rows], but got ",
+                c10::str(logits.sizes()), " and ", c10::str(labels.sizes()));
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsIn, const at::Tensor& labelsIn,
-                                                       const std::string& reduction, double smoothing,
-                                                       int64_t ignoreIndex) {
+std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsIn,
+                                                       const at::Tensor& labelsIn,
+                                                       const std::string& reduction,
+                                                       double smoothing, int64_t ignoreIndex) {
   checkXentArgs("apex_cross_entropy", logitsIn, labelsIn);
-  THUNDER_CHECK_KIND(reduction == "none" || reduction == "mean" || reduction == "sum", ErrorKind::Value,
-                     "apex_cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction, "'");
+  THUNDER_CHECK_KIND(
+      reduction == "none" || reduction == "mean" || reduction == "sum", ErrorKind::Value,
+      "apex_cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction, "'");
   at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
   const int64_t rows = logits.size(0);
   at::Tensor loss = at::empty({rows}, logits.options().dtype(at::kFloat));
@@ -649,13 +655,14 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsI
   return {out.to(logits.scalar_type()), mlse};
 }
 
-at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logitsIn, const at::Tensor& labelsIn,
-                                const at::Tensor& mlseIn, double smoothing) {
+at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logitsIn,
+                                const at::Tensor& labelsIn, const at::Tensor& mlseIn,
+                                double smoothing) {
   checkXentArgs("apex_cross_entropy_backward", logitsIn, labelsIn);
   const int64_t rows = logitsIn.size(0);
   THUNDER_CHECK(gradIn.numel() == rows && mlseIn.numel() == rows,
-                "apex_cross_entropy_backward: expected grad and max_log_sum_exp of ", rows, " elements, but got ",
-                c10::str(gradIn.sizes()), " and ", c10::str(mlseIn.sizes()));
+                "apex_cross_entropy_backward: expected grad and max_log_sum_exp of ", rows,
+                " elements, but got ", c10::str(gradIn.sizes()), " and ", c10::str(mlseIn.sizes()));
   at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
   at::Tensor grad = gradIn.to(at::kFloat).contiguous(), mlse = mlseIn.to(at::kFloat).contiguous();
   at::Tensor out = at::empty_like(logits, at::MemoryFormat::Contiguous);
@@ -672,4 +679,3 @@ at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logi
 }
 
 }  // namespace thunder::runtime
-

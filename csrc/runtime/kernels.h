@@ -65,13 +65,15 @@ const Kernel* findKernel(const Symbol* execSymbol);
 /// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in the logits'
 /// dtype, and each row's max-log-sum-exp (float32). Rows whose label is `ignoreIndex` or negative
 /// are ignored.
-std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits, const at::Tensor& labels,
-                                                       const std::string& reduction, double smoothing,
-                                                       int64_t ignoreIndex);
+std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits,
+                                                       const at::Tensor& labels,
+                                                       const std::string& reduction,
+                                                       double smoothing, int64_t ignoreIndex);
 /// The gradient of the per-row losses with respect to the logits, given each row's cotangent
 /// `grad` (0 for ignored rows) and the forward's max-log-sum-exp.
-at::Tensor crossEntropyBackward(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& labels,
-                                const at::Tensor& maxLogSumExp, double smoothing);
+at::Tensor crossEntropyBackward(const at::Tensor& grad, const at::Tensor& logits,
+                                const at::Tensor& labels, const at::Tensor& maxLogSumExp,
+                                double smoothing);
 /// thunder dtype -> ATen scalar type, and back.
 at::ScalarType toScalarType(DType d);
 DType fromScalarType(at::ScalarType s);

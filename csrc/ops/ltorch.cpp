@@ -1098,7 +1098,7 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
 }
 
 Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, int64_t ignoreIndex,
-                  const std::string& reduction, const std::string& name) {
+                  const std::string& reduction, const std::string& name, double smoothing = 0.0) {
   // logp: (N, C, ...) or (C,); target: (N, ...) or () of class indices.
   const TensorProxy& lp = logp.tensor();
   const TensorProxy& tg = T(target, name, "target");
@@ -1122,6 +1122,20 @@ Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, i
     w = op("mul", {w, clang::reshape(classWeight, tg.shape, opn(name))});
   }
   Value losses = op("neg", {op("mul", {picked, w})});
+  if (smoothing != 0.0) {
+    // Label smoothing, as PyTorch defines it: (1 - s) * nll + s / C * smooth, where smooth is
+    // -sum_c weight[c] * logp[c] (0 for ignored targets); the mean divides both by sum(w).
+    Value lw = logp;
+    if (!weight.isNone()) {
+      Shape wshape(lp.ndim(), 1);
+      wshape[classDim] = lp.shape[classDim];
+      lw = op("mul", {logp, clang::reshape(weight, wshape, opn(name))});
+    }
+    Value smooth = op("where", {valid, op("neg", {op("sum", {lw, classDim})}), 0});
+    double classes = static_cast<double>(lp.shape[classDim]);
+    losses =
+        op("add", {op("mul", {losses, 1.0 - smoothing}), op("mul", {smooth, smoothing / classes})});
+  }
   if (reduction == "none") return losses;
   Value total = op("sum", {losses});
   if (reduction == "sum") return total;
@@ -1198,11 +1212,15 @@ void registerNN() {
       {"torch.nn.functional.cross_entropy"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "cross_entropy");
         THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
-        THUNDER_CHECK_KIND(a[7].toDouble() == 0.0, ErrorKind::NotImplemented,
-                           "ltorch.cross_entropy: label_smoothing is not supported yet");
+        double smoothing = a[7].toDouble();
+        THUNDER_CHECK_KIND(
+            smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,
+            "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
+            smoothing);
         int64_t classDim = t.ndim() == 1 ? 0 : 1;
         Value logp = op("log_softmax", {a[0], classDim});
-        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy");
+        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy",
+                           smoothing);
       });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {

@@ -318,6 +318,7 @@ const std::vector<ValidCase>& validCases() {
       {"embedding", ARGS(idx({2, 3}), f32({10, 4})), {}, {2, 3, 4}, DType::Float32},
       {"embedding", ARGS(tensor({}, DType::Int32), f32({10, 4}, kCuda0)),
        {{"padding_idx", i64(0)}}, {4}, DType::Float32, kCuda0},
+      {"copy_", ARGS(f32({2, 3}), f32({2, 3})), {}, {2, 3}, DType::Float32},
   };
   return cases;
 }
@@ -499,6 +500,10 @@ const std::vector<ErrorCase>& errorCases() {
        "prims.embedding: expected integer indices, but got dtype float32"},
       {"embedding", ARGS(idx({2}), f32({10})), {}, EK::Runtime,
        "prims.embedding: expected a 2-dimensional weight, but got shape (10,)"},
+      {"copy_", ARGS(f32({2, 3}), f32({3})), {}, EK::Runtime,
+       "prims.copy_: src of shape (2, 3) does not match dst of shape (3,)"},
+      {"copy_", ARGS(f32({3}), tensor({3}, DType::Float64)), {}, EK::Type,
+       "prims.copy_: src has dtype float32 but dst has dtype float64"},
   };
   return cases;
 }

@@ -1,0 +1,183 @@
+"""thunder.distributed.ddp against single-process training on the concatenated batch: two CPU
+processes over gloo, spawned by each test (torch.multiprocessing, a free port)."""
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import thunder
+
+WORLD = 2
+
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(rank, port, body, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        body(rank, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(body, *args):
+    """Runs body(rank, *args) in WORLD processes of one gloo group; a failure in any is raised."""
+    mp.spawn(_run, args=(_free_port(), body, args), nprocs=WORLD)
+
+
+def _gpt():
+    from models import nanogpt
+
+    torch.manual_seed(1234)
+    cfg = nanogpt.GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+    return nanogpt.GPT(cfg)
+
+
+def _batches(steps, per_rank):
+    g = torch.Generator().manual_seed(99)
+    return [torch.randint(0, 64, (WORLD * per_rank, 17), generator=g) for _ in range(steps)]
+
+
+def _mean_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    x = x.detach().clone()
+    dist.all_reduce(x)
+    return x / WORLD
+
+
+def _train_gpt(rank, bucket_size_in_mb, jit_first):
+    import thunder.distributed
+
+    model = _gpt()
+    # Each rank starts from different weights: ddp broadcasts rank 0's.
+    if rank != 0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    wrapped = thunder.distributed.ddp(thunder.jit(model) if jit_first else model, bucket_size_in_mb=bucket_size_in_mb)
+    reference = _gpt()  # rank 0's initial weights
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    per_rank = 2
+    for step, batch in enumerate(_batches(10, per_rank)):
+        x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        _, loss = wrapped(x[mine], y[mine])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        _, ref_loss = reference(x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        torch.testing.assert_close(_mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}")
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    backward = str(thunder.last_backward_traces(wrapped)[-1])
+    lines = backward.splitlines()
+    reduces = [i for i, l in enumerate(lines) if " = all_reduce(" in l]
+    waits = [i for i, l in enumerate(lines) if " = wait(" in l]
+    num_buckets = len(wrapped._buckets)
+    assert len(reduces) == len(waits) == num_buckets, backward
+    if bucket_size_in_mb < 1:
+        assert num_buckets > 3
+        # The first bucket is reduced while backward compute (matmuls) remains, and every wait
+        # comes after the last all_reduce.
+        assert any("matmul" in l for l in lines[reduces[0]:reduces[-1]]), backward
+        assert min(waits) > max(reduces), backward
+    else:
+        assert num_buckets == 1
+    forward = str(thunder.last_traces(wrapped)[-1])
+    assert "bucket_token(" in forward and "sync_bucket(" in forward and "all_reduce" not in forward
+
+
+@pytest.mark.parametrize("bucket_size_in_mb, jit_first", [(25, False), (0.01, True)], ids=["one_bucket", "small_buckets_jitted"])
+def test_ddp_gpt_matches_single_process_training(bucket_size_in_mb, jit_first):
+    spawn(_train_gpt, bucket_size_in_mb, jit_first)
+
+
+def _no_sync(rank):
+    import thunder.distributed
+
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    wrapped = thunder.distributed.ddp(model, bucket_size_in_mb=0.0005)
+    g = torch.Generator().manual_seed(7)
+    micro = [torch.randn(WORLD * 3, 6, generator=g) for _ in range(3)]
+    mine = slice(rank * 3, (rank + 1) * 3)
+    for step in range(2):
+        # Two local micro-steps, then one synchronized: the gradient is the mean over the ranks of
+        # the sum over the micro-steps.
+        with wrapped.no_sync():
+            for x in micro[:2]:
+                wrapped(x[mine]).square().mean().backward()
+            backward = str(thunder.last_backward_traces(wrapped)[-1])
+            assert "all_reduce" not in backward and "wait" not in backward
+            for p, q in zip(model.parameters(), reference.parameters()):
+                local = p.grad.clone()
+                other = _mean_over_ranks(local) * WORLD - local
+                assert not torch.allclose(local, other), "no_sync must not communicate"
+        wrapped(micro[2][mine]).square().mean().backward()
+        backward = str(thunder.last_backward_traces(wrapped)[-1])
+        assert "add_unsynced_grads(" in backward and "all_reduce(" in backward
+        for x in micro:
+            reference(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            p.grad = None
+            q.grad = None
+    # A synchronized call after a synchronized one uses the plain program again.
+    wrapped(micro[0][mine]).square().mean().backward()
+    reference(micro[0]).square().mean().backward()
+    backward = str(thunder.last_backward_traces(wrapped)[-1])
+    assert "add_unsynced_grads(" not in backward and "all_reduce(" in backward
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    # Inference calls need no communication.
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(micro[0]), reference(micro[0]))
+    assert "all_reduce" not in str(thunder.last_traces(wrapped)[-1])
+
+
+def test_ddp_no_sync_accumulates_locally():
+    spawn(_no_sync)
+
+
+def _errors(rank):
+    import thunder.distributed
+
+    with pytest.raises(ValueError, match="bucket_size_in_mb must be a positive number, got 0"):
+        thunder.distributed.ddp(torch.nn.Linear(2, 2), bucket_size_in_mb=0)
+    with pytest.raises(TypeError, match="expected an nn.Module, but got function"):
+        thunder.distributed.ddp(lambda x: x)
+
+
+def test_ddp_argument_errors():
+    spawn(_errors)
+
+
+def test_ddp_needs_an_initialized_process_group():
+    import thunder.distributed
+
+    if dist.is_initialized():
+        pytest.skip("a process group is initialized in this process")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        thunder.distributed.ddp(torch.nn.Linear(2, 2))

@@ -108,9 +108,14 @@ def _train_gpt(rank, bucket_size_in_mb, jit_first):
     assert "bucket_token(" in forward and "sync_bucket(" in forward and "all_reduce" not in forward
 
 
-@pytest.mark.parametrize("bucket_size_in_mb, jit_first", [(25, False), (0.01, True)], ids=["one_bucket", "small_buckets_jitted"])
-def test_ddp_gpt_matches_single_process_training(bucket_size_in_mb, jit_first):
-    spawn(_train_gpt, bucket_size_in_mb, jit_first)
+def _train_gpt_both(rank):
+    _train_gpt(rank, 25, False)  # one bucket
+    _train_gpt(rank, 0.01, True)  # small buckets, wrapping a thunder.jit module
+
+
+def test_ddp_gpt_matches_single_process_training():
+    # One spawn for both configurations: starting processes is most of the time.
+    spawn(_train_gpt_both)
 
 
 def _no_sync(rank):
@@ -161,23 +166,30 @@ def test_ddp_no_sync_accumulates_locally():
     spawn(_no_sync)
 
 
-def _errors(rank):
-    import thunder.distributed
-
-    with pytest.raises(ValueError, match="bucket_size_in_mb must be a positive number, got 0"):
-        thunder.distributed.ddp(torch.nn.Linear(2, 2), bucket_size_in_mb=0)
-    with pytest.raises(TypeError, match="expected an nn.Module, but got function"):
-        thunder.distributed.ddp(lambda x: x)
-
-
 def test_ddp_argument_errors():
-    spawn(_errors)
-
-
-def test_ddp_needs_an_initialized_process_group():
     import thunder.distributed
 
     if dist.is_initialized():
-        pytest.skip("a process group is initialized in this process")
+        pytest.skip("a process group is already initialized in this process")
     with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
         thunder.distributed.ddp(torch.nn.Linear(2, 2))
+    # A group of one process, in this process.
+    store = dist.TCPStore("127.0.0.1", _free_port(), 1, True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="bucket_size_in_mb must be a positive number, got 0"):
+            thunder.distributed.ddp(torch.nn.Linear(2, 2), bucket_size_in_mb=0)
+        with pytest.raises(TypeError, match="expected an nn.Module, but got function"):
+            thunder.distributed.ddp(lambda x: x)
+        # With one rank the gradients are the local ones, still through all_reduce and wait.
+        model = torch.nn.Linear(3, 2)
+        reference = copy.deepcopy(model)
+        x = torch.randn(4, 3)
+        wrapped = thunder.distributed.ddp(model)
+        wrapped(x).sum().backward()
+        reference(x).sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        assert "wait(" in str(thunder.last_backward_traces(wrapped)[-1])
+    finally:
+        dist.destroy_process_group()

@@ -36,6 +36,7 @@ routed to the synchronized value by the tracing dispatcher.
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
 
-__all__ = ["ddp", "DDPModule", "all_reduce", "wait"]
+__all__ = ["ddp", "DDPModule", "fsdp", "FSDPModule", "FSDPType", "all_reduce", "wait", "all_gather", "reduce_scatter"]
 
 
 # ---- process groups and buckets, by the ids the traces print ----------------------------------
@@ -395,3 +396,288 @@ def ddp(model, bucket_size_in_mb: float = 25, *, process_group=None, executors=N
         for t in itertools.chain(model.parameters(), model.buffers()):
             tdist.broadcast(t.detach(), src=src, group=process_group)
     return DDPModule(model, executors, bucket_size_in_mb, process_group)
+
+
+# ---- fully sharded data parallel ------------------------------------------------------------------
+
+
+class FSDPType(enum.Enum):
+    """ZERO2: gathered parameters are kept from the forward for the backward. ZERO3: the
+    forward frees each gathered parameter after its last use and the backward gathers it again."""
+
+    ZERO2 = 2
+    ZERO3 = 3
+
+
+def _is_nccl(group) -> bool:
+    return tdist.get_backend(group) == "nccl"
+
+
+def _all_gather_meta(a, *, group: int):
+    if not isinstance(a, TensorProxy) or a.ndim != 1:
+        raise TypeError(f"all_gather: expected a 1-D tensor (a shard), but got {a!r}")
+    return TensorProxy(like=a, shape=(a.numel() * tdist.get_world_size(_groups[group]),))
+
+
+def _all_gather_fn(a, *, group: int):
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    a = a.contiguous()
+    if _is_nccl(pg):
+        out = torch.empty(a.numel() * world, dtype=a.dtype, device=a.device)
+        tdist.all_gather_into_tensor(out, a, group=pg)
+        return out
+    parts = [torch.empty_like(a) for _ in range(world)]
+    tdist.all_gather(parts, a, group=pg)
+    return torch.cat(parts)
+
+
+def _reduce_scatter_meta(a, *, group: int):
+    world = tdist.get_world_size(_groups[group])
+    if not isinstance(a, TensorProxy) or a.ndim != 1 or a.numel() % world:
+        raise TypeError(f"reduce_scatter: expected a 1-D tensor whose length divides by the world size {world}, but got {a!r}")
+    return TensorProxy(like=a, shape=(a.numel() // world,))
+
+
+def _reduce_scatter_fn(a, *, group: int):
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    a = a.contiguous()
+    if _is_nccl(pg):
+        out = torch.empty(a.numel() // world, dtype=a.dtype, device=a.device)
+        tdist.reduce_scatter_tensor(out, a, group=pg)
+        return out
+    # gloo has no reduce-scatter: a sum over all ranks, of which this rank keeps its chunk.
+    a = a.clone()
+    tdist.all_reduce(a, group=pg)
+    return a.chunk(world)[tdist.get_rank(pg)].clone()
+
+
+# all_gather(shard, group=g): the shards of the ranks of g, concatenated (in rank order);
+# reduce_scatter(a, group=g): this rank's chunk of the sum of `a` over the ranks. all_gather's
+# gradient is the reduce_scatter of its cotangent (divided by the world size: the gradients are
+# averaged over the ranks, as in ddp). all_gather_zero3 is all_gather marked recomputable, so that
+# the backward gathers the parameter again instead of keeping it from the forward.
+all_gather = _ex.register_operator("all_gather", meta=_all_gather_meta, fn=_all_gather_fn)
+all_gather_zero3 = _ex.register_operator("all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"])
+reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
+
+
+def _all_gather_grad_rule(op):
+    def rule(a, *, group: int):
+        out = op(a, group=group)
+        g = get_grad(out)
+        world = tdist.get_world_size(_groups[group])
+        if world > 1:
+            g = thunder.torch.div(g, world)
+        put_grad(a, reduce_scatter(g, group=group))
+        return out
+
+    return rule
+
+
+_ex.register_implementation(all_gather, grad_transform=_all_gather_grad_rule(all_gather))
+_ex.register_implementation(all_gather_zero3, grad_transform=_all_gather_grad_rule(all_gather_zero3))
+
+
+@dataclass
+class _Shard:
+    """How a sharded parameter is rebuilt: its shape and number of elements before sharding."""
+
+    shape: tuple
+    numel: int
+
+
+class _ShardTracing:
+    """While a call of an FSDPModule is traced: each module's sharded parameters are gathered
+    just before the module runs (a forward pre-hook), and any other use of a shard is routed to
+    its gathered value by the tracing dispatcher."""
+
+    def __init__(self, module: "FSDPModule"):
+        self.module = module
+        self.full: dict[int, TensorProxy] = {}  # id(shard proxy) -> the gathered parameter
+        self.keep: list = []
+        self.original: list[tuple[torch.nn.Module, str, Any]] = []
+
+    def gather(self, p: TensorProxy) -> TensorProxy:
+        full = self.full.get(id(p))
+        if full is None:
+            info = self.module._shard_info_by_proxy[id(p)]
+            op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 else all_gather
+            flat = op(p, group=self.module._group_id)
+            full = thunder.torch.reshape(thunder.torch.narrow(flat, 0, 0, info.numel), info.shape)
+            self.full[id(p)] = full
+            self.keep.extend((p, full))
+        return full
+
+    def pre_hook(self, mod, args):
+        for name, p in mod._parameters.items():
+            if isinstance(p, TensorProxy) and id(p) in self.module._shard_info_by_proxy:
+                self.original.append((mod, name, p))
+                mod._parameters[name] = self.gather(p)
+
+    def route(self, x):
+        if isinstance(x, TensorProxy):
+            return self.gather(x) if id(x) in self.module._shard_info_by_proxy else x
+        if type(x) in (tuple, list):
+            items = [self.route(v) for v in x]
+            return x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+        if type(x) is dict:
+            items = {k: self.route(v) for k, v in x.items()}
+            return x if all(items[k] is x[k] for k in x) else items
+        return x
+
+    def restore(self, *unused):
+        for m, name, p in reversed(self.original):
+            m._parameters[name] = p
+        self.original.clear()
+
+    def root_pre_hook(self, mod, args):
+        # The shards' proxies of this trace, by the module slots the ThunderModule filled.
+        by_proxy = self.module._shard_info_by_proxy
+        by_proxy.clear()
+        for m, name, info in self.module._shard_slots:
+            p = m._parameters.get(name)
+            if isinstance(p, TensorProxy):
+                by_proxy[id(p)] = info
+                self.keep.append(p)
+        self.pre_hook(mod, args)
+
+    @contextlib.contextmanager
+    def installed(self):
+        model = self.module._model
+        handles = [model.register_forward_pre_hook(self.root_pre_hook), model.register_forward_hook(self.restore)]
+        handles += [m.register_forward_pre_hook(self.pre_hook) for m in model.modules()
+                    if m is not model and any(p is not None for p in m._parameters.values())]
+        inner = proxies.dispatch
+
+        def dispatch(func, args, kwargs):
+            return inner(func, self.route(args), self.route(kwargs))
+
+        proxies.dispatch = dispatch
+        try:
+            yield
+        finally:
+            proxies.dispatch = inner
+            for h in handles:
+                h.remove()
+            self.restore()
+            self.module._shard_info_by_proxy.clear()
+
+
+class FSDPModule(thunder.ThunderModule):
+    """A module jitted for fully sharded data-parallel training (made by thunder.distributed.fsdp):
+    each rank holds a flat, padded 1/world_size shard of every parameter (the module's parameters
+    are these shards: give them to the optimizer); calls gather the parameters they use
+    (all_gather) and training calls reduce-scatter the gradients to the shards, averaged over the
+    ranks. full_state_dict / load_full_state_dict convert to and from an unsharded checkpoint."""
+
+    def __init__(self, module: torch.nn.Module, executors, strategy: FSDPType, process_group):
+        world, rank = tdist.get_world_size(process_group), tdist.get_rank(process_group)
+        shards = _shard_parameters(module, world, rank)
+        names = thunder._executor_names(executors)
+        super().__init__(module, executors=[_ex.name] + [n for n in names if n != _ex.name])
+        self._group = process_group
+        self._group_id = _group_id(process_group)
+        self._world_size, self._rank = world, rank
+        self._strategy = strategy
+        self._shards = shards  # qualified name -> (shard parameter, _Shard)
+        self._shard_slots = [(m, name, info) for m, name, info in _slots_of_shards(module, shards)]
+        self._shard_info_by_proxy: dict[int, _Shard] = {}
+        self._cfn = _C.CompiledFunction(self._compile_sharded)
+
+    def _compile_sharded(self, args, kwargs):
+        with _ShardTracing(self).installed():
+            return self._compile(args, kwargs)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The unsharded state dict (every rank gets it): what the original module's
+        state_dict() would hold, with tied parameters under each of their names."""
+        out = {}
+        gathered = {}
+        for key, value in self._model.state_dict(keep_vars=True).items():
+            if isinstance(value, torch.nn.Parameter) and id(value) in self._shard_info_by_param:
+                if id(value) not in gathered:
+                    info = self._shard_info_by_param[id(value)]
+                    flat = _all_gather_fn(value.detach(), group=self._group_id)
+                    gathered[id(value)] = flat[: info.numel].reshape(info.shape).clone()
+                out[key] = gathered[id(value)]
+            else:
+                out[key] = value.detach().clone()
+        return out
+
+    def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Loads an unsharded state dict: each rank keeps its shard of every parameter."""
+        own = self._model.state_dict(keep_vars=True)
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if missing or unexpected:
+            raise KeyError(f"load_full_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        with torch.no_grad():
+            for key, value in own.items():
+                src = state_dict[key]
+                info = self._shard_info_by_param.get(id(value))
+                if info is None:
+                    value.copy_(src)
+                    continue
+                if tuple(src.shape) != info.shape:
+                    raise ValueError(f"load_full_state_dict: {key} has shape {tuple(src.shape)}, expected {info.shape}")
+                value.copy_(_shard_of(src, self._world_size, self._rank))
+
+    @property
+    def _shard_info_by_param(self) -> dict[int, _Shard]:
+        return {id(p): info for p, info in self._shards.values()}
+
+
+def _shard_of(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:
+    """This rank's chunk of t flattened and padded with zeros to a multiple of world."""
+    n = t.numel()
+    chunk = -(-n // world)
+    flat = t.detach().reshape(-1)
+    if chunk * world != n:
+        flat = torch.cat([flat, flat.new_zeros(chunk * world - n)])
+    return flat[rank * chunk:(rank + 1) * chunk].clone()
+
+
+def _shard_parameters(module: torch.nn.Module, world: int, rank: int) -> dict:
+    """Replaces every parameter of module (in each slot holding it) by this rank's shard."""
+    shards: dict[int, tuple[str, torch.nn.Parameter, _Shard]] = {}
+    for qual, p in module.named_parameters():
+        info = _Shard(tuple(p.shape), p.numel())
+        shards[id(p)] = (qual, torch.nn.Parameter(_shard_of(p, world, rank), requires_grad=p.requires_grad), info)
+    for mod in module.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is not None and id(p) in shards:
+                mod._parameters[name] = shards[id(p)][1]
+    return {qual: (shard, info) for qual, shard, info in shards.values()}
+
+
+def _slots_of_shards(module: torch.nn.Module, shards: dict):
+    info_by_param = {id(p): info for p, info in shards.values()}
+    for mod in module.modules():
+        for name, p in mod._parameters.items():
+            if p is not None and id(p) in info_by_param:
+                yield mod, name, info_by_param[id(p)]
+
+
+def fsdp(model, sharding_strategy: FSDPType = FSDPType.ZERO2, *, process_group=None, executors=None) -> FSDPModule:
+    """Wraps `model` (an nn.Module, or a module returned by thunder.jit, whose executors are kept)
+    for fully sharded data-parallel training over `process_group` (default: the default group):
+    parameters and buffers are broadcast from the group's first rank, then each parameter is
+    replaced in the module by this rank's shard (create the optimizer after wrapping)."""
+    if not tdist.is_available() or not tdist.is_initialized():
+        raise RuntimeError("thunder.distributed.fsdp: torch.distributed is not initialized; call "
+                           "torch.distributed.init_process_group first")
+    if isinstance(model, thunder.ThunderModule):
+        if executors is None:
+            executors = list(model._executors)
+        model = model._model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"thunder.distributed.fsdp: expected an nn.Module, but got {type(model).__name__}")
+    if not isinstance(sharding_strategy, FSDPType):
+        raise TypeError(f"thunder.distributed.fsdp: sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, got {sharding_strategy!r}")
+    src = 0 if process_group is None else tdist.get_global_rank(process_group, 0)
+    with torch.no_grad():
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            tdist.broadcast(t.detach(), src=src, group=process_group)
+    return FSDPModule(model, executors, sharding_strategy, process_group)

@@ -255,6 +255,12 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original."""
     if kwargs:
         raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
+    if isinstance(fn, ThunderModule):
+        # Already jitted (by thunder.jit, thunder.distributed.ddp or fsdp): returned as it is.
+        if executors is not None and _executor_names(executors) != fn._executors:
+            raise TypeError("thunder.jit: the module is already jitted with other executors; give them "
+                            "to the first thunder.jit (or to thunder.distributed.ddp/fsdp)")
+        return fn
     if isinstance(fn, pytorch.nn.Module):
         return ThunderModule(fn, executors)
     if not callable(fn):

@@ -191,6 +191,12 @@ def test_argument_errors_and_one_rank():
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
         assert "wait(" in str(thunder.last_backward_traces(wrapped)[-1])
+        # thunder.jit of a wrapped (or jitted) module is that module.
+        assert thunder.jit(wrapped) is wrapped
+        jitted = thunder.jit(reference)
+        assert thunder.jit(jitted) is jitted
+        with pytest.raises(TypeError, match="already jitted with other executors"):
+            thunder.jit(wrapped, executors=["torch"])
         with pytest.raises(TypeError, match="sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, got 3"):
             thunder.distributed.fsdp(torch.nn.Linear(2, 2), sharding_strategy=3)
         with pytest.raises(TypeError, match="fsdp: expected an nn.Module, but got int"):

@@ -74,14 +74,15 @@ def _group_id(group) -> int:
 
 @dataclass
 class _Bucket:
-    """Parameters whose gradients are reduced together: the module slots (module, name) that hold
-    them, in the order their gradients are packed, and the parameter of each slot."""
+    """Parameters whose gradients are reduced together: the parameters, each with the module
+    slots (module, name) that hold it, as (parameter, (module, name)) pairs."""
 
     index: int
-    slots: list[tuple[torch.nn.Module, str]]
+    slots: list[tuple[torch.Tensor, tuple[torch.nn.Module, str]]]
     params: list[torch.Tensor]
     group_id: int
     world_size: int
+    bytes: int = 0
     # The parameter and the size of each segment of the packed gradient, as last traced (a tied
     # parameter held by two slots has a segment for each).
     layout: list[torch.Tensor] = field(default_factory=list)
@@ -334,7 +335,6 @@ class DDPModule(thunder.ThunderModule):
             size = p.numel() * p.element_size()
             if b is None or (b.params and b.bytes + size > cap):
                 b = _Bucket(next(_bucket_ids), [], [], gid, self._world_size)
-                b.bytes = 0
                 _buckets[b.index] = b
                 buckets.append(b)
                 open_by_kind[kind] = b

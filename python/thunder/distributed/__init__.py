@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ __all__ = ["ddp", "DDPModule", "fsdp", "FSDPModule", "FSDPType", "all_reduce", "
 
 _groups: dict[int, Any] = {}  # id -> process group (None: the default group)
 _group_ids: dict[int, int] = {}  # id(process group or None) -> id
-_buckets: dict[int, "_Bucket"] = {}
+_buckets: "weakref.WeakValueDictionary[int, _Bucket]" = weakref.WeakValueDictionary()  # owned by their DDPModule
 _bucket_ids = itertools.count()
 _pending: dict[tuple[int, int], Any] = {}  # (group id, data_ptr) -> work of an all_reduce in flight
 

@@ -254,7 +254,13 @@ def _train_gpt_fsdp(rank, strategy_name):
     num_params = len(list(model.parameters()))
     # One gather per parameter slot (the tied embedding has two), one reduce-scatter per gradient.
     assert forward.count(gather) == num_params + 1, forward
-    assert backward.count("reduce_scatter(") == num_params + 1, backward
+    assert backward.count("reduce_scatter(") == backward.count(" = wait(") == num_params + 1, backward
+    # Each reduce-scatter starts as soon as its gradient is complete, while backward compute
+    # remains; the waits come after the last one.
+    lines = backward.splitlines()
+    starts = [i for i, l in enumerate(lines) if " = reduce_scatter(" in l]
+    waits = [i for i, l in enumerate(lines) if " = wait(" in l]
+    assert any("matmul" in l for l in lines[starts[0]:starts[-1]]) and min(waits) > max(starts), backward
     if strategy_name == "ZERO3":
         # The backward gathers the parameters it needs again instead of keeping them.
         assert "all_gather_zero3(" in backward

@@ -62,7 +62,9 @@ _groups: dict[int, Any] = {}  # id -> process group (None: the default group)
 _group_ids: dict[int, int] = {}  # id(process group or None) -> id
 _buckets: "weakref.WeakValueDictionary[int, _Bucket]" = weakref.WeakValueDictionary()  # owned by their DDPModule
 _bucket_ids = itertools.count()
-_pending: dict[tuple[int, int], Any] = {}  # (group id, data_ptr) -> work of an all_reduce in flight
+# (group id, data_ptr of the result) -> (work of a collective in flight, what completes it after
+# the work, or None)
+_pending: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def _group_id(group) -> int:
@@ -107,7 +109,7 @@ def _all_reduce_fn(a, *, group: int):
     if not a.is_contiguous():
         raise ValueError(f"all_reduce: expected a contiguous tensor, got strides {a.stride()}")
     work = tdist.all_reduce(a, group=_groups[group], async_op=True)
-    _pending[(group, a.data_ptr())] = work
+    _pending[(group, a.data_ptr())] = (work, None)
     return a
 
 
@@ -116,15 +118,17 @@ def _wait_meta(a, *, group: int):
 
 
 def _wait_fn(a, *, group: int):
-    work = _pending.pop((group, a.data_ptr()), None)
+    work, finish = _pending.pop((group, a.data_ptr()), (None, None))
     if work is None:
-        raise RuntimeError(f"wait: no all_reduce of this tensor is in flight in group {group}")
+        raise RuntimeError(f"wait: no collective making this tensor is in flight in group {group}")
     work.wait()
+    if finish is not None:
+        finish()
     return a
 
 
 # all_reduce(a, group=g): starts summing `a` over the ranks of group g, in place, asynchronously;
-# wait(a, group=g) completes it. Both print and run like any other call of the trace.
+# wait(a, group=g) completes it (and the reduce_scatter below). Both print and run like any other call of the trace.
 all_reduce = _ex.register_operator("all_reduce", meta=_all_reduce_meta, fn=_all_reduce_fn, tags=["DONT_DCE"])
 wait = _ex.register_operator("wait", meta=_wait_meta, fn=_wait_fn)
 
@@ -414,13 +418,13 @@ def _is_nccl(group) -> bool:
     return tdist.get_backend(group) == "nccl"
 
 
-def _all_gather_meta(a, *, group: int):
+def _all_gather_meta(a, *, token, group: int):
     if not isinstance(a, TensorProxy) or a.ndim != 1:
         raise TypeError(f"all_gather: expected a 1-D tensor (a shard), but got {a!r}")
     return TensorProxy(like=a, shape=(a.numel() * tdist.get_world_size(_groups[group]),))
 
 
-def _all_gather_fn(a, *, group: int):
+def _all_gather_fn(a, *, token=None, group: int):
     pg = _groups[group]
     world = tdist.get_world_size(pg)
     a = a.contiguous()
@@ -441,44 +445,69 @@ def _reduce_scatter_meta(a, *, group: int):
 
 
 def _reduce_scatter_fn(a, *, group: int):
+    """Starts the reduce-scatter asynchronously; wait(out, group=g) completes it."""
     pg = _groups[group]
     world = tdist.get_world_size(pg)
     a = a.contiguous()
+    out = torch.empty(a.numel() // world, dtype=a.dtype, device=a.device)
     if _is_nccl(pg):
-        out = torch.empty(a.numel() // world, dtype=a.dtype, device=a.device)
-        tdist.reduce_scatter_tensor(out, a, group=pg)
+        work = tdist.reduce_scatter_tensor(out, a, group=pg, async_op=True)
+        _pending[(group, out.data_ptr())] = (work, None)
         return out
     # gloo has no reduce-scatter: a sum over all ranks, of which this rank keeps its chunk.
-    a = a.clone()
-    tdist.all_reduce(a, group=pg)
-    return a.chunk(world)[tdist.get_rank(pg)].clone()
+    total = a.clone()
+    work = tdist.all_reduce(total, group=pg, async_op=True)
+    rank = tdist.get_rank(pg)
+    _pending[(group, out.data_ptr())] = (work, lambda: out.copy_(total.chunk(world)[rank]))
+    return out
 
 
-# all_gather(shard, group=g): the shards of the ranks of g, concatenated (in rank order);
-# reduce_scatter(a, group=g): this rank's chunk of the sum of `a` over the ranks. all_gather's
-# gradient is the reduce_scatter of its cotangent (divided by the world size: the gradients are
-# averaged over the ranks, as in ddp). all_gather_zero3 is all_gather marked recomputable, so that
-# the backward gathers the parameter again instead of keeping it from the forward.
+# all_gather(shard, token=t, group=g): the shards of the ranks of g, concatenated (in rank order);
+# reduce_scatter(a, group=g): starts computing this rank's chunk of the sum of `a` over the ranks,
+# which wait(...) completes. all_gather's gradient is the reduce_scatter of its cotangent (divided
+# by the world size: the gradients are averaged over the ranks, as in ddp), started as soon as the
+# cotangent is complete and handed to the token (made by shard_token at the start of the forward),
+# whose backward, at the end, waits for it: the reduction overlaps the rest of the backward.
+# all_gather_zero3 is all_gather marked recomputable, so that the backward gathers the parameter
+# again instead of keeping it from the forward.
 all_gather = _ex.register_operator("all_gather", meta=_all_gather_meta, fn=_all_gather_fn)
 all_gather_zero3 = _ex.register_operator("all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"])
 reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
 
 
+def _shard_token_meta(a, *, group: int):
+    return TensorProxy(like=a)
+
+
+def _shard_token_fn(a, *, group: int):
+    return torch.zeros((), dtype=a.dtype, device=a.device).expand(a.shape)
+
+
+shard_token = _ex.register_operator("shard_token", meta=_shard_token_meta, fn=_shard_token_fn)
+
+
 def _all_gather_grad_rule(op):
-    def rule(a, *, group: int):
-        out = op(a, group=group)
+    def rule(a, *, token, group: int):
+        out = op(a, token=token, group=group)
         g = get_grad(out)
         world = tdist.get_world_size(_groups[group])
         if world > 1:
             g = thunder.torch.div(g, world)
-        put_grad(a, reduce_scatter(g, group=group))
+        put_grad(token, reduce_scatter(g, group=group))
         return out
 
     return rule
 
 
+def _shard_token_grad(a, *, group: int):
+    token = shard_token(a, group=group)
+    put_grad(a, wait(get_grad(token), group=group))
+    return token
+
+
 _ex.register_implementation(all_gather, grad_transform=_all_gather_grad_rule(all_gather))
 _ex.register_implementation(all_gather_zero3, grad_transform=_all_gather_grad_rule(all_gather_zero3))
+_ex.register_implementation(shard_token, grad_transform=_shard_token_grad)
 
 
 @dataclass
@@ -497,6 +526,7 @@ class _ShardTracing:
     def __init__(self, module: "FSDPModule"):
         self.module = module
         self.full: dict[int, TensorProxy] = {}  # id(shard proxy) -> the gathered parameter
+        self.tokens: dict[int, TensorProxy] = {}  # id(shard proxy) -> its shard_token
         self.keep: list = []
         self.original: list[tuple[torch.nn.Module, str, Any]] = []
 
@@ -505,7 +535,7 @@ class _ShardTracing:
         if full is None:
             info = self.module._shard_info_by_proxy[id(p)]
             op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 else all_gather
-            flat = op(p, group=self.module._group_id)
+            flat = op(p, token=self.tokens[id(p)], group=self.module._group_id)
             full = thunder.torch.reshape(thunder.torch.narrow(flat, 0, 0, info.numel), info.shape)
             self.full[id(p)] = full
             self.keep.extend((p, full))
@@ -539,9 +569,11 @@ class _ShardTracing:
         by_proxy.clear()
         for m, name, info in self.module._shard_slots:
             p = m._parameters.get(name)
-            if isinstance(p, TensorProxy):
+            if isinstance(p, TensorProxy) and id(p) not in by_proxy:
                 by_proxy[id(p)] = info
                 self.keep.append(p)
+                # First in the forward, so that its backward (the wait) comes last.
+                self.tokens[id(p)] = shard_token(p, group=self.module._group_id)
         self.pre_hook(mod, args)
 
     @contextlib.contextmanager

@@ -31,6 +31,13 @@ So the backward prints as
 
 Parameters must reach the computation through torch calls (as modules use them): a use is
 routed to the synchronized value by the tracing dispatcher.
+
+fsdp (see FSDPModule) shards every parameter; a traced call gathers each parameter just before
+the module that owns it runs (`all_gather`), and the gathered parameter's gradient is
+reduce-scattered to the shard (`reduce_scatter`, asynchronous, with `wait` at the end of the
+backward through the same token scheme as ddp's buckets). Under ZeRO-3 the gather is marked
+recomputable, so the forward frees the gathered parameter after its last use and the backward
+gathers it again (rematerialization, which places recomputed calls at the start of the backward).
 """
 
 from __future__ import annotations

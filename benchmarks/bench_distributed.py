@@ -118,7 +118,8 @@ def _measure(name, args, device, dtype):
     del fwd, owner, opt, model
     if cuda:
         torch.cuda.empty_cache()
-    return {"contender": name, "median_s": stats[0].item(), "peak_gib": stats[1].item(), "first_call_s": stats[2].item()}
+    median, peak, first = stats.tolist()
+    return {"contender": name, "median_s": median, "peak_gib": peak, "first_call_s": first}
 
 
 def _worker(rank, world, port, args):
@@ -155,7 +156,8 @@ def _worker(rank, world, port, args):
                 continue
             ref = base.get("torch_fsdp2" if "fsdp" in r["contender"] else "torch_ddp")
             ratio = f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-"
-            print(f"{r['contender']:22} {r['median_s'] * 1e3:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['first_call_s']:8.1f}")
+            ms = r["median_s"] * 1e3
+            print(f"{r['contender']:22} {ms:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['first_call_s']:8.1f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"world": world, "torch": torch.__version__, "results": results}, f, indent=1)

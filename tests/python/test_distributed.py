@@ -87,7 +87,9 @@ def _train_gpt(rank, bucket_size_in_mb, jit_first):
         ref_loss.backward()
         ref_opt.step()
         ref_opt.zero_grad()
-        torch.testing.assert_close(_mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(
+            _mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}"
+        )
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     backward = str(thunder.last_backward_traces(wrapped)[-1])
@@ -201,7 +203,8 @@ def test_argument_errors_and_one_rank():
             thunder.distributed.fsdp(torch.nn.Linear(2, 2), sharding_strategy=3)
         with pytest.raises(TypeError, match="fsdp: expected an nn.Module, but got int"):
             thunder.distributed.fsdp(3)
-        sharded = thunder.distributed.fsdp(thunder.jit(torch.nn.Linear(3, 2)), sharding_strategy=thunder.distributed.FSDPType.ZERO3)
+        zero3 = thunder.distributed.FSDPType.ZERO3
+        sharded = thunder.distributed.fsdp(thunder.jit(torch.nn.Linear(3, 2)), sharding_strategy=zero3)
         with pytest.raises(ValueError, match="weight has shape \\(2, 2\\), expected \\(2, 3\\)"):
             sharded.load_full_state_dict({"weight": torch.zeros(2, 2), "bias": torch.zeros(2)})
         sharded.load_full_state_dict(reference.state_dict())
@@ -242,7 +245,9 @@ def _train_gpt_fsdp(rank, strategy_name):
         ref_loss.backward()
         ref_opt.step()
         ref_opt.zero_grad()
-        torch.testing.assert_close(_mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(
+            _mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}"
+        )
     full = wrapped.full_state_dict()
     expected = reference.state_dict()
     assert sorted(full) == sorted(expected)

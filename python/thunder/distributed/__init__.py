@@ -402,7 +402,9 @@ def ddp(model, bucket_size_in_mb: float = 25, *, process_group=None, executors=N
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"thunder.distributed.ddp: expected an nn.Module, but got {type(model).__name__}")
     if not (isinstance(bucket_size_in_mb, (int, float)) and bucket_size_in_mb > 0):
-        raise ValueError(f"thunder.distributed.ddp: bucket_size_in_mb must be a positive number, got {bucket_size_in_mb!r}")
+        raise ValueError(
+            f"thunder.distributed.ddp: bucket_size_in_mb must be a positive number, got {bucket_size_in_mb!r}"
+        )
     src = 0 if process_group is None else tdist.get_global_rank(process_group, 0)
     with torch.no_grad():
         for t in itertools.chain(model.parameters(), model.buffers()):
@@ -447,7 +449,9 @@ def _all_gather_fn(a, *, token=None, group: int):
 def _reduce_scatter_meta(a, *, group: int):
     world = tdist.get_world_size(_groups[group])
     if not isinstance(a, TensorProxy) or a.ndim != 1 or a.numel() % world:
-        raise TypeError(f"reduce_scatter: expected a 1-D tensor whose length divides by the world size {world}, but got {a!r}")
+        raise TypeError(
+            f"reduce_scatter: expected a 1-D tensor whose length divides by the world size {world}, but got {a!r}"
+        )
     return TensorProxy(like=a, shape=(a.numel() // world,))
 
 
@@ -478,7 +482,9 @@ def _reduce_scatter_fn(a, *, group: int):
 # all_gather_zero3 is all_gather marked recomputable, so that the backward gathers the parameter
 # again instead of keeping it from the forward.
 all_gather = _ex.register_operator("all_gather", meta=_all_gather_meta, fn=_all_gather_fn)
-all_gather_zero3 = _ex.register_operator("all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"])
+all_gather_zero3 = _ex.register_operator(
+    "all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"]
+)
 reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
 
 
@@ -715,7 +721,10 @@ def fsdp(model, sharding_strategy: FSDPType = FSDPType.ZERO2, *, process_group=N
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"thunder.distributed.fsdp: expected an nn.Module, but got {type(model).__name__}")
     if not isinstance(sharding_strategy, FSDPType):
-        raise TypeError(f"thunder.distributed.fsdp: sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, got {sharding_strategy!r}")
+        raise TypeError(
+            "thunder.distributed.fsdp: sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, "
+            f"got {sharding_strategy!r}"
+        )
     src = 0 if process_group is None else tdist.get_global_rank(process_group, 0)
     with torch.no_grad():
         for t in itertools.chain(model.parameters(), model.buffers()):

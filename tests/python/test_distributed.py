@@ -168,6 +168,16 @@ def test_ddp_no_sync_accumulates_locally():
     spawn(_no_sync)
 
 
+class _Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 4).to(torch.bfloat16)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x.to(torch.bfloat16))).float())
+
+
 def test_argument_errors_and_one_rank():
     import thunder.distributed
 
@@ -193,6 +203,16 @@ def test_argument_errors_and_one_rank():
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
         assert "wait(" in str(thunder.last_backward_traces(wrapped)[-1])
+        # Parameters of two dtypes go to separate buckets; each gradient keeps its dtype.
+        mixed = _Mixed()
+        mixed_ref = copy.deepcopy(mixed)
+        mixed_wrapped = thunder.distributed.ddp(mixed)
+        assert sorted(str(b.params[0].dtype) for b in mixed_wrapped._buckets) == ["torch.bfloat16", "torch.float32"]
+        mixed_wrapped(x).sum().backward()
+        thunder.jit(mixed_ref)(x).sum().backward()  # in bf16, thunder's rounding is not eager's
+        for p, q in zip(mixed.parameters(), mixed_ref.parameters()):
+            assert p.grad.dtype == p.dtype
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
         # thunder.jit of a wrapped (or jitted) module is that module.
         assert thunder.jit(wrapped) is wrapped
         jitted = thunder.jit(reference)

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/cpu_math.h"
 #include "ir/error.h"
 
 namespace thunder::codegen {
@@ -150,6 +151,8 @@ class Emitter {
     std::string a = o.empty() ? "" : o[0], b = o.size() > 1 ? o[1] : "";
     std::string T = rt(d);
     if (op == "convert_element_type") return convert(d, a, cuda_);
+    if (!cuda_ && isF(d) && d != DType::Float64 && !cpuMathFunction(op).empty())
+      return cpuMathFunction(op) + "(" + a + ")";  // vectorizable float math (cpu_math.h)
     if (op == "where") return "(" + a + " ? " + b + " : " + o[2] + ")";
     if (op == "abs") return isF(d) ? fm("fabs", d) + "(" + a + ")" : d == DType::Bool ? a : "(" + a + " < 0 ? -" + a + " : " + a + ")";
     if (op == "neg") return "(-" + a + ")";
@@ -315,6 +318,14 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
   for (size_t i = 0; i < p.nodes.size(); ++i)
     if (p.nodes[i].kind == KNode::Kind::Reduce) out[p.nodes[i].phase - 1].push_back(static_cast<int>(i));
   return out;
+}
+
+/// Whether a C++ kernel calls one of the vectorizable float functions of cpu_math.h.
+bool usesCpuMath(const KernelProgram& p) {
+  for (const KNode& n : p.nodes)
+    if (n.kind == KNode::Kind::Op && isF(n.dtype) && n.dtype != DType::Float64 && !cpuMathFunction(n.op).empty())
+      return true;
+  return false;
 }
 
 }  // namespace
@@ -778,7 +789,9 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Out s;
   s << header(p, "C++");
   s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n";
-  s << kCppDefs << kPrelude << kRemainder << kLimits;
+  s << kCppDefs << kPrelude;
+  if (usesCpuMath(p)) s << cpuMathSource();
+  s << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";
   for (size_t i = 0; i < I; ++i) {
     std::string st = storageType(p.inputs[i].tensor->dtype, cuda);

@@ -15,6 +15,9 @@ namespace {
 // measures it; special values (+-0, +-inf, NaN, domain edges, overflow and underflow) are exact.
 const char* kSource = R"(// ---- vectorizable float math (thunder codegen/cpu_math.cpp) ----
 static inline float thunder_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+// c ? a : b with both evaluated: a `?:` whose arm calls a function becomes a branch, and the
+// predicated booleans that if-conversion then builds can stop GCC from vectorizing the loop.
+static inline float thunder_sel(bool c, float a, float b) { return c ? a : b; }
 static inline float thunder_pow2(int32_t k) {  // 2^k for -126 <= k <= 127
   return thunder_float(static_cast<uint32_t>(k + 127) << 23);
 }
@@ -41,22 +44,22 @@ static inline float thunder_exp_scale(float em1r, int32_t n) {
   return thunder_fma(em1r, thunder_pow2(h), thunder_pow2(h)) * thunder_pow2(n - h);
 }
 static inline float thunder_expf(float x) {
-  float xc = x < -104.0f ? -104.0f : x;  // e^-104 rounds to 0, e^89 overflows
-  xc = xc > 89.0f ? 89.0f : xc;
+  float xc = thunder_sel(x < -104.0f, -104.0f, x);  // e^-104 rounds to 0, e^89 overflows
+  xc = thunder_sel(xc > 89.0f, 89.0f, xc);
   int32_t n;
   const float em1r = thunder_exp_reduce(xc, n);
   const float y = thunder_exp_scale(em1r, n);
-  return x != x ? x : y;
+  return thunder_sel(x != x, x, y);
 }
 static inline float thunder_expm1f(float x) {
-  float xc = x < -30.0f ? -30.0f : x;  // expm1(-30) rounds to -1
-  xc = xc > 89.0f ? 89.0f : xc;
+  float xc = thunder_sel(x < -30.0f, -30.0f, x);  // expm1(-30) rounds to -1
+  xc = thunder_sel(xc > 89.0f, 89.0f, xc);
   int32_t n;
   const float em1r = thunder_exp_reduce(xc, n);
   const float s = thunder_pow2(n < 24 ? n : 24);
   const float small = thunder_fma(s, em1r, s - 1.0f);  // 2^n expm1(r) + (2^n - 1), s - 1 exact
-  const float y = n <= 24 ? small : thunder_exp_scale(em1r, n);  // -1 is below half an ulp
-  return (x != x || x == 0.0f) ? x : y;  // keeps -0
+  const float y = thunder_sel(n <= 24, small, thunder_exp_scale(em1r, n));  // -1: below 1/2 ulp
+  return thunder_sel(x != x, x, thunder_sel(x == 0.0f, x, y));  // keeps -0
 }
 // log(x) + c for finite x > 0 in the normal range: x = 2^e m, sqrt(1/2) <= m < sqrt(2),
 // log(x) = e ln2 + log1p(m - 1).
@@ -74,21 +77,24 @@ static inline float thunder_log_core(float x, float e0, float c) {
   p = thunder_fma(p, f, -0x1.000002p-2f);
   p = thunder_fma(p, f, 0x1.555554p-2f);
   const float f2 = f * f;
-  const float lo = thunder_fma(f2 * f, p, thunder_fma(ef, 0x1.7f7d1cp-20f, thunder_fma(f2, -0.5f, c)));
+  const float lo =
+      thunder_fma(f2 * f, p, thunder_fma(ef, 0x1.7f7d1cp-20f, thunder_fma(f2, -0.5f, c)));
   return thunder_fma(ef, 0x1.62e400p-1f, f + lo);  // e ln2_hi is exact
 }
 static inline float thunder_logf(float x) {
   const bool sub = x < 0x1p-126f;
-  const float y = thunder_log_core(sub ? x * 0x1p23f : x, sub ? -23.0f : 0.0f, 0.0f);
-  const float r = x == THUNDER_INF ? x : (x == 0.0f ? -THUNDER_INF : y);
-  return (x < 0.0f) ? THUNDER_NAN : (x != x ? x : r);
+  const float xs = thunder_sel(sub, x * 0x1p23f, x);  // subnormals scaled to normal
+  const float y = thunder_log_core(xs, thunder_sel(sub, -23.0f, 0.0f), 0.0f);
+  const float r = thunder_sel(x == THUNDER_INF, x, thunder_sel(x == 0.0f, -THUNDER_INF, y));
+  return thunder_sel(x < 0.0f, THUNDER_NAN, thunder_sel(x != x, x, r));
 }
 static inline float thunder_log1pf(float x) {
   const float u = 1.0f + x;
   const float c = (x - (u - 1.0f)) / u;  // log1p(x) = log(u) + log(1 + c) and log(1 + c) ~ c
   const float y = thunder_log_core(u, 0.0f, c);
-  const float r = x == THUNDER_INF ? x : (x == -1.0f ? -THUNDER_INF : (x == 0.0f ? x : y));
-  return x < -1.0f ? THUNDER_NAN : (x != x ? x : r);
+  const float r0 = thunder_sel(x == 0.0f, x, y);  // keeps -0
+  const float r = thunder_sel(x == THUNDER_INF, x, thunder_sel(x == -1.0f, -THUNDER_INF, r0));
+  return thunder_sel(x < -1.0f, THUNDER_NAN, thunder_sel(x != x, x, r));
 }
 static inline float thunder_tanhf(float x) {
   float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
@@ -99,14 +105,14 @@ static inline float thunder_tanhf(float x) {
   p = thunder_fma(p, a2, 0x1.111142p-3f);
   p = thunder_fma(p, a2, -0x1.555556p-2f);
   const float small = thunder_fma(a, a2 * p, a);
-  a = a > 10.0f ? 10.0f : a;  // tanh(10) rounds to 1
+  a = thunder_sel(a > 10.0f, 10.0f, a);  // tanh(10) rounds to 1
   const float em = thunder_expm1f(2.0f * a);
   const float large = em / (em + 2.0f);  // tanh(a) = expm1(2a) / (expm1(2a) + 2)
-  return thunder_copysign(a < 0.625f ? small : large, x);
+  return thunder_copysign(thunder_sel(a < 0.625f, small, large), x);
 }
 static inline float thunder_sigmoidf(float x) {
   const float e = thunder_expf(-thunder_float(thunder_bits(x) & 0x7fffffffu));
-  return (x >= 0.0f ? 1.0f : e) / (1.0f + e);  // e^x / (1 + e^x) for x < 0: no overflow
+  return thunder_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);  // e^x / (1 + e^x) for x < 0: no overflow
 }
 // erf for |x| < 0.875 as x P(x^2); above, erfc(x) = e^(-x^2) R(1/x) with R fitted on
 // [0.875, 2.2] and [2.2, 10.1] (erfc underflows to 0 beyond 10.06).
@@ -124,19 +130,19 @@ static inline float thunder_erf_small(float a, float& lo) {
   return hi;
 }
 static inline float thunder_erfc_large(float a) {
-  float ac = a < 0.875f ? 0.875f : a;
-  ac = ac > 10.1f ? 10.1f : ac;
+  float ac = thunder_sel(a < 0.875f, 0.875f, a);
+  ac = thunder_sel(ac > 10.1f, 10.1f, ac);
   const float t = 1.0f / ac;
   const bool far = ac >= 2.2f;
-  float p = far ? -0x1.df6eeap-3f : 0x1.e63e94p-8f;
-  p = thunder_fma(p, t, far ? 0x1.a9ae3ap-1f : -0x1.fd99f8p-5f);
-  p = thunder_fma(p, t, far ? -0x1.372240p+0f : 0x1.df33f2p-3f);
-  p = thunder_fma(p, t, far ? 0x1.ae8a5ap-1f : -0x1.07fd20p-1f);
-  p = thunder_fma(p, t, far ? -0x1.7037e0p-4f : 0x1.6e8958p-1f);
-  p = thunder_fma(p, t, far ? -0x1.141d08p-2f : -0x1.29e146p-1f);
-  p = thunder_fma(p, t, far ? -0x1.1aa9e8p-10f : 0x1.377fcap-4f);
-  p = thunder_fma(p, t, far ? 0x1.20e468p-1f : 0x1.1b341ap-1f);
-  p = thunder_fma(p, t, far ? -0x1.2ea18ep-20f : 0x1.75726cp-11f);
+  float p = thunder_sel(far, -0x1.df6eeap-3f, 0x1.e63e94p-8f);
+  p = thunder_fma(p, t, thunder_sel(far, 0x1.a9ae3ap-1f, -0x1.fd99f8p-5f));
+  p = thunder_fma(p, t, thunder_sel(far, -0x1.372240p+0f, 0x1.df33f2p-3f));
+  p = thunder_fma(p, t, thunder_sel(far, 0x1.ae8a5ap-1f, -0x1.07fd20p-1f));
+  p = thunder_fma(p, t, thunder_sel(far, -0x1.7037e0p-4f, 0x1.6e8958p-1f));
+  p = thunder_fma(p, t, thunder_sel(far, -0x1.141d08p-2f, -0x1.29e146p-1f));
+  p = thunder_fma(p, t, thunder_sel(far, -0x1.1aa9e8p-10f, 0x1.377fcap-4f));
+  p = thunder_fma(p, t, thunder_sel(far, 0x1.20e468p-1f, 0x1.1b341ap-1f));
+  p = thunder_fma(p, t, thunder_sel(far, -0x1.2ea18ep-20f, 0x1.75726cp-11f));
   const float hi = ac * ac, lo = thunder_fma(ac, ac, -hi);  // a^2 = hi + lo exactly
   return thunder_expf(-hi) * (p * (1.0f - lo));             // e^(-hi-lo) ~ e^-hi (1 - lo)
 }
@@ -144,7 +150,7 @@ static inline float thunder_erff(float x) {
   const float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
   float lo;
   const float hi = thunder_erf_small(a, lo);
-  const float y = a < 0.875f ? hi + lo : 1.0f - thunder_erfc_large(a);
+  const float y = thunder_sel(a < 0.875f, hi + lo, 1.0f - thunder_erfc_large(a));
   return thunder_copysign(y, x);
 }
 static inline float thunder_erfcf(float x) {
@@ -152,8 +158,9 @@ static inline float thunder_erfcf(float x) {
   const bool small = a < 0.875f;
   float lo;
   const float hi = thunder_erf_small(a, lo), c = thunder_erfc_large(a);
-  const float pos = small ? (1.0f - hi) - lo : c, neg = small ? (1.0f + hi) + lo : 2.0f - c;
-  return x < 0.0f ? neg : pos;
+  const float pos = thunder_sel(small, (1.0f - hi) - lo, c);
+  const float neg = thunder_sel(small, (1.0f + hi) + lo, 2.0f - c);
+  return thunder_sel(x < 0.0f, neg, pos);
 }
 // ---- end of vectorizable float math ----
 )";

@@ -36,6 +36,8 @@ __device__ inline float thunder_float(uint32_t u) { return __uint_as_float(u); }
 
 const char* kCppDefs = R"(#define THUNDER_DEVICE
 #define THUNDER_ROW_LEN L
+// Fewer elements run on the calling thread: waking the OpenMP team costs more than they take.
+#define THUNDER_PARALLEL_MIN 32768
 #define THUNDER_INF (__builtin_inff())
 #define THUNDER_NAN (__builtin_nanf(""))
 inline uint32_t thunder_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -831,7 +833,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   if (!p.rowKernel()) {
     // Pointwise: rows are split into chunks so a long last dimension still runs in parallel.
     s << "  const int64_t chunk = 16384;\n  const int64_t per_row = (L + chunk - 1) / chunk;\n";
-    s << "  #pragma omp parallel for schedule(static)\n";
+    s << "  #pragma omp parallel for schedule(static) if (rows * L >= THUNDER_PARALLEL_MIN)\n";
     s << "  for (int64_t task = 0; task < rows * per_row; ++task) {\n";
     s << "    const int64_t row = task / per_row, n0 = (task % per_row) * chunk;\n";
     s << "    const int64_t n1 = n0 + chunk < L ? n0 + chunk : L;\n";
@@ -850,13 +852,13 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     for (size_t j = 0; j < p.outputs.size(); ++j)
       if (p.outputs[j].column)
         s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> colsum" << j << "(L, 0);\n";
-    s << "  #pragma omp parallel\n  {\n";
+    s << "  #pragma omp parallel if (rows * L >= THUNDER_PARALLEL_MIN)\n  {\n";
     for (size_t j = 0; j < p.outputs.size(); ++j)
       if (p.outputs[j].column)
         s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> col" << j << "(L, 0);\n";
     s << "  #pragma omp for schedule(static)\n";
   } else {
-    s << "  #pragma omp parallel for schedule(static)\n";
+    s << "  #pragma omp parallel for schedule(static) if (rows * L >= THUNDER_PARALLEL_MIN)\n";
   }
   s << "  for (int64_t row = 0; row < rows; ++row) {\n";
   emitBases("    ");

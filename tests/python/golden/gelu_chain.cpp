@@ -7,6 +7,8 @@
 #include <vector>
 #define THUNDER_DEVICE
 #define THUNDER_ROW_LEN L
+// Fewer elements run on the calling thread: waking the OpenMP team costs more than they take.
+#define THUNDER_PARALLEL_MIN 32768
 #define THUNDER_INF (__builtin_inff())
 #define THUNDER_NAN (__builtin_nanf(""))
 inline uint32_t thunder_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -240,7 +242,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
   const int64_t L = g[9], rows = g[10];
   const int64_t chunk = 16384;
   const int64_t per_row = (L + chunk - 1) / chunk;
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if (rows * L >= THUNDER_PARALLEL_MIN)
   for (int64_t task = 0; task < rows * per_row; ++task) {
     const int64_t row = task / per_row, n0 = (task % per_row) * chunk;
     const int64_t n1 = n0 + chunk < L ? n0 + chunk : L;

@@ -14,8 +14,6 @@ fusion pass) is wrapped so that its errors name the executor and the operator.
 from __future__ import annotations
 
 import inspect
-import os
-import shutil
 import sys
 from typing import Any, Callable, Sequence
 
@@ -407,18 +405,7 @@ def remove_default_executor(ex: Executor | str) -> None:
 for _name in _C.executor_names():
     register_executor(_builtin(_name))
 del _name
-
-
-def _cxx_available() -> bool:
-    """Whether the compiler the CPU fuser runs ($CXX, else c++) exists."""
-    cxx = os.environ.get("CXX", "c++").split()
-    return bool(cxx) and shutil.which(cxx[0]) is not None
-
-
-# By default regions are fused: on CUDA with NVRTC, on the CPU with C++ built by the system
-# compiler (vectorized math, kernels cached on disk) where one exists; without it only CUDA
-# regions are (executors=["cudafuser"]).
-if "fuser" in _executor_map and _cxx_available():
-    _default_executors.append(_executor_map["fuser"])
-elif "cudafuser" in _executor_map:
+# By default CUDA regions are fused (NVRTC); CPU fusion compiles C++ with the system compiler and
+# is opted into with executors=["fuser"].
+if "cudafuser" in _executor_map:
     _default_executors.append(_executor_map["cudafuser"])

@@ -397,19 +397,25 @@ Term contract(const Term& l, const Term& r, const std::string& keep) {
     for (char c : ls) s.push_back(t.x.tensor().shape[t.labels.find(c)]);
     return s;
   };
-  // Both operands' batch dims, broadcast where one has length 1.
-  Shape bl = sizes(l, batch), br = sizes(r, batch), bshape;
-  for (size_t i = 0; i < bl.size(); ++i) bshape.push_back(bl[i] == 1 ? br[i] : bl[i]);
+  // Shared dims (batch and summed), broadcast where one operand has length 1.
+  auto common = [&](const std::string& ls) {
+    Shape a = sizes(l, ls), b = sizes(r, ls), out;
+    for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] == 1 ? b[i] : a[i]);
+    return out;
+  };
+  Shape bshape = common(batch), kshape = common(summed);
   int64_t nb = numelOf(bshape);
   Value lx = permuteTo(l, batch + left + summed);
   Value rx = permuteTo(r, batch + summed + right);
   Shape lfull = bshape, rfull = bshape;
-  Shape ls = sizes(l, left + summed), rs = sizes(r, summed + right);
+  Shape ls = sizes(l, left), rs = sizes(r, right);
   lfull.insert(lfull.end(), ls.begin(), ls.end());
+  lfull.insert(lfull.end(), kshape.begin(), kshape.end());
+  rfull.insert(rfull.end(), kshape.begin(), kshape.end());
   rfull.insert(rfull.end(), rs.begin(), rs.end());
   lx = clang::expandTo(lx, lfull, "ltorch.einsum");
   rx = clang::expandTo(rx, rfull, "ltorch.einsum");
-  int64_t m = size(l, left), k = size(l, summed), n = size(r, right);
+  int64_t m = size(l, left), k = numelOf(kshape), n = size(r, right);
   lx = clang::reshape(lx, {nb, m, k}, "ltorch.einsum");
   rx = clang::reshape(rx, {nb, k, n}, "ltorch.einsum");
   Value y = prims::matmul(lx, rx);
@@ -500,12 +506,21 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
 
 // ---- matmul family --------------------------------------------------------------------------
 
-/// beta * input + alpha * product, where beta == 0 ignores input (nan and inf included).
+/// beta * input + alpha * product, where beta == 0 ignores input (nan and inf included), in the
+/// tensors' promoted dtype (the scalars do not promote it, as in PyTorch).
 Value addScaled(const Value& input, const Value& product, const Value& beta, const Value& alpha) {
-  Value p = (alpha.isNumber() && alpha.toDouble() == 1.0) ? product : op("mul", {product, alpha});
-  if (beta.isNumber() && beta.toDouble() == 0.0) return op("add", {op("mul", {input, 0}), p});
-  Value i = (beta.isNumber() && beta.toDouble() == 1.0) ? input : op("mul", {input, beta});
-  return op("add", {i, p});
+  DType dt = promoteTypes(input.tensor().dtype, product.tensor().dtype);
+  auto scaled = [dt](const Value& x, const Value& s) {
+    if (dt == DType::Bool) return s.toBool() ? x : op("logical_and", {x, false});
+    return s.isNumber() && s.toDouble() == 1.0 ? x : op("mul", {x, s});
+  };
+  Value p = scaled(product, alpha);
+  Value r;
+  if (beta.isNumber() && beta.toDouble() == 0.0 && dt != DType::Bool)
+    r = op("add", {op("mul", {input, 0}), p});
+  else
+    r = op("add", {scaled(input, beta), p});
+  return clang::maybeConvert(r, dt);
 }
 
 void checkDims(const TensorProxy& t, int64_t n, const std::string& name, const char* arg) {
@@ -1053,8 +1068,11 @@ void registerElementwiseTensorOps() {
   define("nan_to_num", "a, nan=0.0, posinf=None, neginf=None",
          {"torch.nan_to_num", "torch.Tensor.nan_to_num"}, [](const Args& a) {
            const TensorProxy& t = T(a[0], "nan_to_num");
-           THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::NotImplemented,
-                              "ltorch.nan_to_num: complex tensors are not supported");
+           if (isComplex(t.dtype)) {
+             // The real and imaginary parts, each on its own.
+             auto part = [&](const Value& x) { return op("nan_to_num", {x, a[1], a[2], a[3]}); };
+             return op("complex", {part(prims::real(a[0])), part(prims::imag(a[0]))});
+           }
            if (!isFloating(t.dtype)) return a[0];
            double big = finfoMax(t.dtype);
            Value pos = a[2].isNone() ? Value(big) : a[2];
@@ -1109,13 +1127,25 @@ void registerElementwiseTensorOps() {
            THUNDER_CHECK_KIND(a[0].isTensor() || a[1].isTensor(), ErrorKind::Type,
                               "ltorch.xlogy: expected at least one tensor argument");
            auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
+           THUNDER_CHECK_KIND(!isComplex(result), ErrorKind::Type,
+                              "ltorch.xlogy: complex inputs are not supported, got ", dtypeName(result));
            Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
-           // 0 where x == 0 (unless y is nan), x * log(y) elsewhere.
-           Value safeY = y.isTensor() ? op("where", {op("eq", {x, 0}), 1, y}) : y;
-           Value prod = op("mul", {x, y.isTensor() ? op("log", {safeY}) : Value(std::log(y.toDouble()))});
-           Value r = op("where", {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), prod});
-           if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
-           else if (std::isnan(y.toDouble())) r = op("add", {op("mul", {r, 0}), NAN});
+           // 0 where x == 0 (unless y is nan), x * log(y) elsewhere. Where x == 0 and log(y) is
+           // infinite, y is replaced by 1: the product is 0 and its gradient with respect to x
+           // stays log(y) elsewhere, as in PyTorch.
+           Value r;
+           if (!x.isTensor()) {
+             r = x.toDouble() == 0 ? op("where", {op("isnan", {y}), y, clang::maybeConvert(Value(0), comp)})
+                                   : op("mul", {x, op("log", {y})});
+           } else if (y.isTensor()) {
+             Value bad = op("logical_and", {op("eq", {x, 0}), op("logical_or", {op("eq", {y, 0}), op("isinf", {y})})});
+             r = op("mul", {x, op("log", {op("where", {bad, 1, y})})});
+           } else {
+             double ly = std::log(y.toDouble());
+             r = std::isfinite(ly) || std::isnan(ly)
+                     ? op("mul", {x, ly})
+                     : op("where", {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, ly})});
+           }
            return clang::maybeConvert(r, result);
          }, kElementwise);
   define("logit", "a, eps=None", {"torch.logit", "torch.Tensor.logit", "torch.special.logit"},
@@ -1238,9 +1268,11 @@ void registerNorms() {
          {"torch.linalg.vector_norm"}, [](const Args& a) {
            return vectorNorm(a[0], a[1].toDouble(), a[2], a[3].toBool(), optDType(a[4]), "vector_norm");
          }, kReductionOp);
-  define("norm", "a, p='fro', dim=None, keepdim=False, dtype=None", {"torch.norm", "torch.Tensor.norm"},
-         [](const Args& a) {
-           return vectorNorm(a[0], ordOf(a[1]), a[2], a[3].toBool(), optDType(a[4]), "norm");
+  define("norm", "a, p='fro', dim=None, keepdim=False, out=None, dtype=None",
+         {"torch.norm", "torch.Tensor.norm"}, [](const Args& a) {
+           THUNDER_CHECK_KIND(a[4].isNone(), ErrorKind::NotImplemented,
+                              "ltorch.norm: out= is not supported");
+           return vectorNorm(a[0], ordOf(a[1]), a[2], a[3].toBool(), optDType(a[5]), "norm");
          }, kReductionOp);
   define("dist", "a, other, p=2", {"torch.dist", "torch.Tensor.dist"}, [](const Args& a) {
     return vectorNorm(op("sub", {a[0], a[1]}), a[2].toDouble(), Value(), false, std::nullopt, "dist");

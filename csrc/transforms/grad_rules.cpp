@@ -470,20 +470,23 @@ void registerTensorOpRules() {
     Value terms = op("where", {later, mul(c, op("unsqueeze", {gl, -2})), 0});
     putGrad(a[0], op("movedim", {op("sum", {terms, -1}), -1, d}));
   });
-  rule(sym(PrimId::sort), [](const Args& a, X y, X) {
-    const TensorProxy& t = a[0].tensor();
-    Value g = getGrad(y.items()[0]);
-    if (t.ndim() == 0) return putGrad(a[0], g);
-    int64_t d = canonicalizeDim(t.ndim(), a[1].toInt(), "prims.sort");
-    putGrad(a[0], op("scatter_add", {zerosLike(a[0]), d, y.items()[1], g}));
-  });
-  rule(sym(PrimId::topk), [](const Args& a, X y, X) {
-    const TensorProxy& t = a[0].tensor();
-    Value g = getGrad(y.items()[0]);
-    if (t.ndim() == 0) return putGrad(a[0], op("reshape", {g, Value::ints({})}));
-    int64_t d = canonicalizeDim(t.ndim(), a[2].toInt(), "prims.topk");
-    putGrad(a[0], op("scatter_add", {zerosLike(a[0]), d, y.items()[1], g}));
-  });
+  // sort and topk: the values' cotangent goes back to where each value came from.
+  for (auto [id, dimArg] : {std::pair{PrimId::sort, 1}, std::pair{PrimId::topk, 2}}) {
+    const Symbol* p = &sym(id);
+    int dimIndex = dimArg;
+    registerGradRule(p->id(), [p, dimIndex](const Args& a) {
+      Value y = call(*p, a);
+      const TensorProxy& t = a[0].tensor();
+      Value g = getGrad(y.items()[0]);
+      if (t.ndim() == 0) {
+        putGrad(a[0], op("reshape", {g, Value::ints({})}));
+      } else {
+        int64_t d = canonicalizeDim(t.ndim(), a[dimIndex].toInt(), p->name);
+        putGrad(a[0], op("scatter_add", {zerosLike(a[0]), d, y.items()[1], g}));
+      }
+      return y;
+    });
+  }
   // scatter: the written positions of a get no gradient; value[i] gets the gradient of where it
   // was written.
   rule(sym(PrimId::scatter), [](const Args& a, X, X g) {

@@ -14,6 +14,8 @@ from thunder.core import prims
 from thunder.core.proxies import _resolve
 
 from opinfos import ALL, CUDA_DTYPES, DEVICE, OPS, f32, i64, is_reflected, opinfos
+from opinfos_tensor import opinfos as _tensor_opinfos  # until the OpInfo framework collects opinfos_*.py
+opinfos = opinfos + _tensor_opinfos
 
 on_cpu_only = pytest.mark.skipif(DEVICE != "cpu", reason="checks the CPU table (dtypes, errors)")
 

@@ -134,7 +134,7 @@ def dispatch(func, args, kwargs):
         if default.type != "cpu":
             skwargs = dict(kwargs, device=default)
     try:
-        out = sym(*sargs, **skwargs)
+        out = _named_result(sym.name, sym(*sargs, **skwargs))
     except NotImplementedError as e:
         # A case the thunder symbol does not cover (an indexing form, an option): PyTorch runs it.
         if not _has_proxy(args) and not _has_proxy(kwargs):
@@ -144,6 +144,16 @@ def dispatch(func, args, kwargs):
         except NotImplementedError:
             raise e from None
     _note_views(st, func, args, out)
+    return out
+
+
+# Symbols whose tuple results PyTorch returns as named tuples (torch.return_types.sort, ...).
+_NAMED_RESULTS = frozenset({"sort", "topk", "max", "min", "aminmax"})
+
+
+def _named_result(name, out):
+    if name in _NAMED_RESULTS and type(out) is tuple:
+        return getattr(torch.return_types, name)(out)
     return out
 
 
@@ -403,7 +413,7 @@ _INPLACE_RULES = {
 
 
 # Torch-language factories with no tensor argument: they take the default device.
-_FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn"})
+_FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn", "eye", "linspace", "logspace"})
 
 
 class ThunderTorchMode(TorchFunctionMode):

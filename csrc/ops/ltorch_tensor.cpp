@@ -116,6 +116,7 @@ void registerScans() {
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "topk");
            checkSortable(t, "topk");
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, "ltorch.topk: bool tensors are not supported");
            int64_t d = dimOf(t, a[2], "topk");
            int64_t k = a[1].toInt();
            THUNDER_CHECK_KIND(k >= 0 && k <= lengthOf(t, d), ErrorKind::Index,
@@ -238,7 +239,8 @@ void registerScatter() {
            Value index = scatterIndex(a[2], t, d, "scatter_reduce");
            const std::string& r = a[4].toString();
            bool self = a[5].toBool();
-           THUNDER_CHECK_KIND(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin",
+           THUNDER_CHECK_KIND(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin" ||
+                                  r == "max" || r == "min",
                               ErrorKind::Value, "ltorch.scatter_reduce: reduce must be one of 'sum', "
                               "'prod', 'mean', 'amax', 'amin', but got '", r, "'");
            THUNDER_CHECK_KIND(r == "sum" || r == "mean", ErrorKind::NotImplemented,
@@ -250,6 +252,8 @@ void registerScatter() {
            Value base = self ? a[0] : op("where", {hit, clang::maybeConvert(Value(0), t.dtype), a[0]});
            Value total = prims::scatter_add(base, index, src, d);
            if (r == "sum") return total;
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
+                              "ltorch.scatter_reduce: reduce='mean' does not support bool tensors");
            Value n = self ? op("add", {count, 1}) : op("where", {hit, count, 1});
            Value mean = isIntegral(t.dtype) ? op("div", {total, n}, {{"rounding_mode", "floor"}})
                                             : op("div", {total, clang::maybeConvert(n, t.dtype)});
@@ -407,6 +411,9 @@ Term contract(const Term& l, const Term& r, const std::string& keep) {
   int64_t nb = numelOf(bshape);
   Value lx = permuteTo(l, batch + left + summed);
   Value rx = permuteTo(r, batch + summed + right);
+  DType dt = promoteTypes(lx.tensor().dtype, rx.tensor().dtype);
+  lx = clang::maybeConvert(lx, dt);
+  rx = clang::maybeConvert(rx, dt);
   Shape lfull = bshape, rfull = bshape;
   Shape ls = sizes(l, left), rs = sizes(r, right);
   lfull.insert(lfull.end(), ls.begin(), ls.end());
@@ -493,6 +500,26 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
   for (size_t i = 1; i < terms.size(); ++i) {
     std::string keep = later(i + 1);
     Term next = sumOut(terms[i], keep + acc.labels);
+    // A shared label of length 1 on one side only (broadcast) is summed out of that side first,
+    // then out of the other, as PyTorch's einsum does (integer sums become int64 there too).
+    std::string dropL, dropR;
+    for (char c : acc.labels) {
+      size_t j = next.labels.find(c);
+      if (j == std::string::npos || keep.find(c) != std::string::npos) continue;
+      int64_t nl = acc.x.tensor().shape[acc.labels.find(c)], nr = next.x.tensor().shape[j];
+      if (nl == 1 && nr != 1) dropL.push_back(c);
+      if (nr == 1 && nl != 1) dropR.push_back(c);
+    }
+    if (!dropL.empty() || !dropR.empty()) {
+      auto without = [](const std::string& ls, const std::string& drop) {
+        std::string r;
+        for (char c : ls)
+          if (drop.find(c) == std::string::npos) r.push_back(c);
+        return r;
+      };
+      acc = sumOut(sumOut(acc, without(acc.labels, dropL)), keep + without(next.labels, dropL + dropR));
+      next = sumOut(sumOut(next, without(next.labels, dropR)), keep + acc.labels);
+    }
     acc = contract(acc, next, keep);
     acc = sumOut(acc, keep);
   }
@@ -511,7 +538,7 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
 Value addScaled(const Value& input, const Value& product, const Value& beta, const Value& alpha) {
   DType dt = promoteTypes(input.tensor().dtype, product.tensor().dtype);
   auto scaled = [dt](const Value& x, const Value& s) {
-    if (dt == DType::Bool) return s.toBool() ? x : op("logical_and", {x, false});
+    if (dt == DType::Bool) return (s.isBool() ? s.toBool() : s.toDouble() != 0) ? x : op("logical_and", {x, false});
     return s.isNumber() && s.toDouble() == 1.0 ? x : op("mul", {x, s});
   };
   Value p = scaled(product, alpha);
@@ -555,7 +582,16 @@ void registerMatmulFamily() {
   define("addbmm", "a, batch1, batch2, *, beta=1, alpha=1", {"torch.addbmm", "torch.Tensor.addbmm"},
          [](const Args& a) {
            T(a[0], "addbmm");
-           Value p = op("sum", {op("bmm", {a[1], a[2]}), 0});
+           const TensorProxy &b1 = T(a[1], "addbmm", "batch1"), &b2 = T(a[2], "addbmm", "batch2");
+           checkDims(b1, 3, "addbmm", "batch1");
+           checkDims(b2, 3, "addbmm", "batch2");
+           THUNDER_CHECK(b1.shape[0] == b2.shape[0] && b1.shape[2] == b2.shape[1], "ltorch.addbmm: batch1 of shape ",
+                         shapeStr(b1.shape), " and batch2 of shape ", shapeStr(b2.shape), " cannot be multiplied");
+           // The sum over the batch of b1[i] @ b2[i] is one matmul of (n, b*k) by (b*k, m).
+           int64_t b = b1.shape[0], n = b1.shape[1], k = b1.shape[2], m = b2.shape[2];
+           Value l = clang::reshape(clang::permute(a[1], {1, 0, 2}, "ltorch.addbmm"), {n, b * k}, "ltorch.addbmm");
+           Value r = clang::reshape(a[2], {b * k, m}, "ltorch.addbmm");
+           Value p = op("mm", {l, r});
            return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addbmm");
          }, kMatmulOp);
   define("addr", "a, vec1, vec2, *, beta=1, alpha=1", {"torch.addr", "torch.Tensor.addr"},
@@ -566,7 +602,9 @@ void registerMatmulFamily() {
          });
   define("addcmul", "a, tensor1, tensor2, *, value=1", {"torch.addcmul", "torch.Tensor.addcmul"},
          [](const Args& a) {
-           T(a[0], "addcmul");
+           for (size_t i = 0; i < 3; ++i)
+             THUNDER_CHECK_KIND(T(a[i], "addcmul").dtype != DType::Bool, ErrorKind::Type,
+                                "ltorch.addcmul: bool tensors are not supported");
            Value p = op("mul", {a[1], a[2]});
            if (!(a[3].isNumber() && a[3].toDouble() == 1.0)) p = op("mul", {p, a[3]});
            return op("add", {a[0], p});
@@ -947,6 +985,7 @@ void registerShapeUtilities() {
   });
   define("trace", "a", {"torch.trace", "torch.Tensor.trace"}, [](const Args& a) {
     checkDims(T(a[0], "trace"), 2, "trace", "a");
+    THUNDER_CHECK_KIND(a[0].tensor().dtype != DType::Bool, ErrorKind::Type, "ltorch.trace: bool tensors are not supported");
     return op("sum", {op("diagonal", {a[0]})});
   });
 }
@@ -1151,6 +1190,7 @@ void registerElementwiseTensorOps() {
   define("logit", "a, eps=None", {"torch.logit", "torch.Tensor.logit", "torch.special.logit"},
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "logit");
+           THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.logit: complex tensors are not supported");
            DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
            DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
            Value x = clang::maybeConvert(a[0], comp);
@@ -1307,6 +1347,343 @@ void registerNorms() {
          }, kReductionOp);
 }
 
+
+// ---- more tensor ops ------------------------------------------------------------------------
+
+/// a with the dims `dims` moved to the end, in that order.
+Value dimsToEnd(const Value& a, const std::vector<int64_t>& dims, const std::string& name) {
+  const TensorProxy& t = a.tensor();
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < t.ndim(); ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) perm.push_back(i);
+  perm.insert(perm.end(), dims.begin(), dims.end());
+  return clang::permute(a, perm, opn(name));
+}
+
+/// Boundaries strictly below (or, with right, not above) each value: the bucket index.
+Value countBelow(const Value& boundaries, const Value& values, bool right, DType out,
+                 const std::string& name) {
+  for (const Value* v : {&boundaries, &values}) {
+    DType dt = v->tensor().dtype;
+    THUNDER_CHECK_KIND(dt != DType::Bool && !isComplex(dt), ErrorKind::Type, opn(name), ": ",
+                       dtypeName(dt), " tensors are not supported");
+  }
+  Value v = clang::unsqueeze(values, values.tensor().ndim(), opn(name));
+  Value b = boundaries;
+  if (boundaries.tensor().ndim() > 1) b = clang::unsqueeze(boundaries, boundaries.tensor().ndim() - 1, opn(name));
+  Value below = op(right ? "le" : "lt", {b, v});
+  return op("sum", {below, -1}, {{"dtype", out}});
+}
+
+/// The cross product of 3-vectors along dim (None: the first dimension of length 3).
+Value crossImpl(const Value& a, const Value& b, const Value& dim) {
+  const TensorProxy &x = T(a, "cross"), &y = T(b, "cross", "other");
+  THUNDER_CHECK(x.ndim() == y.ndim(), "ltorch.cross: inputs must have the same number of dimensions, but got shapes ",
+                shapeStr(x.shape), " and ", shapeStr(y.shape));
+  Shape shape = clang::broadcastShapes({x.shape, y.shape}, "ltorch.cross");
+  int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t d = -1;
+  if (dim.isNone()) {
+    for (int64_t i = 0; i < nd && d < 0; ++i)
+      if (shape[i] == 3) d = i;
+  } else {
+    d = canonicalizeDim(nd, dim.toInt(), "ltorch.cross");
+  }
+  THUNDER_CHECK(d >= 0 && shape[d] == 3, "ltorch.cross: expected a dimension of length 3, but got shapes ",
+                shapeStr(x.shape), " and ", shapeStr(y.shape));
+  Value p = clang::expandTo(a, shape, "ltorch.cross"), q = clang::expandTo(b, shape, "ltorch.cross");
+  auto at = [&](const Value& v, int64_t i) { return clang::sliceInDim(v, d, i, i + 1, 1, "ltorch.cross"); };
+  std::vector<Value> parts;
+  for (int64_t i = 0; i < 3; ++i) {
+    int64_t j = (i + 1) % 3, k = (i + 2) % 3;
+    parts.push_back(op("sub", {op("mul", {at(p, j), at(q, k)}), op("mul", {at(p, k), at(q, j)})}));
+  }
+  return op("cat", {Value::list(parts), d});
+}
+
+void registerMoreTensorOps() {
+  define("unfold", "a, dimension, size, step", {"torch.Tensor.unfold"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "unfold");
+    int64_t d = dimOf(t, a[1], "unfold");
+    int64_t size = a[2].toInt(), step = a[3].toInt(), n = lengthOf(t, d);
+    THUNDER_CHECK(size >= 0 && size <= n, "ltorch.unfold: size ", size, " exceeds dimension ", d,
+                  " of length ", n);
+    THUNDER_CHECK(step > 0, "ltorch.unfold: step must be positive, but got ", step);
+    int64_t windows = (n - size) / step + 1;
+    Value x = t.ndim() == 0 ? clang::reshape(a[0], {1}, "ltorch.unfold") : a[0];
+    // Window w holds elements w * step + i, i < size: one take along d, then the window's
+    // elements moved to a new last dim.
+    Value starts = clang::unsqueeze(prims::iota(windows, 0, step, t.device, DType::Int64), 1, "ltorch.unfold");
+    Value offs = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 0, "ltorch.unfold");
+    Value idx = clang::reshape(op("add", {starts, offs}), {windows * size}, "ltorch.unfold");
+    Value taken = prims::take(x, idx, t.ndim() == 0 ? 0 : d);
+    Shape s = x.tensor().shape;
+    s[t.ndim() == 0 ? 0 : d] = windows;
+    s.insert(s.begin() + (t.ndim() == 0 ? 0 : d) + 1, size);
+    Value r = clang::reshape(taken, s, "ltorch.unfold");
+    r = op("movedim", {r, (t.ndim() == 0 ? 0 : d) + 1, -1});
+    return t.ndim() == 0 ? clang::reshape(r, {size}, "ltorch.unfold") : r;
+  });
+  define("narrow_copy", "a, dim, start, length", {"torch.narrow_copy", "torch.Tensor.narrow_copy"},
+         [](const Args& a) { return op("narrow", {a[0], a[1], a[2], a[3]}); });
+  define("msort", "a", {"torch.msort", "torch.Tensor.msort"},
+         [](const Args& a) { return op("sort", {a[0], 0}).items()[0]; });
+  define("logcumsumexp", "a, dim", {"torch.logcumsumexp", "torch.Tensor.logcumsumexp"},
+         [](const Args& a) {
+           const TensorProxy& t = T(a[0], "logcumsumexp");
+           THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
+                              "ltorch.logcumsumexp: expected a floating point tensor, but got ", dtypeName(t.dtype));
+           int64_t d = dimOf(t, a[1], "logcumsumexp");
+           DType comp = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
+           Value x = clang::maybeConvert(a[0], comp);
+           if (t.numel() == 0) return a[0];
+           // Shifted by the dim's finite max: log(cumsum(exp(x - m))) + m.
+           Value m = op("amax", {x, d, true});
+           m = op("where", {op("isfinite", {m}), m, 0.0});
+           Value r = op("add", {op("log", {prims::cumsum(op("exp", {op("sub", {x, m})}), d)}), m});
+           return clang::maybeConvert(r, t.dtype);
+         });
+  define("cross", "a, other, dim=None", {"torch.cross", "torch.Tensor.cross"},
+         [](const Args& a) { return crossImpl(a[0], a[1], a[2]); });
+  define("linalg_cross", "a, other, *, dim=-1", {"torch.linalg.cross"},
+         [](const Args& a) { return crossImpl(a[0], a[1], a[2]); });
+  define("tensordot", "a, b, dims=2, out=None", {"torch.tensordot"}, [](const Args& a) {
+    const TensorProxy &x = T(a[0], "tensordot"), &y = T(a[1], "tensordot", "b");
+    THUNDER_CHECK_KIND(a[3].isNone(), ErrorKind::NotImplemented, "ltorch.tensordot: out= is not supported");
+    std::vector<int64_t> dx, dy;
+    if (a[2].isInt()) {
+      int64_t n = a[2].toInt();
+      THUNDER_CHECK(n >= 0 && n <= x.ndim() && n <= y.ndim(), "ltorch.tensordot: dims ", n,
+                    " exceeds the dimensions of shapes ", shapeStr(x.shape), " and ", shapeStr(y.shape));
+      for (int64_t i = 0; i < n; ++i) {
+        dx.push_back(x.ndim() - n + i);
+        dy.push_back(i);
+      }
+    } else {
+      const std::vector<Value>& pair = a[2].items();
+      THUNDER_CHECK(pair.size() == 2, "ltorch.tensordot: dims must be an int or two lists of dims");
+      dx = canonicalizeDims(x.ndim(), pair[0].toInts(), "ltorch.tensordot");
+      dy = canonicalizeDims(y.ndim(), pair[1].toInts(), "ltorch.tensordot");
+    }
+    THUNDER_CHECK(dx.size() == dy.size(), "ltorch.tensordot: both dim lists must have one length");
+    int64_t k = 1;
+    for (size_t i = 0; i < dx.size(); ++i) {
+      THUNDER_CHECK(x.shape[dx[i]] == y.shape[dy[i]], "ltorch.tensordot: contracted dimensions of shapes ",
+                    shapeStr(x.shape), " and ", shapeStr(y.shape), " differ (", x.shape[dx[i]], " != ",
+                    y.shape[dy[i]], ")");
+      k *= x.shape[dx[i]];
+    }
+    Shape out;
+    int64_t m = 1, n = 1;
+    for (int64_t i = 0; i < x.ndim(); ++i)
+      if (std::find(dx.begin(), dx.end(), i) == dx.end()) { out.push_back(x.shape[i]); m *= x.shape[i]; }
+    std::vector<int64_t> restY;
+    for (int64_t i = 0; i < y.ndim(); ++i)
+      if (std::find(dy.begin(), dy.end(), i) == dy.end()) { out.push_back(y.shape[i]); n *= y.shape[i]; restY.push_back(i); }
+    Value xm = clang::reshape(dimsToEnd(a[0], dx, "tensordot"), {m, k}, "ltorch.tensordot");
+    std::vector<int64_t> permY = dy;
+    permY.insert(permY.end(), restY.begin(), restY.end());
+    Value ym = clang::reshape(clang::permute(a[1], permY, "ltorch.tensordot"), {k, n}, "ltorch.tensordot");
+    return clang::reshape(op("mm", {xm, ym}), out, "ltorch.tensordot");
+  }, kMatmulOp);
+  define("inner", "a, other", {"torch.inner", "torch.Tensor.inner"}, [](const Args& a) {
+    const TensorProxy &x = T(a[0], "inner"), &y = T(a[1], "inner", "other");
+    if (x.ndim() == 0 || y.ndim() == 0) return op("mul", {a[0], a[1]});
+    return op("tensordot", {a[0], a[1], Value::tuple({Value::ints({-1}), Value::ints({-1})})});
+  }, kMatmulOp);
+  define("conj_physical", "a", {"torch.conj_physical", "torch.Tensor.conj_physical"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "conj_physical");
+    if (!isComplex(t.dtype)) return a[0];
+    return op("complex", {prims::real(a[0]), op("neg", {prims::imag(a[0])})});
+  }, kElementwise);
+  define("vdot", "a, other", {"torch.vdot", "torch.Tensor.vdot"}, [](const Args& a) {
+    return op("dot", {op("conj_physical", {a[0]}), a[1]});
+  }, kMatmulOp);
+  define("bucketize", "a, boundaries, *, out_int32=False, right=False",
+         {"torch.bucketize"}, [](const Args& a) {
+           const TensorProxy& b = T(a[1], "bucketize", "boundaries");
+           THUNDER_CHECK(b.ndim() == 1, "ltorch.bucketize: boundaries must be 1-dimensional, but got shape ",
+                         shapeStr(b.shape));
+           Value v = a[0].isTensor() ? a[0] : prims::full({}, a[0], b.device, a[0].numberDType() == DType::Float64 ? DType::Float64 : DType::Int64);
+           return countBelow(a[1], v, a[3].toBool(), a[2].toBool() ? DType::Int32 : DType::Int64, "bucketize");
+         });
+  define("searchsorted", "sorted_sequence, a, *, out_int32=False, right=False, side=None, sorter=None",
+         {"torch.searchsorted"}, [](const Args& a) {
+           const TensorProxy& s = T(a[0], "searchsorted", "sorted_sequence");
+           THUNDER_CHECK_KIND(a[5].isNone(), ErrorKind::NotImplemented, "ltorch.searchsorted: sorter is not supported");
+           bool right = a[3].toBool() || (!a[4].isNone() && a[4].toString() == "right");
+           Value v = a[1].isTensor() ? a[1] : prims::full({}, a[1], s.device, s.dtype);
+           const TensorProxy& vt = v.tensor();
+           if (s.ndim() > 1)
+             THUNDER_CHECK(vt.ndim() == s.ndim() &&
+                               Shape(vt.shape.begin(), vt.shape.end() - 1) == Shape(s.shape.begin(), s.shape.end() - 1),
+                           "ltorch.searchsorted: the leading dimensions of sorted_sequence ", shapeStr(s.shape),
+                           " and values ", shapeStr(vt.shape), " must match");
+           return countBelow(a[0], v, right, a[2].toBool() ? DType::Int32 : DType::Int64, "searchsorted");
+         });
+  define("heaviside", "a, values", {"torch.heaviside", "torch.Tensor.heaviside"}, [](const Args& a) {
+    const TensorProxy &x = T(a[0], "heaviside"), &v = T(a[1], "heaviside", "values");
+    THUNDER_CHECK_KIND(x.dtype == v.dtype, ErrorKind::Type, "ltorch.heaviside: expected input and values of one dtype, "
+                       "but got ", dtypeName(x.dtype), " and ", dtypeName(v.dtype));
+    THUNDER_CHECK_KIND(!isComplex(x.dtype), ErrorKind::Type, "ltorch.heaviside: complex tensors are not supported");
+    Value pos = clang::maybeConvert(op("gt", {a[0], 0}), x.dtype);
+    return op("where", {op("eq", {a[0], 0}), a[1], pos});
+  }, kElementwise);
+  define("isclose", "a, other, rtol=1e-05, atol=1e-08, equal_nan=False",
+         {"torch.isclose", "torch.Tensor.isclose"}, [](const Args& a) {
+           const TensorProxy &x = T(a[0], "isclose"), &y = T(a[1], "isclose", "other");
+           THUNDER_CHECK_KIND(x.dtype == y.dtype, ErrorKind::Type, "ltorch.isclose: expected tensors of one dtype, "
+                              "but got ", dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+           Value eq = op("eq", {a[0], a[1]});
+           DType comp = isFloating(x.dtype) || isComplex(x.dtype) ? (isLowPrecision(x.dtype) ? DType::Float32 : x.dtype)
+                                                                  : DType::Float64;
+           Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
+           Value diff = op("abs", {op("sub", {p, q})});
+           Value tol = op("add", {op("mul", {op("abs", {q}), a[2].toDouble()}), a[3].toDouble()});
+           Value close = op("logical_and", {op("isfinite", {diff}), op("le", {diff, tol})});
+           Value r = op("logical_or", {eq, close});
+           if (a[4].toBool() && (isFloating(x.dtype) || isComplex(x.dtype)))
+             r = op("logical_or", {r, op("logical_and", {op("isnan", {a[0]}), op("isnan", {a[1]})})});
+           return r;
+         }, kElementwise);
+  define("isreal", "a", {"torch.isreal", "torch.Tensor.isreal"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "isreal");
+    if (!isComplex(t.dtype)) return prims::full(t.shape, true, t.device, DType::Bool);
+    return op("eq", {prims::imag(a[0]), 0});
+  }, kElementwise);
+  for (bool isMax : {true, false}) {
+    std::string name = isMax ? "fmax" : "fmin";
+    define(name, "a, other", {"torch." + name, "torch.Tensor." + name}, [isMax, name](const Args& a) {
+      T(a[0], name);
+      T(a[1], name, "other");
+      Value m = op(isMax ? "maximum" : "minimum", {a[0], a[1]});
+      DType dt = m.tensor().dtype;
+      if (!isFloating(dt)) return m;
+      // A nan loses to a number.
+      Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(a[1], dt), m});
+      return op("where", {op("isnan", {a[1]}), clang::maybeConvert(a[0], dt), r});
+    }, kElementwise);
+  }
+  define("sgn", "a", {"torch.sgn", "torch.Tensor.sgn"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "sgn");
+    if (!isComplex(t.dtype)) return op("sign", {a[0]});
+    Value r = op("abs", {a[0]});
+    Value safe = op("where", {op("eq", {r, 0}), 1.0, r});
+    return op("where", {op("eq", {r, 0}), clang::maybeConvert(Value(0), t.dtype), op("div", {a[0], safe})});
+  }, kElementwise);
+  define("xlog1py", "a, other", {"torch.special.xlog1py"}, [](const Args& a) {
+    auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
+    THUNDER_CHECK_KIND(!isComplex(result) && a[0].isTensor(), ErrorKind::Type,
+                       "ltorch.xlog1py: expected a real tensor input");
+    Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
+    Value lp = y.isTensor() ? op("log1p", {y}) : Value(std::log1p(y.toDouble()));
+    Value r = op("where", {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, lp})});
+    if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
+    return clang::maybeConvert(r, result);
+  }, kElementwise);
+  define("entr", "a", {"torch.special.entr"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "entr");
+    THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.entr: complex tensors are not supported");
+    DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
+    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+    Value x = clang::maybeConvert(a[0], comp);
+    // -x log x for x > 0, 0 at 0, -inf below, nan for nan.
+    Value safe = op("where", {op("gt", {x, 0}), x, 1.0});
+    Value r = op("where", {op("gt", {x, 0}), op("neg", {op("mul", {x, op("log", {safe})})}),
+                           op("where", {op("eq", {x, 0}), 0.0, -INFINITY})});
+    r = op("where", {op("isnan", {x}), x, r});
+    return clang::maybeConvert(r, dt);
+  }, kElementwise);
+  define("ndtr", "a", {"torch.special.ndtr"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "ndtr");
+    THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.ndtr: complex tensors are not supported");
+    DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
+    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+    Value x = clang::maybeConvert(a[0], comp);
+    // 0.5 * erfc(-x / sqrt(2)), accurate in both tails.
+    return clang::maybeConvert(op("mul", {op("erfc", {op("mul", {x, -M_SQRT1_2})}), 0.5}), dt);
+  }, kElementwise);
+  define("cartesian_prod", "*tensors", {"torch.cartesian_prod"}, [](const Args& a) {
+    std::vector<Value> ts = a[0].items();
+    THUNDER_CHECK(!ts.empty(), "ltorch.cartesian_prod: expected at least one tensor");
+    for (size_t i = 0; i < ts.size(); ++i)
+      THUNDER_CHECK(expectTensor(ts[i], "ltorch.cartesian_prod", "tensors").ndim() == 1,
+                    "ltorch.cartesian_prod: expected 1-dimensional tensors, but tensor ", i, " has shape ",
+                    shapeStr(ts[i].tensor().shape));
+    if (ts.size() == 1) return ts[0];
+    Value grids = op("meshgrid", {Value::list(ts)}, {{"indexing", "ij"}});
+    std::vector<Value> cols;
+    for (const Value& g : grids.items()) cols.push_back(op("ravel", {g}));
+    return op("stack", {Value::list(cols), 1});
+  });
+  define("column_stack", "tensors", {"torch.column_stack"}, [](const Args& a) {
+    std::vector<Value> ts;
+    for (const Value& v : a[0].items()) {
+      const TensorProxy& t = expectTensor(v, "ltorch.column_stack", "tensors");
+      ts.push_back(t.ndim() <= 1 ? clang::reshape(v, {t.numel(), 1}, "ltorch.column_stack") : v);
+    }
+    THUNDER_CHECK(!ts.empty(), "ltorch.column_stack: expected a non-empty list of tensors");
+    return op("cat", {Value::list(ts), 1});
+  });
+  define("dstack", "tensors", {"torch.dstack"}, [](const Args& a) {
+    std::vector<Value> ts;
+    for (const Value& v : a[0].items()) ts.push_back(op("atleast_3d", {v}));
+    THUNDER_CHECK(!ts.empty(), "ltorch.dstack: expected a non-empty list of tensors");
+    return op("cat", {Value::list(ts), 2});
+  });
+  define("sum_to_size", "a, *size", {"torch.Tensor.sum_to_size"}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "sum_to_size");
+    Shape size = intsOrVarargs(a[1]);
+    THUNDER_CHECK(static_cast<int64_t>(size.size()) <= t.ndim(), "ltorch.sum_to_size: size ", shapeStr(size),
+                  " is not expandable to shape ", shapeStr(t.shape));
+    size_t off = t.ndim() - size.size();
+    std::vector<int64_t> dims;
+    for (int64_t i = 0; i < t.ndim(); ++i) {
+      if (static_cast<size_t>(i) < off) { dims.push_back(i); continue; }
+      int64_t want = size[i - off];
+      THUNDER_CHECK(want == t.shape[i] || want == 1, "ltorch.sum_to_size: size ", shapeStr(size),
+                    " is not expandable to shape ", shapeStr(t.shape));
+      if (want == 1 && t.shape[i] != 1) dims.push_back(i);
+    }
+    Value r = dims.empty() ? a[0] : op("sum", {a[0], Value::ints(dims), true});
+    return clang::reshape(r, size, "ltorch.sum_to_size");
+  });
+  define("cdist", "x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'",
+         {"torch.cdist"}, [](const Args& a) {
+           const TensorProxy &x = T(a[0], "cdist", "x1"), &y = T(a[1], "cdist", "x2");
+           THUNDER_CHECK(x.ndim() >= 2 && y.ndim() >= 2 && x.shape.back() == y.shape.back(),
+                         "ltorch.cdist: expected x1 and x2 with at least 2 dimensions and the same last "
+                         "dimension, but got shapes ", shapeStr(x.shape), " and ", shapeStr(y.shape));
+           THUNDER_CHECK_KIND(x.dtype == y.dtype && (x.dtype == DType::Float32 || x.dtype == DType::Float64),
+                              ErrorKind::Type, "ltorch.cdist: expected float32 or float64 inputs of one dtype, but got ",
+                              dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+           double p = a[2].toDouble();
+           THUNDER_CHECK(p >= 0, "ltorch.cdist: p must be non-negative, but got ", p);
+           // |x1[..., i, None, :] - x2[..., None, j, :]|_p over the last dim.
+           Value d = op("sub", {clang::unsqueeze(a[0], x.ndim() - 1, "ltorch.cdist"),
+                                clang::unsqueeze(a[1], y.ndim() - 2, "ltorch.cdist")});
+           return vectorNorm(d, p, -1, false, std::nullopt, "cdist");
+         });
+  define("median", "a, dim=None, keepdim=False", {"torch.median", "torch.Tensor.median"},
+         [](const Args& a) {
+           const TensorProxy& t = T(a[0], "median");
+           THUNDER_CHECK_KIND(a[1].isNone(), ErrorKind::NotImplemented,
+                              "ltorch.median: the form with dim (values and indices) is not supported");
+           checkSortable(t, "median");
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, "ltorch.median: bool tensors are not supported");
+           // As PyTorch: the median of no floating values is nan.
+           if (t.numel() == 0 && isFloating(t.dtype)) return prims::full({}, NAN, t.device, t.dtype);
+           THUNDER_CHECK(t.numel() > 0, "ltorch.median: cannot compute the median of an empty ", dtypeName(t.dtype),
+                         " tensor");
+           // The lower median; a nan anywhere makes the median nan (sort puts nans last).
+           Value flat = clang::reshape(a[0], {t.numel()}, "ltorch.median");
+           Value sorted = sortImpl(flat, 0, false, false, "median").items()[0];
+           Value r = op("select", {sorted, 0, (t.numel() - 1) / 2});
+           if (isFloating(t.dtype)) r = op("where", {op("any", {op("isnan", {flat})}), NAN, r});
+           return r;
+         }, kReductionOp);
+}
+
 }  // namespace
 
 void registerTensorOps() {
@@ -1317,6 +1694,7 @@ void registerTensorOps() {
   registerFactories();
   registerElementwiseTensorOps();
   registerNorms();
+  registerMoreTensorOps();
 }
 
 }  // namespace thunder::ltorch

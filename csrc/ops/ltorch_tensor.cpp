@@ -958,8 +958,12 @@ void registerShapeUtilities() {
            full.push_back(size);
            full.push_back(size);
            Value vals;
-           if (n == 0) {
+           if (n == 0 && !isFloating(t.dtype) && !isComplex(t.dtype)) {
              vals = prims::full(full, clang::maybeConvert(Value(0), t.dtype), t.device, t.dtype);
+           } else if (n == 0) {
+             // Zeros that still depend on a (the sum of its empty last dim), as eager's do.
+             Value z = op("sum", {a[0], -1, true}, {{"dtype", t.dtype}});
+             vals = clang::expandTo(clang::unsqueeze(z, t.ndim(), "ltorch.diag_embed"), full, "ltorch.diag_embed");
            } else {
              Value taken = prims::take(a[0], clang::reshape(which, {size * size}, "ltorch.diag_embed"), t.ndim() - 1);
              vals = clang::reshape(taken, full, "ltorch.diag_embed");
@@ -1283,7 +1287,8 @@ Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim, std
                   " of an empty tensor is not defined");
     r = op(ord > 0 ? "amax" : "amin", {v, dim.isNone() ? Value::tuple({}) : dims, keepdim});
   } else if (ord == 0) {
-    r = op("sum", {clang::maybeConvert(op("ne", {v, 0}), comp), dims, keepdim});
+    // The count of nonzeros, through v where it is 0 so that the result has a (zero) gradient.
+    r = op("sum", {op("where", {op("ne", {v, 0}), 1.0, v}), dims, keepdim});
   } else if (ord == 1) {
     r = op("sum", {v, dims, keepdim});
   } else if (ord == 2) {
@@ -1672,14 +1677,17 @@ void registerMoreTensorOps() {
            checkSortable(t, "median");
            THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, "ltorch.median: bool tensors are not supported");
            // As PyTorch: the median of no floating values is nan.
-           if (t.numel() == 0 && isFloating(t.dtype)) return prims::full({}, NAN, t.device, t.dtype);
+           if (t.numel() == 0 && isFloating(t.dtype))
+             return op("add", {op("sum", {a[0]}), NAN});  // nan, still depending on a
            THUNDER_CHECK(t.numel() > 0, "ltorch.median: cannot compute the median of an empty ", dtypeName(t.dtype),
                          " tensor");
            // The lower median; a nan anywhere makes the median nan (sort puts nans last).
            Value flat = clang::reshape(a[0], {t.numel()}, "ltorch.median");
            Value sorted = sortImpl(flat, 0, false, false, "median").items()[0];
            Value r = op("select", {sorted, 0, (t.numel() - 1) / 2});
-           if (isFloating(t.dtype)) r = op("where", {op("any", {op("isnan", {flat})}), NAN, r});
+           // With a nan, the median is the last sorted value (a nan), as eager's (and its gradient).
+           if (isFloating(t.dtype))
+             r = op("where", {op("any", {op("isnan", {flat})}), op("select", {sorted, 0, -1}), r});
            return r;
          }, kReductionOp);
 }

@@ -127,6 +127,9 @@ def dispatch(func, args, kwargs):
         _note_views(st, func, args, out)
         return out
     sym, swapped = entry
+    if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
+        # A result's values do not depend on the memory format it is laid out in.
+        kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
@@ -148,6 +151,9 @@ def dispatch(func, args, kwargs):
     _note_views(st, func, args, out)
     return out
 
+
+# Symbols whose memory_format argument only chooses the strides of their result.
+_MEMORY_FORMAT_FREE = frozenset({"clone", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"})
 
 # Symbols whose tuple results PyTorch returns as named tuples (torch.return_types.sort, ...).
 _NAMED_RESULTS = frozenset({"sort", "topk", "max", "min", "aminmax"})

@@ -62,10 +62,14 @@ const TensorProxy& indexArg(const Value& v, const std::string& name, const char*
 /// The largest finite value of a floating dtype.
 double finfoMax(DType dt) {
   switch (dt) {
-    case DType::Float16: return 65504.0;
-    case DType::BFloat16: return 3.3895313892515355e38;
-    case DType::Float32: return static_cast<double>(std::numeric_limits<float>::max());
-    default: return std::numeric_limits<double>::max();
+    case DType::Float16:
+      return 65504.0;
+    case DType::BFloat16:
+      return 3.3895313892515355e38;
+    case DType::Float32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    default:
+      return std::numeric_limits<double>::max();
   }
 }
 
@@ -76,7 +80,7 @@ Value scan(const Args& a, bool product, const std::string& name) {
   const TensorProxy& t = T(a[0], name);
   int64_t d = dimOf(t, a[1], name);
   DType dt = optDType(a[2]).value_or(isIntegral(t.dtype) || t.dtype == DType::Bool ? DType::Int64
-                                                                                    : t.dtype);
+                                                                                   : t.dtype);
   Value x = clang::maybeConvert(a[0], dt);
   return product ? prims::cumprod(x, d) : prims::cumsum(x, d);
 }
@@ -105,9 +109,7 @@ void registerScans() {
   define("cumprod", "a, dim, *, dtype=None", {"torch.cumprod", "torch.Tensor.cumprod"},
          [](const Args& a) { return scan(a, true, "cumprod"); });
   define("sort", "a, dim=-1, descending=False, stable=False", {"torch.sort", "torch.Tensor.sort"},
-         [](const Args& a) {
-           return sortImpl(a[0], a[1], a[2].toBool(), a[3].toBool(), "sort");
-         });
+         [](const Args& a) { return sortImpl(a[0], a[1], a[2].toBool(), a[3].toBool(), "sort"); });
   define("argsort", "a, dim=-1, descending=False, stable=False",
          {"torch.argsort", "torch.Tensor.argsort"}, [](const Args& a) {
            return sortImpl(a[0], a[1], a[2].toBool(), a[3].toBool(), "argsort").items()[1];
@@ -116,12 +118,13 @@ void registerScans() {
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "topk");
            checkSortable(t, "topk");
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, "ltorch.topk: bool tensors are not supported");
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
+                              "ltorch.topk: bool tensors are not supported");
            int64_t d = dimOf(t, a[2], "topk");
            int64_t k = a[1].toInt();
-           THUNDER_CHECK_KIND(k >= 0 && k <= lengthOf(t, d), ErrorKind::Index,
-                              "ltorch.topk: k (", k, ") is out of range for dimension ", d,
-                              " of shape ", shapeStr(t.shape));
+           THUNDER_CHECK_KIND(k >= 0 && k <= lengthOf(t, d), ErrorKind::Index, "ltorch.topk: k (",
+                              k, ") is out of range for dimension ", d, " of shape ",
+                              shapeStr(t.shape));
            if (t.dtype == DType::Bool) {
              Value r = prims::topk(clang::maybeConvert(a[0], DType::UInt8), k, d, a[3].toBool());
              return Value::tuple({clang::maybeConvert(r.items()[0], DType::Bool), r.items()[1]});
@@ -151,8 +154,8 @@ void registerScans() {
 Value spreadIndex(const Value& index, const Shape& shape, int64_t dim, int64_t n,
                   const std::string& name) {
   const TensorProxy& idx = indexArg(index, name, "index");
-  THUNDER_CHECK(idx.ndim() <= 1, opn(name), ": expected a 0- or 1-dimensional index, but got shape ",
-                shapeStr(idx.shape));
+  THUNDER_CHECK(idx.ndim() <= 1, opn(name),
+                ": expected a 0- or 1-dimensional index, but got shape ", shapeStr(idx.shape));
   Value i = idx.ndim() == 0 ? clang::reshape(index, {1}, opn(name)) : index;
   i = wrapIndex(clang::maybeConvert(i, DType::Int64), n);
   return prims::broadcast_in_dim(i, shape, {dim});
@@ -164,9 +167,8 @@ Value indexUpdate(const Args& a, bool add, const std::string& name) {
   const TensorProxy& src = T(a[3], name, "source");
   int64_t d = dimOf(t, a[1], name);
   const TensorProxy& idx = indexArg(a[2], name, "index");
-  THUNDER_CHECK_KIND(src.dtype == t.dtype, ErrorKind::Type, opn(name),
-                     ": source has dtype ", dtypeName(src.dtype), " but self has dtype ",
-                     dtypeName(t.dtype));
+  THUNDER_CHECK_KIND(src.dtype == t.dtype, ErrorKind::Type, opn(name), ": source has dtype ",
+                     dtypeName(src.dtype), " but self has dtype ", dtypeName(t.dtype));
   Value self = t.ndim() == 0 ? clang::reshape(a[0], {1}, opn(name)) : a[0];
   Value source = src.ndim() == 0 ? clang::reshape(a[3], {1}, opn(name)) : a[3];
   const TensorProxy& s = source.tensor();
@@ -214,66 +216,76 @@ Value scatterIndex(const Value& index, const TensorProxy& t, int64_t d, const st
 }
 
 void registerScatter() {
-  define("scatter", "a, dim, index, src=None, *, value=None, reduce=None",
-         {"torch.scatter", "torch.Tensor.scatter"}, [](const Args& a) -> Value {
-           const TensorProxy& t = T(a[0], "scatter");
-           int64_t d = dimOf(t, a[1], "scatter");
-           const TensorProxy& idx = indexArg(a[2], "scatter", "index");
-           const Value& v = a[3].isNone() ? a[4] : a[3];
-           THUNDER_CHECK_KIND(!v.isNone(), ErrorKind::Type, "ltorch.scatter: expected src or value");
-           Value src = scatterSource(v, t, idx, "scatter");
-           Value index = scatterIndex(a[2], t, d, "scatter");
-           if (a[5].isNone()) return prims::scatter(a[0], index, src, d);
-           const std::string& r = a[5].toString();
-           if (r == "add") return prims::scatter_add(a[0], index, src, d);
-           THUNDER_CHECK_KIND(r != "multiply", ErrorKind::NotImplemented,
-                              "ltorch.scatter: reduce='multiply' is not supported");
-           throw Error(ErrorKind::Value, str("ltorch.scatter: reduce must be 'add' or 'multiply', but got '", r, "'"));
-         });
-  define("scatter_reduce", "a, dim, index, src, reduce, *, include_self=True",
-         {"torch.scatter_reduce", "torch.Tensor.scatter_reduce"}, [](const Args& a) -> Value {
-           const TensorProxy& t = T(a[0], "scatter_reduce");
-           int64_t d = dimOf(t, a[1], "scatter_reduce");
-           const TensorProxy& idx = indexArg(a[2], "scatter_reduce", "index");
-           Value src = scatterSource(a[3], t, idx, "scatter_reduce");
-           Value index = scatterIndex(a[2], t, d, "scatter_reduce");
-           const std::string& r = a[4].toString();
-           bool self = a[5].toBool();
-           THUNDER_CHECK_KIND(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin" ||
-                                  r == "max" || r == "min",
-                              ErrorKind::Value, "ltorch.scatter_reduce: reduce must be one of 'sum', "
-                              "'prod', 'mean', 'amax', 'amin', but got '", r, "'");
-           THUNDER_CHECK_KIND(r == "sum" || r == "mean", ErrorKind::NotImplemented,
-                              "ltorch.scatter_reduce: reduce='", r, "' is not supported");
-           // Positions written at least once; the rest keep a whatever include_self says.
-           Value ones = prims::full(idx.shape, 1, t.device, DType::Int64);
-           Value count = prims::scatter_add(zerosOf(t.shape, DType::Int64, t.device), index, ones, d);
-           Value hit = op("gt", {count, 0});
-           Value base = self ? a[0] : op("where", {hit, clang::maybeConvert(Value(0), t.dtype), a[0]});
-           Value total = prims::scatter_add(base, index, src, d);
-           if (r == "sum") return total;
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
-                              "ltorch.scatter_reduce: reduce='mean' does not support bool tensors");
-           Value n = self ? op("add", {count, 1}) : op("where", {hit, count, 1});
-           Value mean = isIntegral(t.dtype) ? op("div", {total, n}, {{"rounding_mode", "floor"}})
-                                            : op("div", {total, clang::maybeConvert(n, t.dtype)});
-           return clang::maybeConvert(mean, t.dtype);
-         });
+  define(
+      "scatter", "a, dim, index, src=None, *, value=None, reduce=None",
+      {"torch.scatter", "torch.Tensor.scatter"}, [](const Args& a) -> Value {
+        const TensorProxy& t = T(a[0], "scatter");
+        int64_t d = dimOf(t, a[1], "scatter");
+        const TensorProxy& idx = indexArg(a[2], "scatter", "index");
+        const Value& v = a[3].isNone() ? a[4] : a[3];
+        THUNDER_CHECK_KIND(!v.isNone(), ErrorKind::Type, "ltorch.scatter: expected src or value");
+        Value src = scatterSource(v, t, idx, "scatter");
+        Value index = scatterIndex(a[2], t, d, "scatter");
+        if (a[5].isNone()) return prims::scatter(a[0], index, src, d);
+        const std::string& r = a[5].toString();
+        if (r == "add") return prims::scatter_add(a[0], index, src, d);
+        THUNDER_CHECK_KIND(r != "multiply", ErrorKind::NotImplemented,
+                           "ltorch.scatter: reduce='multiply' is not supported");
+        throw Error(ErrorKind::Value,
+                    str("ltorch.scatter: reduce must be 'add' or 'multiply', but got '", r, "'"));
+      });
+  define(
+      "scatter_reduce", "a, dim, index, src, reduce, *, include_self=True",
+      {"torch.scatter_reduce", "torch.Tensor.scatter_reduce"}, [](const Args& a) -> Value {
+        const TensorProxy& t = T(a[0], "scatter_reduce");
+        int64_t d = dimOf(t, a[1], "scatter_reduce");
+        const TensorProxy& idx = indexArg(a[2], "scatter_reduce", "index");
+        Value src = scatterSource(a[3], t, idx, "scatter_reduce");
+        Value index = scatterIndex(a[2], t, d, "scatter_reduce");
+        const std::string& r = a[4].toString();
+        bool self = a[5].toBool();
+        THUNDER_CHECK_KIND(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin" ||
+                               r == "max" || r == "min",
+                           ErrorKind::Value,
+                           "ltorch.scatter_reduce: reduce must be one of 'sum', "
+                           "'prod', 'mean', 'amax', 'amin', but got '",
+                           r, "'");
+        THUNDER_CHECK_KIND(r == "sum" || r == "mean", ErrorKind::NotImplemented,
+                           "ltorch.scatter_reduce: reduce='", r, "' is not supported");
+        // Positions written at least once; the rest keep a whatever include_self says.
+        Value ones = prims::full(idx.shape, 1, t.device, DType::Int64);
+        Value count = prims::scatter_add(zerosOf(t.shape, DType::Int64, t.device), index, ones, d);
+        Value hit = op("gt", {count, 0});
+        Value base = self ? a[0] : op("where", {hit, clang::maybeConvert(Value(0), t.dtype), a[0]});
+        Value total = prims::scatter_add(base, index, src, d);
+        if (r == "sum") return total;
+        THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
+                           "ltorch.scatter_reduce: reduce='mean' does not support bool tensors");
+        Value n = self ? op("add", {count, 1}) : op("where", {hit, count, 1});
+        Value mean = isIntegral(t.dtype) ? op("div", {total, n}, {{"rounding_mode", "floor"}})
+                                         : op("div", {total, clang::maybeConvert(n, t.dtype)});
+        return clang::maybeConvert(mean, t.dtype);
+      });
   define("index_add", "a, dim, index, source, *, alpha=1",
          {"torch.index_add", "torch.Tensor.index_add"},
          [](const Args& a) { return indexUpdate(a, true, "index_add"); });
-  define("index_copy", "a, dim, index, source", {"torch.index_copy", "torch.Tensor.index_copy"},
-         [](const Args& a) { return indexUpdate({a[0], a[1], a[2], a[3], 1}, false, "index_copy"); });
+  define(
+      "index_copy", "a, dim, index, source", {"torch.index_copy", "torch.Tensor.index_copy"},
+      [](const Args& a) { return indexUpdate({a[0], a[1], a[2], a[3], 1}, false, "index_copy"); });
   define("index_fill", "a, dim, index, value", {"torch.index_fill", "torch.Tensor.index_fill"},
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "index_fill");
            int64_t d = dimOf(t, a[1], "index_fill");
            const TensorProxy& idx = indexArg(a[2], "index_fill", "index");
-           THUNDER_CHECK(idx.ndim() <= 1, "ltorch.index_fill: expected a 0- or 1-dimensional index, "
-                         "but got shape ", shapeStr(idx.shape));
+           THUNDER_CHECK(idx.ndim() <= 1,
+                         "ltorch.index_fill: expected a 0- or 1-dimensional index, "
+                         "but got shape ",
+                         shapeStr(idx.shape));
            if (a[3].isTensor())
-             THUNDER_CHECK(a[3].tensor().ndim() == 0, "ltorch.index_fill: expected a 0-dimensional "
-                           "value tensor, but got shape ", shapeStr(a[3].tensor().shape));
+             THUNDER_CHECK(a[3].tensor().ndim() == 0,
+                           "ltorch.index_fill: expected a 0-dimensional "
+                           "value tensor, but got shape ",
+                           shapeStr(a[3].tensor().shape));
            int64_t n = lengthOf(t, d);
            Value i = idx.ndim() == 0 ? clang::reshape(a[2], {1}, "ltorch.index_fill") : a[2];
            i = wrapIndex(clang::maybeConvert(i, DType::Int64), n);
@@ -281,8 +293,10 @@ void registerScatter() {
            // A mask along dim: true at the indexed positions.
            Value mask = prims::scatter(zerosOf({n}, DType::Bool, t.device), i,
                                        prims::full({k}, true, t.device, DType::Bool), 0);
-           if (t.ndim() > 0) mask = prims::broadcast_in_dim(mask, t.shape, {d});
-           else mask = clang::reshape(mask, {}, "ltorch.index_fill");
+           if (t.ndim() > 0)
+             mask = prims::broadcast_in_dim(mask, t.shape, {d});
+           else
+             mask = clang::reshape(mask, {}, "ltorch.index_fill");
            Value v = a[3].isTensor() ? clang::maybeConvert(a[3], t.dtype) : a[3];
            return clang::maybeConvert(clang::where(mask, v, a[0], "ltorch.index_fill"), t.dtype);
          });
@@ -299,7 +313,8 @@ void registerScatter() {
            std::vector<Shape> shapes;
            for (const Value& i : idxs) {
              THUNDER_CHECK_KIND(i.isTensor(), ErrorKind::NotImplemented,
-                                "ltorch.index_put: only tensor indices are supported, got ", describe(i));
+                                "ltorch.index_put: only tensor indices are supported, got ",
+                                describe(i));
              THUNDER_CHECK_KIND(i.tensor().dtype != DType::Bool, ErrorKind::NotImplemented,
                                 "ltorch.index_put: boolean mask indices are not supported");
              indexArg(i, "index_put", "indices");
@@ -310,7 +325,8 @@ void registerScatter() {
            Value linear;
            int64_t lead = 1;
            for (int64_t j = 0; j < k; ++j) {
-             Value i = clang::expandTo(clang::maybeConvert(idxs[j], DType::Int64), b, "ltorch.index_put");
+             Value i =
+                 clang::expandTo(clang::maybeConvert(idxs[j], DType::Int64), b, "ltorch.index_put");
              i = wrapIndex(i, t.shape[j]);
              linear = j == 0 ? i : op("add", {op("mul", {linear, t.shape[j]}), i});
              lead *= t.shape[j];
@@ -323,12 +339,16 @@ void registerScatter() {
            valShape.insert(valShape.end(), rest.begin(), rest.end());
            Shape target = b;
            target.insert(target.end(), rest.begin(), rest.end());
-           Value v = a[2].isTensor() ? clang::maybeConvert(a[2], t.dtype)
-                                     : prims::full({}, clang::maybeConvert(a[2], t.dtype), t.device, t.dtype);
-           v = clang::reshape(clang::expandTo(v, target, "ltorch.index_put"), valShape, "ltorch.index_put");
+           Value v = a[2].isTensor()
+                         ? clang::maybeConvert(a[2], t.dtype)
+                         : prims::full({}, clang::maybeConvert(a[2], t.dtype), t.device, t.dtype);
+           v = clang::reshape(clang::expandTo(v, target, "ltorch.index_put"), valShape,
+                              "ltorch.index_put");
            Value flat = clang::reshape(a[0], flatShape, "ltorch.index_put");
-           Value spread = prims::broadcast_in_dim(clang::reshape(linear, {m}, "ltorch.index_put"), valShape, {0});
-           Value r = a[3].toBool() ? prims::scatter_add(flat, spread, v, 0) : prims::scatter(flat, spread, v, 0);
+           Value spread = prims::broadcast_in_dim(clang::reshape(linear, {m}, "ltorch.index_put"),
+                                                  valShape, {0});
+           Value r = a[3].toBool() ? prims::scatter_add(flat, spread, v, 0)
+                                   : prims::scatter(flat, spread, v, 0);
            return clang::reshape(r, t.shape, "ltorch.index_put");
          });
   define("take", "a, index", {"torch.take", "torch.Tensor.take"}, [](const Args& a) {
@@ -339,16 +359,20 @@ void registerScatter() {
     Value r = prims::take(flat, wrapIndex(i, t.numel()), 0);
     return clang::reshape(r, idx.shape, "ltorch.take");
   });
-  define("select", "a, dim, index", {"torch.select", "torch.Tensor.select"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "select");
-    THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, "ltorch.select: cannot select from a 0-dim tensor");
-    int64_t d = dimOf(t, a[1], "select");
-    int64_t n = t.shape[d], i = a[2].toInt();
-    THUNDER_CHECK_KIND(i >= -n && i < n, ErrorKind::Index, "ltorch.select: index ", i,
-                       " is out of range for dimension ", d, " of length ", n);
-    if (i < 0) i += n;
-    return prims::squeeze(clang::sliceInDim(a[0], d, i, i + 1, 1, "ltorch.select"), {d});
-  }, kShapeOp);
+  define(
+      "select", "a, dim, index", {"torch.select", "torch.Tensor.select"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "select");
+        THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index,
+                           "ltorch.select: cannot select from a 0-dim tensor");
+        int64_t d = dimOf(t, a[1], "select");
+        int64_t n = t.shape[d], i = a[2].toInt();
+        THUNDER_CHECK_KIND(i >= -n && i < n, ErrorKind::Index, "ltorch.select: index ", i,
+                           " is out of range for dimension ", d, " of length ", n);
+        if (i < 0) i += n;
+        return prims::squeeze(clang::sliceInDim(a[0], d, i, i + 1, 1, "ltorch.select"), {d});
+      },
+      kShapeOp);
 }
 
 // ---- einsum ---------------------------------------------------------------------------------
@@ -364,8 +388,10 @@ Term sumOut(Term t, const std::string& keep) {
   std::vector<int64_t> dims;
   std::string rest;
   for (size_t i = 0; i < t.labels.size(); ++i) {
-    if (keep.find(t.labels[i]) == std::string::npos) dims.push_back(static_cast<int64_t>(i));
-    else rest.push_back(t.labels[i]);
+    if (keep.find(t.labels[i]) == std::string::npos)
+      dims.push_back(static_cast<int64_t>(i));
+    else
+      rest.push_back(t.labels[i]);
   }
   if (dims.empty()) return t;
   return {op("sum", {t.x, Value::ints(dims)}), rest};
@@ -385,9 +411,12 @@ Term contract(const Term& l, const Term& r, const std::string& keep) {
   std::string batch, left, right, summed;
   for (char c : l.labels) {
     bool inR = r.labels.find(c) != std::string::npos, kept = keep.find(c) != std::string::npos;
-    if (inR && kept) batch.push_back(c);
-    else if (inR) summed.push_back(c);
-    else left.push_back(c);
+    if (inR && kept)
+      batch.push_back(c);
+    else if (inR)
+      summed.push_back(c);
+    else
+      left.push_back(c);
   }
   for (char c : r.labels)
     if (l.labels.find(c) == std::string::npos) right.push_back(c);
@@ -446,12 +475,13 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
   size_t start = 0;
   while (true) {
     size_t comma = lhs.find(',', start);
-    inputs.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    inputs.push_back(
+        lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  THUNDER_CHECK(inputs.size() == ops.size(), name, ": the equation '", eqIn, "' has ", inputs.size(),
-                " operands, but ", ops.size(), " tensors were given");
+  THUNDER_CHECK(inputs.size() == ops.size(), name, ": the equation '", eqIn, "' has ",
+                inputs.size(), " operands, but ", ops.size(), " tensors were given");
   std::map<char, int64_t> sizes, counts;
   std::vector<Term> terms;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -468,8 +498,8 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
       auto it = sizes.find(c);
       int64_t n = t.shape[j];
       if (it != sizes.end() && it->second != n && it->second != 1 && n != 1)
-        throw Error(ErrorKind::Runtime, str(name, ": subscript '", c, "' has size ", n, " in operand ", i,
-                                            " but ", it->second, " elsewhere"));
+        throw Error(ErrorKind::Runtime, str(name, ": subscript '", c, "' has size ", n,
+                                            " in operand ", i, " but ", it->second, " elsewhere"));
       if (it == sizes.end() || it->second == 1) sizes[c] = n;
       ++counts[c];
     }
@@ -517,7 +547,8 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
           if (drop.find(c) == std::string::npos) r.push_back(c);
         return r;
       };
-      acc = sumOut(sumOut(acc, without(acc.labels, dropL)), keep + without(next.labels, dropL + dropR));
+      acc = sumOut(sumOut(acc, without(acc.labels, dropL)),
+                   keep + without(next.labels, dropL + dropR));
       next = sumOut(sumOut(next, without(next.labels, dropR)), keep + acc.labels);
     }
     acc = contract(acc, next, keep);
@@ -538,7 +569,8 @@ Value einsum(const std::string& eqIn, const std::vector<Value>& ops) {
 Value addScaled(const Value& input, const Value& product, const Value& beta, const Value& alpha) {
   DType dt = promoteTypes(input.tensor().dtype, product.tensor().dtype);
   auto scaled = [dt](const Value& x, const Value& s) {
-    if (dt == DType::Bool) return (s.isBool() ? s.toBool() : s.toDouble() != 0) ? x : op("logical_and", {x, false});
+    if (dt == DType::Bool)
+      return (s.isBool() ? s.toBool() : s.toDouble() != 0) ? x : op("logical_and", {x, false});
     return s.isNumber() && s.toDouble() == 1.0 ? x : op("mul", {x, s});
   };
   Value p = scaled(product, alpha);
@@ -556,110 +588,138 @@ void checkDims(const TensorProxy& t, int64_t n, const std::string& name, const c
 }
 
 void registerMatmulFamily() {
-  define("addmm", "a, mat1, mat2, *, beta=1, alpha=1", {"torch.addmm", "torch.Tensor.addmm"},
-         [](const Args& a) {
-           checkDims(T(a[1], "addmm", "mat1"), 2, "addmm", "mat1");
-           checkDims(T(a[2], "addmm", "mat2"), 2, "addmm", "mat2");
-           T(a[0], "addmm");
-           Value p = op("mm", {a[1], a[2]});
-           Value r = addScaled(a[0], p, a[3], a[4]);
-           return clang::expandTo(r, p.tensor().shape, "ltorch.addmm");
-         }, kMatmulOp);
-  define("addmv", "a, mat, vec, *, beta=1, alpha=1", {"torch.addmv", "torch.Tensor.addmv"},
-         [](const Args& a) {
-           checkDims(T(a[1], "addmv", "mat"), 2, "addmv", "mat");
-           checkDims(T(a[2], "addmv", "vec"), 1, "addmv", "vec");
-           T(a[0], "addmv");
-           Value p = op("matmul", {a[1], a[2]});
-           return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addmv");
-         }, kMatmulOp);
-  define("baddbmm", "a, batch1, batch2, *, beta=1, alpha=1",
-         {"torch.baddbmm", "torch.Tensor.baddbmm"}, [](const Args& a) {
-           T(a[0], "baddbmm");
-           Value p = op("bmm", {a[1], a[2]});
-           return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.baddbmm");
-         }, kMatmulOp);
-  define("addbmm", "a, batch1, batch2, *, beta=1, alpha=1", {"torch.addbmm", "torch.Tensor.addbmm"},
-         [](const Args& a) {
-           T(a[0], "addbmm");
-           const TensorProxy &b1 = T(a[1], "addbmm", "batch1"), &b2 = T(a[2], "addbmm", "batch2");
-           checkDims(b1, 3, "addbmm", "batch1");
-           checkDims(b2, 3, "addbmm", "batch2");
-           THUNDER_CHECK(b1.shape[0] == b2.shape[0] && b1.shape[2] == b2.shape[1], "ltorch.addbmm: batch1 of shape ",
-                         shapeStr(b1.shape), " and batch2 of shape ", shapeStr(b2.shape), " cannot be multiplied");
-           // The sum over the batch of b1[i] @ b2[i] is one matmul of (n, b*k) by (b*k, m).
-           int64_t b = b1.shape[0], n = b1.shape[1], k = b1.shape[2], m = b2.shape[2];
-           Value l = clang::reshape(clang::permute(a[1], {1, 0, 2}, "ltorch.addbmm"), {n, b * k}, "ltorch.addbmm");
-           Value r = clang::reshape(a[2], {b * k, m}, "ltorch.addbmm");
-           Value p = op("mm", {l, r});
-           return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addbmm");
-         }, kMatmulOp);
+  define(
+      "addmm", "a, mat1, mat2, *, beta=1, alpha=1", {"torch.addmm", "torch.Tensor.addmm"},
+      [](const Args& a) {
+        checkDims(T(a[1], "addmm", "mat1"), 2, "addmm", "mat1");
+        checkDims(T(a[2], "addmm", "mat2"), 2, "addmm", "mat2");
+        T(a[0], "addmm");
+        Value p = op("mm", {a[1], a[2]});
+        Value r = addScaled(a[0], p, a[3], a[4]);
+        return clang::expandTo(r, p.tensor().shape, "ltorch.addmm");
+      },
+      kMatmulOp);
+  define(
+      "addmv", "a, mat, vec, *, beta=1, alpha=1", {"torch.addmv", "torch.Tensor.addmv"},
+      [](const Args& a) {
+        checkDims(T(a[1], "addmv", "mat"), 2, "addmv", "mat");
+        checkDims(T(a[2], "addmv", "vec"), 1, "addmv", "vec");
+        T(a[0], "addmv");
+        Value p = op("matmul", {a[1], a[2]});
+        return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addmv");
+      },
+      kMatmulOp);
+  define(
+      "baddbmm", "a, batch1, batch2, *, beta=1, alpha=1", {"torch.baddbmm", "torch.Tensor.baddbmm"},
+      [](const Args& a) {
+        T(a[0], "baddbmm");
+        Value p = op("bmm", {a[1], a[2]});
+        return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.baddbmm");
+      },
+      kMatmulOp);
+  define(
+      "addbmm", "a, batch1, batch2, *, beta=1, alpha=1", {"torch.addbmm", "torch.Tensor.addbmm"},
+      [](const Args& a) {
+        T(a[0], "addbmm");
+        const TensorProxy &b1 = T(a[1], "addbmm", "batch1"), &b2 = T(a[2], "addbmm", "batch2");
+        checkDims(b1, 3, "addbmm", "batch1");
+        checkDims(b2, 3, "addbmm", "batch2");
+        THUNDER_CHECK(b1.shape[0] == b2.shape[0] && b1.shape[2] == b2.shape[1],
+                      "ltorch.addbmm: batch1 of shape ", shapeStr(b1.shape),
+                      " and batch2 of shape ", shapeStr(b2.shape), " cannot be multiplied");
+        // The sum over the batch of b1[i] @ b2[i] is one matmul of (n, b*k) by (b*k, m).
+        int64_t b = b1.shape[0], n = b1.shape[1], k = b1.shape[2], m = b2.shape[2];
+        Value l = clang::reshape(clang::permute(a[1], {1, 0, 2}, "ltorch.addbmm"), {n, b * k},
+                                 "ltorch.addbmm");
+        Value r = clang::reshape(a[2], {b * k, m}, "ltorch.addbmm");
+        Value p = op("mm", {l, r});
+        return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addbmm");
+      },
+      kMatmulOp);
   define("addr", "a, vec1, vec2, *, beta=1, alpha=1", {"torch.addr", "torch.Tensor.addr"},
          [](const Args& a) {
            T(a[0], "addr");
            Value p = op("outer", {a[1], a[2]});
            return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addr");
          });
-  define("addcmul", "a, tensor1, tensor2, *, value=1", {"torch.addcmul", "torch.Tensor.addcmul"},
-         [](const Args& a) {
-           for (size_t i = 0; i < 3; ++i)
-             THUNDER_CHECK_KIND(T(a[i], "addcmul").dtype != DType::Bool, ErrorKind::Type,
-                                "ltorch.addcmul: bool tensors are not supported");
-           Value p = op("mul", {a[1], a[2]});
-           if (!(a[3].isNumber() && a[3].toDouble() == 1.0)) p = op("mul", {p, a[3]});
-           return op("add", {a[0], p});
-         }, kElementwise);
-  define("addcdiv", "a, tensor1, tensor2, *, value=1", {"torch.addcdiv", "torch.Tensor.addcdiv"},
-         [](const Args& a) {
-           const TensorProxy &x = T(a[1], "addcdiv", "tensor1"), &y = T(a[2], "addcdiv", "tensor2");
-           THUNDER_CHECK_KIND(!(isIntegral(x.dtype) || x.dtype == DType::Bool) ||
-                                  !(isIntegral(y.dtype) || y.dtype == DType::Bool),
-                              ErrorKind::Runtime, "ltorch.addcdiv: integer division with addcdiv is "
-                              "not supported (tensor1 and tensor2 are ", dtypeName(x.dtype), " and ",
-                              dtypeName(y.dtype), ")");
-           Value p = op("div", {a[1], a[2]});
-           if (!(a[3].isNumber() && a[3].toDouble() == 1.0)) p = op("mul", {p, a[3]});
-           return op("add", {a[0], p});
-         }, kElementwise);
+  define(
+      "addcmul", "a, tensor1, tensor2, *, value=1", {"torch.addcmul", "torch.Tensor.addcmul"},
+      [](const Args& a) {
+        for (size_t i = 0; i < 3; ++i)
+          THUNDER_CHECK_KIND(T(a[i], "addcmul").dtype != DType::Bool, ErrorKind::Type,
+                             "ltorch.addcmul: bool tensors are not supported");
+        Value p = op("mul", {a[1], a[2]});
+        if (!(a[3].isNumber() && a[3].toDouble() == 1.0)) p = op("mul", {p, a[3]});
+        return op("add", {a[0], p});
+      },
+      kElementwise);
+  define(
+      "addcdiv", "a, tensor1, tensor2, *, value=1", {"torch.addcdiv", "torch.Tensor.addcdiv"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[1], "addcdiv", "tensor1"), &y = T(a[2], "addcdiv", "tensor2");
+        THUNDER_CHECK_KIND(!(isIntegral(x.dtype) || x.dtype == DType::Bool) ||
+                               !(isIntegral(y.dtype) || y.dtype == DType::Bool),
+                           ErrorKind::Runtime,
+                           "ltorch.addcdiv: integer division with addcdiv is "
+                           "not supported (tensor1 and tensor2 are ",
+                           dtypeName(x.dtype), " and ", dtypeName(y.dtype), ")");
+        Value p = op("div", {a[1], a[2]});
+        if (!(a[3].isNumber() && a[3].toDouble() == 1.0)) p = op("mul", {p, a[3]});
+        return op("add", {a[0], p});
+      },
+      kElementwise);
   for (const char* n : {"outer", "ger"}) {
     std::string name = n;
     define(name, "a, vec2", {"torch." + name, "torch.Tensor." + name}, [name](const Args& a) {
       const TensorProxy &x = T(a[0], name), &y = T(a[1], name, "vec2");
       checkDims(x, 1, name, "a");
       checkDims(y, 1, name, "vec2");
-      return op("mul", {clang::unsqueeze(a[0], 1, opn(name)), clang::unsqueeze(a[1], 0, opn(name))});
+      return op("mul",
+                {clang::unsqueeze(a[0], 1, opn(name)), clang::unsqueeze(a[1], 0, opn(name))});
     });
   }
-  define("dot", "a, tensor", {"torch.dot", "torch.Tensor.dot"}, [](const Args& a) {
-    const TensorProxy &x = T(a[0], "dot"), &y = T(a[1], "dot", "tensor");
-    checkDims(x, 1, "dot", "a");
-    checkDims(y, 1, "dot", "tensor");
-    THUNDER_CHECK(x.shape == y.shape, "ltorch.dot: inconsistent tensor size, expected shapes ",
-                  shapeStr(x.shape), " and ", shapeStr(y.shape), " to match");
-    THUNDER_CHECK_KIND(x.dtype == y.dtype, ErrorKind::Type, "ltorch.dot: expected both vectors to "
-                       "have the same dtype, but got ", dtypeName(x.dtype), " and ", dtypeName(y.dtype));
-    return prims::matmul(a[0], a[1]);
-  }, kMatmulOp);
-  define("mv", "a, vec", {"torch.mv", "torch.Tensor.mv"}, [](const Args& a) {
-    checkDims(T(a[0], "mv"), 2, "mv", "a");
-    checkDims(T(a[1], "mv", "vec"), 1, "mv", "vec");
-    return op("matmul", {a[0], a[1]});
-  }, kMatmulOp);
-  define("einsum", "equation, *operands", {"torch.einsum"}, [](const Args& a) {
-    std::vector<Value> ops = a[1].items();
-    // einsum(eq, [a, b]) passes the operands as one list.
-    if (ops.size() == 1 && ops[0].isSequence()) ops = ops[0].items();
-    THUNDER_CHECK_KIND(a[0].isString(), ErrorKind::Type, "ltorch.einsum: expected an equation string, got ",
-                       describe(a[0]));
-    return einsum(a[0].toString(), ops);
-  }, kMatmulOp);
+  define(
+      "dot", "a, tensor", {"torch.dot", "torch.Tensor.dot"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "dot"), &y = T(a[1], "dot", "tensor");
+        checkDims(x, 1, "dot", "a");
+        checkDims(y, 1, "dot", "tensor");
+        THUNDER_CHECK(x.shape == y.shape, "ltorch.dot: inconsistent tensor size, expected shapes ",
+                      shapeStr(x.shape), " and ", shapeStr(y.shape), " to match");
+        THUNDER_CHECK_KIND(x.dtype == y.dtype, ErrorKind::Type,
+                           "ltorch.dot: expected both vectors to "
+                           "have the same dtype, but got ",
+                           dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+        return prims::matmul(a[0], a[1]);
+      },
+      kMatmulOp);
+  define(
+      "mv", "a, vec", {"torch.mv", "torch.Tensor.mv"},
+      [](const Args& a) {
+        checkDims(T(a[0], "mv"), 2, "mv", "a");
+        checkDims(T(a[1], "mv", "vec"), 1, "mv", "vec");
+        return op("matmul", {a[0], a[1]});
+      },
+      kMatmulOp);
+  define(
+      "einsum", "equation, *operands", {"torch.einsum"},
+      [](const Args& a) {
+        std::vector<Value> ops = a[1].items();
+        // einsum(eq, [a, b]) passes the operands as one list.
+        if (ops.size() == 1 && ops[0].isSequence()) ops = ops[0].items();
+        THUNDER_CHECK_KIND(a[0].isString(), ErrorKind::Type,
+                           "ltorch.einsum: expected an equation string, got ", describe(a[0]));
+        return einsum(a[0].toString(), ops);
+      },
+      kMatmulOp);
 }
 
 // ---- shape utilities ------------------------------------------------------------------------
 
 std::vector<int64_t> intsOrVarargs(const Value& v) {
   // f(x, 2, 3) and f(x, (2, 3)) both reach a *varargs parameter.
-  if (v.isSequence() && v.items().size() == 1 && v.items()[0].isSequence()) return v.items()[0].toInts();
+  if (v.isSequence() && v.items().size() == 1 && v.items()[0].isSequence())
+    return v.items()[0].toInts();
   return v.toInts();
 }
 
@@ -681,11 +741,14 @@ void registerShapeUtilities() {
            THUNDER_CHECK_KIND(a[1].isInt(), ErrorKind::NotImplemented,
                               "ltorch.repeat_interleave: only integer repeats are supported");
            int64_t r = a[1].toInt();
-           THUNDER_CHECK(r >= 0, "ltorch.repeat_interleave: repeats must be non-negative, but got ", r);
+           THUNDER_CHECK(r >= 0, "ltorch.repeat_interleave: repeats must be non-negative, but got ",
+                         r);
            Value x = a[0];
            int64_t d = 0;
-           if (a[2].isNone()) x = clang::reshape(a[0], {t0.numel()}, "ltorch.repeat_interleave");
-           else d = dimOf(t0, a[2], "repeat_interleave");
+           if (a[2].isNone())
+             x = clang::reshape(a[0], {t0.numel()}, "ltorch.repeat_interleave");
+           else
+             d = dimOf(t0, a[2], "repeat_interleave");
            if (x.tensor().ndim() == 0) x = clang::reshape(x, {1}, "ltorch.repeat_interleave");
            const TensorProxy& t = x.tensor();
            Shape expanded = t.shape, out = t.shape;
@@ -710,8 +773,10 @@ void registerShapeUtilities() {
       return clang::reshape(rollImpl(flat, shifts[0], 0), t.shape, "ltorch.roll");
     }
     std::vector<int64_t> dims = a[2].toInts();
-    THUNDER_CHECK(shifts.size() == dims.size(), "ltorch.roll: shifts and dims must have the same "
-                  "length, got ", shifts.size(), " and ", dims.size());
+    THUNDER_CHECK(shifts.size() == dims.size(),
+                  "ltorch.roll: shifts and dims must have the same "
+                  "length, got ",
+                  shifts.size(), " and ", dims.size());
     Value x = a[0];
     if (t.ndim() == 0) return x;
     for (size_t i = 0; i < dims.size(); ++i)
@@ -726,7 +791,8 @@ void registerShapeUtilities() {
                   shapeStr(t.shape));
     int64_t d0 = canonicalizeDim(t.ndim(), dims[0], "ltorch.rot90");
     int64_t d1 = canonicalizeDim(t.ndim(), dims[1], "ltorch.rot90");
-    THUNDER_CHECK(d0 != d1, "ltorch.rot90: the rotation dims must differ, but got ", shapeStr(dims));
+    THUNDER_CHECK(d0 != d1, "ltorch.rot90: the rotation dims must differ, but got ",
+                  shapeStr(dims));
     int64_t k = ((a[1].toInt() % 4) + 4) % 4;
     if (k == 0) return a[0];
     if (k == 2) return prims::flip(a[0], {d0, d1});
@@ -748,7 +814,8 @@ void registerShapeUtilities() {
   define("diff", "a, n=1, dim=-1, prepend=None, append=None", {"torch.diff", "torch.Tensor.diff"},
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "diff");
-           THUNDER_CHECK(t.ndim() >= 1, "ltorch.diff: expected at least 1 dimension, but got a 0-dim tensor");
+           THUNDER_CHECK(t.ndim() >= 1,
+                         "ltorch.diff: expected at least 1 dimension, but got a 0-dim tensor");
            int64_t d = dimOf(t, a[2], "diff");
            int64_t n = a[1].toInt();
            THUNDER_CHECK(n >= 0, "ltorch.diff: order must be non-negative, but got ", n);
@@ -756,9 +823,12 @@ void registerShapeUtilities() {
            auto side = [&](const Value& v, const char* arg) {
              if (v.isNone()) return;
              if (v.isTensor()) {
-               parts.push_back(v.tensor().ndim() == 0
-                                   ? [&] { Shape s = t.shape; s[d] = 1; return clang::expandTo(v, s, "ltorch.diff"); }()
-                                   : v);
+               parts.push_back(v.tensor().ndim() == 0 ? [&] {
+                 Shape s = t.shape;
+                 s[d] = 1;
+                 return clang::expandTo(v, s, "ltorch.diff");
+               }()
+                                                      : v);
              } else {
                Shape s = t.shape;
                s[d] = 1;
@@ -779,40 +849,46 @@ void registerShapeUtilities() {
            }
            return x;
          });
-  define("unflatten", "a, dim, sizes", {"torch.unflatten", "torch.Tensor.unflatten"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "unflatten");
-           THUNDER_CHECK(t.ndim() >= 1, "ltorch.unflatten: cannot unflatten a 0-dim tensor");
-           int64_t d = dimOf(t, a[1], "unflatten");
-           std::vector<int64_t> sizes = a[2].toInts();
-           THUNDER_CHECK(!sizes.empty(), "ltorch.unflatten: sizes must be non-empty");
-           int64_t known = 1, infer = -1;
-           for (size_t i = 0; i < sizes.size(); ++i) {
-             if (sizes[i] == -1) {
-               THUNDER_CHECK(infer < 0, "ltorch.unflatten: only one dimension can be inferred");
-               infer = static_cast<int64_t>(i);
-             } else {
-               known *= sizes[i];
-             }
-           }
-           if (infer >= 0) sizes[infer] = known == 0 ? 0 : t.shape[d] / known;
-           THUNDER_CHECK(numelOf(sizes) == t.shape[d], "ltorch.unflatten: sizes ", shapeStr(a[2].toInts()),
-                         " do not multiply to the length ", t.shape[d], " of dimension ", d);
-           Shape out(t.shape.begin(), t.shape.begin() + d);
-           out.insert(out.end(), sizes.begin(), sizes.end());
-           out.insert(out.end(), t.shape.begin() + d + 1, t.shape.end());
-           return clang::reshape(a[0], out, "ltorch.unflatten");
-         }, kShapeOp);
+  define(
+      "unflatten", "a, dim, sizes", {"torch.unflatten", "torch.Tensor.unflatten"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "unflatten");
+        THUNDER_CHECK(t.ndim() >= 1, "ltorch.unflatten: cannot unflatten a 0-dim tensor");
+        int64_t d = dimOf(t, a[1], "unflatten");
+        std::vector<int64_t> sizes = a[2].toInts();
+        THUNDER_CHECK(!sizes.empty(), "ltorch.unflatten: sizes must be non-empty");
+        int64_t known = 1, infer = -1;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          if (sizes[i] == -1) {
+            THUNDER_CHECK(infer < 0, "ltorch.unflatten: only one dimension can be inferred");
+            infer = static_cast<int64_t>(i);
+          } else {
+            known *= sizes[i];
+          }
+        }
+        if (infer >= 0) sizes[infer] = known == 0 ? 0 : t.shape[d] / known;
+        THUNDER_CHECK(numelOf(sizes) == t.shape[d], "ltorch.unflatten: sizes ",
+                      shapeStr(a[2].toInts()), " do not multiply to the length ", t.shape[d],
+                      " of dimension ", d);
+        Shape out(t.shape.begin(), t.shape.begin() + d);
+        out.insert(out.end(), sizes.begin(), sizes.end());
+        out.insert(out.end(), t.shape.begin() + d + 1, t.shape.end());
+        return clang::reshape(a[0], out, "ltorch.unflatten");
+      },
+      kShapeOp);
   define("tensor_split", "a, indices_or_sections, dim=0",
          {"torch.tensor_split", "torch.Tensor.tensor_split"}, [](const Args& a) {
            const TensorProxy& t = T(a[0], "tensor_split");
-           THUNDER_CHECK(t.ndim() >= 1, "ltorch.tensor_split: expected at least 1 dimension, but got a 0-dim tensor");
+           THUNDER_CHECK(
+               t.ndim() >= 1,
+               "ltorch.tensor_split: expected at least 1 dimension, but got a 0-dim tensor");
            int64_t d = dimOf(t, a[2], "tensor_split");
            int64_t n = t.shape[d];
            std::vector<int64_t> bounds;
            if (a[1].isInt()) {
              int64_t s = a[1].toInt();
-             THUNDER_CHECK(s > 0, "ltorch.tensor_split: number of sections must be positive, but got ", s);
+             THUNDER_CHECK(s > 0,
+                           "ltorch.tensor_split: number of sections must be positive, but got ", s);
              int64_t q = n / s, r = n % s, at = 0;
              for (int64_t i = 0; i < s - 1; ++i) bounds.push_back(at += q + (i < r ? 1 : 0));
            } else {
@@ -843,28 +919,40 @@ void registerShapeUtilities() {
              int64_t d = h ? (t.ndim() == 1 ? 0 : 1) : 0;
              if (a[1].isInt()) {
                int64_t s = a[1].toInt();
-               THUNDER_CHECK(s > 0 && t.shape[d] % s == 0, opn(name), ": dimension ", d, " of length ",
-                             t.shape[d], " is not divisible into ", s, " sections");
+               THUNDER_CHECK(s > 0 && t.shape[d] % s == 0, opn(name), ": dimension ", d,
+                             " of length ", t.shape[d], " is not divisible into ", s, " sections");
              }
              return op("tensor_split", {a[0], a[1], d});
            });
   }
-  define("ravel", "a", {"torch.ravel", "torch.Tensor.ravel"}, [](const Args& a) {
-    return clang::reshape(a[0], {T(a[0], "ravel").numel()}, "ltorch.ravel");
-  }, kShapeOp);
-  define("swapdims", "a, dim0, dim1", {"torch.swapdims", "torch.Tensor.swapdims"},
-         [](const Args& a) { return op("transpose", {a[0], a[1], a[2]}); }, kShapeOp);
+  define(
+      "ravel", "a", {"torch.ravel", "torch.Tensor.ravel"},
+      [](const Args& a) {
+        return clang::reshape(a[0], {T(a[0], "ravel").numel()}, "ltorch.ravel");
+      },
+      kShapeOp);
+  define(
+      "swapdims", "a, dim0, dim1", {"torch.swapdims", "torch.Tensor.swapdims"},
+      [](const Args& a) { return op("transpose", {a[0], a[1], a[2]}); }, kShapeOp);
   for (int k = 1; k <= 3; ++k) {
     std::string name = "atleast_" + std::to_string(k) + "d";
-    define(name, "a", {"torch." + name}, [k, name](const Args& a) {
-      const TensorProxy& t = T(a[0], name);
-      if (t.ndim() >= k) return a[0];
-      Shape s = t.shape;
-      if (k == 1) s = {t.numel()};
-      else if (k == 2) s = t.ndim() == 0 ? Shape{1, 1} : Shape{1, t.shape[0]};
-      else s = t.ndim() == 0 ? Shape{1, 1, 1} : t.ndim() == 1 ? Shape{1, t.shape[0], 1} : Shape{t.shape[0], t.shape[1], 1};
-      return clang::reshape(a[0], s, opn(name));
-    }, kShapeOp);
+    define(
+        name, "a", {"torch." + name},
+        [k, name](const Args& a) {
+          const TensorProxy& t = T(a[0], name);
+          if (t.ndim() >= k) return a[0];
+          Shape s = t.shape;
+          if (k == 1)
+            s = {t.numel()};
+          else if (k == 2)
+            s = t.ndim() == 0 ? Shape{1, 1} : Shape{1, t.shape[0]};
+          else
+            s = t.ndim() == 0   ? Shape{1, 1, 1}
+                : t.ndim() == 1 ? Shape{1, t.shape[0], 1}
+                                : Shape{t.shape[0], t.shape[1], 1};
+          return clang::reshape(a[0], s, opn(name));
+        },
+        kShapeOp);
   }
   define("hstack", "tensors", {"torch.hstack"}, [](const Args& a) {
     std::vector<Value> ts;
@@ -892,9 +980,11 @@ void registerShapeUtilities() {
                        "ltorch.meshgrid: indexing must be 'ij' or 'xy', but got '", indexing, "'");
     Shape shape;
     for (size_t i = 0; i < ts.size(); ++i) {
-      const TensorProxy& t = expectTensor(ts[i], "ltorch.meshgrid", "tensors[" + std::to_string(i) + "]");
-      THUNDER_CHECK(t.ndim() <= 1, "ltorch.meshgrid: expected 0- or 1-dimensional tensors, but tensor ",
-                    i, " has shape ", shapeStr(t.shape));
+      const TensorProxy& t =
+          expectTensor(ts[i], "ltorch.meshgrid", "tensors[" + std::to_string(i) + "]");
+      THUNDER_CHECK(t.ndim() <= 1,
+                    "ltorch.meshgrid: expected 0- or 1-dimensional tensors, but tensor ", i,
+                    " has shape ", shapeStr(t.shape));
       shape.push_back(t.numel());
     }
     bool xy = indexing == "xy" && ts.size() >= 2;
@@ -908,36 +998,40 @@ void registerShapeUtilities() {
     }
     return Value::tuple(out);
   });
-  define("diagonal", "a, offset=0, dim1=0, dim2=1", {"torch.diagonal", "torch.Tensor.diagonal"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "diagonal");
-           THUNDER_CHECK(t.ndim() >= 2, "ltorch.diagonal: expected at least 2 dimensions, but got shape ",
-                         shapeStr(t.shape));
-           int64_t d1 = dimOf(t, a[2], "diagonal"), d2 = dimOf(t, a[3], "diagonal");
-           THUNDER_CHECK(d1 != d2, "ltorch.diagonal: dim1 and dim2 cannot be the same dimension (", d1, ")");
-           int64_t off = a[1].toInt();
-           // The two dims last, flattened: the diagonal is a strided slice of length L.
-           std::vector<int64_t> perm;
-           for (int64_t i = 0; i < t.ndim(); ++i)
-             if (i != d1 && i != d2) perm.push_back(i);
-           perm.push_back(d1);
-           perm.push_back(d2);
-           Value x = clang::permute(a[0], perm, "ltorch.diagonal");
-           int64_t n = t.shape[d1], m = t.shape[d2];
-           int64_t len = off >= 0 ? std::min(n, m - off) : std::min(n + off, m);
-           len = std::max<int64_t>(len, 0);
-           Shape batch(x.tensor().shape.begin(), x.tensor().shape.end() - 2);
-           Shape flat = batch;
-           flat.push_back(n * m);
-           x = clang::reshape(x, flat, "ltorch.diagonal");
-           int64_t startIdx = off >= 0 ? off : -off * m;
-           int64_t last = static_cast<int64_t>(batch.size());
-           if (len == 0) return clang::sliceInDim(x, last, 0, 0, 1, "ltorch.diagonal");
-           return clang::sliceInDim(x, last, startIdx, startIdx + (len - 1) * (m + 1) + 1, m + 1,
-                                    "ltorch.diagonal");
-         }, kShapeOp);
-  define("diag_embed", "a, offset=0, dim1=-2, dim2=-1", {"torch.diag_embed", "torch.Tensor.diag_embed"},
-         [](const Args& a) {
+  define(
+      "diagonal", "a, offset=0, dim1=0, dim2=1", {"torch.diagonal", "torch.Tensor.diagonal"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "diagonal");
+        THUNDER_CHECK(t.ndim() >= 2,
+                      "ltorch.diagonal: expected at least 2 dimensions, but got shape ",
+                      shapeStr(t.shape));
+        int64_t d1 = dimOf(t, a[2], "diagonal"), d2 = dimOf(t, a[3], "diagonal");
+        THUNDER_CHECK(d1 != d2, "ltorch.diagonal: dim1 and dim2 cannot be the same dimension (", d1,
+                      ")");
+        int64_t off = a[1].toInt();
+        // The two dims last, flattened: the diagonal is a strided slice of length L.
+        std::vector<int64_t> perm;
+        for (int64_t i = 0; i < t.ndim(); ++i)
+          if (i != d1 && i != d2) perm.push_back(i);
+        perm.push_back(d1);
+        perm.push_back(d2);
+        Value x = clang::permute(a[0], perm, "ltorch.diagonal");
+        int64_t n = t.shape[d1], m = t.shape[d2];
+        int64_t len = off >= 0 ? std::min(n, m - off) : std::min(n + off, m);
+        len = std::max<int64_t>(len, 0);
+        Shape batch(x.tensor().shape.begin(), x.tensor().shape.end() - 2);
+        Shape flat = batch;
+        flat.push_back(n * m);
+        x = clang::reshape(x, flat, "ltorch.diagonal");
+        int64_t startIdx = off >= 0 ? off : -off * m;
+        int64_t last = static_cast<int64_t>(batch.size());
+        if (len == 0) return clang::sliceInDim(x, last, 0, 0, 1, "ltorch.diagonal");
+        return clang::sliceInDim(x, last, startIdx, startIdx + (len - 1) * (m + 1) + 1, m + 1,
+                                 "ltorch.diagonal");
+      },
+      kShapeOp);
+  define("diag_embed", "a, offset=0, dim1=-2, dim2=-1",
+         {"torch.diag_embed", "torch.Tensor.diag_embed"}, [](const Args& a) {
            const TensorProxy& t = T(a[0], "diag_embed");
            THUNDER_CHECK(t.ndim() >= 1, "ltorch.diag_embed: expected at least 1 dimension");
            int64_t off = a[1].toInt();
@@ -945,10 +1039,14 @@ void registerShapeUtilities() {
            int64_t outNdim = t.ndim() + 1;
            int64_t d1 = canonicalizeDim(outNdim, a[2].toInt(), "ltorch.diag_embed");
            int64_t d2 = canonicalizeDim(outNdim, a[3].toInt(), "ltorch.diag_embed");
-           THUNDER_CHECK(d1 != d2, "ltorch.diag_embed: dim1 and dim2 cannot be the same dimension (", d1, ")");
+           THUNDER_CHECK(d1 != d2,
+                         "ltorch.diag_embed: dim1 and dim2 cannot be the same dimension (", d1,
+                         ")");
            // out[..., i, j] = a[..., min(i, j)] where j - i == offset, else 0.
-           Value rows = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 1, "ltorch.diag_embed");
-           Value cols = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 0, "ltorch.diag_embed");
+           Value rows = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 1,
+                                         "ltorch.diag_embed");
+           Value cols = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 0,
+                                         "ltorch.diag_embed");
            Value mask = op("eq", {op("sub", {cols, rows}), off});
            Value which = op("clamp", {off >= 0 ? op("add", {op("mul", {cols, 0}), rows})
                                                : op("add", {op("mul", {rows, 0}), cols}),
@@ -963,9 +1061,11 @@ void registerShapeUtilities() {
            } else if (n == 0) {
              // Zeros that still depend on a (the sum of its empty last dim), as eager's do.
              Value z = op("sum", {a[0], -1, true}, {{"dtype", t.dtype}});
-             vals = clang::expandTo(clang::unsqueeze(z, t.ndim(), "ltorch.diag_embed"), full, "ltorch.diag_embed");
+             vals = clang::expandTo(clang::unsqueeze(z, t.ndim(), "ltorch.diag_embed"), full,
+                                    "ltorch.diag_embed");
            } else {
-             Value taken = prims::take(a[0], clang::reshape(which, {size * size}, "ltorch.diag_embed"), t.ndim() - 1);
+             Value taken = prims::take(
+                 a[0], clang::reshape(which, {size * size}, "ltorch.diag_embed"), t.ndim() - 1);
              vals = clang::reshape(taken, full, "ltorch.diag_embed");
            }
            Value r = clang::where(clang::expandTo(mask, full, "ltorch.diag_embed"), vals,
@@ -982,14 +1082,17 @@ void registerShapeUtilities() {
          });
   define("diag", "a, diagonal=0", {"torch.diag", "torch.Tensor.diag"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "diag");
-    THUNDER_CHECK(t.ndim() == 1 || t.ndim() == 2, "ltorch.diag: expected a 1- or 2-dimensional tensor, "
-                  "but got shape ", shapeStr(t.shape));
+    THUNDER_CHECK(t.ndim() == 1 || t.ndim() == 2,
+                  "ltorch.diag: expected a 1- or 2-dimensional tensor, "
+                  "but got shape ",
+                  shapeStr(t.shape));
     if (t.ndim() == 1) return op("diag_embed", {a[0], a[1]});
     return op("diagonal", {a[0], a[1]});
   });
   define("trace", "a", {"torch.trace", "torch.Tensor.trace"}, [](const Args& a) {
     checkDims(T(a[0], "trace"), 2, "trace", "a");
-    THUNDER_CHECK_KIND(a[0].tensor().dtype != DType::Bool, ErrorKind::Type, "ltorch.trace: bool tensors are not supported");
+    THUNDER_CHECK_KIND(a[0].tensor().dtype != DType::Bool, ErrorKind::Type,
+                       "ltorch.trace: bool tensors are not supported");
     return op("sum", {op("diagonal", {a[0]})});
   });
 }
@@ -997,48 +1100,59 @@ void registerShapeUtilities() {
 // ---- factories ------------------------------------------------------------------------------
 
 void registerFactories() {
-  define("eye", "n, m=None, *, dtype=None, device=None, requires_grad=False", {"torch.eye"},
-         [](const Args& a) {
-           int64_t n = a[0].toInt(), m = a[1].isNone() ? n : a[1].toInt();
-           THUNDER_CHECK(n >= 0 && m >= 0, "ltorch.eye: n and m must be non-negative, but got ", n, " and ", m);
-           DType dt = optDType(a[2]).value_or(DType::Float32);
-           Device dev = deviceOr(a[3]);
-           Value rows = clang::unsqueeze(prims::iota(n, 0, 1, dev, DType::Int64), 1, "ltorch.eye");
-           Value cols = clang::unsqueeze(prims::iota(m, 0, 1, dev, DType::Int64), 0, "ltorch.eye");
-           Value eq = clang::expandTo(op("eq", {rows, cols}), {n, m}, "ltorch.eye");
-           return clang::maybeConvert(eq, dt);
-         }, kCreation);
-  define("linspace", "start, end, steps, *, dtype=None, device=None, requires_grad=False",
-         {"torch.linspace"}, [](const Args& a) {
-           THUNDER_CHECK_KIND(!a[0].isTensor() && !a[1].isTensor(), ErrorKind::NotImplemented,
-                              "ltorch.linspace: tensor start or end is not supported");
-           int64_t steps = a[2].toInt();
-           THUNDER_CHECK(steps >= 0, "ltorch.linspace: number of steps must be non-negative, but got ", steps);
-           DType dt = optDType(a[3]).value_or(DType::Float32);
-           THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.linspace: dtype ",
-                              dtypeName(dt), " is not supported (floating dtypes only)");
-           Device dev = deviceOr(a[4]);
-           double s = a[0].toDouble(), e = a[1].toDouble();
-           DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-           if (steps <= 1) return prims::full({steps}, s, dev, dt);
-           // PyTorch's kernel: the first half steps up from start, the second half down from end.
-           double step = (e - s) / static_cast<double>(steps - 1);
-           int64_t half = steps / 2;
-           Value idx = clang::maybeConvert(prims::iota(steps, 0, 1, dev, DType::Int64), comp);
-           Value up = op("add", {op("mul", {idx, step}), s});
-           Value down = op("sub", {e, op("mul", {op("sub", {static_cast<double>(steps - 1), idx}), step})});
-           Value r = op("where", {op("lt", {idx, static_cast<double>(half)}), up, down});
-           return clang::maybeConvert(r, dt);
-         }, kCreation);
-  define("logspace", "start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False",
-         {"torch.logspace"}, [](const Args& a) {
-           DType dt = optDType(a[4]).value_or(DType::Float32);
-           THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.logspace: dtype ",
-                              dtypeName(dt), " is not supported (floating dtypes only)");
-           DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-           Value exps = op("linspace", {a[0], a[1], a[2]}, {{"dtype", comp}, {"device", a[5]}});
-           return clang::maybeConvert(op("pow", {a[3].toDouble(), exps}), dt);
-         }, kCreation);
+  define(
+      "eye", "n, m=None, *, dtype=None, device=None, requires_grad=False", {"torch.eye"},
+      [](const Args& a) {
+        int64_t n = a[0].toInt(), m = a[1].isNone() ? n : a[1].toInt();
+        THUNDER_CHECK(n >= 0 && m >= 0, "ltorch.eye: n and m must be non-negative, but got ", n,
+                      " and ", m);
+        DType dt = optDType(a[2]).value_or(DType::Float32);
+        Device dev = deviceOr(a[3]);
+        Value rows = clang::unsqueeze(prims::iota(n, 0, 1, dev, DType::Int64), 1, "ltorch.eye");
+        Value cols = clang::unsqueeze(prims::iota(m, 0, 1, dev, DType::Int64), 0, "ltorch.eye");
+        Value eq = clang::expandTo(op("eq", {rows, cols}), {n, m}, "ltorch.eye");
+        return clang::maybeConvert(eq, dt);
+      },
+      kCreation);
+  define(
+      "linspace", "start, end, steps, *, dtype=None, device=None, requires_grad=False",
+      {"torch.linspace"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(!a[0].isTensor() && !a[1].isTensor(), ErrorKind::NotImplemented,
+                           "ltorch.linspace: tensor start or end is not supported");
+        int64_t steps = a[2].toInt();
+        THUNDER_CHECK(steps >= 0, "ltorch.linspace: number of steps must be non-negative, but got ",
+                      steps);
+        DType dt = optDType(a[3]).value_or(DType::Float32);
+        THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.linspace: dtype ",
+                           dtypeName(dt), " is not supported (floating dtypes only)");
+        Device dev = deviceOr(a[4]);
+        double s = a[0].toDouble(), e = a[1].toDouble();
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        if (steps <= 1) return prims::full({steps}, s, dev, dt);
+        // PyTorch's kernel: the first half steps up from start, the second half down from end.
+        double step = (e - s) / static_cast<double>(steps - 1);
+        int64_t half = steps / 2;
+        Value idx = clang::maybeConvert(prims::iota(steps, 0, 1, dev, DType::Int64), comp);
+        Value up = op("add", {op("mul", {idx, step}), s});
+        Value down =
+            op("sub", {e, op("mul", {op("sub", {static_cast<double>(steps - 1), idx}), step})});
+        Value r = op("where", {op("lt", {idx, static_cast<double>(half)}), up, down});
+        return clang::maybeConvert(r, dt);
+      },
+      kCreation);
+  define(
+      "logspace", "start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False",
+      {"torch.logspace"},
+      [](const Args& a) {
+        DType dt = optDType(a[4]).value_or(DType::Float32);
+        THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.logspace: dtype ",
+                           dtypeName(dt), " is not supported (floating dtypes only)");
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value exps = op("linspace", {a[0], a[1], a[2]}, {{"dtype", comp}, {"device", a[5]}});
+        return clang::maybeConvert(op("pow", {a[3].toDouble(), exps}), dt);
+      },
+      kCreation);
   // Tensor.new_*: the tensor's dtype and device unless given.
   auto newFull = [](const Value& self, const Shape& shape, const Value& fill, const Value& dtype,
                     const Value& device, const std::string& name) {
@@ -1049,16 +1163,20 @@ void registerFactories() {
   for (const char* which : {"new_zeros", "new_ones", "new_empty"}) {
     std::string name = which;
     int fill = name == "new_ones" ? 1 : 0;
-    define(name, "a, *size, dtype=None, device=None, requires_grad=False", {"torch.Tensor." + name},
-           [=](const Args& a) { return newFull(a[0], intsOrVarargs(a[1]), fill, a[2], a[3], name); },
-           kCreation);
+    define(
+        name, "a, *size, dtype=None, device=None, requires_grad=False", {"torch.Tensor." + name},
+        [=](const Args& a) { return newFull(a[0], intsOrVarargs(a[1]), fill, a[2], a[3], name); },
+        kCreation);
   }
-  define("new_full", "a, size, fill_value, *, dtype=None, device=None, requires_grad=False",
-         {"torch.Tensor.new_full"}, [=](const Args& a) {
-           THUNDER_CHECK_KIND(a[2].isNumber(), ErrorKind::Type, "ltorch.new_full: fill_value must be a number, got ",
-                              describe(a[2]));
-           return newFull(a[0], a[1].toInts(), a[2], a[3], a[4], "new_full");
-         }, kCreation);
+  define(
+      "new_full", "a, size, fill_value, *, dtype=None, device=None, requires_grad=False",
+      {"torch.Tensor.new_full"},
+      [=](const Args& a) {
+        THUNDER_CHECK_KIND(a[2].isNumber(), ErrorKind::Type,
+                           "ltorch.new_full: fill_value must be a number, got ", describe(a[2]));
+        return newFull(a[0], a[1].toInts(), a[2], a[3], a[4], "new_full");
+      },
+      kCreation);
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -1088,170 +1206,231 @@ Value isInf(const Value& a, int sign) {
 }
 
 void registerElementwiseTensorOps() {
-  for (auto [alias, target] : std::vector<std::pair<const char*, const char*>>{
-           {"arccos", "acos"}, {"arcsin", "asin"}, {"arctan", "atan"}, {"arccosh", "acosh"},
-           {"arcsinh", "asinh"}, {"arctanh", "atanh"}, {"absolute", "abs"}})
+  for (auto [alias, target] : std::vector<std::pair<const char*, const char*>>{{"arccos", "acos"},
+                                                                               {"arcsin", "asin"},
+                                                                               {"arctan", "atan"},
+                                                                               {"arccosh", "acosh"},
+                                                                               {"arcsinh", "asinh"},
+                                                                               {"arctanh", "atanh"},
+                                                                               {"absolute", "abs"}})
     defAlias(alias, target);
-  define("isnan", "a", {"torch.isnan", "torch.Tensor.isnan"}, [](const Args& a) {
-    T(a[0], "isnan");
-    return op("ne", {a[0], a[0]});
-  }, kElementwise);
-  define("isinf", "a", {"torch.isinf", "torch.Tensor.isinf"},
-         [](const Args& a) { T(a[0], "isinf"); return isInf(a[0], 0); }, kElementwise);
-  define("isposinf", "a", {"torch.isposinf", "torch.Tensor.isposinf"}, [](const Args& a) {
-    THUNDER_CHECK_KIND(!isComplex(T(a[0], "isposinf").dtype), ErrorKind::Type,
-                       "ltorch.isposinf: complex tensors are not supported");
-    return isInf(a[0], 1);
-  }, kElementwise);
-  define("isneginf", "a", {"torch.isneginf", "torch.Tensor.isneginf"}, [](const Args& a) {
-    THUNDER_CHECK_KIND(!isComplex(T(a[0], "isneginf").dtype), ErrorKind::Type,
-                       "ltorch.isneginf: complex tensors are not supported");
-    return isInf(a[0], -1);
-  }, kElementwise);
-  define("nan_to_num", "a, nan=0.0, posinf=None, neginf=None",
-         {"torch.nan_to_num", "torch.Tensor.nan_to_num"}, [](const Args& a) {
-           const TensorProxy& t = T(a[0], "nan_to_num");
-           if (isComplex(t.dtype)) {
-             // The real and imaginary parts, each on its own.
-             auto part = [&](const Value& x) { return op("nan_to_num", {x, a[1], a[2], a[3]}); };
-             return op("complex", {part(prims::real(a[0])), part(prims::imag(a[0]))});
-           }
-           if (!isFloating(t.dtype)) return a[0];
-           double big = finfoMax(t.dtype);
-           Value pos = a[2].isNone() ? Value(big) : a[2];
-           Value neg = a[3].isNone() ? Value(-big) : a[3];
-           Value nan = a[1].isNone() ? Value(0.0) : a[1];
-           Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(nan, t.dtype), a[0]});
-           r = op("where", {op("isposinf", {a[0]}), pos, r});
-           r = op("where", {op("isneginf", {a[0]}), neg, r});
-           return clang::maybeConvert(r, t.dtype);
-         }, kElementwise);
-  define("clamp_min", "a, min", {"torch.clamp_min", "torch.Tensor.clamp_min"},
-         [](const Args& a) { return op("clamp", {a[0], a[1], Value()}); }, kElementwise);
-  define("clamp_max", "a, max", {"torch.clamp_max", "torch.Tensor.clamp_max"},
-         [](const Args& a) { return op("clamp", {a[0], Value(), a[1]}); }, kElementwise);
-  define("frac", "a", {"torch.frac", "torch.Tensor.frac"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "frac");
-    THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, "ltorch.frac: expected a floating point "
-                       "tensor, but got ", dtypeName(t.dtype));
-    return op("sub", {a[0], op("trunc", {a[0]})});
-  }, kElementwise);
-  define("hypot", "a, other", {"torch.hypot", "torch.Tensor.hypot"}, [](const Args& a) {
-    const TensorProxy &x = T(a[0], "hypot"), &y = T(a[1], "hypot", "other");
-    THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type,
-                       "ltorch.hypot: expected floating point tensors, but got ", dtypeName(x.dtype),
-                       " and ", dtypeName(y.dtype));
-    DType dt = promoteTypes(x.dtype, y.dtype);
-    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-    Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
-    return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}), dt);
-  }, kElementwise);
+  define(
+      "isnan", "a", {"torch.isnan", "torch.Tensor.isnan"},
+      [](const Args& a) {
+        T(a[0], "isnan");
+        return op("ne", {a[0], a[0]});
+      },
+      kElementwise);
+  define(
+      "isinf", "a", {"torch.isinf", "torch.Tensor.isinf"},
+      [](const Args& a) {
+        T(a[0], "isinf");
+        return isInf(a[0], 0);
+      },
+      kElementwise);
+  define(
+      "isposinf", "a", {"torch.isposinf", "torch.Tensor.isposinf"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(!isComplex(T(a[0], "isposinf").dtype), ErrorKind::Type,
+                           "ltorch.isposinf: complex tensors are not supported");
+        return isInf(a[0], 1);
+      },
+      kElementwise);
+  define(
+      "isneginf", "a", {"torch.isneginf", "torch.Tensor.isneginf"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(!isComplex(T(a[0], "isneginf").dtype), ErrorKind::Type,
+                           "ltorch.isneginf: complex tensors are not supported");
+        return isInf(a[0], -1);
+      },
+      kElementwise);
+  define(
+      "nan_to_num", "a, nan=0.0, posinf=None, neginf=None",
+      {"torch.nan_to_num", "torch.Tensor.nan_to_num"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "nan_to_num");
+        if (isComplex(t.dtype)) {
+          // The real and imaginary parts, each on its own.
+          auto part = [&](const Value& x) { return op("nan_to_num", {x, a[1], a[2], a[3]}); };
+          return op("complex", {part(prims::real(a[0])), part(prims::imag(a[0]))});
+        }
+        if (!isFloating(t.dtype)) return a[0];
+        double big = finfoMax(t.dtype);
+        Value pos = a[2].isNone() ? Value(big) : a[2];
+        Value neg = a[3].isNone() ? Value(-big) : a[3];
+        Value nan = a[1].isNone() ? Value(0.0) : a[1];
+        Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(nan, t.dtype), a[0]});
+        r = op("where", {op("isposinf", {a[0]}), pos, r});
+        r = op("where", {op("isneginf", {a[0]}), neg, r});
+        return clang::maybeConvert(r, t.dtype);
+      },
+      kElementwise);
+  define(
+      "clamp_min", "a, min", {"torch.clamp_min", "torch.Tensor.clamp_min"},
+      [](const Args& a) { return op("clamp", {a[0], a[1], Value()}); }, kElementwise);
+  define(
+      "clamp_max", "a, max", {"torch.clamp_max", "torch.Tensor.clamp_max"},
+      [](const Args& a) { return op("clamp", {a[0], Value(), a[1]}); }, kElementwise);
+  define(
+      "frac", "a", {"torch.frac", "torch.Tensor.frac"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "frac");
+        THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
+                           "ltorch.frac: expected a floating point "
+                           "tensor, but got ",
+                           dtypeName(t.dtype));
+        return op("sub", {a[0], op("trunc", {a[0]})});
+      },
+      kElementwise);
+  define(
+      "hypot", "a, other", {"torch.hypot", "torch.Tensor.hypot"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "hypot"), &y = T(a[1], "hypot", "other");
+        THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type,
+                           "ltorch.hypot: expected floating point tensors, but got ",
+                           dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+        DType dt = promoteTypes(x.dtype, y.dtype);
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
+        return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}),
+                                   dt);
+      },
+      kElementwise);
   for (bool two : {false, true}) {
     std::string name = two ? "logaddexp2" : "logaddexp";
-    define(name, "a, other", {"torch." + name, "torch.Tensor." + name}, [two, name](const Args& a) {
-      const TensorProxy &x = T(a[0], name), &y = T(a[1], name, "other");
-      THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type, opn(name),
-                         ": expected floating point tensors, but got ", dtypeName(x.dtype), " and ",
-                         dtypeName(y.dtype));
-      DType dt = promoteTypes(x.dtype, y.dtype);
-      DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-      Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
-      // max + log(1 + exp(-|a - b|)); equal infinities give themselves.
-      Value m = op("maximum", {p, q});
-      Value d = op("neg", {op("abs", {op("sub", {p, q})})});
-      Value r = two ? op("add", {m, op("div", {op("log1p", {op("exp2", {d})}), M_LN2})})
-                    : op("add", {m, op("log1p", {op("exp", {d})})});
-      r = op("where", {op("logical_and", {op("isinf", {p}), op("eq", {p, q})}), p, r});
-      return clang::maybeConvert(r, dt);
-    }, kElementwise);
+    define(
+        name, "a, other", {"torch." + name, "torch.Tensor." + name},
+        [two, name](const Args& a) {
+          const TensorProxy &x = T(a[0], name), &y = T(a[1], name, "other");
+          THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type, opn(name),
+                             ": expected floating point tensors, but got ", dtypeName(x.dtype),
+                             " and ", dtypeName(y.dtype));
+          DType dt = promoteTypes(x.dtype, y.dtype);
+          DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+          Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
+          // max + log(1 + exp(-|a - b|)); equal infinities give themselves.
+          Value m = op("maximum", {p, q});
+          Value d = op("neg", {op("abs", {op("sub", {p, q})})});
+          Value r = two ? op("add", {m, op("div", {op("log1p", {op("exp2", {d})}), M_LN2})})
+                        : op("add", {m, op("log1p", {op("exp", {d})})});
+          r = op("where", {op("logical_and", {op("isinf", {p}), op("eq", {p, q})}), p, r});
+          return clang::maybeConvert(r, dt);
+        },
+        kElementwise);
   }
-  define("xlogy", "a, other", {"torch.xlogy", "torch.Tensor.xlogy", "torch.special.xlogy"},
-         [](const Args& a) {
-           THUNDER_CHECK_KIND(a[0].isTensor() || a[1].isTensor(), ErrorKind::Type,
-                              "ltorch.xlogy: expected at least one tensor argument");
-           auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
-           THUNDER_CHECK_KIND(!isComplex(result), ErrorKind::Type,
-                              "ltorch.xlogy: complex inputs are not supported, got ", dtypeName(result));
-           Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
-           // 0 where x == 0 (unless y is nan), x * log(y) elsewhere. Where x == 0 and log(y) is
-           // infinite, y is replaced by 1: the product is 0 and its gradient with respect to x
-           // stays log(y) elsewhere, as in PyTorch.
-           Value r;
-           if (!x.isTensor()) {
-             r = x.toDouble() == 0 ? op("where", {op("isnan", {y}), y, clang::maybeConvert(Value(0), comp)})
-                                   : op("mul", {x, op("log", {y})});
-           } else if (y.isTensor()) {
-             Value bad = op("logical_and", {op("eq", {x, 0}), op("logical_or", {op("eq", {y, 0}), op("isinf", {y})})});
-             r = op("mul", {x, op("log", {op("where", {bad, 1, y})})});
-           } else {
-             double ly = std::log(y.toDouble());
-             r = std::isfinite(ly) || std::isnan(ly)
-                     ? op("mul", {x, ly})
-                     : op("where", {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, ly})});
-           }
-           return clang::maybeConvert(r, result);
-         }, kElementwise);
-  define("logit", "a, eps=None", {"torch.logit", "torch.Tensor.logit", "torch.special.logit"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "logit");
-           THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.logit: complex tensors are not supported");
-           DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
-           DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-           Value x = clang::maybeConvert(a[0], comp);
-           if (!a[1].isNone()) x = op("clamp", {x, a[1].toDouble(), 1.0 - a[1].toDouble()});
-           return clang::maybeConvert(op("log", {op("div", {x, op("sub", {1.0, x})})}), dt);
-         }, kElementwise);
-  define("sinc", "a", {"torch.sinc", "torch.Tensor.sinc", "torch.special.sinc"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "sinc");
-    DType dt = isFloating(t.dtype) || isComplex(t.dtype) ? t.dtype : DType::Float32;
-    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-    Value x = clang::maybeConvert(a[0], comp);
-    Value zero = op("eq", {x, 0});
-    // A safe argument where x == 0 keeps the unused branch (and its gradient) finite.
-    Value px = op("mul", {op("where", {zero, 1, x}), M_PI});
-    Value r = op("where", {zero, 1.0, op("div", {op("sin", {px}), px})});
-    return clang::maybeConvert(r, dt);
-  }, kElementwise);
+  define(
+      "xlogy", "a, other", {"torch.xlogy", "torch.Tensor.xlogy", "torch.special.xlogy"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(a[0].isTensor() || a[1].isTensor(), ErrorKind::Type,
+                           "ltorch.xlogy: expected at least one tensor argument");
+        auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
+        THUNDER_CHECK_KIND(!isComplex(result), ErrorKind::Type,
+                           "ltorch.xlogy: complex inputs are not supported, got ",
+                           dtypeName(result));
+        Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
+        // 0 where x == 0 (unless y is nan), x * log(y) elsewhere. Where x == 0 and log(y) is
+        // infinite, y is replaced by 1: the product is 0 and its gradient with respect to x
+        // stays log(y) elsewhere, as in PyTorch.
+        Value r;
+        if (!x.isTensor()) {
+          r = x.toDouble() == 0
+                  ? op("where", {op("isnan", {y}), y, clang::maybeConvert(Value(0), comp)})
+                  : op("mul", {x, op("log", {y})});
+        } else if (y.isTensor()) {
+          Value bad = op("logical_and", {op("eq", {x, 0}),
+                                         op("logical_or", {op("eq", {y, 0}), op("isinf", {y})})});
+          r = op("mul", {x, op("log", {op("where", {bad, 1, y})})});
+        } else {
+          double ly = std::log(y.toDouble());
+          r = std::isfinite(ly) || std::isnan(ly)
+                  ? op("mul", {x, ly})
+                  : op("where",
+                       {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, ly})});
+        }
+        return clang::maybeConvert(r, result);
+      },
+      kElementwise);
+  define(
+      "logit", "a, eps=None", {"torch.logit", "torch.Tensor.logit", "torch.special.logit"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "logit");
+        THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type,
+                           "ltorch.logit: complex tensors are not supported");
+        DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value x = clang::maybeConvert(a[0], comp);
+        if (!a[1].isNone()) x = op("clamp", {x, a[1].toDouble(), 1.0 - a[1].toDouble()});
+        return clang::maybeConvert(op("log", {op("div", {x, op("sub", {1.0, x})})}), dt);
+      },
+      kElementwise);
+  define(
+      "sinc", "a", {"torch.sinc", "torch.Tensor.sinc", "torch.special.sinc"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "sinc");
+        DType dt = isFloating(t.dtype) || isComplex(t.dtype) ? t.dtype : DType::Float32;
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value x = clang::maybeConvert(a[0], comp);
+        Value zero = op("eq", {x, 0});
+        // A safe argument where x == 0 keeps the unused branch (and its gradient) finite.
+        Value px = op("mul", {op("where", {zero, 1, x}), M_PI});
+        Value r = op("where", {zero, 1.0, op("div", {op("sin", {px}), px})});
+        return clang::maybeConvert(r, dt);
+      },
+      kElementwise);
   for (bool toRad : {true, false}) {
     std::string name = toRad ? "deg2rad" : "rad2deg";
-    define(name, "a", {"torch." + name, "torch.Tensor." + name}, [toRad, name](const Args& a) {
-      const TensorProxy& t = T(a[0], name);
-      THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, opn(name),
-                         ": complex tensors are not supported");
-      return op("mul", {floatOf(a[0]), toRad ? M_PI / 180.0 : 180.0 / M_PI});
-    }, kElementwise);
+    define(
+        name, "a", {"torch." + name, "torch.Tensor." + name},
+        [toRad, name](const Args& a) {
+          const TensorProxy& t = T(a[0], name);
+          THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, opn(name),
+                             ": complex tensors are not supported");
+          return op("mul", {floatOf(a[0]), toRad ? M_PI / 180.0 : 180.0 / M_PI});
+        },
+        kElementwise);
   }
-  define("logical_xor", "a, other", {"torch.logical_xor", "torch.Tensor.logical_xor"},
-         [](const Args& a) {
-           return op("ne", {op("ne", {a[0], 0}), op("ne", {a[1], 0})});
-         }, kElementwise);
-  define("float_power", "a, exponent", {"torch.float_power", "torch.Tensor.float_power"},
-         [](const Args& a) {
-           auto up = [](const Value& v) {
-             if (!v.isTensor()) return v;
-             return clang::maybeConvert(v, isComplex(v.tensor().dtype) ? DType::Complex128 : DType::Float64);
-           };
-           return op("pow", {up(a[0]), up(a[1])});
-         }, kElementwise);
+  define(
+      "logical_xor", "a, other", {"torch.logical_xor", "torch.Tensor.logical_xor"},
+      [](const Args& a) { return op("ne", {op("ne", {a[0], 0}), op("ne", {a[1], 0})}); },
+      kElementwise);
+  define(
+      "float_power", "a, exponent", {"torch.float_power", "torch.Tensor.float_power"},
+      [](const Args& a) {
+        auto up = [](const Value& v) {
+          if (!v.isTensor()) return v;
+          return clang::maybeConvert(
+              v, isComplex(v.tensor().dtype) ? DType::Complex128 : DType::Float64);
+        };
+        return op("pow", {up(a[0]), up(a[1])});
+      },
+      kElementwise);
   // Complex numbers.
   define("complex", "real, imag", {"torch.complex"}, [](const Args& a) {
     const TensorProxy &r = T(a[0], "complex", "real"), &i = T(a[1], "complex", "imag");
-    THUNDER_CHECK_KIND(r.dtype == i.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
-                       ErrorKind::Type, "ltorch.complex: expected real and imag of one dtype, float32 "
-                       "or float64, but got ", dtypeName(r.dtype), " and ", dtypeName(i.dtype));
+    THUNDER_CHECK_KIND(
+        r.dtype == i.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
+        ErrorKind::Type,
+        "ltorch.complex: expected real and imag of one dtype, float32 "
+        "or float64, but got ",
+        dtypeName(r.dtype), " and ", dtypeName(i.dtype));
     return op("add", {a[0], op("mul", {a[1], std::complex<double>(0.0, 1.0)})});
   });
   define("polar", "abs, angle", {"torch.polar"}, [](const Args& a) {
     const TensorProxy &r = T(a[0], "polar", "abs"), &th = T(a[1], "polar", "angle");
-    THUNDER_CHECK_KIND(r.dtype == th.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
-                       ErrorKind::Type, "ltorch.polar: expected abs and angle of one dtype, float32 "
-                       "or float64, but got ", dtypeName(r.dtype), " and ", dtypeName(th.dtype));
-    return op("complex", {op("mul", {a[0], op("cos", {a[1]})}), op("mul", {a[0], op("sin", {a[1]})})});
+    THUNDER_CHECK_KIND(
+        r.dtype == th.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
+        ErrorKind::Type,
+        "ltorch.polar: expected abs and angle of one dtype, float32 "
+        "or float64, but got ",
+        dtypeName(r.dtype), " and ", dtypeName(th.dtype));
+    return op("complex",
+              {op("mul", {a[0], op("cos", {a[1]})}), op("mul", {a[0], op("sin", {a[1]})})});
   });
   define("view_as_real", "a", {"torch.view_as_real"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "view_as_real");
     THUNDER_CHECK_KIND(isComplex(t.dtype), ErrorKind::Type,
-                       "ltorch.view_as_real: expected a complex tensor, but got ", dtypeName(t.dtype));
+                       "ltorch.view_as_real: expected a complex tensor, but got ",
+                       dtypeName(t.dtype));
     return op("stack", {Value::list({prims::real(a[0]), prims::imag(a[0])}), -1});
   });
   define("view_as_complex", "a", {"torch.view_as_complex"}, [](const Args& a) {
@@ -1259,8 +1438,10 @@ void registerElementwiseTensorOps() {
     THUNDER_CHECK_KIND(t.dtype == DType::Float32 || t.dtype == DType::Float64, ErrorKind::Type,
                        "ltorch.view_as_complex: expected a float32 or float64 tensor, but got ",
                        dtypeName(t.dtype));
-    THUNDER_CHECK(t.ndim() >= 1 && t.shape.back() == 2, "ltorch.view_as_complex: expected the last "
-                  "dimension to have length 2, but got shape ", shapeStr(t.shape));
+    THUNDER_CHECK(t.ndim() >= 1 && t.shape.back() == 2,
+                  "ltorch.view_as_complex: expected the last "
+                  "dimension to have length 2, but got shape ",
+                  shapeStr(t.shape));
     int64_t d = t.ndim() - 1;
     auto part = [&](int64_t i) {
       return prims::squeeze(clang::sliceInDim(a[0], d, i, i + 1, 1, "ltorch.view_as_complex"), {d});
@@ -1271,8 +1452,8 @@ void registerElementwiseTensorOps() {
 
 // ---- reductions and norms -------------------------------------------------------------------
 
-Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim, std::optional<DType> dtype,
-                 const std::string& name) {
+Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim,
+                 std::optional<DType> dtype, const std::string& name) {
   const TensorProxy& t = T(x, name);
   THUNDER_CHECK_KIND(isFloating(t.dtype) || isComplex(t.dtype), ErrorKind::Type, opn(name),
                      ": expected a floating point or complex input, but got ", dtypeName(t.dtype));
@@ -1301,57 +1482,78 @@ Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim, std
 
 double ordOf(const Value& v) {
   if (v.isString()) {
-    THUNDER_CHECK_KIND(v.toString() == "fro", ErrorKind::NotImplemented,
-                       "ltorch.norm: p='", v.toString(), "' is not supported");
+    THUNDER_CHECK_KIND(v.toString() == "fro", ErrorKind::NotImplemented, "ltorch.norm: p='",
+                       v.toString(), "' is not supported");
     return 2.0;
   }
   return v.isNone() ? 2.0 : v.toDouble();
 }
 
 void registerNorms() {
-  define("vector_norm", "x, ord=2, dim=None, keepdim=False, *, dtype=None",
-         {"torch.linalg.vector_norm"}, [](const Args& a) {
-           return vectorNorm(a[0], a[1].toDouble(), a[2], a[3].toBool(), optDType(a[4]), "vector_norm");
-         }, kReductionOp);
-  define("norm", "a, p='fro', dim=None, keepdim=False, out=None, dtype=None",
-         {"torch.norm", "torch.Tensor.norm"}, [](const Args& a) {
-           THUNDER_CHECK_KIND(a[4].isNone(), ErrorKind::NotImplemented,
-                              "ltorch.norm: out= is not supported");
-           return vectorNorm(a[0], ordOf(a[1]), a[2], a[3].toBool(), optDType(a[5]), "norm");
-         }, kReductionOp);
-  define("dist", "a, other, p=2", {"torch.dist", "torch.Tensor.dist"}, [](const Args& a) {
-    return vectorNorm(op("sub", {a[0], a[1]}), a[2].toDouble(), Value(), false, std::nullopt, "dist");
-  }, kReductionOp);
-  define("std_mean", "a, dim=None, *, correction=None, keepdim=False", {"torch.std_mean"},
-         [](const Args& a) {
-           Value vm = op("var_mean", {a[0], a[1]}, {{"correction", a[2]}, {"keepdim", a[3]}});
-           return Value::tuple({op("sqrt", {vm.items()[0]}), vm.items()[1]});
-         }, kReductionOp);
-  define("nansum", "a, dim=None, keepdim=False, *, dtype=None", {"torch.nansum", "torch.Tensor.nansum"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "nansum");
-           THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type,
-                              "ltorch.nansum: complex tensors are not supported");
-           Value x = isFloating(t.dtype) ? op("where", {op("isnan", {a[0]}), 0, a[0]}) : a[0];
-           return op("sum", {x, a[1], a[2]}, {{"dtype", a[3]}});
-         }, kReductionOp);
-  define("nanmean", "a, dim=None, keepdim=False, *, dtype=None",
-         {"torch.nanmean", "torch.Tensor.nanmean"}, [](const Args& a) {
-           const TensorProxy& t = T(a[0], "nanmean");
-           THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
-                              "ltorch.nanmean: expected a floating point tensor, but got ", dtypeName(t.dtype));
-           Value keep = op("logical_not", {op("isnan", {a[0]})});
-           Value s = op("nansum", {a[0], a[1], a[2]}, {{"dtype", a[3]}});
-           Value n = op("sum", {keep, a[1], a[2]});
-           return clang::maybeConvert(op("div", {s, n}), s.tensor().dtype);
-         }, kReductionOp);
-  define("count_nonzero", "a, dim=None", {"torch.count_nonzero", "torch.Tensor.count_nonzero"},
-         [](const Args& a) {
-           T(a[0], "count_nonzero");
-           return op("sum", {op("ne", {a[0], 0}), a[1]});
-         }, kReductionOp);
+  define(
+      "vector_norm", "x, ord=2, dim=None, keepdim=False, *, dtype=None",
+      {"torch.linalg.vector_norm"},
+      [](const Args& a) {
+        return vectorNorm(a[0], a[1].toDouble(), a[2], a[3].toBool(), optDType(a[4]),
+                          "vector_norm");
+      },
+      kReductionOp);
+  define(
+      "norm", "a, p='fro', dim=None, keepdim=False, out=None, dtype=None",
+      {"torch.norm", "torch.Tensor.norm"},
+      [](const Args& a) {
+        THUNDER_CHECK_KIND(a[4].isNone(), ErrorKind::NotImplemented,
+                           "ltorch.norm: out= is not supported");
+        return vectorNorm(a[0], ordOf(a[1]), a[2], a[3].toBool(), optDType(a[5]), "norm");
+      },
+      kReductionOp);
+  define(
+      "dist", "a, other, p=2", {"torch.dist", "torch.Tensor.dist"},
+      [](const Args& a) {
+        return vectorNorm(op("sub", {a[0], a[1]}), a[2].toDouble(), Value(), false, std::nullopt,
+                          "dist");
+      },
+      kReductionOp);
+  define(
+      "std_mean", "a, dim=None, *, correction=None, keepdim=False", {"torch.std_mean"},
+      [](const Args& a) {
+        Value vm = op("var_mean", {a[0], a[1]}, {{"correction", a[2]}, {"keepdim", a[3]}});
+        return Value::tuple({op("sqrt", {vm.items()[0]}), vm.items()[1]});
+      },
+      kReductionOp);
+  define(
+      "nansum", "a, dim=None, keepdim=False, *, dtype=None",
+      {"torch.nansum", "torch.Tensor.nansum"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "nansum");
+        THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type,
+                           "ltorch.nansum: complex tensors are not supported");
+        Value x = isFloating(t.dtype) ? op("where", {op("isnan", {a[0]}), 0, a[0]}) : a[0];
+        return op("sum", {x, a[1], a[2]}, {{"dtype", a[3]}});
+      },
+      kReductionOp);
+  define(
+      "nanmean", "a, dim=None, keepdim=False, *, dtype=None",
+      {"torch.nanmean", "torch.Tensor.nanmean"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "nanmean");
+        THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
+                           "ltorch.nanmean: expected a floating point tensor, but got ",
+                           dtypeName(t.dtype));
+        Value keep = op("logical_not", {op("isnan", {a[0]})});
+        Value s = op("nansum", {a[0], a[1], a[2]}, {{"dtype", a[3]}});
+        Value n = op("sum", {keep, a[1], a[2]});
+        return clang::maybeConvert(op("div", {s, n}), s.tensor().dtype);
+      },
+      kReductionOp);
+  define(
+      "count_nonzero", "a, dim=None", {"torch.count_nonzero", "torch.Tensor.count_nonzero"},
+      [](const Args& a) {
+        T(a[0], "count_nonzero");
+        return op("sum", {op("ne", {a[0], 0}), a[1]});
+      },
+      kReductionOp);
 }
-
 
 // ---- more tensor ops ------------------------------------------------------------------------
 
@@ -1375,7 +1577,8 @@ Value countBelow(const Value& boundaries, const Value& values, bool right, DType
   }
   Value v = clang::unsqueeze(values, values.tensor().ndim(), opn(name));
   Value b = boundaries;
-  if (boundaries.tensor().ndim() > 1) b = clang::unsqueeze(boundaries, boundaries.tensor().ndim() - 1, opn(name));
+  if (boundaries.tensor().ndim() > 1)
+    b = clang::unsqueeze(boundaries, boundaries.tensor().ndim() - 1, opn(name));
   Value below = op(right ? "le" : "lt", {b, v});
   return op("sum", {below, -1}, {{"dtype", out}});
 }
@@ -1383,7 +1586,8 @@ Value countBelow(const Value& boundaries, const Value& values, bool right, DType
 /// The cross product of 3-vectors along dim (None: the first dimension of length 3).
 Value crossImpl(const Value& a, const Value& b, const Value& dim) {
   const TensorProxy &x = T(a, "cross"), &y = T(b, "cross", "other");
-  THUNDER_CHECK(x.ndim() == y.ndim(), "ltorch.cross: inputs must have the same number of dimensions, but got shapes ",
+  THUNDER_CHECK(x.ndim() == y.ndim(),
+                "ltorch.cross: inputs must have the same number of dimensions, but got shapes ",
                 shapeStr(x.shape), " and ", shapeStr(y.shape));
   Shape shape = clang::broadcastShapes({x.shape, y.shape}, "ltorch.cross");
   int64_t nd = static_cast<int64_t>(shape.size());
@@ -1394,10 +1598,14 @@ Value crossImpl(const Value& a, const Value& b, const Value& dim) {
   } else {
     d = canonicalizeDim(nd, dim.toInt(), "ltorch.cross");
   }
-  THUNDER_CHECK(d >= 0 && shape[d] == 3, "ltorch.cross: expected a dimension of length 3, but got shapes ",
+  THUNDER_CHECK(d >= 0 && shape[d] == 3,
+                "ltorch.cross: expected a dimension of length 3, but got shapes ",
                 shapeStr(x.shape), " and ", shapeStr(y.shape));
-  Value p = clang::expandTo(a, shape, "ltorch.cross"), q = clang::expandTo(b, shape, "ltorch.cross");
-  auto at = [&](const Value& v, int64_t i) { return clang::sliceInDim(v, d, i, i + 1, 1, "ltorch.cross"); };
+  Value p = clang::expandTo(a, shape, "ltorch.cross"),
+        q = clang::expandTo(b, shape, "ltorch.cross");
+  auto at = [&](const Value& v, int64_t i) {
+    return clang::sliceInDim(v, d, i, i + 1, 1, "ltorch.cross");
+  };
   std::vector<Value> parts;
   for (int64_t i = 0; i < 3; ++i) {
     int64_t j = (i + 1) % 3, k = (i + 2) % 3;
@@ -1418,8 +1626,10 @@ void registerMoreTensorOps() {
     Value x = t.ndim() == 0 ? clang::reshape(a[0], {1}, "ltorch.unfold") : a[0];
     // Window w holds elements w * step + i, i < size: one take along d, then the window's
     // elements moved to a new last dim.
-    Value starts = clang::unsqueeze(prims::iota(windows, 0, step, t.device, DType::Int64), 1, "ltorch.unfold");
-    Value offs = clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 0, "ltorch.unfold");
+    Value starts =
+        clang::unsqueeze(prims::iota(windows, 0, step, t.device, DType::Int64), 1, "ltorch.unfold");
+    Value offs =
+        clang::unsqueeze(prims::iota(size, 0, 1, t.device, DType::Int64), 0, "ltorch.unfold");
     Value idx = clang::reshape(op("add", {starts, offs}), {windows * size}, "ltorch.unfold");
     Value taken = prims::take(x, idx, t.ndim() == 0 ? 0 : d);
     Shape s = x.tensor().shape;
@@ -1437,7 +1647,8 @@ void registerMoreTensorOps() {
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "logcumsumexp");
            THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
-                              "ltorch.logcumsumexp: expected a floating point tensor, but got ", dtypeName(t.dtype));
+                              "ltorch.logcumsumexp: expected a floating point tensor, but got ",
+                              dtypeName(t.dtype));
            int64_t d = dimOf(t, a[1], "logcumsumexp");
            DType comp = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
            Value x = clang::maybeConvert(a[0], comp);
@@ -1452,169 +1663,234 @@ void registerMoreTensorOps() {
          [](const Args& a) { return crossImpl(a[0], a[1], a[2]); });
   define("linalg_cross", "a, other, *, dim=-1", {"torch.linalg.cross"},
          [](const Args& a) { return crossImpl(a[0], a[1], a[2]); });
-  define("tensordot", "a, b, dims=2, out=None", {"torch.tensordot"}, [](const Args& a) {
-    const TensorProxy &x = T(a[0], "tensordot"), &y = T(a[1], "tensordot", "b");
-    THUNDER_CHECK_KIND(a[3].isNone(), ErrorKind::NotImplemented, "ltorch.tensordot: out= is not supported");
-    std::vector<int64_t> dx, dy;
-    if (a[2].isInt()) {
-      int64_t n = a[2].toInt();
-      THUNDER_CHECK(n >= 0 && n <= x.ndim() && n <= y.ndim(), "ltorch.tensordot: dims ", n,
-                    " exceeds the dimensions of shapes ", shapeStr(x.shape), " and ", shapeStr(y.shape));
-      for (int64_t i = 0; i < n; ++i) {
-        dx.push_back(x.ndim() - n + i);
-        dy.push_back(i);
-      }
-    } else {
-      const std::vector<Value>& pair = a[2].items();
-      THUNDER_CHECK(pair.size() == 2, "ltorch.tensordot: dims must be an int or two lists of dims");
-      dx = canonicalizeDims(x.ndim(), pair[0].toInts(), "ltorch.tensordot");
-      dy = canonicalizeDims(y.ndim(), pair[1].toInts(), "ltorch.tensordot");
-    }
-    THUNDER_CHECK(dx.size() == dy.size(), "ltorch.tensordot: both dim lists must have one length");
-    int64_t k = 1;
-    for (size_t i = 0; i < dx.size(); ++i) {
-      THUNDER_CHECK(x.shape[dx[i]] == y.shape[dy[i]], "ltorch.tensordot: contracted dimensions of shapes ",
-                    shapeStr(x.shape), " and ", shapeStr(y.shape), " differ (", x.shape[dx[i]], " != ",
-                    y.shape[dy[i]], ")");
-      k *= x.shape[dx[i]];
-    }
-    Shape out;
-    int64_t m = 1, n = 1;
-    for (int64_t i = 0; i < x.ndim(); ++i)
-      if (std::find(dx.begin(), dx.end(), i) == dx.end()) { out.push_back(x.shape[i]); m *= x.shape[i]; }
-    std::vector<int64_t> restY;
-    for (int64_t i = 0; i < y.ndim(); ++i)
-      if (std::find(dy.begin(), dy.end(), i) == dy.end()) { out.push_back(y.shape[i]); n *= y.shape[i]; restY.push_back(i); }
-    Value xm = clang::reshape(dimsToEnd(a[0], dx, "tensordot"), {m, k}, "ltorch.tensordot");
-    std::vector<int64_t> permY = dy;
-    permY.insert(permY.end(), restY.begin(), restY.end());
-    Value ym = clang::reshape(clang::permute(a[1], permY, "ltorch.tensordot"), {k, n}, "ltorch.tensordot");
-    return clang::reshape(op("mm", {xm, ym}), out, "ltorch.tensordot");
-  }, kMatmulOp);
-  define("inner", "a, other", {"torch.inner", "torch.Tensor.inner"}, [](const Args& a) {
-    const TensorProxy &x = T(a[0], "inner"), &y = T(a[1], "inner", "other");
-    if (x.ndim() == 0 || y.ndim() == 0) return op("mul", {a[0], a[1]});
-    return op("tensordot", {a[0], a[1], Value::tuple({Value::ints({-1}), Value::ints({-1})})});
-  }, kMatmulOp);
-  define("conj_physical", "a", {"torch.conj_physical", "torch.Tensor.conj_physical"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "conj_physical");
-    if (!isComplex(t.dtype)) return a[0];
-    return op("complex", {prims::real(a[0]), op("neg", {prims::imag(a[0])})});
-  }, kElementwise);
-  define("vdot", "a, other", {"torch.vdot", "torch.Tensor.vdot"}, [](const Args& a) {
-    return op("dot", {op("conj_physical", {a[0]}), a[1]});
-  }, kMatmulOp);
-  define("bucketize", "a, boundaries, *, out_int32=False, right=False",
-         {"torch.bucketize"}, [](const Args& a) {
+  define(
+      "tensordot", "a, b, dims=2, out=None", {"torch.tensordot"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "tensordot"), &y = T(a[1], "tensordot", "b");
+        THUNDER_CHECK_KIND(a[3].isNone(), ErrorKind::NotImplemented,
+                           "ltorch.tensordot: out= is not supported");
+        std::vector<int64_t> dx, dy;
+        if (a[2].isInt()) {
+          int64_t n = a[2].toInt();
+          THUNDER_CHECK(n >= 0 && n <= x.ndim() && n <= y.ndim(), "ltorch.tensordot: dims ", n,
+                        " exceeds the dimensions of shapes ", shapeStr(x.shape), " and ",
+                        shapeStr(y.shape));
+          for (int64_t i = 0; i < n; ++i) {
+            dx.push_back(x.ndim() - n + i);
+            dy.push_back(i);
+          }
+        } else {
+          const std::vector<Value>& pair = a[2].items();
+          THUNDER_CHECK(pair.size() == 2,
+                        "ltorch.tensordot: dims must be an int or two lists of dims");
+          dx = canonicalizeDims(x.ndim(), pair[0].toInts(), "ltorch.tensordot");
+          dy = canonicalizeDims(y.ndim(), pair[1].toInts(), "ltorch.tensordot");
+        }
+        THUNDER_CHECK(dx.size() == dy.size(),
+                      "ltorch.tensordot: both dim lists must have one length");
+        int64_t k = 1;
+        for (size_t i = 0; i < dx.size(); ++i) {
+          THUNDER_CHECK(x.shape[dx[i]] == y.shape[dy[i]],
+                        "ltorch.tensordot: contracted dimensions of shapes ", shapeStr(x.shape),
+                        " and ", shapeStr(y.shape), " differ (", x.shape[dx[i]],
+                        " != ", y.shape[dy[i]], ")");
+          k *= x.shape[dx[i]];
+        }
+        Shape out;
+        int64_t m = 1, n = 1;
+        for (int64_t i = 0; i < x.ndim(); ++i)
+          if (std::find(dx.begin(), dx.end(), i) == dx.end()) {
+            out.push_back(x.shape[i]);
+            m *= x.shape[i];
+          }
+        std::vector<int64_t> restY;
+        for (int64_t i = 0; i < y.ndim(); ++i)
+          if (std::find(dy.begin(), dy.end(), i) == dy.end()) {
+            out.push_back(y.shape[i]);
+            n *= y.shape[i];
+            restY.push_back(i);
+          }
+        Value xm = clang::reshape(dimsToEnd(a[0], dx, "tensordot"), {m, k}, "ltorch.tensordot");
+        std::vector<int64_t> permY = dy;
+        permY.insert(permY.end(), restY.begin(), restY.end());
+        Value ym = clang::reshape(clang::permute(a[1], permY, "ltorch.tensordot"), {k, n},
+                                  "ltorch.tensordot");
+        return clang::reshape(op("mm", {xm, ym}), out, "ltorch.tensordot");
+      },
+      kMatmulOp);
+  define(
+      "inner", "a, other", {"torch.inner", "torch.Tensor.inner"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "inner"), &y = T(a[1], "inner", "other");
+        if (x.ndim() == 0 || y.ndim() == 0) return op("mul", {a[0], a[1]});
+        return op("tensordot", {a[0], a[1], Value::tuple({Value::ints({-1}), Value::ints({-1})})});
+      },
+      kMatmulOp);
+  define(
+      "conj_physical", "a", {"torch.conj_physical", "torch.Tensor.conj_physical"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "conj_physical");
+        if (!isComplex(t.dtype)) return a[0];
+        return op("complex", {prims::real(a[0]), op("neg", {prims::imag(a[0])})});
+      },
+      kElementwise);
+  define(
+      "vdot", "a, other", {"torch.vdot", "torch.Tensor.vdot"},
+      [](const Args& a) { return op("dot", {op("conj_physical", {a[0]}), a[1]}); }, kMatmulOp);
+  define("bucketize", "a, boundaries, *, out_int32=False, right=False", {"torch.bucketize"},
+         [](const Args& a) {
            const TensorProxy& b = T(a[1], "bucketize", "boundaries");
-           THUNDER_CHECK(b.ndim() == 1, "ltorch.bucketize: boundaries must be 1-dimensional, but got shape ",
+           THUNDER_CHECK(b.ndim() == 1,
+                         "ltorch.bucketize: boundaries must be 1-dimensional, but got shape ",
                          shapeStr(b.shape));
-           Value v = a[0].isTensor() ? a[0] : prims::full({}, a[0], b.device, a[0].numberDType() == DType::Float64 ? DType::Float64 : DType::Int64);
-           return countBelow(a[1], v, a[3].toBool(), a[2].toBool() ? DType::Int32 : DType::Int64, "bucketize");
+           Value v = a[0].isTensor()
+                         ? a[0]
+                         : prims::full({}, a[0], b.device,
+                                       a[0].numberDType() == DType::Float64 ? DType::Float64
+                                                                            : DType::Int64);
+           return countBelow(a[1], v, a[3].toBool(), a[2].toBool() ? DType::Int32 : DType::Int64,
+                             "bucketize");
          });
-  define("searchsorted", "sorted_sequence, a, *, out_int32=False, right=False, side=None, sorter=None",
+  define("searchsorted",
+         "sorted_sequence, a, *, out_int32=False, right=False, side=None, sorter=None",
          {"torch.searchsorted"}, [](const Args& a) {
            const TensorProxy& s = T(a[0], "searchsorted", "sorted_sequence");
-           THUNDER_CHECK_KIND(a[5].isNone(), ErrorKind::NotImplemented, "ltorch.searchsorted: sorter is not supported");
+           THUNDER_CHECK_KIND(a[5].isNone(), ErrorKind::NotImplemented,
+                              "ltorch.searchsorted: sorter is not supported");
            bool right = a[3].toBool() || (!a[4].isNone() && a[4].toString() == "right");
            Value v = a[1].isTensor() ? a[1] : prims::full({}, a[1], s.device, s.dtype);
            const TensorProxy& vt = v.tensor();
            if (s.ndim() > 1)
-             THUNDER_CHECK(vt.ndim() == s.ndim() &&
-                               Shape(vt.shape.begin(), vt.shape.end() - 1) == Shape(s.shape.begin(), s.shape.end() - 1),
-                           "ltorch.searchsorted: the leading dimensions of sorted_sequence ", shapeStr(s.shape),
-                           " and values ", shapeStr(vt.shape), " must match");
-           return countBelow(a[0], v, right, a[2].toBool() ? DType::Int32 : DType::Int64, "searchsorted");
+             THUNDER_CHECK(vt.ndim() == s.ndim() && Shape(vt.shape.begin(), vt.shape.end() - 1) ==
+                                                        Shape(s.shape.begin(), s.shape.end() - 1),
+                           "ltorch.searchsorted: the leading dimensions of sorted_sequence ",
+                           shapeStr(s.shape), " and values ", shapeStr(vt.shape), " must match");
+           return countBelow(a[0], v, right, a[2].toBool() ? DType::Int32 : DType::Int64,
+                             "searchsorted");
          });
-  define("heaviside", "a, values", {"torch.heaviside", "torch.Tensor.heaviside"}, [](const Args& a) {
-    const TensorProxy &x = T(a[0], "heaviside"), &v = T(a[1], "heaviside", "values");
-    THUNDER_CHECK_KIND(x.dtype == v.dtype, ErrorKind::Type, "ltorch.heaviside: expected input and values of one dtype, "
-                       "but got ", dtypeName(x.dtype), " and ", dtypeName(v.dtype));
-    THUNDER_CHECK_KIND(!isComplex(x.dtype), ErrorKind::Type, "ltorch.heaviside: complex tensors are not supported");
-    Value pos = clang::maybeConvert(op("gt", {a[0], 0}), x.dtype);
-    return op("where", {op("eq", {a[0], 0}), a[1], pos});
-  }, kElementwise);
-  define("isclose", "a, other, rtol=1e-05, atol=1e-08, equal_nan=False",
-         {"torch.isclose", "torch.Tensor.isclose"}, [](const Args& a) {
-           const TensorProxy &x = T(a[0], "isclose"), &y = T(a[1], "isclose", "other");
-           THUNDER_CHECK_KIND(x.dtype == y.dtype, ErrorKind::Type, "ltorch.isclose: expected tensors of one dtype, "
-                              "but got ", dtypeName(x.dtype), " and ", dtypeName(y.dtype));
-           Value eq = op("eq", {a[0], a[1]});
-           DType comp = isFloating(x.dtype) || isComplex(x.dtype) ? (isLowPrecision(x.dtype) ? DType::Float32 : x.dtype)
-                                                                  : DType::Float64;
-           Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
-           Value diff = op("abs", {op("sub", {p, q})});
-           Value tol = op("add", {op("mul", {op("abs", {q}), a[2].toDouble()}), a[3].toDouble()});
-           Value close = op("logical_and", {op("isfinite", {diff}), op("le", {diff, tol})});
-           Value r = op("logical_or", {eq, close});
-           if (a[4].toBool() && (isFloating(x.dtype) || isComplex(x.dtype)))
-             r = op("logical_or", {r, op("logical_and", {op("isnan", {a[0]}), op("isnan", {a[1]})})});
-           return r;
-         }, kElementwise);
-  define("isreal", "a", {"torch.isreal", "torch.Tensor.isreal"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "isreal");
-    if (!isComplex(t.dtype)) return prims::full(t.shape, true, t.device, DType::Bool);
-    return op("eq", {prims::imag(a[0]), 0});
-  }, kElementwise);
+  define(
+      "heaviside", "a, values", {"torch.heaviside", "torch.Tensor.heaviside"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "heaviside"), &v = T(a[1], "heaviside", "values");
+        THUNDER_CHECK_KIND(x.dtype == v.dtype, ErrorKind::Type,
+                           "ltorch.heaviside: expected input and values of one dtype, "
+                           "but got ",
+                           dtypeName(x.dtype), " and ", dtypeName(v.dtype));
+        THUNDER_CHECK_KIND(!isComplex(x.dtype), ErrorKind::Type,
+                           "ltorch.heaviside: complex tensors are not supported");
+        Value pos = clang::maybeConvert(op("gt", {a[0], 0}), x.dtype);
+        return op("where", {op("eq", {a[0], 0}), a[1], pos});
+      },
+      kElementwise);
+  define(
+      "isclose", "a, other, rtol=1e-05, atol=1e-08, equal_nan=False",
+      {"torch.isclose", "torch.Tensor.isclose"},
+      [](const Args& a) {
+        const TensorProxy &x = T(a[0], "isclose"), &y = T(a[1], "isclose", "other");
+        THUNDER_CHECK_KIND(x.dtype == y.dtype, ErrorKind::Type,
+                           "ltorch.isclose: expected tensors of one dtype, "
+                           "but got ",
+                           dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+        Value eq = op("eq", {a[0], a[1]});
+        DType comp = isFloating(x.dtype) || isComplex(x.dtype)
+                         ? (isLowPrecision(x.dtype) ? DType::Float32 : x.dtype)
+                         : DType::Float64;
+        Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
+        Value diff = op("abs", {op("sub", {p, q})});
+        Value tol = op("add", {op("mul", {op("abs", {q}), a[2].toDouble()}), a[3].toDouble()});
+        Value close = op("logical_and", {op("isfinite", {diff}), op("le", {diff, tol})});
+        Value r = op("logical_or", {eq, close});
+        if (a[4].toBool() && (isFloating(x.dtype) || isComplex(x.dtype)))
+          r = op("logical_or", {r, op("logical_and", {op("isnan", {a[0]}), op("isnan", {a[1]})})});
+        return r;
+      },
+      kElementwise);
+  define(
+      "isreal", "a", {"torch.isreal", "torch.Tensor.isreal"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "isreal");
+        if (!isComplex(t.dtype)) return prims::full(t.shape, true, t.device, DType::Bool);
+        return op("eq", {prims::imag(a[0]), 0});
+      },
+      kElementwise);
   for (bool isMax : {true, false}) {
     std::string name = isMax ? "fmax" : "fmin";
-    define(name, "a, other", {"torch." + name, "torch.Tensor." + name}, [isMax, name](const Args& a) {
-      T(a[0], name);
-      T(a[1], name, "other");
-      Value m = op(isMax ? "maximum" : "minimum", {a[0], a[1]});
-      DType dt = m.tensor().dtype;
-      if (!isFloating(dt)) return m;
-      // A nan loses to a number.
-      Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(a[1], dt), m});
-      return op("where", {op("isnan", {a[1]}), clang::maybeConvert(a[0], dt), r});
-    }, kElementwise);
+    define(
+        name, "a, other", {"torch." + name, "torch.Tensor." + name},
+        [isMax, name](const Args& a) {
+          T(a[0], name);
+          T(a[1], name, "other");
+          Value m = op(isMax ? "maximum" : "minimum", {a[0], a[1]});
+          DType dt = m.tensor().dtype;
+          if (!isFloating(dt)) return m;
+          // A nan loses to a number.
+          Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(a[1], dt), m});
+          return op("where", {op("isnan", {a[1]}), clang::maybeConvert(a[0], dt), r});
+        },
+        kElementwise);
   }
-  define("sgn", "a", {"torch.sgn", "torch.Tensor.sgn"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "sgn");
-    if (!isComplex(t.dtype)) return op("sign", {a[0]});
-    Value r = op("abs", {a[0]});
-    Value safe = op("where", {op("eq", {r, 0}), 1.0, r});
-    return op("where", {op("eq", {r, 0}), clang::maybeConvert(Value(0), t.dtype), op("div", {a[0], safe})});
-  }, kElementwise);
-  define("xlog1py", "a, other", {"torch.special.xlog1py"}, [](const Args& a) {
-    auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
-    THUNDER_CHECK_KIND(!isComplex(result) && a[0].isTensor(), ErrorKind::Type,
-                       "ltorch.xlog1py: expected a real tensor input");
-    Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
-    Value lp = y.isTensor() ? op("log1p", {y}) : Value(std::log1p(y.toDouble()));
-    Value r = op("where", {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, lp})});
-    if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
-    return clang::maybeConvert(r, result);
-  }, kElementwise);
-  define("entr", "a", {"torch.special.entr"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "entr");
-    THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.entr: complex tensors are not supported");
-    DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
-    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-    Value x = clang::maybeConvert(a[0], comp);
-    // -x log x for x > 0, 0 at 0, -inf below, nan for nan.
-    Value safe = op("where", {op("gt", {x, 0}), x, 1.0});
-    Value r = op("where", {op("gt", {x, 0}), op("neg", {op("mul", {x, op("log", {safe})})}),
-                           op("where", {op("eq", {x, 0}), 0.0, -INFINITY})});
-    r = op("where", {op("isnan", {x}), x, r});
-    return clang::maybeConvert(r, dt);
-  }, kElementwise);
-  define("ndtr", "a", {"torch.special.ndtr"}, [](const Args& a) {
-    const TensorProxy& t = T(a[0], "ndtr");
-    THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type, "ltorch.ndtr: complex tensors are not supported");
-    DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
-    DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-    Value x = clang::maybeConvert(a[0], comp);
-    // 0.5 * erfc(-x / sqrt(2)), accurate in both tails.
-    return clang::maybeConvert(op("mul", {op("erfc", {op("mul", {x, -M_SQRT1_2})}), 0.5}), dt);
-  }, kElementwise);
+  define(
+      "sgn", "a", {"torch.sgn", "torch.Tensor.sgn"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "sgn");
+        if (!isComplex(t.dtype)) return op("sign", {a[0]});
+        Value r = op("abs", {a[0]});
+        Value safe = op("where", {op("eq", {r, 0}), 1.0, r});
+        return op("where", {op("eq", {r, 0}), clang::maybeConvert(Value(0), t.dtype),
+                            op("div", {a[0], safe})});
+      },
+      kElementwise);
+  define(
+      "xlog1py", "a, other", {"torch.special.xlog1py"},
+      [](const Args& a) {
+        auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
+        THUNDER_CHECK_KIND(!isComplex(result) && a[0].isTensor(), ErrorKind::Type,
+                           "ltorch.xlog1py: expected a real tensor input");
+        Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
+        Value lp = y.isTensor() ? op("log1p", {y}) : Value(std::log1p(y.toDouble()));
+        Value r = op("where",
+                     {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, lp})});
+        if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
+        return clang::maybeConvert(r, result);
+      },
+      kElementwise);
+  define(
+      "entr", "a", {"torch.special.entr"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "entr");
+        THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type,
+                           "ltorch.entr: complex tensors are not supported");
+        DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value x = clang::maybeConvert(a[0], comp);
+        // -x log x for x > 0, 0 at 0, -inf below, nan for nan.
+        Value safe = op("where", {op("gt", {x, 0}), x, 1.0});
+        Value r = op("where", {op("gt", {x, 0}), op("neg", {op("mul", {x, op("log", {safe})})}),
+                               op("where", {op("eq", {x, 0}), 0.0, -INFINITY})});
+        r = op("where", {op("isnan", {x}), x, r});
+        return clang::maybeConvert(r, dt);
+      },
+      kElementwise);
+  define(
+      "ndtr", "a", {"torch.special.ndtr"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "ndtr");
+        THUNDER_CHECK_KIND(!isComplex(t.dtype), ErrorKind::Type,
+                           "ltorch.ndtr: complex tensors are not supported");
+        DType dt = isFloating(t.dtype) ? t.dtype : DType::Float32;
+        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        Value x = clang::maybeConvert(a[0], comp);
+        // 0.5 * erfc(-x / sqrt(2)), accurate in both tails.
+        return clang::maybeConvert(op("mul", {op("erfc", {op("mul", {x, -M_SQRT1_2})}), 0.5}), dt);
+      },
+      kElementwise);
   define("cartesian_prod", "*tensors", {"torch.cartesian_prod"}, [](const Args& a) {
     std::vector<Value> ts = a[0].items();
     THUNDER_CHECK(!ts.empty(), "ltorch.cartesian_prod: expected at least one tensor");
     for (size_t i = 0; i < ts.size(); ++i)
       THUNDER_CHECK(expectTensor(ts[i], "ltorch.cartesian_prod", "tensors").ndim() == 1,
-                    "ltorch.cartesian_prod: expected 1-dimensional tensors, but tensor ", i, " has shape ",
-                    shapeStr(ts[i].tensor().shape));
+                    "ltorch.cartesian_prod: expected 1-dimensional tensors, but tensor ", i,
+                    " has shape ", shapeStr(ts[i].tensor().shape));
     if (ts.size() == 1) return ts[0];
     Value grids = op("meshgrid", {Value::list(ts)}, {{"indexing", "ij"}});
     std::vector<Value> cols;
@@ -1639,12 +1915,15 @@ void registerMoreTensorOps() {
   define("sum_to_size", "a, *size", {"torch.Tensor.sum_to_size"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "sum_to_size");
     Shape size = intsOrVarargs(a[1]);
-    THUNDER_CHECK(static_cast<int64_t>(size.size()) <= t.ndim(), "ltorch.sum_to_size: size ", shapeStr(size),
-                  " is not expandable to shape ", shapeStr(t.shape));
+    THUNDER_CHECK(static_cast<int64_t>(size.size()) <= t.ndim(), "ltorch.sum_to_size: size ",
+                  shapeStr(size), " is not expandable to shape ", shapeStr(t.shape));
     size_t off = t.ndim() - size.size();
     std::vector<int64_t> dims;
     for (int64_t i = 0; i < t.ndim(); ++i) {
-      if (static_cast<size_t>(i) < off) { dims.push_back(i); continue; }
+      if (static_cast<size_t>(i) < off) {
+        dims.push_back(i);
+        continue;
+      }
       int64_t want = size[i - off];
       THUNDER_CHECK(want == t.shape[i] || want == 1, "ltorch.sum_to_size: size ", shapeStr(size),
                     " is not expandable to shape ", shapeStr(t.shape));
@@ -1656,12 +1935,16 @@ void registerMoreTensorOps() {
   define("cdist", "x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'",
          {"torch.cdist"}, [](const Args& a) {
            const TensorProxy &x = T(a[0], "cdist", "x1"), &y = T(a[1], "cdist", "x2");
-           THUNDER_CHECK(x.ndim() >= 2 && y.ndim() >= 2 && x.shape.back() == y.shape.back(),
-                         "ltorch.cdist: expected x1 and x2 with at least 2 dimensions and the same last "
-                         "dimension, but got shapes ", shapeStr(x.shape), " and ", shapeStr(y.shape));
-           THUNDER_CHECK_KIND(x.dtype == y.dtype && (x.dtype == DType::Float32 || x.dtype == DType::Float64),
-                              ErrorKind::Type, "ltorch.cdist: expected float32 or float64 inputs of one dtype, but got ",
-                              dtypeName(x.dtype), " and ", dtypeName(y.dtype));
+           THUNDER_CHECK(
+               x.ndim() >= 2 && y.ndim() >= 2 && x.shape.back() == y.shape.back(),
+               "ltorch.cdist: expected x1 and x2 with at least 2 dimensions and the same last "
+               "dimension, but got shapes ",
+               shapeStr(x.shape), " and ", shapeStr(y.shape));
+           THUNDER_CHECK_KIND(
+               x.dtype == y.dtype && (x.dtype == DType::Float32 || x.dtype == DType::Float64),
+               ErrorKind::Type,
+               "ltorch.cdist: expected float32 or float64 inputs of one dtype, but got ",
+               dtypeName(x.dtype), " and ", dtypeName(y.dtype));
            double p = a[2].toDouble();
            THUNDER_CHECK(p >= 0, "ltorch.cdist: p must be non-negative, but got ", p);
            // |x1[..., i, None, :] - x2[..., None, j, :]|_p over the last dim.
@@ -1669,27 +1952,31 @@ void registerMoreTensorOps() {
                                 clang::unsqueeze(a[1], y.ndim() - 2, "ltorch.cdist")});
            return vectorNorm(d, p, -1, false, std::nullopt, "cdist");
          });
-  define("median", "a, dim=None, keepdim=False", {"torch.median", "torch.Tensor.median"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "median");
-           THUNDER_CHECK_KIND(a[1].isNone(), ErrorKind::NotImplemented,
-                              "ltorch.median: the form with dim (values and indices) is not supported");
-           checkSortable(t, "median");
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, "ltorch.median: bool tensors are not supported");
-           // As PyTorch: the median of no floating values is nan.
-           if (t.numel() == 0 && isFloating(t.dtype))
-             return op("add", {op("sum", {a[0]}), NAN});  // nan, still depending on a
-           THUNDER_CHECK(t.numel() > 0, "ltorch.median: cannot compute the median of an empty ", dtypeName(t.dtype),
-                         " tensor");
-           // The lower median; a nan anywhere makes the median nan (sort puts nans last).
-           Value flat = clang::reshape(a[0], {t.numel()}, "ltorch.median");
-           Value sorted = sortImpl(flat, 0, false, false, "median").items()[0];
-           Value r = op("select", {sorted, 0, (t.numel() - 1) / 2});
-           // With a nan, the median is the last sorted value (a nan), as eager's (and its gradient).
-           if (isFloating(t.dtype))
-             r = op("where", {op("any", {op("isnan", {flat})}), op("select", {sorted, 0, -1}), r});
-           return r;
-         }, kReductionOp);
+  define(
+      "median", "a, dim=None, keepdim=False", {"torch.median", "torch.Tensor.median"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "median");
+        THUNDER_CHECK_KIND(
+            a[1].isNone(), ErrorKind::NotImplemented,
+            "ltorch.median: the form with dim (values and indices) is not supported");
+        checkSortable(t, "median");
+        THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
+                           "ltorch.median: bool tensors are not supported");
+        // As PyTorch: the median of no floating values is nan.
+        if (t.numel() == 0 && isFloating(t.dtype))
+          return op("add", {op("sum", {a[0]}), NAN});  // nan, still depending on a
+        THUNDER_CHECK(t.numel() > 0, "ltorch.median: cannot compute the median of an empty ",
+                      dtypeName(t.dtype), " tensor");
+        // The lower median; a nan anywhere makes the median nan (sort puts nans last).
+        Value flat = clang::reshape(a[0], {t.numel()}, "ltorch.median");
+        Value sorted = sortImpl(flat, 0, false, false, "median").items()[0];
+        Value r = op("select", {sorted, 0, (t.numel() - 1) / 2});
+        // With a nan, the median is the last sorted value (a nan), as eager's (and its gradient).
+        if (isFloating(t.dtype))
+          r = op("where", {op("any", {op("isnan", {flat})}), op("select", {sorted, 0, -1}), r});
+        return r;
+      },
+      kReductionOp);
 }
 
 }  // namespace

@@ -521,7 +521,8 @@ Value meta_cumsum(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "cumsum", "a");
   canonicalizeDim(a.ndim(), args[1].toInt(), "prims.cumsum");
   THUNDER_CHECK_KIND(a.dtype != DType::Bool, ErrorKind::Type,
-                     "prims.cumsum: bool tensors are not supported (convert to an integer dtype first)");
+                     "prims.cumsum: bool tensors are not supported (convert to an integer dtype ",
+                     "first)");
   return newTensor(a.shape, a.dtype, a.device);
 }
 
@@ -529,15 +530,18 @@ Value meta_cumprod(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "cumprod", "a");
   canonicalizeDim(a.ndim(), args[1].toInt(), "prims.cumprod");
   THUNDER_CHECK_KIND(a.dtype != DType::Bool, ErrorKind::Type,
-                     "prims.cumprod: bool tensors are not supported (convert to an integer dtype first)");
+                     "prims.cumprod: bool tensors are not supported (convert to an integer dtype ",
+                     "first)");
   return newTensor(a.shape, a.dtype, a.device);
 }
 
 Value meta_sort(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "sort", "a");
   canonicalizeDim(a.ndim(), args[1].toInt(), "prims.sort");
-  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, "prims.sort: complex tensors are not supported");
-  return Value::tuple({newTensor(a.shape, a.dtype, a.device), newTensor(a.shape, DType::Int64, a.device)});
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type,
+                     "prims.sort: complex tensors are not supported");
+  return Value::tuple(
+      {newTensor(a.shape, a.dtype, a.device), newTensor(a.shape, DType::Int64, a.device)});
 }
 
 Value meta_topk(const std::vector<Value>& args) {
@@ -545,7 +549,8 @@ Value meta_topk(const std::vector<Value>& args) {
   int64_t k = args[1].toInt();
   int64_t dim = canonicalizeDim(a.ndim(), args[2].toInt(), "prims.topk");
   int64_t n = a.ndim() == 0 ? 1 : a.shape[dim];
-  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, "prims.topk: complex tensors are not supported");
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type,
+                     "prims.topk: complex tensors are not supported");
   THUNDER_CHECK_KIND(k >= 0 && k <= n, ErrorKind::Index, "prims.topk: k (", k,
                      ") is out of range for dimension ", dim, " of length ", n, " of shape ",
                      shapeStr(a.shape));

@@ -1311,7 +1311,13 @@ void registerLTorch() {
     registerReductions();
     registerCreation();
     registerNN();
+    registerTensorOps();
   });
+}
+
+void define(const std::string& name, const std::string& sig, std::vector<std::string> torch,
+            SymbolFn fn, uint32_t tags) {
+  def(name, sig, std::move(torch), std::move(fn), tags);
 }
 
 const std::vector<TorchName>& torchNames() {

@@ -20,6 +20,12 @@ struct TorchName {
 
 /// Registers the prims and every ltorch symbol (idempotent).
 void registerLTorch();
+/// Defines an ltorch symbol: its signature (as PyTorch's), the PyTorch callables that map to it
+/// ("~" marks a reflected operator) and its decomposition. For the register functions below.
+void define(const std::string& name, const std::string& sig, std::vector<std::string> torch,
+            SymbolFn fn, uint32_t tags = kNoTags);
+/// Registers the tensor ops of ltorch_tensor.cpp (cumsum, sort, scatter, einsum, ...).
+void registerTensorOps();
 /// Every PyTorch callable that maps to an ltorch symbol.
 const std::vector<TorchName>& torchNames();
 /// An ltorch symbol by name ("add").

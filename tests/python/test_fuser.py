@@ -1,5 +1,6 @@
 """The fusion executor: regions, generated code (golden files, NVRTC), CPU kernels vs eager."""
 
+import math
 import os
 import pathlib
 import re
@@ -440,3 +441,10 @@ def test_cuda_norm_backward_is_one_kernel_with_its_weight_gradient(dtype):
         torch.testing.assert_close(a.double(), r.double(), **tol)
     names = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n != "del"]
     assert sum(n.startswith("cudaFusion") for n in names) == 1, names
+
+
+def test_fused_where_of_two_numbers():
+    # The predicate is where's only tensor: the numbers are of the output's dtype, not bool.
+    f = lambda x: torch.where(x == 0, 0.0, -5.0) + torch.where(x > 0, x, -math.inf)
+    x = torch.tensor([-1.0, 0.0, 2.0])
+    torch.testing.assert_close(thunder.jit(f, executors=["fuser"])(x), f(x))

@@ -420,6 +420,28 @@ void registerTorchRules() {
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
     putGrad(a[0], op("where", {op("gt", {y, 0}), g, 0.0}));
   });
+  // std = sqrt(var): through sqrt the gradient at std == 0 is inf * 0 = NaN. PyTorch defines it
+  // as 0 there (a constant row has no direction of steepest ascent), so std has its own rule:
+  // d std / dx = (x - mean) / ((n - correction) * std), and 0 where std == 0.
+  rule(ltorch::symbol("std"), [](const Args& a, X y, X g) {
+    const TensorProxy& t = a[0].tensor();
+    if (!isFloating(t.dtype)) return;
+    std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.std");
+    if (dims.empty() || t.numel() == 0) {
+      putGrad(a[0], zerosLike(a[0]));
+      return;
+    }
+    int64_t n = 1;
+    for (int64_t d : dims) n *= t.shape[d];
+    double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
+    Value x = up(a[0]);
+    Value mean = expandBack(div(op("sum", {x, Value::ints(dims)}), static_cast<double>(n)),
+                            t.shape, dims);
+    Value yb = expandBack(up(y), t.shape, dims), gb = expandBack(up(g), t.shape, dims);
+    Value scale = op("where", {op("eq", {yb, 0.0}), 0.0,
+                               div(gb, mul(yb, static_cast<double>(n) - corr))});
+    putGrad(a[0], mul(scale, sub(x, mean)));
+  });
   // softmax and log_softmax keep their forward as one call: the backward reads only the output.
   rule(ltorch::symbol("softmax"), [](const Args& a, X y, X g) {
     Value y32 = up(y), g32 = up(g);

@@ -500,8 +500,12 @@ def _to(self, *args, **kwargs):
 
 def _unsupported(what):
     def f(self, *args, **kwargs):
+        from thunder.core.guards import user_location
+
+        where = user_location()
         raise NotImplementedError(
             f"thunder.jit: {what} needs the value of a tensor while tracing ({self.name}), which is not supported"
+            + (f", at {where}" if where else "")
         )
     return f
 

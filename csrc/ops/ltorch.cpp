@@ -1207,7 +1207,15 @@ void registerNN() {
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "mse_loss");
-        Value d = op("sub", {a[0], a[1]});
+        // As PyTorch, input and target are broadcast to one shape first, so the result's dtype
+        // is promoted from two tensors of that shape: a 0-dim f32 target with a bf16 input
+        // gives f32, not the bf16 that scalar-like promotion of a 0-dim tensor would.
+        Shape shape = clang::broadcastShapes({t.shape, T(a[1], "mse_loss", "target").shape},
+                                             "ltorch.mse_loss");
+        auto expandTo = [&](const Value& x) {
+          return x.tensor().shape == shape ? x : op("expand", {x, Value::ints(shape)});
+        };
+        Value d = op("sub", {expandTo(a[0]), expandTo(a[1])});
         Value sq = op("mul", {d, d});
         const std::string& r = a[4].toString();
         THUNDER_CHECK_KIND(r == "none" || r == "sum" || r == "mean", ErrorKind::Value,

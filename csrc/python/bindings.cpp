@@ -338,10 +338,10 @@ class CompiledFunction {
       else e->program = std::make_unique<runtime::Program>(e->traces.back());
       // Another thread may have compiled the same key while this one traced (tracing runs
       // Python, which lets other threads in): the first entry stays, so running calls keep it.
+      e->lastUse = ++clock_;
       auto [pos, inserted] = cache_.emplace(key, e);
       entry = inserted ? e : pos->second;
       if (inserted) evict();
-      key_ = key;
       leaves_.clear();
       flatten(args, leaves_, nullptr, nullptr);
       flatten(kwargs, leaves_, nullptr, nullptr);

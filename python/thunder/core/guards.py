@@ -54,8 +54,7 @@ def _normalize(value, out: list) -> None:
     elif isinstance(value, torch.Tensor):
         # A closure tensor is a trace input captured with the entry: another tensor bound to the
         # same name must not reuse it.
-        out.append(("tensor", id(value)))
-        out.append(value)
+        out.append(id(value))
     else:
         out.append(value)
 

@@ -143,7 +143,18 @@ def dispatch(func, args, kwargs):
             out = fallback.call(func, _qualname(func), args, kwargs)
         except NotImplementedError:
             raise e from None
+    out = _named_result(func, out)
     _note_views(st, func, args, out)
+    return out
+
+
+def _named_result(func, out):
+    """torch.max(x, dim) and the like return a named tuple (torch.return_types.max, with .values
+    and .indices); the symbol's plain tuple gets the same type."""
+    if type(out) is tuple:
+        named = getattr(torch.return_types, getattr(func, "__name__", ""), None)
+        if isinstance(named, type) and issubclass(named, tuple) and getattr(named, "n_fields", 0) == len(out):
+            return named(out)
     return out
 
 

@@ -95,6 +95,14 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
     return clang::binary(prims::logical_or, a, b, PK::AlwaysBool, opn(name));
   }
   Value rhs = b;
+  if (!b.isTensor() && !alpha.isTensor() && !(alpha.isInt() && alpha.toInt() == 1)) {
+    // torch.add(x, 0.1, alpha=2): the product of two numbers is a number (Python's arithmetic).
+    THUNDER_CHECK_KIND(b.isNumber() && alpha.isNumber(), ErrorKind::Type, opn(name),
+                       ": other and alpha must be numbers or tensors");
+    bool ints = (b.isInt() || b.isBool()) && (alpha.isInt() || alpha.isBool());
+    rhs = ints ? Value(b.toInt() * alpha.toInt()) : Value(b.toDouble() * alpha.toDouble());
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  }
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
                                                     : false;
@@ -533,7 +541,7 @@ void registerShapeOps() {
   def("cat", "tensors, dim=0", {"torch.cat", "torch.concat", "torch.concatenate"},
       [](const Args& a) {
         const std::vector<Value>& ts = a[0].items();
-        THUNDER_CHECK(!ts.empty(), "ltorch.cat: expected a non-empty list of tensors");
+        THUNDER_CHECK_KIND(!ts.empty(), ErrorKind::Value, "ltorch.cat: expected a non-empty list of tensors");
         std::vector<Value> kept;
         for (size_t i = 0; i < ts.size(); ++i) {
           const TensorProxy& t = expectTensor(ts[i], "ltorch.cat", "tensors[" + std::to_string(i) + "]");
@@ -826,6 +834,8 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
   Value x = clang::maybeConvert(a, computation);
+  if (t.numel() == 0)  // nothing to normalize (a length-0 dim has no max): an empty result
+    return clang::maybeConvert(op("sub", {x, x}), result);
   if (t.ndim() == 0) {
     Value r = log ? op("sub", {x, x}) : op("add", {op("mul", {x, 0.0}), 1.0});
     return clang::maybeConvert(r, result);

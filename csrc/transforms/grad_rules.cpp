@@ -386,16 +386,19 @@ void registerMatmulRules() {
   rule(sym(PrimId::linear), [](const Args& a, X, X g) {
     const TensorProxy &x = a[0].tensor(), &w = a[1].tensor();
     int64_t in = x.shape.back();
+    // The rows as a number, not -1: with a length-0 feature dim, -1 would be ambiguous.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < x.shape.size(); ++d) rows *= x.shape[d];
     if (w.ndim() == 2) {
       int64_t out = w.shape[0];
       putGrad(a[0], op("matmul", {g, a[1]}));
-      Value g2 = op("reshape", {g, Value::ints({-1, out})});
-      Value x2 = op("reshape", {a[0], Value::ints({-1, in})});
+      Value g2 = op("reshape", {g, Value::ints({rows, out})});
+      Value x2 = op("reshape", {a[0], Value::ints({rows, in})});
       putGrad(a[1], op("matmul", {op("transpose", {g2, 0, 1}), x2}));
     } else {
       putGrad(a[0], mul(op("unsqueeze", {g, -1}), a[1]));
       putGrad(a[1], op("matmul", {op("reshape", {g, Value::ints({-1})}),
-                                  op("reshape", {a[0], Value::ints({-1, in})})}));
+                                  op("reshape", {a[0], Value::ints({rows, in})})}));
     }
     putGrad(a[2], g);
   });

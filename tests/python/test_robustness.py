@@ -351,3 +351,52 @@ def test_max_min_with_dim_return_named_tuples(fn):
     torch.testing.assert_close(got.values, want.values)
     torch.testing.assert_close(got.indices, want.indices)
     torch.testing.assert_close(thunder.jit(lambda x: fn(x).values * 2)(x), want.values * 2)
+
+
+# ---- valid programs eager runs, and eager's exception types -----------------------------------
+
+VALID = [
+    ("permute_0d", lambda x: x.permute(()), lambda: [torch.tensor(1.5)]),
+    ("permute_0d_no_dims", lambda x: x.permute(), lambda: [torch.tensor(1.5)]),  # TypeError in eager
+    ("permute_0d_torch", lambda x: torch.permute(x, ()), lambda: [torch.tensor(1.5)]),
+    ("add_alpha_number", lambda x: torch.add(x, 0.1, alpha=2), lambda: [torch.ones(3)]),
+    ("sub_alpha_number", lambda x: torch.sub(x, 3, alpha=2), lambda: [torch.arange(3)]),
+    ("add_alpha_int_tensor", lambda x: torch.add(x, 2, alpha=3), lambda: [torch.arange(4)]),
+    ("std_unbiased_kw", lambda x: torch.std(x, 0, unbiased=False), lambda: [torch.randn(3, 4)]),
+    ("var_unbiased_kw", lambda x: torch.var(x, unbiased=True), lambda: [torch.randn(3, 4)]),
+    ("var_unbiased_positional", lambda x: torch.var(x, False), lambda: [torch.randn(3, 4)]),
+    ("std_dim_unbiased_keepdim", lambda x: torch.std(x, 1, False, True), lambda: [torch.randn(3, 4)]),
+    ("method_var_unbiased", lambda x: x.var(dim=1, unbiased=False), lambda: [torch.randn(3, 4)]),
+    ("softmax_len0_dim", lambda x: torch.softmax(x, 1), lambda: [torch.randn(3, 0)]),
+    ("log_softmax_len0_rows", lambda x: torch.log_softmax(x, 0), lambda: [torch.randn(0, 3)]),
+    ("amax_len0_dim", lambda x: torch.amax(x, 1), lambda: [torch.randn(3, 0)]),
+    ("amax_len0_other_dim", lambda x: torch.amax(x, 1), lambda: [torch.randn(0, 3)]),
+    ("nan_to_num", lambda x: torch.nan_to_num(x), lambda: [torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])]),
+    ("index_select_oob", lambda x, i: torch.index_select(x, 0, i), lambda: [torch.randn(3), torch.tensor([5])]),
+    ("embedding_oob", lambda w, i: F.embedding(i, w), lambda: [torch.randn(3, 2), torch.tensor([5])]),
+    ("cat_empty_list", lambda x: torch.cat([]) + x, lambda: [torch.ones(1)]),
+    ("bitwise_on_float", lambda x: torch.bitwise_and(x, x), lambda: [torch.randn(2)]),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn,make", VALID, ids=[v[0] for v in VALID])
+def test_matches_eager_values_and_exception_types(name, fn, make, executors):
+    assert_same(fn, *make(), executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("shape", [(2, 0), (0, 4), (0, 0)], ids=["in0", "batch0", "both0"])
+def test_length_zero_linear_trains(shape, executors):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(shape[1], 3)
+    jm = thunder.jit(m, executors=executors)
+    x = torch.randn(*shape, requires_grad=True)
+    y = jm(x)
+    y.sum().backward()
+    grads = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+    m.zero_grad()
+    x.grad = None
+    m(x).sum().backward()
+    for got, want in zip(grads, [p.grad for p in m.parameters()] + [x.grad]):
+        torch.testing.assert_close(got, want)

@@ -125,6 +125,8 @@ def dispatch(func, args, kwargs):
         _note_views(st, func, args, out)
         return out
     sym, swapped = entry
+    if sym.name in ("var", "std", "var_mean", "std_mean"):
+        args, kwargs = _unbiased_to_correction(args, kwargs)
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
@@ -146,6 +148,23 @@ def dispatch(func, args, kwargs):
     out = _named_result(func, out)
     _note_views(st, func, args, out)
     return out
+
+
+def _unbiased_to_correction(args, kwargs):
+    """torch.var(x, unbiased=False), torch.var(x, False) and torch.var(x, dim, False, keepdim):
+    PyTorch's older overloads, as correction=0 (or 1)."""
+    kwargs = dict(kwargs)
+    if "unbiased" in kwargs:
+        kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
+    if len(args) >= 2 and isinstance(args[1], bool):
+        kwargs["correction"] = int(args[1])
+        args = args[:1]
+    elif len(args) >= 3 and isinstance(args[2], bool):
+        kwargs["correction"] = int(args[2])
+        if len(args) >= 4:
+            kwargs["keepdim"] = args[3]
+        args = args[:2]
+    return args, kwargs
 
 
 def _named_result(func, out):

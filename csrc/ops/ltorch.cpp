@@ -1088,6 +1088,18 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
   for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
   THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, opn(name),
                      ": expected a floating point input, but got ", dtypeName(t.dtype));
+  if (layer && t.device.type == DeviceType::CPU) {
+    // PyTorch's CPU layer_norm takes weight and bias of the input's dtype, or float32 ones with a
+    // bfloat16/float16 input, and raises otherwise (a float64 weight on float32 input).
+    for (size_t i : {size_t{2}, size_t{3}}) {
+      if (!a[i].isTensor()) continue;
+      DType p = a[i].tensor().dtype;
+      THUNDER_CHECK(p == t.dtype || (isLowPrecision(t.dtype) && p == DType::Float32), opn(name),
+                    ": mixed dtype (CPU): ", i == 2 ? "weight" : "bias", " has dtype ", dtypeName(p),
+                    " but the input has ", dtypeName(t.dtype), "; expected ", dtypeName(t.dtype),
+                    isLowPrecision(t.dtype) ? " or float32" : "");
+    }
+  }
   DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
   Value x = clang::maybeConvert(a[0], computation);
   double eps = layer ? a[4].toDouble() : (a[3].isNone() ? 1.1920928955078125e-07 : a[3].toDouble());

@@ -353,7 +353,9 @@ void registerReductionRules() {
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
     if (dims.empty()) {
-      putGrad(a[0], zerosLike(a[0]));
+      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction), which is NaN for
+      // the default correction, as in PyTorch (0 / 0 through the division, not a literal).
+      putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), 1.0 - a[2].toDouble())));
       return;
     }
     int64_t n = 1;
@@ -430,7 +432,7 @@ void registerTorchRules() {
     const TensorProxy& t = a[0].tensor();
     if (!isFloating(t.dtype)) return;
     std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.std");
-    if (dims.empty() || t.numel() == 0) {
+    if (t.numel() == 0) {
       putGrad(a[0], zerosLike(a[0]));
       return;
     }
@@ -438,8 +440,10 @@ void registerTorchRules() {
     for (int64_t d : dims) n *= t.shape[d];
     double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
     Value x = up(a[0]);
-    Value mean = expandBack(div(op("sum", {x, Value::ints(dims)}), static_cast<double>(n)),
-                            t.shape, dims);
+    // No reduced dim (a 0-d input): each element is its own mean.
+    Value mean = dims.empty() ? x
+                              : expandBack(div(op("sum", {x, Value::ints(dims)}),
+                                               static_cast<double>(n)), t.shape, dims);
     Value yb = expandBack(up(y), t.shape, dims), gb = expandBack(up(g), t.shape, dims);
     Value scale = op("where", {op("eq", {yb, 0.0}), 0.0,
                                div(gb, mul(yb, static_cast<double>(n) - corr))});

@@ -400,3 +400,16 @@ def test_length_zero_linear_trains(shape, executors):
     m(x).sum().backward()
     for got, want in zip(grads, [p.grad for p in m.parameters()] + [x.grad]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("x_dtype,w_dtype,b_dtype", [
+    (torch.float32, torch.float64, None), (torch.float32, torch.float32, torch.float64),
+    (torch.float64, torch.float32, None), (torch.bfloat16, torch.float32, torch.float32),
+    (torch.bfloat16, torch.bfloat16, None), (torch.float32, torch.float32, torch.float32),
+])
+def test_layer_norm_parameter_dtypes_like_eager(x_dtype, w_dtype, b_dtype, executors):
+    x = torch.randn(2, 3, dtype=x_dtype)
+    w = torch.randn(3, dtype=w_dtype)
+    b = None if b_dtype is None else torch.randn(3, dtype=b_dtype)
+    assert_same(lambda x, w, b: F.layer_norm(x, (3,), w, b), x, w, b, executors=executors)

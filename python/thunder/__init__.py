@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -18,6 +19,7 @@ from thunder.core import devices, dtypes, functionalize, guards, outputs
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
+from thunder.core.cudagraphs import PLUGIN_NAMES as CUDA_GRAPH_PLUGINS, CUDAGraphRunner
 
 __all__ = ["jit", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
@@ -63,17 +65,47 @@ def _compiling():
     """While the user's program is traced, torch.compiler.is_compiling() is True, as under
     torch.compile: libraries then skip checks that read tensor values (Hugging Face's mask
     shortcuts, for one)."""
-    import contextlib
+    return _CompilingFlag()
 
-    ctx = getattr(pytorch.compiler, "_compile_session_context", None)
-    return ctx() if ctx is not None else contextlib.nullcontext()
+
+class _CompilingFlag:
+    """Makes torch.compiler.is_compiling() answer True for the duration of a trace: the function
+    is replaced (versions differ in what it reads), and the module flag set where there is one."""
+
+    def __enter__(self):
+        c = pytorch.compiler
+        self._old = [("is_compiling", c.is_compiling)]
+        if hasattr(c, "_is_compiling_flag"):
+            self._old.append(("_is_compiling_flag", c._is_compiling_flag))
+            c._is_compiling_flag = True
+        c.is_compiling = _always_compiling
+
+    def __exit__(self, *exc):
+        for name, value in self._old:
+            setattr(pytorch.compiler, name, value)
+        return False
+
+
+def _always_compiling() -> bool:
+    return True
+
+
+_mutated = threading.local()
 
 
 def _write_back(state) -> None:
     """Inputs updated in place get their new value written back (prims.copy_) at the end."""
     copy_ = _C.get_symbol("prims.copy_")
-    for original, latest in state.mutated_inputs():
+    mutated = state.mutated_inputs()
+    for original, latest in mutated:
         copy_(latest, original)
+    # The pipeline checks that no backward needs a value these writes replace.
+    _mutated.names = {original.name for original, _ in mutated}
+
+
+def mutated_input_names() -> set:
+    """Names of the inputs the last trace acquired on this thread updates in place."""
+    return getattr(_mutated, "names", set())
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):
@@ -114,12 +146,13 @@ class ThunderFunction(_C.CompiledFunction):
     """A jitted function: call it like the original. Calls go straight to the C++ cache lookup
     and runtime (CompiledFunction.__call__); Python runs only to trace on a cache miss."""
 
-    def __init__(self, fn: Callable, executors=None):
+    def __init__(self, fn: Callable, executors=None, cudagraphs: bool = False):
         # The C++ side holds the compile hook; a weak reference keeps it from owning self.
         compile_ = weakref.WeakMethod(self._compile)
         super().__init__(lambda args, kwargs: compile_()(args, kwargs))
         self._fn = fn
         self._executors = _executor_names(executors)
+        self._graphs = CUDAGraphRunner(self._call_compiled) if cudagraphs else None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -130,6 +163,11 @@ class ThunderFunction(_C.CompiledFunction):
         return self
 
     def __call__(self, *args, **kwargs):
+        if self._graphs is not None:
+            return self._graphs(*args, **kwargs)
+        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
+
+    def _call_compiled(self, *args, **kwargs):
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
@@ -144,12 +182,14 @@ def _sanitize(name: str) -> str:
 class ThunderModule(pytorch.nn.Module):
     """A jitted nn.Module: parameters and buffers become inputs of the trace."""
 
-    def __init__(self, module: pytorch.nn.Module, executors=None):
+    def __init__(self, module: pytorch.nn.Module, executors=None, cudagraphs: bool = False):
         super().__init__()
         self._model = module
         self._executors = _executor_names(executors)
         self._cfn = _C.CompiledFunction(self._compile)
         self._cfn.set_guard(guards.guard_for_module(module))
+        # Parameters and buffers (the first argument) stay where they are between calls.
+        self._graphs = CUDAGraphRunner(self._call_compiled, lambda args, kwargs: args[0]) if cudagraphs else None
         self._slots = self._collect_slots()
 
     def _collect_slots(self):
@@ -165,7 +205,12 @@ class ThunderModule(pytorch.nn.Module):
         return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
 
     def forward(self, *args, **kwargs):
+        if self._graphs is not None:
+            return self._graphs(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))
+
+    def _call_compiled(self, state, *args, **kwargs):
+        return outputs.finish(self._cfn(state, *args, **kwargs))
 
     def _compile(self, args, kwargs):
         state, user_args = args[0], args[1:]
@@ -173,8 +218,20 @@ class ThunderModule(pytorch.nn.Module):
 
         replaced = []  # (slot, proxy it held, value forward assigned to it)
 
+        attributes = []  # (module name, attribute, tensor it held, value forward assigned to it)
+
         def run(state_proxies, *a, **k):
             saved = []
+            # Tensor attributes forward may reassign: plain ones, and parameters and buffers made
+            # after thunder.jit (not inputs of the trace, so captured like any tensor it reads).
+            slot_keys = {(id(m), kind, name) for m, kind, name, _ in self._slots}
+            before = []
+            for n, m in self._model.named_modules():
+                held = {("__dict__", key): v for key, v in vars(m).items() if isinstance(v, pytorch.Tensor)}
+                for kind in ("_parameters", "_buffers"):
+                    held.update({(kind, key): v for key, v in getattr(m, kind).items()
+                                 if v is not None and (id(m), kind, key) not in slot_keys})
+                before.append((n, m, held))
             try:
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
@@ -187,6 +244,16 @@ class ThunderModule(pytorch.nn.Module):
                         replaced.append((slot, p, now))
                 for mod, kind, name, old in saved:
                     getattr(mod, kind)[name] = old
+                # The module keeps its tensors: a proxy never stays behind in an attribute.
+                for mod_name, mod, tensors in before:
+                    for (kind, key), old in tensors.items():
+                        now = (vars(mod) if kind == "__dict__" else getattr(mod, kind)).get(key)
+                        if now is not old:
+                            attributes.append((mod_name, key, old, now))
+                            if kind == "__dict__":
+                                vars(mod)[key] = old
+                            else:
+                                getattr(mod, kind)[key] = old
 
         def reassigned(fstate):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
@@ -198,6 +265,16 @@ class ThunderModule(pytorch.nn.Module):
                             f"shape, dtype or kind; only values like it can be written back"
                         )
                     functionalize.commit(fstate, f"assignment to {qual}", p, now)
+            for mod_name, key, old, now in attributes:
+                qual = f"{mod_name}.{key}" if mod_name else key
+                if isinstance(now, TensorProxy) and now is _C.capture_tensor(old):
+                    continue  # reassigned to itself (self.cache = self.cache.to(x.dtype))
+                if not isinstance(now, TensorProxy) or now.shape != old.shape or now.dtype != old.dtype:
+                    raise NotImplementedError(
+                        f"thunder.jit: forward replaced the tensor attribute {qual} by a value of another shape, "
+                        f"dtype or kind; make it a buffer, or keep its shape and dtype"
+                    )
+                functionalize.commit(fstate, f"assignment to {qual}", old, now)
 
         trace, sources, closures = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
@@ -212,21 +289,32 @@ def _dump(traces):
             print(t)
 
 
-def jit(fn: Callable | pytorch.nn.Module, executors=None, cache_size: int | None = None, **kwargs) -> Any:
+def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_size: int | None = None,
+        **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original.
 
-    cache_size bounds the compiled entries kept (one per input signature and guarded Python
-    values; least recently used evicted first); default THUNDER_CACHE_SIZE, else 256."""
+    plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
+    graphs (thunder/core/cudagraphs.py). cache_size bounds the compiled entries kept (one per input
+    signature and guarded Python values; least recently used evicted first); default
+    THUNDER_CACHE_SIZE, else 256."""
     if kwargs:
         raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
     if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0):
         raise ValueError(f"thunder.jit: cache_size must be a positive int, but got {cache_size!r}")
+    plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
+    for p in plugins:
+        if p not in CUDA_GRAPH_PLUGINS:
+            raise ValueError(f"thunder.jit: unknown plugin {p!r}; known: {', '.join(CUDA_GRAPH_PLUGINS)}")
+    names = [e if isinstance(e, str) else getattr(e, "name", None) for e in (executors or [])]
+    cudagraphs = bool(plugins) or "cudagraphs" in names
+    if executors is not None and "cudagraphs" in names:
+        executors = [e for e, n in zip(executors, names) if n != "cudagraphs"]
     if isinstance(fn, pytorch.nn.Module):
-        jfn = ThunderModule(fn, executors)
+        jfn = ThunderModule(fn, executors, cudagraphs)
     elif not callable(fn):
         raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
     else:
-        jfn = ThunderFunction(fn, executors)
+        jfn = ThunderFunction(fn, executors, cudagraphs)
     if cache_size is not None:
         jfn._cfn.cache_limit = cache_size
     return jfn

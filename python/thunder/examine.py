@@ -79,6 +79,10 @@ def _classify(func, args, kwargs):
         return "native", ""
     if func is torch.Tensor.__setitem__:
         return "native", ""
+    if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves((args, kwargs))):
+        # No tensor argument (torch.is_grad_enabled(), a factory of constants): thunder runs it
+        # while tracing, as the program does.
+        return "native", ""
     hit = proxies._inplace_functional(func)
     if hit is not None:
         functional = hit[1]
@@ -104,9 +108,18 @@ def examine(fn, *args, **kwargs) -> ExamineReport:
     """Runs fn(*args, **kwargs) eagerly, recording every torch call, and reports which calls
     thunder runs natively, which fall back to PyTorch and which it cannot run. Prints the report
     and returns it."""
+    from thunder import _compiling
+
     rec = _Recorder()
-    with rec:
-        fn(*args, **kwargs)
+    # As under thunder.jit, torch.compiler.is_compiling() is True: the program takes the paths
+    # it takes when traced.
+    grad_enabled = torch.is_grad_enabled()
+    try:
+        with _compiling(), rec:
+            fn(*args, **kwargs)
+    finally:
+        # Some programs leave grad mode changed when run under a TorchFunctionMode.
+        torch.set_grad_enabled(grad_enabled)
     report = ExamineReport()
     for func, count in rec.counts.items():
         name = proxies._qualname(func)

@@ -295,3 +295,20 @@ def test_inplace_shape_and_dtype_errors_match_eager():
         grow(torch.arange(3), torch.randn(3))
     with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
         thunder.jit(grow)(torch.arange(3), torch.randn(3))
+
+
+def test_inplace_update_of_an_input_the_backward_needs_is_refused():
+    def f(x, w):
+        y = x * w  # the gradient of w needs x as it was
+        x.add_(1)
+        return y.sum()
+
+    x, w = torch.randn(3), torch.randn(3, requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"backward needs the value that t_0 held before"):
+        thunder.jit(f)(x, w)
+    # Without grad there is no backward: it runs, and x is updated.
+    with torch.no_grad():
+        x2 = x.clone()
+        out = thunder.jit(f)(x, w)
+        torch.testing.assert_close(out, f(x2, w))
+        torch.testing.assert_close(x, x2)

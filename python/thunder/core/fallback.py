@@ -30,7 +30,8 @@ _counter = itertools.count()
 
 # Values a symbol argument can hold (thunder._C converts them); anything else is a constant of
 # the symbol, kept in its closure (a torch.memory_format, a torch.Generator, ...).
-_VALUE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, devices.Device, slice, type(Ellipsis))
+# (Slices and Ellipsis are constants: the runtime has no kernel argument for them.)
+_VALUE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, devices.Device)
 
 
 _STATIC_TYPES = (torch.dtype, torch.device, devices.Device, str)
@@ -38,6 +39,18 @@ _STATIC_TYPES = (torch.dtype, torch.device, devices.Device, str)
 
 def _is_value(x) -> bool:
     return isinstance(x, (_C.TensorProxy, torch.Tensor) + _VALUE_TYPES)
+
+
+def _mixed(x) -> bool:
+    """Whether a sequence holds tensors beside other values, or nested sequences with tensors."""
+    if not isinstance(x, (tuple, list)):
+        return False
+    kinds = {isinstance(y, (_C.TensorProxy, torch.Tensor)) for y in x}
+    return len(kinds) > 1 or any(isinstance(y, (tuple, list, dict)) and _has_tensor(y) for y in x)
+
+
+def _has_tensor(x) -> bool:
+    return any(isinstance(y, (_C.TensorProxy, torch.Tensor)) for y in pytree.tree_leaves(x))
 
 
 def _ensure_executor():
@@ -77,6 +90,12 @@ class _Call:
             leaves = [None if i in self.constants else x for i, x in enumerate(leaves)]
             args, kwargs = pytree.tree_unflatten(leaves, self.spec)
         self.args, self.kwargs = tuple(args), dict(kwargs)
+        # A sequence argument mixing tensors with other values (an index tuple) has no kernel
+        # argument type: such calls pass their flat leaves instead.
+        self.flat = any(_mixed(x) for x in (*self.args, *self.kwargs.values()))
+        if self.flat:
+            self.args = tuple(pytree.tree_leaves((self.args, self.kwargs)))
+            self.nargs, self.kwnames, self.kwargs = len(self.args), (), {}
 
     def key(self):
         consts = tuple((i, repr(x)) for i, x in sorted({**self.constants, **self.static}.items()))
@@ -88,6 +107,8 @@ class _Call:
 
     def leaves(self, args, kwargs):
         """The flat argument leaves of a call of the symbol (as the symbol received them)."""
+        if self.flat:
+            return list(args)
         return pytree.tree_leaves((tuple(args), {k: kwargs[k] for k in self.kwnames}))
 
     def rebuild(self, leaves, leaf_fn):

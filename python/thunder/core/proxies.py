@@ -114,6 +114,8 @@ def dispatch(func, args, kwargs):
         r = _maybe_inplace(st, func, orig_first, args, kwargs)
         if r is not _NOT_INPLACE:
             return r
+    if func is torch.Tensor.__getitem__ and len(args) == 2:
+        args = (args[0], _index_lists_as_tensors(args[0], args[1]))
     entry = _TORCH_MAP.get(func)
     if entry is None:
         if not _has_proxy(args) and not _has_proxy(kwargs):
@@ -175,6 +177,19 @@ def _named_result(func, out):
         if isinstance(named, type) and issubclass(named, tuple) and getattr(named, "n_fields", 0) == len(out):
             return named(out)
     return out
+
+
+def _index_lists_as_tensors(x, key):
+    """x[[0, 2]] and x[:, [-1]]: a list of ints indexes like the tensor it spells."""
+    def conv(k):
+        if isinstance(k, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in k):
+            with torch._C.DisableTorchFunction():
+                return torch.tensor(k, dtype=torch.int64, device=x._device_str)
+        return k
+
+    if isinstance(key, tuple):
+        return tuple(conv(k) for k in key)
+    return conv(key)
 
 
 def _note_views(st, func, args, out):
@@ -471,6 +486,8 @@ _PROPERTIES = {
     "itemsize": lambda self: torch.empty((), dtype=self.dtype).element_size(),
     "nbytes": lambda self: torch.empty((), dtype=self.dtype).element_size() * self.numel(),
     "data": lambda self: dispatch(torch.Tensor.detach, (self,), {}),
+    "real": lambda self: dispatch(torch.real, (self,), {}),
+    "imag": lambda self: dispatch(torch.imag, (self,), {}),
     "grad": lambda self: None,
     "grad_fn": lambda self: None,
     "is_leaf": lambda self: not self.requires_grad,

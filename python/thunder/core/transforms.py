@@ -93,8 +93,16 @@ def _pipeline(trace, sources, closures, executors, verify: bool):
     import thunder
 
     if torch.is_grad_enabled() and any(p.requires_grad for p in trace.inputs):
+        mutated = thunder.mutated_input_names()
         plan = _C.run_training_pipeline(trace, executors, verify)
         thunder._dump(list(plan.forward_traces) + list(plan.backward_traces))
+        overwritten = sorted(mutated & set(plan.saved_names))
+        if overwritten:
+            # The forward writes the new value into the caller's tensor before the backward runs.
+            raise NotImplementedError(
+                f"thunder.jit: the backward needs the value that {', '.join(overwritten)} held before the "
+                f"function updated it in place; clone it before the in-place update"
+            )
         return plan.forward_traces, sources, closures, plan
     traces = _C.run_pipeline(trace, executors, verify)
     thunder._dump(traces)

@@ -1,0 +1,290 @@
+"""Whole-model and kernel workloads: eager vs torch.compile vs thunder, measured side by side in
+one process. For each: median time, speedup over eager, peak memory (CUDA), first-call time.
+
+    python -m benchmarks.run [--device cuda|cpu] [--only NAME,...] [--json out.json] [--repeats N]
+
+Workloads (fixed, so results compare across commits):
+  gpt_train     Llama-3.2-1B-shaped decoder, 4 layers (vocab 128256, width 2048, 32 heads, 8 KV
+                heads, MLP 8192), batch 2 x 2048 tokens, bf16 weights, logits in float32 for the
+                cross-entropy; forward + backward. (CPU: a small GPT of the same form.)
+  gpt_infer     the same model, forward under torch.no_grad()
+  gpt_decode    greedy decoding of 64 tokens with a KV cache, batch 1, ms per token
+  rmsnorm       RMSNorm [8192, 4096] bf16 computed in f32, forward + backward (x and w grads)
+  gelu_chain    gelu(x * w + b) on 64M bf16, forward + backward
+  softmax       softmax over [16384, 4096] f32
+  overhead      20 x `x = torch.sin(x) * 1.01 + 0.1` on a [16, 16] tensor, us per call
+  cpu_chain     (CPU) sigmoid, tanh, exp, log1p, erf chain on 16M float32
+  cpu_mlp       (CPU) Linear 1024->4096, GELU (erf), Linear 4096->1024 on [2048, 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+import thunder  # noqa: E402
+from models import llama  # noqa: E402
+
+
+def commit() -> str:
+    if os.environ.get("THUNDER_COMMIT"):
+        return os.environ["THUNDER_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown"
+
+
+class Timer:
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def __call__(self, fn, repeats: int, warmup: int = 3) -> float:
+        """Median seconds per call of fn()."""
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        times = []
+        for _ in range(repeats):
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+
+# ---- workloads: each returns {contender: callable making one step} ----------------------------
+
+
+def _llama_config(device):
+    if device == "cuda":
+        return llama.Config(block_size=2048, vocab_size=128256, n_layer=4, n_head=32, n_query_groups=8, n_embd=2048,
+                            intermediate_size=8192, rope_base=500000), 2, 2048, torch.bfloat16
+    return llama.Config(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_query_groups=2, n_embd=256,
+                        intermediate_size=688), 2, 128, torch.float32
+
+
+def _model(device):
+    cfg, B, T, dtype = _llama_config(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = llama.GPT(cfg).to(dtype)
+    idx = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    targets = torch.randint(0, cfg.vocab_size, (B * T,), device=device)
+    return cfg, model, idx, targets
+
+
+def gpt_train(device, contender):
+    cfg, model, idx, targets = _model(device)
+    fwd = _wrap(model, contender)
+
+    def step():
+        logits = fwd(idx)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), targets)
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+
+    return step
+
+
+def gpt_infer(device, contender):
+    cfg, model, idx, _ = _model(device)
+    fwd = _wrap(model, contender)
+
+    def step():
+        with torch.no_grad():
+            fwd(idx)
+
+    return step
+
+
+def gpt_decode(device, contender):
+    cfg, model, idx, _ = _model(device)
+    model.eval()
+    dtype = next(model.parameters()).dtype
+    model.set_kv_cache(1, device=device, dtype=dtype)
+    fwd = _wrap(model, contender)
+    prompt = idx[0, :16]
+    n_new = 64 if device == "cuda" else 16
+
+    def step():
+        llama.generate(model, fwd, prompt, prompt.numel() + n_new)
+
+    step.per = n_new  # report per token
+    return step
+
+
+def _wrap(model, contender):
+    if contender == "eager":
+        return model
+    if contender == "torch.compile":
+        return torch.compile(model)
+    return thunder.jit(model)
+
+
+def _fn(f, contender):
+    if contender == "eager":
+        return f
+    if contender == "torch.compile":
+        return torch.compile(f)
+    return thunder.jit(f)
+
+
+def rmsnorm(device, contender):
+    shape = (8192, 4096) if device == "cuda" else (2048, 1024)
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(shape, device=device, dtype=dt, requires_grad=True)
+    w = torch.randn(shape[-1], device=device, dtype=dt, requires_grad=True)
+    g = torch.randn(shape, device=device, dtype=dt)
+
+    def f(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    jf = _fn(f, contender)
+    return lambda: torch.autograd.grad(jf(x, w), (x, w), g)
+
+
+def gelu_chain(device, contender):
+    n = 64 * 2**20 if device == "cuda" else 4 * 2**20
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(n // 4096, 4096, device=device, dtype=dt, requires_grad=True)
+    w = torch.randn(4096, device=device, dtype=dt, requires_grad=True)
+    b = torch.randn(4096, device=device, dtype=dt, requires_grad=True)
+    g = torch.randn_like(x)
+    jf = _fn(lambda x, w, b: torch.nn.functional.gelu(x * w + b), contender)
+    return lambda: torch.autograd.grad(jf(x, w, b), (x, w, b), g)
+
+
+def softmax(device, contender):
+    shape = (16384, 4096) if device == "cuda" else (4096, 1024)
+    x = torch.randn(shape, device=device)
+    jf = _fn(lambda x: torch.softmax(x, -1), contender)
+    return lambda: jf(x)
+
+
+def overhead(device, contender):
+    x = torch.randn(16, 16, device=device)
+
+    def f(x):
+        for _ in range(20):
+            x = torch.sin(x) * 1.01 + 0.1
+        return x
+
+    jf = _fn(f, contender)
+    return lambda: jf(x)
+
+
+def cpu_chain(device, contender):
+    x = torch.randn(16 * 2**20, device=device)
+    jf = _fn(lambda x: torch.erf(torch.log1p(torch.exp(torch.tanh(torch.sigmoid(x))))), contender)
+    return lambda: jf(x)
+
+
+def cpu_mlp(device, contender):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).to(device)
+    x = torch.randn(2048, 1024, device=device)
+    f = _wrap(mlp, contender)
+
+    def step():
+        with torch.no_grad():
+            f(x)
+
+    return step
+
+
+WORKLOADS = {
+    "gpt_train": gpt_train,
+    "gpt_infer": gpt_infer,
+    "gpt_decode": gpt_decode,
+    "rmsnorm": rmsnorm,
+    "gelu_chain": gelu_chain,
+    "softmax": softmax,
+    "overhead": overhead,
+    "cpu_chain": cpu_chain,
+    "cpu_mlp": cpu_mlp,
+}
+CPU_ONLY = {"cpu_chain", "cpu_mlp"}
+CONTENDERS = ("eager", "torch.compile", "thunder")
+
+
+def measure(name, device, contender, repeats):
+    timer = Timer(device)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        step = WORKLOADS[name](device, contender)
+        t0 = time.perf_counter()
+        step()
+        timer.sync()
+        first = time.perf_counter() - t0
+        t = timer(step, repeats)
+    except Exception as e:  # a contender that fails is reported, not hidden
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    per = getattr(step, "per", 1)
+    out = {"median_s": t / per, "first_call_s": first}
+    if device == "cuda":
+        out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args(argv)
+    names = [n for n in (args.only.split(",") if args.only else WORKLOADS) if n]
+    if args.device == "cuda":
+        names = [n for n in names if n not in CPU_ONLY]
+    results = {}
+    for name in names:
+        results[name] = {c: measure(name, args.device, c, args.repeats) for c in CONTENDERS}
+    dev = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()} x{os.cpu_count()}"
+    header = f"device {dev}, torch {torch.__version__}, commit {commit()}, {time.strftime('%Y-%m-%d')}"
+    print(header)
+    print(f"| workload | eager | torch.compile | thunder | thunder vs eager | thunder vs compile | peak GiB e/c/t | first call s e/c/t |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        unit, k = ("us", 1e6) if name == "overhead" else ("ms", 1e3)
+        cell = lambda c: f"{r[c]['median_s'] * k:.3f} {unit}" if "median_s" in r[c] else f"fails: {r[c]['error']}"  # noqa: E731
+        ratio = lambda a, b: f"{r[a]['median_s'] / r[b]['median_s']:.2f}x" if "median_s" in r[a] and "median_s" in r[b] else "-"  # noqa: E731
+        peak = "/".join(f"{r[c]['peak_gib']:.2f}" if "peak_gib" in r[c] else "-" for c in CONTENDERS)
+        first = "/".join(f"{r[c]['first_call_s']:.2f}" if "first_call_s" in r[c] else "-" for c in CONTENDERS)
+        print(f"| {name} | {cell('eager')} | {cell('torch.compile')} | {cell('thunder')} | {ratio('eager', 'thunder')} | "
+              f"{ratio('torch.compile', 'thunder')} | {peak} | {first} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Models written the way their upstream projects write them, for end-to-end tests."""

@@ -336,18 +336,29 @@ void registerElementwise() {
     return op("add", {a[0], op("mul", {a[2], diff})});
   }, kElementwise);
 
-  // Activations.
+  // Activations. PyTorch's kernels of these take floating inputs only (NotImplementedError, as
+  // "GeluKernelImpl" not implemented for 'Long'); relu and relu6 take integers but not bools.
+  auto floatingOnly = [](const Value& a, const char* name) {
+    DType d = T(a, name).dtype;
+    THUNDER_CHECK_KIND(isFloating(d), ErrorKind::NotImplemented, "ltorch.", name,
+                       ": not implemented for ", dtypeName(d), " inputs (a floating point tensor is expected)");
+  };
+  auto noBool = [](const Value& a, const char* name) {
+    THUNDER_CHECK(T(a, name).dtype != DType::Bool, "ltorch.", name, ": bool inputs are not supported");
+  };
   def("relu", "a, inplace=False", {"torch.relu", "torch.Tensor.relu", "torch.nn.functional.relu"},
-      [](const Args& a) {
+      [noBool](const Args& a) {
         THUNDER_CHECK_KIND(!a[1].toBool(), ErrorKind::NotImplemented,
                            "ltorch.relu: inplace=True is not supported");
-        T(a[0], "relu");
+        noBool(a[0], "relu");
         return clang::binary(prims::maximum, a[0], 0, PK::Default, "ltorch.relu");
       }, kElementwise);
-  def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [](const Args& a) {
+  def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [noBool](const Args& a) {
+    noBool(a[0], "relu6");
     return op("clamp", {a[0], 0, 6});
   }, kElementwise);
-  def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [](const Args& a) {
+  def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "gelu");
     const TensorProxy& t = T(a[0], "gelu");
     const std::string& approx = a[1].toString();
     DType dt = t.dtype;
@@ -365,11 +376,13 @@ void registerElementwise() {
     }
     return clang::maybeConvert(r, dt);
   }, kElementwise);
-  def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [](const Args& a) {
+  def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "silu");
     return inFloat32(a[0], [](const Value& x) { return op("mul", {x, op("sigmoid", {x})}); });
   }, kElementwise);
   def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},
-      [](const Args& a) {
+      [floatingOnly](const Args& a) {
+        floatingOnly(a[0], "softplus");
         return inFloat32(a[0], [&](const Value& x) {
           Value scaled = op("mul", {x, a[1]});
           Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
@@ -377,20 +390,24 @@ void registerElementwise() {
         });
       }, kElementwise);
   def("leaky_relu", "a, negative_slope=0.01, inplace=False", {"torch.nn.functional.leaky_relu"},
-      [](const Args& a) {
+      [floatingOnly](const Args& a) {
+        floatingOnly(a[0], "leaky_relu");
         return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {a[0], a[1]})});
       }, kElementwise);
-  def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [](const Args& a) {
+  def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "elu");
     return inFloat32(a[0], [&](const Value& x) {
       return op("where", {op("gt", {x, 0}), x, op("mul", {op("expm1", {x}), a[1]})});
     });
   }, kElementwise);
-  def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [](const Args& a) {
+  def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "hardswish");
     return inFloat32(a[0], [](const Value& x) {
       return op("div", {op("mul", {x, op("relu6", {op("add", {x, 3})})}), 6});
     });
   }, kElementwise);
-  def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [](const Args& a) {
+  def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "mish");
     return inFloat32(a[0], [](const Value& x) {
       return op("mul", {x, op("tanh", {op("softplus", {x})})});
     });

@@ -171,8 +171,10 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::atan2,
      [](X a, X b, X, X g) {
+       // At a = b = 0 the gradient is 0, as PyTorch defines it (not 0 / 0).
        Value den = add(sq(a), sq(b));
-       return VV{mul(g, div(b, den)), mul(g, div(neg(a), den))};
+       auto atZero = [&den](X v) { return op("where", {op("eq", {den, 0.0}), 0.0, v}); };
+       return VV{atZero(mul(g, div(b, den))), atZero(mul(g, div(neg(a), den)))};
      }},
     {PrimId::maximum,
      [](X a, X b, X, X g) {

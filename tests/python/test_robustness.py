@@ -413,3 +413,46 @@ def test_layer_norm_parameter_dtypes_like_eager(x_dtype, w_dtype, b_dtype, execu
     w = torch.randn(3, dtype=w_dtype)
     b = None if b_dtype is None else torch.randn(3, dtype=b_dtype)
     assert_same(lambda x, w, b: F.layer_norm(x, (3,), w, b), x, w, b, executors=executors)
+
+
+ACTIVATIONS = [F.gelu, F.silu, F.softplus, F.leaky_relu, F.elu, F.hardswish, F.mish, torch.relu, F.relu6]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+@pytest.mark.parametrize("fn", ACTIVATIONS, ids=[f.__name__ for f in ACTIVATIONS])
+def test_activation_input_dtypes_like_eager(fn, dtype, executors):
+    # found by the fuzzer (seed 312): the fuser computed gelu of a bool tensor
+    x = torch.tensor([-2, 0, 3], dtype=torch.float32).to(dtype)
+    assert_same(lambda x: fn(x), x, executors=executors)
+
+
+GRAD_CASES = [  # found by the fuzzer: gradients at n == correction (NaN in eager) and std == 0
+    ("var_0d", lambda x: torch.var(x, 0), ()),
+    ("var_0d_no_dim", lambda x: torch.var(x), ()),
+    ("var_0d_correction0", lambda x: torch.var(x, 0, correction=0), ()),
+    ("var_mean_0d", lambda x: torch.var_mean(x, 0)[0], ()),
+    ("std_0d", lambda x: torch.std(x + x, 0), ()),
+    ("std_0d_correction0", lambda x: torch.std(x, correction=0), ()),
+    ("std_len1", lambda x: torch.std(x, 0), (1,)),
+    ("std_len1_keepdim", lambda x: torch.std(x, 1, keepdim=True), (3, 1)),
+    ("std_constant", lambda x: torch.std(x * 0 + 1, 1), (3, 4)),
+    ("atan2_at_origin", lambda x: torch.atan2(x, x), (0,)),  # filled with zeros below
+    ("atan2_partly_zero", lambda x: torch.atan2(x * x, x), (4,)),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name,fn,shape", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_reduction_gradients_like_eager(name, fn, shape, dtype, executors):
+    base = torch.randn(shape, dtype=torch.float64).to(dtype)
+    if name.startswith("atan2"):
+        base = torch.tensor([0.0, 1.0, 0.0, -2.0], dtype=dtype)
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        y.backward(torch.ones_like(y))
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)

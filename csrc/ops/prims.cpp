@@ -40,7 +40,7 @@ DType outDType(OutRule r, DType in) {
 void checkKind(const std::string& op, const char* kinds, const Value& v, const char* arg) {
   DType d = v.isTensor() ? v.tensor().dtype : v.numberDType();
   // NotImplementedError, as PyTorch's kernels raise for a dtype they have no implementation for
-  // ("bitwise_and_cpu" not implemented for 'Float').
+  // ("bitwise_and_cpu" not implemented for 'Float', a Python float operand included).
   THUNDER_CHECK_KIND(kindAccepted(kinds, d), ErrorKind::NotImplemented, op, ": argument '", arg,
                      "' has dtype ", dtypeName(d), ", which this prim does not support");
 }

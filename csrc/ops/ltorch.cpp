@@ -377,7 +377,8 @@ void registerElementwise() {
     return clang::maybeConvert(r, dt);
   }, kElementwise);
   def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [floatingOnly](const Args& a) {
-    floatingOnly(a[0], "silu");
+    DType d = T(a[0], "silu").dtype;  // silu alone also takes complex inputs
+    if (!isComplex(d)) floatingOnly(a[0], "silu");
     return inFloat32(a[0], [](const Value& x) { return op("mul", {x, op("sigmoid", {x})}); });
   }, kElementwise);
   def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},

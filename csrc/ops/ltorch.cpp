@@ -835,8 +835,9 @@ Value varImpl(const Value& a, const Value& dim, const Value& correction, bool ke
   std::vector<int64_t> dims = clang::reductionDims(t, dim, opn(name));
   double corr = correction.isNone() ? 1.0 : correction.toDouble();
   DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
-  THUNDER_CHECK_KIND(isFloating(t.dtype) || isComplex(t.dtype), ErrorKind::Type, opn(name),
-                     ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
+  // RuntimeError, as eager's "std and var only support floating point and complex dtypes".
+  THUNDER_CHECK(isFloating(t.dtype) || isComplex(t.dtype), opn(name),
+                ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
   Value v = prims::var(clang::maybeConvert(a, computation), dims, corr);
   v = clang::maybeConvert(v, complexToReal(t.dtype));
   return keepdim ? clang::keepDims(v, t.shape, dims) : v;

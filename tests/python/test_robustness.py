@@ -456,3 +456,10 @@ def test_reduction_gradients_like_eager(name, fn, shape, dtype, executors):
         y.backward(torch.ones_like(y))
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("fn", [torch.var, torch.std, lambda x: torch.var_mean(x, 0)], ids=["var", "std", "var_mean"])
+def test_var_of_integers_raises_like_eager(fn, executors):
+    # found by the fuzzer (seed 1217): TypeError where eager raises RuntimeError
+    assert_same(fn, torch.arange(6).reshape(2, 3), executors=executors)

@@ -280,10 +280,14 @@ def _spawn(names: list[str]):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
 
-def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: bool = False):
-    """Runs the seeds over `jobs` workers; returns {executor set: Counter of outcomes} and the
-    failures (dicts with seed, executors, outcome, detail, repro)."""
+def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: bool = False,
+        budget: float | None = None):
+    """Runs the seeds over `jobs` workers (no new seed after `budget` seconds); returns
+    {executor set: Counter of outcomes} and the failures (dicts with seed, executors, outcome,
+    detail, repro)."""
     import selectors
+
+    started = time.time()
 
     counts = {n: collections.Counter() for n in names}
     failures = []
@@ -313,6 +317,8 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
         feed(w)
 
     def feed(w):
+        if budget is not None and time.time() - started > budget:
+            pending.clear()
         if pending:
             w["seed"], w["done"], w["exec"], w["since"] = pending.pop(), set(), None, time.time()
             w["p"].stdin.write(f"{w['seed']}\n")
@@ -396,6 +402,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds without progress that count as a hang")
     ap.add_argument("--out", default=None, help="folder for the repro of each failure")
+    ap.add_argument("--seconds", type=float, default=None, help="start no new program after this long")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
@@ -406,9 +413,10 @@ def main(argv=None) -> int:
         if n not in EXECUTOR_SETS:
             ap.error(f"unknown executor set {n!r}; choose from {sorted(EXECUTOR_SETS)}")
     t0 = time.time()
-    counts, failures = run(range(a.start, a.start + a.count), names, a.timeout, a.jobs, a.out)
+    counts, failures = run(range(a.start, a.start + a.count), names, a.timeout, a.jobs, a.out,
+                           budget=a.seconds)
     print(summary(counts))
-    print(f"seeds {a.start}..{a.start + a.count - 1} in {time.time() - t0:.0f} s")
+    print(f"seeds from {a.start} ({a.count} asked) in {time.time() - t0:.0f} s")
     return 1 if failures else 0
 
 

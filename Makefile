@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
 
-.PHONY: setup deps build develop demo test test-cpp test-python bench clean
+.PHONY: setup deps build develop demo test test-cpp test-python fuzz bench clean
 
 setup: deps build develop
 
@@ -46,6 +46,14 @@ test-cpp:
 
 test-python:
 	$(PYTHON) -m pytest -q tests/python
+
+# The differential fuzzer (tests/python/fuzz/fuzz.py): N seeded random programs from START, eager
+# against thunder.jit with each executor set; failures print a minimal repro and land in OUT.
+N ?= 1000
+START ?= 0
+OUT ?= fuzz-failures
+fuzz:
+	$(PYTHON) tests/python/fuzz/fuzz.py --start $(START) --count $(N) --jobs $(JOBS) --out $(OUT)
 
 bench: setup
 	$(PYTHON) benchmarks/bench_overhead.py

@@ -21,8 +21,10 @@ const std::set<std::string> kBinary = {
     "add", "sub", "mul", "div", "pow", "atan2", "maximum", "minimum", "eq", "ne", "lt", "le",
     "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "fmod",
     "remainder", "copysign"};
+// Integer fmod and remainder stay with ATen: a kernel cannot raise eager's ZeroDivisionError
+// for a zero divisor, and INT_MIN % -1 traps (SIGFPE) in C++ where ATen returns 0.
 const std::set<std::string> kFloatOnly = {
-    "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf", "erfc",
+    "fmod", "remainder", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf", "erfc",
     "exp", "exp2", "expm1", "floor", "lgamma", "log", "log10", "log1p", "log2", "reciprocal",
     "round", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "sigmoid", "atan2",
     "copysign", "pow", "div"};

@@ -95,6 +95,14 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
     return clang::binary(prims::logical_or, a, b, PK::AlwaysBool, opn(name));
   }
   Value rhs = b;
+  if (!b.isTensor() && !alpha.isTensor() && !(alpha.isInt() && alpha.toInt() == 1)) {
+    // torch.add(x, 0.1, alpha=2): the product of two numbers is a number (Python's arithmetic).
+    THUNDER_CHECK_KIND(b.isNumber() && alpha.isNumber(), ErrorKind::Type, opn(name),
+                       ": other and alpha must be numbers or tensors");
+    bool ints = (b.isInt() || b.isBool()) && (alpha.isInt() || alpha.isBool());
+    rhs = ints ? Value(b.toInt() * alpha.toInt()) : Value(b.toDouble() * alpha.toDouble());
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  }
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
                                                     : false;
@@ -328,18 +336,29 @@ void registerElementwise() {
     return op("add", {a[0], op("mul", {a[2], diff})});
   }, kElementwise);
 
-  // Activations.
+  // Activations. PyTorch's kernels of these take floating inputs only (NotImplementedError, as
+  // "GeluKernelImpl" not implemented for 'Long'); relu and relu6 take integers but not bools.
+  auto floatingOnly = [](const Value& a, const char* name) {
+    DType d = T(a, name).dtype;
+    THUNDER_CHECK_KIND(isFloating(d), ErrorKind::NotImplemented, "ltorch.", name,
+                       ": not implemented for ", dtypeName(d), " inputs (a floating point tensor is expected)");
+  };
+  auto noBool = [](const Value& a, const char* name) {
+    THUNDER_CHECK(T(a, name).dtype != DType::Bool, "ltorch.", name, ": bool inputs are not supported");
+  };
   def("relu", "a, inplace=False", {"torch.relu", "torch.Tensor.relu", "torch.nn.functional.relu"},
-      [](const Args& a) {
+      [noBool](const Args& a) {
         THUNDER_CHECK_KIND(!a[1].toBool(), ErrorKind::NotImplemented,
                            "ltorch.relu: inplace=True is not supported");
-        T(a[0], "relu");
+        noBool(a[0], "relu");
         return clang::binary(prims::maximum, a[0], 0, PK::Default, "ltorch.relu");
       }, kElementwise);
-  def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [](const Args& a) {
+  def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [noBool](const Args& a) {
+    noBool(a[0], "relu6");
     return op("clamp", {a[0], 0, 6});
   }, kElementwise);
-  def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [](const Args& a) {
+  def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "gelu");
     const TensorProxy& t = T(a[0], "gelu");
     const std::string& approx = a[1].toString();
     DType dt = t.dtype;
@@ -357,11 +376,14 @@ void registerElementwise() {
     }
     return clang::maybeConvert(r, dt);
   }, kElementwise);
-  def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [](const Args& a) {
+  def("silu", "a, inplace=False", {"torch.nn.functional.silu"}, [floatingOnly](const Args& a) {
+    DType d = T(a[0], "silu").dtype;  // silu alone also takes complex inputs
+    if (!isComplex(d)) floatingOnly(a[0], "silu");
     return inFloat32(a[0], [](const Value& x) { return op("mul", {x, op("sigmoid", {x})}); });
   }, kElementwise);
   def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},
-      [](const Args& a) {
+      [floatingOnly](const Args& a) {
+        floatingOnly(a[0], "softplus");
         return inFloat32(a[0], [&](const Value& x) {
           Value scaled = op("mul", {x, a[1]});
           Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
@@ -369,20 +391,24 @@ void registerElementwise() {
         });
       }, kElementwise);
   def("leaky_relu", "a, negative_slope=0.01, inplace=False", {"torch.nn.functional.leaky_relu"},
-      [](const Args& a) {
+      [floatingOnly](const Args& a) {
+        floatingOnly(a[0], "leaky_relu");
         return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {a[0], a[1]})});
       }, kElementwise);
-  def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [](const Args& a) {
+  def("elu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.elu"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "elu");
     return inFloat32(a[0], [&](const Value& x) {
       return op("where", {op("gt", {x, 0}), x, op("mul", {op("expm1", {x}), a[1]})});
     });
   }, kElementwise);
-  def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [](const Args& a) {
+  def("hardswish", "a, inplace=False", {"torch.nn.functional.hardswish"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "hardswish");
     return inFloat32(a[0], [](const Value& x) {
       return op("div", {op("mul", {x, op("relu6", {op("add", {x, 3})})}), 6});
     });
   }, kElementwise);
-  def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [](const Args& a) {
+  def("mish", "a, inplace=False", {"torch.nn.functional.mish"}, [floatingOnly](const Args& a) {
+    floatingOnly(a[0], "mish");
     return inFloat32(a[0], [](const Value& x) {
       return op("mul", {x, op("tanh", {op("softplus", {x})})});
     });
@@ -533,7 +559,7 @@ void registerShapeOps() {
   def("cat", "tensors, dim=0", {"torch.cat", "torch.concat", "torch.concatenate"},
       [](const Args& a) {
         const std::vector<Value>& ts = a[0].items();
-        THUNDER_CHECK(!ts.empty(), "ltorch.cat: expected a non-empty list of tensors");
+        THUNDER_CHECK_KIND(!ts.empty(), ErrorKind::Value, "ltorch.cat: expected a non-empty list of tensors");
         std::vector<Value> kept;
         for (size_t i = 0; i < ts.size(); ++i) {
           const TensorProxy& t = expectTensor(ts[i], "ltorch.cat", "tensors[" + std::to_string(i) + "]");
@@ -809,8 +835,9 @@ Value varImpl(const Value& a, const Value& dim, const Value& correction, bool ke
   std::vector<int64_t> dims = clang::reductionDims(t, dim, opn(name));
   double corr = correction.isNone() ? 1.0 : correction.toDouble();
   DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
-  THUNDER_CHECK_KIND(isFloating(t.dtype) || isComplex(t.dtype), ErrorKind::Type, opn(name),
-                     ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
+  // RuntimeError, as eager's "std and var only support floating point and complex dtypes".
+  THUNDER_CHECK(isFloating(t.dtype) || isComplex(t.dtype), opn(name),
+                ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
   Value v = prims::var(clang::maybeConvert(a, computation), dims, corr);
   v = clang::maybeConvert(v, complexToReal(t.dtype));
   return keepdim ? clang::keepDims(v, t.shape, dims) : v;
@@ -826,6 +853,8 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
   Value x = clang::maybeConvert(a, computation);
+  if (t.numel() == 0)  // nothing to normalize (a length-0 dim has no max): an empty result
+    return clang::maybeConvert(op("sub", {x, x}), result);
   if (t.ndim() == 0) {
     Value r = log ? op("sub", {x, x}) : op("add", {op("mul", {x, 0.0}), 1.0});
     return clang::maybeConvert(r, result);
@@ -1078,6 +1107,18 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
   for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
   THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, opn(name),
                      ": expected a floating point input, but got ", dtypeName(t.dtype));
+  if (layer && t.device.type == DeviceType::CPU) {
+    // PyTorch's CPU layer_norm takes weight and bias of the input's dtype, or float32 ones with a
+    // bfloat16/float16 input, and raises otherwise (a float64 weight on float32 input).
+    for (size_t i : {size_t{2}, size_t{3}}) {
+      if (!a[i].isTensor()) continue;
+      DType p = a[i].tensor().dtype;
+      THUNDER_CHECK(p == t.dtype || (isLowPrecision(t.dtype) && p == DType::Float32), opn(name),
+                    ": mixed dtype (CPU): ", i == 2 ? "weight" : "bias", " has dtype ", dtypeName(p),
+                    " but the input has ", dtypeName(t.dtype), "; expected ", dtypeName(t.dtype),
+                    isLowPrecision(t.dtype) ? " or float32" : "");
+    }
+  }
   DType computation = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
   Value x = clang::maybeConvert(a[0], computation);
   double eps = layer ? a[4].toDouble() : (a[3].isNone() ? 1.1920928955078125e-07 : a[3].toDouble());
@@ -1225,7 +1266,15 @@ void registerNN() {
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "mse_loss");
-        Value d = op("sub", {a[0], a[1]});
+        // As PyTorch, input and target are broadcast to one shape first, so the result's dtype
+        // is promoted from two tensors of that shape: a 0-dim f32 target with a bf16 input
+        // gives f32, not the bf16 that scalar-like promotion of a 0-dim tensor would.
+        Shape shape = clang::broadcastShapes({t.shape, T(a[1], "mse_loss", "target").shape},
+                                             "ltorch.mse_loss");
+        auto expandTo = [&](const Value& x) {
+          return x.tensor().shape == shape ? x : op("expand", {x, Value::ints(shape)});
+        };
+        Value d = op("sub", {expandTo(a[0]), expandTo(a[1])});
         Value sq = op("mul", {d, d});
         const std::string& r = a[4].toString();
         THUNDER_CHECK_KIND(r == "none" || r == "sum" || r == "mean", ErrorKind::Value,

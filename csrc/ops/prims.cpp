@@ -39,7 +39,9 @@ DType outDType(OutRule r, DType in) {
 
 void checkKind(const std::string& op, const char* kinds, const Value& v, const char* arg) {
   DType d = v.isTensor() ? v.tensor().dtype : v.numberDType();
-  THUNDER_CHECK_KIND(kindAccepted(kinds, d), ErrorKind::Type, op, ": argument '", arg,
+  // NotImplementedError, as PyTorch's kernels raise for a dtype they have no implementation for
+  // ("bitwise_and_cpu" not implemented for 'Float', a Python float operand included).
+  THUNDER_CHECK_KIND(kindAccepted(kinds, d), ErrorKind::NotImplemented, op, ": argument '", arg,
                      "' has dtype ", dtypeName(d), ", which this prim does not support");
 }
 
@@ -394,7 +396,7 @@ Value minmaxMeta(const std::vector<Value>& args, const char* name) {
   const TensorProxy& a = tensorArg(args[0], name, "a");
   std::vector<int64_t> dims = canonicalizeDims(a.ndim(), args[1].toInts(), op);
   for (int64_t d : dims)
-    THUNDER_CHECK(a.ndim() == 0 || a.shape[d] > 0, op, ": cannot reduce dimension ", d,
+    THUNDER_CHECK_KIND(a.ndim() == 0 || a.shape[d] > 0, ErrorKind::Index, op, ": cannot reduce dimension ", d,
                   " of length 0 of shape ", shapeStr(a.shape), " (the operation has no identity)");
   THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, op, ": complex tensors are not supported");
   return newTensor(reducedShape(a, dims), a.dtype, a.device);

@@ -279,13 +279,30 @@ struct Entry {
   std::vector<at::Tensor> closures;
   /// Set for training calls: forward and backward joined to autograd (autodiff_bindings.h).
   std::shared_ptr<TrainingEntry> training;
+  /// The call counter's value at the entry's last use (least recently used goes first).
+  uint64_t lastUse = 0;
 };
+
+/// The default bound on a compiled function's cache entries: THUNDER_CACHE_SIZE, else 256.
+size_t defaultCacheSize() {
+  const char* env = std::getenv("THUNDER_CACHE_SIZE");
+  if (env == nullptr || *env == '\0') return 256;
+  char* end = nullptr;
+  long long n = std::strtoll(env, &end, 10);
+  THUNDER_CHECK_KIND(end != nullptr && *end == '\0' && n > 0, ErrorKind::Value,
+                     "THUNDER_CACHE_SIZE: expected a positive integer, but got '", env, "'");
+  return static_cast<size_t>(n);
+}
 
 class CompiledFunction {
  public:
   explicit CompiledFunction(py::object compile) : compile_(std::move(compile)) {}
 
   py::object call(py::args args, py::kwargs kwargs) {
+    // Per thread: a call on another thread (while this one runs its program without the GIL, or
+    // traces in Python) must not overwrite this call's key and leaves.
+    thread_local std::string key_;
+    thread_local std::vector<py::handle> leaves_;
     key_.clear();
     leaves_.clear();
     // (args, kwargs) flattened as the tuple `(args, kwargs)` would be, without building it.
@@ -297,28 +314,39 @@ class CompiledFunction {
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
     key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCPU)));
+    if (guard_) {
+      // The Python values the trace read (closure scalars, globals, module flags): a changed one
+      // is another entry, never a stale result.
+      py::object values = guard_();
+      key_.push_back('|');
+      for (py::handle v : values) describeLeaf(v, key_);
+    }
     auto it = cache_.find(key_);
-    Entry* entry;
+    std::shared_ptr<Entry> entry;
     if (it != cache_.end()) {
       ++hits_;
-      entry = it->second.get();
+      entry = it->second;
     } else {
       ++misses_;
       std::string key = key_;  // compile_ may re-enter and reuse key_
       py::tuple r = compile_(args, kwargs);
-      auto e = std::make_unique<Entry>();
+      auto e = std::make_shared<Entry>();
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
       if (r.size() > 3 && !r[3].is_none()) e->training = makeTrainingEntry(r[3]);
       else e->program = std::make_unique<runtime::Program>(e->traces.back());
-      entry = e.get();
-      cache_[key] = std::move(e);
-      last_ = entry;
+      // Another thread may have compiled the same key while this one traced (tracing runs
+      // Python, which lets other threads in): the first entry stays, so running calls keep it.
+      e->lastUse = ++clock_;
+      auto [pos, inserted] = cache_.emplace(key, e);
+      entry = inserted ? e : pos->second;
+      if (inserted) evict();
       leaves_.clear();
       flatten(args, leaves_, nullptr, nullptr);
       flatten(kwargs, leaves_, nullptr, nullptr);
     }
+    entry->lastUse = ++clock_;
     last_ = entry;
     std::vector<at::Tensor> inputs;
     inputs.reserve(entry->sources.size());
@@ -345,6 +373,29 @@ class CompiledFunction {
   std::vector<std::shared_ptr<Trace>> lastTraces() const {
     return last_ ? last_->traces : std::vector<std::shared_ptr<Trace>>{};
   }
+  size_t cacheSize() const { return cache_.size(); }
+  size_t cacheLimit() const { return limit_; }
+  void setCacheLimit(size_t n) {
+    THUNDER_CHECK_KIND(n > 0, ErrorKind::Value, "thunder.jit: cache_size must be positive, but got ", n);
+    limit_ = n;
+    evict();
+  }
+  void setGuard(py::object guard) { guard_ = guard.is_none() ? py::object() : std::move(guard); }
+
+ private:
+  /// Drops least recently used entries beyond the limit; a call running one keeps it alive.
+  void evict() {
+    while (cache_.size() > limit_) {
+      auto victim = cache_.begin();
+      for (auto it = cache_.begin(); it != cache_.end(); ++it)
+        if (it->second->lastUse < victim->second->lastUse) victim = it;
+      cache_.erase(victim);
+      ++evictions_;
+    }
+  }
+
+ public:
+  int evictions() const { return evictions_; }
 
  private:
   py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos) {
@@ -366,11 +417,12 @@ class CompiledFunction {
   }
 
   py::object compile_;
-  std::unordered_map<std::string, std::unique_ptr<Entry>> cache_;
-  std::string key_;
-  std::vector<py::handle> leaves_;
-  Entry* last_ = nullptr;
-  int hits_ = 0, misses_ = 0;
+  py::object guard_;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> cache_;
+  std::shared_ptr<Entry> last_;
+  size_t limit_ = defaultCacheSize();
+  uint64_t clock_ = 0;
+  int hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 
 /// Enters tracing into a trace and captures closure tensors; a Python context manager.
@@ -517,7 +569,12 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("cache_hits", &CompiledFunction::hits)
       .def_property_readonly("cache_misses", &CompiledFunction::misses)
       .def("last_traces", &CompiledFunction::lastTraces)
-      .def("last_training_plan", &CompiledFunction::lastTrainingPlan);
+      .def("last_training_plan", &CompiledFunction::lastTrainingPlan)
+      .def_property_readonly("cache_size", &CompiledFunction::cacheSize)
+      .def_property_readonly("cache_evictions", &CompiledFunction::evictions)
+      .def_property("cache_limit", &CompiledFunction::cacheLimit, &CompiledFunction::setCacheLimit)
+      .def("set_guard", &CompiledFunction::setGuard,
+           "A callable returning the Python values a trace depends on; they join the cache key.");
 
   m.def("set_hooks", [](py::object makeDevice) { hooks().makeDevice = makeDevice; });
   m.def("tree_flatten", [](py::object obj) {

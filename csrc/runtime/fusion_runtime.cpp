@@ -55,15 +55,25 @@ bool fileExists(const std::string& p) {
   return stat(p.c_str(), &st) == 0;
 }
 
-/// A temporary name next to path, unique per process and call: two threads may compile the same
-/// source at once (the early background compile and a call that needs the kernel).
-std::string tmpName(const std::string& path) {
-  static std::atomic<int64_t> counter{0};
-  return path + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+/// A temporary name next to `path`, unique across processes and threads: writers of the same
+/// cache file never share one, and each renames its own complete file into place.
+std::string uniqueTemp(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
+}
+
+/// The mutex of one cache key: threads compiling the same kernel wait for the first one.
+std::mutex& keyMutex(const std::string& key) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::unique_ptr<std::mutex>> locks;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<std::mutex>& m = locks[key];
+  if (!m) m = std::make_unique<std::mutex>();
+  return *m;
 }
 
 void writeAtomically(const std::string& path, const std::string& data) {
-  std::string tmp = tmpName(path);
+  std::string tmp = uniqueTemp(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   THUNDER_CHECK(f != nullptr, "fuser: cannot write ", tmp);
   std::fwrite(data.data(), 1, data.size(), f);
@@ -84,15 +94,27 @@ CpuFn compileCpu(const std::string& source, const std::string& entry) {
     auto it = memory.find(h);
     if (it != memory.end()) return it->second;
   }
+  std::lock_guard<std::mutex> keyLock(keyMutex(h));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = memory.find(h);
+    if (it != memory.end()) return it->second;  // another thread compiled it meanwhile
+  }
   std::string dir = cacheDir("cpu");
   std::string so = dir + "/" + h + ".so";
+  void* lib = nullptr;
   if (fileExists(so)) {
-    ++gDiskHits;
-  } else {
+    // A cached library that does not load (a truncated file from an older version, a full disk)
+    // is compiled again rather than failing this kernel forever.
+    lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) ++gDiskHits;
+    else std::remove(so.c_str());
+  }
+  if (!lib) {
     std::string src = dir + "/" + h + ".cpp";
     writeAtomically(src, source);
     const char* cxx = std::getenv("CXX");
-    std::string tmpSo = tmpName(so);
+    std::string tmpSo = uniqueTemp(so);
     std::string cmd = std::string(cxx ? cxx : "c++") +
                       " -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC -o " +
                       tmpSo + " " + src + " 2>&1";
@@ -102,12 +124,13 @@ CpuFn compileCpu(const std::string& source, const std::string& entry) {
     char buf[512];
     while (fgets(buf, sizeof buf, pipe)) log += buf;
     int rc = pclose(pipe);
+    if (rc != 0) std::remove(tmpSo.c_str());
     THUNDER_CHECK(rc == 0, "fuser: compiling ", src, " failed:\n", log);
     std::rename(tmpSo.c_str(), so.c_str());
     ++gCompiled;
+    lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    THUNDER_CHECK(lib != nullptr, "fuser: could not load ", so, ": ", dlerror());
   }
-  void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  THUNDER_CHECK(lib != nullptr, "fuser: could not load ", so, ": ", dlerror());
   auto fn = reinterpret_cast<CpuFn>(dlsym(lib, entry.c_str()));
   THUNDER_CHECK(fn != nullptr, "fuser: ", so, " has no entry point ", entry);
   std::lock_guard<std::mutex> lock(mu);

@@ -137,8 +137,14 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      throw Error(ErrorKind::Runtime, "thunder: " + ins.bsym->sym->printName() + " failed in `" +
-                                          printCall(*ins.bsym) + "`: " + e.what_without_backtrace());
+      // The Python exception eager raises: c10's subclasses map to IndexError, ValueError, ...
+      ErrorKind kind = dynamic_cast<const c10::IndexError*>(&e)            ? ErrorKind::Index
+                       : dynamic_cast<const c10::ValueError*>(&e)          ? ErrorKind::Value
+                       : dynamic_cast<const c10::TypeError*>(&e)           ? ErrorKind::Type
+                       : dynamic_cast<const c10::NotImplementedError*>(&e) ? ErrorKind::NotImplemented
+                                                                           : ErrorKind::Runtime;
+      throw Error(kind, "thunder: " + ins.bsym->sym->printName() + " failed in `" +
+                            printCall(*ins.bsym) + "`: " + e.what_without_backtrace());
     }
     if (ins.tuple) {
       const auto& elems = out.toTupleRef().elements();

@@ -494,7 +494,12 @@ void registerLTorchKernels() {
   });
   // at::mse_loss takes no weight: weighted losses run as their decomposition.
   impl("ltorch.mse_loss", F, "mse_loss",
-       [](K& a) -> c10::IValue { return at::mse_loss(a.t(0), a.t(1), reductionEnum(a.str(4))); },
+       [](K& a) -> c10::IValue {
+         // Broadcast first, as torch.nn.functional.mse_loss does: the dtype is promoted from two
+         // tensors of one shape (a 0-dim f32 target with a bf16 input gives f32).
+         std::vector<at::Tensor> ab = at::broadcast_tensors({a.t(0), a.t(1)});
+         return at::mse_loss(ab[0], ab[1], reductionEnum(a.str(4)));
+       },
        [](const BoundSymbol& b) { return b.args.size() > 5 && b.args[5].isNone(); });
   impl("ltorch.scaled_dot_product_attention", F, "scaled_dot_product_attention",
        [](K& a) -> c10::IValue {

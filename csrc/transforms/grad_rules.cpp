@@ -171,8 +171,10 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::atan2,
      [](X a, X b, X, X g) {
+       // At a = b = 0 the gradient is 0, as PyTorch defines it (not 0 / 0).
        Value den = add(sq(a), sq(b));
-       return VV{mul(g, div(b, den)), mul(g, div(neg(a), den))};
+       auto atZero = [&den](X v) { return op("where", {op("eq", {den, 0.0}), 0.0, v}); };
+       return VV{atZero(mul(g, div(b, den))), atZero(mul(g, div(neg(a), den)))};
      }},
     {PrimId::maximum,
      [](X a, X b, X, X g) {
@@ -375,7 +377,9 @@ void registerReductionRules() {
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
     if (dims.empty()) {
-      putGrad(a[0], zerosLike(a[0]));
+      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction), which is NaN for
+      // the default correction, as in PyTorch (0 / 0 through the division, not a literal).
+      putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), 1.0 - a[2].toDouble())));
       return;
     }
     int64_t n = 1;
@@ -408,16 +412,19 @@ void registerMatmulRules() {
   rule(sym(PrimId::linear), [](const Args& a, X, X g) {
     const TensorProxy &x = a[0].tensor(), &w = a[1].tensor();
     int64_t in = x.shape.back();
+    // The rows as a number, not -1: with a length-0 feature dim, -1 would be ambiguous.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < x.shape.size(); ++d) rows *= x.shape[d];
     if (w.ndim() == 2) {
       int64_t out = w.shape[0];
       putGrad(a[0], op("matmul", {g, a[1]}));
-      Value g2 = op("reshape", {g, Value::ints({-1, out})});
-      Value x2 = op("reshape", {a[0], Value::ints({-1, in})});
+      Value g2 = op("reshape", {g, Value::ints({rows, out})});
+      Value x2 = op("reshape", {a[0], Value::ints({rows, in})});
       putGrad(a[1], op("matmul", {op("transpose", {g2, 0, 1}), x2}));
     } else {
       putGrad(a[0], mul(op("unsqueeze", {g, -1}), a[1]));
       putGrad(a[1], op("matmul", {op("reshape", {g, Value::ints({-1})}),
-                                  op("reshape", {a[0], Value::ints({-1, in})})}));
+                                  op("reshape", {a[0], Value::ints({rows, in})})}));
     }
     putGrad(a[2], g);
   });
@@ -429,18 +436,77 @@ void registerTorchRules() {
   rule(ltorch::symbol("clamp"), [](const Args& a, X y, X g) {
     Value pass = Value(true);
     auto both = [](X p, X q) { return p.isBool() ? q : op("logical_and", {p, q}); };
+    // With both bounds and min > max the result is max (clamp is min(max(x, lo), hi)): the
+    // gradient goes to max there, and min gets none, as PyTorch's clamp_backward_min_max.
+    bool bounded = !a[1].isNone() && !a[2].isNone();
     if (!a[1].isNone()) {
       pass = both(pass, op("ge", {a[0], a[1]}));
-      if (a[1].isTensor()) putGrad(a[1], op("where", {op("lt", {a[0], a[1]}), g, 0.0}));
+      if (a[1].isTensor()) {
+        Value below = op("lt", {a[0], a[1]});
+        if (bounded) below = op("logical_and", {below, op("lt", {a[1], a[2]})});
+        putGrad(a[1], op("where", {below, g, 0.0}));
+      }
     }
     if (!a[2].isNone()) {
       pass = both(pass, op("le", {a[0], a[2]}));
-      if (a[2].isTensor()) putGrad(a[2], op("where", {op("gt", {a[0], a[2]}), g, 0.0}));
+      if (a[2].isTensor()) {
+        Value above = op("gt", {a[0], a[2]});
+        if (bounded) above = op("logical_or", {above, op("lt", {a[2], a[1]})});
+        putGrad(a[2], op("where", {above, g, 0.0}));
+      }
     }
     putGrad(a[0], op("where", {pass, g, 0.0}));
   });
+  // div with a rounding mode is piecewise constant: a zero gradient everywhere, as PyTorch's
+  // (through the decomposition, the true quotient a / b of a zero divisor would give NaN).
+  // torch.floor_divide has no derivative in PyTorch, so it gets no rule here.
+  {
+    const Symbol* div = &ltorch::symbol("div");
+    registerGradRule(
+        div->id(),
+        [div](const Args& a) {
+          Value y = call(*div, a);
+          getGrad(y);
+          for (size_t i = 0; i < 2; ++i)
+            if (a[i].isTensor() && isFloating(a[i].tensor().dtype)) putGrad(a[i], zerosLike(a[i]));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return b.args.size() > 2 && !b.args[2].isNone();
+        });
+  }
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
     putGrad(a[0], op("where", {op("gt", {y, 0}), g, 0.0}));
+  });
+  // std = sqrt(var): through sqrt the gradient at std == 0 is inf * 0 = NaN. PyTorch defines it
+  // as 0 there (a constant row has no direction of steepest ascent), so std has its own rule:
+  // d std / dx = (x - mean) / ((n - correction) * std), and 0 where std == 0.
+  // Real inputs only: complex std is differentiated through its decomposition.
+  const Symbol* stdSym = &ltorch::symbol("std");
+  registerGradRule(stdSym->id(), [stdSym](const Args& a) {
+    Value y = call(*stdSym, a);
+    Value g = getGrad(y);
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.std");
+    if (t.numel() == 0) {
+      putGrad(a[0], zerosLike(a[0]));
+      return y;
+    }
+    int64_t n = 1;
+    for (int64_t d : dims) n *= t.shape[d];
+    double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
+    Value x = up(a[0]);
+    // No reduced dim (a 0-d input): each element is its own mean.
+    Value mean = dims.empty() ? x
+                              : expandBack(div(op("sum", {x, Value::ints(dims)}),
+                                               static_cast<double>(n)), t.shape, dims);
+    Value yb = expandBack(up(y), t.shape, dims), gb = expandBack(up(g), t.shape, dims);
+    Value scale = op("where", {op("eq", {yb, 0.0}), 0.0,
+                               div(gb, mul(yb, static_cast<double>(n) - corr))});
+    putGrad(a[0], mul(scale, sub(x, mean)));
+    return y;
+  }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+    return b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
   });
   // softmax and log_softmax keep their forward as one call: the backward reads only the output.
   rule(ltorch::symbol("softmax"), [](const Args& a, X y, X g) {

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import torch as pytorch
 
 from thunder import _C
-from thunder.core import devices, dtypes, functionalize, outputs
+from thunder.core import devices, dtypes, functionalize, guards, outputs
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
@@ -156,6 +156,7 @@ class ThunderFunction(_C.CompiledFunction):
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
+        self.set_guard(guards.guard_for_function(fn))
 
     @property
     def _cfn(self):
@@ -186,6 +187,7 @@ class ThunderModule(pytorch.nn.Module):
         self._model = module
         self._executors = _executor_names(executors)
         self._cfn = _C.CompiledFunction(self._compile)
+        self._cfn.set_guard(guards.guard_for_module(module))
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = CUDAGraphRunner(self._call_compiled, lambda args, kwargs: args[0]) if cudagraphs else None
         self._slots = self._collect_slots()
@@ -287,13 +289,18 @@ def _dump(traces):
             print(t)
 
 
-def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, **kwargs) -> Any:
+def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_size: int | None = None,
+        **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original.
 
     plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
-    graphs (thunder/core/cudagraphs.py)."""
+    graphs (thunder/core/cudagraphs.py). cache_size bounds the compiled entries kept (one per input
+    signature and guarded Python values; least recently used evicted first); default
+    THUNDER_CACHE_SIZE, else 256."""
     if kwargs:
         raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
+    if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0):
+        raise ValueError(f"thunder.jit: cache_size must be a positive int, but got {cache_size!r}")
     plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
     for p in plugins:
         if p not in CUDA_GRAPH_PLUGINS:
@@ -309,10 +316,14 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, **kwargs
                             "to the first thunder.jit (or to thunder.distributed.ddp/fsdp)")
         return fn
     if isinstance(fn, pytorch.nn.Module):
-        return ThunderModule(fn, executors, cudagraphs)
-    if not callable(fn):
+        jfn = ThunderModule(fn, executors, cudagraphs)
+    elif not callable(fn):
         raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
-    return ThunderFunction(fn, executors, cudagraphs)
+    else:
+        jfn = ThunderFunction(fn, executors, cudagraphs)
+    if cache_size is not None:
+        jfn._cfn.cache_limit = cache_size
+    return jfn
 
 
 def _cfn(f):
@@ -350,7 +361,8 @@ def cache_misses(f) -> int:
 
 def compile_stats(f) -> dict:
     c = _cfn(f)
-    return {"cache_hits": c.cache_hits, "cache_misses": c.cache_misses}
+    return {"cache_hits": c.cache_hits, "cache_misses": c.cache_misses, "cache_size": c.cache_size,
+            "cache_evictions": c.cache_evictions}
 
 # The torch language, importable as thunder.torch (which is why PyTorch is `pytorch` above).
 import thunder.torch  # noqa: E402,F401

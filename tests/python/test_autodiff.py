@@ -41,19 +41,24 @@ CASES = [
     ("argmax_and_value", lambda a: (a.argmax(1), a.amax(1) * 2), [t(3, 4)]),
     ("chain", lambda a, b: torch.tanh(a @ b).sum(0).exp(), [t(3, 4), t(4, 2)]),
     ("reuse", lambda a: (a.sin() * a).cos() + a, [t(3, 4)]),
+    # rounded division has a zero gradient, also where the divisor is 0 (issue 14)
+    ("floor_division_by_zero", lambda a, b: torch.div(a, b, rounding_mode="floor"),
+     [t(4), torch.tensor([0.0, 1.5, 0.0, 2.0], dtype=D)]),
+    ("trunc_division_by_zero", lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+     [t(4), torch.tensor([0.0, 1.5, 0.0, 2.0], dtype=D)]),
+    # where min > max the result is max, so min gets no gradient
+    ("clamp_min_above_max", torch.clamp, [t(3), torch.full((3,), 1.0, dtype=D), torch.full((3,), -1.0, dtype=D)]),
+    ("clamp_mixed_bounds", torch.clamp, [t(6), torch.tensor([1.0, -1.0, 0.0, 2.0, -3.0, 0.5], dtype=D),
+                                         torch.tensor([-1.0, 1.0, 0.0, 3.0, -4.0, 0.5], dtype=D)]),
+    # one element with correction 1: a NaN gradient, as eager
+    ("var_of_a_0_dim_tensor", lambda a: torch.var(a), [t()]),
+    ("std_of_a_0_dim_tensor", lambda a: torch.std(a), [t()]),
 ]
 
 # Known divergences from eager's gradients (kept out of the OpInfos' gradient samples): each must
 # fail until thunder is fixed, then move into the tables.
 SCATTER_INDEX = idx(3, 2, 3)
 DIVERGENCES = [
-    # eager: zero gradient for rounded division; thunder: nan where the divisor is 0
-    ("floor_division_by_zero", lambda a, b: torch.div(a, b, rounding_mode="floor"),
-     [t(4), torch.tensor([0.0, 1.5, 0.0, 2.0], dtype=D)]),
-    # eager: the result is max where min > max, so min gets no gradient; thunder gives it one
-    ("clamp_min_above_max", torch.clamp, [t(3), torch.full((3,), 1.0, dtype=D), torch.full((3,), -1.0, dtype=D)]),
-    # eager: a nan gradient (one element, correction 1); thunder: 0
-    ("var_of_a_0_dim_tensor", lambda a: torch.var(a), [t()]),
     # eager: zero gradient where the index does not reach the source; thunder: a gradient of the
     # index's shape, which torch.autograd refuses
     ("scatter_add_source_larger_than_index", lambda a, s: torch.scatter_add(a, 0, SCATTER_INDEX, s),

@@ -130,6 +130,8 @@ def dispatch(func, args, kwargs):
     if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
         # A result's values do not depend on the memory format it is laid out in.
         kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
+    if sym.name in ("var", "std", "var_mean", "std_mean"):
+        args, kwargs = _unbiased_to_correction(args, kwargs)
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
@@ -139,15 +141,16 @@ def dispatch(func, args, kwargs):
         if default.type != "cpu":
             skwargs = dict(kwargs, device=default)
     try:
-        out = _named_result(sym.name, sym(*sargs, **skwargs))
+        out = sym(*sargs, **skwargs)
     except NotImplementedError as e:
         # A case the thunder symbol does not cover (an indexing form, an option): PyTorch runs it.
         if not _has_proxy(args) and not _has_proxy(kwargs):
             raise
         try:
             out = fallback.call(func, _qualname(func), args, kwargs)
-        except NotImplementedError:
-            raise e from None
+        except Exception:  # noqa: BLE001 - PyTorch (on meta tensors) cannot run it either:
+            raise e from None  # the symbol's error names the case and has eager's type
+    out = _named_result(func, out)
     _note_views(st, func, args, out)
     return out
 
@@ -155,13 +158,31 @@ def dispatch(func, args, kwargs):
 # Symbols whose memory_format argument only chooses the strides of their result.
 _MEMORY_FORMAT_FREE = frozenset({"clone", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"})
 
-# Symbols whose tuple results PyTorch returns as named tuples (torch.return_types.sort, ...).
-_NAMED_RESULTS = frozenset({"sort", "topk", "max", "min", "aminmax"})
+
+def _unbiased_to_correction(args, kwargs):
+    """torch.var(x, unbiased=False), torch.var(x, False) and torch.var(x, dim, False, keepdim):
+    PyTorch's older overloads, as correction=0 (or 1)."""
+    kwargs = dict(kwargs)
+    if "unbiased" in kwargs:
+        kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
+    if len(args) >= 2 and isinstance(args[1], bool):
+        kwargs["correction"] = int(args[1])
+        args = args[:1]
+    elif len(args) >= 3 and isinstance(args[2], bool):
+        kwargs["correction"] = int(args[2])
+        if len(args) >= 4:
+            kwargs["keepdim"] = args[3]
+        args = args[:2]
+    return args, kwargs
 
 
-def _named_result(name, out):
-    if name in _NAMED_RESULTS and type(out) is tuple:
-        return getattr(torch.return_types, name)(out)
+def _named_result(func, out):
+    """torch.max(x, dim) and the like return a named tuple (torch.return_types.max, with .values
+    and .indices); the symbol's plain tuple gets the same type."""
+    if type(out) is tuple:
+        named = getattr(torch.return_types, getattr(func, "__name__", ""), None)
+        if isinstance(named, type) and issubclass(named, tuple) and getattr(named, "n_fields", 0) == len(out):
+            return named(out)
     return out
 
 
@@ -533,8 +554,12 @@ def _to(self, *args, **kwargs):
 
 def _unsupported(what):
     def f(self, *args, **kwargs):
+        from thunder.core.guards import user_location
+
+        where = user_location()
         raise NotImplementedError(
             f"thunder.jit: {what} needs the value of a tensor while tracing ({self.name}), which is not supported"
+            + (f", at {where}" if where else "")
         )
     return f
 

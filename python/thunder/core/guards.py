@@ -1,0 +1,202 @@
+"""Guards: the Python values a trace depends on beyond its arguments.
+
+A trace bakes in every Python value the program read while it was traced: a scalar in a closure
+or a global, a module's `training` flag, a config object's attribute. `guard_for_function` and
+`guard_for_module` collect readers of those values once; the compiled function calls the guard
+before each cache lookup and the values join the key (thunder._C keys scalars by value and other
+objects by identity), so a changed value traces again instead of returning a stale result.
+
+What is read: the closure cells and the globals named by the function's code (and by the code of
+the user functions, methods and nested functions it names, a few levels deep); attributes named
+by that code on global modules and plain objects; and for an nn.Module, every submodule's
+`training` and its scalar attributes. Mutating a list or dict in place is not seen (containers
+are keyed by identity).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import types
+from typing import Callable
+
+import torch
+
+_SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device)
+_MISSING = object()
+_MAX_DEPTH = 4
+_THUNDER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _library(obj) -> bool:
+    """True for functions, modules and classes of torch, thunder and the standard library: their
+    globals are not the user's program state."""
+    mod = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
+    if not isinstance(mod, str):
+        return True
+    root = mod.split(".")[0]
+    return root in ("torch", "thunder", "builtins", "typing", "functools", "math", "operator") or (
+        root in sys.stdlib_module_names
+    )
+
+
+def _normalize(value, out: list) -> None:
+    """Appends the key items of one guarded value: scalars by value, tensors and other objects by
+    identity, tuples item by item."""
+    if isinstance(value, _SCALARS):
+        out.append(value)
+    elif isinstance(value, tuple) and len(value) <= 16:
+        out.append(len(value))
+        for v in value:
+            _normalize(v, out)
+    elif isinstance(value, torch.Tensor):
+        # A closure tensor is a trace input captured with the entry: another tensor bound to the
+        # same name must not reuse it.
+        out.append(id(value))
+    else:
+        out.append(value)
+
+
+class _Collector:
+    def __init__(self):
+        self.readers: list[Callable[[], object]] = []
+        self._seen_code: set = set()
+        self._seen_attr: set = set()
+
+    def attr(self, obj, name: str) -> None:
+        key = (id(obj), name)
+        if key in self._seen_attr:
+            return
+        self._seen_attr.add(key)
+        self.readers.append(lambda o=obj, n=name: getattr(o, n, _MISSING))
+
+    def function(self, fn, depth: int = 0) -> None:
+        if isinstance(fn, types.MethodType):
+            self.obj_attrs(fn.__self__, fn.__func__.__code__)
+            fn = fn.__func__
+        if not isinstance(fn, types.FunctionType) or _library(fn) or depth > _MAX_DEPTH:
+            return
+        self.code(fn.__code__, fn.__globals__, fn.__closure__, depth)
+
+    def obj_attrs(self, obj, code) -> None:
+        """The scalar attributes of `obj` that `code` names (self.flag, cfg.eps)."""
+        if isinstance(obj, torch.nn.Module):
+            return  # modules: guard_for_module reads every submodule's scalars
+        d = getattr(obj, "__dict__", None)
+        if not isinstance(d, dict):
+            return
+        for name in code.co_names:
+            if name in d and isinstance(d[name], _SCALARS + (tuple,)):
+                self.attr(obj, name)
+
+    def value(self, value, code, depth: int) -> None:
+        """What a global or closure value leads to: the user code it names, or the attributes
+        `code` reads from it."""
+        if isinstance(value, (types.FunctionType, types.MethodType)):
+            self.function(value, depth + 1)
+        elif isinstance(value, types.ModuleType):
+            if not _library(value):
+                for name in code.co_names:
+                    v = getattr(value, name, _MISSING)
+                    if v is not _MISSING and isinstance(v, _SCALARS + (tuple,)):
+                        self.attr(value, name)
+                    elif isinstance(v, types.FunctionType):
+                        self.function(v, depth + 1)
+        elif isinstance(value, type):
+            if not _library(value):
+                for name in code.co_names:
+                    v = value.__dict__.get(name, _MISSING)
+                    if isinstance(v, _SCALARS):
+                        self.attr(value, name)
+                    elif isinstance(v, (types.FunctionType, staticmethod, classmethod)):
+                        self.function(getattr(value, name), depth + 1)
+        elif not isinstance(value, _SCALARS + (tuple, torch.Tensor)) and not _library(type(value)):
+            self.obj_attrs(value, code)
+
+    def code(self, code, globals_: dict, closure, depth: int) -> None:
+        if code in self._seen_code:
+            return
+        self._seen_code.add(code)
+        for name, cell in zip(code.co_freevars, closure or ()):
+            self.readers.append(lambda c=cell: c.cell_contents if _cell_full(c) else _MISSING)
+            if _cell_full(cell):
+                self.value(cell.cell_contents, code, depth)
+        for name in code.co_names:
+            present = name in globals_
+            # At the top level a name not defined yet may be a global defined before the call.
+            if present or (depth == 0 and name not in builtins.__dict__):
+                self.readers.append(lambda g=globals_, n=name: g.get(n, _MISSING))
+            if present:
+                self.value(globals_[name], code, depth)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                self.code(c, globals_, None, depth)
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def _make_guard(readers) -> Callable[[], tuple] | None:
+    if not readers:
+        return None
+
+    def guard() -> tuple:
+        out: list = []
+        for r in readers:
+            _normalize(r(), out)
+        return tuple(out)
+
+    return guard
+
+
+def guard_for_function(fn: Callable) -> Callable[[], tuple] | None:
+    """The guard of a jitted function: None when its code reads no outside value."""
+    c = _Collector()
+    c.function(fn)
+    if not isinstance(fn, (types.FunctionType, types.MethodType)) and not _library(type(fn)):
+        call = getattr(type(fn), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            c.obj_attrs(fn, call.__code__)
+            c.function(call)
+    return _make_guard(c.readers)
+
+
+def guard_for_module(module: torch.nn.Module) -> Callable[[], tuple] | None:
+    """The guard of a jitted module: every submodule's `training` and scalar attributes, and the
+    globals its classes' forward code reads."""
+    c = _Collector()
+    for mod in module.modules():
+        c.attr(mod, "training")
+        for name, v in vars(mod).items():
+            if name != "training" and not name.startswith("_") and isinstance(v, _SCALARS + (tuple,)):
+                c.attr(mod, name)
+        fwd = type(mod).forward
+        if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
+            c.function(fwd)
+            for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
+                m = getattr(type(mod), name, None)
+                if isinstance(m, types.FunctionType):
+                    c.function(m, 1)
+    return _make_guard(c.readers)
+
+
+def user_location() -> str:
+    """'file:line: source' of the innermost frame of the user's program (outside thunder and
+    torch), or '' when there is none."""
+    import linecache
+
+    f = sys._getframe(1)
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if not path.startswith(_THUNDER_DIR) and not path.startswith(_TORCH_DIR) and not path.startswith("<frozen"):
+            line = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+            return f"{f.f_code.co_filename}:{f.f_lineno}" + (f": {line}" if line else "")
+        f = f.f_back
+    return ""

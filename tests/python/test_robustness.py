@@ -1,0 +1,465 @@
+"""No silent wrong result, no crash (issue 14): each defect found by fuzzing, against eager."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+EXECUTORS = [None, ["fuser"]]
+IDS = ["default", "fuser"]
+PYTHON_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+
+
+def run_script(code: str, env=None, timeout=300):
+    """Runs code in a fresh interpreter (a crash must not take pytest down)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.path.abspath(PYTHON_DIR) + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def eager_or_error(fn, *args):
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001 - the type is what is compared
+        return None, e
+
+
+def assert_same(fn, *args, executors=None):
+    """thunder.jit(fn) returns what eager returns (values and dtype), or raises the same type."""
+    want, err = eager_or_error(fn, *args)
+    jfn = thunder.jit(fn, executors=executors)
+    if err is not None:
+        with pytest.raises(type(err)):
+            jfn(*args)
+        return
+    got = jfn(*args)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+# ---- the process crash and integer division by zero ----------------------------------------
+
+def test_int_min_remainder_minus_one_does_not_crash():
+    r = run_script("""
+        import torch, thunder
+        for op in (lambda a, b: (a + 0) % b, lambda a, b: torch.fmod(a + 0, b)):
+            a, b = torch.tensor([-2**63, 4]), torch.tensor([-1, 3])
+            print(thunder.jit(op, executors=["fuser"])(a, b).tolist(), op(a, b).tolist())
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for line in r.stdout.strip().splitlines():
+        got, want = line.split("] [")
+        assert got + "]" == "[" + want, line
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("op", [lambda a, b: (a + 0) % b, lambda a, b: torch.fmod(a + 0, b),
+                                lambda a, b: torch.remainder(a * 1, b), lambda a, b: (a + 0) // b],
+                         ids=["mod", "fmod", "remainder", "floordiv"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
+def test_division_by_zero_matches_eager(op, dtype, executors):
+    a = torch.tensor([5, -4, 0, 7], dtype=dtype)
+    b = torch.tensor([0, 3, 0, -2], dtype=dtype)
+    assert_same(op, a, b, executors=executors)
+
+
+def test_integer_remainder_by_zero_raises_zero_division():
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        thunder.jit(lambda a, b: (a + 0) % b, executors=["fuser"])(torch.tensor([5]), torch.tensor([0]))
+
+
+# ---- std's gradient at std == 0 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("kwargs", [dict(dim=0, correction=0), dict(dim=1), dict(dim=None),
+                                    dict(dim=(0, 1), keepdim=True), dict(dim=-1, correction=2)])
+def test_std_gradient_of_constant_rows(kwargs, executors):
+    base = torch.randn(4, 5, dtype=torch.float64)
+    base[1] = 3.0  # a constant row
+    base[:, 2] = -1.0  # a constant column
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        fn = lambda x: torch.std(x, **kwargs)  # noqa: E731
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        y.backward(torch.ones_like(y))
+        grads.append(x.grad)
+    assert not grads[1].isnan().any()
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+# ---- guards: Python values the trace read ------------------------------------------------------
+
+SCALE = 2
+
+
+def _times_scale(x):
+    return x * SCALE
+
+
+class _Config:
+    def __init__(self):
+        self.use_relu = True
+
+
+CONFIG = _Config()
+
+
+def _maybe_relu(x):
+    return torch.relu(x) if CONFIG.use_relu else x - 1
+
+
+def test_closure_scalar_is_guarded():
+    c = 2
+
+    def f(x):
+        return x * c
+
+    jf = thunder.jit(f)
+    x = torch.ones(3)
+    assert jf(x).tolist() == [2.0] * 3
+    c = 7
+    assert jf(x).tolist() == [7.0] * 3
+    c = 2.5
+    assert jf(x).tolist() == [2.5] * 3
+    assert jf(x).tolist() == [2.5] * 3
+    assert thunder.cache_hits(jf) == 1
+
+
+def test_global_scalar_is_guarded():
+    global SCALE
+    jf = thunder.jit(_times_scale)
+    x = torch.ones(2)
+    try:
+        assert jf(x).tolist() == [2.0, 2.0]
+        SCALE = 7
+        assert jf(x).tolist() == [7.0, 7.0]
+    finally:
+        SCALE = 2
+    assert jf(x).tolist() == [2.0, 2.0]
+    assert thunder.cache_hits(jf) == 1
+
+
+def test_config_object_flag_is_guarded():
+    jf = thunder.jit(_maybe_relu)
+    x = torch.tensor([-1.0, 2.0])
+    assert jf(x).tolist() == [0.0, 2.0]
+    CONFIG.use_relu = False
+    try:
+        assert jf(x).tolist() == [-2.0, 1.0]
+    finally:
+        CONFIG.use_relu = True
+
+
+def test_closure_tensor_rebound_is_not_stale():
+    w = torch.ones(2)
+
+    def f(x):
+        return x + w
+
+    jf = thunder.jit(f)
+    assert jf(torch.zeros(2)).tolist() == [1.0, 1.0]
+    w = torch.full((2,), 5.0)
+    assert jf(torch.zeros(2)).tolist() == [5.0, 5.0]
+
+
+class _Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.scale = 2.0
+        self.mode = "double"
+
+    def forward(self, x):
+        y = self.lin(x)
+        y = y * self.scale if self.mode == "double" else y - self.scale
+        if self.training:
+            y = y + 100
+        if x.shape[0] > 2:
+            y = y.neg()
+        return y
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+def test_module_training_flag_attributes_and_shapes_retrace(executors):
+    m = _Branchy()
+    jm = thunder.jit(m, executors=executors)
+    for step in range(3):
+        for x in (torch.randn(2, 3), torch.randn(4, 3)):
+            for training in (True, False):
+                m.train(training)
+                m.scale = 2.0 + step
+                m.mode = "double" if step % 2 == 0 else "sub"
+                with torch.no_grad():
+                    torch.testing.assert_close(jm(x), m(x))
+
+
+def test_submodule_training_flag_is_guarded():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.9))
+    jm = thunder.jit(m)
+    x = torch.randn(8, 4)
+    m.eval()
+    torch.testing.assert_close(jm(x), m(x))
+    m[1].train()  # only the submodule
+    assert (jm(x) == 0).float().mean() > 0.5
+    m[1].p = 0.0
+    torch.testing.assert_close(jm(x), m(x))
+
+
+@pytest.mark.parametrize("what", ["item", "tolist", "bool"])
+def test_value_dependent_calls_name_the_line(what):
+    def f(x):
+        if what == "item":
+            return x * x.sum().item()
+        if what == "tolist":
+            return x.tolist()
+        return x if x.sum() > 0 else -x
+
+    with pytest.raises(NotImplementedError, match=r"test_robustness\.py:\d+: .*(item|tolist|x\.sum\(\) > 0)"):
+        thunder.jit(f)(torch.randn(3))
+
+
+# ---- cache limit ------------------------------------------------------------------------------
+
+def test_cache_size_evicts_least_recently_used():
+    jf = thunder.jit(lambda x: x * 2 + 1, cache_size=2)
+    for n in (1, 2, 3, 4):
+        torch.testing.assert_close(jf(torch.ones(n)), torch.full((n,), 3.0))
+    stats = thunder.compile_stats(jf)
+    assert stats["cache_size"] == 2 and stats["cache_evictions"] == 2
+    jf(torch.ones(4))  # most recent: still there
+    assert thunder.cache_hits(jf) == 1
+    jf(torch.ones(1))  # evicted: traced again
+    assert thunder.cache_misses(jf) == 5
+
+
+def test_cache_size_of_modules_and_errors():
+    jm = thunder.jit(torch.nn.Linear(3, 2), cache_size=1)
+    for n in (1, 2, 3):
+        jm(torch.randn(n, 3))
+    assert thunder.compile_stats(jm)["cache_size"] == 1
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="cache_size"):
+            thunder.jit(lambda x: x, cache_size=bad)
+
+
+def test_cache_size_environment_variable():
+    r = run_script("""
+        import torch, thunder
+        jf = thunder.jit(lambda x: x + 1)
+        for n in range(1, 6):
+            jf(torch.ones(n))
+        print(thunder.compile_stats(jf)["cache_size"])
+    """, env={"THUNDER_CACHE_SIZE": "3"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "3"
+    r = run_script("import torch, thunder; thunder.jit(lambda x: x)(torch.ones(1))",
+                   env={"THUNDER_CACHE_SIZE": "many"})
+    assert r.returncode != 0 and "THUNDER_CACHE_SIZE" in r.stderr
+
+
+# ---- threads ----------------------------------------------------------------------------------
+
+THREADS_SCRIPT = """
+    import sys, threading, time, torch, thunder
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else {seconds}
+    errors, calls = [], [0]
+    shared = thunder.jit(lambda a, b: torch.tanh(a * b + 1).sum(-1), executors=["fuser"])
+    deadline = time.time() + seconds
+    def worker(k):
+        n = 0
+        while time.time() < deadline:
+            n += 1
+            # first calls of new functions and new shapes, and cached calls, all with the fuser
+            fresh = thunder.jit(lambda a: torch.sigmoid(a * (k + 1) + n % 5) - 1, executors=["fuser"])
+            for f, args in ((shared, (torch.randn(3, 4 + n % 7), torch.randn(4 + n % 7))),
+                            (fresh, (torch.randn(2, 5 + n % 3),))):
+                try:
+                    got = f(*args)
+                    want = f.__wrapped__(*args)
+                    torch.testing.assert_close(got, want)
+                    calls[0] += 1
+                except Exception as e:
+                    errors.append(repr(e))
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    print(calls[0], len(errors))
+    print("\\n".join(errors[:5]))
+"""
+
+
+def test_threads_first_and_cached_calls_with_the_fuser(tmp_path):
+    r = run_script(THREADS_SCRIPT.format(seconds=3), env={"THUNDER_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    calls, errors = map(int, r.stdout.split("\n")[0].split())
+    assert errors == 0, r.stdout
+    assert calls > 8
+
+
+def test_truncated_cached_kernel_is_compiled_again(tmp_path):
+    code = """
+        import torch, thunder
+        f = thunder.jit(lambda a: torch.exp(a) * 2 + 1, executors=["fuser"])
+        a = torch.randn(5)
+        torch.testing.assert_close(f(a), torch.exp(a) * 2 + 1)
+    """
+    env = {"THUNDER_CACHE_DIR": str(tmp_path)}
+    assert run_script(code, env).returncode == 0
+    libs = list(tmp_path.rglob("*.so"))
+    assert libs
+    for lib in libs:
+        lib.write_bytes(b"\x7fELF")  # what a concurrent writer used to leave
+    r = run_script(code, env)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+# ---- dtypes and results like eager -----------------------------------------------------------
+
+def test_mse_loss_promotes_after_broadcasting():
+    a = torch.randn(3, dtype=torch.bfloat16)
+    b = torch.tensor(1.0)
+    with pytest.warns(UserWarning):
+        want = F.mse_loss(a, b)
+    got = thunder.jit(F.mse_loss)(a, b)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+
+
+def test_cat_of_bool_and_empty_int64():
+    args = (torch.tensor([True]), torch.tensor([], dtype=torch.int64), torch.tensor([False]))
+    got = thunder.jit(lambda a, b, c: torch.cat([a, b, c]))(*args)
+    want = torch.cat(list(args))
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.max(x, 0), lambda x: torch.min(x, dim=1, keepdim=True),
+                                lambda x: x.max(-1)], ids=["max", "min", "method"])
+def test_max_min_with_dim_return_named_tuples(fn):
+    x = torch.randn(3, 4)
+    got, want = thunder.jit(fn)(x), fn(x)
+    assert type(got) is type(want)
+    torch.testing.assert_close(got.values, want.values)
+    torch.testing.assert_close(got.indices, want.indices)
+    torch.testing.assert_close(thunder.jit(lambda x: fn(x).values * 2)(x), want.values * 2)
+
+
+# ---- valid programs eager runs, and eager's exception types -----------------------------------
+
+VALID = [
+    ("permute_0d", lambda x: x.permute(()), lambda: [torch.tensor(1.5)]),
+    ("permute_0d_no_dims", lambda x: x.permute(), lambda: [torch.tensor(1.5)]),  # TypeError in eager
+    ("permute_0d_torch", lambda x: torch.permute(x, ()), lambda: [torch.tensor(1.5)]),
+    ("add_alpha_number", lambda x: torch.add(x, 0.1, alpha=2), lambda: [torch.ones(3)]),
+    ("sub_alpha_number", lambda x: torch.sub(x, 3, alpha=2), lambda: [torch.arange(3)]),
+    ("add_alpha_int_tensor", lambda x: torch.add(x, 2, alpha=3), lambda: [torch.arange(4)]),
+    ("std_unbiased_kw", lambda x: torch.std(x, 0, unbiased=False), lambda: [torch.randn(3, 4)]),
+    ("var_unbiased_kw", lambda x: torch.var(x, unbiased=True), lambda: [torch.randn(3, 4)]),
+    ("var_unbiased_positional", lambda x: torch.var(x, False), lambda: [torch.randn(3, 4)]),
+    ("std_dim_unbiased_keepdim", lambda x: torch.std(x, 1, False, True), lambda: [torch.randn(3, 4)]),
+    ("method_var_unbiased", lambda x: x.var(dim=1, unbiased=False), lambda: [torch.randn(3, 4)]),
+    ("softmax_len0_dim", lambda x: torch.softmax(x, 1), lambda: [torch.randn(3, 0)]),
+    ("log_softmax_len0_rows", lambda x: torch.log_softmax(x, 0), lambda: [torch.randn(0, 3)]),
+    ("amax_len0_dim", lambda x: torch.amax(x, 1), lambda: [torch.randn(3, 0)]),
+    ("amax_len0_other_dim", lambda x: torch.amax(x, 1), lambda: [torch.randn(0, 3)]),
+    ("nan_to_num", lambda x: torch.nan_to_num(x), lambda: [torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])]),
+    ("index_select_oob", lambda x, i: torch.index_select(x, 0, i), lambda: [torch.randn(3), torch.tensor([5])]),
+    ("embedding_oob", lambda w, i: F.embedding(i, w), lambda: [torch.randn(3, 2), torch.tensor([5])]),
+    ("cat_empty_list", lambda x: torch.cat([]) + x, lambda: [torch.ones(1)]),
+    ("bitwise_on_float", lambda x: torch.bitwise_and(x, x), lambda: [torch.randn(2)]),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn,make", VALID, ids=[v[0] for v in VALID])
+def test_matches_eager_values_and_exception_types(name, fn, make, executors):
+    assert_same(fn, *make(), executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("shape", [(2, 0), (0, 4), (0, 0)], ids=["in0", "batch0", "both0"])
+def test_length_zero_linear_trains(shape, executors):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(shape[1], 3)
+    jm = thunder.jit(m, executors=executors)
+    x = torch.randn(*shape, requires_grad=True)
+    y = jm(x)
+    y.sum().backward()
+    grads = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+    m.zero_grad()
+    x.grad = None
+    m(x).sum().backward()
+    for got, want in zip(grads, [p.grad for p in m.parameters()] + [x.grad]):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("x_dtype,w_dtype,b_dtype", [
+    (torch.float32, torch.float64, None), (torch.float32, torch.float32, torch.float64),
+    (torch.float64, torch.float32, None), (torch.bfloat16, torch.float32, torch.float32),
+    (torch.bfloat16, torch.bfloat16, None), (torch.float32, torch.float32, torch.float32),
+])
+def test_layer_norm_parameter_dtypes_like_eager(x_dtype, w_dtype, b_dtype, executors):
+    x = torch.randn(2, 3, dtype=x_dtype)
+    w = torch.randn(3, dtype=w_dtype)
+    b = None if b_dtype is None else torch.randn(3, dtype=b_dtype)
+    assert_same(lambda x, w, b: F.layer_norm(x, (3,), w, b), x, w, b, executors=executors)
+
+
+ACTIVATIONS = [F.gelu, F.silu, F.softplus, F.leaky_relu, F.elu, F.hardswish, F.mish, torch.relu, F.relu6]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+@pytest.mark.parametrize("fn", ACTIVATIONS, ids=[f.__name__ for f in ACTIVATIONS])
+def test_activation_input_dtypes_like_eager(fn, dtype, executors):
+    # found by the fuzzer (seed 312): the fuser computed gelu of a bool tensor
+    x = torch.tensor([-2, 0, 3], dtype=torch.float32).to(dtype)
+    assert_same(lambda x: fn(x), x, executors=executors)
+
+
+GRAD_CASES = [  # found by the fuzzer: gradients at n == correction (NaN in eager) and std == 0
+    ("var_0d", lambda x: torch.var(x, 0), ()),
+    ("var_0d_no_dim", lambda x: torch.var(x), ()),
+    ("var_0d_correction0", lambda x: torch.var(x, 0, correction=0), ()),
+    ("var_mean_0d", lambda x: torch.var_mean(x, 0)[0], ()),
+    ("std_0d", lambda x: torch.std(x + x, 0), ()),
+    ("std_0d_correction0", lambda x: torch.std(x, correction=0), ()),
+    ("std_len1", lambda x: torch.std(x, 0), (1,)),
+    ("std_len1_keepdim", lambda x: torch.std(x, 1, keepdim=True), (3, 1)),
+    ("std_constant", lambda x: torch.std(x * 0 + 1, 1), (3, 4)),
+    ("atan2_at_origin", lambda x: torch.atan2(x, x), (0,)),  # filled with zeros below
+    ("atan2_partly_zero", lambda x: torch.atan2(x * x, x), (4,)),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name,fn,shape", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_reduction_gradients_like_eager(name, fn, shape, dtype, executors):
+    base = torch.randn(shape, dtype=torch.float64).to(dtype)
+    if name.startswith("atan2"):
+        base = torch.tensor([0.0, 1.0, 0.0, -2.0], dtype=dtype)
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        y.backward(torch.ones_like(y))
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("fn", [torch.var, torch.std, lambda x: torch.var_mean(x, 0)], ids=["var", "std", "var_mean"])
+def test_var_of_integers_raises_like_eager(fn, executors):
+    # found by the fuzzer (seed 1217): TypeError where eager raises RuntimeError
+    assert_same(fn, torch.arange(6).reshape(2, 3), executors=executors)

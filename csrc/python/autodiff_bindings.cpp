@@ -175,6 +175,8 @@ void init(py::module_& m) {
         py::arg("num_args"), py::arg("verify") = false);
   m.def("run_training_pipeline", &runTrainingPipeline, py::arg("trace"), py::arg("executors"),
         py::arg("verify") = false);
+  m.def("has_grad_rule", [](const std::string& id) { return findGradRule(id) != nullptr; },
+        py::arg("symbol_id"), "Whether the default table holds a grad rule for the symbol (by id).");
   m.def("get_grad", [](py::handle x) { return fromValue(getGrad(toValue(x))); });
   m.def("put_grad", [](py::handle x, py::handle g) { putGrad(toValue(x), toValue(g)); });
   m.def("register_executor_grad_transform",

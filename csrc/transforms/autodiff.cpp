@@ -101,7 +101,13 @@ void substInPlace(BoundSymbol& b, const Subst& m) {
   for (BoundSymbol& s : b.subsymbols) substInPlace(s, m);
 }
 
-bool isFloatTensor(const TensorPtr& t) { return isFloating(t->dtype); }
+/// Tensors a gradient can flow through: floating point and complex.
+bool isFloatTensor(const TensorPtr& t) { return isFloating(t->dtype) || isComplex(t->dtype); }
+
+std::unordered_set<std::string>& complexSafe() {
+  static std::unordered_set<std::string> s;
+  return s;
+}
 
 /// Sums a gradient to `shape` (undoes broadcasting): leading dims and dims broadcast from 1.
 Value sumToShape(const Value& g, const Shape& shape) {
@@ -225,14 +231,17 @@ class Differentiator {
   const std::vector<int>& keys() const { return keys_; }
 
  private:
-  const GradRule* ruleFor(const BoundSymbol& b) const {
+  const GradRule* ruleFor(const BoundSymbol& b, bool* fromExecutor = nullptr) const {
     const std::string id = b.sym->id();
     for (const Executor* ex : executors_) {
       auto et = executorTable().find(ex->name());
       if (et == executorTable().end()) continue;
       auto r = et->second.find(id);
       if (r == et->second.end()) continue;
-      if (!ex->implements(id) || ex->find(b)) return &r->second;
+      if (!ex->implements(id) || ex->find(b)) {
+        if (fromExecutor) *fromExecutor = true;
+        return &r->second;
+      }
     }
     const GradRule* r = findGradRule(id);
     auto c = conditions().find(id);
@@ -255,15 +264,17 @@ class Differentiator {
       ctx().scope().push_back(std::move(b));
       return;
     }
-    const GradRule* rule = ruleFor(b);
-    if (rule || orig.subsymbols.empty()) {
-      // Gradients are real: a complex value made from a differentiable one would silently cut
-      // the gradient's path, so it is refused.
-      for (const TensorPtr& t : b.outputTensors())
+    bool executorRule = false;
+    const GradRule* rule = ruleFor(b, &executorRule);
+    if ((rule && !executorRule && !isComplexSafe(b.sym->id())) || (!rule && orig.subsymbols.empty())) {
+      // A rule written for real values would give wrong gradients through complex ones.
+      std::vector<TensorPtr> ts = b.outputTensors();
+      for (const TensorPtr& t : b.inputTensors())
+        if (diff_.count(t.get())) ts.push_back(t);
+      for (const TensorPtr& t : ts)
         THUNDER_CHECK_KIND(!isComplex(t->dtype), ErrorKind::NotImplemented, "thunder cannot differentiate ",
-                           b.sym->printName(), ": it makes the complex tensor ", t->name,
-                           " from a tensor that requires grad, and gradients through complex "
-                           "tensors are not supported yet");
+                           b.sym->printName(), " for the complex tensor ", t->name,
+                           ": its gradient is defined for real values only");
     }
     if (rule) {
       applyRule(b, *rule);
@@ -626,6 +637,13 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
   fb.forward = dce(fw);
   fb.forward.provenance = "Forward";
   return fb;
+}
+
+void markComplexSafe(const std::string& symbolId) { complexSafe().insert(symbolId); }
+
+bool isComplexSafe(const std::string& symbolId) {
+  registerGradRules();
+  return complexSafe().count(symbolId) > 0;
 }
 
 }  // namespace thunder

@@ -35,6 +35,12 @@ void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondit
 /// checker, if it implements the symbol, accepts the call).
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
                               GradRule rule);
+/// Marks the default rule of a symbol as correct for complex values (PyTorch's convention: the
+/// gradient of a real loss with respect to z is dL/d(re z) + i dL/d(im z)). Gradients flow
+/// through complex tensors only across such rules and executors' rules (which run PyTorch's).
+void markComplexSafe(const std::string& symbolId);
+/// Whether markComplexSafe was called for the symbol.
+bool isComplexSafe(const std::string& symbolId);
 /// Registers the default grad rules (idempotent; lookups call it).
 void registerGradRules();
 /// Registers ltorch.detach: an alias of its input through which no gradient flows (idempotent).

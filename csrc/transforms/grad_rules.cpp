@@ -50,6 +50,15 @@ Value expandBack(X g, const Shape& shape, const std::vector<int64_t>& dims) {
   return op("expand", {r, Value::ints(shape)});
 }
 
+/// The complex conjugate of a complex tensor or number (2 re(z) - z, exact); other values as
+/// they are.
+Value conj(X z) {
+  if (z.isComplex()) return Value(std::conj(z.toComplex()));
+  if (!z.isTensor() || !isComplex(z.tensor().dtype)) return z;
+  Value re = prims::convert_element_type(prims::real(z), z.tensor().dtype);
+  return sub(mul(re, 2.0), z);
+}
+
 using UnaryGrad = Value (*)(X x, X y, X g);
 using BinaryGrad = std::pair<Value, Value> (*)(X a, X b, X y, X g);
 
@@ -130,11 +139,12 @@ using VV = std::pair<Value, Value>;
 const std::pair<PrimId, BinaryGrad> kBinary[] = {
     {PrimId::add, [](X, X, X, X g) { return VV{g, g}; }},
     {PrimId::sub, [](X, X, X, X g) { return VV{g, neg(g)}; }},
-    {PrimId::mul, [](X a, X b, X, X g) { return VV{mul(b, g), mul(a, g)}; }},
+    // Complex operands enter conjugated (PyTorch's convention for complex gradients).
+    {PrimId::mul, [](X a, X b, X, X g) { return VV{mul(conj(b), g), mul(conj(a), g)}; }},
     {PrimId::div,
      [](X a, X b, X, X g) {
-       Value gb = b.isTensor() ? neg(div(mul(g, a), sq(b))) : Value();
-       return VV{div(g, b), gb};
+       Value gb = b.isTensor() ? neg(div(mul(g, conj(a)), conj(sq(b)))) : Value();
+       return VV{div(g, conj(b)), gb};
      }},
     {PrimId::pow,
      [](X a, X b, X y, X g) {
@@ -199,7 +209,19 @@ void registerShapeRules() {
     putGrad(a[2], op("where", {a[0], 0.0, g}));
   });
   rule(sym(PrimId::convert_element_type), [](const Args& a, X, X g) {
-    if (isFloating(a[0].tensor().dtype)) putGrad(a[0], toDType(g, a[0].tensor().dtype));
+    DType from = a[0].tensor().dtype;
+    if (!isFloating(from) && !isComplex(from)) return;
+    // A real value made complex gets the real part of the gradient; a complex value made real
+    // (its imaginary part dropped) gets the gradient as its real part.
+    Value gin = g;
+    if (isComplex(g.tensor().dtype) && !isComplex(from)) gin = prims::real(g);
+    putGrad(a[0], toDType(gin, from));
+  });
+  rule(sym(PrimId::real), [](const Args& a, X, X g) {
+    putGrad(a[0], toDType(g, a[0].tensor().dtype));
+  });
+  rule(sym(PrimId::imag), [](const Args& a, X, X g) {
+    putGrad(a[0], mul(toDType(g, a[0].tensor().dtype), Value(std::complex<double>(0.0, 1.0))));
   });
   rule(sym(PrimId::broadcast_in_dim), [](const Args& a, X, X g) {
     // Sum over the dims that are new or broadcast from length 1. A length-1 dim of the output
@@ -520,6 +542,13 @@ void registerGradRules() {
     registerNNRules();
     registerTorchRules();
     registerSdpaGradRule();
+    // Rules that hold for complex values as written (linear maps, or conjugating above).
+    for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
+                      PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,
+                      PrimId::broadcast_in_dim, PrimId::reshape, PrimId::slice, PrimId::squeeze,
+                      PrimId::transpose, PrimId::flip, PrimId::stride_order, PrimId::cat,
+                      PrimId::pad})
+      markComplexSafe(sym(id).id());
   });
 }
 

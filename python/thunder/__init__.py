@@ -19,6 +19,7 @@ from thunder.core import devices, dtypes, functionalize, outputs
 from thunder.core.devices import Device
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
+from thunder.core.cudagraphs import PLUGIN_NAMES as CUDA_GRAPH_PLUGINS, CUDAGraphRunner
 
 __all__ = ["jit", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
@@ -145,12 +146,13 @@ class ThunderFunction(_C.CompiledFunction):
     """A jitted function: call it like the original. Calls go straight to the C++ cache lookup
     and runtime (CompiledFunction.__call__); Python runs only to trace on a cache miss."""
 
-    def __init__(self, fn: Callable, executors=None):
+    def __init__(self, fn: Callable, executors=None, cudagraphs: bool = False):
         # The C++ side holds the compile hook; a weak reference keeps it from owning self.
         compile_ = weakref.WeakMethod(self._compile)
         super().__init__(lambda args, kwargs: compile_()(args, kwargs))
         self._fn = fn
         self._executors = _executor_names(executors)
+        self._graphs = CUDAGraphRunner(self._call_compiled) if cudagraphs else None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -160,6 +162,11 @@ class ThunderFunction(_C.CompiledFunction):
         return self
 
     def __call__(self, *args, **kwargs):
+        if self._graphs is not None:
+            return self._graphs(*args, **kwargs)
+        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
+
+    def _call_compiled(self, *args, **kwargs):
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
@@ -174,11 +181,13 @@ def _sanitize(name: str) -> str:
 class ThunderModule(pytorch.nn.Module):
     """A jitted nn.Module: parameters and buffers become inputs of the trace."""
 
-    def __init__(self, module: pytorch.nn.Module, executors=None):
+    def __init__(self, module: pytorch.nn.Module, executors=None, cudagraphs: bool = False):
         super().__init__()
         self._model = module
         self._executors = _executor_names(executors)
         self._cfn = _C.CompiledFunction(self._compile)
+        # Parameters and buffers (the first argument) stay where they are between calls.
+        self._graphs = CUDAGraphRunner(self._call_compiled, lambda args, kwargs: args[0]) if cudagraphs else None
         self._slots = self._collect_slots()
 
     def _collect_slots(self):
@@ -194,7 +203,12 @@ class ThunderModule(pytorch.nn.Module):
         return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
 
     def forward(self, *args, **kwargs):
+        if self._graphs is not None:
+            return self._graphs(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))
+
+    def _call_compiled(self, state, *args, **kwargs):
+        return outputs.finish(self._cfn(state, *args, **kwargs))
 
     def _compile(self, args, kwargs):
         state, user_args = args[0], args[1:]
@@ -206,9 +220,16 @@ class ThunderModule(pytorch.nn.Module):
 
         def run(state_proxies, *a, **k):
             saved = []
-            # Plain tensor attributes (not parameters or buffers) forward may reassign.
-            before = [(n, m, {key: v for key, v in vars(m).items() if isinstance(v, pytorch.Tensor)})
-                      for n, m in self._model.named_modules()]
+            # Tensor attributes forward may reassign: plain ones, and parameters and buffers made
+            # after thunder.jit (not inputs of the trace, so captured like any tensor it reads).
+            slot_keys = {(id(m), kind, name) for m, kind, name, _ in self._slots}
+            before = []
+            for n, m in self._model.named_modules():
+                held = {("__dict__", key): v for key, v in vars(m).items() if isinstance(v, pytorch.Tensor)}
+                for kind in ("_parameters", "_buffers"):
+                    held.update({(kind, key): v for key, v in getattr(m, kind).items()
+                                 if v is not None and (id(m), kind, key) not in slot_keys})
+                before.append((n, m, held))
             try:
                 for (mod, kind, name, _), p in zip(self._slots, state_proxies):
                     saved.append((mod, kind, name, getattr(mod, kind)[name]))
@@ -223,11 +244,14 @@ class ThunderModule(pytorch.nn.Module):
                     getattr(mod, kind)[name] = old
                 # The module keeps its tensors: a proxy never stays behind in an attribute.
                 for mod_name, mod, tensors in before:
-                    for key, old in tensors.items():
-                        now = vars(mod).get(key)
+                    for (kind, key), old in tensors.items():
+                        now = (vars(mod) if kind == "__dict__" else getattr(mod, kind)).get(key)
                         if now is not old:
                             attributes.append((mod_name, key, old, now))
-                            setattr(mod, key, old)
+                            if kind == "__dict__":
+                                vars(mod)[key] = old
+                            else:
+                                getattr(mod, kind)[key] = old
 
         def reassigned(fstate):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
@@ -263,15 +287,26 @@ def _dump(traces):
             print(t)
 
 
-def jit(fn: Callable | pytorch.nn.Module, executors=None, **kwargs) -> Any:
-    """Compiles a function or an nn.Module. The result is called like the original."""
+def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, **kwargs) -> Any:
+    """Compiles a function or an nn.Module. The result is called like the original.
+
+    plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
+    graphs (thunder/core/cudagraphs.py)."""
     if kwargs:
         raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
+    plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
+    for p in plugins:
+        if p not in CUDA_GRAPH_PLUGINS:
+            raise ValueError(f"thunder.jit: unknown plugin {p!r}; known: {', '.join(CUDA_GRAPH_PLUGINS)}")
+    names = [e if isinstance(e, str) else getattr(e, "name", None) for e in (executors or [])]
+    cudagraphs = bool(plugins) or "cudagraphs" in names
+    if executors is not None and "cudagraphs" in names:
+        executors = [e for e, n in zip(executors, names) if n != "cudagraphs"]
     if isinstance(fn, pytorch.nn.Module):
-        return ThunderModule(fn, executors)
+        return ThunderModule(fn, executors, cudagraphs)
     if not callable(fn):
         raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
-    return ThunderFunction(fn, executors)
+    return ThunderFunction(fn, executors, cudagraphs)
 
 
 def _cfn(f):

@@ -167,6 +167,8 @@ Value batchNorm(const Args& a) {
   THUNDER_CHECK(a[1].isNone() == a[2].isNone(), opn(name),
                 ": running_mean and running_var must both be given or both be None");
   bool training = a[5].toBool();
+  THUNDER_CHECK(training || !a[1].isNone(), opn(name),
+                ": running_mean and running_var must be given when training=False");
   double eps = a[7].toDouble();
   std::vector<int64_t> dims = {0};
   for (int64_t d = 2; d < t.ndim(); ++d) dims.push_back(d);
@@ -494,6 +496,8 @@ Value padModes(const Value& a, const std::vector<int64_t>& pad, const std::strin
   THUNDER_CHECK_KIND(mode == "reflect" || mode == "replicate" || mode == "circular",
                      ErrorKind::NotImplemented, "ltorch.pad: mode must be 'constant', 'reflect', "
                      "'replicate' or 'circular', but got '", mode, "'");
+  THUNDER_CHECK_KIND(mode == "circular" || t.dtype != DType::Bool, ErrorKind::Type, "ltorch.pad: mode '",
+                     mode, "' does not support bool inputs");
   int64_t k = static_cast<int64_t>(pad.size() / 2);
   THUNDER_CHECK(pad.size() % 2 == 0 && k >= 1 && k <= 3 && (t.ndim() == k + 1 || t.ndim() == k + 2),
                 "ltorch.pad: padding of length ", pad.size(), " in mode '", mode,
@@ -584,8 +588,8 @@ void registerActivations() {
          {"torch.nn.functional.hardtanh"}, [](const Args& a) {
            checkNotInplace(a[3], "hardtanh");
            const TensorProxy& t = T(a[0], "hardtanh");
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type,
-                              "ltorch.hardtanh: bool inputs are not supported");
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8, ErrorKind::Type,
+                              "ltorch.hardtanh: ", dtypeName(t.dtype), " inputs are not supported");
            THUNDER_CHECK(a[1].toDouble() <= a[2].toDouble(),
                          "ltorch.hardtanh: min_val cannot be greater than max_val");
            // Gradient 0 at the bounds, as PyTorch's hardtanh_backward.
@@ -604,7 +608,7 @@ void registerActivations() {
   }, kElementwise);
   define("hardshrink", "a, lambd=0.5", {"torch.nn.functional.hardshrink", "torch.hardshrink",
                                         "torch.Tensor.hardshrink"}, [](const Args& a) {
-    T(a[0], "hardshrink");
+    checkFloating(T(a[0], "hardshrink"), "hardshrink");
     return op("where", {op("gt", {op("abs", {a[0]}), a[1]}), a[0], 0});
   }, kElementwise);
   define("softshrink", "a, lambd=0.5", {"torch.nn.functional.softshrink"}, [](const Args& a) {
@@ -674,6 +678,8 @@ void registerActivations() {
            THUNDER_CHECK_KIND(lo <= hi, ErrorKind::Value, "ltorch.rrelu: lower bound ", lo,
                               " must not exceed upper bound ", hi);
            if (!a[3].toBool()) return op("leaky_relu", {a[0], (lo + hi) / 2});
+           THUNDER_CHECK_KIND(t.dtype != DType::Float16, ErrorKind::Type,
+                              "ltorch.rrelu: training=True is not supported for float16 inputs (as in PyTorch)");
            // Training: a slope drawn uniformly from [lower, upper) for each negative element.
            Value slope = prims::uniform(t.shape, lo, hi, t.device, t.dtype);
            return op("where", {op("ge", {a[0], 0}), a[0], op("mul", {a[0], slope})});
@@ -695,6 +701,9 @@ void registerActivations() {
          [](const Args& a) {
            checkNotInplace(a[3], "threshold");
            const TensorProxy& t = T(a[0], "threshold");
+           THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8 && !isComplex(t.dtype),
+                              ErrorKind::Type, "ltorch.threshold: ", dtypeName(t.dtype),
+                              " inputs are not supported");
            Value r = op("where", {op("gt", {a[0], a[1]}), a[0], clang::maybeConvert(a[2], t.dtype)});
            return clang::maybeConvert(r, t.dtype);
          }, kElementwise);
@@ -833,8 +842,7 @@ void registerLosses() {
          });
   define("binary_cross_entropy_with_logits",
          "a, target, weight=None, size_average=None, reduce=None, reduction='mean', pos_weight=None",
-         {"torch.nn.functional.binary_cross_entropy_with_logits",
-          "torch.binary_cross_entropy_with_logits"},
+         {"torch.nn.functional.binary_cross_entropy_with_logits"},
          [](const Args& a) {
            const std::string name = "binary_cross_entropy_with_logits";
            const TensorProxy& x = T(a[0], name);
@@ -856,7 +864,7 @@ void registerLosses() {
          });
   define("smooth_l1_loss", "a, target, size_average=None, reduce=None, reduction='mean', beta=1.0",
          {"torch.nn.functional.smooth_l1_loss"}, [](const Args& a) {
-           T(a[0], "smooth_l1_loss");
+           checkFloating(T(a[0], "smooth_l1_loss"), "smooth_l1_loss");
            double beta = a[5].toDouble();
            THUNDER_CHECK_KIND(beta >= 0, ErrorKind::Value,
                               "ltorch.smooth_l1_loss: beta must be at least 0, but got ", beta);
@@ -868,7 +876,7 @@ void registerLosses() {
          });
   define("huber_loss", "a, target, reduction='mean', delta=1.0, weight=None",
          {"torch.nn.functional.huber_loss"}, [](const Args& a) {
-           T(a[0], "huber_loss");
+           checkFloating(T(a[0], "huber_loss"), "huber_loss");
            double delta = a[3].toDouble();
            THUNDER_CHECK_KIND(delta > 0, ErrorKind::Value,
                               "ltorch.huber_loss: delta must be positive, but got ", delta);

@@ -618,6 +618,43 @@ void registerLTorchKernels() {
   impl("ltorch.mse_loss", F, "mse_loss",
        [](K& a) -> c10::IValue { return at::mse_loss(a.t(0), a.t(1), reductionEnum(a.str(4))); },
        [](const BoundSymbol& b) { return b.args.size() > 5 && b.args[5].isNone(); });
+  // ---- nn ops ----
+  // Max pooling without indices as one call: its values print with their type (a prim's
+  // (values, indices) tuple prints without one, as seed 001 prints multi-output calls).
+  auto noIndices = [](size_t i) {
+    return [i](const BoundSymbol& b) { return b.args.size() > i && b.args[i].isBool() && !b.args[i].toBool(); };
+  };
+  auto stride = [](K& a) { return a.none(2) ? std::vector<int64_t>{} : a.ints(2); };
+  impl("ltorch.max_pool1d", F, "max_pool1d", [stride](K& a) -> c10::IValue {
+    return at::max_pool1d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+  }, noIndices(6));
+  impl("ltorch.max_pool2d", F, "max_pool2d", [stride](K& a) -> c10::IValue {
+    return at::max_pool2d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+  }, noIndices(6));
+  impl("ltorch.max_pool3d", F, "max_pool3d", [stride](K& a) -> c10::IValue {
+    return at::max_pool3d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+  }, noIndices(6));
+  // Output sizes: an int or one entry per spatial dim, None keeping the input's length.
+  auto adaptiveSizes = [](K& a, size_t k) {
+    const at::Tensor& x = a.t(0);
+    std::vector<int64_t> out;
+    if (a.v[1].isInt()) return std::vector<int64_t>(k, a.i(1));
+    for (const c10::IValue& v : a.v[1].toListRef()) out.push_back(v.isNone() ? -1 : v.toInt());
+    if (out.size() == 1) out.assign(k, out[0]);
+    for (size_t i = 0; i < k; ++i)
+      if (out[i] < 0) out[i] = x.size(x.dim() - static_cast<int64_t>(k) + static_cast<int64_t>(i));
+    return out;
+  };
+  impl("ltorch.adaptive_max_pool1d", F, "adaptive_max_pool1d", [adaptiveSizes](K& a) -> c10::IValue {
+    return std::get<0>(at::adaptive_max_pool1d(a.t(0), adaptiveSizes(a, 1)));
+  }, noIndices(2));
+  impl("ltorch.adaptive_max_pool2d", F, "adaptive_max_pool2d", [adaptiveSizes](K& a) -> c10::IValue {
+    return std::get<0>(at::adaptive_max_pool2d(a.t(0), adaptiveSizes(a, 2)));
+  }, noIndices(2));
+  impl("ltorch.adaptive_max_pool3d", F, "adaptive_max_pool3d", [adaptiveSizes](K& a) -> c10::IValue {
+    return std::get<0>(at::adaptive_max_pool3d(a.t(0), adaptiveSizes(a, 3)));
+  }, noIndices(2));
+  // ---- end nn ops ----
   impl("ltorch.scaled_dot_product_attention", F, "scaled_dot_product_attention",
        [](K& a) -> c10::IValue {
          return at::scaled_dot_product_attention(a.t(0), a.t(1), a.t(2), optTensor(a, 3), a.d(4), a.b(5),

@@ -208,3 +208,48 @@ def test_resnet_block_matches_eager(train):
             torch.testing.assert_close(b, c, msg=lambda m: f"buffer {name} after step {step}: {m}")
         model.zero_grad()
         ref.zero_grad()
+
+
+# ---- random ops: the seed decides, and the gradient is the mask that was drawn -----------------
+
+RANDOM = [
+    ("dropout1d", lambda x: F.dropout1d(x, 0.4)),
+    ("dropout2d", lambda x: F.dropout2d(x, 0.4)),
+    ("dropout3d", lambda x: F.dropout3d(x.unsqueeze(-1), 0.4)),
+    ("alpha_dropout", lambda x: F.alpha_dropout(x, 0.3, True)),
+    ("feature_alpha_dropout", lambda x: F.feature_alpha_dropout(x, 0.3, True)),
+    ("rrelu_train", lambda x: F.rrelu(x, 0.1, 0.3, True)),
+]
+
+
+@pytest.mark.parametrize("name,fn", RANDOM, ids=[r[0] for r in RANDOM])
+def test_random_ops_follow_the_seed(name, fn):
+    x = torch.randn(4, 6, 5, dtype=f64)
+    jf = thunder.jit(fn)
+    torch.manual_seed(7)
+    a = jf(x)
+    torch.manual_seed(7)
+    b = jf(x)
+    assert torch.equal(a, b), f"{name}: the same seed gave different results"
+    assert not torch.equal(a, jf(x)), f"{name}: two draws without reseeding were equal"
+
+
+def test_dropout2d_gradient_is_the_scaled_mask():
+    x = torch.randn(8, 6, 3, 3, dtype=f64, requires_grad=True)
+    y = thunder.jit(lambda x: F.dropout2d(x, 0.25))(x)
+    y.backward(torch.ones_like(y))
+    kept = (y != 0).to(f64)
+    torch.testing.assert_close(x.grad, kept / 0.75)
+    torch.testing.assert_close(y, x.detach() * kept / 0.75)
+
+
+@pytest.mark.parametrize("fn", [lambda x: F.dropout2d(x, 0.5, training=False), lambda x: F.dropout1d(x, 0.0),
+                                lambda x: F.alpha_dropout(x, 0.5), lambda x: F.feature_alpha_dropout(x, 0.0, True)])
+def test_dropout_identity_cases(fn):
+    x = torch.randn(2, 3, 4)
+    assert torch.equal(thunder.jit(fn)(x), x)
+
+
+def test_dropout_p1_drops_everything():
+    x = torch.randn(2, 3, 4)
+    assert torch.equal(thunder.jit(lambda x: F.dropout2d(x, 1.0))(x), torch.zeros_like(x))

@@ -153,7 +153,7 @@ class BasicBlock(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(inplanes, planes, kernel_size=3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=False)
+        self.relu = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(planes, planes, kernel_size=3, stride=1, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.downsample = nn.Sequential(
@@ -172,7 +172,7 @@ class TinyResNet(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 8, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(8)
-        self.relu = nn.ReLU(inplace=False)
+        self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         self.layer1 = BasicBlock(8, 16, stride=2)
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
@@ -253,3 +253,43 @@ def test_dropout_identity_cases(fn):
 def test_dropout_p1_drops_everything():
     x = torch.randn(2, 3, 4)
     assert torch.equal(thunder.jit(lambda x: F.dropout2d(x, 1.0))(x), torch.zeros_like(x))
+
+
+# ---- normalization modules: outputs, gradients and running statistics as eager -----------------
+
+MODULES = [
+    ("BatchNorm1d_2d", lambda: nn.BatchNorm1d(3), (4, 3)),
+    ("BatchNorm1d_3d", lambda: nn.BatchNorm1d(3, momentum=0.3), (4, 3, 5)),
+    ("BatchNorm2d_noaffine", lambda: nn.BatchNorm2d(3, affine=False), (2, 3, 4, 4)),
+    ("BatchNorm3d", lambda: nn.BatchNorm3d(3), (2, 3, 2, 3, 2)),
+    ("BatchNorm2d_no_running_stats", lambda: nn.BatchNorm2d(3, track_running_stats=False), (2, 3, 4, 4)),
+    ("GroupNorm", lambda: nn.GroupNorm(2, 4), (2, 4, 3, 3)),
+    ("InstanceNorm1d_running", lambda: nn.InstanceNorm1d(3, affine=True, track_running_stats=True), (2, 3, 6)),
+    ("LayerNorm", lambda: nn.LayerNorm((3, 4)), (2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name,make,shape", MODULES, ids=[m[0] for m in MODULES])
+def test_norm_modules_match_eager(name, make, shape, train):
+    torch.manual_seed(0)
+    model, ref = make().to(f64), make().to(f64)
+    for p in model.parameters():
+        p.data.uniform_(0.5, 1.5)
+    ref.load_state_dict(model.state_dict())
+    model.train(train)
+    ref.train(train)
+    jmodel = thunder.jit(model)
+    for step in range(2):
+        x = torch.randn(*shape, dtype=f64)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, expected = jmodel(xa), ref(xb)
+        torch.testing.assert_close(out, expected)
+        cot = torch.randn_like(out)
+        out.backward(cot)
+        expected.backward(cot)
+        torch.testing.assert_close(xa.grad, xb.grad)
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: grad of {n}: {m}")
+        for (n, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+            torch.testing.assert_close(b, c, msg=lambda m: f"{name}: buffer {n} after step {step}: {m}")

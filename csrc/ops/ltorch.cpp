@@ -1211,6 +1211,9 @@ void registerNN() {
         // The class weights shaped to broadcast along the class dim.
         Value w;
         if (!a[2].isNone()) {
+          const TensorProxy& wt = T(a[2], "cross_entropy", "weight");
+          THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == classes, "ltorch.cross_entropy: expected a weight of shape (",
+                        classes, ",), but got ", shapeStr(wt.shape));
           Shape ws(t.ndim(), 1);
           ws[classDim] = classes;
           w = op("reshape", {a[2], Value::ints(ws)});

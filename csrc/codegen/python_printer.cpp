@@ -136,8 +136,9 @@ std::string printCall(const BoundSymbol& b) {
 
 namespace {
 
-/// The left-hand side of a statement: "t0", "(t0, _)", or empty when there is no output.
-std::string printTargets(const Value& out) {
+/// The left-hand side of a statement: "t0", "(t0, _)", or empty when there is no output. Tensors
+/// of a multi-output call named in `unused` print as "_".
+std::string printTargets(const Value& out, const std::set<std::string>* unused = nullptr) {
   switch (out.kind()) {
     case Value::Kind::None: return "";
     case Value::Kind::Tuple:
@@ -146,7 +147,8 @@ std::string printTargets(const Value& out) {
       for (size_t i = 0; i < out.items().size(); ++i) {
         if (i) s += ", ";
         const Value& item = out.items()[i];
-        s += item.isTensor() || item.isSequence() ? printTargets(item) : "_";
+        bool dropped = item.isTensor() && unused && unused->count(item.tensor().name);
+        s += !dropped && (item.isTensor() || item.isSequence()) ? printTargets(item, unused) : "_";
       }
       if (out.isTuple() && out.items().size() == 1) s += ",";
       return s + (out.isTuple() ? ")" : "]");
@@ -162,7 +164,7 @@ std::string typeComment(const Value& out) {
 }
 
 void printStatement(const BoundSymbol& b, const std::string& indent, bool commented,
-                    std::string& out) {
+                    std::string& out, const std::set<std::string>* unused = nullptr) {
   std::string line = indent + (commented ? "# " : "");
   if (b.sym->hasTag(kDel)) {
     line += "del ";
@@ -171,7 +173,7 @@ void printStatement(const BoundSymbol& b, const std::string& indent, bool commen
     out += line + "\n";
     return;
   }
-  std::string targets = printTargets(b.output);
+  std::string targets = printTargets(b.output, unused);
   if (!targets.empty()) line += targets + " = ";
   line += printCall(b) + typeComment(b.output);
   out += line + "\n";
@@ -200,6 +202,12 @@ void collectImports(const BoundSymbol& b, std::set<std::string>& imports) {
   }
 }
 
+void collectTensorNames(const Value& v, std::set<std::string>& names) {
+  if (v.isTensor()) names.insert(v.tensor().name);
+  if (v.isSequence() || v.isDict())
+    for (const Value& item : v.items()) collectTensorNames(item, names);
+}
+
 }  // namespace
 
 std::string printTrace(const Trace& trace) {
@@ -224,7 +232,21 @@ std::string printTrace(const Trace& trace) {
   out += "):\n";
   for (const TensorPtr& t : trace.inputs)
     out += "  # " + t->name + ": \"" + t->typeString() + "\"\n";
-  for (const BoundSymbol& b : trace.bsyms) printStatement(b, "  ", false, out);
+  // In an execution trace, outputs of multi-output calls that nothing reads print as "_":
+  // `(t18, _) = apex_cross_entropy(...)`, as the seeds show.
+  std::set<std::string> unused;
+  if (trace.isExecution) {
+    std::set<std::string> read;
+    collectTensorNames(trace.output, read);
+    for (const BoundSymbol& b : trace.bsyms)
+      if (!b.sym->hasTag(kDel))
+        for (const Value& a : b.args) collectTensorNames(a, read);
+    for (const BoundSymbol& b : trace.bsyms)
+      if (b.output.isSequence())
+        for (const Value& item : b.output.items())
+          if (item.isTensor() && !read.count(item.tensor().name)) unused.insert(item.tensor().name);
+  }
+  for (const BoundSymbol& b : trace.bsyms) printStatement(b, "  ", false, out, &unused);
   out += "  return " + printValue(trace.output, PrintStyle::Thunder) + "\n";
   return out;
 }

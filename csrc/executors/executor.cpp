@@ -1,5 +1,8 @@
 #include "executors/executor.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "codegen/python_printer.h"
@@ -64,6 +67,13 @@ std::vector<Executor*> ExecutorRegistry::all() const {
 
 namespace {
 
+/// THUNDER_DEBUG_CLAIMS=1: say on stderr which executor declined which call.
+bool debugClaims() {
+  // Read at each claim (compile time only), so that a test can set it.
+  const char* e = std::getenv("THUNDER_DEBUG_CLAIMS");
+  return e != nullptr && std::string(e) == "1";
+}
+
 class Claimer {
  public:
   Claimer(Trace& out, const std::vector<Executor*>& executors) : out_(out), executors_(executors) {}
@@ -78,7 +88,13 @@ class Claimer {
       const Executor* ex = executors_[i];
       if (ex->isFusion()) continue;
       const Implementation* impl = ex->find(b);
-      if (!impl) continue;
+      if (!impl) {
+        if (debugClaims() && ex->implements(b.sym->id()))
+          std::fprintf(stderr,
+                       "thunder: executor '%s' declined %s (`%s`): its checker returned False\n",
+                       ex->name().c_str(), b.sym->id().c_str(), printCall(b).c_str());
+        continue;
+      }
       if (impl->executionTransform) {
         applyTransform(b, *impl, i);
       } else if (impl->execSymbol == b.sym) {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "codegen/fusion_codegen.h"
+#include "executors/cross_entropy.h"
 #include "executors/fusion_executor.h"
 #include "ir/error.h"
 #include "python/module.h"
@@ -104,6 +105,36 @@ void init(py::module_& m) {
   m.def("nvrtc_available", &runtime::nvrtcAvailable);
   m.def("nvrtc_compile", &runtime::nvrtcCompile, py::arg("source"), py::arg("arch"),
         "Compiles CUDA source with NVRTC; returns the CUBIN's size. Needs no GPU.");
+  m.def(
+      "cross_entropy_cuda_source",
+      [](const std::string& logitsDType, const std::string& labelsDType, int block) {
+        auto parse = [](const std::string& n) {
+          std::optional<DType> d = dtypeFromName(n);
+          THUNDER_CHECK_KIND(d.has_value(), ErrorKind::Value,
+                             "cross_entropy_cuda_source: unknown dtype '", n, "'");
+          return *d;
+        };
+        return xent::cudaSource(parse(logitsDType), parse(labelsDType), block);
+      },
+      py::arg("logits_dtype"), py::arg("labels_dtype"), py::arg("block"),
+      "The CUDA source of the apex executor's cross-entropy kernels (dtypes by name: 'float32').");
+  m.def("cross_entropy_block_size", &xent::blockSize, py::arg("classes"));
+  m.def("apex_cross_entropy_forward",
+        [](py::handle logits, py::handle labels, const std::string& reduction, double smoothing,
+           int64_t ignoreIndex) {
+          auto [loss, mlse] = runtime::crossEntropyForward(THPVariable_Unpack(logits.ptr()),
+                                                           THPVariable_Unpack(labels.ptr()),
+                                                           reduction, smoothing, ignoreIndex);
+          return py::make_tuple(py::reinterpret_steal<py::object>(THPVariable_Wrap(loss)),
+                                py::reinterpret_steal<py::object>(THPVariable_Wrap(mlse)));
+        });
+  m.def("apex_cross_entropy_backward", [](py::handle grad, py::handle logits, py::handle labels,
+                                          py::handle mlse, double smoothing) {
+    at::Tensor out = runtime::crossEntropyBackward(
+        THPVariable_Unpack(grad.ptr()), THPVariable_Unpack(logits.ptr()),
+        THPVariable_Unpack(labels.ptr()), THPVariable_Unpack(mlse.ptr()), smoothing);
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(out));
+  });
   m.def("fusion_stats", [] {
     runtime::FusionStats s = runtime::fusionStats();
     py::dict d;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "codegen/fusion_codegen.h"
+#include "executors/cross_entropy.h"
 #include "executors/fusion_executor.h"
 #include "ir/error.h"
 #include "runtime/kernels.h"
@@ -579,5 +580,102 @@ size_t nvrtcCompile(const std::string& source, const std::string& arch) { return
 bool nvrtcAvailable() { return nvrtc() != nullptr; }
 
 FusionStats fusionStats() { return {gCompiled.load(), gDiskHits.load()}; }
+
+// ---- the apex executor's cross-entropy kernels (executors/cross_entropy.h) -------------------
+
+namespace {
+
+/// Launches one of the cross-entropy kernels: one block per row, on the tensors' current stream.
+void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& labels,
+                void** params) {
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  if (rows == 0) return;
+  const int block = xent::blockSize(classes);
+  std::string src = xent::cudaSource(fromScalarType(logits.scalar_type()),
+                                     fromScalarType(labels.scalar_type()), block);
+  const int device = logits.get_device();
+  CUmodule mod = loadCudaModule(src, device);
+  // The backward may run on an autograd thread with no current context (a cached module is not
+  // loaded again, so loadCudaModule does not set one).
+  ensureContext(device);
+  CUfunction fn = nullptr;
+  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "apex_cross_entropy: no kernel ",
+                entry);
+  c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  void* stream =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+  THUNDER_CHECK(rows < (int64_t(1) << 31), "apex_cross_entropy: ", rows,
+                " rows are more than one launch holds");
+  THUNDER_CHECK(driver().launch(fn, static_cast<unsigned>(rows), 1, 1, static_cast<unsigned>(block),
+                                1, 1, 0, stream, params, nullptr) == 0,
+                "apex_cross_entropy: launching ", entry, " failed");
+}
+
+void checkXentArgs(const char* op, const at::Tensor& logits, const at::Tensor& labels) {
+  THUNDER_CHECK(logits.is_cuda() && labels.is_cuda() && logits.get_device() == labels.get_device(),
+                op, ": expected logits and labels on one CUDA device, but got ",
+                logits.device().str(), " and ", labels.device().str());
+  THUNDER_CHECK(logits.dim() == 2 && labels.dim() == 1 && labels.size(0) == logits.size(0), op,
+                ": expected logits [rows, classes] and labels [rows], but got ",
+                c10::str(logits.sizes()), " and ", c10::str(labels.sizes()));
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsIn,
+                                                       const at::Tensor& labelsIn,
+                                                       const std::string& reduction,
+                                                       double smoothing, int64_t ignoreIndex) {
+  checkXentArgs("apex_cross_entropy", logitsIn, labelsIn);
+  THUNDER_CHECK_KIND(
+      reduction == "none" || reduction == "mean" || reduction == "sum", ErrorKind::Value,
+      "apex_cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction, "'");
+  at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
+  const int64_t rows = logits.size(0);
+  at::Tensor loss = at::empty({rows}, logits.options().dtype(at::kFloat));
+  at::Tensor mlse = at::empty({rows}, logits.options().dtype(at::kFloat));
+  void* pLogits = logits.data_ptr();
+  void* pLabels = labels.data_ptr();
+  void* pLoss = loss.data_ptr();
+  void* pMlse = mlse.data_ptr();
+  long long classes = logits.size(1), ii = ignoreIndex;
+  float s = static_cast<float>(smoothing);
+  void* params[] = {&pLogits, &pLabels, &pLoss, &pMlse, &classes, &s, &ii};
+  launchXent("thunder_xent_fwd", logits, labels, params);
+  at::Tensor out;
+  if (reduction == "none") {
+    out = loss;
+  } else if (reduction == "sum") {
+    out = loss.sum();
+  } else {
+    // The mean over the rows that count (ignored rows add 0 to the sum); NaN when none does.
+    at::Tensor counted = labels.ge(0).logical_and(labels.ne(ignoreIndex)).sum().to(at::kFloat);
+    out = loss.sum().div(counted);
+  }
+  return {out.to(logits.scalar_type()), mlse};
+}
+
+at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logitsIn,
+                                const at::Tensor& labelsIn, const at::Tensor& mlseIn,
+                                double smoothing) {
+  checkXentArgs("apex_cross_entropy_backward", logitsIn, labelsIn);
+  const int64_t rows = logitsIn.size(0);
+  THUNDER_CHECK(gradIn.numel() == rows && mlseIn.numel() == rows,
+                "apex_cross_entropy_backward: expected grad and max_log_sum_exp of ", rows,
+                " elements, but got ", c10::str(gradIn.sizes()), " and ", c10::str(mlseIn.sizes()));
+  at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
+  at::Tensor grad = gradIn.to(at::kFloat).contiguous(), mlse = mlseIn.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(logits, at::MemoryFormat::Contiguous);
+  void* pGrad = grad.data_ptr();
+  void* pLogits = logits.data_ptr();
+  void* pLabels = labels.data_ptr();
+  void* pMlse = mlse.data_ptr();
+  void* pOut = out.data_ptr();
+  long long classes = logits.size(1);
+  float s = static_cast<float>(smoothing);
+  void* params[] = {&pGrad, &pLogits, &pLabels, &pMlse, &pOut, &classes, &s};
+  launchXent("thunder_xent_bwd", logits, labels, params);
+  return out;
+}
 
 }  // namespace thunder::runtime

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ir/symbol.h"
@@ -60,6 +61,19 @@ const Symbol* makeExecSymbol(const std::string& executor, const std::string& mod
 void setKernel(const Symbol* execSymbol, Kernel kernel);
 /// The kernel of an executor symbol, or nullptr.
 const Kernel* findKernel(const Symbol* execSymbol);
+/// The apex executor's fused cross-entropy forward on CUDA (executors/cross_entropy.h): the loss
+/// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in the logits'
+/// dtype, and each row's max-log-sum-exp (float32). Rows whose label is `ignoreIndex` or negative
+/// are ignored.
+std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits,
+                                                       const at::Tensor& labels,
+                                                       const std::string& reduction,
+                                                       double smoothing, int64_t ignoreIndex);
+/// The gradient of the per-row losses with respect to the logits, given each row's cotangent
+/// `grad` (0 for ignored rows) and the forward's max-log-sum-exp.
+at::Tensor crossEntropyBackward(const at::Tensor& grad, const at::Tensor& logits,
+                                const at::Tensor& labels, const at::Tensor& maxLogSumExp,
+                                double smoothing);
 /// thunder dtype -> ATen scalar type, and back.
 at::ScalarType toScalarType(DType d);
 DType fromScalarType(at::ScalarType s);

@@ -23,9 +23,15 @@ c10::IValue tuple(std::vector<c10::IValue> items) { return c10::ivalue::Tuple::c
 /// The philox seed and offset the CUDA kernels return when they use no dropout.
 at::Tensor unusedRngState() { return at::empty({}, at::TensorOptions().dtype(at::kLong)); }
 
+/// The fused kernels read the head dimension as contiguous (PyTorch's own sdpa makes it so);
+/// a strided one (a sliced or transposed view) is copied first.
+at::Tensor denseLastDim(const at::Tensor& t) {
+  return t.dim() == 0 || t.stride(-1) == 1 ? t : t.contiguous();
+}
+
 // fused_attention_forward(query, key, value, attn_mask, is_causal, scale, backend)
 c10::IValue forward(K& a) {
-  const at::Tensor &q = a.t(0), &k = a.t(1), &v = a.t(2);
+  const at::Tensor q = denseLastDim(a.t(0)), k = denseLastDim(a.t(1)), v = denseLastDim(a.t(2));
   bool causal = a.b(4);
   double scale = a.d(5);
   switch (sdpa::parseBackend(a.str(6), "sdpaex.fused_attention_forward")) {
@@ -50,7 +56,8 @@ c10::IValue forward(K& a) {
 // fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_mask, is_causal,
 //                          scale, backend)
 c10::IValue backward(K& a) {
-  const at::Tensor &g = a.t(0), &q = a.t(1), &k = a.t(2), &v = a.t(3), &out = a.t(4), &lse = a.t(5);
+  const at::Tensor g = denseLastDim(a.t(0)), q = denseLastDim(a.t(1)), k = denseLastDim(a.t(2)),
+                   v = denseLastDim(a.t(3)), out = denseLastDim(a.t(4)), &lse = a.t(5);
   bool causal = a.b(7);
   double scale = a.d(8);
   switch (sdpa::parseBackend(a.str(9), "sdpaex.fused_attention_backward")) {

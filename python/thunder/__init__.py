@@ -302,6 +302,12 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, **kwargs
     cudagraphs = bool(plugins) or "cudagraphs" in names
     if executors is not None and "cudagraphs" in names:
         executors = [e for e, n in zip(executors, names) if n != "cudagraphs"]
+    if isinstance(fn, ThunderModule):
+        # Already jitted (by thunder.jit, thunder.distributed.ddp or fsdp): returned as it is.
+        if cudagraphs or (executors is not None and _executor_names(executors) != fn._executors):
+            raise TypeError("thunder.jit: the module is already jitted with other executors or plugins; give them "
+                            "to the first thunder.jit (or to thunder.distributed.ddp/fsdp)")
+        return fn
     if isinstance(fn, pytorch.nn.Module):
         return ThunderModule(fn, executors, cudagraphs)
     if not callable(fn):

@@ -351,6 +351,7 @@ const std::vector<ValidCase>& validCases() {
       {"upsample_backward", ARGS(f32({1, 2, 6, 8}), ints({1, 2, 3, 4}), ints({6, 8}),
                                  Value(std::string("nearest")), Value(false), Value()),
        {}, {1, 2, 3, 4}, DType::Float32},
+      {"copy_", ARGS(f32({2, 3}), f32({2, 3})), {}, {2, 3}, DType::Float32},
   };
   return cases;
 }
@@ -575,6 +576,10 @@ const std::vector<ErrorCase>& errorCases() {
       {"upsample_backward", ARGS(f32({1, 2, 6, 8}), ints({1, 2, 3}), ints({6, 8}), Value(std::string("nearest")),
                                  Value(false), Value()),
        {}, EK::Runtime, "prims.upsample_backward: input_size (1, 2, 3) does not match grad of shape (1, 2, 6, 8)"},
+      {"copy_", ARGS(f32({2, 3}), f32({3})), {}, EK::Runtime,
+       "prims.copy_: src of shape (2, 3) does not match dst of shape (3,)"},
+      {"copy_", ARGS(f32({3}), tensor({3}, DType::Float64)), {}, EK::Type,
+       "prims.copy_: src has dtype float32 but dst has dtype float64"},
   };
   return cases;
 }

@@ -1479,11 +1479,6 @@ OPS["atan2"].test_directives += (
                                    "relative when the other operand is float32"),
                  "test_vjp_correctness", executors=("fuser",)),
 )
-OPS["scaled_dot_product_attention"].test_directives += (
-    DecorateInfo(pytest.mark.xfail(strict=True, reason="the sdpa executor's flash_cpu forward returns wrong values "
-                                   "for a value tensor with a strided last dimension"),
-                 "test_vjp_correctness_lowp", dtypes=(f32,), devicetypes=("cpu",)),
-)
 
 
 def _matmul_grad_extra(dtype):

@@ -36,6 +36,7 @@ __all__ = [
     "add_default_executor",
     "remove_default_executor",
     "get_always_executors",
+    "declined",
 ]
 
 _ALWAYS = ("torch",)
@@ -412,3 +413,15 @@ del _name
 # is opted into with executors=["fuser"].
 if "cudafuser" in _executor_map:
     _default_executors.append(_executor_map["cudafuser"])
+
+
+def declined(executor: Executor | str, symbol: str, reason: str) -> bool:
+    """For checkers: returns False, first saying on stderr why `executor` declined a call of
+    `symbol` when THUNDER_DEBUG_CLAIMS=1 (`return declined(ex, "ltorch.cross_entropy", "logits
+    on cpu")`)."""
+    import os
+
+    if os.environ.get("THUNDER_DEBUG_CLAIMS") == "1":
+        name = executor if isinstance(executor, str) else executor.name
+        print(f"thunder: executor '{name}' declined {symbol}: {reason}", file=sys.stderr)
+    return False

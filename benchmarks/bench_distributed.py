@@ -1,0 +1,186 @@
+"""Data-parallel training step on 2 GPUs (NCCL): thunder.distributed vs PyTorch's
+DistributedDataParallel and FSDP2 (fully_shard), side by side in one run. For each contender:
+median step time (forward, cross-entropy, backward, AdamW step) and the per-GPU peak memory.
+
+    python benchmarks/bench_distributed.py [--world 2] [--steps 10] [--only ddp,fsdp2,...] [--json out.json]
+    (or under torchrun: torchrun --nproc-per-node 2 benchmarks/bench_distributed.py)
+
+Workload: the 4-layer Llama of benchmarks/run.py's gpt_train (Llama-3.2-1B-shaped: vocab 128256,
+width 2048, 32 heads, 8 KV heads, MLP 8192), bf16 weights, batch 2 x 2048 tokens per GPU, logits
+in float32 for the cross-entropy. `--small` runs a small model (and works on CPU with gloo).
+
+Contenders: torch_ddp (torch.nn.parallel.DistributedDataParallel over the eager model),
+thunder_ddp (thunder.distributed.ddp), torch_fsdp2 (torch.distributed.fsdp.fully_shard per block
+and on the model), thunder_fsdp_zero2 / thunder_fsdp_zero3 (thunder.distributed.fsdp; run only
+when thunder.distributed has fsdp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+import thunder  # noqa: E402
+import thunder.distributed  # noqa: E402
+from models import llama  # noqa: E402
+
+CONTENDERS = ["torch_ddp", "thunder_ddp", "torch_fsdp2", "thunder_fsdp_zero2", "thunder_fsdp_zero3"]
+
+
+def _config(small: bool):
+    if small:
+        return llama.Config(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_query_groups=2, n_embd=256,
+                            intermediate_size=688), 2, 128
+    return llama.Config(block_size=2048, vocab_size=128256, n_layer=4, n_head=32, n_query_groups=8, n_embd=2048,
+                        intermediate_size=8192, rope_base=500000), 2, 2048
+
+
+def _wrap(name, model):
+    """The callable of a training forward and the module whose parameters the optimizer steps."""
+    if name == "torch_ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
+        m = DistributedDataParallel(model, device_ids=device_ids)
+        return m, model
+    if name == "thunder_ddp":
+        return thunder.distributed.ddp(model), model
+    if name == "torch_fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+        return model, model
+    if name.startswith("thunder_fsdp"):
+        strategy = getattr(thunder.distributed.FSDPType, name.rsplit("_", 1)[1].upper())
+        m = thunder.distributed.fsdp(model, sharding_strategy=strategy)
+        return m, m
+    raise ValueError(f"unknown contender {name}")
+
+
+def _measure(name, args, device, dtype):
+    cfg, B, T = _config(args.small)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = llama.GPT(cfg).to(dtype)
+    fwd, owner = _wrap(name, model)
+    opt = torch.optim.AdamW(owner.parameters(), lr=1e-4)
+    g = torch.Generator(device="cpu").manual_seed(dist.get_rank())
+    idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g).to(device)
+    targets = torch.randint(0, cfg.vocab_size, (B * T,), generator=g).to(device)
+
+    def step():
+        logits = fwd(idx)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    cuda = device.type == "cuda"
+    t0 = time.perf_counter()
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    for _ in range(2):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(args.steps):
+        dist.barrier()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+    # The slowest rank's median and the largest peak: what the job sees.
+    stats = torch.tensor([statistics.median(times), peak, first], dtype=torch.float64, device=device)
+    dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+    del fwd, owner, opt, model
+    if cuda:
+        torch.cuda.empty_cache()
+    median, peak, first = stats.tolist()
+    return {"contender": name, "median_s": median, "peak_gib": peak, "first_call_s": first}
+
+
+def _worker(rank, world, port, args):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    # NVLink multicast stays off (the shared machines require it).
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    cuda = torch.cuda.is_available() and not args.cpu
+    if cuda:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    names = [n for n in CONTENDERS if not args.only or any(n.startswith(o) or n == o for o in args.only.split(","))]
+    if not hasattr(thunder.distributed, "fsdp"):
+        names = [n for n in names if not n.startswith("thunder_fsdp")]
+    results = []
+    for name in names:
+        try:
+            results.append(_measure(name, args, device, dtype))
+        except Exception as e:  # one contender failing does not hide the others
+            results.append({"contender": name, "error": f"{type(e).__name__}: {e}"})
+            if cuda:
+                torch.cuda.empty_cache()
+    if rank == 0:
+        base = {r["contender"]: r for r in results if "error" not in r}
+        print(f"# {world} x {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, "
+              f"{'small model' if args.small else '4-layer Llama-3.2-1B shape'}, {args.steps} steps")
+        print(f"{'contender':22} {'step ms':>9} {'vs torch':>9} {'peak GiB/GPU':>13} {'first s':>8}")
+        for r in results:
+            if "error" in r:
+                print(f"{r['contender']:22} error: {r['error']}")
+                continue
+            ref = base.get("torch_fsdp2" if "fsdp" in r["contender"] else "torch_ddp")
+            ratio = f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-"
+            ms = r["median_s"] * 1e3
+            print(f"{r['contender']:22} {ms:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['first_call_s']:8.1f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"world": world, "torch": torch.__version__, "results": results}, f, indent=1)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--small", action="store_true", help="a small model (CPU smoke runs)")
+    ap.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
+    args = ap.parse_args()
+    if "RANK" in os.environ:  # under torchrun
+        _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, args)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_worker, args=(args.world, port, args), nprocs=args.world)
+
+
+if __name__ == "__main__":
+    main()

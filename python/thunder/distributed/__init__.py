@@ -1,0 +1,732 @@
+"""thunder.distributed: data-parallel training over torch.distributed.
+
+    torch.distributed.init_process_group("gloo")      # or "nccl"; e.g. under torchrun
+    model = thunder.distributed.ddp(model)             # a jitted module (thunder.jit is not needed)
+    loss = model(x).sum(); loss.backward()             # gradients averaged over the ranks
+    with model.no_sync():                              # gradient accumulation without communication
+        model(x).sum().backward()
+
+ddp is a transform of the training call's traces. At wrap time, parameters and buffers are
+broadcast from rank 0 and the parameters that require grad are put in buckets (about
+`bucket_size_in_mb` each, in reverse registration order, as PyTorch's DDP does). While the
+forward is traced, two calls per bucket are recorded:
+
+    token = bucket_token(p0, p1, ..., bucket=3)          # first thing the forward does
+    (q0, q1, ...) = sync_bucket(p0, p1, ..., token=token, bucket=3)
+                                                          # just before the first use of a
+                                                          # parameter of the bucket
+
+Both are identities in the forward (the token is a zero-stride placeholder). Their grad rules
+put the communication into the backward: the backward of `sync_bucket` runs as soon as the
+gradients of the bucket's parameters are complete (after the backward of their first use) and
+packs them into one flat tensor, divides it by the world size and starts `all_reduce` on it
+(asynchronously); the flat tensor travels to the backward of `bucket_token` as the token's
+cotangent. That backward comes last, since `bucket_token` comes first in the forward: it is where
+`wait` completes the reduction and the flat tensor is split back into the parameters' gradients.
+So the backward prints as
+
+    t120 = all_reduce(t119, group=0)      # bucket 0: issued while the backward goes on
+    ...
+    t301 = wait(t120)                      # near the end
+
+Parameters must reach the computation through torch calls (as modules use them): a use is
+routed to the synchronized value by the tracing dispatcher.
+
+fsdp (see FSDPModule) shards every parameter; a traced call gathers each parameter just before
+the module that owns it runs (`all_gather`), and the gathered parameter's gradient is
+reduce-scattered to the shard (`reduce_scatter`, asynchronous, with `wait` at the end of the
+backward through the same token scheme as ddp's buckets). Under ZeRO-3 the gather is marked
+recomputable, so the forward frees the gathered parameter after its last use and the backward
+gathers it again (rematerialization, which places recomputed calls at the start of the backward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import itertools
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+import thunder
+from thunder import _C
+from thunder.core import proxies
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor, register_executor
+
+__all__ = ["ddp", "DDPModule", "fsdp", "FSDPModule", "FSDPType", "all_reduce", "wait", "all_gather", "reduce_scatter"]
+
+
+# ---- process groups and buckets, by the ids the traces print ----------------------------------
+
+
+_groups: dict[int, Any] = {}  # id -> process group (None: the default group)
+_group_ids: dict[int, int] = {}  # id(process group or None) -> id
+_buckets: "weakref.WeakValueDictionary[int, _Bucket]" = weakref.WeakValueDictionary()  # owned by their DDPModule
+_bucket_ids = itertools.count()
+# (group id, data_ptr of the result) -> (work of a collective in flight, what completes it after
+# the work, or None)
+_pending: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _group_id(group) -> int:
+    key = id(group)
+    if key not in _group_ids:
+        _group_ids[key] = len(_groups)
+        _groups[_group_ids[key]] = group
+    return _group_ids[key]
+
+
+@dataclass
+class _Bucket:
+    """Parameters whose gradients are reduced together: the parameters, each with the module
+    slots (module, name) that hold it, as (parameter, (module, name)) pairs."""
+
+    index: int
+    slots: list[tuple[torch.Tensor, tuple[torch.nn.Module, str]]]
+    params: list[torch.Tensor]
+    group_id: int
+    world_size: int
+    bytes: int = 0
+    # The parameter and the size of each segment of the packed gradient, as last traced (a tied
+    # parameter held by two slots has a segment for each).
+    layout: list[torch.Tensor] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+
+# ---- the operators -------------------------------------------------------------------------------
+
+
+_ex = OperatorExecutor("distributed", version="0.1")
+register_executor(_ex)
+
+
+def _all_reduce_meta(a, *, group: int):
+    if not isinstance(a, TensorProxy):
+        raise TypeError(f"all_reduce: expected a tensor, but got {type(a).__name__}")
+    return TensorProxy(like=a)
+
+
+def _all_reduce_fn(a, *, group: int):
+    if not a.is_contiguous():
+        raise ValueError(f"all_reduce: expected a contiguous tensor, got strides {a.stride()}")
+    work = tdist.all_reduce(a, group=_groups[group], async_op=True)
+    _pending[(group, a.data_ptr())] = (work, None)
+    return a
+
+
+def _wait_meta(a, *, group: int):
+    return TensorProxy(like=a)
+
+
+def _wait_fn(a, *, group: int):
+    work, finish = _pending.pop((group, a.data_ptr()), (None, None))
+    if work is None:
+        raise RuntimeError(f"wait: no collective making this tensor is in flight in group {group}")
+    work.wait()
+    if finish is not None:
+        finish()
+    return a
+
+
+# all_reduce(a, group=g): starts summing `a` over the ranks of group g, in place, asynchronously;
+# wait(a, group=g) completes it (and the reduce_scatter below). Both print and run like any other call of the trace.
+all_reduce = _ex.register_operator("all_reduce", meta=_all_reduce_meta, fn=_all_reduce_fn, tags=["DONT_DCE"])
+wait = _ex.register_operator("wait", meta=_wait_meta, fn=_wait_fn)
+
+
+def _bucket_token_meta(*params, bucket: int):
+    return TensorProxy(like=params[0], shape=(sum(p.numel() for p in params),))
+
+
+def _bucket_token_fn(*params, bucket: int):
+    numel = sum(p.numel() for p in params)
+    return torch.zeros((), dtype=params[0].dtype, device=params[0].device).expand(numel)
+
+
+def _sync_bucket_meta(*params, token, bucket: int):
+    return tuple(TensorProxy(like=p) for p in params)
+
+
+def _sync_bucket_fn(*params, token, bucket: int):
+    return tuple(params)
+
+
+def _add_unsynced_grads_meta(a, *, bucket: int):
+    return TensorProxy(like=a)
+
+
+def _add_unsynced_grads_fn(a, *, bucket: int):
+    """The gradients accumulated under no_sync, added to this step's (their .grad is taken, so
+    that autograd stores the reduced sum there)."""
+    b = _buckets[bucket]
+    parts, seen = [], set()
+    for p, n in zip(b.layout, b.sizes):
+        g = p.grad if id(p) not in seen else None
+        seen.add(id(p))
+        parts.append(torch.zeros(n, dtype=a.dtype, device=a.device) if g is None else g.reshape(-1).to(a.dtype))
+    for p in b.params:
+        p.grad = None
+    return a + torch.cat(parts)
+
+
+bucket_token = _ex.register_operator("bucket_token", meta=_bucket_token_meta, fn=_bucket_token_fn)
+sync_bucket = _ex.register_operator("sync_bucket", meta=_sync_bucket_meta, fn=_sync_bucket_fn)
+add_unsynced_grads = _ex.register_operator(
+    "add_unsynced_grads", meta=_add_unsynced_grads_meta, fn=_add_unsynced_grads_fn
+)
+
+_tracing = {"accumulated": False}
+
+
+def _spread(args: tuple) -> tuple:
+    """The tensors of a varargs parameter: grad rules get them as one tuple."""
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def _sync_bucket_grad(*params, token, bucket: int):
+    params = _spread(params)
+    outs = sync_bucket(*params, token=token, bucket=bucket)
+    b = _buckets[bucket]
+    flat = thunder.torch.cat([thunder.torch.reshape(get_grad(o), (-1,)) for o in outs])
+    if _tracing["accumulated"]:
+        flat = add_unsynced_grads(flat, bucket=bucket)
+    if b.world_size > 1:
+        flat = thunder.torch.div(flat, b.world_size)
+    put_grad(token, all_reduce(flat, group=b.group_id))
+    return outs
+
+
+def _bucket_token_grad(*params, bucket: int):
+    params = _spread(params)
+    token = bucket_token(*params, bucket=bucket)
+    b = _buckets[bucket]
+    flat = wait(get_grad(token), group=b.group_id)
+    pieces = thunder.torch.split(flat, [p.numel() for p in params])
+    for p, piece in zip(params, pieces):
+        put_grad(p, thunder.torch.reshape(piece, tuple(p.shape)))
+    return token
+
+
+_ex.register_implementation(sync_bucket, grad_transform=_sync_bucket_grad)
+_ex.register_implementation(bucket_token, grad_transform=_bucket_token_grad)
+
+
+# ---- tracing a synchronized training call -----------------------------------------------------
+
+
+class _SyncTracing:
+    """The state of one synchronized trace: the bucket tokens recorded at the start of the
+    forward, and the parameters' proxies routed to their sync_bucket outputs once a bucket is
+    started (at the first use of one of its parameters)."""
+
+    def __init__(self, module: "DDPModule"):
+        self.module = module
+        self.pending: dict[int, _Bucket] = {}  # id(parameter proxy) -> its bucket, not started
+        self.synced: dict[int, TensorProxy] = {}  # id(parameter proxy) -> its synchronized value
+        self.keep: list = []  # keeps the proxies (and so their ids) alive
+        self.original: list[tuple[torch.nn.Module, str, Any]] = []
+        self.tokens: dict[int, tuple[list[TensorProxy], TensorProxy]] = {}
+
+    def pre_hook(self, mod, args):
+        # Tokens in reverse bucket order: the backward, which reverses the forward, then waits
+        # for the buckets in the order they were (typically) issued.
+        for b in reversed(self.module._buckets):
+            proxies_, layout = [], []
+            for param, (m, name) in b.slots:
+                p = m._parameters.get(name)
+                if not isinstance(p, TensorProxy) or any(p is q for q in proxies_):
+                    continue
+                proxies_.append(p)
+                layout.append(param)
+            if not proxies_:
+                continue
+            b.layout, b.sizes = layout, [p.numel() for p in proxies_]
+            token = bucket_token(*proxies_, bucket=b.index)
+            self.tokens[b.index] = (proxies_, token)
+            self.keep.extend(proxies_)
+            for p in proxies_:
+                self.pending[id(p)] = b
+
+    def post_hook(self, mod, args, out):
+        for m, name, p in self.original:
+            m._parameters[name] = p
+        self.original.clear()
+
+    def start(self, b: _Bucket) -> None:
+        proxies_, token = self.tokens[b.index]
+        outs = sync_bucket(*proxies_, token=token, bucket=b.index)
+        self.keep.extend(outs)
+        for p, q in zip(proxies_, outs):
+            self.pending.pop(id(p), None)
+            self.synced[id(p)] = q
+        for _, (m, name) in b.slots:
+            p = m._parameters.get(name)
+            if isinstance(p, TensorProxy) and id(p) in self.synced:
+                self.original.append((m, name, p))
+                m._parameters[name] = self.synced[id(p)]
+
+    def route(self, x):
+        """x with parameter proxies replaced by their synchronized values (starting buckets)."""
+        if isinstance(x, TensorProxy):
+            b = self.pending.get(id(x))
+            if b is not None:
+                self.start(b)
+            return self.synced.get(id(x), x)
+        if type(x) in (tuple, list):
+            items = [self.route(v) for v in x]
+            return x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+        if type(x) is dict:
+            items = {k: self.route(v) for k, v in x.items()}
+            return x if all(items[k] is x[k] for k in x) else items
+        return x
+
+    @contextlib.contextmanager
+    def installed(self, accumulated: bool):
+        model = self.module._model
+        handles = [model.register_forward_pre_hook(self.pre_hook),
+                   model.register_forward_hook(self.post_hook)]
+        inner = proxies.dispatch
+
+        def dispatch(func, args, kwargs):
+            if self.pending or self.synced:
+                args, kwargs = self.route(args), self.route(kwargs)
+            return inner(func, args, kwargs)
+
+        proxies.dispatch = dispatch
+        _tracing["accumulated"] = accumulated
+        try:
+            yield
+        finally:
+            proxies.dispatch = inner
+            _tracing["accumulated"] = False
+            for h in handles:
+                h.remove()
+            self.post_hook(None, None, None)
+
+
+# ---- the module ---------------------------------------------------------------------------------
+
+
+class DDPModule(thunder.ThunderModule):
+    """A module jitted for data-parallel training (made by thunder.distributed.ddp): training calls
+    average the gradients over the process group's ranks; `no_sync()` skips that for gradient
+    accumulation. thunder.last_traces / last_backward_traces show the last call's traces."""
+
+    def __init__(self, module: torch.nn.Module, executors, bucket_size_in_mb: float, process_group):
+        names = thunder._executor_names(executors)
+        super().__init__(module, executors=[_ex.name] + [n for n in names if n != _ex.name])
+        self._group = process_group
+        self._world_size = tdist.get_world_size(process_group)
+        self._no_sync = False
+        self._unsynced = False
+        self._local_cfn = self._cfn
+        self._sync_cfn = _C.CompiledFunction(lambda a, k: self._compile_synced(a, k, False))
+        self._accumulated_cfn = _C.CompiledFunction(lambda a, k: self._compile_synced(a, k, True))
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._buckets = self._make_buckets(bucket_size_in_mb)
+
+    def _make_buckets(self, bucket_size_in_mb: float) -> list[_Bucket]:
+        slots: dict[int, list] = {}
+        for mod_name, mod in self._model.named_modules(remove_duplicate=False):
+            for name, p in mod._parameters.items():
+                if p is not None and p.requires_grad:
+                    slots.setdefault(id(p), []).append((mod, name))
+        cap = bucket_size_in_mb * 2**20
+        gid = _group_id(self._group)
+        buckets, open_by_kind = [], {}
+        # Reverse registration order: the last layers' gradients are complete first.
+        for p in reversed(self._params):
+            kind = (p.dtype, p.device)
+            b = open_by_kind.get(kind)
+            size = p.numel() * p.element_size()
+            if b is None or (b.params and b.bytes + size > cap):
+                b = _Bucket(next(_bucket_ids), [], [], gid, self._world_size)
+                _buckets[b.index] = b
+                buckets.append(b)
+                open_by_kind[kind] = b
+            b.params.append(p)
+            b.bytes += size
+            b.slots.extend((p, s) for s in slots.get(id(p), []))
+        return buckets
+
+    def _compile_synced(self, args, kwargs, accumulated: bool):
+        tracing = _SyncTracing(self)
+        with tracing.installed(accumulated):
+            return self._compile(args, kwargs)
+
+    def forward(self, *args, **kwargs):
+        from thunder.core import outputs
+
+        training = torch.is_grad_enabled() and bool(self._params)
+        if not training or self._no_sync:
+            cfn = self._local_cfn
+            self._unsynced = self._unsynced or training
+        elif self._unsynced:
+            cfn = self._accumulated_cfn
+            self._unsynced = False
+        else:
+            cfn = self._sync_cfn
+        self._cfn = cfn
+        return outputs.finish(cfn(self._state(), *args, **kwargs))
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Training calls inside accumulate their gradients locally, with no communication; the
+        first synchronized call after them reduces the accumulated gradients with its own."""
+        old = self._no_sync
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = old
+
+
+def ddp(model, bucket_size_in_mb: float = 25, *, process_group=None, executors=None) -> DDPModule:
+    """Wraps `model` (an nn.Module, or a module returned by thunder.jit, whose executors are kept)
+    for distributed data-parallel training over `process_group` (default: the default group,
+    which must be initialized): parameters and buffers are broadcast from the group's first rank,
+    and training calls average gradients over the ranks, in buckets of about `bucket_size_in_mb`."""
+    if not tdist.is_available() or not tdist.is_initialized():
+        raise RuntimeError("thunder.distributed.ddp: torch.distributed is not initialized; call "
+                           "torch.distributed.init_process_group first")
+    if isinstance(model, thunder.ThunderModule):
+        if executors is None:
+            executors = list(model._executors)
+        model = model._model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"thunder.distributed.ddp: expected an nn.Module, but got {type(model).__name__}")
+    if not (isinstance(bucket_size_in_mb, (int, float)) and bucket_size_in_mb > 0):
+        raise ValueError(
+            f"thunder.distributed.ddp: bucket_size_in_mb must be a positive number, got {bucket_size_in_mb!r}"
+        )
+    src = 0 if process_group is None else tdist.get_global_rank(process_group, 0)
+    with torch.no_grad():
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            tdist.broadcast(t.detach(), src=src, group=process_group)
+    return DDPModule(model, executors, bucket_size_in_mb, process_group)
+
+
+# ---- fully sharded data parallel ------------------------------------------------------------------
+
+
+class FSDPType(enum.Enum):
+    """ZERO2: gathered parameters are kept from the forward for the backward. ZERO3: the
+    forward frees each gathered parameter after its last use and the backward gathers it again."""
+
+    ZERO2 = 2
+    ZERO3 = 3
+
+
+def _is_nccl(group) -> bool:
+    return tdist.get_backend(group) == "nccl"
+
+
+def _all_gather_meta(a, *, token, group: int):
+    if not isinstance(a, TensorProxy) or a.ndim != 1:
+        raise TypeError(f"all_gather: expected a 1-D tensor (a shard), but got {a!r}")
+    return TensorProxy(like=a, shape=(a.numel() * tdist.get_world_size(_groups[group]),))
+
+
+def _all_gather_fn(a, *, token=None, group: int):
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    a = a.contiguous()
+    if _is_nccl(pg):
+        out = torch.empty(a.numel() * world, dtype=a.dtype, device=a.device)
+        tdist.all_gather_into_tensor(out, a, group=pg)
+        return out
+    parts = [torch.empty_like(a) for _ in range(world)]
+    tdist.all_gather(parts, a, group=pg)
+    return torch.cat(parts)
+
+
+def _reduce_scatter_meta(a, *, group: int):
+    world = tdist.get_world_size(_groups[group])
+    if not isinstance(a, TensorProxy) or a.ndim != 1 or a.numel() % world:
+        raise TypeError(
+            f"reduce_scatter: expected a 1-D tensor whose length divides by the world size {world}, but got {a!r}"
+        )
+    return TensorProxy(like=a, shape=(a.numel() // world,))
+
+
+def _reduce_scatter_fn(a, *, group: int):
+    """Starts the reduce-scatter asynchronously; wait(out, group=g) completes it."""
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    a = a.contiguous()
+    out = torch.empty(a.numel() // world, dtype=a.dtype, device=a.device)
+    if _is_nccl(pg):
+        work = tdist.reduce_scatter_tensor(out, a, group=pg, async_op=True)
+        _pending[(group, out.data_ptr())] = (work, None)
+        return out
+    # gloo has no reduce-scatter: a sum over all ranks, of which this rank keeps its chunk.
+    total = a.clone()
+    work = tdist.all_reduce(total, group=pg, async_op=True)
+    rank = tdist.get_rank(pg)
+    _pending[(group, out.data_ptr())] = (work, lambda: out.copy_(total.chunk(world)[rank]))
+    return out
+
+
+# all_gather(shard, token=t, group=g): the shards of the ranks of g, concatenated (in rank order);
+# reduce_scatter(a, group=g): starts computing this rank's chunk of the sum of `a` over the ranks,
+# which wait(...) completes. all_gather's gradient is the reduce_scatter of its cotangent (divided
+# by the world size: the gradients are averaged over the ranks, as in ddp), started as soon as the
+# cotangent is complete and handed to the token (made by shard_token at the start of the forward),
+# whose backward, at the end, waits for it: the reduction overlaps the rest of the backward.
+# all_gather_zero3 is all_gather marked recomputable, so that the backward gathers the parameter
+# again instead of keeping it from the forward.
+all_gather = _ex.register_operator("all_gather", meta=_all_gather_meta, fn=_all_gather_fn)
+all_gather_zero3 = _ex.register_operator(
+    "all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"]
+)
+reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
+
+
+def _shard_token_meta(a, *, group: int):
+    return TensorProxy(like=a)
+
+
+def _shard_token_fn(a, *, group: int):
+    return torch.zeros((), dtype=a.dtype, device=a.device).expand(a.shape)
+
+
+shard_token = _ex.register_operator("shard_token", meta=_shard_token_meta, fn=_shard_token_fn)
+
+
+def _all_gather_grad_rule(op):
+    def rule(a, *, token, group: int):
+        out = op(a, token=token, group=group)
+        g = get_grad(out)
+        world = tdist.get_world_size(_groups[group])
+        if world > 1:
+            g = thunder.torch.div(g, world)
+        put_grad(token, reduce_scatter(g, group=group))
+        return out
+
+    return rule
+
+
+def _shard_token_grad(a, *, group: int):
+    token = shard_token(a, group=group)
+    put_grad(a, wait(get_grad(token), group=group))
+    return token
+
+
+_ex.register_implementation(all_gather, grad_transform=_all_gather_grad_rule(all_gather))
+_ex.register_implementation(all_gather_zero3, grad_transform=_all_gather_grad_rule(all_gather_zero3))
+_ex.register_implementation(shard_token, grad_transform=_shard_token_grad)
+
+
+@dataclass
+class _Shard:
+    """How a sharded parameter is rebuilt: its shape and number of elements before sharding."""
+
+    shape: tuple
+    numel: int
+
+
+class _ShardTracing:
+    """While a call of an FSDPModule is traced: each module's sharded parameters are gathered
+    just before the module runs (a forward pre-hook), and any other use of a shard is routed to
+    its gathered value by the tracing dispatcher."""
+
+    def __init__(self, module: "FSDPModule"):
+        self.module = module
+        self.full: dict[int, TensorProxy] = {}  # id(shard proxy) -> the gathered parameter
+        self.tokens: dict[int, TensorProxy] = {}  # id(shard proxy) -> its shard_token
+        self.keep: list = []
+        self.original: list[tuple[torch.nn.Module, str, Any]] = []
+
+    def gather(self, p: TensorProxy) -> TensorProxy:
+        full = self.full.get(id(p))
+        if full is None:
+            info = self.module._shard_info_by_proxy[id(p)]
+            op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 else all_gather
+            flat = op(p, token=self.tokens[id(p)], group=self.module._group_id)
+            full = thunder.torch.reshape(thunder.torch.narrow(flat, 0, 0, info.numel), info.shape)
+            self.full[id(p)] = full
+            self.keep.extend((p, full))
+        return full
+
+    def pre_hook(self, mod, args):
+        for name, p in mod._parameters.items():
+            if isinstance(p, TensorProxy) and id(p) in self.module._shard_info_by_proxy:
+                self.original.append((mod, name, p))
+                mod._parameters[name] = self.gather(p)
+
+    def route(self, x):
+        if isinstance(x, TensorProxy):
+            return self.gather(x) if id(x) in self.module._shard_info_by_proxy else x
+        if type(x) in (tuple, list):
+            items = [self.route(v) for v in x]
+            return x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+        if type(x) is dict:
+            items = {k: self.route(v) for k, v in x.items()}
+            return x if all(items[k] is x[k] for k in x) else items
+        return x
+
+    def restore(self, *unused):
+        for m, name, p in reversed(self.original):
+            m._parameters[name] = p
+        self.original.clear()
+
+    def root_pre_hook(self, mod, args):
+        # The shards' proxies of this trace, by the module slots the ThunderModule filled.
+        by_proxy = self.module._shard_info_by_proxy
+        by_proxy.clear()
+        for m, name, info in self.module._shard_slots:
+            p = m._parameters.get(name)
+            if isinstance(p, TensorProxy) and id(p) not in by_proxy:
+                by_proxy[id(p)] = info
+                self.keep.append(p)
+                # First in the forward, so that its backward (the wait) comes last.
+                self.tokens[id(p)] = shard_token(p, group=self.module._group_id)
+        self.pre_hook(mod, args)
+
+    @contextlib.contextmanager
+    def installed(self):
+        model = self.module._model
+        handles = [model.register_forward_pre_hook(self.root_pre_hook), model.register_forward_hook(self.restore)]
+        handles += [m.register_forward_pre_hook(self.pre_hook) for m in model.modules()
+                    if m is not model and any(p is not None for p in m._parameters.values())]
+        inner = proxies.dispatch
+
+        def dispatch(func, args, kwargs):
+            return inner(func, self.route(args), self.route(kwargs))
+
+        proxies.dispatch = dispatch
+        try:
+            yield
+        finally:
+            proxies.dispatch = inner
+            for h in handles:
+                h.remove()
+            self.restore()
+            self.module._shard_info_by_proxy.clear()
+
+
+class FSDPModule(thunder.ThunderModule):
+    """A module jitted for fully sharded data-parallel training (made by thunder.distributed.fsdp):
+    each rank holds a flat, padded 1/world_size shard of every parameter (the module's parameters
+    are these shards: give them to the optimizer); calls gather the parameters they use
+    (all_gather) and training calls reduce-scatter the gradients to the shards, averaged over the
+    ranks. full_state_dict / load_full_state_dict convert to and from an unsharded checkpoint."""
+
+    def __init__(self, module: torch.nn.Module, executors, strategy: FSDPType, process_group):
+        world, rank = tdist.get_world_size(process_group), tdist.get_rank(process_group)
+        shards = _shard_parameters(module, world, rank)
+        names = thunder._executor_names(executors)
+        super().__init__(module, executors=[_ex.name] + [n for n in names if n != _ex.name])
+        self._group = process_group
+        self._group_id = _group_id(process_group)
+        self._world_size, self._rank = world, rank
+        self._strategy = strategy
+        self._shards = shards  # qualified name -> (shard parameter, _Shard)
+        self._shard_slots = [(m, name, info) for m, name, info in _slots_of_shards(module, shards)]
+        self._shard_info_by_proxy: dict[int, _Shard] = {}
+        self._cfn = _C.CompiledFunction(self._compile_sharded)
+
+    def _compile_sharded(self, args, kwargs):
+        with _ShardTracing(self).installed():
+            return self._compile(args, kwargs)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The unsharded state dict (every rank gets it): what the original module's
+        state_dict() would hold, with tied parameters under each of their names."""
+        out = {}
+        gathered = {}
+        for key, value in self._model.state_dict(keep_vars=True).items():
+            if isinstance(value, torch.nn.Parameter) and id(value) in self._shard_info_by_param:
+                if id(value) not in gathered:
+                    info = self._shard_info_by_param[id(value)]
+                    flat = _all_gather_fn(value.detach(), group=self._group_id)
+                    gathered[id(value)] = flat[: info.numel].reshape(info.shape).clone()
+                out[key] = gathered[id(value)]
+            else:
+                out[key] = value.detach().clone()
+        return out
+
+    def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Loads an unsharded state dict: each rank keeps its shard of every parameter."""
+        own = self._model.state_dict(keep_vars=True)
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if missing or unexpected:
+            raise KeyError(f"load_full_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        with torch.no_grad():
+            for key, value in own.items():
+                src = state_dict[key]
+                info = self._shard_info_by_param.get(id(value))
+                if info is None:
+                    value.copy_(src)
+                    continue
+                if tuple(src.shape) != info.shape:
+                    raise ValueError(f"load_full_state_dict: {key} has shape {tuple(src.shape)}, expected {info.shape}")
+                value.copy_(_shard_of(src, self._world_size, self._rank))
+
+    @property
+    def _shard_info_by_param(self) -> dict[int, _Shard]:
+        return {id(p): info for p, info in self._shards.values()}
+
+
+def _shard_of(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:
+    """This rank's chunk of t flattened and padded with zeros to a multiple of world."""
+    n = t.numel()
+    chunk = -(-n // world)
+    flat = t.detach().reshape(-1)
+    if chunk * world != n:
+        flat = torch.cat([flat, flat.new_zeros(chunk * world - n)])
+    return flat[rank * chunk:(rank + 1) * chunk].clone()
+
+
+def _shard_parameters(module: torch.nn.Module, world: int, rank: int) -> dict:
+    """Replaces every parameter of module (in each slot holding it) by this rank's shard."""
+    shards: dict[int, tuple[str, torch.nn.Parameter, _Shard]] = {}
+    for qual, p in module.named_parameters():
+        info = _Shard(tuple(p.shape), p.numel())
+        shards[id(p)] = (qual, torch.nn.Parameter(_shard_of(p, world, rank), requires_grad=p.requires_grad), info)
+    for mod in module.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is not None and id(p) in shards:
+                mod._parameters[name] = shards[id(p)][1]
+    return {qual: (shard, info) for qual, shard, info in shards.values()}
+
+
+def _slots_of_shards(module: torch.nn.Module, shards: dict):
+    info_by_param = {id(p): info for p, info in shards.values()}
+    for mod in module.modules():
+        for name, p in mod._parameters.items():
+            if p is not None and id(p) in info_by_param:
+                yield mod, name, info_by_param[id(p)]
+
+
+def fsdp(model, sharding_strategy: FSDPType = FSDPType.ZERO2, *, process_group=None, executors=None) -> FSDPModule:
+    """Wraps `model` (an nn.Module, or a module returned by thunder.jit, whose executors are kept)
+    for fully sharded data-parallel training over `process_group` (default: the default group):
+    parameters and buffers are broadcast from the group's first rank, then each parameter is
+    replaced in the module by this rank's shard (create the optimizer after wrapping)."""
+    if not tdist.is_available() or not tdist.is_initialized():
+        raise RuntimeError("thunder.distributed.fsdp: torch.distributed is not initialized; call "
+                           "torch.distributed.init_process_group first")
+    if isinstance(model, thunder.ThunderModule):
+        if executors is None:
+            executors = list(model._executors)
+        model = model._model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"thunder.distributed.fsdp: expected an nn.Module, but got {type(model).__name__}")
+    if not isinstance(sharding_strategy, FSDPType):
+        raise TypeError(
+            "thunder.distributed.fsdp: sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, "
+            f"got {sharding_strategy!r}"
+        )
+    src = 0 if process_group is None else tdist.get_global_rank(process_group, 0)
+    with torch.no_grad():
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            tdist.broadcast(t.detach(), src=src, group=process_group)
+    return FSDPModule(model, executors, sharding_strategy, process_group)

@@ -1,0 +1,141 @@
+"""The apex executor: fused cross-entropy on CUDA, forward and backward.
+
+    from thunder.executors.apexex import apex_ex
+    thunder.jit(fn, executors=[apex_ex])
+
+Named after NVIDIA Apex's xentropy kernels, whose operators it mirrors; the kernels are thunder's
+own (csrc/executors/cross_entropy.cpp: CUDA compiled at run time with NVRTC and cached like the
+fuser's), no apex package is needed. It claims `ltorch.cross_entropy` (F.cross_entropy) for 2-D
+float32 / bfloat16 / float16 logits on CUDA with class-index labels, no class weights, reductions
+"none" / "mean" / "sum", any ignore_index and label smoothing; otherwise it declines (say why with
+THUNDER_DEBUG_CLAIMS=1) and the decomposition runs. Traces print
+
+    (t18, _) = apex_cross_entropy(logits, labels, 'mean', 0.0)
+    t7 = apex_cross_entropy_backward(t5, t6, target=labels, max_log_sum_exp=t1, label_smoothing=0.0)
+
+apex_cross_entropy returns (loss, max_log_sum_exp), the second the float32 log-sum-exp of each row
+that the backward reads instead of the softmax. The kernels ignore the rows whose label is negative
+(PyTorch accepts no negative label but ignore_index), so a negative ignore_index needs nothing more;
+for an ignore_index that is a class (>= 0), the trace first maps that label to -1
+(`torch.where(labels == ignore_index, -1, labels)`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import thunder.torch as ltorch
+from thunder import _C
+from thunder.core import dtypes
+from thunder.core.devices import DeviceType
+from thunder.core.proxies import TensorProxy
+from thunder.core.transforms import get_grad, put_grad
+from thunder.extend import OperatorExecutor, declined, register_executor
+
+__all__ = ["apex_ex", "apex_cross_entropy", "apex_cross_entropy_backward"]
+
+apex_ex = OperatorExecutor("apex", version="thunder-nvrtc-1")
+register_executor(apex_ex)
+
+_SYMBOL = "ltorch.cross_entropy"
+_REDUCTIONS = ("none", "mean", "sum")
+_LOGITS_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
+_LABEL_DTYPES = (dtypes.int64, dtypes.int32)
+
+
+def _fwd_meta(logits, labels, reduction, label_smoothing):
+    rows = logits.shape[0]
+    loss = TensorProxy(like=logits, shape=(rows,) if reduction == "none" else ())
+    max_log_sum_exp = TensorProxy(like=logits, shape=(rows,), dtype=dtypes.float32)
+    return loss, max_log_sum_exp
+
+
+def _fwd_impl(logits, labels, reduction, label_smoothing):
+    return _C.apex_cross_entropy_forward(logits, labels, reduction, float(label_smoothing), -1)
+
+
+def _bwd_meta(grad, logits, *, target, max_log_sum_exp, label_smoothing):
+    return TensorProxy(like=logits)
+
+
+def _bwd_impl(grad, logits, *, target, max_log_sum_exp, label_smoothing):
+    return _C.apex_cross_entropy_backward(grad, logits, target, max_log_sum_exp, float(label_smoothing))
+
+
+apex_cross_entropy = apex_ex.register_operator("apex_cross_entropy", meta=_fwd_meta, fn=_fwd_impl)
+apex_cross_entropy_backward = apex_ex.register_operator(
+    "apex_cross_entropy_backward", meta=_bwd_meta, fn=_bwd_impl
+)
+
+
+def _checker(a, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+             label_smoothing=0.0) -> bool:
+    def no(reason):
+        return declined(apex_ex, _SYMBOL, reason)
+
+    if not isinstance(a, TensorProxy) or not isinstance(target, TensorProxy):
+        return no("logits and labels must be tensors")
+    if a.device.devicetype != DeviceType.CUDA or target.device.devicetype != DeviceType.CUDA:
+        return no(f"its kernels run on CUDA, but the logits are on {a.device} and the labels on {target.device}")
+    if a.dtype not in _LOGITS_DTYPES:
+        return no(f"logits of dtype {a.dtype} (float32, bfloat16 or float16 are supported)")
+    if a.ndim != 2 or target.ndim != 1:
+        return no(f"expected logits [rows, classes] and labels [rows], got shapes {tuple(a.shape)} and "
+                  f"{tuple(target.shape)}")
+    if a.shape[1] < 1:
+        return no("logits with no classes")
+    if target.dtype not in _LABEL_DTYPES:
+        return no(f"labels of dtype {target.dtype} (class indices of int64 or int32 are supported)")
+    if weight is not None:
+        return no("class weights are not supported (triton_ex supports them)")
+    if size_average is not None or reduce is not None:
+        return no("the deprecated size_average / reduce arguments are not supported")
+    if reduction not in _REDUCTIONS:
+        return no(f"reduction {reduction!r}")
+    if not isinstance(ignore_index, int) or not isinstance(label_smoothing, (int, float)):
+        return no("ignore_index and label_smoothing must be numbers known when tracing")
+    if not 0.0 <= label_smoothing <= 1.0:
+        return no(f"label_smoothing {label_smoothing} is not in [0, 1]")
+    return True
+
+
+def _labels(target, ignore_index):
+    """The labels the kernels read: ignored rows have a negative label."""
+    if ignore_index < 0:
+        return target
+    return ltorch.where(ltorch.eq(target, ignore_index), -1, target)
+
+
+def _execution_transform(a, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                         reduction="mean", label_smoothing=0.0):
+    loss, _ = apex_cross_entropy(a, _labels(target, ignore_index), reduction, float(label_smoothing))
+    return loss
+
+
+def _grad_transform(a, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                    reduction="mean", label_smoothing=0.0):
+    labels = _labels(target, ignore_index)
+    loss, max_log_sum_exp = apex_cross_entropy(a, labels, reduction, float(label_smoothing))
+    g = get_grad(loss)
+    # Each row's cotangent: the loss's for "none", shared by the rows for "sum", divided by the
+    # number of rows not ignored for "mean". The kernel gives ignored rows a zero gradient.
+    if reduction == "none":
+        row_grad = g
+    else:
+        row_grad = ltorch.expand(ltorch.unsqueeze(g, 0), (a.shape[0],))
+    if reduction == "mean":
+        counted = ltorch.sum(ltorch.ge(labels, 0).to(torch.float32))
+        row_grad = ltorch.div(row_grad, counted)
+    grad_logits = apex_cross_entropy_backward(
+        row_grad, a.contiguous(), target=labels, max_log_sum_exp=max_log_sum_exp, label_smoothing=float(label_smoothing)
+    )
+    put_grad(a, grad_logits)
+    return loss
+
+
+apex_ex.register_implementation(
+    ltorch.cross_entropy,
+    checker=_checker,
+    execution_transform=_execution_transform,
+    grad_transform=_grad_transform,
+)

@@ -1,0 +1,317 @@
+"""thunder.distributed.ddp against single-process training on the concatenated batch: two CPU
+processes over gloo, spawned by each test (torch.multiprocessing, a free port)."""
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import thunder
+
+WORLD = 2
+
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(rank, port, body, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        body(rank, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(body, *args):
+    """Runs body(rank, *args) in WORLD processes of one gloo group; a failure in any is raised."""
+    mp.spawn(_run, args=(_free_port(), body, args), nprocs=WORLD)
+
+
+def _gpt():
+    from models import nanogpt
+
+    torch.manual_seed(1234)
+    cfg = nanogpt.GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+    return nanogpt.GPT(cfg)
+
+
+def _batches(steps, per_rank):
+    g = torch.Generator().manual_seed(99)
+    return [torch.randint(0, 64, (WORLD * per_rank, 17), generator=g) for _ in range(steps)]
+
+
+def _mean_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    x = x.detach().clone()
+    dist.all_reduce(x)
+    return x / WORLD
+
+
+def _train_gpt(rank, bucket_size_in_mb, jit_first):
+    import thunder.distributed
+
+    model = _gpt()
+    # Each rank starts from different weights: ddp broadcasts rank 0's.
+    if rank != 0:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    wrapped = thunder.distributed.ddp(thunder.jit(model) if jit_first else model, bucket_size_in_mb=bucket_size_in_mb)
+    reference = _gpt()  # rank 0's initial weights
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    per_rank = 2
+    for step, batch in enumerate(_batches(10, per_rank)):
+        x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        _, loss = wrapped(x[mine], y[mine])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        _, ref_loss = reference(x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        torch.testing.assert_close(
+            _mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}"
+        )
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    backward = str(thunder.last_backward_traces(wrapped)[-1])
+    lines = backward.splitlines()
+    reduces = [i for i, l in enumerate(lines) if " = all_reduce(" in l]
+    waits = [i for i, l in enumerate(lines) if " = wait(" in l]
+    num_buckets = len(wrapped._buckets)
+    assert len(reduces) == len(waits) == num_buckets, backward
+    if bucket_size_in_mb < 1:
+        assert num_buckets > 3
+        # The first bucket is reduced while backward compute (matmuls) remains, and every wait
+        # comes after the last all_reduce.
+        assert any("matmul" in l for l in lines[reduces[0]:reduces[-1]]), backward
+        assert min(waits) > max(reduces), backward
+    else:
+        assert num_buckets == 1
+    forward = str(thunder.last_traces(wrapped)[-1])
+    assert "bucket_token(" in forward and "sync_bucket(" in forward and "all_reduce" not in forward
+
+
+def _train_gpt_both(rank):
+    _train_gpt(rank, 25, False)  # one bucket
+    _train_gpt(rank, 0.01, True)  # small buckets, wrapping a thunder.jit module
+
+
+def test_ddp_gpt_matches_single_process_training():
+    # One spawn for both configurations: starting processes is most of the time.
+    spawn(_train_gpt_both)
+
+
+def _no_sync(rank):
+    import thunder.distributed
+
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    wrapped = thunder.distributed.ddp(model, bucket_size_in_mb=0.0005)
+    g = torch.Generator().manual_seed(7)
+    micro = [torch.randn(WORLD * 3, 6, generator=g) for _ in range(3)]
+    mine = slice(rank * 3, (rank + 1) * 3)
+    for step in range(2):
+        # Two local micro-steps, then one synchronized: the gradient is the mean over the ranks of
+        # the sum over the micro-steps.
+        with wrapped.no_sync():
+            for x in micro[:2]:
+                wrapped(x[mine]).square().mean().backward()
+            backward = str(thunder.last_backward_traces(wrapped)[-1])
+            assert "all_reduce" not in backward and "wait" not in backward
+            for p, q in zip(model.parameters(), reference.parameters()):
+                local = p.grad.clone()
+                other = _mean_over_ranks(local) * WORLD - local
+                assert not torch.allclose(local, other), "no_sync must not communicate"
+        wrapped(micro[2][mine]).square().mean().backward()
+        backward = str(thunder.last_backward_traces(wrapped)[-1])
+        assert "add_unsynced_grads(" in backward and "all_reduce(" in backward
+        for x in micro:
+            reference(x).square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+            p.grad = None
+            q.grad = None
+    # A synchronized call after a synchronized one uses the plain program again.
+    wrapped(micro[0][mine]).square().mean().backward()
+    reference(micro[0]).square().mean().backward()
+    backward = str(thunder.last_backward_traces(wrapped)[-1])
+    assert "add_unsynced_grads(" not in backward and "all_reduce(" in backward
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    # Inference calls need no communication.
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(micro[0]), reference(micro[0]))
+    assert "all_reduce" not in str(thunder.last_traces(wrapped)[-1])
+
+
+def test_ddp_no_sync_accumulates_locally():
+    spawn(_no_sync)
+
+
+class _Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 4).to(torch.bfloat16)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x.to(torch.bfloat16))).float())
+
+
+def test_argument_errors_and_one_rank():
+    import thunder.distributed
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        thunder.distributed.ddp(torch.nn.Linear(2, 2))
+    # A group of one process, in this process.
+    store = dist.TCPStore("127.0.0.1", _free_port(), 1, True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="bucket_size_in_mb must be a positive number, got 0"):
+            thunder.distributed.ddp(torch.nn.Linear(2, 2), bucket_size_in_mb=0)
+        with pytest.raises(TypeError, match="expected an nn.Module, but got function"):
+            thunder.distributed.ddp(lambda x: x)
+        # With one rank the gradients are the local ones, still through all_reduce and wait.
+        model = torch.nn.Linear(3, 2)
+        reference = copy.deepcopy(model)
+        x = torch.randn(4, 3)
+        wrapped = thunder.distributed.ddp(model)
+        wrapped(x).sum().backward()
+        reference(x).sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        assert "wait(" in str(thunder.last_backward_traces(wrapped)[-1])
+        # Parameters of two dtypes go to separate buckets; each gradient keeps its dtype.
+        mixed = _Mixed()
+        mixed_ref = copy.deepcopy(mixed)
+        mixed_wrapped = thunder.distributed.ddp(mixed)
+        assert sorted(str(b.params[0].dtype) for b in mixed_wrapped._buckets) == ["torch.bfloat16", "torch.float32"]
+        mixed_wrapped(x).sum().backward()
+        thunder.jit(mixed_ref)(x).sum().backward()  # in bf16, thunder's rounding is not eager's
+        for p, q in zip(mixed.parameters(), mixed_ref.parameters()):
+            assert p.grad.dtype == p.dtype
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+        # thunder.jit of a wrapped (or jitted) module is that module.
+        assert thunder.jit(wrapped) is wrapped
+        jitted = thunder.jit(reference)
+        assert thunder.jit(jitted) is jitted
+        with pytest.raises(TypeError, match="already jitted with other executors"):
+            thunder.jit(wrapped, executors=["torch"])
+        with pytest.raises(TypeError, match="sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, got 3"):
+            thunder.distributed.fsdp(torch.nn.Linear(2, 2), sharding_strategy=3)
+        with pytest.raises(TypeError, match="fsdp: expected an nn.Module, but got int"):
+            thunder.distributed.fsdp(3)
+        zero3 = thunder.distributed.FSDPType.ZERO3
+        sharded = thunder.distributed.fsdp(thunder.jit(torch.nn.Linear(3, 2)), sharding_strategy=zero3)
+        with pytest.raises(ValueError, match="weight has shape \\(2, 2\\), expected \\(2, 3\\)"):
+            sharded.load_full_state_dict({"weight": torch.zeros(2, 2), "bias": torch.zeros(2)})
+        sharded.load_full_state_dict(reference.state_dict())
+        reference.zero_grad()
+        sharded(x).sum().backward()
+        reference(x).sum().backward()
+        # One rank: the shard is the whole parameter, flattened.
+        torch.testing.assert_close(sharded._model.weight.grad, reference.weight.grad.reshape(-1))
+        torch.testing.assert_close(sharded._model.bias.grad, reference.bias.grad)
+        state = sharded.full_state_dict()
+        torch.testing.assert_close(state["weight"], reference.weight)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train_gpt_fsdp(rank, strategy_name):
+    import thunder.distributed
+    from thunder.core.transforms import saved_for_backward
+
+    strategy = getattr(thunder.distributed.FSDPType, strategy_name)
+    model = _gpt()
+    reference = _gpt()
+    wrapped = thunder.distributed.fsdp(model, sharding_strategy=strategy)
+    # The module's parameters are this rank's shards: flat, padded to a multiple of the world size.
+    for (name, shard), full in zip(model.named_parameters(), reference.parameters()):
+        assert shard.ndim == 1 and shard.numel() == -(-full.numel() // WORLD), name
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    per_rank = 2
+    for step, batch in enumerate(_batches(10, per_rank)):
+        x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        _, loss = wrapped(x[mine], y[mine])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        _, ref_loss = reference(x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        torch.testing.assert_close(
+            _mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step}: {m}"
+        )
+    full = wrapped.full_state_dict()
+    expected = reference.state_dict()
+    assert sorted(full) == sorted(expected)
+    for key, value in expected.items():
+        torch.testing.assert_close(full[key], value, rtol=1e-4, atol=1e-5, msg=lambda m: f"{key}: {m}")
+    forward = str(thunder.last_traces(wrapped)[-1])
+    backward = str(thunder.last_backward_traces(wrapped)[-1])
+    gather = "all_gather_zero3(" if strategy_name == "ZERO3" else "all_gather("
+    num_params = len(list(model.parameters()))
+    # One gather per parameter slot (the tied embedding has two), one reduce-scatter per gradient.
+    assert forward.count(gather) == num_params + 1, forward
+    assert backward.count("reduce_scatter(") == backward.count(" = wait(") == num_params + 1, backward
+    # Each reduce-scatter starts as soon as its gradient is complete, while backward compute
+    # remains; the waits come after the last one.
+    lines = backward.splitlines()
+    starts = [i for i, l in enumerate(lines) if " = reduce_scatter(" in l]
+    waits = [i for i, l in enumerate(lines) if " = wait(" in l]
+    assert any("matmul" in l for l in lines[starts[0]:starts[-1]]) and min(waits) > max(starts), backward
+    if strategy_name == "ZERO3":
+        # The backward gathers the parameters it needs again instead of keeping them.
+        assert "all_gather_zero3(" in backward
+        saved = saved_for_backward(wrapped)
+        shard_names = {l.split(":")[0].strip("# ") for l in forward.splitlines() if l.startswith("  # t_")}
+        assert any(n in shard_names for n in saved["names"])
+    else:
+        assert "all_gather" not in backward
+    # Round trip through an unsharded checkpoint: loading the reference's state into a freshly
+    # wrapped model (of other weights) gives the same shards and the same next step.
+    other = _gpt()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(-1)
+    rewrapped = thunder.distributed.fsdp(other, sharding_strategy=strategy)
+    rewrapped.load_full_state_dict(expected)
+    for (name, a), b in zip(other.named_parameters(), model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    with pytest.raises(KeyError, match="missing keys \\['lm_head.weight'\\]"):
+        rewrapped.load_full_state_dict({k: v for k, v in expected.items() if k != "lm_head.weight"})
+
+
+def _train_gpt_fsdp_both(rank):
+    _train_gpt_fsdp(rank, "ZERO2")
+    _train_gpt_fsdp(rank, "ZERO3")
+
+
+def test_fsdp_gpt_matches_single_process_training():
+    spawn(_train_gpt_fsdp_both)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The GPU machine's check, in one command: build, the CUDA test suites, the benchmarks. Writes
+# logs and JSON under $OUT (default ./gpu_out). Usage: tools/gpu_check.sh [tests|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+what=${1:-all}
+make build JOBS="$(nproc)" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+export PYTHONPATH=$PWD/python:$PWD/tests/python THUNDER_TEST_DEVICE=cuda
+nvidia-smi -L
+python -c "import torch; print('torch', torch.__version__)"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  timeout 900 python -m pytest -q -p no:cacheprovider tests/python/test_ops.py tests/python/test_gpu.py \
+    tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
+    tests/python/test_cudagraphs.py tests/python/test_complex_grads.py >"$OUT/tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
+  tail -1 "$OUT/tests.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  timeout 600 python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" 2>&1 | tail -14
+fi

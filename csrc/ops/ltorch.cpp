@@ -1198,31 +1198,37 @@ void registerNN() {
         const TensorProxy& t = T(a[0], "cross_entropy");
         THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
         double smoothing = a[7].toDouble();
-        THUNDER_CHECK_KIND(smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,
-                           "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
-                           smoothing);
+        THUNDER_CHECK_KIND(
+            smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,
+            "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
+            smoothing);
         int64_t classDim = t.ndim() == 1 ? 0 : 1;
         int64_t classes = t.shape[classDim];
         const std::string& reduction = a[6].toString();
-        THUNDER_CHECK_KIND(reduction == "none" || reduction == "sum" || reduction == "mean", ErrorKind::Value,
-                           "ltorch.cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '",
-                           reduction, "'");
+        THUNDER_CHECK_KIND(
+            reduction == "none" || reduction == "sum" || reduction == "mean", ErrorKind::Value,
+            "ltorch.cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction,
+            "'");
         Value logp = op("log_softmax", {a[0], classDim});
         // The class weights shaped to broadcast along the class dim.
         Value w;
         if (!a[2].isNone()) {
           const TensorProxy& wt = T(a[2], "cross_entropy", "weight");
-          THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == classes, "ltorch.cross_entropy: expected a weight of shape (",
-                        classes, ",), but got ", shapeStr(wt.shape));
+          THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == classes,
+                        "ltorch.cross_entropy: expected a weight of shape (", classes,
+                        ",), but got ", shapeStr(wt.shape));
           Shape ws(t.ndim(), 1);
           ws[classDim] = classes;
           w = op("reshape", {a[2], Value::ints(ws)});
         }
         if (isFloating(T(a[1], "cross_entropy", "target").dtype)) {
           // Class probabilities: -sum_c w_c p_c log q_c, the mean over the batch elements.
-          THUNDER_CHECK(a[1].tensor().shape == t.shape, "ltorch.cross_entropy: expected target of shape ",
-                        shapeStr(t.shape), " (class probabilities), but got ", shapeStr(a[1].tensor().shape));
-          Value p = smoothing > 0 ? op("add", {op("mul", {a[1], 1.0 - smoothing}), smoothing / classes}) : a[1];
+          THUNDER_CHECK(a[1].tensor().shape == t.shape,
+                        "ltorch.cross_entropy: expected target of shape ", shapeStr(t.shape),
+                        " (class probabilities), but got ", shapeStr(a[1].tensor().shape));
+          Value p = smoothing > 0
+                        ? op("add", {op("mul", {a[1], 1.0 - smoothing}), smoothing / classes})
+                        : a[1];
           Value prod = op("mul", {logp, p});
           if (!w.isNone()) prod = op("mul", {prod, w});
           Value losses = op("neg", {op("sum", {prod, Value::ints({classDim})})});
@@ -1249,12 +1255,14 @@ void registerNN() {
           if (!a[2].isNone()) {
             Value safeTarget = op("where", {valid, a[1], 0});
             const TensorProxy& tg = a[1].tensor();
-            Value tw = prims::take(a[2], clang::reshape(safeTarget, {tg.numel()}, "ltorch.cross_entropy"), 0);
+            Value tw = prims::take(
+                a[2], clang::reshape(safeTarget, {tg.numel()}, "ltorch.cross_entropy"), 0);
             denom = op("mul", {denom, clang::reshape(tw, tg.shape, "ltorch.cross_entropy")});
           }
           reduced = op("div", {op("sum", {smooth}), op("sum", {denom})});
         }
-        return op("add", {op("mul", {nll, 1.0 - smoothing}), op("mul", {reduced, smoothing / classes})});
+        return op("add",
+                  {op("mul", {nll, 1.0 - smoothing}), op("mul", {reduced, smoothing / classes})});
       });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {

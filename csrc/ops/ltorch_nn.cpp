@@ -44,9 +44,7 @@ Value batchedInput(const Value& a, size_t k, const std::string& name, bool& batc
   return batched ? a : clang::unsqueeze(a, 0, opn(name));
 }
 
-Value unbatch(const Value& y, bool batched) {
-  return batched ? y : prims::squeeze(y, {0});
-}
+Value unbatch(const Value& y, bool batched) { return batched ? y : prims::squeeze(y, {0}); }
 
 Value reduce(const Value& losses, const std::string& reduction, const std::string& name) {
   if (reduction == "none") return losses;
@@ -91,7 +89,8 @@ Value convImpl(const Args& a, size_t k, bool transposed, const std::string& name
   std::vector<int64_t> padding;
   if (a[4].isString()) {
     THUNDER_CHECK_KIND(!transposed, ErrorKind::Value, opn(name),
-                       ": padding must be an int or a tuple of ints, but got '", a[4].toString(), "'");
+                       ": padding must be an int or a tuple of ints, but got '", a[4].toString(),
+                       "'");
     const std::string& mode = a[4].toString();
     THUNDER_CHECK_KIND(mode == "same" || mode == "valid", ErrorKind::Value, opn(name),
                        ": padding must be 'same', 'valid' or ints, but got '", mode, "'");
@@ -113,13 +112,13 @@ Value convImpl(const Args& a, size_t k, bool transposed, const std::string& name
           asymmetric = true;
         }
       }
-      if (asymmetric)
-        x = prims::pad(x, clang::maybeConvert(Value(0), x.tensor().dtype), extra);
+      if (asymmetric) x = prims::pad(x, clang::maybeConvert(Value(0), x.tensor().dtype), extra);
     }
   } else {
     padding = expandArg(a[4], k, name, "padding");
   }
-  Value y = prims::convolution(x, a[1], a[2], stride, padding, dilation, transposed, outPad, groups);
+  Value y =
+      prims::convolution(x, a[1], a[2], stride, padding, dilation, transposed, outPad, groups);
   return unbatch(y, batched);
 }
 
@@ -150,7 +149,8 @@ Value batchNorm(const Args& a) {
   // a, running_mean, running_var, weight, bias, training, momentum, eps
   const std::string name = "batch_norm";
   const TensorProxy& t = T(a[0], name, "input");
-  THUNDER_CHECK(t.ndim() >= 2, opn(name), ": expected an input with at least 2 dimensions, but got shape ",
+  THUNDER_CHECK(t.ndim() >= 2, opn(name),
+                ": expected an input with at least 2 dimensions, but got shape ",
                 shapeStr(t.shape));
   checkFloating(t, name);
   int64_t c = t.shape[1];
@@ -204,13 +204,15 @@ Value groupNorm(const Args& a) {
   // a, num_groups, weight, bias, eps
   const std::string name = "group_norm";
   const TensorProxy& t = T(a[0], name, "input");
-  THUNDER_CHECK(t.ndim() >= 2, opn(name), ": expected an input with at least 2 dimensions, but got shape ",
+  THUNDER_CHECK(t.ndim() >= 2, opn(name),
+                ": expected an input with at least 2 dimensions, but got shape ",
                 shapeStr(t.shape));
   checkFloating(t, name);
   int64_t g = a[1].toInt(), c = t.shape[1];
-  THUNDER_CHECK(g > 0 && c % g == 0, opn(name),
-                ": expected the number of channels to be divisible by num_groups, but got input of shape ",
-                shapeStr(t.shape), " and num_groups=", g);
+  THUNDER_CHECK(
+      g > 0 && c % g == 0, opn(name),
+      ": expected the number of channels to be divisible by num_groups, but got input of shape ",
+      shapeStr(t.shape), " and num_groups=", g);
   for (int i = 2; i <= 3; ++i) {
     if (a[i].isNone()) continue;
     const TensorProxy& p = T(a[i], name, i == 2 ? "weight" : "bias");
@@ -251,7 +253,8 @@ Value instanceNorm(const Args& a) {
   Value mean, var;
   Shape statShape = {nb, c};
   if (a[5].toBool()) {
-    THUNDER_CHECK(n > 1, opn(name), ": expected more than 1 spatial element when training, but got input of shape ",
+    THUNDER_CHECK(n > 1, opn(name),
+                  ": expected more than 1 spatial element when training, but got input of shape ",
                   shapeStr(t.shape));
     mean = op("mean", {x, ints(dims)});
     var = prims::var(x, dims, 0.0);
@@ -280,7 +283,8 @@ Value instanceNorm(const Args& a) {
 
 void registerNormalization() {
   define("batch_norm",
-         "a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05",
+         "a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, "
+         "eps=1e-05",
          {"torch.nn.functional.batch_norm"}, batchNorm);
   define("group_norm", "a, num_groups, weight=None, bias=None, eps=1e-05",
          {"torch.nn.functional.group_norm"}, groupNorm);
@@ -376,12 +380,17 @@ void registerPooling() {
   for (size_t k = 1; k <= 3; ++k) {
     std::string d = std::to_string(k) + "d";
     std::string mp = "max_pool" + d;
-    define(mp, "a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False",
-           {"torch.nn.functional." + mp, "torch." + mp},
-           [k, mp](const Args& a) { return maxPool(a, k, false, mp); });
+    define(
+        mp,
+        "a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False",
+        {"torch.nn.functional." + mp, "torch." + mp},
+        [k, mp](const Args& a) { return maxPool(a, k, false, mp); });
     std::string mpi = mp + "_with_indices";
-    define(mpi, "a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=True",
-           {"torch.nn.functional." + mpi}, [k, mpi](const Args& a) { return maxPool(a, k, true, mpi); });
+    define(
+        mpi,
+        "a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=True",
+        {"torch.nn.functional." + mpi},
+        [k, mpi](const Args& a) { return maxPool(a, k, true, mpi); });
     std::string ap = "avg_pool" + d;
     if (k == 1)
       define(ap, "a, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True",
@@ -422,10 +431,13 @@ Value interpolate(const Args& a) {
                      ": antialias=True is not supported");
   THUNDER_CHECK_KIND(a[1].isNone() != a[2].isNone(), ErrorKind::Value, opn(name),
                      ": exactly one of size or scale_factor must be given");
-  bool interpolating = mode == "linear" || mode == "bilinear" || mode == "bicubic" || mode == "trilinear";
-  THUNDER_CHECK_KIND(interpolating || a[4].isNone(), ErrorKind::Value, opn(name),
-                     ": align_corners can only be set with the interpolating modes linear, bilinear, "
-                     "bicubic and trilinear, but mode is '", mode, "'");
+  bool interpolating =
+      mode == "linear" || mode == "bilinear" || mode == "bicubic" || mode == "trilinear";
+  THUNDER_CHECK_KIND(
+      interpolating || a[4].isNone(), ErrorKind::Value, opn(name),
+      ": align_corners can only be set with the interpolating modes linear, bilinear, "
+      "bicubic and trilinear, but mode is '",
+      mode, "'");
   std::vector<int64_t> size;
   Value scales;
   if (!a[1].isNone()) {
@@ -438,7 +450,8 @@ Value interpolate(const Args& a) {
     std::vector<Value> sv;
     for (size_t i = 0; i < k; ++i) {
       double s = items[i].toDouble();
-      THUNDER_CHECK_KIND(s > 0, ErrorKind::Value, opn(name), ": scale_factor must be positive, but got ", s);
+      THUNDER_CHECK_KIND(s > 0, ErrorKind::Value, opn(name),
+                         ": scale_factor must be positive, but got ", s);
       size.push_back(static_cast<int64_t>(std::floor(static_cast<double>(t.shape[2 + i]) * s)));
       sv.push_back(s);
     }
@@ -449,10 +462,13 @@ Value interpolate(const Args& a) {
     std::string pool = "adaptive_avg_pool" + std::to_string(k) + "d";
     return op(pool, {a[0], ints(size)});
   }
-  std::string needed = mode == "linear" ? "3" : (mode == "bilinear" || mode == "bicubic") ? "4"
-                       : mode == "trilinear" ? "5" : "";
-  THUNDER_CHECK_KIND(needed.empty() || std::to_string(t.ndim()) == needed, ErrorKind::NotImplemented,
-                     opn(name), ": got ", t.ndim(), "D input, but ", mode, " mode needs ", needed, "D input");
+  std::string needed = mode == "linear"                            ? "3"
+                       : (mode == "bilinear" || mode == "bicubic") ? "4"
+                       : mode == "trilinear"                       ? "5"
+                                                                   : "";
+  THUNDER_CHECK_KIND(needed.empty() || std::to_string(t.ndim()) == needed,
+                     ErrorKind::NotImplemented, opn(name), ": got ", t.ndim(), "D input, but ",
+                     mode, " mode needs ", needed, "D input");
   bool align = !a[4].isNone() && a[4].toBool();
   return call(prims::symbol(PrimId::upsample), {a[0], ints(size), mode, align, scales});
 }
@@ -468,8 +484,8 @@ Value padDim(const Value& x, int64_t dim, int64_t lo, int64_t hi, const std::str
                 ") is not supported in mode '", mode, "'");
   if (mode == "reflect")
     THUNDER_CHECK(lo < n && hi < n, opn(name), ": padding (", lo, ", ", hi,
-                  ") should be less than the size ", n, " of dimension ", dim, " of input of shape ",
-                  shapeStr(t.shape), " in reflect mode");
+                  ") should be less than the size ", n, " of dimension ", dim,
+                  " of input of shape ", shapeStr(t.shape), " in reflect mode");
   if (mode == "circular")
     THUNDER_CHECK(lo <= n && hi <= n, opn(name), ": padding (", lo, ", ", hi,
                   ") should be at most the size ", n, " of dimension ", dim, " of input of shape ",
@@ -494,14 +510,16 @@ Value padDim(const Value& x, int64_t dim, int64_t lo, int64_t hi, const std::str
 Value padModes(const Value& a, const std::vector<int64_t>& pad, const std::string& mode) {
   const TensorProxy& t = a.tensor();
   THUNDER_CHECK_KIND(mode == "reflect" || mode == "replicate" || mode == "circular",
-                     ErrorKind::NotImplemented, "ltorch.pad: mode must be 'constant', 'reflect', "
-                     "'replicate' or 'circular', but got '", mode, "'");
-  THUNDER_CHECK_KIND(mode == "circular" || t.dtype != DType::Bool, ErrorKind::Type, "ltorch.pad: mode '",
-                     mode, "' does not support bool inputs");
+                     ErrorKind::NotImplemented,
+                     "ltorch.pad: mode must be 'constant', 'reflect', "
+                     "'replicate' or 'circular', but got '",
+                     mode, "'");
+  THUNDER_CHECK_KIND(mode == "circular" || t.dtype != DType::Bool, ErrorKind::Type,
+                     "ltorch.pad: mode '", mode, "' does not support bool inputs");
   int64_t k = static_cast<int64_t>(pad.size() / 2);
   THUNDER_CHECK(pad.size() % 2 == 0 && k >= 1 && k <= 3 && (t.ndim() == k + 1 || t.ndim() == k + 2),
-                "ltorch.pad: padding of length ", pad.size(), " in mode '", mode,
-                "' needs a ", k + 1, "- or ", k + 2, "-dimensional input, but got shape ", shapeStr(t.shape));
+                "ltorch.pad: padding of length ", pad.size(), " in mode '", mode, "' needs a ",
+                k + 1, "- or ", k + 2, "-dimensional input, but got shape ", shapeStr(t.shape));
   Value x = a;
   for (int64_t i = 0; i < k; ++i) x = padDim(x, t.ndim() - 1 - i, pad[2 * i], pad[2 * i + 1], mode);
   return x;
@@ -528,7 +546,8 @@ Value keepMask(const TensorProxy& t, const Shape& shape, double p) {
 /// The mask shape of channel-wise dropout: (N, C, 1, ...) or, unbatched, (C, 1, ...).
 Shape featureShape(const TensorProxy& t, size_t k, const std::string& name) {
   int64_t n = static_cast<int64_t>(k);
-  THUNDER_CHECK(t.ndim() >= 2, opn(name), ": expected an input with at least 2 dimensions, but got shape ",
+  THUNDER_CHECK(t.ndim() >= 2, opn(name),
+                ": expected an input with at least 2 dimensions, but got shape ",
                 shapeStr(t.shape));
   // dropout2d takes a 3-d input as (N, C, L), as PyTorch does.
   int64_t keep = (t.ndim() == n + 1 && k != 2) ? 1 : 2;
@@ -557,7 +576,8 @@ Value dropoutWith(const Args& a, const std::optional<size_t>& featureDims, bool 
   double scale = 1.0 / std::sqrt((alphaP * alphaP * p + 1) * (1 - p));
   return inFloat32(a[0], [&](const Value& x) {
     Value keep = keepMask(t, maskShape, p);
-    Value shift = op("add", {op("mul", {op("sub", {keep, 1.0}), alphaP * scale}), alphaP * scale * p});
+    Value shift =
+        op("add", {op("mul", {op("sub", {keep, 1.0}), alphaP * scale}), alphaP * scale * p});
     return op("add", {op("mul", {x, op("mul", {keep, scale})}), shift});
   });
 }
@@ -565,15 +585,18 @@ Value dropoutWith(const Args& a, const std::optional<size_t>& featureDims, bool 
 void registerDropout() {
   for (size_t k = 1; k <= 3; ++k) {
     std::string n = "dropout" + std::to_string(k) + "d";
-    define(n, "a, p=0.5, training=True, inplace=False", {"torch.nn.functional." + n},
-           [k, n](const Args& a) { return dropoutWith(a, k, false, n); }, kRandomOp);
+    define(
+        n, "a, p=0.5, training=True, inplace=False", {"torch.nn.functional." + n},
+        [k, n](const Args& a) { return dropoutWith(a, k, false, n); }, kRandomOp);
   }
-  define("alpha_dropout", "a, p=0.5, training=False, inplace=False",
-         {"torch.nn.functional.alpha_dropout", "torch.alpha_dropout"},
-         [](const Args& a) { return dropoutWith(a, std::nullopt, true, "alpha_dropout"); }, kRandomOp);
-  define("feature_alpha_dropout", "a, p=0.5, training=False, inplace=False",
-         {"torch.nn.functional.feature_alpha_dropout", "torch.feature_alpha_dropout"},
-         [](const Args& a) { return dropoutWith(a, 2, true, "feature_alpha_dropout"); }, kRandomOp);
+  define(
+      "alpha_dropout", "a, p=0.5, training=False, inplace=False",
+      {"torch.nn.functional.alpha_dropout", "torch.alpha_dropout"},
+      [](const Args& a) { return dropoutWith(a, std::nullopt, true, "alpha_dropout"); }, kRandomOp);
+  define(
+      "feature_alpha_dropout", "a, p=0.5, training=False, inplace=False",
+      {"torch.nn.functional.feature_alpha_dropout", "torch.feature_alpha_dropout"},
+      [](const Args& a) { return dropoutWith(a, 2, true, "feature_alpha_dropout"); }, kRandomOp);
 }
 
 // ---- activations ------------------------------------------------------------------------------
@@ -584,106 +607,143 @@ void checkNotInplace(const Value& v, const std::string& name) {
 }
 
 void registerActivations() {
-  define("hardtanh", "a, min_val=-1.0, max_val=1.0, inplace=False",
-         {"torch.nn.functional.hardtanh"}, [](const Args& a) {
-           checkNotInplace(a[3], "hardtanh");
-           const TensorProxy& t = T(a[0], "hardtanh");
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8, ErrorKind::Type,
-                              "ltorch.hardtanh: ", dtypeName(t.dtype), " inputs are not supported");
-           THUNDER_CHECK(a[1].toDouble() <= a[2].toDouble(),
-                         "ltorch.hardtanh: min_val cannot be greater than max_val");
-           // Gradient 0 at the bounds, as PyTorch's hardtanh_backward.
-           Value lo = clang::maybeConvert(a[1], t.dtype), hi = clang::maybeConvert(a[2], t.dtype);
-           Value r = op("where", {op("le", {a[0], a[1]}), lo,
-                                  op("where", {op("ge", {a[0], a[2]}), hi, a[0]})});
-           return clang::maybeConvert(r, t.dtype);
-         }, kElementwise);
-  define("hardsigmoid", "a, inplace=False", {"torch.nn.functional.hardsigmoid"}, [](const Args& a) {
-    checkNotInplace(a[1], "hardsigmoid");
-    checkFloating(T(a[0], "hardsigmoid"), "hardsigmoid");
-    return inFloat32(a[0], [](const Value& x) {
-      return op("where", {op("le", {x, -3.0}), 0.0,
-                          op("where", {op("ge", {x, 3.0}), 1.0, op("add", {op("div", {x, 6.0}), 0.5})})});
-    });
-  }, kElementwise);
-  define("hardshrink", "a, lambd=0.5", {"torch.nn.functional.hardshrink", "torch.hardshrink",
-                                        "torch.Tensor.hardshrink"}, [](const Args& a) {
-    checkFloating(T(a[0], "hardshrink"), "hardshrink");
-    return op("where", {op("gt", {op("abs", {a[0]}), a[1]}), a[0], 0});
-  }, kElementwise);
-  define("softshrink", "a, lambd=0.5", {"torch.nn.functional.softshrink"}, [](const Args& a) {
-    checkFloating(T(a[0], "softshrink"), "softshrink");
-    THUNDER_CHECK_KIND(a[1].toDouble() >= 0, ErrorKind::Value,
-                       "ltorch.softshrink: lambd must be at least 0, but got ", a[1].toDouble());
-    return inFloat32(a[0], [&](const Value& x) {
-      return op("where", {op("gt", {x, a[1]}), op("sub", {x, a[1]}),
-                          op("where", {op("lt", {x, -a[1].toDouble()}), op("add", {x, a[1]}), 0.0})});
-    });
-  }, kElementwise);
-  define("tanhshrink", "a", {"torch.nn.functional.tanhshrink"}, [](const Args& a) {
-    T(a[0], "tanhshrink");
-    return op("sub", {a[0], op("tanh", {a[0]})});
-  }, kElementwise);
-  define("logsigmoid", "a", {"torch.nn.functional.logsigmoid"}, [](const Args& a) {
-    checkFloating(T(a[0], "logsigmoid"), "logsigmoid");
-    // log sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
-    return inFloat32(a[0], [](const Value& x) {
-      return op("sub", {op("minimum", {x, op("mul", {x, 0.0})}),
-                        op("log1p", {op("exp", {op("neg", {op("abs", {x})})})})});
-    });
-  }, kElementwise);
-  define("softsign", "a", {"torch.nn.functional.softsign"}, [](const Args& a) {
-    T(a[0], "softsign");
-    return op("div", {a[0], op("add", {op("abs", {a[0]}), 1})});
-  }, kElementwise);
-  define("selu", "a, inplace=False", {"torch.nn.functional.selu", "torch.selu"}, [](const Args& a) {
-    checkNotInplace(a[1], "selu");
-    checkFloating(T(a[0], "selu"), "selu");
-    const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
-    return inFloat32(a[0], [&](const Value& x) {
-      return op("where", {op("gt", {x, 0}), op("mul", {x, scale}),
-                          op("mul", {op("expm1", {x}), alpha * scale})});
-    });
-  }, kElementwise);
-  define("celu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.celu", "torch.celu"},
-         [](const Args& a) {
-           checkNotInplace(a[2], "celu");
-           checkFloating(T(a[0], "celu"), "celu");
-           THUNDER_CHECK_KIND(a[1].toDouble() != 0, ErrorKind::Value,
-                              "ltorch.celu: alpha must not be 0");
-           return inFloat32(a[0], [&](const Value& x) {
-             return op("where", {op("gt", {x, 0}), x,
-                                 op("mul", {op("expm1", {op("div", {x, a[1]})}), a[1]})});
-           });
-         }, kElementwise);
+  define(
+      "hardtanh", "a, min_val=-1.0, max_val=1.0, inplace=False", {"torch.nn.functional.hardtanh"},
+      [](const Args& a) {
+        checkNotInplace(a[3], "hardtanh");
+        const TensorProxy& t = T(a[0], "hardtanh");
+        THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8, ErrorKind::Type,
+                           "ltorch.hardtanh: ", dtypeName(t.dtype), " inputs are not supported");
+        THUNDER_CHECK(a[1].toDouble() <= a[2].toDouble(),
+                      "ltorch.hardtanh: min_val cannot be greater than max_val");
+        // Gradient 0 at the bounds, as PyTorch's hardtanh_backward.
+        Value lo = clang::maybeConvert(a[1], t.dtype), hi = clang::maybeConvert(a[2], t.dtype);
+        Value r = op("where",
+                     {op("le", {a[0], a[1]}), lo, op("where", {op("ge", {a[0], a[2]}), hi, a[0]})});
+        return clang::maybeConvert(r, t.dtype);
+      },
+      kElementwise);
+  define(
+      "hardsigmoid", "a, inplace=False", {"torch.nn.functional.hardsigmoid"},
+      [](const Args& a) {
+        checkNotInplace(a[1], "hardsigmoid");
+        checkFloating(T(a[0], "hardsigmoid"), "hardsigmoid");
+        return inFloat32(a[0], [](const Value& x) {
+          return op(
+              "where",
+              {op("le", {x, -3.0}), 0.0,
+               op("where", {op("ge", {x, 3.0}), 1.0, op("add", {op("div", {x, 6.0}), 0.5})})});
+        });
+      },
+      kElementwise);
+  define(
+      "hardshrink", "a, lambd=0.5",
+      {"torch.nn.functional.hardshrink", "torch.hardshrink", "torch.Tensor.hardshrink"},
+      [](const Args& a) {
+        checkFloating(T(a[0], "hardshrink"), "hardshrink");
+        return op("where", {op("gt", {op("abs", {a[0]}), a[1]}), a[0], 0});
+      },
+      kElementwise);
+  define(
+      "softshrink", "a, lambd=0.5", {"torch.nn.functional.softshrink"},
+      [](const Args& a) {
+        checkFloating(T(a[0], "softshrink"), "softshrink");
+        THUNDER_CHECK_KIND(a[1].toDouble() >= 0, ErrorKind::Value,
+                           "ltorch.softshrink: lambd must be at least 0, but got ",
+                           a[1].toDouble());
+        return inFloat32(a[0], [&](const Value& x) {
+          return op("where",
+                    {op("gt", {x, a[1]}), op("sub", {x, a[1]}),
+                     op("where", {op("lt", {x, -a[1].toDouble()}), op("add", {x, a[1]}), 0.0})});
+        });
+      },
+      kElementwise);
+  define(
+      "tanhshrink", "a", {"torch.nn.functional.tanhshrink"},
+      [](const Args& a) {
+        T(a[0], "tanhshrink");
+        return op("sub", {a[0], op("tanh", {a[0]})});
+      },
+      kElementwise);
+  define(
+      "logsigmoid", "a", {"torch.nn.functional.logsigmoid"},
+      [](const Args& a) {
+        checkFloating(T(a[0], "logsigmoid"), "logsigmoid");
+        // log sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
+        return inFloat32(a[0], [](const Value& x) {
+          return op("sub", {op("minimum", {x, op("mul", {x, 0.0})}),
+                            op("log1p", {op("exp", {op("neg", {op("abs", {x})})})})});
+        });
+      },
+      kElementwise);
+  define(
+      "softsign", "a", {"torch.nn.functional.softsign"},
+      [](const Args& a) {
+        T(a[0], "softsign");
+        return op("div", {a[0], op("add", {op("abs", {a[0]}), 1})});
+      },
+      kElementwise);
+  define(
+      "selu", "a, inplace=False", {"torch.nn.functional.selu", "torch.selu"},
+      [](const Args& a) {
+        checkNotInplace(a[1], "selu");
+        checkFloating(T(a[0], "selu"), "selu");
+        const double alpha = 1.6732632423543772848170429916717,
+                     scale = 1.0507009873554804934193349852946;
+        return inFloat32(a[0], [&](const Value& x) {
+          return op("where", {op("gt", {x, 0}), op("mul", {x, scale}),
+                              op("mul", {op("expm1", {x}), alpha * scale})});
+        });
+      },
+      kElementwise);
+  define(
+      "celu", "a, alpha=1.0, inplace=False", {"torch.nn.functional.celu", "torch.celu"},
+      [](const Args& a) {
+        checkNotInplace(a[2], "celu");
+        checkFloating(T(a[0], "celu"), "celu");
+        THUNDER_CHECK_KIND(a[1].toDouble() != 0, ErrorKind::Value,
+                           "ltorch.celu: alpha must not be 0");
+        return inFloat32(a[0], [&](const Value& x) {
+          return op("where",
+                    {op("gt", {x, 0}), x, op("mul", {op("expm1", {op("div", {x, a[1]})}), a[1]})});
+        });
+      },
+      kElementwise);
   define("prelu", "a, weight", {"torch.nn.functional.prelu", "torch.prelu"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "prelu");
     const TensorProxy& w = T(a[1], "prelu", "weight");
     checkFloating(t, "prelu");
     int64_t c = t.ndim() >= 2 ? t.shape[1] : 1;
     THUNDER_CHECK(t.ndim() >= 1, "ltorch.prelu: expected an input with at least one dimension");
-    THUNDER_CHECK(w.ndim() <= 1 && (w.numel() == 1 || w.numel() == c), "ltorch.prelu: weight of shape ",
-                  shapeStr(w.shape), " must have 1 or ", c, " (the input's channels) elements");
+    THUNDER_CHECK(w.ndim() <= 1 && (w.numel() == 1 || w.numel() == c),
+                  "ltorch.prelu: weight of shape ", shapeStr(w.shape), " must have 1 or ", c,
+                  " (the input's channels) elements");
     Value wb = a[1];
-    if (w.numel() == c && t.ndim() >= 2 && c != 1) wb = perChannel(a[1], t.ndim(), c);
-    else if (w.ndim() == 1) wb = op("reshape", {a[1], ints({})});
+    if (w.numel() == c && t.ndim() >= 2 && c != 1)
+      wb = perChannel(a[1], t.ndim(), c);
+    else if (w.ndim() == 1)
+      wb = op("reshape", {a[1], ints({})});
     return op("where", {op("gt", {a[0], 0}), a[0], op("mul", {wb, a[0]})});
   });
-  define("rrelu", "a, lower=0.125, upper=0.3333333333333333, training=False, inplace=False",
-         {"torch.nn.functional.rrelu", "torch.rrelu"}, [](const Args& a) {
-           checkNotInplace(a[4], "rrelu");
-           const TensorProxy& t = T(a[0], "rrelu");
-           checkFloating(t, "rrelu");
-           double lo = a[1].toDouble(), hi = a[2].toDouble();
-           THUNDER_CHECK_KIND(lo <= hi, ErrorKind::Value, "ltorch.rrelu: lower bound ", lo,
-                              " must not exceed upper bound ", hi);
-           if (!a[3].toBool()) return op("leaky_relu", {a[0], (lo + hi) / 2});
-           THUNDER_CHECK_KIND(t.dtype != DType::Float16, ErrorKind::Type,
-                              "ltorch.rrelu: training=True is not supported for float16 inputs (as in PyTorch)");
-           // Training: a slope drawn uniformly from [lower, upper) for each negative element.
-           Value slope = prims::uniform(t.shape, lo, hi, t.device, t.dtype);
-           return op("where", {op("ge", {a[0], 0}), a[0], op("mul", {a[0], slope})});
-         }, kRandomOp);
+  define(
+      "rrelu", "a, lower=0.125, upper=0.3333333333333333, training=False, inplace=False",
+      {"torch.nn.functional.rrelu", "torch.rrelu"},
+      [](const Args& a) {
+        checkNotInplace(a[4], "rrelu");
+        const TensorProxy& t = T(a[0], "rrelu");
+        checkFloating(t, "rrelu");
+        double lo = a[1].toDouble(), hi = a[2].toDouble();
+        THUNDER_CHECK_KIND(lo <= hi, ErrorKind::Value, "ltorch.rrelu: lower bound ", lo,
+                           " must not exceed upper bound ", hi);
+        if (!a[3].toBool()) return op("leaky_relu", {a[0], (lo + hi) / 2});
+        THUNDER_CHECK_KIND(
+            t.dtype != DType::Float16, ErrorKind::Type,
+            "ltorch.rrelu: training=True is not supported for float16 inputs (as in PyTorch)");
+        // Training: a slope drawn uniformly from [lower, upper) for each negative element.
+        Value slope = prims::uniform(t.shape, lo, hi, t.device, t.dtype);
+        return op("where", {op("ge", {a[0], 0}), a[0], op("mul", {a[0], slope})});
+      },
+      kRandomOp);
   define("glu", "a, dim=-1", {"torch.nn.functional.glu"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "glu");
     checkFloating(t, "glu");
@@ -696,17 +756,19 @@ void registerActivations() {
     Value second = clang::sliceInDim(a[0], d, h, t.shape[d], 1, "ltorch.glu");
     return op("mul", {first, op("sigmoid", {second})});
   });
-  define("threshold", "a, threshold, value, inplace=False",
-         {"torch.nn.functional.threshold", "torch.nn.functional._threshold", "torch.threshold"},
-         [](const Args& a) {
-           checkNotInplace(a[3], "threshold");
-           const TensorProxy& t = T(a[0], "threshold");
-           THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8 && !isComplex(t.dtype),
-                              ErrorKind::Type, "ltorch.threshold: ", dtypeName(t.dtype),
-                              " inputs are not supported");
-           Value r = op("where", {op("gt", {a[0], a[1]}), a[0], clang::maybeConvert(a[2], t.dtype)});
-           return clang::maybeConvert(r, t.dtype);
-         }, kElementwise);
+  define(
+      "threshold", "a, threshold, value, inplace=False",
+      {"torch.nn.functional.threshold", "torch.nn.functional._threshold", "torch.threshold"},
+      [](const Args& a) {
+        checkNotInplace(a[3], "threshold");
+        const TensorProxy& t = T(a[0], "threshold");
+        THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8 && !isComplex(t.dtype),
+                           ErrorKind::Type, "ltorch.threshold: ", dtypeName(t.dtype),
+                           " inputs are not supported");
+        Value r = op("where", {op("gt", {a[0], a[1]}), a[0], clang::maybeConvert(a[2], t.dtype)});
+        return clang::maybeConvert(r, t.dtype);
+      },
+      kElementwise);
 }
 
 // ---- distances --------------------------------------------------------------------------------
@@ -717,7 +779,8 @@ Value vectorNorm(const Value& x, double p, int64_t dim, bool keepdim) {
   if (std::isinf(p)) return op(p > 0 ? "amax" : "amin", {ax, ints({dim}), keepdim});
   if (p == 2) return op("sqrt", {op("sum", {op("mul", {x, x}), ints({dim}), keepdim})});
   if (p == 1) return op("sum", {ax, ints({dim}), keepdim});
-  THUNDER_CHECK_KIND(p > 0, ErrorKind::NotImplemented, "ltorch: a norm of order ", p, " is not supported");
+  THUNDER_CHECK_KIND(p > 0, ErrorKind::NotImplemented, "ltorch: a norm of order ", p,
+                     " is not supported");
   return op("pow", {op("sum", {op("pow", {ax, p}), ints({dim}), keepdim}), 1.0 / p});
 }
 
@@ -745,7 +808,8 @@ void registerDistances() {
            // As PyTorch: each vector divided by its norm clamped to eps, then the dot product.
            Value n1 = op("clamp", {vectorNorm(xs[0], 2, d, true), a[3]});
            Value n2 = op("clamp", {vectorNorm(xs[1], 2, d, true), a[3]});
-           return op("sum", {op("mul", {op("div", {xs[0], n1}), op("div", {xs[1], n2})}), ints({d})});
+           return op("sum",
+                     {op("mul", {op("div", {xs[0], n1}), op("div", {xs[1], n2})}), ints({d})});
          });
   define("pairwise_distance", "x1, x2, p=2.0, eps=1e-06, keepdim=False",
          {"torch.nn.functional.pairwise_distance", "torch.pairwise_distance"}, [](const Args& a) {
@@ -758,60 +822,73 @@ void registerDistances() {
            Value r = vectorNorm(diff, a[2].toDouble(), -1 + (nd == 0 ? 1 : nd), a[4].toBool());
            return r;
          });
-  define("pixel_shuffle", "a, upscale_factor", {"torch.nn.functional.pixel_shuffle", "torch.pixel_shuffle"},
-         [](const Args& a) {
-           const TensorProxy& t = T(a[0], "pixel_shuffle");
-           int64_t r = a[1].toInt();
-           THUNDER_CHECK(t.ndim() >= 3, "ltorch.pixel_shuffle: expected an input with at least 3 dimensions, but got shape ",
-                         shapeStr(t.shape));
-           THUNDER_CHECK(r > 0, "ltorch.pixel_shuffle: upscale_factor must be positive, but got ", r);
-           int64_t n = t.ndim(), c = t.shape[n - 3], h = t.shape[n - 2], w = t.shape[n - 1];
-           THUNDER_CHECK(c % (r * r) == 0, "ltorch.pixel_shuffle: channels ", c,
-                         " are not divisible by upscale_factor squared (", r * r, ")");
-           Shape lead(t.shape.begin(), t.shape.end() - 3);
-           Shape s1 = lead;
-           for (int64_t x : {c / (r * r), r, r, h, w}) s1.push_back(x);
-           Value y = op("reshape", {a[0], ints(s1)});
-           int64_t b = static_cast<int64_t>(lead.size());
-           std::vector<int64_t> perm;
-           for (int64_t i = 0; i < b; ++i) perm.push_back(i);
-           for (int64_t i : {0, 3, 1, 4, 2}) perm.push_back(b + i);
-           y = op("permute", {y, ints(perm)});
-           Shape s2 = lead;
-           for (int64_t x : {c / (r * r), h * r, w * r}) s2.push_back(x);
-           return op("reshape", {y, ints(s2)});
-         }, kShapeOp);
-  define("pixel_unshuffle", "a, downscale_factor",
-         {"torch.nn.functional.pixel_unshuffle", "torch.pixel_unshuffle"}, [](const Args& a) {
-           const TensorProxy& t = T(a[0], "pixel_unshuffle");
-           int64_t r = a[1].toInt();
-           THUNDER_CHECK(t.ndim() >= 3, "ltorch.pixel_unshuffle: expected an input with at least 3 dimensions, but got shape ",
-                         shapeStr(t.shape));
-           THUNDER_CHECK(r > 0, "ltorch.pixel_unshuffle: downscale_factor must be positive, but got ", r);
-           int64_t n = t.ndim(), c = t.shape[n - 3], h = t.shape[n - 2], w = t.shape[n - 1];
-           THUNDER_CHECK(h % r == 0 && w % r == 0, "ltorch.pixel_unshuffle: height ", h, " and width ", w,
-                         " must be divisible by downscale_factor ", r);
-           Shape lead(t.shape.begin(), t.shape.end() - 3);
-           Shape s1 = lead;
-           for (int64_t x : {c, h / r, r, w / r, r}) s1.push_back(x);
-           Value y = op("reshape", {a[0], ints(s1)});
-           int64_t b = static_cast<int64_t>(lead.size());
-           std::vector<int64_t> perm;
-           for (int64_t i = 0; i < b; ++i) perm.push_back(i);
-           for (int64_t i : {0, 2, 4, 1, 3}) perm.push_back(b + i);
-           y = op("permute", {y, ints(perm)});
-           Shape s2 = lead;
-           for (int64_t x : {c * r * r, h / r, w / r}) s2.push_back(x);
-           return op("reshape", {y, ints(s2)});
-         }, kShapeOp);
+  define(
+      "pixel_shuffle", "a, upscale_factor",
+      {"torch.nn.functional.pixel_shuffle", "torch.pixel_shuffle"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "pixel_shuffle");
+        int64_t r = a[1].toInt();
+        THUNDER_CHECK(
+            t.ndim() >= 3,
+            "ltorch.pixel_shuffle: expected an input with at least 3 dimensions, but got shape ",
+            shapeStr(t.shape));
+        THUNDER_CHECK(r > 0, "ltorch.pixel_shuffle: upscale_factor must be positive, but got ", r);
+        int64_t n = t.ndim(), c = t.shape[n - 3], h = t.shape[n - 2], w = t.shape[n - 1];
+        THUNDER_CHECK(c % (r * r) == 0, "ltorch.pixel_shuffle: channels ", c,
+                      " are not divisible by upscale_factor squared (", r * r, ")");
+        Shape lead(t.shape.begin(), t.shape.end() - 3);
+        Shape s1 = lead;
+        for (int64_t x : {c / (r * r), r, r, h, w}) s1.push_back(x);
+        Value y = op("reshape", {a[0], ints(s1)});
+        int64_t b = static_cast<int64_t>(lead.size());
+        std::vector<int64_t> perm;
+        for (int64_t i = 0; i < b; ++i) perm.push_back(i);
+        for (int64_t i : {0, 3, 1, 4, 2}) perm.push_back(b + i);
+        y = op("permute", {y, ints(perm)});
+        Shape s2 = lead;
+        for (int64_t x : {c / (r * r), h * r, w * r}) s2.push_back(x);
+        return op("reshape", {y, ints(s2)});
+      },
+      kShapeOp);
+  define(
+      "pixel_unshuffle", "a, downscale_factor",
+      {"torch.nn.functional.pixel_unshuffle", "torch.pixel_unshuffle"},
+      [](const Args& a) {
+        const TensorProxy& t = T(a[0], "pixel_unshuffle");
+        int64_t r = a[1].toInt();
+        THUNDER_CHECK(
+            t.ndim() >= 3,
+            "ltorch.pixel_unshuffle: expected an input with at least 3 dimensions, but got shape ",
+            shapeStr(t.shape));
+        THUNDER_CHECK(r > 0, "ltorch.pixel_unshuffle: downscale_factor must be positive, but got ",
+                      r);
+        int64_t n = t.ndim(), c = t.shape[n - 3], h = t.shape[n - 2], w = t.shape[n - 1];
+        THUNDER_CHECK(h % r == 0 && w % r == 0, "ltorch.pixel_unshuffle: height ", h, " and width ",
+                      w, " must be divisible by downscale_factor ", r);
+        Shape lead(t.shape.begin(), t.shape.end() - 3);
+        Shape s1 = lead;
+        for (int64_t x : {c, h / r, r, w / r, r}) s1.push_back(x);
+        Value y = op("reshape", {a[0], ints(s1)});
+        int64_t b = static_cast<int64_t>(lead.size());
+        std::vector<int64_t> perm;
+        for (int64_t i = 0; i < b; ++i) perm.push_back(i);
+        for (int64_t i : {0, 2, 4, 1, 3}) perm.push_back(b + i);
+        y = op("permute", {y, ints(perm)});
+        Shape s2 = lead;
+        for (int64_t x : {c * r * r, h / r, w / r}) s2.push_back(x);
+        return op("reshape", {y, ints(s2)});
+      },
+      kShapeOp);
   define("one_hot", "a, num_classes=-1", {"torch.nn.functional.one_hot"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "one_hot");
     THUNDER_CHECK_KIND(t.dtype == DType::Int64, ErrorKind::Type,
-                       "ltorch.one_hot: expected an int64 index tensor, but got ", dtypeName(t.dtype));
+                       "ltorch.one_hot: expected an int64 index tensor, but got ",
+                       dtypeName(t.dtype));
     int64_t c = a[1].toInt();
-    THUNDER_CHECK_KIND(c >= 0, ErrorKind::NotImplemented,
-                       "ltorch.one_hot: num_classes=-1 (the number of classes read from the data) is not "
-                       "supported; pass num_classes");
+    THUNDER_CHECK_KIND(
+        c >= 0, ErrorKind::NotImplemented,
+        "ltorch.one_hot: num_classes=-1 (the number of classes read from the data) is not "
+        "supported; pass num_classes");
     Value classes = prims::iota(c, 0, 1, t.device, DType::Int64);
     return clang::maybeConvert(op("eq", {op("unsqueeze", {a[0], -1}), classes}), DType::Int64);
   });
@@ -820,8 +897,8 @@ void registerDistances() {
 // ---- losses -----------------------------------------------------------------------------------
 
 void checkSameShape(const TensorProxy& x, const TensorProxy& y, const std::string& name) {
-  THUNDER_CHECK_KIND(x.shape == y.shape, ErrorKind::Value, opn(name), ": target of shape ", shapeStr(y.shape),
-                     " must have the input's shape ", shapeStr(x.shape));
+  THUNDER_CHECK_KIND(x.shape == y.shape, ErrorKind::Value, opn(name), ": target of shape ",
+                     shapeStr(y.shape), " must have the input's shape ", shapeStr(x.shape));
 }
 
 void registerLosses() {
@@ -835,28 +912,30 @@ void registerLosses() {
            // Logs are clamped at -100, as PyTorch does, so the loss stays finite at 0 and 1.
            Value lx = op("clamp", {op("log", {a[0]}), -100.0});
            Value l1x = op("clamp", {op("log1p", {op("neg", {a[0]})}), -100.0});
-           Value loss = op("neg", {op("add", {op("mul", {a[1], lx}),
-                                              op("mul", {op("sub", {1.0, a[1]}), l1x})})});
+           Value loss =
+               op("neg",
+                  {op("add", {op("mul", {a[1], lx}), op("mul", {op("sub", {1.0, a[1]}), l1x})})});
            if (!a[2].isNone()) loss = op("mul", {loss, a[2]});
            return reduce(loss, a[5].toString(), name);
          });
-  define("binary_cross_entropy_with_logits",
-         "a, target, weight=None, size_average=None, reduce=None, reduction='mean', pos_weight=None",
-         {"torch.nn.functional.binary_cross_entropy_with_logits"},
-         [](const Args& a) {
-           const std::string name = "binary_cross_entropy_with_logits";
-           const TensorProxy& x = T(a[0], name);
-           checkFloating(x, name);
-           checkSameShape(x, T(a[1], name, "target"), name);
-           // (1 - t) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = 1 + (pos_weight - 1) t.
-           Value softplusNeg = op("add", {op("log1p", {op("exp", {op("neg", {op("abs", {a[0]})})})}),
-                                          op("relu", {op("neg", {a[0]})})});
-           Value lw = a[6].isNone() ? Value(1.0) : op("add", {op("mul", {op("sub", {a[6], 1.0}), a[1]}), 1.0});
-           Value loss = op("add", {op("mul", {op("sub", {1.0, a[1]}), a[0]}),
-                                   a[6].isNone() ? softplusNeg : op("mul", {lw, softplusNeg})});
-           if (!a[2].isNone()) loss = op("mul", {loss, a[2]});
-           return reduce(loss, a[5].toString(), name);
-         });
+  define(
+      "binary_cross_entropy_with_logits",
+      "a, target, weight=None, size_average=None, reduce=None, reduction='mean', pos_weight=None",
+      {"torch.nn.functional.binary_cross_entropy_with_logits"}, [](const Args& a) {
+        const std::string name = "binary_cross_entropy_with_logits";
+        const TensorProxy& x = T(a[0], name);
+        checkFloating(x, name);
+        checkSameShape(x, T(a[1], name, "target"), name);
+        // (1 - t) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = 1 + (pos_weight - 1) t.
+        Value softplusNeg = op("add", {op("log1p", {op("exp", {op("neg", {op("abs", {a[0]})})})}),
+                                       op("relu", {op("neg", {a[0]})})});
+        Value lw = a[6].isNone() ? Value(1.0)
+                                 : op("add", {op("mul", {op("sub", {a[6], 1.0}), a[1]}), 1.0});
+        Value loss = op("add", {op("mul", {op("sub", {1.0, a[1]}), a[0]}),
+                                a[6].isNone() ? softplusNeg : op("mul", {lw, softplusNeg})});
+        if (!a[2].isNone()) loss = op("mul", {loss, a[2]});
+        return reduce(loss, a[5].toString(), name);
+      });
   define("l1_loss", "a, target, size_average=None, reduce=None, reduction='mean'",
          {"torch.nn.functional.l1_loss"}, [](const Args& a) {
            T(a[0], "l1_loss");
@@ -869,9 +948,11 @@ void registerLosses() {
            THUNDER_CHECK_KIND(beta >= 0, ErrorKind::Value,
                               "ltorch.smooth_l1_loss: beta must be at least 0, but got ", beta);
            Value d = op("abs", {op("sub", {a[0], a[1]})});
-           Value loss = beta == 0 ? d
-                                  : op("where", {op("lt", {d, beta}), op("div", {op("mul", {op("mul", {d, d}), 0.5}), beta}),
-                                                 op("sub", {d, 0.5 * beta})});
+           Value loss = beta == 0
+                            ? d
+                            : op("where", {op("lt", {d, beta}),
+                                           op("div", {op("mul", {op("mul", {d, d}), 0.5}), beta}),
+                                           op("sub", {d, 0.5 * beta})});
            return reduce(loss, a[4].toString(), "smooth_l1_loss");
          });
   define("huber_loss", "a, target, reduction='mean', delta=1.0, weight=None",

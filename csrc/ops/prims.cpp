@@ -555,9 +555,9 @@ Shape pooledShape(const TensorProxy& a, const std::vector<int64_t>& k,
                   shapeStr(p), ", kernel_size ", shapeStr(k), " and dilation ", shapeStr(d));
     size_t dim = a.shape.size() - n + i;
     int64_t len = pooledLength(a.shape[dim], k[i], s[i], p[i], d[i], ceil);
-    THUNDER_CHECK(len >= 1, op, ": the output of input shape ", shapeStr(a.shape), " with kernel_size ",
-                  shapeStr(k), ", stride ", shapeStr(s), ", padding ", shapeStr(p), " and dilation ",
-                  shapeStr(d), " would be empty");
+    THUNDER_CHECK(len >= 1, op, ": the output of input shape ", shapeStr(a.shape),
+                  " with kernel_size ", shapeStr(k), ", stride ", shapeStr(s), ", padding ",
+                  shapeStr(p), " and dilation ", shapeStr(d), " would be empty");
     out[dim] = len;
   }
   return out;
@@ -596,8 +596,10 @@ Value meta_convolution(const std::vector<Value>& args) {
     cout = w.shape[1] * groups;
     for (size_t i = 0; i < k; ++i)
       THUNDER_CHECK(outPad[i] < stride[i] || outPad[i] < dilation[i], op,
-                    ": output_padding must be smaller than either stride or dilation, but got output_padding ",
-                    shapeStr(outPad), ", stride ", shapeStr(stride), " and dilation ", shapeStr(dilation));
+                    ": output_padding must be smaller than either stride or dilation, but got "
+                    "output_padding ",
+                    shapeStr(outPad), ", stride ", shapeStr(stride), " and dilation ",
+                    shapeStr(dilation));
   } else {
     THUNDER_CHECK(w.shape[1] * groups == cin, op, ": weight of shape ", shapeStr(w.shape),
                   " with groups=", groups, " expects ", w.shape[1] * groups,
@@ -609,8 +611,9 @@ Value meta_convolution(const std::vector<Value>& args) {
   Shape out = {a.shape[0], cout};
   for (size_t i = 0; i < k; ++i) {
     int64_t in = a.shape[2 + i], kw = w.shape[2 + i];
-    int64_t len = transposed ? (in - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kw - 1) + outPad[i] + 1
-                             : (in + 2 * padding[i] - dilation[i] * (kw - 1) - 1) / stride[i] + 1;
+    int64_t len =
+        transposed ? (in - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kw - 1) + outPad[i] + 1
+                   : (in + 2 * padding[i] - dilation[i] * (kw - 1) - 1) / stride[i] + 1;
     bool fits = transposed || in + 2 * padding[i] >= dilation[i] * (kw - 1) + 1;
     THUNDER_CHECK(fits && len >= 1, op, ": kernel of shape ", shapeStr(w.shape), " with dilation ",
                   shapeStr(dilation), " does not fit the padded input of shape ", shapeStr(a.shape),
@@ -637,7 +640,8 @@ Value meta_convolution_backward(const std::vector<Value>& args) {
                 ": grad, input and weight must have the same number of dimensions, but got shapes ",
                 shapeStr(g.shape), ", ", shapeStr(a.shape), " and ", shapeStr(w.shape));
   commonDevice({args[0], args[1], args[2]}, op);
-  return Value::tuple({newTensor(a.shape, a.dtype, a.device), newTensor(w.shape, w.dtype, w.device)});
+  return Value::tuple(
+      {newTensor(a.shape, a.dtype, a.device), newTensor(w.shape, w.dtype, w.device)});
 }
 
 Value meta_max_pool(const std::vector<Value>& args) {
@@ -647,10 +651,10 @@ Value meta_max_pool(const std::vector<Value>& args) {
   THUNDER_CHECK(k == 2 || k == 3, op, ": expected 2 or 3 spatial dimensions, but got kernel_size ",
                 shapeStr(args[1].toInts()));
   checkPoolInput(a, k, false, op);
-  Shape out = pooledShape(a, spatialArg(args[1], k, 1, op, "kernel_size"),
-                          spatialArg(args[2], k, 1, op, "stride"),
-                          spatialArg(args[3], k, 0, op, "padding"),
-                          spatialArg(args[4], k, 1, op, "dilation"), args[5].toBool(), op);
+  Shape out =
+      pooledShape(a, spatialArg(args[1], k, 1, op, "kernel_size"),
+                  spatialArg(args[2], k, 1, op, "stride"), spatialArg(args[3], k, 0, op, "padding"),
+                  spatialArg(args[4], k, 1, op, "dilation"), args[5].toBool(), op);
   return Value::tuple({newTensor(out, a.dtype, a.device), newTensor(out, DType::Int64, a.device)});
 }
 
@@ -674,10 +678,9 @@ Value meta_avg_pool(const std::vector<Value>& args) {
   checkPoolInput(a, k, false, op);
   if (!args[6].isNone())
     THUNDER_CHECK(args[6].toInt() != 0, op, ": divisor_override must be nonzero");
-  Shape out = pooledShape(a, spatialArg(args[1], k, 1, op, "kernel_size"),
-                          spatialArg(args[2], k, 1, op, "stride"),
-                          spatialArg(args[3], k, 0, op, "padding"), std::vector<int64_t>(k, 1),
-                          args[4].toBool(), op);
+  Shape out = pooledShape(
+      a, spatialArg(args[1], k, 1, op, "kernel_size"), spatialArg(args[2], k, 1, op, "stride"),
+      spatialArg(args[3], k, 0, op, "padding"), std::vector<int64_t>(k, 1), args[4].toBool(), op);
   return newTensor(out, a.dtype, a.device);
 }
 
@@ -734,7 +737,8 @@ size_t upsampleDims(const std::string& mode, const std::string& op) {
   if (mode == "bilinear" || mode == "bicubic") return 2;
   if (mode == "trilinear") return 3;
   THUNDER_CHECK_KIND(false, ErrorKind::Value, op,
-                     ": mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic' or 'trilinear', but got '",
+                     ": mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic' "
+                     "or 'trilinear', but got '",
                      mode, "'");
   return 0;
 }

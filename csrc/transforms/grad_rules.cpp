@@ -452,7 +452,8 @@ void registerNNRules() {
     return y;
   });
   nnRule(PrimId::max_pool, [](const Args& a, X y, X g) {
-    return call(sym(PrimId::max_pool_backward), {g, a[0], y.items()[1], a[1], a[2], a[3], a[4], a[5]});
+    return call(sym(PrimId::max_pool_backward),
+                {g, a[0], y.items()[1], a[1], a[2], a[3], a[4], a[5]});
   });
   nnRule(PrimId::avg_pool, [](const Args& a, X, X g) {
     return call(sym(PrimId::avg_pool_backward), {g, a[0], a[1], a[2], a[3], a[4], a[5], a[6]});

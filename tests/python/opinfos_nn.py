@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from opinfos import (
-    ALL, FLOATS, INTS, LOWP_COMPOSITE, DecorateInfo, c64, c128, i8, i16, u8, ErrorInput, OpInfo, b8, bf16, f16, f32, f64, i32, i64, index, make,
-    transposed,
+    ALL, FLOATS, INTS, LOWP_COMPOSITE, DecorateInfo, ErrorInput, OpInfo, b8, bf16, c64, c128, f16, f32, f64,
+    i8, i16, i32, i64, index, make, transposed, u8,
 )
 
 # Convolutions and pools run the same ATen kernels as eager; compositions of several ops (norms,
@@ -74,7 +74,8 @@ def _conv_transpose_samples(k):
         sp = (4, 3, 2)[:k]
         ks = (3, 2, 2)[:k]
         yield (make((2, 4, *sp), dtype), make((4, 3, *ks), dtype), make((3,), dtype)), {}
-        yield (make((1, 4, *sp), dtype), make((4, 2, *ks), dtype)), dict(stride=2, padding=1, output_padding=1, groups=2)
+        yield (make((1, 4, *sp), dtype), make((4, 2, *ks), dtype)), dict(stride=2, padding=1, output_padding=1,
+            groups=2)
         yield (make((4, *sp), dtype), make((4, 3, *ks), dtype)), dict(dilation=2)
         yield (nc((2, 4, *sp), dtype), make((4, 3, *ks), dtype)), {}
     return floats_only(gen)
@@ -331,7 +332,8 @@ def _glu_samples(dtype):
 
 
 def _glu_errors():
-    yield ErrorInput((make((2, 5)),), {}, RuntimeError, r"glu: halving dimension must be even, but dimension 1 is size 5")
+    yield ErrorInput((make((2, 5)),), {}, RuntimeError,
+        r"glu: halving dimension must be even, but dimension 1 is size 5")
 
 
 def _threshold_samples(dtype):
@@ -422,7 +424,8 @@ def _bce_logits_samples(dtype):
 
 def _loss_errors(name):
     def gen():
-        yield ErrorInput((make((3,), low=0.1, high=0.9), make((3,), low=0.1, high=0.9)), dict(reduction="avg"), ValueError,
+        yield ErrorInput((make((3,), low=0.1, high=0.9), make((3,), low=0.1, high=0.9)), dict(reduction="avg"),
+            ValueError,
                          rf"{name}: reduction must be 'none', 'mean' or 'sum', but got 'avg'")
     return gen
 
@@ -483,13 +486,17 @@ opinfos = []
 for _k in (1, 2, 3):
     _d = f"{_k}d"
     opinfos += [
-        op(f"conv{_d}", (F_ + f"conv{_d}", f"torch.conv{_d}"), _conv_samples(_k), tol=CONV_TOL, thunder_unsupported=INT_COMPLEX,
+        op(f"conv{_d}", (F_ + f"conv{_d}", f"torch.conv{_d}"), _conv_samples(_k), tol=CONV_TOL,
+            thunder_unsupported=INT_COMPLEX,
            error_inputs=_conv_errors(_k)),
         op(f"conv_transpose{_d}", (F_ + f"conv_transpose{_d}", f"torch.conv_transpose{_d}"),
-           _conv_transpose_samples(_k), tol=CONV_TOL, thunder_unsupported=INT_COMPLEX, error_inputs=_conv_transpose_errors(_k)),
-        op(f"max_pool{_d}", (F_ + f"max_pool{_d}", f"torch.max_pool{_d}"), _max_pool_samples(_k), thunder_unsupported=INTS,
+           _conv_transpose_samples(_k), tol=CONV_TOL, thunder_unsupported=INT_COMPLEX,
+           error_inputs=_conv_transpose_errors(_k)),
+        op(f"max_pool{_d}", (F_ + f"max_pool{_d}", f"torch.max_pool{_d}"), _max_pool_samples(_k),
+            thunder_unsupported=INTS,
            error_inputs=_max_pool_errors(_k)),
-        op(f"max_pool{_d}_with_indices", (F_ + f"max_pool{_d}_with_indices",), _max_pool_samples(_k, True), thunder_unsupported=INTS,
+        op(f"max_pool{_d}_with_indices", (F_ + f"max_pool{_d}_with_indices",), _max_pool_samples(_k, True),
+            thunder_unsupported=INTS,
            test_directives=TUPLE_OUTPUT),
         op(f"avg_pool{_d}", (F_ + f"avg_pool{_d}",) + (("torch.avg_pool1d",) if _k == 1 else ()),
            _avg_pool_samples(_k), FLOATS if _k < 3 else (f32, f64), thunder_unsupported=(i64,),
@@ -509,9 +516,11 @@ opinfos += [
        error_inputs=_instance_norm_errors),
     op("interpolate", (F_ + "interpolate",), floats_only(_interpolate_samples), tol=CONV_TOL, thunder_unsupported=(u8,),
        error_inputs=_interpolate_errors),
-    op("pad_reflect", ((F_ + "pad", torch.nn.functional.pad),), _pad_mode_samples("reflect"), (u8, i8, i16, i32, i64) + FLOATS + (c64, c128),
+    op("pad_reflect", ((F_ + "pad", torch.nn.functional.pad),), _pad_mode_samples("reflect"), (u8, i8, i16, i32,
+        i64) + FLOATS + (c64, c128),
        error_inputs=_pad_mode_errors),
-    op("pad_replicate", ((F_ + "pad", torch.nn.functional.pad),), _pad_mode_samples("replicate"), (u8, i8, i16, i32, i64) + FLOATS + (c64, c128)),
+    op("pad_replicate", ((F_ + "pad", torch.nn.functional.pad),), _pad_mode_samples("replicate"), (u8, i8, i16,
+        i32, i64) + FLOATS + (c64, c128)),
     op("pad_circular", ((F_ + "pad", torch.nn.functional.pad),), _pad_mode_samples("circular"), ALL),
     op("alpha_dropout", (F_ + "alpha_dropout", "torch.alpha_dropout"), floats_only(_alpha_dropout_samples), ALL,
        supports_grad=False,
@@ -537,7 +546,8 @@ opinfos += [
     op("glu", (F_ + "glu",), _glu_samples, tol=LOWP_COMPOSITE, error_inputs=_glu_errors),
     op("threshold", (F_ + "threshold", F_ + "_threshold", "torch.threshold"), _threshold_samples,
        (i8, i16, i32, i64) + FLOATS, thunder_unsupported=(u8,)),
-    op("normalize", (F_ + "normalize",), _normalize_samples, tol={**NN_TOL, f16: dict(rtol=1e-2, atol=1e-2)}, grad_sample_inputs=_normalize_grad_samples,
+    op("normalize", (F_ + "normalize",), _normalize_samples, tol={**NN_TOL, f16: dict(rtol=1e-2, atol=1e-2)},
+        grad_sample_inputs=_normalize_grad_samples,
        thunder_unsupported=(c64, c128)),
     op("cosine_similarity", (F_ + "cosine_similarity", "torch.cosine_similarity"), _cosine_samples),
     op("pairwise_distance", (F_ + "pairwise_distance", "torch.pairwise_distance"), _pairwise_samples,

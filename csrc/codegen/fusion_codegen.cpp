@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/cpu_math.h"
 #include "ir/error.h"
 
 namespace thunder::codegen {
@@ -35,6 +36,8 @@ __device__ inline float thunder_float(uint32_t u) { return __uint_as_float(u); }
 
 const char* kCppDefs = R"(#define THUNDER_DEVICE
 #define THUNDER_ROW_LEN L
+// Fewer elements run on the calling thread: waking the OpenMP team costs more than they take.
+#define THUNDER_PARALLEL_MIN 32768
 #define THUNDER_INF (__builtin_inff())
 #define THUNDER_NAN (__builtin_nanf(""))
 inline uint32_t thunder_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -150,6 +153,8 @@ class Emitter {
     std::string a = o.empty() ? "" : o[0], b = o.size() > 1 ? o[1] : "";
     std::string T = rt(d);
     if (op == "convert_element_type") return convert(d, a, cuda_);
+    if (!cuda_ && isF(d) && d != DType::Float64 && !cpuMathFunction(op).empty())
+      return cpuMathFunction(op) + "(" + a + ")";  // vectorizable float math (cpu_math.h)
     if (op == "where") return "(" + a + " ? " + b + " : " + o[2] + ")";
     if (op == "abs") return isF(d) ? fm("fabs", d) + "(" + a + ")" : d == DType::Bool ? a : "(" + a + " < 0 ? -" + a + " : " + a + ")";
     if (op == "neg") return "(-" + a + ")";
@@ -315,6 +320,14 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
   for (size_t i = 0; i < p.nodes.size(); ++i)
     if (p.nodes[i].kind == KNode::Kind::Reduce) out[p.nodes[i].phase - 1].push_back(static_cast<int>(i));
   return out;
+}
+
+/// Whether a C++ kernel calls one of the vectorizable float functions of cpu_math.h.
+bool usesCpuMath(const KernelProgram& p) {
+  for (const KNode& n : p.nodes)
+    if (n.kind == KNode::Kind::Op && isF(n.dtype) && n.dtype != DType::Float64 && !cpuMathFunction(n.op).empty())
+      return true;
+  return false;
 }
 
 }  // namespace
@@ -778,7 +791,9 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Out s;
   s << header(p, "C++");
   s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n";
-  s << kCppDefs << kPrelude << kRemainder << kLimits;
+  s << kCppDefs << kPrelude;
+  if (usesCpuMath(p)) s << cpuMathSource();
+  s << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";
   for (size_t i = 0; i < I; ++i) {
     std::string st = storageType(p.inputs[i].tensor->dtype, cuda);
@@ -818,7 +833,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   if (!p.rowKernel()) {
     // Pointwise: rows are split into chunks so a long last dimension still runs in parallel.
     s << "  const int64_t chunk = 16384;\n  const int64_t per_row = (L + chunk - 1) / chunk;\n";
-    s << "  #pragma omp parallel for schedule(static)\n";
+    s << "  #pragma omp parallel for schedule(static) if (rows * L >= THUNDER_PARALLEL_MIN)\n";
     s << "  for (int64_t task = 0; task < rows * per_row; ++task) {\n";
     s << "    const int64_t row = task / per_row, n0 = (task % per_row) * chunk;\n";
     s << "    const int64_t n1 = n0 + chunk < L ? n0 + chunk : L;\n";
@@ -837,13 +852,13 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     for (size_t j = 0; j < p.outputs.size(); ++j)
       if (p.outputs[j].column)
         s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> colsum" << j << "(L, 0);\n";
-    s << "  #pragma omp parallel\n  {\n";
+    s << "  #pragma omp parallel if (rows * L >= THUNDER_PARALLEL_MIN)\n  {\n";
     for (size_t j = 0; j < p.outputs.size(); ++j)
       if (p.outputs[j].column)
         s << "  std::vector<" << registerType(p.outputs[j].accDtype, cuda) << "> col" << j << "(L, 0);\n";
     s << "  #pragma omp for schedule(static)\n";
   } else {
-    s << "  #pragma omp parallel for schedule(static)\n";
+    s << "  #pragma omp parallel for schedule(static) if (rows * L >= THUNDER_PARALLEL_MIN)\n";
   }
   s << "  for (int64_t row = 0; row < rows; ++row) {\n";
   emitBases("    ");

@@ -319,7 +319,8 @@ class Lowering {
         if (a.isTensor()) {
           x = lower(a.toTensor(), dimMap);
         } else {
-          DType cdt = op == "where" && i == 0 ? DType::Bool : peer;
+          // where's branches are of its output dtype (its only tensor may be the predicate).
+          DType cdt = op == "where" ? (i == 0 ? DType::Bool : t->dtype) : peer;
           x = constant(a, cdt);
         }
         if (x < 0) return -1;

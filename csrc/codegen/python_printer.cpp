@@ -163,6 +163,15 @@ std::string typeComment(const Value& out) {
   return "  # " + out.tensor().name + ": \"" + out.tensor().typeString() + "\"";
 }
 
+/// A prim with several tensor outputs (sort, topk) comments each of them, as one output is.
+std::string typeComment(const BoundSymbol& b) {
+  bool prim = b.sym->module == "prims" || b.sym->module == "torchex";
+  if (!prim || !b.output.isSequence()) return typeComment(b.output);
+  std::string s;
+  for (const Value& v : b.output.items()) s += typeComment(v);
+  return s;
+}
+
 void printStatement(const BoundSymbol& b, const std::string& indent, bool commented,
                     std::string& out, const std::set<std::string>* unused = nullptr) {
   std::string line = indent + (commented ? "# " : "");
@@ -175,7 +184,7 @@ void printStatement(const BoundSymbol& b, const std::string& indent, bool commen
   }
   std::string targets = printTargets(b.output, unused);
   if (!targets.empty()) line += targets + " = ";
-  line += printCall(b) + typeComment(b.output);
+  line += printCall(b) + typeComment(b);
   out += line + "\n";
   for (const BoundSymbol& sub : b.subsymbols) printStatement(sub, indent + "  ", true, out);
 }

@@ -1354,6 +1354,7 @@ void registerLTorch() {
     registerCreation();
     registerNN();
     registerNNOps();
+    registerTensorOps();
   });
 }
 

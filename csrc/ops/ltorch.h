@@ -28,6 +28,8 @@ void define(const std::string& name, const std::string& sig, std::vector<std::st
 void registerNNOps();
 /// F.pad's reflect, replicate and circular modes: `pad` lists (low, high) from the last dim.
 Value padModes(const Value& a, const std::vector<int64_t>& pad, const std::string& mode);
+/// Registers the tensor ops of ltorch_tensor.cpp (cumsum, sort, scatter, einsum, ...).
+void registerTensorOps();
 /// Every PyTorch callable that maps to an ltorch symbol.
 const std::vector<TorchName>& torchNames();
 /// An ltorch symbol by name ("add").

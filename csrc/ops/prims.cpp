@@ -783,6 +783,74 @@ Value meta_copy_(const std::vector<Value>& args) {
   return newTensor(dst.shape, dst.dtype, dst.device);
 }
 
+// ---- tensor ops ----
+
+Value meta_cumsum(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "cumsum", "a");
+  canonicalizeDim(a.ndim(), args[1].toInt(), "prims.cumsum");
+  THUNDER_CHECK_KIND(a.dtype != DType::Bool, ErrorKind::Type,
+                     "prims.cumsum: bool tensors are not supported (convert to an integer dtype ",
+                     "first)");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_cumprod(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "cumprod", "a");
+  canonicalizeDim(a.ndim(), args[1].toInt(), "prims.cumprod");
+  THUNDER_CHECK_KIND(a.dtype != DType::Bool, ErrorKind::Type,
+                     "prims.cumprod: bool tensors are not supported (convert to an integer dtype ",
+                     "first)");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_sort(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "sort", "a");
+  canonicalizeDim(a.ndim(), args[1].toInt(), "prims.sort");
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type,
+                     "prims.sort: complex tensors are not supported");
+  return Value::tuple(
+      {newTensor(a.shape, a.dtype, a.device), newTensor(a.shape, DType::Int64, a.device)});
+}
+
+Value meta_topk(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "topk", "a");
+  int64_t k = args[1].toInt();
+  int64_t dim = canonicalizeDim(a.ndim(), args[2].toInt(), "prims.topk");
+  int64_t n = a.ndim() == 0 ? 1 : a.shape[dim];
+  THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type,
+                     "prims.topk: complex tensors are not supported");
+  THUNDER_CHECK_KIND(k >= 0 && k <= n, ErrorKind::Index, "prims.topk: k (", k,
+                     ") is out of range for dimension ", dim, " of length ", n, " of shape ",
+                     shapeStr(a.shape));
+  Shape out = a.shape;
+  if (a.ndim() > 0) out[dim] = k;
+  return Value::tuple({newTensor(out, a.dtype, a.device), newTensor(out, DType::Int64, a.device)});
+}
+
+Value meta_scatter(const std::vector<Value>& args) {
+  const std::string op = "prims.scatter";
+  const TensorProxy& a = tensorArg(args[0], "scatter", "a");
+  const TensorProxy& idx = tensorArg(args[1], "scatter", "indices");
+  const TensorProxy& val = tensorArg(args[2], "scatter", "value");
+  checkIndexDType(idx, op);
+  int64_t dim = canonicalizeDim(a.ndim(), args[3].toInt(), op);
+  THUNDER_CHECK(idx.ndim() == a.ndim() && val.ndim() == a.ndim(), op,
+                ": expected a, indices and value with the same number of dimensions, but got ",
+                shapeStr(a.shape), ", ", shapeStr(idx.shape), " and ", shapeStr(val.shape));
+  for (int64_t d = 0; d < a.ndim(); ++d) {
+    THUNDER_CHECK(idx.shape[d] <= val.shape[d], op, ": indices of shape ", shapeStr(idx.shape),
+                  " exceed value's shape ", shapeStr(val.shape), " in dimension ", d);
+    THUNDER_CHECK(d == dim || idx.shape[d] <= a.shape[d], op, ": indices of shape ",
+                  shapeStr(idx.shape), " exceed the input's shape ", shapeStr(a.shape),
+                  " in dimension ", d);
+  }
+  THUNDER_CHECK_KIND(a.dtype == val.dtype, ErrorKind::Type, op,
+                     ": expected a and value of the same dtype, but got ", dtypeName(a.dtype),
+                     " and ", dtypeName(val.dtype));
+  commonDevice({args[0], args[1], args[2]}, op);
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
 Value delMeta(const std::vector<Value>&) { return Value(); }
 
 Symbol* makePrim(const char* name, const std::string& sig, uint32_t tags, SymbolFn meta) {
@@ -939,5 +1007,18 @@ Value convolution(const Value& a, const Value& weight, const Value& bias,
 }
 // ---- end nn ops ----
 Value copy_(const Value& src, const Value& dst) { return call(symbol(PrimId::copy_), {src, dst}); }
+
+// ---- tensor ops ----
+Value cumsum(const Value& a, int64_t dim) { return call(symbol(PrimId::cumsum), {a, dim}); }
+Value cumprod(const Value& a, int64_t dim) { return call(symbol(PrimId::cumprod), {a, dim}); }
+Value sort(const Value& a, int64_t dim, bool descending, bool stable) {
+  return call(symbol(PrimId::sort), {a, dim, descending, stable});
+}
+Value topk(const Value& a, int64_t k, int64_t dim, bool largest) {
+  return call(symbol(PrimId::topk), {a, k, dim, largest});
+}
+Value scatter(const Value& a, const Value& indices, const Value& value, int64_t dim) {
+  return call(symbol(PrimId::scatter), {a, indices, value, dim});
+}
 
 }  // namespace thunder::prims

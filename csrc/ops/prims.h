@@ -81,4 +81,16 @@ Value convolution(const Value& a, const Value& weight, const Value& bias,
 /// Writes src into dst (a trace input of the same shape, dtype and device); returns dst.
 Value copy_(const Value& src, const Value& dst);
 
+// ---- tensor ops ----
+/// Inclusive cumulative sum along dim, in a's dtype.
+Value cumsum(const Value& a, int64_t dim);
+/// Inclusive cumulative product along dim, in a's dtype.
+Value cumprod(const Value& a, int64_t dim);
+/// (values, int64 indices) of a sorted along dim.
+Value sort(const Value& a, int64_t dim, bool descending, bool stable);
+/// (values, int64 indices) of the k largest (smallest unless largest) along dim, sorted.
+Value topk(const Value& a, int64_t k, int64_t dim, bool largest);
+/// a with value[i] written at indices[i] along dim (as torch.scatter with a src tensor).
+Value scatter(const Value& a, const Value& indices, const Value& value, int64_t dim);
+
 }  // namespace thunder::prims

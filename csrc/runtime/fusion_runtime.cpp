@@ -55,8 +55,15 @@ bool fileExists(const std::string& p) {
   return stat(p.c_str(), &st) == 0;
 }
 
+/// A temporary name next to path, unique per process and call: two threads may compile the same
+/// source at once (the early background compile and a call that needs the kernel).
+std::string tmpName(const std::string& path) {
+  static std::atomic<int64_t> counter{0};
+  return path + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+}
+
 void writeAtomically(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp" + std::to_string(getpid());
+  std::string tmp = tmpName(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   THUNDER_CHECK(f != nullptr, "fuser: cannot write ", tmp);
   std::fwrite(data.data(), 1, data.size(), f);
@@ -85,7 +92,7 @@ CpuFn compileCpu(const std::string& source, const std::string& entry) {
     std::string src = dir + "/" + h + ".cpp";
     writeAtomically(src, source);
     const char* cxx = std::getenv("CXX");
-    std::string tmpSo = so + ".tmp" + std::to_string(getpid());
+    std::string tmpSo = tmpName(so);
     std::string cmd = std::string(cxx ? cxx : "c++") +
                       " -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -shared -fPIC -o " +
                       tmpSo + " " + src + " 2>&1";

@@ -701,6 +701,28 @@ void registerLTorchKernels() {
        });
 }
 
+// ---- tensor ops ----
+
+c10::IValue pair(std::tuple<at::Tensor, at::Tensor> r) {
+  return c10::ivalue::Tuple::create({std::get<0>(r), std::get<1>(r)});
+}
+
+void registerTensorOpKernels() {
+  impl("prims.cumsum", "torchex", "cumsum",
+       [](K& a) -> c10::IValue { return at::cumsum(a.t(0), a.i(1), a.t(0).scalar_type()); });
+  impl("prims.cumprod", "torchex", "cumprod",
+       [](K& a) -> c10::IValue { return at::cumprod(a.t(0), a.i(1), a.t(0).scalar_type()); });
+  impl("prims.sort", "torchex", "sort", [](K& a) -> c10::IValue {
+    return pair(at::sort(a.t(0), a.b(3), a.i(1), a.b(2)));
+  });
+  impl("prims.topk", "torchex", "topk", [](K& a) -> c10::IValue {
+    return pair(at::topk(a.t(0), a.i(1), a.i(2), a.b(3), true));
+  });
+  impl("prims.scatter", "torchex", "scatter",
+       [](K& a) -> c10::IValue { return at::scatter(a.t(0), a.i(3), a.t(1), a.t(2)); });
+  impl("ltorch.clone", "torch", "clone", [](K& a) -> c10::IValue { return at::clone(a.t(0)); });
+}
+
 }  // namespace
 
 void registerTorchExecutor() {
@@ -711,6 +733,7 @@ void registerTorchExecutor() {
     gTorch = ExecutorRegistry::get().add(ex);
     registerPrimKernels();
     registerLTorchKernels();
+    registerTensorOpKernels();
     registerSdpaKernels(*gTorch);
   });
 }

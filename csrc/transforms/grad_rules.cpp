@@ -508,6 +508,74 @@ void registerTorchRules() {
   });
 }
 
+// ---- tensor ops ----
+
+/// Moves dim `d` of x to the end.
+Value dimToEnd(X x, int64_t d) { return op("movedim", {x, d, -1}); }
+
+void registerTensorOpRules() {
+  // cumsum: each input contributes to every later output, a reversed cumulative sum.
+  rule(sym(PrimId::cumsum), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    if (t.ndim() == 0) return putGrad(a[0], g);
+    int64_t d = canonicalizeDim(t.ndim(), a[1].toInt(), "prims.cumsum");
+    Value dims = Value::ints({d});
+    putGrad(a[0], op("flip", {op("cumsum", {op("flip", {g, dims}), d}), dims}));
+  });
+  // cumprod: d y_j / d x_i is the product of x_k for k <= j, k != i (exact at zeros):
+  // C[i, j] = cumprod over k of x with x_i replaced by 1, and grad_i = sum_{j >= i} g_j C[i, j].
+  rule(sym(PrimId::cumprod), [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    if (t.ndim() == 0) return putGrad(a[0], g);
+    int64_t d = canonicalizeDim(t.ndim(), a[1].toInt(), "prims.cumprod");
+    int64_t n = t.shape[d];
+    Value x = dimToEnd(a[0], d), gl = dimToEnd(g, d);
+    Shape sq = x.tensor().shape;
+    sq.push_back(n);
+    Value rows = op("unsqueeze", {prims::iota(n, 0, 1, t.device, DType::Int64), 1});
+    Value cols = op("unsqueeze", {prims::iota(n, 0, 1, t.device, DType::Int64), 0});
+    Value eye = op("eq", {rows, cols});
+    Value x2 = op("expand", {op("unsqueeze", {x, -2}), Value::ints(sq)});
+    Value c = op("cumprod", {op("where", {eye, 1, x2}), -1});
+    Value later = op("ge", {cols, rows});
+    Value terms = op("where", {later, mul(c, op("unsqueeze", {gl, -2})), 0});
+    putGrad(a[0], op("movedim", {op("sum", {terms, -1}), -1, d}));
+  });
+  // sort and topk: the values' cotangent goes back to where each value came from.
+  for (auto [id, dimArg] : {std::pair{PrimId::sort, 1}, std::pair{PrimId::topk, 2}}) {
+    const Symbol* p = &sym(id);
+    int dimIndex = dimArg;
+    registerGradRule(p->id(), [p, dimIndex](const Args& a) {
+      Value y = call(*p, a);
+      const TensorProxy& t = a[0].tensor();
+      Value g = getGrad(y.items()[0]);
+      if (t.ndim() == 0) {
+        putGrad(a[0], op("reshape", {g, Value::ints({})}));
+      } else {
+        int64_t d = canonicalizeDim(t.ndim(), a[dimIndex].toInt(), p->name);
+        putGrad(a[0], op("scatter_add", {zerosLike(a[0]), d, y.items()[1], g}));
+      }
+      return y;
+    });
+  }
+  // scatter: the written positions of a get no gradient; value[i] gets the gradient of where it
+  // was written.
+  rule(sym(PrimId::scatter), [](const Args& a, X, X g) {
+    const TensorProxy &idx = a[1].tensor(), &val = a[2].tensor();
+    int64_t d = a[3].toInt();
+    Value zeros = ltorch::op("full", {Value::ints(idx.shape), 0.0},
+                             {{"device", idx.device}, {"dtype", g.tensor().dtype}});
+    putGrad(a[0], prims::scatter(g, asLong(a[1]), zeros, d));
+    Value gv = op("gather", {g, d, asLong(a[1])});
+    if (idx.shape != val.shape) {
+      std::vector<std::array<int64_t, 3>> cfg;
+      for (int64_t i = 0; i < val.ndim(); ++i) cfg.push_back({0, val.shape[i] - idx.shape[i], 0});
+      gv = prims::pad(gv, 0.0, cfg);
+    }
+    putGrad(a[2], gv);
+  });
+}
+
 }  // namespace
 
 void registerDetachSymbol() {
@@ -543,6 +611,7 @@ void registerGradRules() {
     registerNNRules();
     registerTorchRules();
     registerSdpaGradRule();
+    registerTensorOpRules();
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

@@ -1,5 +1,6 @@
 """thunder.distributed.ddp against single-process training on the concatenated batch: two CPU
-processes over gloo, spawned by each test (torch.multiprocessing, a free port)."""
+processes over gloo, spawned by each test (torch.multiprocessing, a free port). With
+THUNDER_TEST_DEVICE=cuda the processes use one GPU each and NCCL."""
 
 import copy
 import os
@@ -13,6 +14,7 @@ import torch.multiprocessing as mp
 import thunder
 
 WORLD = 2
+DEVICE = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
@@ -29,7 +31,10 @@ def _run(rank, port, body, args):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    if DEVICE == "cuda":
+        torch.cuda.set_device(rank)
+        torch.set_default_device(f"cuda:{rank}")  # models and data of the test bodies
+    dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo", rank=rank, world_size=WORLD)
     try:
         body(rank, *args)
     finally:
@@ -51,7 +56,8 @@ def _gpt():
 
 def _batches(steps, per_rank):
     g = torch.Generator().manual_seed(99)
-    return [torch.randint(0, 64, (WORLD * per_rank, 17), generator=g) for _ in range(steps)]
+    return [torch.randint(0, 64, (WORLD * per_rank, 17), generator=g, device="cpu").to(torch.get_default_device())
+            for _ in range(steps)]
 
 
 def _mean_over_ranks(x: torch.Tensor) -> torch.Tensor:
@@ -128,7 +134,7 @@ def _no_sync(rank):
     reference = copy.deepcopy(model)
     wrapped = thunder.distributed.ddp(model, bucket_size_in_mb=0.0005)
     g = torch.Generator().manual_seed(7)
-    micro = [torch.randn(WORLD * 3, 6, generator=g) for _ in range(3)]
+    micro = [torch.randn(WORLD * 3, 6, generator=g, device="cpu").to(torch.get_default_device()) for _ in range(3)]
     mine = slice(rank * 3, (rank + 1) * 3)
     for step in range(2):
         # Two local micro-steps, then one synchronized: the gradient is the mean over the ranks of

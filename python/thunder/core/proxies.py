@@ -127,6 +127,9 @@ def dispatch(func, args, kwargs):
         _note_views(st, func, args, out)
         return out
     sym, swapped = entry
+    if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
+        # A result's values do not depend on the memory format it is laid out in.
+        kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
@@ -136,7 +139,7 @@ def dispatch(func, args, kwargs):
         if default.type != "cpu":
             skwargs = dict(kwargs, device=default)
     try:
-        out = sym(*sargs, **skwargs)
+        out = _named_result(sym.name, sym(*sargs, **skwargs))
     except NotImplementedError as e:
         # A case the thunder symbol does not cover (an indexing form, an option): PyTorch runs it.
         if not _has_proxy(args) and not _has_proxy(kwargs):
@@ -146,6 +149,19 @@ def dispatch(func, args, kwargs):
         except NotImplementedError:
             raise e from None
     _note_views(st, func, args, out)
+    return out
+
+
+# Symbols whose memory_format argument only chooses the strides of their result.
+_MEMORY_FORMAT_FREE = frozenset({"clone", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"})
+
+# Symbols whose tuple results PyTorch returns as named tuples (torch.return_types.sort, ...).
+_NAMED_RESULTS = frozenset({"sort", "topk", "max", "min", "aminmax"})
+
+
+def _named_result(name, out):
+    if name in _NAMED_RESULTS and type(out) is tuple:
+        return getattr(torch.return_types, name)(out)
     return out
 
 
@@ -418,7 +434,7 @@ _INPLACE_RULES = {
 
 
 # Torch-language factories with no tensor argument: they take the default device.
-_FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn"})
+_FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn", "eye", "linspace", "logspace"})
 
 
 class ThunderTorchMode(TorchFunctionMode):

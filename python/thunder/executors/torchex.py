@@ -313,4 +313,29 @@ def copy_(src, dst):
     return dst.copy_(src)
 
 
+# ---- tensor ops ----
+
+
+def cumsum(a, dim):
+    return torch.cumsum(a, dim, dtype=a.dtype)
+
+
+def cumprod(a, dim):
+    return torch.cumprod(a, dim, dtype=a.dtype)
+
+
+def sort(a, dim, descending, stable):
+    values, indices = torch.sort(a, dim=dim, descending=descending, stable=stable)
+    return values, indices
+
+
+def topk(a, k, dim, largest):
+    values, indices = torch.topk(a, k, dim, largest, True)
+    return values, indices
+
+
+def scatter(a, indices, value, dim):
+    return torch.scatter(a, dim, indices, value)
+
+
 del _name

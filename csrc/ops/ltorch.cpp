@@ -692,9 +692,8 @@ void registerShapeOps() {
   def("pad", "a, pad, mode='constant', value=None", {"torch.nn.functional.pad"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "pad");
-        THUNDER_CHECK_KIND(a[2].toString() == "constant", ErrorKind::NotImplemented,
-                           "ltorch.pad: only mode='constant' is supported, got '", a[2].toString(), "'");
         std::vector<int64_t> p = a[1].toInts();
+        if (a[2].toString() != "constant") return padModes(a[0], p, a[2].toString());
         THUNDER_CHECK(p.size() % 2 == 0 && p.size() / 2 <= static_cast<size_t>(t.ndim()),
                       "ltorch.pad: padding length ", p.size(),
                       " must be even and at most twice the number of dimensions (", t.ndim(), ")");
@@ -1139,7 +1138,7 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
 }
 
 Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, int64_t ignoreIndex,
-                  const std::string& reduction, const std::string& name, double smoothing = 0.0) {
+                  const std::string& reduction, const std::string& name) {
   // logp: (N, C, ...) or (C,); target: (N, ...) or () of class indices.
   const TensorProxy& lp = logp.tensor();
   const TensorProxy& tg = T(target, name, "target");
@@ -1163,20 +1162,6 @@ Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, i
     w = op("mul", {w, clang::reshape(classWeight, tg.shape, opn(name))});
   }
   Value losses = op("neg", {op("mul", {picked, w})});
-  if (smoothing != 0.0) {
-    // Label smoothing, as PyTorch defines it: (1 - s) * nll + s / C * smooth, where smooth is
-    // -sum_c weight[c] * logp[c] (0 for ignored targets); the mean divides both by sum(w).
-    Value lw = logp;
-    if (!weight.isNone()) {
-      Shape wshape(lp.ndim(), 1);
-      wshape[classDim] = lp.shape[classDim];
-      lw = op("mul", {logp, clang::reshape(weight, wshape, opn(name))});
-    }
-    Value smooth = op("where", {valid, op("neg", {op("sum", {lw, classDim})}), 0});
-    double classes = static_cast<double>(lp.shape[classDim]);
-    losses =
-        op("add", {op("mul", {losses, 1.0 - smoothing}), op("mul", {smooth, smoothing / classes})});
-  }
   if (reduction == "none") return losses;
   Value total = op("sum", {losses});
   if (reduction == "sum") return total;
@@ -1259,9 +1244,66 @@ void registerNN() {
             "ltorch.cross_entropy: label_smoothing must be between 0.0 and 1.0, but got ",
             smoothing);
         int64_t classDim = t.ndim() == 1 ? 0 : 1;
+        int64_t classes = t.shape[classDim];
+        const std::string& reduction = a[6].toString();
+        THUNDER_CHECK_KIND(
+            reduction == "none" || reduction == "sum" || reduction == "mean", ErrorKind::Value,
+            "ltorch.cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction,
+            "'");
         Value logp = op("log_softmax", {a[0], classDim});
-        return nllLossImpl(logp, a[1], a[2], a[4].toInt(), a[6].toString(), "cross_entropy",
-                           smoothing);
+        // The class weights shaped to broadcast along the class dim.
+        Value w;
+        if (!a[2].isNone()) {
+          const TensorProxy& wt = T(a[2], "cross_entropy", "weight");
+          THUNDER_CHECK(wt.ndim() == 1 && wt.shape[0] == classes,
+                        "ltorch.cross_entropy: expected a weight of shape (", classes,
+                        ",), but got ", shapeStr(wt.shape));
+          Shape ws(t.ndim(), 1);
+          ws[classDim] = classes;
+          w = op("reshape", {a[2], Value::ints(ws)});
+        }
+        if (isFloating(T(a[1], "cross_entropy", "target").dtype)) {
+          // Class probabilities: -sum_c w_c p_c log q_c, the mean over the batch elements.
+          THUNDER_CHECK(a[1].tensor().shape == t.shape,
+                        "ltorch.cross_entropy: expected target of shape ", shapeStr(t.shape),
+                        " (class probabilities), but got ", shapeStr(a[1].tensor().shape));
+          Value p = smoothing > 0
+                        ? op("add", {op("mul", {a[1], 1.0 - smoothing}), smoothing / classes})
+                        : a[1];
+          Value prod = op("mul", {logp, p});
+          if (!w.isNone()) prod = op("mul", {prod, w});
+          Value losses = op("neg", {op("sum", {prod, Value::ints({classDim})})});
+          if (reduction == "none") return losses;
+          Value total = op("sum", {losses});
+          if (reduction == "sum") return total;
+          return op("div", {total, static_cast<double>(t.numel() / std::max<int64_t>(classes, 1))});
+        }
+        Value nll = nllLossImpl(logp, a[1], a[2], a[4].toInt(), reduction, "cross_entropy");
+        if (smoothing == 0) return nll;
+        // Label smoothing: (1 - e) nll + e / C * (-sum_c w_c log q_c), ignored targets excluded,
+        // the mean divided by the same weight sum as nll's.
+        Value prod = w.isNone() ? logp : op("mul", {logp, w});
+        Value smooth = op("neg", {op("sum", {prod, Value::ints({classDim})})});
+        Value valid = op("ne", {a[1], a[4]});
+        smooth = op("where", {valid, smooth, 0.0});
+        Value reduced;
+        if (reduction == "none") {
+          reduced = smooth;
+        } else if (reduction == "sum") {
+          reduced = op("sum", {smooth});
+        } else {
+          Value denom = clang::maybeConvert(valid, t.dtype);
+          if (!a[2].isNone()) {
+            Value safeTarget = op("where", {valid, a[1], 0});
+            const TensorProxy& tg = a[1].tensor();
+            Value tw = prims::take(
+                a[2], clang::reshape(safeTarget, {tg.numel()}, "ltorch.cross_entropy"), 0);
+            denom = op("mul", {denom, clang::reshape(tw, tg.shape, "ltorch.cross_entropy")});
+          }
+          reduced = op("div", {op("sum", {smooth}), op("sum", {denom})});
+        }
+        return op("add",
+                  {op("mul", {nll, 1.0 - smoothing}), op("mul", {reduced, smoothing / classes})});
       });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {
@@ -1360,6 +1402,7 @@ void registerLTorch() {
     registerReductions();
     registerCreation();
     registerNN();
+    registerNNOps();
     registerTensorOps();
   });
 }

@@ -24,6 +24,10 @@ void registerLTorch();
 /// ("~" marks a reflected operator) and its decomposition. For the register functions below.
 void define(const std::string& name, const std::string& sig, std::vector<std::string> torch,
             SymbolFn fn, uint32_t tags = kNoTags);
+/// Registers the neural-network ops of ltorch_nn.cpp (convolution, pooling, norms, losses, ...).
+void registerNNOps();
+/// F.pad's reflect, replicate and circular modes: `pad` lists (low, high) from the last dim.
+Value padModes(const Value& a, const std::vector<int64_t>& pad, const std::string& mode);
 /// Registers the tensor ops of ltorch_tensor.cpp (cumsum, sort, scatter, einsum, ...).
 void registerTensorOps();
 /// Every PyTorch callable that maps to an ltorch symbol.

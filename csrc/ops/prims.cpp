@@ -505,6 +505,274 @@ Value meta_embedding(const std::vector<Value>& args) {
   return newTensor(out, w.dtype, w.device);
 }
 
+// ---- nn ops ----
+
+/// Checks a per-spatial-dim list argument of an nn prim: `k` entries, each >= `min`.
+std::vector<int64_t> spatialArg(const Value& v, size_t k, int64_t min, const std::string& op,
+                                const char* arg) {
+  std::vector<int64_t> xs = v.toInts();
+  THUNDER_CHECK(xs.size() == k, op, ": expected ", arg, " to have ", k, " entries, but got ",
+                shapeStr(xs));
+  for (int64_t x : xs)
+    THUNDER_CHECK(x >= min, op, ": expected every entry of ", arg, " to be at least ", min,
+                  ", but got ", shapeStr(xs));
+  return xs;
+}
+
+void checkFloatingNN(const TensorProxy& t, const std::string& op, const char* arg) {
+  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, op, ": expected a floating point ", arg,
+                     ", but got ", dtypeName(t.dtype));
+}
+
+/// The input of a pooling or resampling prim: (C, *spatial) or (N, C, *spatial), k spatial dims.
+void checkPoolInput(const TensorProxy& a, size_t k, bool allowUnbatched, const std::string& op) {
+  int64_t n = static_cast<int64_t>(k);
+  THUNDER_CHECK(a.ndim() == n + 2 || (allowUnbatched && a.ndim() == n + 1), op, ": expected a ",
+                allowUnbatched ? std::to_string(n + 1) + "- or " : std::string(), n + 2,
+                "-dimensional input for ", k, " spatial dimensions, but got shape ",
+                shapeStr(a.shape));
+  for (int64_t d = a.ndim() - n; d < a.ndim(); ++d)
+    THUNDER_CHECK(a.shape[d] > 0, op, ": expected non-empty spatial dimensions, but got shape ",
+                  shapeStr(a.shape));
+  checkFloatingNN(a, op, "input");
+}
+
+/// PyTorch's output length of a pooling window (pooling_output_shape).
+int64_t pooledLength(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
+  int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  // The last window must start inside the input or its left padding.
+  if (ceil && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+Shape pooledShape(const TensorProxy& a, const std::vector<int64_t>& k,
+                  const std::vector<int64_t>& s, const std::vector<int64_t>& p,
+                  const std::vector<int64_t>& d, bool ceil, const std::string& op) {
+  Shape out = a.shape;
+  size_t n = k.size();
+  for (size_t i = 0; i < n; ++i) {
+    THUNDER_CHECK(p[i] <= (d[i] * (k[i] - 1) + 1) / 2, op,
+                  ": padding should be at most half of the effective kernel size, but got padding ",
+                  shapeStr(p), ", kernel_size ", shapeStr(k), " and dilation ", shapeStr(d));
+    size_t dim = a.shape.size() - n + i;
+    int64_t len = pooledLength(a.shape[dim], k[i], s[i], p[i], d[i], ceil);
+    THUNDER_CHECK(len >= 1, op, ": the output of input shape ", shapeStr(a.shape),
+                  " with kernel_size ", shapeStr(k), ", stride ", shapeStr(s), ", padding ",
+                  shapeStr(p), " and dilation ", shapeStr(d), " would be empty");
+    out[dim] = len;
+  }
+  return out;
+}
+
+Value meta_convolution(const std::vector<Value>& args) {
+  const std::string op = "prims.convolution";
+  const TensorProxy& a = tensorArg(args[0], "convolution", "a");
+  const TensorProxy& w = tensorArg(args[1], "convolution", "weight");
+  THUNDER_CHECK(a.ndim() >= 3 && a.ndim() <= 5, op,
+                ": expected a 3-, 4- or 5-dimensional input (N, C, *spatial), but got shape ",
+                shapeStr(a.shape));
+  THUNDER_CHECK(w.ndim() == a.ndim(), op, ": expected a ", a.ndim(),
+                "-dimensional weight for input of shape ", shapeStr(a.shape), ", but got shape ",
+                shapeStr(w.shape));
+  checkFloatingNN(a, op, "input");
+  THUNDER_CHECK_KIND(a.dtype == w.dtype, ErrorKind::Type, op,
+                     ": expected input and weight of the same dtype, but got ", dtypeName(a.dtype),
+                     " and ", dtypeName(w.dtype));
+  size_t k = static_cast<size_t>(a.ndim() - 2);
+  auto stride = spatialArg(args[3], k, 1, op, "stride");
+  auto padding = spatialArg(args[4], k, 0, op, "padding");
+  auto dilation = spatialArg(args[5], k, 1, op, "dilation");
+  bool transposed = args[6].toBool();
+  auto outPad = spatialArg(args[7], k, 0, op, "output_padding");
+  int64_t groups = args[8].toInt();
+  THUNDER_CHECK(groups >= 1, op, ": expected groups to be positive, but got ", groups);
+  int64_t cin = a.shape[1];
+  THUNDER_CHECK(cin % groups == 0, op, ": input channels ", cin, " are not divisible by groups ",
+                groups);
+  int64_t cout;
+  if (transposed) {
+    THUNDER_CHECK(w.shape[0] == cin, op, ": weight of shape ", shapeStr(w.shape), " expects ",
+                  w.shape[0], " input channels, but the input of shape ", shapeStr(a.shape),
+                  " has ", cin);
+    cout = w.shape[1] * groups;
+    for (size_t i = 0; i < k; ++i)
+      THUNDER_CHECK(outPad[i] < stride[i] || outPad[i] < dilation[i], op,
+                    ": output_padding must be smaller than either stride or dilation, but got "
+                    "output_padding ",
+                    shapeStr(outPad), ", stride ", shapeStr(stride), " and dilation ",
+                    shapeStr(dilation));
+  } else {
+    THUNDER_CHECK(w.shape[1] * groups == cin, op, ": weight of shape ", shapeStr(w.shape),
+                  " with groups=", groups, " expects ", w.shape[1] * groups,
+                  " input channels, but the input of shape ", shapeStr(a.shape), " has ", cin);
+    cout = w.shape[0];
+    THUNDER_CHECK(cout % groups == 0, op, ": output channels ", cout,
+                  " are not divisible by groups ", groups);
+  }
+  Shape out = {a.shape[0], cout};
+  for (size_t i = 0; i < k; ++i) {
+    int64_t in = a.shape[2 + i], kw = w.shape[2 + i];
+    int64_t len =
+        transposed ? (in - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kw - 1) + outPad[i] + 1
+                   : (in + 2 * padding[i] - dilation[i] * (kw - 1) - 1) / stride[i] + 1;
+    bool fits = transposed || in + 2 * padding[i] >= dilation[i] * (kw - 1) + 1;
+    THUNDER_CHECK(fits && len >= 1, op, ": kernel of shape ", shapeStr(w.shape), " with dilation ",
+                  shapeStr(dilation), " does not fit the padded input of shape ", shapeStr(a.shape),
+                  " (padding ", shapeStr(padding), ")");
+    out.push_back(len);
+  }
+  if (!args[2].isNone()) {
+    const TensorProxy& b = tensorArg(args[2], "convolution", "bias");
+    THUNDER_CHECK(b.ndim() == 1 && b.shape[0] == cout, op, ": expected a bias of shape (", cout,
+                  ",), but got ", shapeStr(b.shape));
+    THUNDER_CHECK_KIND(b.dtype == a.dtype, ErrorKind::Type, op, ": expected bias of dtype ",
+                       dtypeName(a.dtype), ", but got ", dtypeName(b.dtype));
+  }
+  commonDevice(args, op);
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_convolution_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.convolution_backward";
+  const TensorProxy& g = tensorArg(args[0], "convolution_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "convolution_backward", "a");
+  const TensorProxy& w = tensorArg(args[2], "convolution_backward", "weight");
+  THUNDER_CHECK(g.ndim() == a.ndim() && w.ndim() == a.ndim(), op,
+                ": grad, input and weight must have the same number of dimensions, but got shapes ",
+                shapeStr(g.shape), ", ", shapeStr(a.shape), " and ", shapeStr(w.shape));
+  commonDevice({args[0], args[1], args[2]}, op);
+  return Value::tuple(
+      {newTensor(a.shape, a.dtype, a.device), newTensor(w.shape, w.dtype, w.device)});
+}
+
+Value meta_max_pool(const std::vector<Value>& args) {
+  const std::string op = "prims.max_pool";
+  const TensorProxy& a = tensorArg(args[0], "max_pool", "a");
+  size_t k = args[1].toInts().size();
+  THUNDER_CHECK(k == 2 || k == 3, op, ": expected 2 or 3 spatial dimensions, but got kernel_size ",
+                shapeStr(args[1].toInts()));
+  checkPoolInput(a, k, false, op);
+  Shape out =
+      pooledShape(a, spatialArg(args[1], k, 1, op, "kernel_size"),
+                  spatialArg(args[2], k, 1, op, "stride"), spatialArg(args[3], k, 0, op, "padding"),
+                  spatialArg(args[4], k, 1, op, "dilation"), args[5].toBool(), op);
+  return Value::tuple({newTensor(out, a.dtype, a.device), newTensor(out, DType::Int64, a.device)});
+}
+
+Value meta_max_pool_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.max_pool_backward";
+  const TensorProxy& g = tensorArg(args[0], "max_pool_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "max_pool_backward", "a");
+  const TensorProxy& idx = tensorArg(args[2], "max_pool_backward", "indices");
+  THUNDER_CHECK(g.shape == idx.shape, op, ": grad of shape ", shapeStr(g.shape),
+                " does not match indices of shape ", shapeStr(idx.shape));
+  commonDevice({args[0], args[1], args[2]}, op);
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_avg_pool(const std::vector<Value>& args) {
+  const std::string op = "prims.avg_pool";
+  const TensorProxy& a = tensorArg(args[0], "avg_pool", "a");
+  size_t k = args[1].toInts().size();
+  THUNDER_CHECK(k == 2 || k == 3, op, ": expected 2 or 3 spatial dimensions, but got kernel_size ",
+                shapeStr(args[1].toInts()));
+  checkPoolInput(a, k, false, op);
+  if (!args[6].isNone())
+    THUNDER_CHECK(args[6].toInt() != 0, op, ": divisor_override must be nonzero");
+  Shape out = pooledShape(
+      a, spatialArg(args[1], k, 1, op, "kernel_size"), spatialArg(args[2], k, 1, op, "stride"),
+      spatialArg(args[3], k, 0, op, "padding"), std::vector<int64_t>(k, 1), args[4].toBool(), op);
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_avg_pool_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.avg_pool_backward";
+  tensorArg(args[0], "avg_pool_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "avg_pool_backward", "a");
+  commonDevice({args[0], args[1]}, op);
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Shape adaptiveShape(const std::vector<Value>& args, const std::string& op) {
+  const TensorProxy& a = expectTensor(args[0], op, "a");
+  std::vector<int64_t> size = args[1].toInts();
+  size_t k = size.size();
+  THUNDER_CHECK(k == 2 || k == 3, op, ": expected 2 or 3 output sizes, but got ", shapeStr(size));
+  checkPoolInput(a, k, false, op);
+  std::vector<int64_t> checked = spatialArg(args[1], k, 0, op, "output_size");
+  Shape out = a.shape;
+  std::copy(checked.begin(), checked.end(), out.end() - static_cast<int64_t>(k));
+  return out;
+}
+
+Value meta_adaptive_avg_pool(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "adaptive_avg_pool", "a");
+  return newTensor(adaptiveShape(args, "prims.adaptive_avg_pool"), a.dtype, a.device);
+}
+
+Value meta_adaptive_avg_pool_backward(const std::vector<Value>& args) {
+  tensorArg(args[0], "adaptive_avg_pool_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "adaptive_avg_pool_backward", "a");
+  commonDevice({args[0], args[1]}, "prims.adaptive_avg_pool_backward");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+Value meta_adaptive_max_pool(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "adaptive_max_pool", "a");
+  Shape out = adaptiveShape(args, "prims.adaptive_max_pool");
+  return Value::tuple({newTensor(out, a.dtype, a.device), newTensor(out, DType::Int64, a.device)});
+}
+
+Value meta_adaptive_max_pool_backward(const std::vector<Value>& args) {
+  tensorArg(args[0], "adaptive_max_pool_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "adaptive_max_pool_backward", "a");
+  tensorArg(args[2], "adaptive_max_pool_backward", "indices");
+  commonDevice({args[0], args[1], args[2]}, "prims.adaptive_max_pool_backward");
+  return newTensor(a.shape, a.dtype, a.device);
+}
+
+/// The spatial dims each upsampling mode works on.
+size_t upsampleDims(const std::string& mode, const std::string& op) {
+  if (mode == "nearest" || mode == "nearest-exact") return 0;
+  if (mode == "linear") return 1;
+  if (mode == "bilinear" || mode == "bicubic") return 2;
+  if (mode == "trilinear") return 3;
+  THUNDER_CHECK_KIND(false, ErrorKind::Value, op,
+                     ": mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic' "
+                     "or 'trilinear', but got '",
+                     mode, "'");
+  return 0;
+}
+
+Value meta_upsample(const std::vector<Value>& args) {
+  const std::string op = "prims.upsample";
+  const TensorProxy& a = tensorArg(args[0], "upsample", "a");
+  std::vector<int64_t> size = args[1].toInts();
+  size_t k = size.size();
+  size_t need = upsampleDims(args[2].toString(), op);
+  THUNDER_CHECK(k >= 1 && k <= 3 && (need == 0 || need == k), op, ": mode '", args[2].toString(),
+                "' cannot produce output_size ", shapeStr(size));
+  checkPoolInput(a, k, false, op);
+  spatialArg(args[1], k, 1, op, "output_size");
+  if (!args[4].isNone())
+    THUNDER_CHECK(args[4].items().size() == k, op, ": expected ", k, " scales");
+  Shape out = {a.shape[0], a.shape[1]};
+  out.insert(out.end(), size.begin(), size.end());
+  return newTensor(out, a.dtype, a.device);
+}
+
+Value meta_upsample_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.upsample_backward";
+  const TensorProxy& g = tensorArg(args[0], "upsample_backward", "grad");
+  Shape in = args[1].toInts();
+  THUNDER_CHECK(in.size() == static_cast<size_t>(g.ndim()), op, ": input_size ", shapeStr(in),
+                " does not match grad of shape ", shapeStr(g.shape));
+  return newTensor(in, g.dtype, g.device);
+}
+
+// ---- end nn ops ----
+
 Value meta_copy_(const std::vector<Value>& args) {
   const std::string op = "prims.copy_";
   const TensorProxy& src = tensorArg(args[0], "copy_", "src");
@@ -730,6 +998,16 @@ Value linear(const Value& a, const Value& w, const Value& bias) {
 Value embedding(const Value& a, const Value& weight, std::optional<int64_t> paddingIdx) {
   return call(symbol(PrimId::embedding), {a, weight, paddingIdx ? Value(*paddingIdx) : Value()});
 }
+// ---- nn ops ----
+Value convolution(const Value& a, const Value& weight, const Value& bias,
+                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                  const std::vector<int64_t>& dilation, bool transposed,
+                  const std::vector<int64_t>& outputPadding, int64_t groups) {
+  return call(symbol(PrimId::convolution),
+              {a, weight, bias, Value::ints(stride), Value::ints(padding), Value::ints(dilation),
+               transposed, Value::ints(outputPadding), groups});
+}
+// ---- end nn ops ----
 Value copy_(const Value& src, const Value& dst) { return call(symbol(PrimId::copy_), {src, dst}); }
 
 // ---- tensor ops ----

@@ -70,6 +70,14 @@ Value argmin(const Value& a, std::optional<int64_t> dim);
 Value matmul(const Value& a, const Value& b);
 Value linear(const Value& a, const Value& w, const Value& bias);
 Value embedding(const Value& a, const Value& weight, std::optional<int64_t> paddingIdx);
+// ---- nn ops ----
+/// Convolution (transposed or not); lists have one entry per spatial dim. The other nn prims are
+/// called through call(symbol(PrimId::...), args).
+Value convolution(const Value& a, const Value& weight, const Value& bias,
+                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                  const std::vector<int64_t>& dilation, bool transposed,
+                  const std::vector<int64_t>& outputPadding, int64_t groups);
+// ---- end nn ops ----
 /// Writes src into dst (a trace input of the same shape, dtype and device); returns dst.
 Value copy_(const Value& src, const Value& dst);
 

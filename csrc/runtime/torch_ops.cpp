@@ -133,6 +133,81 @@ void impl(const std::string& semanticId, const std::string& module, const std::s
   gTorch->addImplementation(semanticId, Implementation{exec, std::move(checker), {}});
 }
 
+// ---- nn ops ----
+
+c10::IValue nnTuple(std::vector<c10::IValue> items) {
+  return c10::ivalue::Tuple::create(std::move(items));
+}
+
+/// The scales of prims.upsample: None or one factor per spatial dim.
+std::vector<std::optional<double>> scalesArg(K& a, size_t i) {
+  std::vector<std::optional<double>> out;
+  if (a.none(i)) return out;
+  for (const c10::IValue& x : a.v[i].toListRef())
+    out.push_back(x.isNone() ? std::nullopt
+                             : std::optional<double>(x.isDouble() ? x.toDouble() : x.toInt()));
+  return out;
+}
+
+std::optional<double> scaleAt(const std::vector<std::optional<double>>& s, size_t i) {
+  return i < s.size() ? s[i] : std::nullopt;
+}
+
+at::Tensor upsampleKernel(const at::Tensor& x, const std::vector<int64_t>& size,
+                          const std::string& mode, bool alignCorners,
+                          const std::vector<std::optional<double>>& s) {
+  size_t k = size.size();
+  if (mode == "nearest") {
+    if (k == 1) return at::upsample_nearest1d(x, size, scaleAt(s, 0));
+    if (k == 2) return at::upsample_nearest2d(x, size, scaleAt(s, 0), scaleAt(s, 1));
+    return at::upsample_nearest3d(x, size, scaleAt(s, 0), scaleAt(s, 1), scaleAt(s, 2));
+  }
+  if (mode == "nearest-exact") {
+    if (k == 1) return at::_upsample_nearest_exact1d(x, size, scaleAt(s, 0));
+    if (k == 2) return at::_upsample_nearest_exact2d(x, size, scaleAt(s, 0), scaleAt(s, 1));
+    return at::_upsample_nearest_exact3d(x, size, scaleAt(s, 0), scaleAt(s, 1), scaleAt(s, 2));
+  }
+  if (mode == "linear") return at::upsample_linear1d(x, size, alignCorners, scaleAt(s, 0));
+  if (mode == "bilinear")
+    return at::upsample_bilinear2d(x, size, alignCorners, scaleAt(s, 0), scaleAt(s, 1));
+  if (mode == "bicubic")
+    return at::upsample_bicubic2d(x, size, alignCorners, scaleAt(s, 0), scaleAt(s, 1));
+  return at::upsample_trilinear3d(x, size, alignCorners, scaleAt(s, 0), scaleAt(s, 1),
+                                  scaleAt(s, 2));
+}
+
+at::Tensor upsampleBackwardKernel(const at::Tensor& g, const std::vector<int64_t>& inSize,
+                                  const std::vector<int64_t>& size, const std::string& mode,
+                                  bool alignCorners, const std::vector<std::optional<double>>& s) {
+  size_t k = size.size();
+  if (mode == "nearest") {
+    if (k == 1) return at::upsample_nearest1d_backward(g, size, inSize, scaleAt(s, 0));
+    if (k == 2)
+      return at::upsample_nearest2d_backward(g, size, inSize, scaleAt(s, 0), scaleAt(s, 1));
+    return at::upsample_nearest3d_backward(g, size, inSize, scaleAt(s, 0), scaleAt(s, 1),
+                                           scaleAt(s, 2));
+  }
+  if (mode == "nearest-exact") {
+    if (k == 1) return at::_upsample_nearest_exact1d_backward(g, size, inSize, scaleAt(s, 0));
+    if (k == 2)
+      return at::_upsample_nearest_exact2d_backward(g, size, inSize, scaleAt(s, 0), scaleAt(s, 1));
+    return at::_upsample_nearest_exact3d_backward(g, size, inSize, scaleAt(s, 0), scaleAt(s, 1),
+                                                  scaleAt(s, 2));
+  }
+  if (mode == "linear")
+    return at::upsample_linear1d_backward(g, size, inSize, alignCorners, scaleAt(s, 0));
+  if (mode == "bilinear")
+    return at::upsample_bilinear2d_backward(g, size, inSize, alignCorners, scaleAt(s, 0),
+                                            scaleAt(s, 1));
+  if (mode == "bicubic")
+    return at::upsample_bicubic2d_backward(g, size, inSize, alignCorners, scaleAt(s, 0),
+                                           scaleAt(s, 1));
+  return at::upsample_trilinear3d_backward(g, size, inSize, alignCorners, scaleAt(s, 0),
+                                           scaleAt(s, 1), scaleAt(s, 2));
+}
+
+// ---- end nn ops ----
+
 bool argIsTensor(const BoundSymbol& b, size_t i) { return b.args.size() > i && b.args[i].isTensor(); }
 bool firstIsTensor(const BoundSymbol& b) { return argIsTensor(b, 0); }
 bool firstTwoTensors(const BoundSymbol& b) { return argIsTensor(b, 0) && argIsTensor(b, 1); }
@@ -297,6 +372,71 @@ void registerPrimKernels() {
   });
   impl("prims.embedding", "torchex", "embedding",
        [](K& a) -> c10::IValue { return at::embedding(a.t(1), a.t(0)); });
+  // ---- nn ops ----
+  impl("prims.convolution", "torchex", "convolution", [](K& a) -> c10::IValue {
+    return at::convolution(a.t(0), a.t(1),
+                           a.none(2) ? std::optional<at::Tensor>() : std::optional(a.t(2)),
+                           a.ints(3), a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8));
+  });
+  impl("prims.convolution_backward", "torchex", "convolution_backward", [](K& a) -> c10::IValue {
+    auto r = at::convolution_backward(a.t(0), a.t(1), a.t(2), std::nullopt, a.ints(3), a.ints(4),
+                                      a.ints(5), a.b(6), a.ints(7), a.i(8), {true, true, false});
+    return nnTuple({std::get<0>(r), std::get<1>(r)});
+  });
+  impl("prims.max_pool", "torchex", "max_pool", [](K& a) -> c10::IValue {
+    auto r = a.ints(1).size() == 2 ? at::max_pool2d_with_indices(a.t(0), a.ints(1), a.ints(2),
+                                                                 a.ints(3), a.ints(4), a.b(5))
+                                   : at::max_pool3d_with_indices(a.t(0), a.ints(1), a.ints(2),
+                                                                 a.ints(3), a.ints(4), a.b(5));
+    return nnTuple({std::get<0>(r), std::get<1>(r)});
+  });
+  impl("prims.max_pool_backward", "torchex", "max_pool_backward", [](K& a) -> c10::IValue {
+    if (a.ints(3).size() == 2)
+      return at::max_pool2d_with_indices_backward(a.t(0), a.t(1), a.ints(3), a.ints(4), a.ints(5),
+                                                  a.ints(6), a.b(7), a.t(2));
+    return at::max_pool3d_with_indices_backward(a.t(0), a.t(1), a.ints(3), a.ints(4), a.ints(5),
+                                                a.ints(6), a.b(7), a.t(2));
+  });
+  impl("prims.avg_pool", "torchex", "avg_pool", [](K& a) -> c10::IValue {
+    std::optional<int64_t> div = a.none(6) ? std::nullopt : std::optional<int64_t>(a.i(6));
+    if (a.ints(1).size() == 2)
+      return at::avg_pool2d(a.t(0), a.ints(1), a.ints(2), a.ints(3), a.b(4), a.b(5), div);
+    return at::avg_pool3d(a.t(0), a.ints(1), a.ints(2), a.ints(3), a.b(4), a.b(5), div);
+  });
+  impl("prims.avg_pool_backward", "torchex", "avg_pool_backward", [](K& a) -> c10::IValue {
+    std::optional<int64_t> div = a.none(7) ? std::nullopt : std::optional<int64_t>(a.i(7));
+    if (a.ints(2).size() == 2)
+      return at::avg_pool2d_backward(a.t(0), a.t(1), a.ints(2), a.ints(3), a.ints(4), a.b(5),
+                                     a.b(6), div);
+    return at::avg_pool3d_backward(a.t(0), a.t(1), a.ints(2), a.ints(3), a.ints(4), a.b(5), a.b(6),
+                                   div);
+  });
+  impl("prims.adaptive_avg_pool", "torchex", "adaptive_avg_pool", [](K& a) -> c10::IValue {
+    if (a.ints(1).size() == 2) return at::_adaptive_avg_pool2d(a.t(0), a.ints(1));
+    return at::_adaptive_avg_pool3d(a.t(0), a.ints(1));
+  });
+  impl("prims.adaptive_avg_pool_backward", "torchex", "adaptive_avg_pool_backward",
+       [](K& a) -> c10::IValue {
+         if (a.t(1).dim() == 4) return at::_adaptive_avg_pool2d_backward(a.t(0), a.t(1));
+         return at::_adaptive_avg_pool3d_backward(a.t(0), a.t(1));
+       });
+  impl("prims.adaptive_max_pool", "torchex", "adaptive_max_pool", [](K& a) -> c10::IValue {
+    auto r = a.ints(1).size() == 2 ? at::adaptive_max_pool2d(a.t(0), a.ints(1))
+                                   : at::adaptive_max_pool3d(a.t(0), a.ints(1));
+    return nnTuple({std::get<0>(r), std::get<1>(r)});
+  });
+  impl("prims.adaptive_max_pool_backward", "torchex", "adaptive_max_pool_backward",
+       [](K& a) -> c10::IValue {
+         if (a.t(1).dim() == 4) return at::adaptive_max_pool2d_backward(a.t(0), a.t(1), a.t(2));
+         return at::adaptive_max_pool3d_backward(a.t(0), a.t(1), a.t(2));
+       });
+  impl("prims.upsample", "torchex", "upsample", [](K& a) -> c10::IValue {
+    return upsampleKernel(a.t(0), a.ints(1), a.str(2), a.b(3), scalesArg(a, 4));
+  });
+  impl("prims.upsample_backward", "torchex", "upsample_backward", [](K& a) -> c10::IValue {
+    return upsampleBackwardKernel(a.t(0), a.ints(1), a.ints(2), a.str(3), a.b(4), scalesArg(a, 5));
+  });
+  // ---- end nn ops ----
   impl("prims.copy_", "torchex", "copy_", [](K& a) -> c10::IValue {
     at::Tensor dst = a.t(1);
     dst.copy_(a.t(0));
@@ -501,6 +641,63 @@ void registerLTorchKernels() {
          return at::mse_loss(ab[0], ab[1], reductionEnum(a.str(4)));
        },
        [](const BoundSymbol& b) { return b.args.size() > 5 && b.args[5].isNone(); });
+  // ---- nn ops ----
+  // Max pooling without indices as one call: its values print with their type (a prim's
+  // (values, indices) tuple prints without one, as seed 001 prints multi-output calls).
+  auto noIndices = [](size_t i) {
+    return [i](const BoundSymbol& b) {
+      return b.args.size() > i && b.args[i].isBool() && !b.args[i].toBool();
+    };
+  };
+  auto stride = [](K& a) { return a.none(2) ? std::vector<int64_t>{} : a.ints(2); };
+  impl(
+      "ltorch.max_pool1d", F, "max_pool1d",
+      [stride](K& a) -> c10::IValue {
+        return at::max_pool1d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+      },
+      noIndices(6));
+  impl(
+      "ltorch.max_pool2d", F, "max_pool2d",
+      [stride](K& a) -> c10::IValue {
+        return at::max_pool2d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+      },
+      noIndices(6));
+  impl(
+      "ltorch.max_pool3d", F, "max_pool3d",
+      [stride](K& a) -> c10::IValue {
+        return at::max_pool3d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
+      },
+      noIndices(6));
+  // Output sizes: an int or one entry per spatial dim, None keeping the input's length.
+  auto adaptiveSizes = [](K& a, size_t k) {
+    const at::Tensor& x = a.t(0);
+    std::vector<int64_t> out;
+    if (a.v[1].isInt()) return std::vector<int64_t>(k, a.i(1));
+    for (const c10::IValue& v : a.v[1].toListRef()) out.push_back(v.isNone() ? -1 : v.toInt());
+    if (out.size() == 1) out.assign(k, out[0]);
+    for (size_t i = 0; i < k; ++i)
+      if (out[i] < 0) out[i] = x.size(x.dim() - static_cast<int64_t>(k) + static_cast<int64_t>(i));
+    return out;
+  };
+  impl(
+      "ltorch.adaptive_max_pool1d", F, "adaptive_max_pool1d",
+      [adaptiveSizes](K& a) -> c10::IValue {
+        return std::get<0>(at::adaptive_max_pool1d(a.t(0), adaptiveSizes(a, 1)));
+      },
+      noIndices(2));
+  impl(
+      "ltorch.adaptive_max_pool2d", F, "adaptive_max_pool2d",
+      [adaptiveSizes](K& a) -> c10::IValue {
+        return std::get<0>(at::adaptive_max_pool2d(a.t(0), adaptiveSizes(a, 2)));
+      },
+      noIndices(2));
+  impl(
+      "ltorch.adaptive_max_pool3d", F, "adaptive_max_pool3d",
+      [adaptiveSizes](K& a) -> c10::IValue {
+        return std::get<0>(at::adaptive_max_pool3d(a.t(0), adaptiveSizes(a, 3)));
+      },
+      noIndices(2));
+  // ---- end nn ops ----
   impl("ltorch.scaled_dot_product_attention", F, "scaled_dot_product_attention",
        [](K& a) -> c10::IValue {
          return at::scaled_dot_product_attention(a.t(0), a.t(1), a.t(2), optTensor(a, 3), a.d(4), a.b(5),

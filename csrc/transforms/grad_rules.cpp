@@ -430,6 +430,55 @@ void registerMatmulRules() {
   });
 }
 
+// ---- nn ops ----
+
+/// A rule for an nn prim whose backward is another prim: `backward(args, outputs, grad)` returns
+/// the gradient of the input a[0]. Multi-output prims (values, indices) get the values' grad.
+void nnRule(PrimId id, Value (*backward)(const Args& a, X y, X g)) {
+  registerGradRule(sym(id).id(), [id, backward](const Args& a) {
+    Value y = call(sym(id), a);
+    Value g = getGrad(y.isTuple() ? y.items()[0] : y);
+    putGrad(a[0], backward(a, y, g));
+    return y;
+  });
+}
+
+void registerNNRules() {
+  registerGradRule(sym(PrimId::convolution).id(), [](const Args& a) {
+    Value y = call(sym(PrimId::convolution), a);
+    Value g = getGrad(y);
+    Value grads = call(sym(PrimId::convolution_backward),
+                       {g, a[0], a[1], a[3], a[4], a[5], a[6], a[7], a[8]});
+    putGrad(a[0], grads.items()[0]);
+    putGrad(a[1], grads.items()[1]);
+    if (!a[2].isNone()) {
+      std::vector<int64_t> dims = {0};
+      for (int64_t d = 2; d < y.tensor().ndim(); ++d) dims.push_back(d);
+      putGrad(a[2], op("sum", {g, Value::ints(dims)}));
+    }
+    return y;
+  });
+  nnRule(PrimId::max_pool, [](const Args& a, X y, X g) {
+    return call(sym(PrimId::max_pool_backward),
+                {g, a[0], y.items()[1], a[1], a[2], a[3], a[4], a[5]});
+  });
+  nnRule(PrimId::avg_pool, [](const Args& a, X, X g) {
+    return call(sym(PrimId::avg_pool_backward), {g, a[0], a[1], a[2], a[3], a[4], a[5], a[6]});
+  });
+  nnRule(PrimId::adaptive_avg_pool, [](const Args& a, X, X g) {
+    return call(sym(PrimId::adaptive_avg_pool_backward), {g, a[0]});
+  });
+  nnRule(PrimId::adaptive_max_pool, [](const Args& a, X y, X g) {
+    return call(sym(PrimId::adaptive_max_pool_backward), {g, a[0], y.items()[1]});
+  });
+  nnRule(PrimId::upsample, [](const Args& a, X, X g) {
+    return call(sym(PrimId::upsample_backward),
+                {g, Value::ints(a[0].tensor().shape), a[1], a[2], a[3], a[4]});
+  });
+}
+
+// ---- end nn ops ----
+
 void registerTorchRules() {
   // clamp passes the gradient where min <= x <= max, bounds included, as PyTorch does (through
   // maximum/minimum a value exactly at a bound would get half of it); tensor bounds get the rest.
@@ -625,6 +674,7 @@ void registerGradRules() {
     registerIndexingRules();
     registerReductionRules();
     registerMatmulRules();
+    registerNNRules();
     registerTorchRules();
     registerSdpaGradRule();
     registerTensorOpRules();

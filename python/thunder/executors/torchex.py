@@ -223,6 +223,92 @@ def embedding(a, weight, *, padding_idx=None):
     return torch.nn.functional.embedding(a, weight)
 
 
+# ---- nn ops ----
+
+_aten = torch.ops.aten
+
+
+def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    return _aten.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def convolution_backward(grad, a, weight, stride, padding, dilation, transposed, output_padding, groups):
+    gi, gw, _ = _aten.convolution_backward(
+        grad, a, weight, None, stride, padding, dilation, transposed, output_padding, groups, [True, True, False]
+    )
+    return gi, gw
+
+
+def max_pool(a, kernel_size, stride, padding, dilation, ceil_mode):
+    f = _aten.max_pool2d_with_indices if len(kernel_size) == 2 else _aten.max_pool3d_with_indices
+    return tuple(f(a, kernel_size, stride, padding, dilation, ceil_mode))
+
+
+def max_pool_backward(grad, a, indices, kernel_size, stride, padding, dilation, ceil_mode):
+    f = _aten.max_pool2d_with_indices_backward if len(kernel_size) == 2 else _aten.max_pool3d_with_indices_backward
+    return f(grad, a, kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
+def avg_pool(a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    f = _aten.avg_pool2d if len(kernel_size) == 2 else _aten.avg_pool3d
+    return f(a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool_backward(grad, a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    f = _aten.avg_pool2d_backward if len(kernel_size) == 2 else _aten.avg_pool3d_backward
+    return f(grad, a, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool(a, output_size):
+    f = _aten._adaptive_avg_pool2d if len(output_size) == 2 else _aten._adaptive_avg_pool3d
+    return f(a, output_size)
+
+
+def adaptive_avg_pool_backward(grad, a):
+    f = _aten._adaptive_avg_pool2d_backward if a.dim() == 4 else _aten._adaptive_avg_pool3d_backward
+    return f(grad, a)
+
+
+def adaptive_max_pool(a, output_size):
+    f = _aten.adaptive_max_pool2d if len(output_size) == 2 else _aten.adaptive_max_pool3d
+    return tuple(f(a, output_size))
+
+
+def adaptive_max_pool_backward(grad, a, indices):
+    f = _aten.adaptive_max_pool2d_backward if a.dim() == 4 else _aten.adaptive_max_pool3d_backward
+    return f(grad, a, indices)
+
+
+_UPSAMPLE = {
+    ("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d", ("nearest", 3): "upsample_nearest3d",
+    ("nearest-exact", 1): "_upsample_nearest_exact1d", ("nearest-exact", 2): "_upsample_nearest_exact2d",
+    ("nearest-exact", 3): "_upsample_nearest_exact3d", ("linear", 1): "upsample_linear1d",
+    ("bilinear", 2): "upsample_bilinear2d", ("bicubic", 2): "upsample_bicubic2d",
+    ("trilinear", 3): "upsample_trilinear3d",
+}
+
+
+def _scales(scales, k):
+    return list(scales) if scales is not None else [None] * k
+
+
+def upsample(a, output_size, mode, align_corners, scales):
+    f = getattr(_aten, _UPSAMPLE[(mode, len(output_size))]).default
+    if mode.startswith("nearest"):
+        return f(a, output_size, *_scales(scales, len(output_size)))
+    return f(a, output_size, align_corners, *_scales(scales, len(output_size)))
+
+
+def upsample_backward(grad, input_size, output_size, mode, align_corners, scales):
+    f = getattr(_aten, _UPSAMPLE[(mode, len(output_size))] + "_backward").default
+    if mode.startswith("nearest"):
+        return f(grad, output_size, input_size, *_scales(scales, len(output_size)))
+    return f(grad, output_size, input_size, align_corners, *_scales(scales, len(output_size)))
+
+
+# ---- end nn ops ----
+
+
 def copy_(src, dst):
     return dst.copy_(src)
 

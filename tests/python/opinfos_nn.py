@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from opinfos import DEVICE
+
 from opinfos import (
     ALL, FLOATS, INTS, LOWP_COMPOSITE, DecorateInfo, ErrorInput, OpInfo, b8, bf16, c64, c128, f16, f32, f64,
     i8, i16, i32, i64, index, make, transposed, u8,
@@ -19,6 +21,11 @@ CONV_TOL = {bf16: dict(rtol=2e-2, atol=2e-2), f16: dict(rtol=2e-3, atol=2e-3), f
 F_ = "torch.nn.functional."
 NO_INTS = INTS + (b8,)
 
+
+
+def tensor_(data, **kwargs):
+    """torch.tensor on the table's device (index and target tensors live with the data)."""
+    return torch.tensor(data, device=DEVICE, **kwargs)
 
 def floats_only(gen):
     """Samples for floating dtypes; one sample in other dtypes (which the op must refuse)."""
@@ -357,7 +364,7 @@ def _normalize_samples(dtype):
     yield (make((3, 4), dtype),), dict(p=1.0, dim=0)
     yield (nc((2, 3, 4), dtype),), dict(p=float("inf"), dim=-1)
     if dtype != f16:  # eps=1e-12 underflows in float16: eager divides 0 by 0
-        yield (torch.zeros(2, 3, dtype=dtype),), {}
+        yield (torch.zeros(2, 3, dtype=dtype, device=DEVICE),), {}
 
 
 def _normalize_grad_samples(dtype):
@@ -446,7 +453,7 @@ def _kl_samples(dtype):
 
 def _cross_entropy_nn_samples(dtype):
     yield (make((6, 4), dtype), index((6,), 4)), dict(label_smoothing=0.2)
-    yield (make((6, 4), dtype), torch.tensor([0, 2, 1, 3, 2, 1])), dict(
+    yield (make((6, 4), dtype), tensor_([0, 2, 1, 3, 2, 1])), dict(
         weight=make((4,), dtype, low=0.5, high=2), ignore_index=2, label_smoothing=0.1)
     yield (make((3, 4, 2), dtype), torch.softmax(make((3, 4, 2), f32), 1).to(dtype)), {}
     yield (make((3, 4), dtype), torch.softmax(make((3, 4), f32), 1).to(dtype)), dict(

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from opinfos import DEVICE
+
 from opinfos import (
     ALL, COMPLEX, FLOAT_COMPLEX, FLOATS, INTS, LOWP, LOWP_COMPOSITE, NUMERIC, REALS, ErrorInput, OpInfo, b8,
     bf16, c64, c128, expanded, f16, f32, f64, i32, i64, index, make, names, number, shp, transposed, u8,
@@ -26,6 +28,11 @@ opinfos: list[OpInfo] = []
 
 # ---- scans and sorting ----------------------------------------------------------------------
 
+
+
+def tensor_(data, **kwargs):
+    """torch.tensor on the table's device (index and target tensors live with the data)."""
+    return torch.tensor(data, device=DEVICE, **kwargs)
 
 def _scan_samples(dtype):
     yield (make((2, 3, 4), dtype), 1), {}
@@ -146,67 +153,67 @@ def _scatter_reduce_errors():
 
 def _index_add_samples(dtype):
     alpha = 2 if dtype not in (b8,) + FLOATS + COMPLEX else (True if dtype == b8 else 0.5)
-    yield (make((4, 3), dtype), 0, torch.tensor([0, 2, 0]), make((3, 3), dtype)), {}
-    yield (make((4, 3), dtype), 1, torch.tensor([2, 0]), make((4, 2), dtype)), dict(alpha=alpha)
-    yield (make((), dtype), 0, torch.tensor([0]), make((), dtype)), {}
-    yield (transposed((4, 3), dtype), -1, torch.tensor(1), make((4, 1), dtype, noncontig=True)), {}
-    yield (make((0, 3), dtype), 1, torch.tensor([1, 1], dtype=i32), make((0, 2), dtype)), {}
+    yield (make((4, 3), dtype), 0, tensor_([0, 2, 0]), make((3, 3), dtype)), {}
+    yield (make((4, 3), dtype), 1, tensor_([2, 0]), make((4, 2), dtype)), dict(alpha=alpha)
+    yield (make((), dtype), 0, tensor_([0]), make((), dtype)), {}
+    yield (transposed((4, 3), dtype), -1, tensor_(1), make((4, 1), dtype, noncontig=True)), {}
+    yield (make((0, 3), dtype), 1, tensor_([1, 1], dtype=i32), make((0, 2), dtype)), {}
 
 
 def _index_copy_samples(dtype):
-    yield (make((4, 3), dtype), 0, torch.tensor([3, 1]), make((2, 3), dtype)), {}
-    yield (make((4, 3), dtype), 1, torch.tensor([2, 0, 1]), make((4, 3), dtype)), {}
-    yield (make((), dtype), 0, torch.tensor([0]), make((), dtype)), {}
-    yield (transposed((4, 3), dtype), -1, torch.tensor([1]), make((4, 1), dtype, noncontig=True)), {}
-    yield (make((4, 3), dtype), 0, torch.tensor([], dtype=i64), make((0, 3), dtype)), {}
+    yield (make((4, 3), dtype), 0, tensor_([3, 1]), make((2, 3), dtype)), {}
+    yield (make((4, 3), dtype), 1, tensor_([2, 0, 1]), make((4, 3), dtype)), {}
+    yield (make((), dtype), 0, tensor_([0]), make((), dtype)), {}
+    yield (transposed((4, 3), dtype), -1, tensor_([1]), make((4, 1), dtype, noncontig=True)), {}
+    yield (make((4, 3), dtype), 0, tensor_([], dtype=i64), make((0, 3), dtype)), {}
 
 
 def _index_update_errors(name):
     def gen():
-        yield ErrorInput((make((4, 3)), 0, torch.tensor([0, 1]), make((3, 3))), {}, RuntimeError,
+        yield ErrorInput((make((4, 3)), 0, tensor_([0, 1]), make((3, 3))), {}, RuntimeError,
                          rf"{name}: index has 2 elements but source has 3 along dimension 0")
-        yield ErrorInput((make((4, 3)), 0, torch.tensor([0.0]), make((1, 3))), {}, (TypeError, RuntimeError),
+        yield ErrorInput((make((4, 3)), 0, tensor_([0.0]), make((1, 3))), {}, (TypeError, RuntimeError),
                          rf"{name}: expected 'index' to be an integer tensor")
 
     return gen
 
 
 def _index_fill_samples(dtype):
-    yield (make((4, 3), dtype), 0, torch.tensor([0, 2]), number(dtype)), {}
-    yield (make((4, 3), dtype), 1, torch.tensor([-1]), make((), dtype)), {}
-    yield (make((), dtype), 0, torch.tensor(0), number(dtype)), {}
-    yield (transposed((4, 3), dtype), -1, torch.tensor([1, 1]), number(dtype)), {}
-    yield (make((0, 3), dtype), 1, torch.tensor([2]), number(dtype)), {}
+    yield (make((4, 3), dtype), 0, tensor_([0, 2]), number(dtype)), {}
+    yield (make((4, 3), dtype), 1, tensor_([-1]), make((), dtype)), {}
+    yield (make((), dtype), 0, tensor_(0), number(dtype)), {}
+    yield (transposed((4, 3), dtype), -1, tensor_([1, 1]), number(dtype)), {}
+    yield (make((0, 3), dtype), 1, tensor_([2]), number(dtype)), {}
 
 
 def _index_fill_errors():
-    yield ErrorInput((make((4, 3)), 0, torch.tensor([[0]]), 1.0), {}, RuntimeError,
+    yield ErrorInput((make((4, 3)), 0, tensor_([[0]]), 1.0), {}, RuntimeError,
                      rf"index_fill: expected a 0- or 1-dimensional index, but got shape {shp(1, 1)}")
 
 
 def _index_put_samples(dtype):
-    yield (make((4, 3), dtype), (torch.tensor([0, 2]),), make((2, 3), dtype)), {}
-    yield (make((4, 3), dtype), (torch.tensor([0, 2, 0]),), make((3,), dtype)), dict(accumulate=True)
-    yield (make((4, 3), dtype), (torch.tensor([0, -1]), torch.tensor([1, 2]))), dict(values=make((), dtype))
-    yield (make((4, 3, 2), dtype), (torch.tensor([[0], [3]]), torch.tensor([1, 2, 0])), make((2, 3, 2), dtype)), {}
-    yield (make((4, 3), dtype), (torch.tensor([1, 1, 1]), torch.tensor([2, 2, 0])), make((3,), dtype)), dict(accumulate=True)
-    yield (transposed((4, 3), dtype), (torch.tensor([3]),), make((1, 3), dtype, noncontig=True)), {}
-    yield (make((4, 3), dtype), (torch.tensor([], dtype=i64),), make((0, 3), dtype)), {}
+    yield (make((4, 3), dtype), (tensor_([0, 2]),), make((2, 3), dtype)), {}
+    yield (make((4, 3), dtype), (tensor_([0, 2, 0]),), make((3,), dtype)), dict(accumulate=True)
+    yield (make((4, 3), dtype), (tensor_([0, -1]), tensor_([1, 2]))), dict(values=make((), dtype))
+    yield (make((4, 3, 2), dtype), (tensor_([[0], [3]]), tensor_([1, 2, 0])), make((2, 3, 2), dtype)), {}
+    yield (make((4, 3), dtype), (tensor_([1, 1, 1]), tensor_([2, 2, 0])), make((3,), dtype)), dict(accumulate=True)
+    yield (transposed((4, 3), dtype), (tensor_([3]),), make((1, 3), dtype, noncontig=True)), {}
+    yield (make((4, 3), dtype), (tensor_([], dtype=i64),), make((0, 3), dtype)), {}
 
 
 def _index_put_errors():
-    yield ErrorInput((make((4, 3)), (torch.tensor([0]), torch.tensor([0]), torch.tensor([0])), make(())), {},
+    yield ErrorInput((make((4, 3)), (tensor_([0]), tensor_([0]), tensor_([0])), make(())), {},
                      IndexError, r"index_put: expected 1 to 2 index tensors")
-    yield ErrorInput((make((4, 3)), (torch.tensor([0, 1]), torch.tensor([0, 1, 2])), make(())), {}, RuntimeError,
+    yield ErrorInput((make((4, 3)), (tensor_([0, 1]), tensor_([0, 1, 2])), make(())), {}, RuntimeError,
                      r"index_put.*shapes|index_put.*broadcast")
 
 
 def _take_samples(dtype):
-    yield (make((3, 4), dtype), torch.tensor([0, 5, -1])), {}
+    yield (make((3, 4), dtype), tensor_([0, 5, -1])), {}
     yield (make((3, 4), dtype), index((2, 2), 12)), {}
-    yield (make((), dtype), torch.tensor(0)), {}
+    yield (make((), dtype), tensor_(0)), {}
     yield (transposed((3, 4), dtype), index((5,), 12)), {}
-    yield (make((3, 4), dtype), torch.tensor([], dtype=i64)), {}
+    yield (make((3, 4), dtype), tensor_([], dtype=i64)), {}
 
 
 def _select_samples(dtype):
@@ -658,7 +665,7 @@ def _unary(low=None, high=None, exclude_zero=False):
 def _special_values(dtype):
     yield from _unary()(dtype)
     if dtype.is_floating_point:
-        yield (torch.tensor([0.0, -0.0, 1.5, math.inf, -math.inf, math.nan], dtype=dtype),), {}
+        yield (tensor_([0.0, -0.0, 1.5, math.inf, -math.inf, math.nan], dtype=dtype),), {}
 
 
 def _binary_float(low=None, high=None):
@@ -677,15 +684,15 @@ def _logaddexp_samples(dtype):
     yield from _binary_float()(dtype)
     if not dtype.is_floating_point:
         return
-    inf = torch.tensor([math.inf, -math.inf, math.inf, 1.0], dtype=dtype)
-    yield (inf, torch.tensor([math.inf, -math.inf, 1.0, -math.inf], dtype=dtype)), {}
+    inf = tensor_([math.inf, -math.inf, math.inf, 1.0], dtype=dtype)
+    yield (inf, tensor_([math.inf, -math.inf, 1.0, -math.inf], dtype=dtype)), {}
 
 
 def _xlogy_samples(dtype):
     yield (make((2, 3), dtype), make((2, 3), dtype, low=0.1, high=3)), {}
     yield (make((2, 3), dtype), make((3,), dtype, low=0.1, high=3)), {}
     if dtype.is_floating_point:
-        yield (torch.tensor([0.0, 0.0, 1.0, 2.0], dtype=dtype), torch.tensor([0.0, math.nan, 0.0, 3.0], dtype=dtype)), {}
+        yield (tensor_([0.0, 0.0, 1.0, 2.0], dtype=dtype), tensor_([0.0, math.nan, 0.0, 3.0], dtype=dtype)), {}
     yield (make((), dtype), make((), dtype, low=0.1, high=3)), {}
     yield (make((2, 3), dtype), 2.5), {}
     yield (make((0, 3), dtype), make((3,), dtype, low=0.1, high=3)), {}
@@ -703,7 +710,7 @@ def _clamp1_samples(dtype):
 def _nan_to_num_samples(dtype):
     yield from _special_values(dtype)
     if dtype.is_floating_point:
-        x = torch.tensor([math.nan, math.inf, -math.inf, 2.0], dtype=dtype)
+        x = tensor_([math.nan, math.inf, -math.inf, 2.0], dtype=dtype)
         yield (x,), dict(nan=1.0, posinf=5.0, neginf=-5.0)
         yield (x, 3.0), {}
 
@@ -853,7 +860,7 @@ def _count_nonzero_samples(dtype):
     yield (make((2, 3, 4), dtype), (0, 2)), {}
     yield (make((), dtype),), {}
     yield (transposed((3, 4), dtype),), dict(dim=0)
-    yield (torch.tensor([[0, 1, 0], [2, 0, 3]]).to(dtype),), dict(dim=1)
+    yield (tensor_([[0, 1, 0], [2, 0, 3]]).to(dtype),), dict(dim=1)
 
 
 REDUCE_TOL = {bf16: dict(rtol=2e-2, atol=2e-2), f16: dict(rtol=4e-3, atol=4e-3), f32: dict(rtol=1e-5, atol=1e-5)}
@@ -901,7 +908,7 @@ def _logcumsumexp_samples(dtype):
     yield (make((), dtype), 0), {}
     yield (transposed((3, 4), dtype), -1), {}
     if dtype.is_floating_point:
-        yield (torch.tensor([-math.inf, 1.0, math.inf, 2.0], dtype=dtype), 0), {}
+        yield (tensor_([-math.inf, 1.0, math.inf, 2.0], dtype=dtype), 0), {}
 
 
 def _cross_samples(dtype):
@@ -950,25 +957,25 @@ def _conj_samples(dtype):
 
 
 def _bucketize_samples(dtype):
-    bounds = torch.tensor([0, 1, 3, 5], dtype=dtype)
+    bounds = tensor_([0, 1, 3, 5], dtype=dtype)
     yield (make((3, 4), dtype), bounds), {}
     yield (make((3, 4), dtype), bounds), dict(right=True, out_int32=True)
     yield (make((), dtype), bounds), {}
     yield (transposed((3, 4), dtype), bounds), {}
-    yield (torch.tensor([0, 1, 2, 3, 6], dtype=dtype), bounds), dict(right=True)
+    yield (tensor_([0, 1, 2, 3, 6], dtype=dtype), bounds), dict(right=True)
 
 
 def _searchsorted_samples(dtype):
-    bounds = torch.tensor([0, 1, 3, 5], dtype=dtype)
+    bounds = tensor_([0, 1, 3, 5], dtype=dtype)
     yield (bounds, make((3, 4), dtype)), {}
-    yield (bounds, torch.tensor([0, 1, 2, 3, 6], dtype=dtype)), dict(right=True)
-    yield (bounds, torch.tensor([0, 1, 2, 3, 6], dtype=dtype)), dict(side="right", out_int32=True)
+    yield (bounds, tensor_([0, 1, 2, 3, 6], dtype=dtype)), dict(right=True)
+    yield (bounds, tensor_([0, 1, 2, 3, 6], dtype=dtype)), dict(side="right", out_int32=True)
     if not dtype.is_complex:
         yield (torch.sort(make((2, 5), dtype), 1).values, make((2, 3), dtype)), {}
 
 
 def _heaviside_samples(dtype):
-    yield (torch.tensor([-1, 0, 2, 0], dtype=dtype), make((4,), dtype)), {}
+    yield (tensor_([-1, 0, 2, 0], dtype=dtype), make((4,), dtype)), {}
     yield (make((2, 3), dtype), make((3,), dtype)), {}
     yield (make((), dtype), make((), dtype)), {}
 
@@ -979,8 +986,8 @@ def _isclose_samples(dtype):
     yield (make((2, 3), dtype), make((2, 3), dtype)), {}
     yield (make((2, 3), dtype), make((3,), dtype)), dict(rtol=0.5, atol=0.5)
     if dtype.is_floating_point:
-        x = torch.tensor([1.0, math.nan, math.inf, -math.inf, 1.0], dtype=dtype)
-        y = torch.tensor([1.0 + 1e-6, math.nan, math.inf, math.inf, 2.0], dtype=dtype)
+        x = tensor_([1.0, math.nan, math.inf, -math.inf, 1.0], dtype=dtype)
+        y = tensor_([1.0 + 1e-6, math.nan, math.inf, math.inf, 2.0], dtype=dtype)
         yield (x, y), {}
         yield (x, y), dict(equal_nan=True)
 
@@ -988,7 +995,7 @@ def _isclose_samples(dtype):
 def _fminmax_samples(dtype):
     yield from _binary_float()(dtype)
     if dtype.is_floating_point:
-        yield (torch.tensor([math.nan, 1.0, math.nan], dtype=dtype), torch.tensor([2.0, math.nan, math.nan], dtype=dtype)), {}
+        yield (tensor_([math.nan, 1.0, math.nan], dtype=dtype), tensor_([2.0, math.nan, math.nan], dtype=dtype)), {}
 
 
 def _median_samples(dtype):
@@ -996,7 +1003,7 @@ def _median_samples(dtype):
     yield (make((5,), dtype, noncontig=True),), {}
     yield (make((), dtype),), {}
     if dtype.is_floating_point:
-        yield (torch.tensor([1.0, math.nan, 0.5], dtype=dtype),), {}
+        yield (tensor_([1.0, math.nan, 0.5], dtype=dtype),), {}
         yield (make((0, 2), dtype),), {}
 
 

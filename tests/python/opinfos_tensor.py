@@ -8,6 +8,9 @@ import math
 
 import torch
 
+import pytest
+
+from opinfo_framework import DecorateInfo
 from opinfos import DEVICE
 
 from opinfos import (
@@ -108,7 +111,12 @@ opinfos += [
     OpInfo("sort", names("sort"), _sort_samples, SORTABLE),
     OpInfo("argsort", names("argsort"), _sort_samples, SORTABLE),
     OpInfo("topk", names("topk"), _topk_samples, REALS, error_inputs=_topk_errors),
-    OpInfo("aminmax", names("aminmax"), _aminmax_samples, SORTABLE, error_inputs=_aminmax_errors),
+    OpInfo("aminmax", names("aminmax"), _aminmax_samples, SORTABLE, error_inputs=_aminmax_errors,
+           # PyTorch's own CPU and CUDA kernels disagree on aminmax(x, keepdim=True) without a dim:
+           # (1, 1) on the CPU, () on CUDA. thunder gives the CPU's shape.
+           test_directives=tuple(DecorateInfo(pytest.mark.xfail(reason="eager CUDA's keepdim shape differs from its CPU's"),
+                                              t, devicetypes=("cuda",))
+                                 for t in ("test_core_vs_torch_consistency", "test_variant", "test_output_metadata"))),
 ]
 
 

@@ -39,13 +39,27 @@ def _pair(model_fn):
     return model, copy.deepcopy(model)
 
 
+def _fp32_grads(model, inputs, loss_fn):
+    """The gradients a float32 copy of model gets for the same inputs."""
+    m = copy.deepcopy(model).float()
+    ins = [x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    loss_fn(m(*ins)).backward()
+    return {n: p.grad for n, p in m.named_parameters()}
+
+
 def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
-    """Forward, backward and an SGD step, jitted and eager, `steps` times."""
+    """Forward, backward and an SGD step, jitted and eager, `steps` times. In float32 thunder's
+    gradients equal eager's; in bfloat16 two trajectories drift apart by rounding, so each side's
+    gradients are compared with a float32 copy of its own parameters: thunder's error at most
+    twice eager's (plus the floor)."""
     tm = thunder.jit(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    lowp = DTYPE == torch.bfloat16
     for step in range(steps):
         inputs = make_inputs(step)
+        if lowp:
+            exact_t, exact_e = _fp32_grads(model, inputs, loss_fn), _fp32_grads(ref, inputs, loss_fn)
         out, expected = tm(*inputs), ref(*inputs)
         loss, ref_loss = loss_fn(out), loss_fn(expected)
         assert_close(loss.detach(), ref_loss.detach(), f"loss at step {step}")
@@ -54,7 +68,15 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
             if q.grad is not None:
                 assert p.grad is not None, f"{name}: no gradient"
-                assert_close(p.grad, q.grad, f"grad of {name} at step {step}")
+                if not lowp:
+                    assert_close(p.grad, q.grad, f"grad of {name} at step {step}")
+                    continue
+                scale = max(exact_e[name].abs().max().item(), FLOOR)
+                t_err = (p.grad.float() - exact_t[name]).abs().max().item()
+                e_err = (q.grad.float() - exact_e[name]).abs().max().item()
+                assert t_err <= 2 * e_err + TOL * scale, (
+                    f"grad of {name} at step {step}: thunder's bf16 error {t_err:.3g} vs eager's {e_err:.3g} "
+                    f"(scale {scale:.3g})")
         opt.step(), ref_opt.step(), opt.zero_grad(), ref_opt.zero_grad()
     for (name, b), c in zip(model.named_buffers(), ref.buffers()):
         if b.is_floating_point():

@@ -346,17 +346,18 @@ Value meta_gather(const std::vector<Value>& args) {
   return newTensor(idx.shape, a.dtype, a.device);
 }
 
-Value meta_scatter_add(const std::vector<Value>& args) {
-  const std::string op = "prims.scatter_add";
-  const TensorProxy& a = tensorArg(args[0], "scatter_add", "a");
-  const TensorProxy& idx = tensorArg(args[1], "scatter_add", "indices");
-  const TensorProxy& val = tensorArg(args[2], "scatter_add", "value");
+/// scatter and scatter_add: as torch's, indices no larger than value anywhere, nor than a
+/// outside `dim`; a and value of one dtype.
+Value scatterMeta(const std::vector<Value>& args, const char* name) {
+  const std::string op = std::string("prims.") + name;
+  const TensorProxy& a = tensorArg(args[0], name, "a");
+  const TensorProxy& idx = tensorArg(args[1], name, "indices");
+  const TensorProxy& val = tensorArg(args[2], name, "value");
   checkIndexDType(idx, op);
   int64_t dim = canonicalizeDim(a.ndim(), args[3].toInt(), op);
   THUNDER_CHECK(idx.ndim() == a.ndim() && val.ndim() == a.ndim(), op,
                 ": expected a, indices and value with the same number of dimensions, but got ",
                 shapeStr(a.shape), ", ", shapeStr(idx.shape), " and ", shapeStr(val.shape));
-  // As torch.scatter_add: indices no larger than value anywhere, nor than a outside `dim`.
   for (int64_t d = 0; d < a.ndim(); ++d) {
     THUNDER_CHECK(idx.shape[d] <= val.shape[d], op, ": indices of shape ", shapeStr(idx.shape),
                   " exceed value's shape ", shapeStr(val.shape), " in dimension ", d);
@@ -370,6 +371,8 @@ Value meta_scatter_add(const std::vector<Value>& args) {
   commonDevice({args[0], args[1], args[2]}, op);
   return newTensor(a.shape, a.dtype, a.device);
 }
+
+Value meta_scatter_add(const std::vector<Value>& args) { return scatterMeta(args, "scatter_add"); }
 
 Shape reducedShape(const TensorProxy& a, const std::vector<int64_t>& dims) {
   Shape out;
@@ -829,29 +832,7 @@ Value meta_topk(const std::vector<Value>& args) {
   return Value::tuple({newTensor(out, a.dtype, a.device), newTensor(out, DType::Int64, a.device)});
 }
 
-Value meta_scatter(const std::vector<Value>& args) {
-  const std::string op = "prims.scatter";
-  const TensorProxy& a = tensorArg(args[0], "scatter", "a");
-  const TensorProxy& idx = tensorArg(args[1], "scatter", "indices");
-  const TensorProxy& val = tensorArg(args[2], "scatter", "value");
-  checkIndexDType(idx, op);
-  int64_t dim = canonicalizeDim(a.ndim(), args[3].toInt(), op);
-  THUNDER_CHECK(idx.ndim() == a.ndim() && val.ndim() == a.ndim(), op,
-                ": expected a, indices and value with the same number of dimensions, but got ",
-                shapeStr(a.shape), ", ", shapeStr(idx.shape), " and ", shapeStr(val.shape));
-  for (int64_t d = 0; d < a.ndim(); ++d) {
-    THUNDER_CHECK(idx.shape[d] <= val.shape[d], op, ": indices of shape ", shapeStr(idx.shape),
-                  " exceed value's shape ", shapeStr(val.shape), " in dimension ", d);
-    THUNDER_CHECK(d == dim || idx.shape[d] <= a.shape[d], op, ": indices of shape ",
-                  shapeStr(idx.shape), " exceed the input's shape ", shapeStr(a.shape),
-                  " in dimension ", d);
-  }
-  THUNDER_CHECK_KIND(a.dtype == val.dtype, ErrorKind::Type, op,
-                     ": expected a and value of the same dtype, but got ", dtypeName(a.dtype),
-                     " and ", dtypeName(val.dtype));
-  commonDevice({args[0], args[1], args[2]}, op);
-  return newTensor(a.shape, a.dtype, a.device);
-}
+Value meta_scatter(const std::vector<Value>& args) { return scatterMeta(args, "scatter"); }
 
 Value delMeta(const std::vector<Value>&) { return Value(); }
 

@@ -345,8 +345,3 @@ def call(func, qualname: str, args: tuple, kwargs: dict):
     it = iter(outs)
     full = [None if none else next(it) for none in box["none"]]
     return pytree.tree_unflatten(full, box["spec"])
-
-
-def has_fallback(func) -> bool:
-    """Whether calls of `func` can fall back (any callable can; the meta run decides per call)."""
-    return callable(func)

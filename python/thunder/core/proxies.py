@@ -299,7 +299,7 @@ def _maybe_inplace(st, func, orig_first, args, kwargs):
         qual, functional = hit
         if functional is _RETURN_SELF:
             return orig_first
-        result = dispatch(functional, args, kwargs) if not callable(getattr(functional, "rule", None)) else functional.rule(*args, **kwargs)
+        result = functional.rule(*args, **kwargs) if isinstance(functional, _Rule) else dispatch(functional, args, kwargs)
         return functionalize.commit(st, qual, orig_first, result)
     redo = _inplace_kwarg(func, args, kwargs)
     if redo is not None:

@@ -387,20 +387,27 @@ class DDPModule(thunder.ThunderModule):
             self._no_sync = old
 
 
-def ddp(model, bucket_size_in_mb: float = 25, *, process_group=None, executors=None) -> DDPModule:
-    """Wraps `model` (an nn.Module, or a module returned by thunder.jit, whose executors are kept)
-    for distributed data-parallel training over `process_group` (default: the default group,
-    which must be initialized): parameters and buffers are broadcast from the group's first rank,
-    and training calls average gradients over the ranks, in buckets of about `bucket_size_in_mb`."""
+def _unwrap(what: str, model, executors):
+    """The plain module to wrap and its executors (a thunder.jit module's own unless given);
+    checks that torch.distributed is initialized."""
     if not tdist.is_available() or not tdist.is_initialized():
-        raise RuntimeError("thunder.distributed.ddp: torch.distributed is not initialized; call "
+        raise RuntimeError(f"thunder.distributed.{what}: torch.distributed is not initialized; call "
                            "torch.distributed.init_process_group first")
     if isinstance(model, thunder.ThunderModule):
         if executors is None:
             executors = list(model._executors)
         model = model._model
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"thunder.distributed.ddp: expected an nn.Module, but got {type(model).__name__}")
+        raise TypeError(f"thunder.distributed.{what}: expected an nn.Module, but got {type(model).__name__}")
+    return model, executors
+
+
+def ddp(model, bucket_size_in_mb: float = 25, *, process_group=None, executors=None) -> DDPModule:
+    """Wraps `model` (an nn.Module, or a module returned by thunder.jit, whose executors are kept)
+    for distributed data-parallel training over `process_group` (default: the default group,
+    which must be initialized): parameters and buffers are broadcast from the group's first rank,
+    and training calls average gradients over the ranks, in buckets of about `bucket_size_in_mb`."""
+    model, executors = _unwrap("ddp", model, executors)
     if not (isinstance(bucket_size_in_mb, (int, float)) and bucket_size_in_mb > 0):
         raise ValueError(
             f"thunder.distributed.ddp: bucket_size_in_mb must be a positive number, got {bucket_size_in_mb!r}"
@@ -711,15 +718,7 @@ def fsdp(model, sharding_strategy: FSDPType = FSDPType.ZERO2, *, process_group=N
     for fully sharded data-parallel training over `process_group` (default: the default group):
     parameters and buffers are broadcast from the group's first rank, then each parameter is
     replaced in the module by this rank's shard (create the optimizer after wrapping)."""
-    if not tdist.is_available() or not tdist.is_initialized():
-        raise RuntimeError("thunder.distributed.fsdp: torch.distributed is not initialized; call "
-                           "torch.distributed.init_process_group first")
-    if isinstance(model, thunder.ThunderModule):
-        if executors is None:
-            executors = list(model._executors)
-        model = model._model
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"thunder.distributed.fsdp: expected an nn.Module, but got {type(model).__name__}")
+    model, executors = _unwrap("fsdp", model, executors)
     if not isinstance(sharding_strategy, FSDPType):
         raise TypeError(
             "thunder.distributed.fsdp: sharding_strategy must be FSDPType.ZERO2 or FSDPType.ZERO3, "

@@ -27,9 +27,9 @@ import torch
 import thunder.torch as ltorch
 from thunder import _C
 from thunder.core import dtypes
-from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
+from thunder.executors.crossentropy_checks import decline_reason
 from thunder.extend import OperatorExecutor, declined, register_executor
 
 __all__ = ["apex_ex", "apex_cross_entropy", "apex_cross_entropy_backward"]
@@ -39,8 +39,6 @@ register_executor(apex_ex)
 
 _SYMBOL = "ltorch.cross_entropy"
 _REDUCTIONS = ("none", "mean", "sum")
-_LOGITS_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
-_LABEL_DTYPES = (dtypes.int64, dtypes.int32)
 
 
 def _fwd_meta(logits, labels, reduction, label_smoothing):
@@ -73,19 +71,9 @@ def _checker(a, target, weight=None, size_average=None, ignore_index=-100, reduc
     def no(reason):
         return declined(apex_ex, _SYMBOL, reason)
 
-    if not isinstance(a, TensorProxy) or not isinstance(target, TensorProxy):
-        return no("logits and labels must be tensors")
-    if a.device.devicetype != DeviceType.CUDA or target.device.devicetype != DeviceType.CUDA:
-        return no(f"its kernels run on CUDA, but the logits are on {a.device} and the labels on {target.device}")
-    if a.dtype not in _LOGITS_DTYPES:
-        return no(f"logits of dtype {a.dtype} (float32, bfloat16 or float16 are supported)")
-    if a.ndim != 2 or target.ndim != 1:
-        return no(f"expected logits [rows, classes] and labels [rows], got shapes {tuple(a.shape)} and "
-                  f"{tuple(target.shape)}")
-    if a.shape[1] < 1:
-        return no("logits with no classes")
-    if target.dtype not in _LABEL_DTYPES:
-        return no(f"labels of dtype {target.dtype} (class indices of int64 or int32 are supported)")
+    reason = decline_reason(a, target)
+    if reason is not None:
+        return no(reason)
     if weight is not None:
         return no("class weights are not supported (triton_ex supports them)")
     if size_average is not None or reduce is not None:

@@ -20,10 +20,9 @@ from __future__ import annotations
 import torch
 
 import thunder.torch as ltorch
-from thunder.core import dtypes
-from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
+from thunder.executors.crossentropy_checks import decline_reason
 from thunder.extend import OperatorExecutor, declined, register_executor
 
 try:
@@ -38,8 +37,6 @@ triton_ex = OperatorExecutor("triton", version=None if triton is None else trito
 register_executor(triton_ex)
 
 _SYMBOL = "ltorch.cross_entropy"
-_LOGITS_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
-_LABEL_DTYPES = (dtypes.int64, dtypes.int32)
 
 
 def triton_available() -> bool:
@@ -167,19 +164,9 @@ def _checker(a, target, weight=None, size_average=None, ignore_index=-100, reduc
 
     if triton is None:
         return no("Triton is not installed")
-    if not isinstance(a, TensorProxy) or not isinstance(target, TensorProxy):
-        return no("logits and labels must be tensors")
-    if a.device.devicetype != DeviceType.CUDA or target.device.devicetype != DeviceType.CUDA:
-        return no(f"its kernels run on CUDA, but the logits are on {a.device} and the labels on {target.device}")
-    if a.dtype not in _LOGITS_DTYPES:
-        return no(f"logits of dtype {a.dtype} (float32, bfloat16 or float16 are supported)")
-    if a.ndim != 2 or target.ndim != 1:
-        return no(f"expected logits [rows, classes] and labels [rows], got shapes {tuple(a.shape)} and "
-                  f"{tuple(target.shape)}")
-    if a.shape[1] < 1:
-        return no("logits with no classes")
-    if target.dtype not in _LABEL_DTYPES:
-        return no(f"labels of dtype {target.dtype} (class indices of int64 or int32 are supported)")
+    reason = decline_reason(a, target)
+    if reason is not None:
+        return no(reason)
     if weight is not None and (not isinstance(weight, TensorProxy) or weight.ndim != 1
                                or weight.shape[0] != a.shape[1] or weight.device != a.device):
         return no(f"expected a weight of shape ({a.shape[1]},) on {a.device}")

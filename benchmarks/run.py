@@ -98,17 +98,30 @@ def _model(device):
     return cfg, model, idx, targets
 
 
+class _WithLoss(torch.nn.Module):
+    """The model and its loss as one module, so each contender compiles the whole training step's
+    forward: logits cast to float32 for the cross-entropy, as Llama training code does."""
+
+    def __init__(self, model, vocab_size):
+        super().__init__()
+        self.model, self.vocab_size = model, vocab_size
+
+    def forward(self, idx, targets):
+        logits = self.model(idx)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, self.vocab_size).float(), targets)
+
+
 def gpt_train(device, contender):
     cfg, model, idx, targets = _model(device)
-    fwd = _wrap(model, contender)
+    fwd = _wrap(_WithLoss(model, cfg.vocab_size), contender)
 
     def step():
-        logits = fwd(idx)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), targets)
+        loss = fwd(idx, targets)
         loss.backward()
         for p in model.parameters():
             p.grad = None
 
+    step.jitted = fwd
     return step
 
 
@@ -120,6 +133,7 @@ def gpt_infer(device, contender):
         with torch.no_grad():
             fwd(idx)
 
+    step.jitted = fwd
     return step
 
 

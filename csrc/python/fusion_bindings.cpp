@@ -41,7 +41,7 @@ void init(py::module_& m) {
       if (target != "cuda" || !variants) {
         out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog)
                                                 : codegen::emitCpp(prog, codegen::contiguousPattern(prog)));
-        return std::nullopt;
+        return r.originals.front();  // accepted (the partitioned trace itself is not used)
       }
       // Every kind of launch variant the runtime may pick for other strides and row lengths.
       codegen::CudaVariant predicted = codegen::predictCudaVariant(prog);
@@ -74,7 +74,7 @@ void init(py::module_& m) {
       std::set<std::string> seen;
       for (const codegen::CudaVariant& v : vs)
         if (seen.insert(v.entry(name)).second) out.emplace_back(v.entry(name), codegen::emitCuda(prog, v));
-      return std::nullopt;
+      return r.originals.front();
     }, codegen::isColumnSum);
     return out;
   }, py::arg("trace"), py::arg("target"), py::arg("variants") = false,

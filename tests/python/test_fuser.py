@@ -358,6 +358,46 @@ def test_non_fusible_op_splits_regions_without_cycles():
     assert names.index("torch.matmul") > names.index("cpuFusion0")
 
 
+def test_run_of_several_iteration_shapes_splits_into_one_kernel_per_shape():
+    # A run of fusible calls over values of different shapes (a backward's recomputed forward is
+    # one) cannot be one kernel; it becomes one kernel per shape, in an order where each reads
+    # what is already computed, not a run of unfused calls.
+    def f(x, y, w):
+        a = (x * 2).exp() + 1  # [8, 16]
+        wf = w.float()  # [16], alone: not worth a kernel
+        b = (y * 3).sin() - 1  # [4, 4]
+        c = (a * wf).tanh() + a  # [8, 16] again, reads the first group and wf
+        d = (b.sum(-1, keepdim=True) * 2).sqrt()  # per-row values of the [4, 4] group
+        return c, d
+
+    args = (torch.randn(8, 16), torch.randn(4, 4), torch.randn(16, dtype=torch.float64))
+    jf = _check(f, *args, fusions=2)
+    assert "torch.mul" not in thunder.last_traces(jf)[-1].bound_symbol_names
+
+
+def test_backward_recomputation_is_fused():
+    from models import llama
+
+    cfg = llama.Config(block_size=32, vocab_size=64, n_layer=2, n_head=4, n_query_groups=2, n_embd=32,
+                       intermediate_size=64)
+    torch.manual_seed(0)
+    model = llama.GPT(cfg)
+    idx = torch.randint(0, 64, (2, 32))
+    jm = thunder.jit(model, executors=["fuser"])
+    jm(idx).sum().backward()
+    bw = thunder.last_backward_traces(jm)[-1]
+    names = bw.bound_symbol_names
+    # The recomputed RMSNorm, SiLU and residual math runs inside kernels.
+    for op in ("torch.mul", "torchex.mul", "torch.sigmoid", "Tensor.float", "Tensor.to"):
+        assert op not in names, (op, str(bw))
+    expected = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    model(idx).sum().backward()
+    for got, p in zip(expected, model.parameters()):
+        torch.testing.assert_close(got, p.grad, atol=1e-4, rtol=1e-4)
+
+
 def test_trace_prints_fusion_and_source_is_available():
     jf = _check(gelu_chain, *_programs()["gelu_chain"][1])
     text = str(thunder.last_traces(jf)[-1])

@@ -37,8 +37,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="gpt_train")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset of " + ", ".join(CONTENDERS))
     args = ap.parse_args(argv)
-    for contender in CONTENDERS:
+    for contender in args.contenders.split(","):
         step = WORKLOADS[args.workload]("cuda", contender)
         kernels, counts, cpu_us = kernel_times(step)
         total = sum(kernels.values())

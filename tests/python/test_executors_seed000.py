@@ -384,3 +384,24 @@ def test_cudnn_sdpa_matches_float64(dtype, causal, shape):
     g = torch.randn_like(want)
     for a, b in zip(torch.autograd.grad(got, (q, k, v), g.to(dtype)), torch.autograd.grad(want, ref, g)):
         torch.testing.assert_close(a.double(), b, rtol=5e-2, atol=5e-2)
+
+
+@needs_cuda
+def test_cudnn_sdpa_is_a_default_executor_on_cuda():
+    from thunder.executors.cudnnex import cudnn_available, cudnn_ex
+
+    if not cudnn_available():
+        pytest.skip("this PyTorch has no cuDNN")
+    assert thunder.extend.get_default_executors()[0] is cudnn_ex
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, True))
+    jf(q, k, v).sum().backward()
+    assert "cudnn_sdpa_fwd(" in str(thunder.last_traces(jf)[-1])
+    assert "cudnn_sdpa_bwd(" in str(thunder.last_backward_traces(jf)[-1])
+
+
+def test_default_executors_without_cuda_are_the_fuser_alone():
+    names = [e.name for e in thunder.extend.get_default_executors()]
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine adds cuDNN attention")
+    assert "cudnn" not in names

@@ -377,13 +377,35 @@ def get_always_executors() -> tuple[Executor, ...]:
     return tuple(_executor_map[n] for n in _ALWAYS)
 
 
+_defaults_settled = False
+
+
+def _settle_defaults() -> None:
+    """Adds the Python executors that are on by default where their hardware is: cuDNN attention
+    on a CUDA machine with cuDNN (eager PyTorch picks the same kernel for causal half-precision
+    attention, faster than ATen's flash kernel). Done at the first use of the defaults, so that
+    importing thunder does not import the executors' modules."""
+    global _defaults_settled
+    if _defaults_settled:
+        return
+    _defaults_settled = True
+    if torch.cuda.is_available():
+        from thunder.executors import cudnnex
+
+        if cudnnex.cudnn_available() and cudnnex.cudnn_ex not in _default_executors:
+            _default_executors.insert(0, cudnnex.cudnn_ex)
+
+
 def get_default_executors() -> tuple[Executor, ...]:
     """The executors thunder.jit uses when given none, in priority order (before the always-active ones)."""
+    _settle_defaults()
     return tuple(_default_executors)
 
 
 def set_default_executors(executors: Sequence[Executor | str]) -> None:
     """Replaces the default executors."""
+    global _defaults_settled
+    _defaults_settled = True
     resolved = [_resolve(e) for e in executors]
     for e in resolved:
         if e is None:
@@ -393,6 +415,7 @@ def set_default_executors(executors: Sequence[Executor | str]) -> None:
 
 def add_default_executor(ex: Executor | str) -> None:
     """Puts ex first among the default executors."""
+    _settle_defaults()
     e = _resolve(ex)
     if e is None:
         raise ValueError(f"add_default_executor: unknown executor {ex!r}")
@@ -402,6 +425,7 @@ def add_default_executor(ex: Executor | str) -> None:
 
 
 def remove_default_executor(ex: Executor | str) -> None:
+    _settle_defaults()
     name = ex if isinstance(ex, str) else ex.name
     _default_executors[:] = [e for e in _default_executors if e.name != name]
 
@@ -410,7 +434,7 @@ for _name in _C.executor_names():
     register_executor(_builtin(_name))
 del _name
 # By default CUDA regions are fused (NVRTC); CPU fusion compiles C++ with the system compiler and
-# is opted into with executors=["fuser"].
+# is opted into with executors=["fuser"]. cuDNN attention joins on CUDA machines (_settle_defaults).
 if "cudafuser" in _executor_map:
     _default_executors.append(_executor_map["cudafuser"])
 

@@ -6,7 +6,9 @@ one process. For each: median time, speedup over eager, peak memory (CUDA), firs
 Workloads (fixed, so results compare across commits):
   gpt_train     Llama-3.2-1B-shaped decoder, 4 layers (vocab 128256, width 2048, 32 heads, 8 KV
                 heads, MLP 8192), batch 2 x 2048 tokens, bf16 weights, logits in float32 for the
-                cross-entropy; forward + backward. (CPU: a small GPT of the same form.)
+                cross-entropy; forward + backward. The model and its loss are one compiled module
+                (since session 5; before, the loss ran eagerly for every contender). (CPU: a small
+                GPT of the same form.)
   gpt_infer     the same model, forward under torch.no_grad()
   gpt_decode    greedy decoding of 64 tokens with a KV cache, batch 1, ms per token
   rmsnorm       RMSNorm [8192, 4096] bf16 computed in f32, forward + backward (x and w grads)
@@ -31,6 +33,12 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# First-call times count thunder's kernel compiles: its disk cache starts empty unless the caller
+# names one (THUNDER_CACHE_DIR). torch.compile's own cache is whatever state it is in.
+if "THUNDER_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["THUNDER_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunder-bench-cache-")
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 

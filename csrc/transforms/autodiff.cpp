@@ -1,6 +1,7 @@
 #include "transforms/autodiff.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <queue>
 #include <unordered_map>
@@ -622,9 +623,31 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
   fb.saved = plan.saved;
   for (const TensorPtr& t : fb.saved) fb.savedBytes += tensorBytes(*t);
 
-  std::vector<BoundSymbol> bsyms = std::move(plan.recompute);
-  for (BoundSymbol& b : bw.bsyms) bsyms.push_back(std::move(b));
-  bw.bsyms = std::move(bsyms);
+  // Each recomputed call goes just before the first backward call that needs it (not all at the
+  // start), so the fuser puts it in the same kernel as its consumer: the recomputed values stay
+  // in registers instead of being written out in float32 by a separate kernel, and live briefly.
+  {
+    std::unordered_map<const TensorProxy*, size_t> producerOf;
+    for (size_t i = 0; i < plan.recompute.size(); ++i)
+      for (const TensorPtr& t : plan.recompute[i].outputTensors()) producerOf[t.get()] = i;
+    std::vector<bool> placed(plan.recompute.size(), false);
+    std::vector<BoundSymbol> bsyms;
+    std::function<void(const TensorProxy*)> place = [&](const TensorProxy* t) {
+      auto it = producerOf.find(t);
+      if (it == producerOf.end() || placed[it->second]) return;
+      placed[it->second] = true;
+      for (const TensorPtr& in : plan.recompute[it->second].inputTensors()) place(in.get());
+      bsyms.push_back(plan.recompute[it->second]);
+    };
+    for (BoundSymbol& b : bw.bsyms) {
+      for (const TensorPtr& in : b.inputTensors()) place(in.get());
+      bsyms.push_back(std::move(b));
+    }
+    std::vector<TensorPtr> outs;
+    bw.output.collectTensors(outs);
+    for (const TensorPtr& t : outs) place(t.get());
+    bw.bsyms = std::move(bsyms);
+  }
   bw.inputs = fb.saved;
   bw.inputs.insert(bw.inputs.end(), cotangents.begin(), cotangents.end());
   bw.provenance = "Backward";

@@ -78,6 +78,174 @@ bool covers(const Shape& outer, const Shape& inner) {
   return withoutUnitDims(rows) == i;
 }
 
+
+/// Where a fused call's output feeds only later fused calls, and is computed from the first
+/// call's inputs by pointwise prims alone, the later calls compute it again from those inputs
+/// instead of reading it, when that reads no more bytes than the value itself: the value is not
+/// written to memory. (A backward often reads float32 values of the forward, recomputed from
+/// bf16 tensors it reads anyway: sigmoid(x.float()) costs nothing next to 4 bytes per element.)
+void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegion>>& regions,
+                            const std::unordered_set<const TensorProxy*>& returned,
+                            const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                            const std::function<bool(const BoundSymbol&)>& terminal) {
+  constexpr size_t kMaxChain = 48;
+  std::unordered_map<const TensorProxy*, size_t> producerRegion;  // output -> index in regions
+  for (size_t k = 0; k < regions.size(); ++k)
+    for (const TensorPtr& t : regions[k].second.outputs) producerRegion[t.get()] = k;
+  std::unordered_map<size_t, size_t> regionAt;  // position in out -> index in regions
+  for (size_t k = 0; k < regions.size(); ++k) regionAt[regions[k].first] = k;
+  // Readers of each region output: the regions among them, and whether anything else reads it.
+  std::unordered_map<const TensorProxy*, std::vector<size_t>> regionReaders;
+  std::unordered_set<const TensorProxy*> otherReaders;
+  for (size_t i = 0; i < out.bsyms.size(); ++i) {
+    auto at = regionAt.find(i);
+    for (const TensorPtr& t : out.bsyms[i].inputTensors()) {
+      if (!producerRegion.count(t.get())) continue;
+      if (at != regionAt.end()) {
+        regionReaders[t.get()].push_back(at->second);
+      } else {
+        otherReaders.insert(t.get());
+      }
+    }
+  }
+  // The prims of region A computing t, in A's order; empty if t needs a reduction or is too long.
+  auto chainOf = [&](const FusionRegion& a, const TensorProxy* t) {
+    std::unordered_map<const TensorProxy*, size_t> producer;
+    for (size_t i = 0; i < a.prims.size(); ++i)
+      for (const TensorPtr& o : a.prims[i].outputTensors()) producer[o.get()] = i;
+    std::vector<bool> need(a.prims.size(), false);
+    std::vector<const TensorProxy*> stack{t};
+    bool ok = true;
+    while (!stack.empty() && ok) {
+      const TensorProxy* cur = stack.back();
+      stack.pop_back();
+      auto it = producer.find(cur);
+      if (it == producer.end() || need[it->second]) continue;
+      const BoundSymbol& p = a.prims[it->second];
+      if (p.sym->hasTag(kReductionOp) || (terminal && terminal(p))) ok = false;
+      need[it->second] = true;
+      for (const TensorPtr& in : p.inputTensors()) stack.push_back(in.get());
+    }
+    std::vector<BoundSymbol> chain;
+    for (size_t i = 0; ok && i < a.prims.size(); ++i)
+      if (need[i]) chain.push_back(a.prims[i]);
+    if (!ok || chain.size() > kMaxChain) chain.clear();
+    return chain;
+  };
+  // Candidates: every reader of t is a region, t is not returned, and each reader can recompute it
+  // reading at most t's bytes of tensors it did not read already.
+  std::vector<std::vector<const TensorProxy*>> recomputes(regions.size());
+  std::unordered_set<const TensorProxy*> dropped;
+  for (auto& [t, readers] : regionReaders) {
+    if (otherReaders.count(t) || returned.count(t)) continue;
+    const FusionRegion& a = regions[producerRegion.at(t)].second;
+    std::vector<BoundSymbol> chain = chainOf(a, t);
+    if (chain.empty()) continue;
+    std::unordered_set<const TensorProxy*> made;
+    for (const BoundSymbol& p : chain)
+      for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
+    bool all = true;
+    for (size_t b : readers) {
+      std::unordered_set<const TensorProxy*> has;
+      for (const TensorPtr& in : regions[b].second.inputs) has.insert(in.get());
+      int64_t extra = 0;
+      std::unordered_set<const TensorProxy*> counted;
+      for (const BoundSymbol& p : chain)
+        for (const TensorPtr& in : p.inputTensors())
+          if (!made.count(in.get()) && !has.count(in.get()) && counted.insert(in.get()).second)
+            extra += in->numel() * dtypeItemSize(in->dtype);
+      all &= extra <= t->numel() * dtypeItemSize(t->dtype);
+    }
+    if (!all) continue;
+    dropped.insert(t);
+  }
+  // A chain may not start from another dropped value (it would no longer be computed anywhere).
+  for (bool again = true; again;) {
+    again = false;
+    for (auto it = dropped.begin(); it != dropped.end();) {
+      bool bad = false;
+      std::vector<BoundSymbol> chain = chainOf(regions[producerRegion.at(*it)].second, *it);
+      std::unordered_set<const TensorProxy*> made;
+      for (const BoundSymbol& p : chain)
+        for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
+      for (const BoundSymbol& p : chain)
+        for (const TensorPtr& in : p.inputTensors()) bad |= !made.count(in.get()) && dropped.count(in.get()) > 0;
+      if (bad) {
+        it = dropped.erase(it);
+        again = true;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (dropped.empty()) return;
+  for (const TensorProxy* t : dropped)
+    for (size_t b : regionReaders.at(t))
+      if (std::find(recomputes[b].begin(), recomputes[b].end(), t) == recomputes[b].end()) recomputes[b].push_back(t);
+
+  // The new regions: readers get the chains ahead of their prims, producers lose the outputs.
+  std::vector<std::optional<FusionRegion>> changed(regions.size());
+  for (size_t b = 0; b < regions.size(); ++b) {
+    if (recomputes[b].empty()) continue;
+    FusionRegion r = regions[b].second;
+    std::vector<BoundSymbol> prims;
+    std::unordered_set<const TensorProxy*> made, removed(recomputes[b].begin(), recomputes[b].end());
+    // Chains in producer order (regions come in program order), each prim once.
+    std::vector<const TensorProxy*> ts = recomputes[b];
+    std::sort(ts.begin(), ts.end(), [&](const TensorProxy* x, const TensorProxy* y) {
+      return producerRegion.at(x) < producerRegion.at(y);
+    });
+    for (const TensorProxy* t : ts) {
+      for (const BoundSymbol& p : chainOf(regions[producerRegion.at(t)].second, t)) {
+        bool dup = false;
+        for (const TensorPtr& o : p.outputTensors()) dup |= made.count(o.get()) > 0;
+        if (dup) continue;
+        for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
+        prims.push_back(p);
+      }
+    }
+    std::vector<TensorPtr> inputs;
+    std::unordered_set<const TensorProxy*> seen;
+    for (const TensorPtr& in : r.inputs)
+      if (!removed.count(in.get()) && seen.insert(in.get()).second) inputs.push_back(in);
+    for (const BoundSymbol& p : prims)
+      for (const TensorPtr& in : p.inputTensors())
+        if (!made.count(in.get()) && seen.insert(in.get()).second) inputs.push_back(in);
+    for (BoundSymbol& p : r.prims) prims.push_back(std::move(p));
+    r.prims = std::move(prims);
+    r.inputs = std::move(inputs);
+    changed[b] = std::move(r);
+  }
+  for (size_t a = 0; a < regions.size(); ++a) {
+    const FusionRegion& base = changed[a] ? *changed[a] : regions[a].second;
+    bool loses = false;
+    for (const TensorPtr& t : base.outputs) loses |= dropped.count(t.get()) > 0;
+    if (!loses) continue;
+    FusionRegion r = base;
+    r.outputs.clear();
+    for (const TensorPtr& t : base.outputs)
+      if (!dropped.count(t.get())) r.outputs.push_back(t);
+    changed[a] = std::move(r);
+  }
+  // Fuse them all again; if any is declined, nothing changes.
+  std::vector<std::optional<BoundSymbol>> fused(regions.size());
+  for (size_t k = 0; k < regions.size(); ++k) {
+    if (!changed[k] || changed[k]->outputs.empty()) continue;
+    fused[k] = fuse(*changed[k]);
+    if (!fused[k]) return;
+  }
+  std::vector<BoundSymbol> bsyms;
+  for (size_t i = 0; i < out.bsyms.size(); ++i) {
+    auto at = regionAt.find(i);
+    if (at != regionAt.end() && changed[at->second]) {
+      if (fused[at->second]) bsyms.push_back(std::move(*fused[at->second]));  // else: nothing left to compute
+      continue;
+    }
+    bsyms.push_back(std::move(out.bsyms[i]));
+  }
+  out.bsyms = std::move(bsyms);
+}
+
 }  // namespace
 
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
@@ -109,6 +277,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   std::vector<size_t> group, deferred;
   std::unordered_set<const TensorProxy*> groupOut, deferredOut, terminalOut;
 
+  std::vector<std::pair<size_t, FusionRegion>> regions;  // fused calls: position in out, region
   // Emits a group as one fused call; returns false (emitting nothing) when `fuse` declines it.
   auto emitFused = [&](const std::vector<size_t>& members_) -> bool {
     FusionRegion r;
@@ -135,6 +304,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     std::optional<BoundSymbol> fused = r.outputs.empty() ? std::nullopt : fuse(r);
     if (!fused) return false;
     out.bsyms.push_back(std::move(*fused));
+    regions.emplace_back(out.bsyms.size() - 1, std::move(r));
     return true;
   };
 
@@ -249,6 +419,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     }
   }
   flush();
+  recomputeAcrossRegions(out, regions, returned, fuse, terminal);
   return out;
 }
 

@@ -489,3 +489,33 @@ def test_fused_where_of_two_numbers():
     f = lambda x: torch.where(x == 0, 0.0, -5.0) + torch.where(x > 0, x, -math.inf)
     x = torch.tensor([-1.0, 0.0, 2.0])
     torch.testing.assert_close(thunder.jit(f, executors=["fuser"])(x), f(x))
+
+
+def test_backward_kernels_recompute_float32_values_instead_of_reading_them():
+    # A bf16 SwiGLU MLP: the backward's SiLU-gradient kernel recomputes sigmoid(x.float()) and the
+    # other float32 values from the bf16 matmul outputs it reads anyway; no kernel writes a
+    # float32 intermediate for another kernel to read.
+    import re
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 32, dtype=torch.bfloat16, requires_grad=True)
+    w1, w2, w3 = (torch.randn(64, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def mlp(x, w1, w2, w3):
+        h = torch.nn.functional.silu(torch.nn.functional.linear(x, w1)) * torch.nn.functional.linear(x, w2)
+        return torch.nn.functional.linear(h, w3.t())
+
+    jf = thunder.jit(mlp, executors=["fuser"])
+    g = torch.randn(4, 8, 32, dtype=torch.bfloat16)
+    got = torch.autograd.grad(jf(x, w1, w2, w3), (x, w1, w2, w3), g)
+    want = torch.autograd.grad(mlp(x, w1, w2, w3), (x, w1, w2, w3), g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=5e-2, rtol=5e-2)
+    src = str(thunder.last_backward_traces(jf)[-1])
+    dtypes = dict(re.findall(r'# (t\w+): "cpu (\w+)\[', src))
+    fusion_outputs, fusion_inputs = set(), set()
+    for outs, args in re.findall(r"^  \[([^\]]*)\] = cpuFusion\d+\(([^)]*)\)", src, re.M):
+        fusion_outputs.update(o.strip() for o in outs.split(","))
+        fusion_inputs.update(a.strip() for a in args.split(","))
+    passed = {t for t in fusion_outputs & fusion_inputs if dtypes.get(t) == "f32"}
+    assert not passed, (passed, src)

@@ -719,7 +719,7 @@ Value crossEntropyRule(const Args& a) {
   rowG = op("where", {valid, rowG, 0.0});
   Value rowG2 = op("expand", {op("unsqueeze", {rowG, 1}), Value::ints(full)});
   Value p = un("exp", sub(a[0], op("expand", {lse, Value::ints(full)})));
-  Value target = op("where", {onehot, 1.0 - s, 0.0});
+  Value target = mul(toDType(onehot, x.dtype), 1.0 - s);  // (a where of two numbers would be float32)
   Value dx = sub(p, target);
   if (s > 0) dx = sub(dx, s / static_cast<double>(c));
   putGrad(a[0], mul(dx, rowG2));

@@ -1,6 +1,9 @@
 """Data-parallel training step on 2 GPUs (NCCL): thunder.distributed vs PyTorch's
 DistributedDataParallel and FSDP2 (fully_shard), side by side in one run. For each contender:
-median step time (forward, cross-entropy, backward, AdamW step) and the per-GPU peak memory.
+median step time (forward, cross-entropy, backward, AdamW step), the per-GPU peak memory, the
+memory held between steps (parameters and optimizer states), and for thunder the peaks its traces
+predict (thunder.core.transforms.live_bytes). First, the per-GPU memory by kind from the model's
+shapes (memory_model): what sharding divides by the world size and what it does not (activations).
 
     python benchmarks/bench_distributed.py [--world 2] [--steps 10] [--only ddp,fsdp2,...] [--json out.json]
     (or under torchrun: torchrun --nproc-per-node 2 benchmarks/bench_distributed.py)
@@ -37,6 +40,35 @@ import thunder.distributed  # noqa: E402
 from models import llama  # noqa: E402
 
 CONTENDERS = ["torch_ddp", "thunder_ddp", "torch_fsdp2", "thunder_fsdp_zero2", "thunder_fsdp_zero3"]
+GIB = 2**30
+
+
+def memory_model(cfg, B: int, T: int, world: int, param_bytes: int = 2) -> list[tuple[str, float]]:
+    """Per-GPU memory of the workload by kind, in GiB, from the model's shapes: what parameter
+    sharding can divide by the world size (parameters, gradients, AdamW's two states, all in the
+    parameters' dtype) and what it cannot (activations; the loss's are the largest: logits over the
+    vocabulary, their float32 copy for the cross-entropy, its log-softmax and their gradients)."""
+    C, V, L, I = cfg.n_embd, cfg.vocab_size, cfg.n_layer, cfg.intermediate_size
+    qkv = (cfg.n_head + 2 * cfg.n_query_groups) * cfg.head_size
+    block = C * qkv + C * C + 3 * C * I + 2 * C
+    params = 2 * V * C + L * block + C
+    n = B * T  # tokens per GPU
+    logits = n * V
+    # Saved per block (parameters' dtype): the norms' inputs, qkv, roped q and k, attention output, the MLP's
+    # two inputs and silu(fc_1) * fc_2, plus a float32 rstd per token per norm.
+    per_block = n * (2 * C + qkv + 2 * C + C + 3 * I) * param_bytes + 2 * n * 4
+    return [
+        ("parameters", params * param_bytes / GIB),
+        ("parameters, sharded", params * param_bytes / world / GIB),
+        ("gradients + AdamW states (x3 parameters)", 3 * params * param_bytes / GIB),
+        ("  sharded", 3 * params * param_bytes / world / GIB),
+        ("largest gathered parameter (lm_head / wte)", V * C * param_bytes / GIB),
+        ("one block's parameters", block * param_bytes / GIB),
+        ("block activations saved for backward", L * per_block / GIB),
+        ("logits (parameters' dtype)", logits * param_bytes / GIB),
+        ("logits in float32 (.float()) and log-softmax, each", logits * 4 / GIB),
+        ("loss backward: d log-softmax + d logits f32 + d logits", logits * (4 + 4 + param_bytes) / GIB),
+    ]
 
 
 def _config(small: bool):
@@ -112,14 +144,27 @@ def _measure(name, args, device, dtype):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+    # Between steps: parameters and optimizer states (gradients are set to None).
+    static = torch.cuda.memory_allocated() / 2**30 if cuda else float("nan")
     # The slowest rank's median and the largest peak: what the job sees.
-    stats = torch.tensor([statistics.median(times), peak, first], dtype=torch.float64, device=device)
+    # thunder's own estimate, from its traces: the peak bytes of live tensors in the forward and
+    # in the backward (each counting its inputs), and of live gathered parameters (ZeRO-3).
+    traced = [float("nan")] * 3
+    if isinstance(fwd, thunder.ThunderModule):
+        from thunder.core.transforms import live_bytes
+
+        f, b = thunder.last_traces(fwd)[-1], thunder.last_backward_traces(fwd)[-1]
+        traced = [live_bytes(f)["peak"] / GIB, live_bytes(b)["peak"] / GIB,
+                  max(live_bytes(t, "all_gather_zero3")["peak"] for t in (f, b)) / GIB]
+    stats = torch.tensor([statistics.median(times), peak, first, static, *traced], dtype=torch.float64,
+                         device=device)
     dist.all_reduce(stats, op=dist.ReduceOp.MAX)
     del fwd, owner, opt, model
     if cuda:
         torch.cuda.empty_cache()
-    median, peak, first = stats.tolist()
-    return {"contender": name, "median_s": median, "peak_gib": peak, "first_call_s": first}
+    median, peak, first, static, fpeak, bpeak, gathered = stats.tolist()
+    return {"contender": name, "median_s": median, "peak_gib": peak, "first_call_s": first, "static_gib": static,
+            "trace_forward_peak_gib": fpeak, "trace_backward_peak_gib": bpeak, "trace_gathered_peak_gib": gathered}
 
 
 def _worker(rank, world, port, args):
@@ -149,7 +194,12 @@ def _worker(rank, world, port, args):
         base = {r["contender"]: r for r in results if "error" not in r}
         print(f"# {world} x {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, "
               f"{'small model' if args.small else '4-layer Llama-3.2-1B shape'}, {args.steps} steps")
-        print(f"{'contender':22} {'step ms':>9} {'vs torch':>9} {'peak GiB/GPU':>13} {'first s':>8}")
+        cfg, B, T = _config(args.small)
+        print(f"# per-GPU memory by kind (GiB, from the shapes; B={B}, T={T}, world {world}):")
+        for what, gib in memory_model(cfg, B, T, world, torch.tensor([], dtype=dtype).element_size()):
+            print(f"#   {what:62} {gib:7.2f}")
+        print(f"{'contender':22} {'step ms':>9} {'vs torch':>9} {'peak GiB/GPU':>13} {'between steps':>14} "
+              f"{'peak - between':>15} {'first s':>8}  traces: fwd / bwd / gathered peak GiB")
         for r in results:
             if "error" in r:
                 print(f"{r['contender']:22} error: {r['error']}")
@@ -157,7 +207,10 @@ def _worker(rank, world, port, args):
             ref = base.get("torch_fsdp2" if "fsdp" in r["contender"] else "torch_ddp")
             ratio = f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-"
             ms = r["median_s"] * 1e3
-            print(f"{r['contender']:22} {ms:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['first_call_s']:8.1f}")
+            print(f"{r['contender']:22} {ms:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['static_gib']:14.2f} "
+                  f"{r['peak_gib'] - r['static_gib']:15.2f} {r['first_call_s']:8.1f}  "
+                  f"{r['trace_forward_peak_gib']:.2f} / {r['trace_backward_peak_gib']:.2f} / "
+                  f"{r['trace_gathered_peak_gib']:.2f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"world": world, "torch": torch.__version__, "results": results}, f, indent=1)

@@ -17,6 +17,9 @@
 #include "transforms/autodiff.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "transforms/live_bytes.h"
+#include "transforms/prefetch.h"
+#include "transforms/remat.h"
 
 namespace thunder::python {
 
@@ -55,6 +58,10 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   traces.push_back(
       timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
   t = traces.back();
+  if (hasPrefetchCalls(*t)) {
+    traces.push_back(timed([&] { return prefetch(*t); }, "Prefetch", verifyEach));
+    t = traces.back();
+  }
   traces.push_back(timed([&] { return delLastUsed(*t); }, "Delete Last Used", verifyEach));
 }
 
@@ -177,6 +184,23 @@ void init(py::module_& m) {
         py::arg("verify") = false);
   m.def("has_grad_rule", [](const std::string& id) { return findGradRule(id) != nullptr; },
         py::arg("symbol_id"), "Whether the default table holds a grad rule for the symbol (by id).");
+  m.def("mark_recomputable", &markRecomputable, py::arg("symbol_id"),
+        "Lets the backward run calls of the symbol (by id) again instead of saving their outputs.");
+  m.def("mark_prefetch", &markPrefetch, py::arg("symbol_id"), py::arg("window_bytes"),
+        "Lets the Prefetch pass issue calls of the symbol (by id), asynchronous transfers completed "
+        "by their first reader, earlier: at most window_bytes of their outputs in flight.");
+  m.def(
+      "live_bytes",
+      [](const std::shared_ptr<Trace>& t, const std::string& producedBy) {
+        LiveBytes lb = liveBytes(*t, producedBy);
+        py::dict d;
+        d["after"] = lb.after;
+        d["peak"] = lb.peak;
+        d["peak_index"] = lb.peakIndex;
+        return d;
+      },
+      py::arg("trace"), py::arg("produced_by") = "",
+      "Bytes of live tensors after each statement of an execution trace, and their peak.");
   m.def("get_grad", [](py::handle x) { return fromValue(getGrad(toValue(x))); });
   m.def("put_grad", [](py::handle x, py::handle g) { putGrad(toValue(x), toValue(g)); });
   m.def("register_executor_grad_transform",

@@ -21,6 +21,7 @@
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "transforms/prefetch.h"
 #include "python/autodiff_bindings.h"
 #include "python/module.h"
 
@@ -470,6 +471,8 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
+  if (hasPrefetchCalls(*traces.back()))
+    step([](const Trace& t) { return prefetch(t); }, "Prefetch");
   step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");
   return traces;
 }

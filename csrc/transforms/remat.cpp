@@ -93,14 +93,22 @@ class MaxFlow {
   std::vector<size_t> iter_;
 };
 
+std::unordered_set<std::string>& markedRecomputable() {
+  static std::unordered_set<std::string> ids;
+  return ids;
+}
+
 bool recomputablePrim(const Symbol& s) {
   if (s.hasTag(kRandomOp) || s.hasTag(kDontDce)) return false;
-  return s.hasTag(kElementwise) || s.hasTag(kShapeOp) || s.hasTag(kCreation);
+  return s.hasTag(kElementwise) || s.hasTag(kShapeOp) || s.hasTag(kCreation) ||
+         markedRecomputable().count(s.id()) > 0;
 }
 
 }  // namespace
 
 int64_t tensorBytes(const TensorProxy& t) { return t.numel() * dtypeItemSize(t.dtype); }
+
+void markRecomputable(const std::string& symbolId) { markedRecomputable().insert(symbolId); }
 
 bool isRecomputable(const BoundSymbol& b) {
   if (b.sym->hasTag(kRandomOp) || b.sym->hasTag(kDontDce)) return false;

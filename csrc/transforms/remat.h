@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ir/trace.h"
@@ -19,9 +20,14 @@ struct RematPlan {
 /// Bytes of a tensor's elements.
 int64_t tensorBytes(const TensorProxy& t);
 
-/// True for calls cheap to run again: elementwise, shape and non-random creation ops, and
-/// composites made only of them.
+/// True for calls cheap to run again: elementwise, shape and non-random creation ops, calls of
+/// symbols marked recomputable, and composites made only of them.
 bool isRecomputable(const BoundSymbol& b);
+
+/// Marks a symbol (by id) whose calls the backward may run again rather than have their outputs
+/// saved, though it is none of the kinds above: e.g. the all-gather of a parameter shard (ZeRO-3
+/// gathers parameters again in the backward instead of keeping them from the forward).
+void markRecomputable(const std::string& symbolId);
 
 /// Chooses the saved tensors by a minimum cut of the forward's dataflow graph, each tensor
 /// weighted by its bytes (inputs almost free: they live anyway): a tensor the backward `needs`

@@ -4,6 +4,7 @@ THUNDER_TEST_DEVICE=cuda the processes use one GPU each and NCCL."""
 
 import copy
 import os
+import re
 import socket
 
 import pytest
@@ -242,6 +243,16 @@ def test_argument_errors_and_one_rank():
         torch.testing.assert_close(sharded._model.bias.grad, reference.bias.grad)
         state = sharded.full_state_dict()
         torch.testing.assert_close(state["weight"], reference.weight)
+        # A backward that needs a gathered weight (for the gradient of the first layer's output)
+        # gathers it again, even where a shard is the whole parameter.
+        mlp = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+        mlp_ref = copy.deepcopy(mlp)
+        sharded_mlp = thunder.distributed.fsdp(mlp, sharding_strategy=zero3)
+        sharded_mlp(x).sum().backward()
+        mlp_ref(x).sum().backward()
+        assert "all_gather_zero3(" in str(thunder.last_backward_traces(sharded_mlp)[-1])
+        for p, q in zip(mlp.parameters(), mlp_ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad.reshape(-1))
     finally:
         dist.destroy_process_group()
 
@@ -283,14 +294,17 @@ def _train_gpt_fsdp(rank, strategy_name):
     backward = str(thunder.last_backward_traces(wrapped)[-1])
     gather = "all_gather_zero3(" if strategy_name == "ZERO3" else "all_gather("
     num_params = len(list(model.parameters()))
-    # One gather per parameter slot (the tied embedding has two), one reduce-scatter per gradient.
-    assert forward.count(gather) == num_params + 1, forward
-    assert backward.count("reduce_scatter(") == backward.count(" = wait(") == num_params + 1, backward
+    # One gather per parameter slot (the tied embedding has two), each completed by a wait; one
+    # reduce-scatter per gradient.
+    assert forward.count(gather) == forward.count(" = wait(") == num_params + 1, forward
+    lines = backward.splitlines()
+    scatters = _calls(lines, "reduce_scatter")
+    scattered = {out for _, out, _ in scatters}
+    waits = [i for i, _, arg in _calls(lines, "wait") if arg in scattered]
+    assert len(scatters) == len(waits) == num_params + 1, backward
     # Each reduce-scatter starts as soon as its gradient is complete, while backward compute
     # remains; the waits come after the last one.
-    lines = backward.splitlines()
-    starts = [i for i, l in enumerate(lines) if " = reduce_scatter(" in l]
-    waits = [i for i, l in enumerate(lines) if " = wait(" in l]
+    starts = [i for i, _, _ in scatters]
     assert any("matmul" in l for l in lines[starts[0]:starts[-1]]) and min(waits) > max(starts), backward
     if strategy_name == "ZERO3":
         # The backward gathers the parameters it needs again instead of keeping them.
@@ -312,6 +326,87 @@ def _train_gpt_fsdp(rank, strategy_name):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     with pytest.raises(KeyError, match="missing keys \\['lm_head.weight'\\]"):
         rewrapped.load_full_state_dict({k: v for k, v in expected.items() if k != "lm_head.weight"})
+
+
+def _calls(lines: list[str], name: str) -> list[tuple[int, str, str]]:
+    """(line index, output name, first argument) of each `out = name(arg, ...)` statement."""
+    found = []
+    for i, line in enumerate(lines):
+        head, sep, rest = line.strip().partition(f" = {name}(")
+        if sep and head.isidentifier():
+            found.append((i, head, rest.split(",")[0].split(")")[0]))
+    return found
+
+
+def _first_reader(lines: list[str], name: str, start: int) -> int:
+    pattern = re.compile(rf"\b{name}\b")
+    return next(i for i in range(start + 1, len(lines))
+                if pattern.search(lines[i].split("#")[0]) and not lines[i].strip().startswith("del "))
+
+
+_COMPUTE = ("linear(", "matmul(", "Fusion")
+
+
+def _gather_schedule(trace: str, gather: str, layers: int) -> None:
+    """Each gather's wait comes just before the first use of the gathered parameter (no compute
+    between them), and the gathers of later layers are issued ahead of their wait, with compute
+    (the previous layer's) between them."""
+    lines = trace.splitlines()
+    waits = {arg: (i, out) for i, out, arg in _calls(lines, "wait")}
+    overlapped = 0
+    for i, out, _ in _calls(lines, gather):
+        w, gathered = waits[out]
+        use = _first_reader(lines, gathered, w)
+        assert not any(c in l for l in lines[w:use] for c in _COMPUTE), "\n".join(lines[w:use + 1])
+        overlapped += any(c in l for l in lines[i:w] for c in _COMPUTE)
+    assert overlapped >= 2 * (layers - 1), trace
+
+
+def _fsdp_zero3_memory(rank):
+    """ZeRO-3 on a 4-layer GPT: the forward and the backward gather each parameter just before it
+    is needed (the next layer's gathers prefetched while the previous layer computes) and free it
+    after its last use: at most about two layers of gathered parameters are alive at a time."""
+    import thunder.distributed
+    from models import nanogpt
+    from thunder.core.transforms import live_bytes
+
+    torch.manual_seed(1234)
+    layers = 4
+    cfg = nanogpt.GPTConfig(block_size=16, vocab_size=64, n_layer=layers, n_head=2, n_embd=32, dropout=0.0)
+    model = nanogpt.GPT(cfg)
+    reference = copy.deepcopy(model)
+    block = sum(p.numel() * p.element_size() for p in model.transformer.h[0].parameters())
+    every = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert 2 * block < 0.6 * every
+    wrapped = thunder.distributed.fsdp(model, sharding_strategy=thunder.distributed.FSDPType.ZERO3)
+    batch = _batches(1, 2)[0]
+    x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+    mine = slice(rank * 2, (rank + 1) * 2)
+    _, loss = wrapped(x[mine], y[mine])
+    loss.backward()
+    _, ref_loss = reference(x, y)
+    ref_loss.backward()
+    torch.testing.assert_close(_mean_over_ranks(loss), ref_loss.detach(), rtol=1e-5, atol=1e-5)
+    grads = {k: v.grad for k, v in model.named_parameters()}
+    for key, value in reference.named_parameters():
+        shard = thunder.distributed._shard_of(value.grad, WORLD, rank)
+        torch.testing.assert_close(grads[key], shard, rtol=1e-4, atol=1e-6, msg=lambda m: f"{key}: {m}")
+    forward = thunder.last_traces(wrapped)[-1]
+    backward = thunder.last_backward_traces(wrapped)[-1]
+    for trace in (forward, backward):
+        gathered = live_bytes(trace, produced_by="all_gather_zero3")
+        # Every gathered parameter is freed after its last use; the backward gathers them again
+        # (the forward saves none of them).
+        assert gathered["after"][-1] == 0, str(trace)
+        assert 0 < gathered["peak"] <= 2 * block, (gathered["peak"], block, str(trace))
+        _gather_schedule(str(trace), "all_gather_zero3", layers)
+    assert str(backward).count("all_gather_zero3(") >= 4 * layers
+    everything = live_bytes(backward)
+    assert everything["peak"] >= max(everything["after"]) > 0
+
+
+def test_fsdp_zero3_gathers_just_in_time():
+    spawn(_fsdp_zero3_memory)
 
 
 def _train_gpt_fsdp_both(rank):

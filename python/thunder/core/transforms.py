@@ -124,3 +124,12 @@ def saved_for_backward(f) -> dict[str, Any]:
         "count_without_remat": plan.num_saved_without_remat,
         "bytes_without_remat": plan.saved_bytes_without_remat,
     }
+
+
+def live_bytes(trace, produced_by: str | None = None) -> dict[str, Any]:
+    """Memory of an execution trace (one of thunder.last_traces / last_backward_traces, with its
+    `del` statements), from the tensors' metadata: `after` holds the bytes of live tensors after
+    each statement, `peak` the largest, `peak_index` where it is first reached. Views (outputs of
+    shape ops) share their base's storage; inputs count until deleted. With `produced_by` (a
+    symbol name such as "all_gather_zero3"), only tensors made by calls of that symbol count."""
+    return dict(_C.live_bytes(trace, produced_by or ""))

@@ -33,11 +33,15 @@ Parameters must reach the computation through torch calls (as modules use them):
 routed to the synchronized value by the tracing dispatcher.
 
 fsdp (see FSDPModule) shards every parameter; a traced call gathers each parameter just before
-the module that owns it runs (`all_gather`), and the gathered parameter's gradient is
-reduce-scattered to the shard (`reduce_scatter`, asynchronous, with `wait` at the end of the
-backward through the same token scheme as ddp's buckets). Under ZeRO-3 the gather is marked
-recomputable, so the forward frees the gathered parameter after its last use and the backward
-gathers it again (rematerialization, which places recomputed calls at the start of the backward).
+the module that owns it runs (`all_gather`, asynchronous, completed by `wait` there; the Prefetch
+pass issues it earlier, while the previous block computes, with at most one block's parameters in
+flight), and the gathered parameter's gradient is reduce-scattered to the shard
+(`reduce_scatter`, asynchronous, with `wait` at the end of the backward through the same token
+scheme as ddp's buckets). Under ZeRO-3 the gather is marked recomputable, so the forward frees the
+gathered parameter after its last use and the backward gathers it again (rematerialization, which
+places each recomputed call just before its first use in the backward, where the gathered
+parameter is freed after its last use as well, and Prefetch issues it ahead): about two blocks'
+gathered parameters are alive at a time.
 """
 
 from __future__ import annotations
@@ -127,7 +131,9 @@ def _wait_meta(a, *, group: int):
 def _wait_fn(a, *, group: int):
     work, finish = _pending.pop((group, a.data_ptr()), (None, None))
     if work is None:
-        raise RuntimeError(f"wait: no collective making this tensor is in flight in group {group}")
+        # Complete already: a gathered parameter whose wait the backward runs again (ZeRO-3's
+        # recomputation, where the backward gathers again only what it did not keep).
+        return a
     work.wait()
     if finish is not None:
         finish()
@@ -135,9 +141,13 @@ def _wait_fn(a, *, group: int):
 
 
 # all_reduce(a, group=g): starts summing `a` over the ranks of group g, in place, asynchronously;
-# wait(a, group=g) completes it (and the reduce_scatter below). Both print and run like any other call of the trace.
+# wait(a, group=g) completes it (and the all_gather and reduce_scatter below). Both print and run
+# like any other call of the trace.
 all_reduce = _ex.register_operator("all_reduce", meta=_all_reduce_meta, fn=_all_reduce_fn, tags=["DONT_DCE"])
-wait = _ex.register_operator("wait", meta=_wait_meta, fn=_wait_fn)
+# wait returns its argument (the same storage, complete): tagged a shape op, it counts as a view
+# (thunder.core.transforms.live_bytes) and may run again in the backward (rematerialization: the
+# backward of ZeRO-3 gathers a parameter again).
+wait = _ex.register_operator("wait", meta=_wait_meta, fn=_wait_fn, tags=["SHAPE_OP"])
 
 
 def _bucket_token_meta(*params, bucket: int):
@@ -441,16 +451,23 @@ def _all_gather_meta(a, *, token, group: int):
 
 
 def _all_gather_fn(a, *, token=None, group: int):
+    """Starts the all-gather asynchronously; wait(out, group=g) completes it."""
     pg = _groups[group]
     world = tdist.get_world_size(pg)
     a = a.contiguous()
+    out = torch.empty(a.numel() * world, dtype=a.dtype, device=a.device)
     if _is_nccl(pg):
-        out = torch.empty(a.numel() * world, dtype=a.dtype, device=a.device)
-        tdist.all_gather_into_tensor(out, a, group=pg)
+        work = tdist.all_gather_into_tensor(out, a, group=pg, async_op=True)
+        _pending[(group, out.data_ptr())] = (work, None)
         return out
     parts = [torch.empty_like(a) for _ in range(world)]
-    tdist.all_gather(parts, a, group=pg)
-    return torch.cat(parts)
+    work = tdist.all_gather(parts, a, group=pg, async_op=True)
+    _pending[(group, out.data_ptr())] = (work, lambda: torch.cat(parts, out=out))
+    return out
+
+
+def _gather_now(a, group: int):
+    return _wait_fn(_all_gather_fn(a, group=group), group=group)
 
 
 def _reduce_scatter_meta(a, *, group: int):
@@ -480,18 +497,19 @@ def _reduce_scatter_fn(a, *, group: int):
     return out
 
 
-# all_gather(shard, token=t, group=g): the shards of the ranks of g, concatenated (in rank order);
-# reduce_scatter(a, group=g): starts computing this rank's chunk of the sum of `a` over the ranks,
-# which wait(...) completes. all_gather's gradient is the reduce_scatter of its cotangent (divided
-# by the world size: the gradients are averaged over the ranks, as in ddp), started as soon as the
-# cotangent is complete and handed to the token (made by shard_token at the start of the forward),
-# whose backward, at the end, waits for it: the reduction overlaps the rest of the backward.
+# all_gather(shard, token=t, group=g): starts gathering the shards of the ranks of g, concatenated
+# (in rank order), which wait(...) completes; the Prefetch pass (csrc/transforms/prefetch.h) issues
+# it ahead of its wait, while the previous block computes. reduce_scatter(a, group=g): starts
+# computing this rank's chunk of the sum of `a` over the ranks, which wait(...) completes.
+# all_gather's gradient is the reduce_scatter of its cotangent (divided by the world size: the
+# gradients are averaged over the ranks, as in ddp), started as soon as the cotangent is complete
+# and handed to the token (made by shard_token at the start of the forward), whose backward, at the
+# end, waits for it: the reduction overlaps the rest of the backward.
 # all_gather_zero3 is all_gather marked recomputable, so that the backward gathers the parameter
-# again instead of keeping it from the forward.
+# again (just before its first use there) instead of keeping it from the forward.
 all_gather = _ex.register_operator("all_gather", meta=_all_gather_meta, fn=_all_gather_fn)
-all_gather_zero3 = _ex.register_operator(
-    "all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn, tags=["SHAPE_OP"]
-)
+all_gather_zero3 = _ex.register_operator("all_gather_zero3", meta=_all_gather_meta, fn=_all_gather_fn)
+_C.mark_recomputable(all_gather_zero3.id)
 reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
 
 
@@ -504,6 +522,9 @@ def _shard_token_fn(a, *, group: int):
 
 
 shard_token = _ex.register_operator("shard_token", meta=_shard_token_meta, fn=_shard_token_fn)
+# A zero-stride placeholder, free to make again: the backward's gathers read it without the forward
+# saving it (saving it would count, to the rematerialization, as many bytes as the shard).
+_C.mark_recomputable(shard_token.id)
 
 
 def _all_gather_grad_rule(op):
@@ -519,6 +540,14 @@ def _all_gather_grad_rule(op):
     return rule
 
 
+def _wait_grad(a, *, group: int):
+    """A gathered parameter's wait passes its cotangent through (a reduction's wait is in the
+    backward only, never differentiated)."""
+    out = wait(a, group=group)
+    put_grad(a, get_grad(out))
+    return out
+
+
 def _shard_token_grad(a, *, group: int):
     token = shard_token(a, group=group)
     put_grad(a, wait(get_grad(token), group=group))
@@ -528,6 +557,7 @@ def _shard_token_grad(a, *, group: int):
 _ex.register_implementation(all_gather, grad_transform=_all_gather_grad_rule(all_gather))
 _ex.register_implementation(all_gather_zero3, grad_transform=_all_gather_grad_rule(all_gather_zero3))
 _ex.register_implementation(shard_token, grad_transform=_shard_token_grad)
+_ex.register_implementation(wait, grad_transform=_wait_grad)
 
 
 @dataclass
@@ -555,7 +585,7 @@ class _ShardTracing:
         if full is None:
             info = self.module._shard_info_by_proxy[id(p)]
             op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 else all_gather
-            flat = op(p, token=self.tokens[id(p)], group=self.module._group_id)
+            flat = wait(op(p, token=self.tokens[id(p)], group=self.module._group_id), group=self.module._group_id)
             full = thunder.torch.reshape(thunder.torch.narrow(flat, 0, 0, info.numel), info.shape)
             self.full[id(p)] = full
             self.keep.extend((p, full))
@@ -627,6 +657,7 @@ class FSDPModule(thunder.ThunderModule):
 
     def __init__(self, module: torch.nn.Module, executors, strategy: FSDPType, process_group):
         world, rank = tdist.get_world_size(process_group), tdist.get_rank(process_group)
+        prefetch_bytes = _block_bytes(module)
         shards = _shard_parameters(module, world, rank)
         names = thunder._executor_names(executors)
         super().__init__(module, executors=[_ex.name] + [n for n in names if n != _ex.name])
@@ -634,12 +665,16 @@ class FSDPModule(thunder.ThunderModule):
         self._group_id = _group_id(process_group)
         self._world_size, self._rank = world, rank
         self._strategy = strategy
+        self._prefetch_bytes = prefetch_bytes
         self._shards = shards  # qualified name -> (shard parameter, _Shard)
         self._shard_slots = [(m, name, info) for m, name, info in _slots_of_shards(module, shards)]
         self._shard_info_by_proxy: dict[int, _Shard] = {}
         self._cfn = _C.CompiledFunction(self._compile_sharded)
 
     def _compile_sharded(self, args, kwargs):
+        # Prefetch keeps at most the parameters of about one block in flight ahead of their use.
+        for op in (all_gather, all_gather_zero3):
+            _C.mark_prefetch(op.id, self._prefetch_bytes)
         with _ShardTracing(self).installed():
             return self._compile(args, kwargs)
 
@@ -652,7 +687,7 @@ class FSDPModule(thunder.ThunderModule):
             if isinstance(value, torch.nn.Parameter) and id(value) in self._shard_info_by_param:
                 if id(value) not in gathered:
                     info = self._shard_info_by_param[id(value)]
-                    flat = _all_gather_fn(value.detach(), group=self._group_id)
+                    flat = _gather_now(value.detach(), self._group_id)
                     gathered[id(value)] = flat[: info.numel].reshape(info.shape).clone()
                 out[key] = gathered[id(value)]
             else:
@@ -680,6 +715,17 @@ class FSDPModule(thunder.ThunderModule):
     @property
     def _shard_info_by_param(self) -> dict[int, _Shard]:
         return {id(p): info for p, info in self._shards.values()}
+
+
+def _block_bytes(module: torch.nn.Module) -> int:
+    """The bytes of the largest repeated block of an unsharded module (an entry of a ModuleList or
+    Sequential: a transformer layer), or of its largest parameter when there is none."""
+    def size(m):
+        return sum(p.numel() * p.element_size() for p in m.parameters())
+
+    blocks = [b for m in module.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) for b in m]
+    largest = max((size(b) for b in blocks), default=0)
+    return largest or max((p.numel() * p.element_size() for p in module.parameters()), default=0)
 
 
 def _shard_of(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:

@@ -1,0 +1,119 @@
+// Memory passes: live bytes along a trace, and prefetch of asynchronous transfers.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/verifier.h"
+#include "ops/prims.h"
+#include "test_util.h"
+#include "transforms/del_last_used.h"
+#include "transforms/live_bytes.h"
+#include "transforms/prefetch.h"
+#include "transforms/remat.h"
+
+namespace thunder {
+namespace {
+
+using testing::addInput;
+
+/// "out = name" per call, for compact comparisons.
+std::vector<std::string> order(const Trace& t) {
+  std::vector<std::string> out;
+  for (const BoundSymbol& b : t.bsyms)
+    out.push_back(b.outputTensors()[0]->name + " = " + b.sym->name);
+  return out;
+}
+
+/// A test symbol of one tensor argument (and an optional second) whose output is like the first.
+const Symbol& like(const std::string& name, const std::string& signature = "a") {
+  auto s = std::make_unique<Symbol>();
+  s->module = "test";
+  s->name = name;
+  s->params = parseSignature(signature);
+  s->meta = [](const std::vector<Value>& a) {
+    const TensorProxy& t = a[0].tensor();
+    return Value(requireContext("test").newTensor(t.shape, t.dtype, t.device));
+  };
+  return *SymbolRegistry::get().put(std::move(s));
+}
+
+TEST(LiveBytes, CountsViewsOnceAndFreesAtDel) {
+  prims::registerPrims();
+  Trace t;
+  Value x = addInput(t, "x", {4});  // 16 bytes
+  {
+    TracingScope scope(t);
+    Value a = prims::neg(x);             // 32 live
+    Value v = prims::reshape(a, {2, 2});  // a view of a: still 32
+    Value b = prims::add(v, prims::reshape(x, {2, 2}));  // 48; then x, a and the views die: 16
+    t.output = b;
+  }
+  Trace d = delLastUsed(t);
+  verify(d);
+  LiveBytes all = liveBytes(d);
+  EXPECT_EQ(all.peak, 48);
+  EXPECT_EQ(all.after.back(), 16);
+  EXPECT_EQ(d.bsyms[all.peakIndex].sym->name, "add");
+  // Only what neg made (and its view) counts: alive from neg to the del after add.
+  LiveBytes negs = liveBytes(d, "neg");
+  EXPECT_EQ(negs.peak, 16);
+  EXPECT_EQ(negs.after.back(), 0);
+  EXPECT_EQ(d.bsyms[negs.peakIndex].sym->name, "neg");
+}
+
+TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
+  prims::registerPrims();
+  static const Symbol& fetch = like("fetch", "a, *, token");
+  static const Symbol& done = like("done");
+  static const Symbol& token = like("token");
+  markRecomputable(token.id());
+  auto build = [](Trace& t) {
+    std::vector<Value> shards;
+    for (const char* n : {"a", "b", "c"}) shards.push_back(addInput(t, n, {4}));  // 16 bytes each
+    Value y = addInput(t, "x", {4});
+    TracingScope scope(t);
+    for (const Value& s : shards) {
+      Value tok = call(token, token.bind({s}, {}));
+      Value f = call(fetch, fetch.bind({s}, {{"token", tok}}));
+      y = prims::mul(y, call(done, done.bind({f}, {})));
+    }
+    t.output = y;
+  };
+  Trace t;
+  build(t);
+  ASSERT_EQ(order(t), (std::vector<std::string>{
+                          "t0 = token", "t1 = fetch", "t2 = done", "t3 = mul",
+                          "t4 = token", "t5 = fetch", "t6 = done", "t7 = mul",
+                          "t8 = token", "t9 = fetch", "t10 = done", "t11 = mul"}));
+  // A window of one transfer: each goes just after the previous one completes, with its token,
+  // so that it overlaps the previous one's consumer.
+  markPrefetch(fetch.id(), 16);
+  ASSERT_TRUE(hasPrefetchCalls(t));
+  Trace one = prefetch(t);
+  verify(one);
+  EXPECT_EQ(order(one), (std::vector<std::string>{
+                            "t0 = token", "t1 = fetch", "t2 = done", "t4 = token", "t5 = fetch",
+                            "t3 = mul", "t6 = done", "t8 = token", "t9 = fetch", "t7 = mul",
+                            "t10 = done", "t11 = mul"}));
+  // Two in flight: the second starts with the first, the third once the first completes.
+  markPrefetch(fetch.id(), 32);
+  Trace two = prefetch(t);
+  verify(two);
+  EXPECT_EQ(order(two), (std::vector<std::string>{
+                            "t0 = token", "t1 = fetch", "t4 = token", "t5 = fetch", "t2 = done",
+                            "t8 = token", "t9 = fetch", "t3 = mul", "t6 = done", "t7 = mul",
+                            "t10 = done", "t11 = mul"}));
+  // A trace without marked calls is not prefetched.
+  Trace plain;
+  Value x = addInput(plain, "x", {4});
+  {
+    TracingScope scope(plain);
+    plain.output = prims::neg(x);
+  }
+  EXPECT_FALSE(hasPrefetchCalls(plain));
+  EXPECT_EQ(order(prefetch(plain)), order(plain));
+}
+
+}  // namespace
+}  // namespace thunder

@@ -39,6 +39,9 @@ import thunder  # noqa: E402
 import thunder.distributed  # noqa: E402
 from models import llama  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, ".."))
+from benchmarks.run import _WithLoss  # noqa: E402
+
 CONTENDERS = ["torch_ddp", "thunder_ddp", "torch_fsdp2", "thunder_fsdp_zero2", "thunder_fsdp_zero3"]
 GIB = 2**30
 
@@ -92,7 +95,7 @@ def _wrap(name, model):
     if name == "torch_fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        for block in model.transformer.h:
+        for block in model.model.transformer.h:
             fully_shard(block)
         fully_shard(model)
         return model, model
@@ -108,15 +111,16 @@ def _measure(name, args, device, dtype):
     torch.manual_seed(0)
     with torch.device(device):
         model = llama.GPT(cfg).to(dtype)
-    fwd, owner = _wrap(name, model)
+    # The model and its loss as one module (as benchmarks/run.py's gpt_train): every contender
+    # compiles or wraps the cross-entropy over float32 logits with the model.
+    fwd, owner = _wrap(name, _WithLoss(model, cfg.vocab_size))
     opt = torch.optim.AdamW(owner.parameters(), lr=1e-4)
     g = torch.Generator(device="cpu").manual_seed(dist.get_rank())
     idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g).to(device)
     targets = torch.randint(0, cfg.vocab_size, (B * T,), generator=g).to(device)
 
     def step():
-        logits = fwd(idx)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), targets)
+        loss = fwd(idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -21,6 +21,7 @@
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "transforms/xent_upcast.h"
 #include "python/autodiff_bindings.h"
 #include "python/module.h"
 
@@ -451,9 +452,16 @@ class TracingContext {
 };
 
 
-/// The pipeline after acquisition: dce, claiming, del_last_used. Returns every trace, in order.
 }  // namespace
 
+std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors) {
+  for (const Executor* ex : executors)
+    if (ex->implements("ltorch.cross_entropy_upcast")) return foldCrossEntropyUpcast(trace);
+  return std::nullopt;
+}
+
+/// The pipeline after acquisition: dce, the upcast fold where it applies, claiming,
+/// del_last_used. Returns every trace, in order.
 std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach) {
@@ -469,6 +477,11 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   };
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
+  if (std::optional<Trace> folded = foldUpcasts(*traces.back(), exs)) {
+    folded->provenance = "Constructed by Cross-entropy upcast fold";
+    if (verifyEach) verify(*folded);
+    traces.push_back(std::make_shared<Trace>(std::move(*folded)));
+  }
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
   step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");
   return traces;

@@ -477,8 +477,11 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   };
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
+  auto t0 = Clock::now();
   if (std::optional<Trace> folded = foldUpcasts(*traces.back(), exs)) {
-    folded->provenance = "Constructed by Cross-entropy upcast fold";
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    folded->provenance =
+        "Constructed by Cross-entropy upcast fold (took " + std::to_string(ms) + " milliseconds)";
     if (verifyEach) verify(*folded);
     traces.push_back(std::make_shared<Trace>(std::move(*folded)));
   }

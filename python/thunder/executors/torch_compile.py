@@ -36,9 +36,9 @@ def _unavailable_reason(device_type: str) -> str | None:
     if not hasattr(torch, "compile"):
         return "this PyTorch has no torch.compile"
     try:
-        import torch._dynamo
+        from torch import _dynamo
 
-        if not torch._dynamo.is_dynamo_supported():
+        if not _dynamo.is_dynamo_supported():
             return "torch.compile does not support this Python version"
     except Exception as e:  # a broken install: decline rather than fail every jit
         return f"torch._dynamo cannot be imported ({type(e).__name__}: {e})"

@@ -107,3 +107,21 @@ def test_a_lone_op_is_not_a_region(monkeypatch):
     x = torch.randn(3)
     torch.testing.assert_close(jf(x), torch.exp(x))
     assert "TorchCompile" not in str(thunder.last_traces(jf)[-1])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not torch_compile.torch_compile_available("cuda"),
+                    reason="needs CUDA and torch.compile with Triton")
+def test_cuda_regions_next_to_the_fuser():
+    # The first fusion executor named takes the regions it can; the other what is left.
+    torch.manual_seed(0)
+    args = [torch.randn(16, 32, device="cuda"), torch.randn(32, 8, device="cuda"), torch.randn(8, device="cuda")]
+    want, want_grads = grads(mlp, args)
+    for executors in ([torch_compile_ex, "cudafuser"], ["cudafuser", torch_compile_ex]):
+        jf = thunder.jit(mlp, executors=executors)
+        got, got_grads = grads(jf, args)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        text = str(thunder.last_traces(jf)[-1]) + str(thunder.last_backward_traces(jf)[-1])
+        if executors[0] is torch_compile_ex:
+            assert "TorchCompile0(" in text and "cudaFusion" not in text, text

@@ -113,3 +113,17 @@ def test_debug_claims_names_the_upcast_symbol(monkeypatch, capfd):
     jf = thunder.jit(f, executors=[apex_ex])
     jf(torch.randn(2, 3, V).bfloat16(), torch.randint(0, V, (6,)))
     assert "executor 'apex' declined ltorch.cross_entropy_upcast: its kernels run on CUDA" in capfd.readouterr().err
+
+
+def test_grad_transform_through_the_fold():
+    from thunder.core.transforms import grad
+
+    f = PATTERNS["float_view"]
+    x, y = torch.randn(2, 3, V).bfloat16(), torch.randint(0, V, (6,))
+    gf = grad(thunder.jit(f, executors=[apex_ex]))
+    (g,) = gf(x, y)
+    xe = x.clone().requires_grad_()
+    f(xe, y).backward()
+    assert g.dtype == torch.bfloat16
+    torch.testing.assert_close(g, xe.grad)
+    assert any("Cross-entropy upcast fold" in str(t) for t in thunder.last_traces(gf))

@@ -248,7 +248,7 @@ RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
     const std::string what = "executor '" + executor + "', region " + program.fnName;
     Symbol semantic;
     const Symbol* sym = runtime::makeExecSymbol(executor, "", program.fnName, semantic, true);
-    runtime::setKernel(sym, [what, numOutputs, fn = PyRef(fn)](runtime::KernelArgs& ka) -> c10::IValue {
+    auto kernel = [what, numOutputs, fn = PyRef(fn)](runtime::KernelArgs& ka) -> c10::IValue {
       py::gil_scoped_acquire gil;
       py::tuple args(ka.v.size());
       for (size_t i = 0; i < ka.v.size(); ++i) args[i] = ivalueToPython(ka.v[i]);
@@ -264,7 +264,8 @@ RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
         items.emplace_back(THPVariable_Unpack(x.ptr()));
       }
       return c10::ivalue::Tuple::create(std::move(items));
-    });
+    };
+    runtime::setKernel(sym, std::move(kernel));
     return sym;
   };
 }

@@ -119,7 +119,8 @@ std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace) {
     {
       TracingScope scope(scratch);
       Value x(it->second);
-      if (it->second->shape != logits.shape) x = ltorch::op("reshape", {x, Value::ints(logits.shape)});
+      if (it->second->shape != logits.shape)
+        x = ltorch::op("reshape", {x, Value::ints(logits.shape)});
       std::vector<Value> args = b.args;
       args[0] = x;
       loss = ltorch::op("cross_entropy_upcast", args);

@@ -41,7 +41,8 @@ TEST(XentUpcast, FoldsTheConversionIntoTheCrossEntropy) {
     std::optional<Trace> out = foldCrossEntropyUpcast(t);
     ASSERT_TRUE(out.has_value());
     verify(*out);
-    EXPECT_EQ(ids(*out), (std::vector<std::string>{"ltorch.reshape", "ltorch.cross_entropy_upcast"}));
+    EXPECT_EQ(ids(*out),
+              (std::vector<std::string>{"ltorch.reshape", "ltorch.cross_entropy_upcast"}));
     // The reshape reads the low-precision input; the call's output is the old call's proxy.
     const BoundSymbol& r = out->bsyms[0];
     EXPECT_EQ(r.args[0].tensor().name, "x");

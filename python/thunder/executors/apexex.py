@@ -26,8 +26,10 @@ made. Traces print
     (t18, _) = apex_cross_entropy_upcast(t5, targets, 'mean', 0.0)
     t7 = apex_cross_entropy_backward(t5, t6, target=targets, max_log_sum_exp=t1, label_smoothing=0.0)
 
-On CUDA machines with NVRTC, apex_ex is one of thunder.jit's default executors. The kernels ignore the rows whose label is negative
-(PyTorch accepts no negative label but ignore_index), so a negative ignore_index needs nothing more;
+On CUDA machines with NVRTC, apex_ex is one of thunder.jit's default executors.
+
+The kernels ignore the rows whose label is negative (PyTorch accepts no negative label but
+ignore_index), so a negative ignore_index needs nothing more;
 for an ignore_index that is a class (>= 0), the trace first maps that label to -1
 (`torch.where(labels == ignore_index, -1, labels)`).
 """

@@ -332,7 +332,8 @@ class RegionExecutor(FusionExecutor):
 
     def __init__(self, name: str, *, prefix: str, compile_region: Callable, version: Any = None):
         if not isinstance(prefix, str) or not prefix.isidentifier():
-            raise ValueError(f"executor '{name}': the region prefix must be a Python identifier, got {prefix!r}")
+            raise ValueError(f"executor '{name}': the region prefix must be a Python identifier, "
+                             f"got {prefix!r}")
         if not callable(compile_region):
             raise TypeError(f"executor '{name}': compile_region must be callable")
         self._prefix = prefix

@@ -274,8 +274,8 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   }
 
   Trace out = trace.emptyCopy();
-  std::vector<size_t> group, deferred;
-  std::unordered_set<const TensorProxy*> groupOut, deferredOut, terminalOut;
+  std::vector<size_t> group;
+  std::unordered_set<const TensorProxy*> groupOut, terminalOut;
 
   std::vector<std::pair<size_t, FusionRegion>> regions;  // fused calls: position in out, region
   // Emits a group as one fused call; returns false (emitting nothing) when `fuse` declines it.
@@ -342,9 +342,18 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
             break;
           }
       }
+      // A reduction must iterate over its own input's shape: a sum of per-row values (a mean over
+      // rows) cannot join the kernel of the rows.
+      auto fits = [&](size_t k) {
+        for (const BoundSymbol& p : u.prims)
+          if (p.sym->hasTag(kReductionOp) && !p.args.empty() && p.args[0].isTensor() &&
+              withoutUnitDims(p.args[0].tensor().shape) != withoutUnitDims(subs[k].shape))
+            return false;
+        return true;
+      };
       std::optional<size_t> target;
       for (size_t k : readsFrom)
-        if (!target && covers(subs[k].shape, shape)) target = k;
+        if (!target && covers(subs[k].shape, shape) && fits(k)) target = k;
       if (!target)
         for (size_t k = 0; k < subs.size(); ++k)
           if (!subs[k].closed && subs[k].shape == shape) {
@@ -387,11 +396,8 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
         out.bsyms.push_back(*units[group.front()].bsym);
       }
     }
-    for (size_t i : deferred) out.bsyms.push_back(*units[i].bsym);
     group.clear();
-    deferred.clear();
     groupOut.clear();
-    deferredOut.clear();
     terminalOut.clear();
   };
 
@@ -404,7 +410,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (u.fusible) {
-      if (reads(u, deferredOut) || reads(u, terminalOut)) flush();
+      if (reads(u, terminalOut)) flush();
       group.push_back(i);
       for (const TensorPtr& t : u.bsym->outputTensors()) {
         groupOut.insert(t.get());
@@ -414,8 +420,9 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       flush();
       out.bsyms.push_back(*u.bsym);
     } else {
-      deferred.push_back(i);
-      for (const TensorPtr& t : u.bsym->outputTensors()) deferredOut.insert(t.get());
+      // Reads nothing of the open group: it runs before the group's kernel, which may then go
+      // on to read its results (an index tensor, a matmul's output) without being cut in two.
+      out.bsyms.push_back(*u.bsym);
     }
   }
   flush();

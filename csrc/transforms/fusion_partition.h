@@ -23,9 +23,9 @@ struct FusionRegion {
   int computeOps = 0;
 };
 
-/// Groups fusible calls into regions respecting data dependencies: a call that is not fusible may
-/// be moved after a region when it does not read the region's results and the region does not
-/// read its results, so no region waits on an op that depends on it. A composite call is fusible
+/// Groups fusible calls into regions respecting data dependencies: a call that is not fusible and
+/// does not read the open region's results runs before that region's kernel (which may read its
+/// results), so no region waits on an op that depends on it. A composite call is fusible
 /// when every prim of its decomposition is. `fuse` turns an accepted region into one bound symbol,
 /// or returns nothing to leave the region's calls as they were.
 ///

@@ -663,6 +663,83 @@ void registerDetachSymbol() {
   });
 }
 
+// ---- cross-entropy with class indices ----
+
+/// F.cross_entropy(x [N, C] float32/float64, t [N] class indices), no class weights: the rule
+/// keeps the forward to row reductions over x (max, sum of exponentials, the target's logit as a
+/// masked sum) and saves the log-sum-exp per row, not the [N, C] log-probabilities; the backward
+/// is one pointwise expression, (softmax(x) - (1 - s) onehot(t) - s / C) * g_row. The one-hot
+/// compares a column index (arange(C), broadcast) with each row's target, so both directions are
+/// single fused kernels, and with logits upcast from bf16 (`logits.float()`) neither the float32
+/// logits nor their float32 gradient is ever written to memory.
+Value crossEntropyRule(const Args& a) {
+  const TensorProxy& x = a[0].tensor();
+  const TensorProxy& t = a[1].tensor();
+  int64_t n = x.shape[0], c = x.shape[1];
+  int64_t ignore = a[4].toInt();
+  const std::string reduction = a[6].toString();
+  double s = a[7].toDouble();
+  Value cols = ltorch::op("arange", {c}, {{"device", x.device}, {"dtype", c <= (int64_t(1) << 31) - 1 ? DType::Int32 : DType::Int64}});
+  Shape full = {n, c};
+  Value colsB = op("expand", {op("unsqueeze", {cols, 0}), Value::ints(full)});
+  Value valid = op("ne", {a[1], ignore});
+  Value safe = op("where", {valid, a[1], 0});
+  Value onehot = op("eq", {colsB, op("expand", {op("unsqueeze", {safe, 1}), Value::ints(full)})});
+  Value dims = Value::ints({1});
+  Value m = ltorch::op("amax", {a[0], dims, true});
+  Value sumExp = op("sum", {un("exp", sub(a[0], m)), dims, true});
+  Value lse = add(un("log", sumExp), m);  // [N, 1]
+  Value xt = op("sum", {op("where", {onehot, a[0], 0.0}), dims});
+  Value lse1 = op("reshape", {lse, Value::ints({n})});
+  Value rowLoss = sub(lse1, xt);
+  if (s > 0) {
+    Value meanX = div(op("sum", {a[0], dims}), static_cast<double>(c));
+    rowLoss = add(mul(rowLoss, 1.0 - s), mul(sub(lse1, meanX), s));
+  }
+  rowLoss = op("where", {valid, rowLoss, 0.0});
+  Value count;
+  Value loss;
+  if (reduction == "none") {
+    loss = rowLoss;
+  } else if (reduction == "sum") {
+    loss = op("sum", {rowLoss});
+  } else {
+    count = op("sum", {toDType(valid, x.dtype)});
+    loss = div(op("sum", {rowLoss}), count);
+  }
+
+  Value g = getGrad(loss);
+  Value rowG;
+  if (reduction == "none") {
+    rowG = g;
+  } else {
+    rowG = op("expand", {op("reshape", {g, Value::ints({1})}), Value::ints({n})});
+    if (reduction == "mean") rowG = div(rowG, count);
+  }
+  rowG = op("where", {valid, rowG, 0.0});
+  Value rowG2 = op("expand", {op("unsqueeze", {rowG, 1}), Value::ints(full)});
+  Value p = un("exp", sub(a[0], op("expand", {lse, Value::ints(full)})));
+  Value target = mul(toDType(onehot, x.dtype), 1.0 - s);  // (a where of two numbers would be float32)
+  Value dx = sub(p, target);
+  if (s > 0) dx = sub(dx, s / static_cast<double>(c));
+  putGrad(a[0], mul(dx, rowG2));
+  return loss;
+}
+
+void registerCrossEntropyRule() {
+  registerGradRule(
+      ltorch::symbol("cross_entropy").id(), crossEntropyRule,
+      [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>& differentiable) {
+        if (b.args.size() < 8 || !b.args[0].isTensor() || !b.args[1].isTensor()) return false;
+        const TensorProxy &x = b.args[0].tensor(), &t = b.args[1].tensor();
+        bool floatLogits = x.dtype == DType::Float32 || x.dtype == DType::Float64;
+        return floatLogits && x.ndim() == 2 && x.shape[0] > 0 && x.shape[1] > 0 && t.ndim() == 1 &&
+               isIntegral(t.dtype) && t.shape[0] == x.shape[0] && b.args[2].isNone() &&
+               b.args[3].isNone() && b.args[5].isNone() && b.args[4].isInt() && b.args[6].isString() &&
+               (b.args[7].isFloat() || b.args[7].isInt()) && !differentiable(t);
+      });
+}
+
 void registerGradRules() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -678,6 +755,7 @@ void registerGradRules() {
     registerTorchRules();
     registerSdpaGradRule();
     registerTensorOpRules();
+    registerCrossEntropyRule();
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

@@ -295,3 +295,32 @@ def test_fuser_runs_forward_and_backward_regions():
     backward = thunder.last_backward_traces(jf)[-1].bound_symbol_names
     assert any(n.startswith("cpuFusion") for n in forward), forward
     assert any(n.startswith("cpuFusion") for n in backward), backward
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("classes", [1, 7])
+def test_cross_entropy_rule_matches_eager(reduction, ignore_index, label_smoothing, dtype, classes):
+    # The class-index cross-entropy rule (row reductions forward, one pointwise backward), also
+    # with bf16 logits upcast by .float() as Llama training code writes it.
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x = torch.randn(6, classes, dtype=dtype, requires_grad=True)
+    t = torch.randint(0, classes, (6,))
+    t[1] = ignore_index if ignore_index < 0 else min(ignore_index, classes - 1)
+
+    def f(x, t):
+        return F.cross_entropy(x.float() if x.dtype == torch.bfloat16 else x, t, reduction=reduction,
+                               ignore_index=ignore_index, label_smoothing=label_smoothing)
+
+    jf = thunder.jit(f)
+    got, want = jf(x, t), f(x, t)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    g = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0], equal_nan=True)
+    # The backward reads the logits and the per-row log-sum-exp, not [N, C] log-probabilities.
+    bw = thunder.last_backward_traces(jf)[-1]
+    assert "scatter" not in str(bw) and "log_softmax" not in str(bw)

@@ -127,3 +127,20 @@ def test_grad_transform_through_the_fold():
     assert g.dtype == torch.bfloat16
     torch.testing.assert_close(g, xe.grad)
     assert any("Cross-entropy upcast fold" in str(t) for t in thunder.last_traces(gf))
+
+
+def test_apex_is_a_default_executor_on_cuda_machines_with_nvrtc(monkeypatch):
+    # A CUDA machine simulated: the defaults are settled again with CUDA and NVRTC present.
+    from thunder import _C, extend
+    from thunder.executors import cudnnex
+
+    monkeypatch.setattr(extend, "_defaults_settled", False)
+    monkeypatch.setattr(extend, "_default_executors", list(extend._default_executors))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cudnnex, "cudnn_available", lambda: False)
+    monkeypatch.setattr(_C, "nvrtc_available", lambda: True)
+    assert apex_ex in extend.get_default_executors()
+    monkeypatch.setattr(extend, "_defaults_settled", False)
+    monkeypatch.setattr(extend, "_default_executors", [e for e in extend._default_executors if e is not apex_ex])
+    monkeypatch.setattr(_C, "nvrtc_available", lambda: False)
+    assert apex_ex not in extend.get_default_executors()

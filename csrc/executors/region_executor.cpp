@@ -26,7 +26,7 @@ Trace RegionExecutor::fusionPass(const Trace& trace) const {
     // region's program must be claimable by the torch executor.
     if (p.sym->hasTag(kRandomOp) || p.sym->hasTag(kDontDce)) return false;
     if (!onlyTensors(p.output)) return false;  // a number is not a region's output
-    return torch->find(p) != nullptr && (!fusible_ || fusible_(p));
+    return torch->find(p) != nullptr;
   };
   int counter = 0;
   auto fuse = [&](const FusionRegion& r) -> std::optional<BoundSymbol> {

@@ -17,23 +17,21 @@ namespace thunder {
 /// as they were).
 using RegionCompiler = std::function<const Symbol*(const Trace& program, const Device& device)>;
 
-/// A fusion executor over the regions of calls that `fusible` accepts (a prim, after composite
-/// calls are flattened) and that the torch executor can run. Each region worth fusing becomes
-/// one call printed as `[t2, t5] = TorchCompile0(t0, t1)`, its prims kept as nested comments.
+/// A fusion executor over the regions of prims (composite calls flattened) that the torch
+/// executor can run, except random and effectful ones. Each region worth fusing (worthFusing)
+/// becomes one call printed as `[t2, t5] = TorchCompile0(t0, t1)` (prefix "TorchCompile"), its
+/// prims kept as nested comments.
 class RegionExecutor : public Executor {
  public:
-  RegionExecutor(std::string name, std::string version, std::string prefix,
-                 std::function<bool(const BoundSymbol&)> fusible, RegionCompiler compiler)
+  RegionExecutor(std::string name, std::string version, std::string prefix, RegionCompiler compiler)
       : Executor(std::move(name), std::move(version)),
         prefix_(std::move(prefix)),
-        fusible_(std::move(fusible)),
         compiler_(std::move(compiler)) {}
   bool isFusion() const override { return true; }
   Trace fusionPass(const Trace& trace) const override;
 
  private:
   std::string prefix_;
-  std::function<bool(const BoundSymbol&)> fusible_;
   RegionCompiler compiler_;
 };
 

@@ -342,12 +342,12 @@ void init(py::module_& m) {
         [](const std::string& name, const std::string& version, const std::string& prefix,
            py::object compileRegion) {
           ExecutorRegistry::get().add(std::make_shared<RegionExecutor>(
-              name, version, prefix, nullptr, pythonRegionCompiler(name, PyRef(compileRegion))));
+              name, version, prefix, pythonRegionCompiler(name, PyRef(compileRegion))));
         },
         py::arg("name"), py::arg("version"), py::arg("prefix"), py::arg("compile_region"),
         "Adds a fusion executor over the fuser's regions of torch-executor calls: "
-        "compile_region(name, source, device) returns a callable running one region's Python program "
-        "(or None to decline it).");
+        "compile_region(name, source, device) returns a callable running one region's Python "
+        "program (or None to decline it).");
   m.def("extend_remove_executor", [](const std::string& name) {
     ExecutorRegistry::get().remove(name);
   });

@@ -1,9 +1,10 @@
 """Cross-entropy and attention executors against eager PyTorch and torch.compile, in one run (CUDA).
 
 Forward+backward of F.cross_entropy at [2048, 50257] float32 and at [8192, 128256] bfloat16 logits
-computed in float32 (`F.cross_entropy(logits.float(), labels)`), through apex_ex (and triton_ex
-where Triton exists); thunder's apex_ex also on the bf16 logits directly (its kernels compute in
-float32 and round the loss to bf16). SDPA forward+backward at [4, 32, 2048, 128] bfloat16 causal
+computed in float32 (`F.cross_entropy(logits.float(), labels)`), through thunder's default
+executors (the `.float()` folded into apex_cross_entropy_upcast, which reads the bf16 logits),
+apex_ex (and triton_ex where Triton exists); thunder's apex_ex also on the bf16 logits directly
+(its kernels compute in float32 and round the loss to bf16). SDPA forward+backward at [4, 32, 2048, 128] bfloat16 causal
 with thunder's default executors and with cudnn_ex. Prints one table (milliseconds, ratio to eager and to
 torch.compile) with the device, versions and commit.
 
@@ -113,6 +114,11 @@ def main():
     times = {"eager": cuda_time(fwd_bwd(xent_upcast, logits, labels), iters=5),
              "torch.compile": cuda_time(fwd_bwd(torch.compile(xent_upcast), logits, labels), iters=5)}
     ref = xent_upcast(logits, labels)
+    # thunder with no executors named: the fold of `.float()` into the cross-entropy and apex_ex's
+    # kernels on the bf16 logits (apex_cross_entropy_upcast), as a user's training script gets it.
+    jd = thunder.jit(xent_upcast)
+    check("thunder default", ref, jd(logits, labels), 1e-4)
+    times["thunder default (.float() program)"] = cuda_time(fwd_bwd(jd, logits, labels), iters=5)
     for name, ex in xexes:
         jf = thunder.jit(xent_upcast, executors=[ex])
         check(name, ref, jf(logits, labels), 1e-4)

@@ -15,9 +15,13 @@ python -c "import torch; print('torch', torch.__version__)"
 if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout 900 python -m pytest -q -p no:cacheprovider tests/python/test_ops.py tests/python/test_gpu.py \
     tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
-    tests/python/test_cudagraphs.py tests/python/test_complex_grads.py >"$OUT/tests.log" 2>&1
+    tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
+    tests/python/test_xent_upcast.py tests/python/test_torch_compile.py >"$OUT/tests.log" 2>&1
   grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
   tail -1 "$OUT/tests.log"
+  timeout 900 python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1
+  grep -E "^FAIL" "$OUT/xent.log" | head -20
+  tail -1 "$OUT/xent.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   timeout 600 python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" 2>&1 | tail -14

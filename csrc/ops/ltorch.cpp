@@ -1305,6 +1305,20 @@ void registerNN() {
         return op("add",
                   {op("mul", {nll, 1.0 - smoothing}), op("mul", {reduced, smoothing / classes})});
       });
+  // cross_entropy(a.to(torch.float32), ...) for bfloat16 / float16 logits: what the cross-entropy
+  // upcast fold (transforms/xent_upcast.h) makes of `F.cross_entropy(logits.float(), ...)`, so
+  // that a fused cross-entropy executor reads the logits as they are. Not a PyTorch callable.
+  def("cross_entropy_upcast",
+      "a, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction='mean', "
+      "label_smoothing=0.0",
+      {}, [](const Args& a) {
+        THUNDER_CHECK_KIND(isFloating(T(a[0], "cross_entropy_upcast").dtype), ErrorKind::Type,
+                           "ltorch.cross_entropy_upcast: expected floating-point logits, but got ",
+                           dtypeName(a[0].tensor().dtype));
+        Args up = a;
+        up[0] = clang::maybeConvert(a[0], DType::Float32);
+        return op("cross_entropy", std::move(up));
+      });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",
       {"torch.nn.functional.mse_loss"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "mse_loss");

@@ -51,6 +51,19 @@ std::shared_ptr<Trace> timed(F&& pass, const std::string& name, bool verifyEach)
   return std::make_shared<Trace>(std::move(next));
 }
 
+/// Appends the cross-entropy upcast fold of traces.back() when it changes something.
+void foldUpcastsInto(std::vector<std::shared_ptr<Trace>>& traces, const std::vector<Executor*>& exs,
+                     bool verifyEach) {
+  auto t0 = Clock::now();
+  std::optional<Trace> folded = foldUpcasts(*traces.back(), exs);
+  if (!folded) return;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  folded->provenance =
+      "Constructed by Cross-entropy upcast fold (took " + std::to_string(ms) + " milliseconds)";
+  if (verifyEach) verify(*folded);
+  traces.push_back(std::make_shared<Trace>(std::move(*folded)));
+}
+
 /// Appends the claiming and delete-last-used passes of traces.back().
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach) {
@@ -71,6 +84,7 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   std::vector<std::shared_ptr<Trace>> traces{computation};
   traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
+  foldUpcastsInto(traces, exs, verifyEach);
   std::shared_ptr<Trace> pruned = traces.back();
   traces.push_back(
       timed([&] { return gradTransform(*pruned, numArgs, exs); }, "Grad", verifyEach));
@@ -86,6 +100,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   plan->forwardTraces = {computation};
   plan->forwardTraces.push_back(
       timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
+  foldUpcastsInto(plan->forwardTraces, exs, verifyEach);
   const Trace& pruned = *plan->forwardTraces.back();
   auto t0 = Clock::now();
   plan->fb = forwardBackward(pruned, exs);

@@ -22,6 +22,7 @@
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/prefetch.h"
+#include "transforms/xent_upcast.h"
 #include "python/autodiff_bindings.h"
 #include "python/module.h"
 
@@ -452,9 +453,16 @@ class TracingContext {
 };
 
 
-/// The pipeline after acquisition: dce, claiming, del_last_used. Returns every trace, in order.
 }  // namespace
 
+std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors) {
+  for (const Executor* ex : executors)
+    if (ex->implements("ltorch.cross_entropy_upcast")) return foldCrossEntropyUpcast(trace);
+  return std::nullopt;
+}
+
+/// The pipeline after acquisition: dce, the upcast fold where it applies, claiming,
+/// del_last_used. Returns every trace, in order.
 std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach) {
@@ -470,6 +478,14 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   };
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
+  auto t0 = Clock::now();
+  if (std::optional<Trace> folded = foldUpcasts(*traces.back(), exs)) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    folded->provenance =
+        "Constructed by Cross-entropy upcast fold (took " + std::to_string(ms) + " milliseconds)";
+    if (verifyEach) verify(*folded);
+    traces.push_back(std::make_shared<Trace>(std::move(*folded)));
+  }
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
   if (hasPrefetchCalls(*traces.back()))
     step([](const Trace& t) { return prefetch(t); }, "Prefetch");

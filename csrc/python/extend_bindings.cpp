@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/python_printer.h"
 #include "executors/executor.h"
+#include "executors/region_executor.h"
 #include "ir/error.h"
 #include "python/module.h"
 #include "runtime/kernels.h"
@@ -231,6 +233,43 @@ class PyFusionExecutor : public Executor {
   PyRef pass_;
 };
 
+/// A region executor's compiler: prints the region's program as Python, hands (name, source) to
+/// the Python `compile_region` with the device it runs on ("cuda:0"), which returns a callable of
+/// the program's inputs (or None), and makes the executor symbol whose kernel calls it.
+RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
+  return [executor = std::move(executor), compileRegion](const Trace& program,
+                                                          const Device& device) -> const Symbol* {
+    py::gil_scoped_acquire gil;
+    py::object fn = compileRegion.get()(program.fnName, printTrace(program), device.str());
+    if (fn.is_none()) return nullptr;
+    std::vector<TensorPtr> outs;
+    program.output.collectTensors(outs);
+    const size_t numOutputs = outs.size();
+    const std::string what = "executor '" + executor + "', region " + program.fnName;
+    Symbol semantic;
+    const Symbol* sym = runtime::makeExecSymbol(executor, "", program.fnName, semantic, true);
+    auto kernel = [what, numOutputs, fn = PyRef(fn)](runtime::KernelArgs& ka) -> c10::IValue {
+      py::gil_scoped_acquire gil;
+      py::tuple args(ka.v.size());
+      for (size_t i = 0; i < ka.v.size(); ++i) args[i] = ivalueToPython(ka.v[i]);
+      py::object r = fn.get()(*args);
+      THUNDER_CHECK(py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r), what,
+                    ": expected a tuple of ", numOutputs, " tensors, but got ",
+                    std::string(py::str(py::type::handle_of(r).attr("__name__"))));
+      THUNDER_CHECK(py::len(r) == numOutputs, what, ": expected ", numOutputs,
+                    " tensors, but got ", py::len(r));
+      std::vector<c10::IValue> items;
+      for (py::handle x : r) {
+        THUNDER_CHECK(THPVariable_Check(x.ptr()), what, ": returned a non-tensor output");
+        items.emplace_back(THPVariable_Unpack(x.ptr()));
+      }
+      return c10::ivalue::Tuple::create(std::move(items));
+    };
+    runtime::setKernel(sym, std::move(kernel));
+    return sym;
+  };
+}
+
 /// TensorProxy(name=None, *, like=None, shape=None, device=None, dtype=None, requires_grad=None):
 /// a new proxy in the trace being recorded, with like's metadata where not given.
 TensorPtr newTensorProxy(py::object name, py::object like, py::object shape, py::object device,
@@ -299,6 +338,16 @@ void init(py::module_& m) {
           ExecutorRegistry::get().add(std::move(ex));
         },
         "Adds an executor defined in Python (a fusion executor when fusion_pass is given).");
+  m.def("extend_add_region_executor",
+        [](const std::string& name, const std::string& version, const std::string& prefix,
+           py::object compileRegion) {
+          ExecutorRegistry::get().add(std::make_shared<RegionExecutor>(
+              name, version, prefix, pythonRegionCompiler(name, PyRef(compileRegion))));
+        },
+        py::arg("name"), py::arg("version"), py::arg("prefix"), py::arg("compile_region"),
+        "Adds a fusion executor over the fuser's regions of torch-executor calls: "
+        "compile_region(name, source, device) returns a callable running one region's Python "
+        "program (or None to decline it).");
   m.def("extend_remove_executor", [](const std::string& name) {
     ExecutorRegistry::get().remove(name);
   });

@@ -6,9 +6,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "executors/executor.h"
 #include "ir/trace.h"
 
 namespace thunder::python {
@@ -27,6 +29,10 @@ TensorPtr proxyFor(const at::Tensor& t, const std::string& name);
 std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach);
+
+/// The cross-entropy upcast fold (transforms/xent_upcast.h) of a DCE'd computation trace, when an
+/// active executor implements ltorch.cross_entropy_upcast and a call matches; else nothing.
+std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors);
 
 /// Functions that add bindings to thunder._C; a translation unit registers its own with a static
 /// initializer: `static const bool registered = (moduleInits().push_back(init), true);`.

@@ -688,7 +688,7 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsI
     at::Tensor counted = labels.ge(0).logical_and(labels.ne(ignoreIndex)).sum().to(at::kFloat);
     out = loss.sum().div(counted);
   }
-  return {out.to(logits.scalar_type()), mlse};
+  return {out, mlse};
 }
 
 at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logitsIn,

@@ -62,8 +62,9 @@ void setKernel(const Symbol* execSymbol, Kernel kernel);
 /// The kernel of an executor symbol, or nullptr.
 const Kernel* findKernel(const Symbol* execSymbol);
 /// The apex executor's fused cross-entropy forward on CUDA (executors/cross_entropy.h): the loss
-/// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in the logits'
-/// dtype, and each row's max-log-sum-exp (float32). Rows whose label is `ignoreIndex` or negative
+/// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in float32 (the
+/// kernels' math; apex_cross_entropy rounds it to the logits' dtype, apex_cross_entropy_upcast
+/// keeps it), and each row's max-log-sum-exp (float32). Rows whose label is `ignoreIndex` or negative
 /// are ignored.
 std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits,
                                                        const at::Tensor& labels,

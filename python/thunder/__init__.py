@@ -44,6 +44,16 @@ def _find_nvrtc() -> None:
 _find_nvrtc()
 
 
+# Executors written in Python, by name: their modules are imported when a name is first used
+# (executors=["torchcompile"]), as importing thunder does not import them.
+_PYTHON_EXECUTOR_MODULES = {
+    "apex": "thunder.executors.apexex",
+    "cudnn": "thunder.executors.cudnnex",
+    "torchcompile": "thunder.executors.torch_compile",
+    "triton": "thunder.executors.triton_crossentropy",
+}
+
+
 def _executor_names(executors) -> list[str]:
     if executors is None:
         from thunder.extend import get_default_executors
@@ -52,6 +62,10 @@ def _executor_names(executors) -> list[str]:
     names = []
     for ex in executors:
         names.append(ex if isinstance(ex, str) else ex.name)
+        if isinstance(ex, str) and ex in _PYTHON_EXECUTOR_MODULES:
+            import importlib
+
+            importlib.import_module(_PYTHON_EXECUTOR_MODULES[ex])
     # Calls with no thunder symbol run in the fallback executor; the torch executor takes
     # whatever the others leave. Both are always there, last.
     from thunder.core import fallback

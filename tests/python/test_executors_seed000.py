@@ -143,7 +143,7 @@ def test_seed001_apex_cells():
 # ---- CPU: imports, fallbacks, claims -----------------------------------------------------------
 
 def test_every_executor_module_imports():
-    for name in ("apexex", "apex_entropyex", "triton_crossentropy", "cudnnex", "torchex", "sdpaex"):
+    for name in ("apexex", "apex_entropyex", "triton_crossentropy", "cudnnex", "torchex", "sdpaex", "torch_compile"):
         importlib.import_module(f"thunder.executors.{name}")
     from thunder.executors.apex_entropyex import apex_ex as a1
     from thunder.executors.apexex import apex_ex as a2

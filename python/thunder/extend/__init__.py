@@ -27,6 +27,7 @@ __all__ = [
     "Executor",
     "OperatorExecutor",
     "FusionExecutor",
+    "RegionExecutor",
     "register_executor",
     "deregister_executor",
     "get_all_executors",
@@ -51,7 +52,10 @@ class Executor:
         self._name = name
         self._version = version
         if not _builtin:
-            _C.extend_add_executor(name, "" if version is None else str(version), self._fusion_hook())
+            self._add_to_registry()
+
+    def _add_to_registry(self) -> None:
+        _C.extend_add_executor(self._name, "" if self._version is None else str(self._version), self._fusion_hook())
 
     def _fusion_hook(self):
         return None
@@ -318,6 +322,33 @@ class FusionExecutor(Executor):
         raise NotImplementedError(f"executor '{self._name}': FusionExecutor subclasses define fusion_pass(trace)")
 
 
+class RegionExecutor(FusionExecutor):
+    """A fusion executor on thunder's fusion partition: the regions of calls that the torch
+    executor can run (no random or effectful ones) are formed as for the fuser, and each region
+    worth fusing is handed to `compile_region(name, source, device)` as the Python source of a
+    function `name` (e.g. "TorchCompile0") of the region's input tensors returning a tuple of its
+    outputs. compile_region returns a callable computing that function, or None to leave the
+    region's calls to the other executors. Traces print `[t2, t5] = TorchCompile0(t0, t1)`."""
+
+    def __init__(self, name: str, *, prefix: str, compile_region: Callable, version: Any = None):
+        if not isinstance(prefix, str) or not prefix.isidentifier():
+            raise ValueError(f"executor '{name}': the region prefix must be a Python identifier, "
+                             f"got {prefix!r}")
+        if not callable(compile_region):
+            raise TypeError(f"executor '{name}': compile_region must be callable")
+        self._prefix = prefix
+        self._compile_region = compile_region
+        super().__init__(name, version=version)
+
+    def _add_to_registry(self) -> None:
+        what = f"executor '{self._name}', compile_region"
+        _C.extend_add_region_executor(self._name, "" if self._version is None else str(self._version),
+                                      self._prefix, _guard(what, self._compile_region))
+
+    def fusion_pass(self, trace):
+        raise NotImplementedError(f"executor '{self._name}': a region executor's pass runs in C++")
+
+
 # ---- the registries ------------------------------------------------------------------------------
 
 _executor_map: dict[str, Executor] = {}
@@ -381,17 +412,20 @@ _defaults_settled = False
 
 
 def _settle_defaults() -> None:
-    """Adds the Python executors that are on by default where their hardware is: cuDNN attention
-    on a CUDA machine with cuDNN (eager PyTorch picks the same kernel for causal half-precision
-    attention, faster than ATen's flash kernel). Done at the first use of the defaults, so that
+    """Adds the Python executors that are on by default where their hardware is, on a CUDA
+    machine: cuDNN attention where PyTorch has cuDNN (eager PyTorch picks the same kernel for
+    causal half-precision attention, faster than ATen's flash kernel), and the fused cross-entropy
+    of apex_ex where NVRTC can compile its kernels. Done at the first use of the defaults, so that
     importing thunder does not import the executors' modules."""
     global _defaults_settled
     if _defaults_settled:
         return
     _defaults_settled = True
     if torch.cuda.is_available():
-        from thunder.executors import cudnnex
+        from thunder.executors import apexex, cudnnex
 
+        if _C.nvrtc_available() and apexex.apex_ex not in _default_executors:
+            _default_executors.insert(0, apexex.apex_ex)
         if cudnnex.cudnn_available() and cudnnex.cudnn_ex not in _default_executors:
             _default_executors.insert(0, cudnnex.cudnn_ex)
 
@@ -434,7 +468,8 @@ for _name in _C.executor_names():
     register_executor(_builtin(_name))
 del _name
 # By default CUDA regions are fused (NVRTC); CPU fusion compiles C++ with the system compiler and
-# is opted into with executors=["fuser"]. cuDNN attention joins on CUDA machines (_settle_defaults).
+# is opted into with executors=["fuser"]. cuDNN attention and apex_ex's cross-entropy join on CUDA
+# machines (_settle_defaults).
 if "cudafuser" in _executor_map:
     _default_executors.append(_executor_map["cudafuser"])
 

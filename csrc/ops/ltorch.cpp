@@ -85,8 +85,6 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
   }, kElementwise);
 }
 
-Value mulScalar(const Value& a, double s) { return op("mul", {a, s}); }
-
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
   if (!subtract && elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool) {
@@ -106,8 +104,22 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
                                                     : false;
-  if (!unitAlpha) rhs = clang::binary(prims::mul, b, alpha, PK::Default, opn(name));
-  return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  if (unitAlpha) return clang::binary(subtract ? prims::sub : prims::add, a, b, PK::Default, opn(name));
+  if (alpha.isTensor()) {
+    rhs = clang::binary(prims::mul, b, alpha, PK::Default, opn(name));
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  }
+  // As eager: the dtypes come from a and b alone, and a + alpha * b is computed in the
+  // computation dtype (float64 for a float64 result, float32 for 16-bit floats), rounded once.
+  auto [computation, result] = elementwiseTypePromotion({a, b}, PK::Default);
+  THUNDER_CHECK(isFloating(result) || isComplex(result) || !alpha.isFloat(), opn(name),
+                ": for integral input tensors, alpha must not be a floating point number, but got ",
+                alpha.toDouble());
+  Value ca = a.isTensor() ? clang::maybeConvert(a, computation) : a;
+  Value cb = b.isTensor() ? clang::maybeConvert(b, computation) : b;
+  rhs = clang::binary(prims::mul, cb, alpha, PK::Default, opn(name));
+  Value r = clang::binary(subtract ? prims::sub : prims::add, ca, rhs, PK::Default, opn(name));
+  return clang::maybeConvert(r, result);
 }
 
 /// Runs a composite op in float32 for low precision inputs, rounding once at the end, as PyTorch's
@@ -817,7 +829,8 @@ int64_t reducedCount(const TensorProxy& t, const std::vector<int64_t>& dims) {
 Value meanImpl(const Value& a, const Value& dim, bool keepdim, std::optional<DType> dtype) {
   const TensorProxy& t = T(a, "mean");
   DType result = dtype.value_or(t.dtype);
-  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type,
+  // RuntimeError, as eager's.
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Runtime,
                      "ltorch.mean: could not infer output dtype. Input dtype must be either a floating "
                      "point or complex dtype. Got: ", dtypeName(result));
   std::vector<int64_t> dims = clang::reductionDims(t, dim, "ltorch.mean");
@@ -848,7 +861,8 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
   THUNDER_CHECK(!dimV.isNone(), opn(name), ": dim must be given");
   int64_t dim = dimArg(dimV, t.ndim(), name);
   DType result = optDType(dtypeV).value_or(t.dtype);
-  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type, opn(name),
+  // NotImplementedError (a RuntimeError), as eager's "softmax_kernel_impl not implemented for".
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::NotImplemented, opn(name),
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
   Value x = clang::maybeConvert(a, computation);
@@ -930,10 +944,22 @@ void registerReductions() {
                           shapeStr(t.shape));
             return op(isMax ? "amax" : "amin", {a[0], Value::tuple({})});
           }
-          Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+          int64_t d = dimArg(a[1], t.ndim(), name);
+          if (t.ndim() == 0 || t.shape[d] == 0) {  // amax/amin check and raise as eager does
+            Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+            Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
+            return Value::tuple({values, op(isMax ? "argmax" : "argmin", {x, a[1], a[2]})});
+          }
           // argmax/argmin take no bools: the index of the first true (false) is the same in uint8.
           Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
-          Value idx = op(isMax ? "argmax" : "argmin", {x, a[1], a[2]});
+          Value idx = op(isMax ? "argmax" : "argmin", {x, a[1], true});
+          // The values are the elements at the indices, as eager's: their gradient goes to the
+          // index returned, not shared among ties as amax's is.
+          Value values = prims::gather(a[0], idx, d);
+          if (!a[2].toBool()) {
+            values = op("squeeze", {values, d});
+            idx = op("squeeze", {idx, d});
+          }
           return Value::tuple({values, idx});
         }, kReductionOp);
   }
@@ -1076,7 +1102,8 @@ void registerCreation() {
 
 void checkSameDType(const Value& a, const Value& b, const std::string& op) {
   if (!a.isTensor() || !b.isTensor()) return;
-  THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Type, op,
+  // RuntimeError, as eager's "expected m1 and m2 to have the same dtype".
+  THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Runtime, op,
                      ": expected both arguments to have the same dtype, but got ",
                      dtypeName(a.tensor().dtype), " and ", dtypeName(b.tensor().dtype));
 }

@@ -602,6 +602,8 @@ void registerShapeOps() {
   def("split", "a, split_size_or_sections, dim=0", {"torch.split", "torch.Tensor.split"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "split");
+        // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+        THUNDER_CHECK(t.ndim() > 0, "ltorch.split: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
         int64_t dim = dimArg(a[2], t.ndim(), "split");
         int64_t n = t.shape[dim];
         std::vector<int64_t> sizes;
@@ -626,6 +628,8 @@ void registerShapeOps() {
       });
   def("chunk", "a, chunks, dim=0", {"torch.chunk", "torch.Tensor.chunk"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "chunk");
+    // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+    THUNDER_CHECK(t.ndim() > 0, "ltorch.chunk: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
     int64_t chunks = a[1].toInt();
     THUNDER_CHECK(chunks > 0, "ltorch.chunk: chunks must be positive, but got ", chunks);
     int64_t dim = dimArg(a[2], t.ndim(), "chunk");
@@ -636,6 +640,9 @@ void registerShapeOps() {
   });
   def("unbind", "a, dim=0", {"torch.unbind", "torch.Tensor.unbind"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "unbind");
+    // IndexError, as eager's (a 0-dim tensor has no dim 0 to index: fuzzer seed 3411)
+    THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, "ltorch.unbind: dimension specified as ",
+                       a[1].toInt(), " but the tensor has no dimensions");
     int64_t dim = dimArg(a[1], t.ndim(), "unbind");
     std::vector<Value> out;
     for (int64_t i = 0; i < t.shape[dim]; ++i)
@@ -645,6 +652,8 @@ void registerShapeOps() {
   def("narrow", "a, dim, start, length", {"torch.narrow", "torch.Tensor.narrow"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "narrow");
+        // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+        THUNDER_CHECK(t.ndim() > 0, "ltorch.narrow: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
         int64_t dim = dimArg(a[1], t.ndim(), "narrow");
         int64_t start = a[2].toInt(), len = a[3].toInt();
         if (start < 0) start += t.shape[dim];
@@ -861,8 +870,9 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
   THUNDER_CHECK(!dimV.isNone(), opn(name), ": dim must be given");
   int64_t dim = dimArg(dimV, t.ndim(), name);
   DType result = optDType(dtypeV).value_or(t.dtype);
-  // NotImplementedError (a RuntimeError), as eager's "softmax_kernel_impl not implemented for".
-  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::NotImplemented, opn(name),
+  // RuntimeError: eager raises its subclass NotImplementedError ("softmax_kernel_impl not
+  // implemented for 'Long'"), which thunder keeps for ops it hands to eager (fallback.py).
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Runtime, opn(name),
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
   Value x = clang::maybeConvert(a, computation);

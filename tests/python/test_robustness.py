@@ -598,3 +598,16 @@ def test_sign_of_nan_is_zero_like_eager(dtype, executors):
     # fuzzer seeds 3423, 3064, 3278: the fuser kept NaN where eager's sign gives 0
     x = torch.tensor([float("nan"), -0.0, 0.0, -3.0, 2.0, float("inf"), -float("inf")], dtype=dtype)
     assert_same(lambda x: torch.sign(x * 1), x, executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_relu_gradient_at_nan_like_eager(dtype, executors):
+    # fuzzer seed 3695: eager's threshold_backward passes the gradient where relu(x) is NaN
+    base = torch.tensor([float("nan"), -1.0, 0.0, 2.0, float("inf"), -float("inf")], dtype=dtype)
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        (thunder.jit(torch.relu, executors=executors) if jit else torch.relu)(x).backward(torch.arange(1.0, 7.0, dtype=dtype))
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)

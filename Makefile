@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
 
-.PHONY: setup deps build develop demo test test-cpp test-python fuzz bench clean
+.PHONY: setup deps build develop demo test test-cpp test-python fuzz asan bench clean
 
 setup: deps build develop
 
@@ -55,8 +55,31 @@ OUT ?= fuzz-failures
 fuzz:
 	$(PYTHON) tests/python/fuzz/fuzz.py --start $(START) --count $(N) --jobs $(JOBS) --out $(OUT)
 
+# AddressSanitizer + UndefinedBehaviorSanitizer: the C++ core, its tests and the extension built
+# into $(ASAN_BUILD) (any report aborts), then ctest and ASAN_N fuzz programs run with that
+# extension. Python itself is not sanitized, so libasan is preloaded; leaks are not checked
+# (CPython and torch keep allocations for the life of the process).
+ASAN_BUILD ?= build-asan
+ASAN_N ?= 1000
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+asan:
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(ASAN_FLAGS)" \
+	  -DCMAKE_SHARED_LINKER_FLAGS="$(ASAN_FLAGS)" -DCMAKE_MODULE_LINKER_FLAGS="$(ASAN_FLAGS)" \
+	  -DTHUNDER_EXTENSION_DIR=$(CURDIR)/$(ASAN_BUILD)/ext \
+	  -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@if [ -x $(ASAN_BUILD)/thunder_core_tests ]; then cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS); \
+	else echo "C++ unit tests not built (GoogleTest missing)"; fi
+	@# A copy of python/ made of links, with the sanitized extension in place of the usual one.
+	@rm -rf $(ASAN_BUILD)/python && cp -rs $(CURDIR)/python $(ASAN_BUILD)/python && \
+	  rm -f $(ASAN_BUILD)/python/thunder/_C*.so && cp $(ASAN_BUILD)/ext/_C*.so $(ASAN_BUILD)/python/thunder/
+	PYTHONPATH=$(CURDIR)/$(ASAN_BUILD)/python LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) $(ASAN_ENV) \
+	  $(PYTHON) tests/python/fuzz/fuzz.py --start $(START) --count $(ASAN_N) --jobs $(JOBS) --out $(ASAN_BUILD)/fuzz-failures
+
 bench: setup
 	$(PYTHON) benchmarks/bench_overhead.py
 
 clean:
-	rm -rf $(BUILD) python/thunder/_C*.so
+	rm -rf $(BUILD) $(ASAN_BUILD) python/thunder/_C*.so

@@ -102,6 +102,29 @@ THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
   uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - ((127 - 15) << 23);
   return static_cast<uint16_t>(sign | (r >> 13));
 }
+// Float to integer: C++ leaves a value outside the target's range (inf, NaN) undefined. These
+// give what eager gives. On the CPU that is the host's truncating instruction: on x86 every
+// out-of-range value becomes the 32- or 64-bit minimum (the narrower integers truncate the 32-bit
+// result, as eager's compiled casts do); elsewhere, and on CUDA (cvt.rzi), values saturate and NaN
+// becomes 0.
+THUNDER_DEVICE inline int64_t thunder_f2i64(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2ll_rz(x);
+#elif defined(__x86_64__) || defined(__i386__)
+  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? static_cast<int64_t>(x) : INT64_MIN;
+#else
+  return x != x ? 0 : x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775808.0 ? INT64_MAX : static_cast<int64_t>(x);
+#endif
+}
+THUNDER_DEVICE inline int32_t thunder_f2i32(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2int_rz(x);
+#elif defined(__x86_64__) || defined(__i386__)
+  return (x > -2147483649.0 && x < 2147483648.0) ? static_cast<int32_t>(x) : INT32_MIN;
+#else
+  return x != x ? 0 : x <= -2147483648.0 ? INT32_MIN : x >= 2147483647.0 ? INT32_MAX : static_cast<int32_t>(x);
+#endif
+}
 THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
 THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
 )";
@@ -127,9 +150,13 @@ class Emitter {
   }
 
   /// A register value converted to dtype d (16-bit floats rounded, held in float).
-  static std::string convert(DType d, const std::string& a, bool cuda) {
+  static std::string convert(DType from, DType d, const std::string& a, bool cuda) {
     if (d == DType::Bool) return "(" + a + " != 0)";
     std::string c = "static_cast<" + registerType(d, cuda) + ">(" + a + ")";
+    if (isF(from) && !isF(d)) {  // defined for every value (thunder_f2i64 above)
+      c = d == DType::Int64 ? "thunder_f2i64(" + a + ")" : d == DType::Int32 ? "thunder_f2i32(" + a + ")"
+          : "static_cast<" + registerType(d, cuda) + ">(thunder_f2i32(" + a + "))";
+    }
     if (d == DType::BFloat16) return "thunder_round_bf16(" + c + ")";
     if (d == DType::Float16) return "thunder_round_f16(" + c + ")";
     return c;
@@ -152,7 +179,7 @@ class Emitter {
     DType od = n.operands.empty() ? d : p_.nodes[n.operands[0]].dtype;
     std::string a = o.empty() ? "" : o[0], b = o.size() > 1 ? o[1] : "";
     std::string T = rt(d);
-    if (op == "convert_element_type") return convert(d, a, cuda_);
+    if (op == "convert_element_type") return convert(od, d, a, cuda_);
     if (!cuda_ && isF(d) && d != DType::Float64 && !cpuMathFunction(op).empty())
       return cpuMathFunction(op) + "(" + a + ")";  // vectorizable float math (cpu_math.h)
     if (op == "where") return "(" + a + " ? " + b + " : " + o[2] + ")";
@@ -161,7 +188,8 @@ class Emitter {
     if (op == "reciprocal") return "(static_cast<" + T + ">(1) / " + a + ")";
     if (op == "rsqrt") return cuda_ ? fm("rsqrt", d) + "(" + a + ")" : "(static_cast<" + T + ">(1) / " + fm("sqrt", d) + "(" + a + "))";
     if (op == "sigmoid") return "(static_cast<" + T + ">(1) / (static_cast<" + T + ">(1) + " + fm("exp", d) + "(-" + a + ")))";
-    if (op == "sign") return isF(d) ? "(" + a + " != " + a + " ? " + a + " : static_cast<" + T + ">((" + a + " > 0) - (" + a + " < 0)))" : "static_cast<" + T + ">((" + a + " > 0) - (" + a + " < 0))";
+    // (a > 0) - (a < 0), as eager's kernels: sign(NaN) is 0 (fuzzer seed 3423)
+    if (op == "sign") return "static_cast<" + T + ">((" + a + " > 0) - (" + a + " < 0))";
     if (op == "signbit") return isF(od) ? "(" + fm("copysign", od) + "(1, " + a + ") < 0)" : "(" + a + " < 0)";
     if (op == "isfinite") return isF(od) ? "(" + fm("fabs", od) + "(" + a + ") < THUNDER_INF)" : "true";
     if (op == "bitwise_not") return d == DType::Bool ? "(!" + a + ")" : "static_cast<" + T + ">(~" + a + ")";
@@ -922,7 +950,11 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
       if (!o.column) continue;
       // The epilogue: the sum converted through each dtype in turn, then stored.
       std::string v = "colsum" + std::to_string(j) + "[n]";
-      for (DType d : o.epilogue) v = Emitter::convert(d, v, cuda);
+      DType from = o.accDtype;
+      for (DType d : o.epilogue) {
+        v = Emitter::convert(from, d, v, cuda);
+        from = d;
+      }
       s << "  for (int64_t n = 0; n < L; ++n) out" << j << "[n] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
     }
   }

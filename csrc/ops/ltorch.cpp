@@ -85,8 +85,6 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
   }, kElementwise);
 }
 
-Value mulScalar(const Value& a, double s) { return op("mul", {a, s}); }
-
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
   if (!subtract && elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool) {
@@ -106,8 +104,22 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
                                                     : false;
-  if (!unitAlpha) rhs = clang::binary(prims::mul, b, alpha, PK::Default, opn(name));
-  return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  if (unitAlpha) return clang::binary(subtract ? prims::sub : prims::add, a, b, PK::Default, opn(name));
+  if (alpha.isTensor()) {
+    rhs = clang::binary(prims::mul, b, alpha, PK::Default, opn(name));
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+  }
+  // As eager: the dtypes come from a and b alone, and a + alpha * b is computed in the
+  // computation dtype (float64 for a float64 result, float32 for 16-bit floats), rounded once.
+  auto [computation, result] = elementwiseTypePromotion({a, b}, PK::Default);
+  THUNDER_CHECK(isFloating(result) || isComplex(result) || !alpha.isFloat(), opn(name),
+                ": for integral input tensors, alpha must not be a floating point number, but got ",
+                alpha.toDouble());
+  Value ca = a.isTensor() ? clang::maybeConvert(a, computation) : a;
+  Value cb = b.isTensor() ? clang::maybeConvert(b, computation) : b;
+  rhs = clang::binary(prims::mul, cb, alpha, PK::Default, opn(name));
+  Value r = clang::binary(subtract ? prims::sub : prims::add, ca, rhs, PK::Default, opn(name));
+  return clang::maybeConvert(r, result);
 }
 
 /// Runs a composite op in float32 for low precision inputs, rounding once at the end, as PyTorch's
@@ -590,6 +602,8 @@ void registerShapeOps() {
   def("split", "a, split_size_or_sections, dim=0", {"torch.split", "torch.Tensor.split"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "split");
+        // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+        THUNDER_CHECK(t.ndim() > 0, "ltorch.split: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
         int64_t dim = dimArg(a[2], t.ndim(), "split");
         int64_t n = t.shape[dim];
         std::vector<int64_t> sizes;
@@ -614,6 +628,8 @@ void registerShapeOps() {
       });
   def("chunk", "a, chunks, dim=0", {"torch.chunk", "torch.Tensor.chunk"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "chunk");
+    // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+    THUNDER_CHECK(t.ndim() > 0, "ltorch.chunk: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
     int64_t chunks = a[1].toInt();
     THUNDER_CHECK(chunks > 0, "ltorch.chunk: chunks must be positive, but got ", chunks);
     int64_t dim = dimArg(a[2], t.ndim(), "chunk");
@@ -624,6 +640,9 @@ void registerShapeOps() {
   });
   def("unbind", "a, dim=0", {"torch.unbind", "torch.Tensor.unbind"}, [](const Args& a) {
     const TensorProxy& t = T(a[0], "unbind");
+    // IndexError, as eager's (a 0-dim tensor has no dim 0 to index: fuzzer seed 3411)
+    THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, "ltorch.unbind: dimension specified as ",
+                       a[1].toInt(), " but the tensor has no dimensions");
     int64_t dim = dimArg(a[1], t.ndim(), "unbind");
     std::vector<Value> out;
     for (int64_t i = 0; i < t.shape[dim]; ++i)
@@ -633,6 +652,8 @@ void registerShapeOps() {
   def("narrow", "a, dim, start, length", {"torch.narrow", "torch.Tensor.narrow"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "narrow");
+        // RuntimeError, as eager's: a 0-dim tensor has no dim to cut (fuzzer seed 3411)
+        THUNDER_CHECK(t.ndim() > 0, "ltorch.narrow: expected a tensor of at least 1 dimension, but got a 0-dim tensor");
         int64_t dim = dimArg(a[1], t.ndim(), "narrow");
         int64_t start = a[2].toInt(), len = a[3].toInt();
         if (start < 0) start += t.shape[dim];
@@ -817,7 +838,8 @@ int64_t reducedCount(const TensorProxy& t, const std::vector<int64_t>& dims) {
 Value meanImpl(const Value& a, const Value& dim, bool keepdim, std::optional<DType> dtype) {
   const TensorProxy& t = T(a, "mean");
   DType result = dtype.value_or(t.dtype);
-  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type,
+  // RuntimeError, as eager's.
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Runtime,
                      "ltorch.mean: could not infer output dtype. Input dtype must be either a floating "
                      "point or complex dtype. Got: ", dtypeName(result));
   std::vector<int64_t> dims = clang::reductionDims(t, dim, "ltorch.mean");
@@ -848,7 +870,9 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
   THUNDER_CHECK(!dimV.isNone(), opn(name), ": dim must be given");
   int64_t dim = dimArg(dimV, t.ndim(), name);
   DType result = optDType(dtypeV).value_or(t.dtype);
-  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Type, opn(name),
+  // RuntimeError: eager raises its subclass NotImplementedError ("softmax_kernel_impl not
+  // implemented for 'Long'"), which thunder keeps for ops it hands to eager (fallback.py).
+  THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Runtime, opn(name),
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
   Value x = clang::maybeConvert(a, computation);
@@ -930,10 +954,22 @@ void registerReductions() {
                           shapeStr(t.shape));
             return op(isMax ? "amax" : "amin", {a[0], Value::tuple({})});
           }
-          Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+          int64_t d = dimArg(a[1], t.ndim(), name);
+          if (t.ndim() == 0 || t.shape[d] == 0) {  // amax/amin check and raise as eager does
+            Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+            Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
+            return Value::tuple({values, op(isMax ? "argmax" : "argmin", {x, a[1], a[2]})});
+          }
           // argmax/argmin take no bools: the index of the first true (false) is the same in uint8.
           Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
-          Value idx = op(isMax ? "argmax" : "argmin", {x, a[1], a[2]});
+          Value idx = op(isMax ? "argmax" : "argmin", {x, a[1], true});
+          // The values are the elements at the indices, as eager's: their gradient goes to the
+          // index returned, not shared among ties as amax's is.
+          Value values = prims::gather(a[0], idx, d);
+          if (!a[2].toBool()) {
+            values = op("squeeze", {values, d});
+            idx = op("squeeze", {idx, d});
+          }
           return Value::tuple({values, idx});
         }, kReductionOp);
   }
@@ -1076,7 +1112,8 @@ void registerCreation() {
 
 void checkSameDType(const Value& a, const Value& b, const std::string& op) {
   if (!a.isTensor() || !b.isTensor()) return;
-  THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Type, op,
+  // RuntimeError, as eager's "expected m1 and m2 to have the same dtype".
+  THUNDER_CHECK_KIND(a.tensor().dtype == b.tensor().dtype, ErrorKind::Runtime, op,
                      ": expected both arguments to have the same dtype, but got ",
                      dtypeName(a.tensor().dtype), " and ", dtypeName(b.tensor().dtype));
 }

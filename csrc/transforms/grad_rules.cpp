@@ -525,7 +525,8 @@ void registerTorchRules() {
         });
   }
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
-    putGrad(a[0], op("where", {op("gt", {y, 0}), g, 0.0}));
+    // As eager's threshold_backward: 0 where y <= 0, else g (NaN inputs pass g: fuzzer seed 3695)
+    putGrad(a[0], op("where", {op("le", {y, 0}), 0.0, g}));
   });
   // std = sqrt(var): through sqrt the gradient at std == 0 is inf * 0 = NaN. PyTorch defines it
   // as 0 there (a constant row has no direction of steepest ascent), so std has its own rule:

@@ -71,6 +71,29 @@ THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
   uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - ((127 - 15) << 23);
   return static_cast<uint16_t>(sign | (r >> 13));
 }
+// Float to integer: C++ leaves a value outside the target's range (inf, NaN) undefined. These
+// give what eager gives. On the CPU that is the host's truncating instruction: on x86 every
+// out-of-range value becomes the 32- or 64-bit minimum (the narrower integers truncate the 32-bit
+// result, as eager's compiled casts do); elsewhere, and on CUDA (cvt.rzi), values saturate and NaN
+// becomes 0.
+THUNDER_DEVICE inline int64_t thunder_f2i64(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2ll_rz(x);
+#elif defined(__x86_64__) || defined(__i386__)
+  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? static_cast<int64_t>(x) : INT64_MIN;
+#else
+  return x != x ? 0 : x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775808.0 ? INT64_MAX : static_cast<int64_t>(x);
+#endif
+}
+THUNDER_DEVICE inline int32_t thunder_f2i32(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2int_rz(x);
+#elif defined(__x86_64__) || defined(__i386__)
+  return (x > -2147483649.0 && x < 2147483648.0) ? static_cast<int32_t>(x) : INT32_MIN;
+#else
+  return x != x ? 0 : x <= -2147483648.0 ? INT32_MIN : x >= 2147483647.0 ? INT32_MAX : static_cast<int32_t>(x);
+#endif
+}
 THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
 THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
 template <typename T>

@@ -89,6 +89,14 @@ Value mulScalar(const Value& a, double s) { return op("mul", {a, s}); }
 
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
+  if (subtract) {
+    auto isBool = [](const Value& v) {
+      return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
+    };
+    THUNDER_CHECK_KIND(!isBool(a) && !isBool(b), ErrorKind::Type, opn(name),
+                       ": subtraction with a bool tensor is not supported (use ~ or "
+                       "logical_not to invert a mask)");
+  }
   if (!subtract && elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool) {
     // PyTorch adds bools as a logical or; alpha=False drops b.
     if (alpha.isBool() && !alpha.toBool()) return clang::maybeConvert(a, DType::Bool);

@@ -340,6 +340,14 @@ void registerElementwise() {
         return r;
       }, kElementwise);
   def("lerp", "a, end, weight", {"torch.lerp", "torch.Tensor.lerp"}, [](const Args& a) {
+    // PyTorch's lerp kernels take floating and complex tensors only ("lerp_kernel_scalar" not
+    // implemented for 'Long').
+    for (const Value& v : {a[0], a[1]}) {
+      DType d = T(v, "lerp").dtype;
+      THUNDER_CHECK_KIND(isFloating(d) || isComplex(d), ErrorKind::NotImplemented,
+                         "ltorch.lerp: not implemented for ", dtypeName(d),
+                         " inputs (floating point or complex tensors are expected)");
+    }
     Value diff = op("sub", {a[1], a[0]});
     return op("add", {a[0], op("mul", {a[2], diff})});
   }, kElementwise);

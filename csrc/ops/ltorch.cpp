@@ -87,6 +87,14 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
 
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
+  if (subtract) {
+    auto isBool = [](const Value& v) {
+      return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
+    };
+    THUNDER_CHECK_KIND(!isBool(a) && !isBool(b), ErrorKind::Type, opn(name),
+                       ": subtraction with a bool tensor is not supported (use ~ or "
+                       "logical_not to invert a mask)");
+  }
   if (!subtract && elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool) {
     // PyTorch adds bools as a logical or; alpha=False drops b.
     if (alpha.isBool() && !alpha.toBool()) return clang::maybeConvert(a, DType::Bool);
@@ -344,6 +352,14 @@ void registerElementwise() {
         return r;
       }, kElementwise);
   def("lerp", "a, end, weight", {"torch.lerp", "torch.Tensor.lerp"}, [](const Args& a) {
+    // PyTorch's lerp kernels take floating and complex tensors only ("lerp_kernel_scalar" not
+    // implemented for 'Long').
+    for (const Value& v : {a[0], a[1]}) {
+      DType d = T(v, "lerp").dtype;
+      THUNDER_CHECK_KIND(isFloating(d) || isComplex(d), ErrorKind::NotImplemented,
+                         "ltorch.lerp: not implemented for ", dtypeName(d),
+                         " inputs (floating point or complex tensors are expected)");
+    }
     Value diff = op("sub", {a[1], a[0]});
     return op("add", {a[0], op("mul", {a[2], diff})});
   }, kElementwise);

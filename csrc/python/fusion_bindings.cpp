@@ -103,6 +103,8 @@ void init(py::module_& m) {
     return out;
   });
   m.def("nvrtc_available", &runtime::nvrtcAvailable);
+  m.def("cpu_compiler_available", &runtime::cpuCompilerAvailable,
+        "Whether the system C++ compiler builds the fuser's CPU kernels (probed once per process).");
   m.def("nvrtc_compile", &runtime::nvrtcCompile, py::arg("source"), py::arg("arch"),
         "Compiles CUDA source with NVRTC; returns the CUBIN's size. Needs no GPU.");
   m.def(

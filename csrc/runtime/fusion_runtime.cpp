@@ -138,6 +138,21 @@ CpuFn compileCpu(const std::string& source, const std::string& entry) {
   return fn;
 }
 
+/// Whether the system C++ compiler builds a kernel: a probe library is compiled with the kernels'
+/// flags the first time a process needs one (then loaded from the disk cache on later runs).
+/// Without a compiler, CPU regions are left to the other executors.
+bool cpuCompiler() {
+  static const bool ok = [] {
+    try {
+      return compileCpu("extern \"C\" void thunder_probe(void* const*, void* const*, const long*) {}\n",
+                        "thunder_probe") != nullptr;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 // ---- CUDA: NVRTC and the driver API, both loaded at run time --------------------------------
 
 using CUresult = int;
@@ -576,6 +591,7 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
     int dev = device.index;
     r->modules[v.entry(prog.name)] = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
   } else {
+    if (!cpuCompiler()) return nullptr;  // no C++ compiler: leave the region to the other executors
     r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
     r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
@@ -614,6 +630,8 @@ std::string fusionSource(const Symbol* fusion) {
 size_t nvrtcCompile(const std::string& source, const std::string& arch) { return nvrtcCubin(source, arch).size(); }
 
 bool nvrtcAvailable() { return nvrtc() != nullptr; }
+
+bool cpuCompilerAvailable() { return cpuCompiler(); }
 
 FusionStats fusionStats() { return {gCompiled.load(), gDiskHits.load()}; }
 

@@ -19,6 +19,9 @@ std::string fusionSource(const Symbol* fusion);
 size_t nvrtcCompile(const std::string& source, const std::string& arch);
 /// Whether libnvrtc could be loaded.
 bool nvrtcAvailable();
+/// Whether the system C++ compiler ($CXX, else c++) builds the fuser's CPU kernels; probed once
+/// per process.
+bool cpuCompilerAvailable();
 /// Kernel compile statistics: kernels compiled in this process and loaded from the disk cache.
 struct FusionStats {
   int compiled = 0;

@@ -405,3 +405,41 @@ def test_default_executors_without_cuda_are_the_fuser_alone():
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine adds cuDNN attention")
     assert "cudnn" not in names
+    assert names == ["fuser"]
+
+
+def _run_default_jit(tmp_path, **env):
+    """Runs a jitted CPU function with the default executors in a fresh process; returns the names
+    of the calls in its final trace."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, thunder\n"
+        "jf = thunder.jit(lambda x: torch.erf(x.exp() * 2 - 1))\n"
+        "x = torch.randn(64)\n"
+        "torch.testing.assert_close(jf(x), torch.erf(x.exp() * 2 - 1))\n"
+        "print(' '.join(thunder.last_traces(jf)[-1].bound_symbol_names))\n"
+    )
+    full = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path / "cache"), **env)
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_cpu_regions_are_fused_by_default(tmp_path):
+    if not thunder._C.cpu_compiler_available():
+        pytest.skip("no C++ compiler on this machine")
+    assert any(n.startswith("cpuFusion") for n in _run_default_jit(tmp_path))
+
+
+def test_cpu_fuser_off_by_environment(tmp_path):
+    names = _run_default_jit(tmp_path, THUNDER_CPU_FUSER="0")
+    assert not any(n.startswith("cpuFusion") for n in names)
+    assert "erf" in " ".join(names)
+
+
+def test_cpu_fuser_falls_back_silently_without_a_compiler(tmp_path):
+    names = _run_default_jit(tmp_path, CXX=str(tmp_path / "no-such-compiler"))
+    assert not any(n.startswith("cpuFusion") for n in names)

@@ -14,6 +14,7 @@ fusion pass) is wrapped so that its errors name the executor and the operator.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -467,19 +468,24 @@ def remove_default_executor(ex: Executor | str) -> None:
 for _name in _C.executor_names():
     register_executor(_builtin(_name))
 del _name
-# By default CUDA regions are fused (NVRTC); CPU fusion compiles C++ with the system compiler and
-# is opted into with executors=["fuser"]. cuDNN attention and apex_ex's cross-entropy join on CUDA
-# machines (_settle_defaults).
-if "cudafuser" in _executor_map:
-    _default_executors.append(_executor_map["cudafuser"])
+
+
+def _default_fuser() -> str:
+    """The fuser on by default: "fuser" fuses CUDA regions (NVRTC) and CPU regions (C++ built by the
+    system compiler; where none is found, CPU regions run through ATen as before). THUNDER_CPU_FUSER=0
+    keeps CPU regions on ATen: the default is then "cudafuser", which fuses CUDA regions only."""
+    return "cudafuser" if os.environ.get("THUNDER_CPU_FUSER", "1") == "0" else "fuser"
+
+
+# cuDNN attention and apex_ex's cross-entropy join on CUDA machines (_settle_defaults).
+if _default_fuser() in _executor_map:
+    _default_executors.append(_executor_map[_default_fuser()])
 
 
 def declined(executor: Executor | str, symbol: str, reason: str) -> bool:
     """For checkers: returns False, first saying on stderr why `executor` declined a call of
     `symbol` when THUNDER_DEBUG_CLAIMS=1 (`return declined(ex, "ltorch.cross_entropy", "logits
     on cpu")`)."""
-    import os
-
     if os.environ.get("THUNDER_DEBUG_CLAIMS") == "1":
         name = executor if isinstance(executor, str) else executor.name
         print(f"thunder: executor '{name}' declined {symbol}: {reason}", file=sys.stderr)

@@ -9,6 +9,7 @@ apex kernels; the CUDA tables compare results and gradients with F.cross_entropy
 import contextlib
 import importlib
 import io
+import os
 import re
 
 import pytest
@@ -405,7 +406,7 @@ def test_default_executors_without_cuda_are_the_fuser_alone():
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine adds cuDNN attention")
     assert "cudnn" not in names
-    assert names == ["fuser"]
+    assert names == ["cudafuser" if os.environ.get("THUNDER_CPU_FUSER") == "0" else "fuser"]
 
 
 def _run_default_jit(tmp_path, **env):
@@ -422,7 +423,7 @@ def _run_default_jit(tmp_path, **env):
         "torch.testing.assert_close(jf(x), torch.erf(x.exp() * 2 - 1))\n"
         "print(' '.join(thunder.last_traces(jf)[-1].bound_symbol_names))\n"
     )
-    full = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path / "cache"), **env)
+    full = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path / "cache"), **{"THUNDER_CPU_FUSER": "1", **env})
     r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return r.stdout.split()

@@ -675,7 +675,6 @@ void registerDetachSymbol() {
 /// logits nor their float32 gradient is ever written to memory.
 Value crossEntropyRule(const Args& a) {
   const TensorProxy& x = a[0].tensor();
-  const TensorProxy& t = a[1].tensor();
   int64_t n = x.shape[0], c = x.shape[1];
   int64_t ignore = a[4].toInt();
   const std::string reduction = a[6].toString();

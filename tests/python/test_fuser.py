@@ -416,8 +416,12 @@ def test_new_process_reuses_the_disk_cache(tmp_path):
     )
     env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path))
     run = lambda: subprocess.check_output([sys.executable, "-c", script], env=env, text=True).split()
-    assert run() == ["1", "0"]  # cold: compiled
-    assert run() == ["0", "1"]  # new process: loaded from disk, nothing compiled
+    # Cold: the kernel (and the one-time probe of the C++ compiler) compiled, nothing loaded.
+    compiled, hits = map(int, run())
+    assert compiled >= 1 and hits == 0
+    # A new process compiles nothing: everything comes from the disk cache.
+    compiled, hits = map(int, run())
+    assert compiled == 0 and hits >= 1
 
 
 # ---- CUDA (run on the GPU machine; skipped elsewhere) ------------------------------------------

@@ -133,55 +133,56 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
     return chain;
   };
   // Candidates: every reader of t is a region, t is not returned, and each reader can recompute it
-  // reading at most t's bytes of tensors it did not read already.
-  std::vector<std::vector<const TensorProxy*>> recomputes(regions.size());
-  std::unordered_set<const TensorProxy*> dropped;
+  // reading at most t's bytes of tensors it did not read already. Each chain is found once, with
+  // its leaves (the tensors it reads that it does not compute).
+  struct Chain {
+    std::vector<BoundSymbol> prims;
+    std::vector<const TensorProxy*> leaves;
+  };
+  std::unordered_map<const TensorProxy*, Chain> chains;  // the values recomputed downstream
   for (auto& [t, readers] : regionReaders) {
     if (otherReaders.count(t) || returned.count(t)) continue;
-    const FusionRegion& a = regions[producerRegion.at(t)].second;
-    std::vector<BoundSymbol> chain = chainOf(a, t);
-    if (chain.empty()) continue;
-    std::unordered_set<const TensorProxy*> made;
-    for (const BoundSymbol& p : chain)
+    Chain c{chainOf(regions[producerRegion.at(t)].second, t), {}};
+    if (c.prims.empty()) continue;
+    std::unordered_set<const TensorProxy*> made, seen;
+    for (const BoundSymbol& p : c.prims)
       for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
+    for (const BoundSymbol& p : c.prims)
+      for (const TensorPtr& in : p.inputTensors())
+        if (!made.count(in.get()) && seen.insert(in.get()).second) c.leaves.push_back(in.get());
     bool all = true;
     for (size_t b : readers) {
       std::unordered_set<const TensorProxy*> has;
       for (const TensorPtr& in : regions[b].second.inputs) has.insert(in.get());
       int64_t extra = 0;
-      std::unordered_set<const TensorProxy*> counted;
-      for (const BoundSymbol& p : chain)
-        for (const TensorPtr& in : p.inputTensors())
-          if (!made.count(in.get()) && !has.count(in.get()) && counted.insert(in.get()).second)
-            extra += in->numel() * dtypeItemSize(in->dtype);
+      for (const TensorProxy* in : c.leaves)
+        if (!has.count(in)) extra += in->numel() * dtypeItemSize(in->dtype);
       all &= extra <= t->numel() * dtypeItemSize(t->dtype);
     }
-    if (!all) continue;
-    dropped.insert(t);
+    if (all) chains.emplace(t, std::move(c));
   }
   // A chain may not start from another dropped value (it would no longer be computed anywhere).
   for (bool again = true; again;) {
     again = false;
-    for (auto it = dropped.begin(); it != dropped.end();) {
+    for (auto it = chains.begin(); it != chains.end();) {
       bool bad = false;
-      std::vector<BoundSymbol> chain = chainOf(regions[producerRegion.at(*it)].second, *it);
-      std::unordered_set<const TensorProxy*> made;
-      for (const BoundSymbol& p : chain)
-        for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
-      for (const BoundSymbol& p : chain)
-        for (const TensorPtr& in : p.inputTensors()) bad |= !made.count(in.get()) && dropped.count(in.get()) > 0;
+      for (const TensorProxy* in : it->second.leaves) bad |= chains.count(in) > 0;
       if (bad) {
-        it = dropped.erase(it);
+        it = chains.erase(it);
         again = true;
       } else {
         ++it;
       }
     }
   }
-  if (dropped.empty()) return;
-  for (const TensorProxy* t : dropped)
+  if (chains.empty()) return;
+  std::unordered_set<const TensorProxy*> dropped;
+  std::vector<std::vector<const TensorProxy*>> recomputes(regions.size());
+  for (const auto& [t, c] : chains) {
+    dropped.insert(t);
     for (size_t b : regionReaders.at(t))
       if (std::find(recomputes[b].begin(), recomputes[b].end(), t) == recomputes[b].end()) recomputes[b].push_back(t);
+  }
 
   // The new regions: readers get the chains ahead of their prims, producers lose the outputs.
   std::vector<std::optional<FusionRegion>> changed(regions.size());
@@ -193,10 +194,11 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
     // Chains in producer order (regions come in program order), each prim once.
     std::vector<const TensorProxy*> ts = recomputes[b];
     std::sort(ts.begin(), ts.end(), [&](const TensorProxy* x, const TensorProxy* y) {
-      return producerRegion.at(x) < producerRegion.at(y);
+      size_t rx = producerRegion.at(x), ry = producerRegion.at(y);
+      return rx != ry ? rx < ry : x->name < y->name;  // a deterministic kernel source
     });
     for (const TensorProxy* t : ts) {
-      for (const BoundSymbol& p : chainOf(regions[producerRegion.at(t)].second, t)) {
+      for (const BoundSymbol& p : chains.at(t).prims) {
         bool dup = false;
         for (const TensorPtr& o : p.outputTensors()) dup |= made.count(o.get()) > 0;
         if (dup) continue;
@@ -389,13 +391,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   };
 
   auto flush = [&] {
-    if (!group.empty() && !emitFused(group)) {
-      if (group.size() > 1) {
-        emitSplit(group);
-      } else {
-        out.bsyms.push_back(*units[group.front()].bsym);
-      }
-    }
+    if (!group.empty() && !emitFused(group)) emitSplit(group);
     group.clear();
     groupOut.clear();
     terminalOut.clear();

@@ -25,12 +25,51 @@ def kernel_times(step, iters=3):
         torch.cuda.synchronize()
     by_kernel = defaultdict(float)
     count = defaultdict(int)
+    spans = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             by_kernel[e.name] += e.device_time_total / iters
             count[e.name] += 1
+            spans.append((e.time_range.start, e.time_range.end, e.name))
     cpu_total = sum(e.self_cpu_time_total for e in prof.key_averages()) / iters
-    return by_kernel, {k: v // iters for k, v in count.items()}, cpu_total
+    return by_kernel, {k: v // iters for k, v in count.items()}, cpu_total, idle_gaps(spans, iters)
+
+
+def idle_gaps(spans, iters, top=8):
+    """The GPU's idle time between kernels (union of kernel intervals against the first-to-last
+    span), per step, and the longest gaps with the kernels around them."""
+    spans.sort()
+    gaps, busy, end, prev = [], 0.0, None, None
+    for s, e, name in spans:
+        if end is None:
+            start0, end = s, e
+            busy = e - s
+        elif s > end:
+            gaps.append((s - end, prev, name))
+            busy += e - s
+            end = e
+        elif e > end:
+            busy += e - end
+            end = e
+        prev = name
+    wall = (end - start0) if spans else 0.0
+    gaps.sort(key=lambda g: -g[0])
+    return {"wall_us": wall / iters, "busy_us": busy / iters, "gaps": gaps[:top]}
+
+
+def host_step_time(step, iters=10):
+    """Seconds the host spends inside step() (no synchronization inside), and the synchronized
+    step time, both per step: equal when the step is host-bound."""
+    import time
+    torch.cuda.synchronize()
+    host = 0.0
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        h = time.perf_counter()
+        step()
+        host += time.perf_counter() - h
+    torch.cuda.synchronize()
+    return host / iters, (time.perf_counter() - t0) / iters
 
 
 def main(argv=None):
@@ -41,10 +80,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     for contender in args.contenders.split(","):
         step = WORKLOADS[args.workload]("cuda", contender)
-        kernels, counts, cpu_us = kernel_times(step)
+        kernels, counts, cpu_us, idle = kernel_times(step)
+        host_s, step_s = host_step_time(step)
         total = sum(kernels.values())
         print(f"== {contender}: {total / 1e3:.2f} ms of kernels in {sum(counts.values())} launches, "
-              f"{cpu_us / 1e3:.2f} ms host time per step")
+              f"{cpu_us / 1e3:.2f} ms profiled host time per step")
+        print(f"   unprofiled: host inside step() {host_s * 1e3:.2f} ms, synchronized step {step_s * 1e3:.2f} ms; "
+              f"profiled GPU span {idle['wall_us'] / 1e3:.2f} ms, busy {idle['busy_us'] / 1e3:.2f} ms")
+        for gap, before, after in idle["gaps"]:
+            print(f"   idle {gap:8.1f} us  after {before[:60]}  before {after[:60]}")
         for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {us / 1e3:8.3f} ms  x{counts[name]:<4d} {name[:110]}")
 

@@ -1,35 +1,59 @@
 #!/usr/bin/env bash
-# The GPU machine's check, in one command: build, the CUDA test suites, the benchmarks. Writes
-# logs and JSON under $OUT (default ./gpu_out). Usage: tools/gpu_check.sh [tests|bench|all|distributed]
-# (distributed: on a machine with 2 GPUs, the thunder.distributed tests over NCCL and
-# benchmarks/bench_distributed.py; not part of all)
+# The GPU machine's check, in one command: build, then the named parts in order. Writes logs and
+# JSON under $OUT (default ./gpu_out). Usage: tools/gpu_check.sh PART[,PART...] with parts
+#   ops          the generated op tests on CUDA (test_ops.py), with pytest-xdist where present
+#   tests        the other CUDA test files (models, fuser, sdpa, cudagraphs, seed examples...)
+#   xent         tools/gpu_xent_check.py and benchmarks/bench_xent.py
+#   profile      benchmarks/profile_step.py for gpt_train (kernels, idle gaps, host time)
+#   bench        python -m benchmarks.run on the whole-model and micro workloads
+#   distributed  (2 GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py
+#   all          ops,tests,xent,bench
+# Each part has its own time limit (seconds, env T_<PART>, default 300).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
-what=${1:-all}
+parts=${1:-all}
+[ "$parts" = all ] && parts=ops,tests,xent,bench
+t0=$(date +%s)
 make build JOBS="$(nproc)" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
 export PYTHONPATH=$PWD/python:$PWD/tests/python THUNDER_TEST_DEVICE=cuda
 nvidia-smi -L
 python -c "import torch; print('torch', torch.__version__)"
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  timeout 900 python -m pytest -q -p no:cacheprovider tests/python/test_ops.py tests/python/test_gpu.py \
-    tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
-    tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
-    tests/python/test_xent_upcast.py tests/python/test_torch_compile.py >"$OUT/tests.log" 2>&1
-  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40
-  tail -1 "$OUT/tests.log"
-  timeout 900 python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1
-  grep -E "^FAIL" "$OUT/xent.log" | head -20
-  tail -1 "$OUT/xent.log"
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  timeout 600 python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" 2>&1 | tail -14
-fi
-if [ "$what" = distributed ]; then
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-  timeout 900 python -m pytest -q -p no:cacheprovider tests/python/test_distributed.py >"$OUT/distributed_tests.log" 2>&1
-  grep -E "^(FAILED|ERROR)" "$OUT/distributed_tests.log" | head -20
-  tail -1 "$OUT/distributed_tests.log"
-  timeout 900 python benchmarks/bench_distributed.py --world 2 --steps 10 --json "$OUT/distributed.json" 2>&1 | tail -24
-fi
+xdist=""
+python -c "import xdist" 2>/dev/null && xdist="-n 8"
+lim() { local v="T_${1^^}"; echo "${!v:-300}"; }
+for part in ${parts//,/ }; do
+  t=$(date +%s)
+  echo "== $part (limit $(lim "$part") s)"
+  case $part in
+    ops)
+      timeout "$(lim ops)" python -m pytest -q -p no:cacheprovider $xdist tests/python/test_ops.py >"$OUT/ops.log" 2>&1
+      grep -E "^(FAILED|ERROR)" "$OUT/ops.log" | head -60; tail -1 "$OUT/ops.log" ;;
+    tests)
+      timeout "$(lim tests)" python -m pytest -q -p no:cacheprovider $xdist tests/python/test_gpu.py \
+        tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
+        tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
+        tests/python/test_xent_upcast.py tests/python/test_torch_compile.py >"$OUT/tests.log" 2>&1
+      grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40; tail -1 "$OUT/tests.log" ;;
+    xent)
+      timeout "$(lim xent)" python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1
+      grep -E "^FAIL" "$OUT/xent.log" | head -20; tail -1 "$OUT/xent.log"
+      timeout "$(lim xent)" python benchmarks/bench_xent.py >"$OUT/bench_xent.log" 2>&1
+      grep -E "^\||^device|^#" "$OUT/bench_xent.log" | head -30 ;;
+    profile)
+      timeout "$(lim profile)" python -m benchmarks.profile_step --workload gpt_train --top 30 \
+        --contenders thunder,torch.compile >"$OUT/profile.log" 2>&1
+      grep -E "^==|^   " "$OUT/profile.log" ;;
+    bench)
+      timeout "$(lim bench)" python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" ${BENCH_ARGS:-} 2>&1 | tail -16 ;;
+    distributed)
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+      timeout "$(lim distributed)" python -m pytest -q -p no:cacheprovider tests/python/test_distributed.py >"$OUT/distributed_tests.log" 2>&1
+      grep -E "^(FAILED|ERROR)" "$OUT/distributed_tests.log" | head -20; tail -1 "$OUT/distributed_tests.log"
+      timeout "$(lim distributed)" python benchmarks/bench_distributed.py --world 2 --steps 10 --json "$OUT/distributed.json" 2>&1 | tail -24 ;;
+    *) echo "unknown part $part" ;;
+  esac
+  echo "   ($part: $(( $(date +%s) - t )) s)"
+done

@@ -4,7 +4,8 @@
 #   ops          the generated op tests on CUDA (test_ops.py), with pytest-xdist where present
 #   tests        the other CUDA test files (models, fuser, sdpa, cudagraphs, seed examples...)
 #   xent         tools/gpu_xent_check.py and benchmarks/bench_xent.py
-#   profile      benchmarks/profile_step.py for gpt_train (kernels, idle gaps, host time)
+#   profile      benchmarks/profile_step.py for gpt_train (kernels, idle gaps, host time) and
+#                benchmarks/memory_step.py (where the peak memory comes from)
 #   bench        python -m benchmarks.run on the whole-model and micro workloads
 #   distributed  (2 GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py
 #   all          ops,tests,xent,bench
@@ -43,9 +44,10 @@ for part in ${parts//,/ }; do
       timeout "$(lim xent)" python benchmarks/bench_xent.py >"$OUT/bench_xent.log" 2>&1
       grep -E "^\||^device|^#" "$OUT/bench_xent.log" | head -30 ;;
     profile)
-      timeout "$(lim profile)" python -m benchmarks.profile_step --workload gpt_train --top 30 \
+      timeout "$(lim profile)" python -m benchmarks.profile_step --workload gpt_train --top ${TOP:-30} \
         --contenders thunder,torch.compile >"$OUT/profile.log" 2>&1
-      grep -E "^==|^   " "$OUT/profile.log" ;;
+      grep -E "^==|^   " "$OUT/profile.log"
+      timeout "$(lim profile)" python -m benchmarks.memory_step 2>&1 | tail -4 ;;
     bench)
       timeout "$(lim bench)" python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" ${BENCH_ARGS:-} 2>&1 | tail -16 ;;
     distributed)

@@ -18,6 +18,7 @@
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
+#include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
 #include "transforms/remat.h"
 
@@ -68,6 +69,10 @@ void foldUpcastsInto(std::vector<std::shared_ptr<Trace>>& traces, const std::vec
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach) {
   std::shared_ptr<Trace> t = traces.back();
+  if (std::optional<Trace> cat = padSumsToCat(*t)) {
+    traces.push_back(timed([&] { return std::move(*cat); }, "Pad sums to cat", verifyEach));
+    t = traces.back();
+  }
   traces.push_back(
       timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
   t = traces.back();

@@ -21,6 +21,7 @@
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
 #include "transforms/xent_upcast.h"
 #include "python/autodiff_bindings.h"
@@ -486,6 +487,8 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
     if (verifyEach) verify(*folded);
     traces.push_back(std::make_shared<Trace>(std::move(*folded)));
   }
+  if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
+    step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
   if (hasPrefetchCalls(*traces.back()))
     step([](const Trace& t) { return prefetch(t); }, "Prefetch");

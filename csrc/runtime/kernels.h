@@ -24,8 +24,19 @@ struct KernelArgs {
   /// dtype and device of the call's (first) tensor output, from the trace.
   at::ScalarType outDType = at::ScalarType::Float;
   c10::Device outDevice = c10::Device(c10::kCPU);
+  /// The first argument's register is dead after this call and was moved into `v`: a kernel
+  /// that updates a copy of it may update it in place when `owned(0)` says nothing else holds it.
+  bool donated = false;
 
   const at::Tensor& t(size_t i) const { return v[i].toTensor(); }
+  /// Whether argument `i` is a donated tensor that no other tensor, view or register shares, and
+  /// whose elements do not overlap: writing into it is invisible to everything else.
+  bool owned(size_t i) const {
+    if (!donated || i != 0 || !v[i].isTensor()) return false;
+    const at::Tensor& x = v[i].toTensor();
+    return x.use_count() == 1 && x.has_storage() && x.storage().use_count() == 1 &&
+           x.is_non_overlapping_and_dense() && !x.is_inference();
+  }
   bool isTensor(size_t i) const { return v[i].isTensor(); }
   bool none(size_t i) const { return v[i].isNone(); }
   int64_t i(size_t k) const { return v[k].toInt(); }

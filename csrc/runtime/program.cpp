@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "codegen/python_printer.h"
 #include "ir/error.h"
 
@@ -102,6 +105,23 @@ Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) 
   std::vector<TensorPtr> outs;
   trace_->output.collectTensors(outs);
   for (const TensorPtr& t : outs) outputRegs_.push_back(regOf(*t, "return"));
+  // Donation: a computed (not caller-owned) first argument whose register this call frees.
+  const int numInputs = static_cast<int>(trace_->inputs.size());
+  for (Instruction& ins : code_) {
+    if (ins.args.empty() || ins.args[0].kind != Operand::Kind::Reg) continue;
+    int r = ins.args[0].reg;
+    if (r < numInputs || std::find(ins.frees.begin(), ins.frees.end(), r) == ins.frees.end()) continue;
+    if (std::find(outputRegs_.begin(), outputRegs_.end(), r) != outputRegs_.end()) continue;
+    std::function<bool(const Operand&)> reads = [&](const Operand& op) {
+      if (op.kind == Operand::Kind::Reg) return op.reg == r;
+      for (const Operand& x : op.items)
+        if (reads(x)) return true;
+      return false;
+    };
+    bool elsewhere = false;
+    for (size_t k = 1; k < ins.args.size(); ++k) elsewhere |= reads(ins.args[k]);
+    if (!elsewhere) ins.donate = r;
+  }
 }
 
 namespace {
@@ -131,6 +151,10 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
     args.clear();
     for (const Operand& op : ins.args) args.push_back(materialize(op, regs));
     KernelArgs ka{args, ins.outDType, ins.outDevice};
+    if (ins.donate >= 0) {
+      regs[ins.donate] = c10::IValue();
+      ka.donated = true;
+    }
     c10::IValue out;
     try {
       out = (*ins.kernel)(ka);

@@ -33,6 +33,9 @@ struct Instruction {
   bool tuple = false;
   /// Registers released after the call (`del`).
   std::vector<int> frees;
+  /// The first argument's register when the call is its last reader and nothing else in the
+  /// call reads it: it is moved into the call (KernelArgs::donated), else -1.
+  int donate = -1;
   at::ScalarType outDType = at::kFloat;
   c10::Device outDevice = c10::Device(c10::kCPU);
 };

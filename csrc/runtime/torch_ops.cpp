@@ -339,7 +339,10 @@ void registerPrimKernels() {
   impl("prims.gather", "torchex", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(2), a.t(1)); });
   impl("prims.scatter_add", "torchex", "scatter_add",
-       [](K& a) -> c10::IValue { return at::scatter_add(a.t(0), a.i(3), a.t(1), a.t(2)); });
+       [](K& a) -> c10::IValue {
+         if (a.owned(0)) return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2));
+         return at::scatter_add(a.t(0), a.i(3), a.t(1), a.t(2));
+       });
   impl("prims.sum", "torchex", "sum", [](K& a) -> c10::IValue { return sumDims(a.t(0), a.ints(1)); });
   impl("prims.prod", "torchex", "prod", [](K& a) -> c10::IValue {
     std::vector<int64_t> dims = a.ints(1);
@@ -551,7 +554,10 @@ void registerLTorchKernels() {
   impl("ltorch.gather", "torch", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(1), a.t(2)); });
   impl("ltorch.scatter_add", "torch", "scatter_add",
-       [](K& a) -> c10::IValue { return at::scatter_add(a.t(0), a.i(1), a.t(2), a.t(3)); });
+       [](K& a) -> c10::IValue {
+         if (a.owned(0)) return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3));
+         return at::scatter_add(a.t(0), a.i(1), a.t(2), a.t(3));
+       });
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
   impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
 
@@ -724,7 +730,10 @@ void registerTensorOpKernels() {
     return pair(at::topk(a.t(0), a.i(1), a.i(2), a.b(3), true));
   });
   impl("prims.scatter", "torchex", "scatter",
-       [](K& a) -> c10::IValue { return at::scatter(a.t(0), a.i(3), a.t(1), a.t(2)); });
+       [](K& a) -> c10::IValue {
+         if (a.owned(0)) return a.t(0).scatter_(a.i(3), a.t(1), a.t(2));
+         return at::scatter(a.t(0), a.i(3), a.t(1), a.t(2));
+       });
   impl("ltorch.clone", "torch", "clone", [](K& a) -> c10::IValue { return at::clone(a.t(0)); });
 }
 

@@ -18,6 +18,17 @@ __device__ __forceinline__ float thunder_load(const thunder_f16* p) {
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
   return f;
 }
+// Plain (coherent) loads, for a kernel that may write where it reads (the backward in place).
+__device__ __forceinline__ float thunder_load_rw(const float* p) { return *p; }
+__device__ __forceinline__ float thunder_load_rw(const thunder_bf16* p) {
+  return __uint_as_float(static_cast<unsigned>(p->bits) << 16);
+}
+__device__ __forceinline__ float thunder_load_rw(const thunder_f16* p) {
+  float f;
+  unsigned short h = p->bits;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
 __device__ __forceinline__ void thunder_store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void thunder_store(thunder_bf16* p, float v) {
   unsigned u = __float_as_uint(v);
@@ -108,8 +119,10 @@ thunder_xent_fwd(const T* __restrict__ logits, const L* __restrict__ labels, flo
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
-thunder_xent_bwd(const float* __restrict__ grad, const T* __restrict__ logits, const L* __restrict__ labels,
-                 const float* __restrict__ mlse, T* __restrict__ out, long long classes, float smoothing) {
+thunder_xent_bwd(const float* __restrict__ grad, const T* logits, const L* __restrict__ labels,
+                 const float* __restrict__ mlse, T* out, long long classes, float smoothing) {
+  // `out` may be `logits` (the gradient written over dead logits): each element is read, then
+  // written, by one thread.
   const long long row = blockIdx.x;
   const T* x = logits + row * classes;
   T* o = out + row * classes;
@@ -120,7 +133,7 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* __restrict__ logits, c
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {
     float v[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = thunder_load(x + j + k * BLOCK);
+    for (int k = 0; k < 4; ++k) v[k] = thunder_load_rw(x + j + k * BLOCK);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const long long c = j + k * BLOCK;
@@ -128,7 +141,7 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* __restrict__ logits, c
     }
   }
   for (; j < classes; j += BLOCK) {
-    thunder_store(o + j, g * __expf(thunder_load(x + j) - lse) - base - (j == y ? hit : 0.f));
+    thunder_store(o + j, g * __expf(thunder_load_rw(x + j) - lse) - base - (j == y ? hit : 0.f));
   }
 }
 )";

@@ -711,7 +711,7 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsI
 
 at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logitsIn,
                                 const at::Tensor& labelsIn, const at::Tensor& mlseIn,
-                                double smoothing) {
+                                double smoothing, bool inPlace) {
   checkXentArgs("apex_cross_entropy_backward", logitsIn, labelsIn);
   const int64_t rows = logitsIn.size(0);
   THUNDER_CHECK(gradIn.numel() == rows && mlseIn.numel() == rows,
@@ -719,7 +719,8 @@ at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logi
                 " elements, but got ", c10::str(gradIn.sizes()), " and ", c10::str(mlseIn.sizes()));
   at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
   at::Tensor grad = gradIn.to(at::kFloat).contiguous(), mlse = mlseIn.to(at::kFloat).contiguous();
-  at::Tensor out = at::empty_like(logits, at::MemoryFormat::Contiguous);
+  at::Tensor out = inPlace && logitsIn.is_contiguous() ? logits
+                                                       : at::empty_like(logits, at::MemoryFormat::Contiguous);
   void* pGrad = grad.data_ptr();
   void* pLogits = logits.data_ptr();
   void* pLabels = labels.data_ptr();

@@ -24,15 +24,16 @@ struct KernelArgs {
   /// dtype and device of the call's (first) tensor output, from the trace.
   at::ScalarType outDType = at::ScalarType::Float;
   c10::Device outDevice = c10::Device(c10::kCPU);
-  /// The first argument's register is dead after this call and was moved into `v`: a kernel
-  /// that updates a copy of it may update it in place when `owned(0)` says nothing else holds it.
-  bool donated = false;
+  /// Arguments whose registers are dead after this call, moved into `v`: a kernel that would
+  /// write a new tensor of the same shape may write into one when `owned(i)` says nothing else
+  /// holds it.
+  uint64_t donated = 0;  // bit i: argument i
 
   const at::Tensor& t(size_t i) const { return v[i].toTensor(); }
   /// Whether argument `i` is a donated tensor that no other tensor, view or register shares, and
   /// whose elements do not overlap: writing into it is invisible to everything else.
   bool owned(size_t i) const {
-    if (!donated || i != 0 || !v[i].isTensor()) return false;
+    if (i >= 64 || !((donated >> i) & 1) || !v[i].isTensor()) return false;
     const at::Tensor& x = v[i].toTensor();
     return x.use_count() == 1 && x.has_storage() && x.storage().use_count() == 1 &&
            x.is_non_overlapping_and_dense() && !x.is_inference();
@@ -83,9 +84,10 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits,
                                                        double smoothing, int64_t ignoreIndex);
 /// The gradient of the per-row losses with respect to the logits, given each row's cotangent
 /// `grad` (0 for ignored rows) and the forward's max-log-sum-exp.
+/// `inPlace`: the caller owns `logits` (nothing else reads it): the gradient is written over it.
 at::Tensor crossEntropyBackward(const at::Tensor& grad, const at::Tensor& logits,
                                 const at::Tensor& labels, const at::Tensor& maxLogSumExp,
-                                double smoothing);
+                                double smoothing, bool inPlace = false);
 /// thunder dtype -> ATen scalar type, and back.
 at::ScalarType toScalarType(DType d);
 DType fromScalarType(at::ScalarType s);

@@ -105,22 +105,25 @@ Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) 
   std::vector<TensorPtr> outs;
   trace_->output.collectTensors(outs);
   for (const TensorPtr& t : outs) outputRegs_.push_back(regOf(*t, "return"));
-  // Donation: a computed (not caller-owned) first argument whose register this call frees.
+  // Donation: computed (not caller-owned, not returned) tensor arguments whose register this
+  // call frees and no other argument of the call reads.
   const int numInputs = static_cast<int>(trace_->inputs.size());
+  std::function<int(const Operand&, int)> reads = [&](const Operand& op, int r) {
+    if (op.kind == Operand::Kind::Reg) return op.reg == r ? 1 : 0;
+    int n = 0;
+    for (const Operand& x : op.items) n += reads(x, r);
+    return n;
+  };
   for (Instruction& ins : code_) {
-    if (ins.args.empty() || ins.args[0].kind != Operand::Kind::Reg) continue;
-    int r = ins.args[0].reg;
-    if (r < numInputs || std::find(ins.frees.begin(), ins.frees.end(), r) == ins.frees.end()) continue;
-    if (std::find(outputRegs_.begin(), outputRegs_.end(), r) != outputRegs_.end()) continue;
-    std::function<bool(const Operand&)> reads = [&](const Operand& op) {
-      if (op.kind == Operand::Kind::Reg) return op.reg == r;
-      for (const Operand& x : op.items)
-        if (reads(x)) return true;
-      return false;
-    };
-    bool elsewhere = false;
-    for (size_t k = 1; k < ins.args.size(); ++k) elsewhere |= reads(ins.args[k]);
-    if (!elsewhere) ins.donate = r;
+    for (size_t k = 0; k < ins.args.size() && k < 64; ++k) {
+      if (ins.args[k].kind != Operand::Kind::Reg) continue;
+      int r = ins.args[k].reg;
+      if (r < numInputs || std::find(ins.frees.begin(), ins.frees.end(), r) == ins.frees.end()) continue;
+      if (std::find(outputRegs_.begin(), outputRegs_.end(), r) != outputRegs_.end()) continue;
+      int n = 0;
+      for (const Operand& op : ins.args) n += reads(op, r);
+      if (n == 1) ins.donate.push_back({static_cast<int>(k), r});
+    }
   }
 }
 
@@ -151,9 +154,9 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
     args.clear();
     for (const Operand& op : ins.args) args.push_back(materialize(op, regs));
     KernelArgs ka{args, ins.outDType, ins.outDevice};
-    if (ins.donate >= 0) {
-      regs[ins.donate] = c10::IValue();
-      ka.donated = true;
+    for (auto [k, r] : ins.donate) {
+      regs[r] = c10::IValue();
+      ka.donated |= uint64_t(1) << k;
     }
     c10::IValue out;
     try {

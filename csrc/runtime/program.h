@@ -33,9 +33,9 @@ struct Instruction {
   bool tuple = false;
   /// Registers released after the call (`del`).
   std::vector<int> frees;
-  /// The first argument's register when the call is its last reader and nothing else in the
-  /// call reads it: it is moved into the call (KernelArgs::donated), else -1.
-  int donate = -1;
+  /// Arguments (index, register) whose register this call is the last reader of, read by no
+  /// other argument of the call: they are moved into the call (KernelArgs::donated).
+  std::vector<std::pair<int, int>> donate;
   at::ScalarType outDType = at::kFloat;
   c10::Device outDevice = c10::Device(c10::kCPU);
 };

@@ -94,6 +94,7 @@ apex_cross_entropy_upcast = apex_ex.register_operator(
 apex_cross_entropy_backward = apex_ex.register_operator(
     "apex_cross_entropy_backward", meta=_bwd_meta, fn=_bwd_impl
 )
+_C.apex_native_backward(apex_cross_entropy_backward)
 
 
 def _check(symbol, a, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing) -> bool:

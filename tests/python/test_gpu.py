@@ -222,3 +222,26 @@ def test_xent_backward_over_dead_logits(dtype, smoothing):
     assert extra < logits_bytes // 2, (extra, logits_bytes)
     src = str(thunder.last_backward_traces(jf)[-1])
     assert "apex_cross_entropy_backward" in src, src
+
+
+@pytest.mark.parametrize("to", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize("src", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("executors", [None, ["fuser"]])
+def test_float_to_int_conversion_matches_eager_cuda(src, to, executors):
+    # Values each target holds (fractions truncate toward zero), negative zero, and for bool
+    # also NaN and infinities (nonzero: True). Out-of-range float->int is undefined in C++ and
+    # differs between eager's own CPU and CUDA kernels, so it is not compared.
+    vals = [0.0, -0.0, 0.4, -0.6, 1.5, -2.5, 7.9, -7.9, 100.25, -100.75, 126.0, -127.0]
+    if to == torch.uint8:
+        vals = [v for v in vals if v > -1.0] + [254.9, 200.5]
+    if to == torch.bool:
+        vals += [float("nan"), float("inf"), float("-inf"), 1e-30]
+    x = torch.tensor(vals, dtype=src, device="cuda")
+
+    def f(a):
+        return (a * 1).to(to)  # the multiply keeps the conversion inside a fusion
+
+    out = thunder.jit(f, executors=executors)(x)
+    ref = f(x)
+    assert out.dtype == ref.dtype
+    assert torch.equal(out, ref), (x, out, ref)

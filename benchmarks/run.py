@@ -2,6 +2,11 @@
 one process. For each: median time, speedup over eager, peak memory (CUDA), first-call time.
 
     python -m benchmarks.run [--device cuda|cpu] [--only NAME,...] [--json out.json] [--repeats N]
+                             [--graphs]
+
+--graphs adds, for gpt_infer, gpt_decode and overhead on CUDA, two contenders that replay CUDA
+graphs: torch.compile(mode="reduce-overhead") and thunder.jit(plugins="reduce-overhead"); the
+table then has a column for each and the ratio of the two.
 
 Workloads (fixed, so results compare across commits):
   gpt_train     Llama-3.2-1B-shaped decoder, 4 layers (vocab 128256, width 2048, 32 heads, 8 KV
@@ -174,15 +179,14 @@ def _wrap(model, contender):
         return model
     if contender == "torch.compile":
         return torch.compile(model)
+    if contender == COMPILE_GRAPHS:
+        return torch.compile(model, mode="reduce-overhead")
+    if contender == THUNDER_GRAPHS:
+        return thunder.jit(model, plugins="reduce-overhead")
     return thunder.jit(model)
 
 
-def _fn(f, contender):
-    if contender == "eager":
-        return f
-    if contender == "torch.compile":
-        return torch.compile(f)
-    return thunder.jit(f)
+_fn = _wrap
 
 
 def rmsnorm(device, contender):
@@ -290,6 +294,10 @@ WORKLOADS = {
 }
 CPU_ONLY = {"cpu_chain", "cpu_mlp", "cpu_gpt_train"}
 CONTENDERS = ("eager", "torch.compile", "thunder")
+# With --graphs: the contenders that replay CUDA graphs, and the workloads they run.
+COMPILE_GRAPHS, THUNDER_GRAPHS = "torch.compile(reduce-overhead)", "thunder(reduce-overhead)"
+GRAPH_CONTENDERS = (COMPILE_GRAPHS, THUNDER_GRAPHS)
+GRAPH_WORKLOADS = {"gpt_infer", "gpt_decode", "overhead"}
 
 
 def measure(name, device, contender, repeats):
@@ -345,7 +353,10 @@ def main(argv=None):
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--graphs", action="store_true", help="add the CUDA-graph contenders (CUDA only)")
     args = ap.parse_args(argv)
+    if args.graphs and args.device != "cuda":
+        ap.error("--graphs needs --device cuda")
     names = [n for n in (args.only.split(",") if args.only else WORKLOADS) if n]
     if args.device == "cuda":
         names = [n for n in names if n not in CPU_ONLY]
@@ -355,7 +366,8 @@ def main(argv=None):
         if args.device == "cpu":
             results[name] = measure_interleaved(name, args.device, args.repeats)
         else:
-            results[name] = {c: measure(name, args.device, c, args.repeats) for c in CONTENDERS}
+            contenders = CONTENDERS + (GRAPH_CONTENDERS if args.graphs and name in GRAPH_WORKLOADS else ())
+            results[name] = {c: measure(name, args.device, c, args.repeats) for c in contenders}
     if args.device == "cuda":
         dev = torch.cuda.get_device_name()
     else:
@@ -363,16 +375,30 @@ def main(argv=None):
     header = f"device {dev}, torch {torch.__version__}, commit {commit()}, {time.strftime('%Y-%m-%d %H:%M')}"
     header += f", {load} before, %.2f %.2f %.2f after" % os.getloadavg()
     print(header)
-    print(f"| workload | eager | torch.compile | thunder | thunder vs eager | thunder vs compile | peak GiB e/c/t | first call s e/c/t |")
-    print("|---|---|---|---|---|---|---|---|")
+    graphs = any(COMPILE_GRAPHS in r for r in results.values())
+    shown = CONTENDERS + (GRAPH_CONTENDERS if graphs else ())
+    ratios = [("thunder vs eager", "eager", "thunder"), ("thunder vs compile", "torch.compile", "thunder")]
+    if graphs:
+        ratios.append(("graphs: thunder vs compile", COMPILE_GRAPHS, THUNDER_GRAPHS))
+    print("| workload | " + " | ".join(shown) + " | " + " | ".join(r[0] for r in ratios)
+          + " | peak GiB " + "/".join(shown) + " | first call s " + "/".join(shown) + " |")
+    print("|---" * (1 + len(shown) + len(ratios) + 2) + "|")
     for name, r in results.items():
         unit, k = ("us", 1e6) if name == "overhead" else ("ms", 1e3)
-        cell = lambda c: f"{r[c]['median_s'] * k:.3f} {unit}" if "median_s" in r[c] else f"fails: {r[c]['error']}"  # noqa: E731
-        ratio = lambda a, b: f"{r[a]['median_s'] / r[b]['median_s']:.2f}x" if "median_s" in r[a] and "median_s" in r[b] else "-"  # noqa: E731
-        peak = "/".join(f"{r[c]['peak_gib']:.2f}" if "peak_gib" in r[c] else "-" for c in CONTENDERS)
-        first = "/".join(f"{r[c]['first_call_s']:.2f}" if "first_call_s" in r[c] else "-" for c in CONTENDERS)
-        print(f"| {name} | {cell('eager')} | {cell('torch.compile')} | {cell('thunder')} | {ratio('eager', 'thunder')} | "
-              f"{ratio('torch.compile', 'thunder')} | {peak} | {first} |")
+
+        def cell(c):
+            if c not in r:
+                return "-"
+            return f"{r[c]['median_s'] * k:.3f} {unit}" if "median_s" in r[c] else f"fails: {r[c]['error']}"
+
+        def ratio(a, b):
+            ok = a in r and b in r and "median_s" in r[a] and "median_s" in r[b]
+            return f"{r[a]['median_s'] / r[b]['median_s']:.2f}x" if ok else "-"
+
+        peak = "/".join(f"{r[c]['peak_gib']:.2f}" if "peak_gib" in r.get(c, {}) else "-" for c in shown)
+        first = "/".join(f"{r[c]['first_call_s']:.2f}" if "first_call_s" in r.get(c, {}) else "-" for c in shown)
+        print("| " + name + " | " + " | ".join(cell(c) for c in shown) + " | "
+              + " | ".join(ratio(a, b) for _, a, b in ratios) + f" | {peak} | {first} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"header": header, "results": results}, f, indent=1)

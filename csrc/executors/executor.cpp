@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "codegen/python_printer.h"
 #include "ir/error.h"
@@ -181,6 +182,40 @@ Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& ex
   Claimer claimer(out, executors);
   for (const BoundSymbol& b : current.bsyms) claimer.claim(b, 0);
   return out;
+}
+
+ReinplaceRules reinplaceRules(const std::vector<Executor*>& executors) {
+  auto byName = [executors](const std::string& name) -> const Executor* {
+    for (const Executor* ex : executors)
+      if (ex->name() == name) return ex;
+    return nullptr;
+  };
+  ReinplaceRules rules;
+  rules.inplaceVariant = [byName](const BoundSymbol& b) -> const Symbol* {
+    const Executor* ex = b.sym->executor.empty() ? nullptr : byName(b.sym->executor);
+    return ex ? ex->inplaceVariant(b.sym) : nullptr;
+  };
+  rules.freshOutputs = [byName](const BoundSymbol& b) {
+    const Executor* ex = b.sym->executor.empty() ? nullptr : byName(b.sym->executor);
+    if (ex == nullptr) return false;
+    if (ex->isFusion()) return true;
+    if (ex->name() != "torch" || b.sym->hasTag(kShapeOp)) return false;
+    // Calls ATen answers with their input when there is nothing to do.
+    static const std::unordered_set<std::string> mayReturnInput = {
+        "to", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool",
+        "contiguous", "convert_element_type", "stride_order", "squeeze", "real", "imag",
+        "dropout", "detach"};
+    if (mayReturnInput.count(b.sym->name)) return false;
+    if (b.sym->hasTag(kElementwise) || b.sym->hasTag(kReductionOp) || b.sym->hasTag(kMatmulOp) ||
+        b.sym->hasTag(kCreation))
+      return true;
+    static const std::unordered_set<std::string> allocates = {
+        "scaled_dot_product_attention", "index_select", "gather", "take", "cat", "stack",
+        "embedding", "linear", "matmul", "softmax", "log_softmax", "layer_norm", "rms_norm",
+        "clone", "scatter", "scatter_add", "index_copy", "index_add", "cumsum", "cumprod"};
+    return allocates.count(b.sym->name) > 0;
+  };
+  return rules;
 }
 
 }  // namespace thunder

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/trace.h"
+#include "transforms/reinplace.h"
 
 namespace thunder {
 
@@ -44,10 +45,19 @@ class Executor {
   virtual bool isFusion() const { return false; }
   /// A fusion executor's pass over the calls not claimed by earlier executors.
   virtual Trace fusionPass(const Trace& trace) const { return trace; }
+  /// Makes `inplace` the in-place form of this executor's call symbol `exec` (same arguments;
+  /// writes its first argument and returns it), for the reinplace pass.
+  void addInplaceVariant(const Symbol* exec, const Symbol* inplace) { inplace_[exec] = inplace; }
+  /// The in-place form of `exec`, or nullptr.
+  const Symbol* inplaceVariant(const Symbol* exec) const {
+    auto it = inplace_.find(exec);
+    return it == inplace_.end() ? nullptr : it->second;
+  }
 
  private:
   std::string name_, version_;
   std::unordered_map<std::string, std::vector<Implementation>> impls_;
+  std::unordered_map<const Symbol*, const Symbol*> inplace_;
 };
 
 /// Every executor by name, and the default list.
@@ -70,5 +80,11 @@ class ExecutorRegistry {
 /// the last, takes what the others leave). A call no executor accepts is replaced by its
 /// subsymbols, claimed in turn; a prim nobody implements is a user error naming it.
 Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& executors);
+
+/// The reinplace pass's rules for an execution trace claimed by these executors: the in-place
+/// forms they registered; fresh outputs for fused calls and for the torch executor's calls that
+/// always allocate (arithmetic, reductions, matmuls, attention, gathers), never for views,
+/// conversions (which return their input when there is nothing to convert) or unknown calls.
+ReinplaceRules reinplaceRules(const std::vector<Executor*>& executors);
 
 }  // namespace thunder

@@ -490,6 +490,9 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
     step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
+  // Inference only: a training forward's saved tensors must not become the caller's buffers,
+  // which the next call writes before this call's backward runs.
+  step([&](const Trace& t) { return reinplace(t, reinplaceRules(exs)); }, "Reinplace");
   if (hasPrefetchCalls(*traces.back()))
     step([](const Trace& t) { return prefetch(t); }, "Prefetch");
   step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");

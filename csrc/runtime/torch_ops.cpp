@@ -125,12 +125,21 @@ Executor* gTorch = nullptr;
 
 /// Registers `kernel` as the torch executor's implementation of `semanticId`, printing as
 /// module.name.
-void impl(const std::string& semanticId, const std::string& module, const std::string& name,
-          Kernel kernel, std::function<bool(const BoundSymbol&)> checker = {}) {
+const Symbol* impl(const std::string& semanticId, const std::string& module, const std::string& name,
+                  Kernel kernel, std::function<bool(const BoundSymbol&)> checker = {}) {
   const Symbol& semantic = SymbolRegistry::get().at(semanticId);
   const Symbol* exec = makeExecSymbol("torch", module, name, semantic);
   setKernel(exec, std::move(kernel));
   gTorch->addImplementation(semanticId, Implementation{exec, std::move(checker), {}});
+  return exec;
+}
+
+/// Registers `kernel` (which writes its first argument and returns it) as the in-place form of
+/// `exec`, printing as module.name; the reinplace pass (transforms/reinplace.h) uses it.
+void inplace(const Symbol* exec, const std::string& module, const std::string& name, Kernel kernel) {
+  const Symbol* in = makeExecSymbol("torch", module, name, *exec);
+  setKernel(in, std::move(kernel));
+  gTorch->addInplaceVariant(exec, in);
 }
 
 // ---- nn ops ----
@@ -338,11 +347,13 @@ void registerPrimKernels() {
   });
   impl("prims.gather", "torchex", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(2), a.t(1)); });
-  impl("prims.scatter_add", "torchex", "scatter_add",
+  const Symbol* scatterAdd = impl("prims.scatter_add", "torchex", "scatter_add",
        [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2));
+         if (a.owned(0)) return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2));  // donated
          return at::scatter_add(a.t(0), a.i(3), a.t(1), a.t(2));
        });
+  inplace(scatterAdd, "torchex", "scatter_add_",
+          [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2)); });
   impl("prims.sum", "torchex", "sum", [](K& a) -> c10::IValue { return sumDims(a.t(0), a.ints(1)); });
   impl("prims.prod", "torchex", "prod", [](K& a) -> c10::IValue {
     std::vector<int64_t> dims = a.ints(1);
@@ -553,11 +564,29 @@ void registerLTorchKernels() {
        [](K& a) -> c10::IValue { return at::index_select(a.t(0), a.i(1), a.t(2)); });
   impl("ltorch.gather", "torch", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(1), a.t(2)); });
-  impl("ltorch.scatter_add", "torch", "scatter_add",
+  const Symbol* scatterAdd = impl("ltorch.scatter_add", "torch", "scatter_add",
        [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3));
+         if (a.owned(0)) return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3));  // donated
          return at::scatter_add(a.t(0), a.i(1), a.t(2), a.t(3));
        });
+  inplace(scatterAdd, "Tensor", "scatter_add_",
+          [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3)); });
+  // One ATen call each (their decompositions wrap the index and spread it for a scatter), and
+  // the in-place forms a functionalized `buf.index_copy_(...)` is run with.
+  const Symbol* indexCopy = impl("ltorch.index_copy", "torch", "index_copy",
+       [](K& a) -> c10::IValue {
+         if (a.owned(0)) return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3));  // donated
+         return at::index_copy(a.t(0), a.i(1), a.t(2), a.t(3));
+       });
+  inplace(indexCopy, "Tensor", "index_copy_",
+          [](K& a) -> c10::IValue { return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3)); });
+  const Symbol* indexAdd = impl("ltorch.index_add", "torch", "index_add",
+       [](K& a) -> c10::IValue {
+         if (a.owned(0)) return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4));  // donated
+         return at::index_add(a.t(0), a.i(1), a.t(2), a.t(3), a.s(4));
+       });
+  inplace(indexAdd, "Tensor", "index_add_",
+          [](K& a) -> c10::IValue { return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4)); });
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
   impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
 
@@ -729,11 +758,13 @@ void registerTensorOpKernels() {
   impl("prims.topk", "torchex", "topk", [](K& a) -> c10::IValue {
     return pair(at::topk(a.t(0), a.i(1), a.i(2), a.b(3), true));
   });
-  impl("prims.scatter", "torchex", "scatter",
+  const Symbol* scatter = impl("prims.scatter", "torchex", "scatter",
        [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_(a.i(3), a.t(1), a.t(2));
+         if (a.owned(0)) return a.t(0).scatter_(a.i(3), a.t(1), a.t(2));  // donated
          return at::scatter(a.t(0), a.i(3), a.t(1), a.t(2));
        });
+  inplace(scatter, "torchex", "scatter_",
+          [](K& a) -> c10::IValue { return a.t(0).scatter_(a.i(3), a.t(1), a.t(2)); });
   impl("ltorch.clone", "torch", "clone", [](K& a) -> c10::IValue { return at::clone(a.t(0)); });
 }
 

@@ -1,9 +1,12 @@
 """CUDA graphs for jitted calls: `thunder.jit(fn, plugins="reduce-overhead")`.
 
-The first call with a new input signature runs the jitted function twice on a side stream (so its
-kernels are compiled and its allocations made), then captures one call into a CUDA graph. Later
-calls with that signature copy their tensor arguments into the graph's input buffers and replay
-it: one launch for the whole program, no host work per op.
+The first two calls with a new input signature run the jitted function as it is, on a side
+stream (so its kernels are compiled and its allocations made); the third captures it into a CUDA
+graph, which records kernels without running them, and replays the graph. Later calls with that
+signature copy their tensor arguments into the graph's input buffers and replay it: one launch for
+the whole program, no host work per op. Every call runs the program exactly once, as eager does: a
+function that updates a buffer in place (a KV cache, a step counter, running statistics) updates
+it once per call, never once more for a warm-up.
 
 Tensors that live across calls at a fixed address (a module's parameters and buffers) are read in
 place, so an optimizer stepping them in place between calls is seen by the next replay; a new
@@ -32,25 +35,38 @@ def _signature(leaves, stable_ids):
     return tuple(sig)
 
 
+WARMUP_CALLS = 2
+
+
 class _Graph:
-    def __init__(self, fn, leaves, spec, stable_ids):
+    """The calls of one input signature: warm-up calls, then one captured graph replayed."""
+
+    def __init__(self):
+        self.calls = 0
+        self.graph = None
+
+    def _capture(self, fn, leaves, spec, stable_ids):
         # Inputs copied on every call get buffers of their own; stable tensors are used in place.
-        self.inputs = [
-            x.clone() if isinstance(x, torch.Tensor) and id(x) not in stable_ids else x for x in leaves
-        ]
+        self.inputs = [x.clone() if isinstance(x, torch.Tensor) and id(x) not in stable_ids else x for x in leaves]
         self.copy_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and id(x) not in stable_ids]
         args, kwargs = pytree.tree_unflatten(self.inputs, spec)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn(*args, **kwargs)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             self.output = fn(*args, **kwargs)
+        self.graph = graph
 
-    def __call__(self, leaves):
+    def __call__(self, fn, leaves, spec, stable_ids):
+        if self.calls < WARMUP_CALLS:
+            self.calls += 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                args, kwargs = pytree.tree_unflatten(leaves, spec)
+                out = fn(*args, **kwargs)
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        if self.graph is None:
+            self._capture(fn, leaves, spec, stable_ids)
         for i in self.copy_at:
             self.inputs[i].copy_(leaves[i])
         self.graph.replay()
@@ -79,5 +95,5 @@ class CUDAGraphRunner:
         key = (str(spec), _signature(leaves, stable_ids))
         graph = self.graphs.get(key)
         if graph is None:
-            graph = self.graphs[key] = _Graph(self.fn, leaves, spec, stable_ids)
-        return graph(leaves)
+            graph = self.graphs[key] = _Graph()
+        return graph(self.fn, leaves, spec, stable_ids)

@@ -179,6 +179,11 @@ def scatter_add(a, indices, value, dim):
     return torch.scatter_add(a, dim, indices, value)
 
 
+def scatter_add_(a, indices, value, dim):
+    """scatter_add written into a (the reinplace pass's form of a functionalized update)."""
+    return a.scatter_add_(dim, indices, value)
+
+
 def sum(a, dims):
     return torch.sum(a, tuple(dims), dtype=a.dtype) if dims else a.clone()
 
@@ -336,6 +341,11 @@ def topk(a, k, dim, largest):
 
 def scatter(a, indices, value, dim):
     return torch.scatter(a, dim, indices, value)
+
+
+def scatter_(a, indices, value, dim):
+    """scatter written into a (the reinplace pass's form of a functionalized update)."""
+    return a.scatter_(dim, indices, value)
 
 
 del _name

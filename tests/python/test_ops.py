@@ -454,9 +454,9 @@ def test_final_trace_as_python(op):
                 code = compile(src, f"<{op.name} trace {i}>", "exec")
             except SyntaxError as e:
                 pytest.fail(f"{what}: trace {i} is not valid Python: {e}\n{src}")
-        # Fusions (cudaFusion0, ...) are not Python functions: the scope gets callables that
-        # launch their compiled kernels, as the runtime does.
-        scope: dict = dict(_C.fusion_callables(traces[-1]))
+        # Fusions (cudaFusion0, ...) and executors' operators (apex_cross_entropy, ...) are not
+        # imported by the program: the scope binds them to what the runtime calls.
+        scope: dict = thunder.extend.execution_scope(traces[-1])
         exec(code, scope)
         torch.manual_seed(1234)
         try:

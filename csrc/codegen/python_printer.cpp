@@ -163,12 +163,17 @@ std::string typeComment(const Value& out) {
   return "  # " + out.tensor().name + ": \"" + out.tensor().typeString() + "\"";
 }
 
-/// A prim with several tensor outputs (sort, topk) comments each of them, as one output is.
-std::string typeComment(const BoundSymbol& b) {
+/// A call with several tensor outputs comments each output it names (not those printed as "_")
+/// where nothing else describes them: a prim (sort, topk) or a call without subsymbols (an
+/// executor's operator registered with a meta function: apex_cross_entropy, cudnn_sdpa_fwd).
+/// A decomposed call (multimul, a fusion) leaves that to its subsymbols' comments, as seed 001
+/// prints it.
+std::string typeComment(const BoundSymbol& b, const std::set<std::string>* unused) {
   bool prim = b.sym->module == "prims" || b.sym->module == "torchex";
-  if (!prim || !b.output.isSequence()) return typeComment(b.output);
+  if (!b.output.isSequence() || (!prim && !b.subsymbols.empty())) return typeComment(b.output);
   std::string s;
-  for (const Value& v : b.output.items()) s += typeComment(v);
+  for (const Value& v : b.output.items())
+    if (!(v.isTensor() && unused && unused->count(v.tensor().name))) s += typeComment(v);
   return s;
 }
 
@@ -184,7 +189,7 @@ void printStatement(const BoundSymbol& b, const std::string& indent, bool commen
   }
   std::string targets = printTargets(b.output, unused);
   if (!targets.empty()) line += targets + " = ";
-  line += printCall(b) + typeComment(b);
+  line += printCall(b) + typeComment(b, unused);
   out += line + "\n";
   for (const BoundSymbol& sub : b.subsymbols) printStatement(sub, indent + "  ", true, out);
 }

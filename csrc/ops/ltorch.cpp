@@ -295,6 +295,21 @@ void registerElementwise() {
                            "ltorch.div: rounding_mode must be None, 'trunc' or 'floor', but got '",
                            mode, "'");
         auto [computation, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
+        // A CUDA tensor divided by a number: PyTorch's CUDA kernel multiplies by the reciprocal,
+        // computed in its math type (float for float32 and below), and truncates the product
+        // before rounding to the result dtype (div_trunc_kernel_cuda). trunc(0.3 / 0.1) is 2,
+        // trunc(0.3 * 10.0) is 3: the same values as eager need the same arithmetic.
+        if (isFloating(computation) && a[0].isTensor() && !a[1].isTensor() &&
+            a[0].tensor().device.type == DeviceType::CUDA) {
+          double b = a[1].toDouble();
+          double reciprocal = computation == DType::Float64
+                                  ? 1.0 / b
+                                  : static_cast<double>(1.0f / static_cast<float>(b));
+          return clang::maybeConvert(
+              prims::trunc(clang::binary(prims::mul, computeIn(a[0], computation, result),
+                                         reciprocal, PK::Default, "ltorch.div")),
+              result);
+        }
         // Floats: the quotient rounded to the result dtype, then truncated (exact in any dtype).
         if (isFloating(computation))
           return prims::trunc(clang::maybeConvert(

@@ -577,6 +577,11 @@ PYBIND11_MODULE(_C, m) {
         for (const BoundSymbol& b : t.bsyms) n.push_back(b.sym->printName());
         return n;
       })
+      .def_property_readonly("bound_symbol_ids", [](const Trace& t) {
+        std::vector<std::string> n;
+        for (const BoundSymbol& b : t.bsyms) n.push_back(b.sym->id());
+        return n;
+      })
       .def("python", [](const Trace& t) { return printTrace(t); })
       .def("verify", [](const Trace& t) { verify(t); })
       .def("__str__", [](const Trace& t) { return printTrace(t); })

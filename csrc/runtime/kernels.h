@@ -46,8 +46,13 @@ struct KernelArgs {
   std::string str(size_t k) const { return v[k].toStringRef(); }
   /// A number argument as a Scalar.
   at::Scalar s(size_t k) const;
-  /// A tensor, or a number wrapped as a 0-dim tensor that promotes like a Python number.
+  /// A tensor, or a number wrapped as a 0-dim tensor on the call's device that promotes like a
+  /// Python number (converted to the computation dtype before the kernel reads it).
   at::Tensor tw(size_t k) const;
+  /// A tensor, or a number as PyTorch's Tensor-Scalar overloads pass it (`torch.mul(t, 0.7)`): a
+  /// wrapped 0-dim CPU tensor, which CUDA kernels read in their math type (0.7 as a float for a
+  /// half tensor, not rounded to half) and which CUDA division turns into a reciprocal.
+  at::Tensor tn(size_t k) const;
   /// An int or a list of ints.
   std::vector<int64_t> ints(size_t k) const;
   std::optional<std::vector<int64_t>> optInts(size_t k) const {

@@ -30,6 +30,13 @@ at::Tensor KernelArgs::tw(size_t k) const {
   return t;
 }
 
+at::Tensor KernelArgs::tn(size_t k) const {
+  if (v[k].isTensor()) return v[k].toTensor();
+  at::Tensor t = c10::scalar_to_tensor(s(k));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 std::vector<int64_t> KernelArgs::ints(size_t k) const {
   if (v[k].isInt()) return {v[k].toInt()};
   if (v[k].isIntList()) return v[k].toIntVector();
@@ -481,8 +488,10 @@ void registerLTorchKernels() {
   U(sqrt) U(tan) U(tanh) U(trunc) U(sigmoid) U(logical_not) U(square)
 #undef U
   // Binary with a tensor first and a tensor or number second.
+  // A number second is passed as torch.n(tensor, number) passes it (tn), so that the runtime
+  // computes what the printed `torch.n(t, 0.7)` computes, on CUDA too.
 #define B(n)                                                                                   \
-  impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0), a.tw(1)); }, \
+  impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0), a.tn(1)); }, \
        firstIsTensor);
   B(mul) B(remainder) B(fmod) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(bitwise_and) B(bitwise_or)
   B(bitwise_xor) B(floor_divide)
@@ -493,11 +502,11 @@ void registerLTorchKernels() {
   B2(atan2) B2(maximum) B2(minimum) B2(copysign) B2(logical_and) B2(logical_or)
 #undef B2
   impl("ltorch.add", "torch", "add",
-       [](K& a) -> c10::IValue { return at::add(a.t(0), a.tw(1), a.s(2)); }, firstIsTensor);
+       [](K& a) -> c10::IValue { return at::add(a.t(0), a.tn(1), a.s(2)); }, firstIsTensor);
   impl("ltorch.sub", "torch", "sub",
-       [](K& a) -> c10::IValue { return at::sub(a.t(0), a.tw(1), a.s(2)); }, firstIsTensor);
+       [](K& a) -> c10::IValue { return at::sub(a.t(0), a.tn(1), a.s(2)); }, firstIsTensor);
   impl("ltorch.div", "torch", "div", [](K& a) -> c10::IValue {
-    return a.none(2) ? at::div(a.t(0), a.tw(1)) : at::div(a.t(0), a.tw(1), a.str(2));
+    return a.none(2) ? at::div(a.t(0), a.tn(1)) : at::div(a.t(0), a.tn(1), a.str(2));
   }, firstIsTensor);
   impl("ltorch.pow", "torch", "pow", [](K& a) -> c10::IValue {
     if (!a.isTensor(0)) return at::pow(a.s(0), a.t(1));

@@ -3,6 +3,7 @@
 // and shapes were read off PyTorch for the same calls.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,34 @@ TEST_F(LTorchTest, TrueDivisionAndComparisons) {
                DType::Float32);
   expectTensor(run("eq", {input({3}, DType::Float16), input({3})}), {3}, DType::Bool);
   EXPECT_EQ(prims().back(), "eq");
+}
+
+TEST_F(LTorchTest, TruncDivisionByANumberOnCudaMultipliesByTheReciprocal) {
+  // PyTorch's CUDA kernel computes trunc(a * (1 / b)) in its math type for a number b (on the
+  // CPU, trunc(a / b)): 1 / 0.1 in float64, 1.0f / 0.1f for float16 (computed in float32).
+  auto cuda = [this](DType d) {
+    return testing::addInput(trace_, "c" + std::to_string(trace_.inputs.size()), {4}, d,
+                             testing::kCuda0);
+  };
+  const Kw trunc = {{"rounding_mode", Value(std::string("trunc"))}};
+  expectTensor(run("div", {cuda(DType::Float64), 0.1}, trunc), {4}, DType::Float64);
+  EXPECT_EQ(prims(), (Prims{"mul", "trunc"}));
+  std::function<const BoundSymbol*(const BoundSymbol&)> findMul = [&](const BoundSymbol& b) {
+    if (b.sym->isPrim()) return b.sym->name == "mul" ? &b : nullptr;
+    for (const BoundSymbol& s : b.subsymbols)
+      if (const BoundSymbol* m = findMul(s)) return m;
+    return static_cast<const BoundSymbol*>(nullptr);
+  };
+  const BoundSymbol* mul = findMul(last());
+  ASSERT_NE(mul, nullptr);
+  EXPECT_EQ(mul->args[1], Value(1.0 / 0.1));
+  expectTensor(run("div", {cuda(DType::Float16), 0.1}, trunc), {4}, DType::Float16);
+  EXPECT_EQ(prims(), (Prims{"convert_element_type", "mul", "trunc", "convert_element_type"}));
+  // A tensor divisor, and the CPU: the quotient.
+  run("div", {cuda(DType::Float64), cuda(DType::Float64)}, trunc);
+  EXPECT_EQ(prims(), (Prims{"div", "trunc"}));
+  run("div", {input({4}, DType::Float64), 0.1}, trunc);
+  EXPECT_EQ(prims(), (Prims{"div", "trunc"}));
 }
 
 TEST_F(LTorchTest, BroadcastErrorNamesTheOp) {

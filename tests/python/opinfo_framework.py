@@ -213,6 +213,9 @@ class OpInfo:
 
     op: what thunder.jit traces (a thunder symbol such as ltorch.acos, or a torch callable).
     torch_reference: the eager callable results are compared with (default: op).
+    grad_reference: the eager callable the gradient tests differentiate (default: the reference):
+        the same function made of ops eager differentiates, where eager's own op has no
+        derivative in some PyTorch versions.
     name: the name in test ids (default: the symbol's or callable's name).
     variants: PyTorch names covered, one variant test per name after the first; a
         (name, callable) pair gives a variant whose call differs from the default.
@@ -232,7 +235,7 @@ class OpInfo:
 
     def __init__(self, op=None, variants=None, sample_inputs=None, dtypes=None, *, name=None,
                  sample_input_generator=None, error_input_generator=None, error_inputs=None,
-                 torch_reference=None, domain=(None, None), supports_grad: bool = False,
+                 torch_reference=None, grad_reference=None, domain=(None, None), supports_grad: bool = False,
                  grad_sample_inputs=None, grad_sample_input_generator=None, no_grad_kwargs=(),
                  test_directives=(), tol=None, grad_tol=None, random: bool = False, check=None,
                  thunder_unsupported=()):
@@ -253,6 +256,7 @@ class OpInfo:
         self.sample_input_generator = sample_input_generator
         self.error_input_generator = error_input_generator
         self.torch_reference = torch_reference
+        self._grad_reference = grad_reference
         assert error_inputs is None or error_input_generator is None, \
             f"OpInfo {self.name}: give at most one of error_inputs and error_input_generator"
         self._errors_old = error_inputs
@@ -309,6 +313,15 @@ class OpInfo:
         if self._op is not None:
             return self._op
         return self.variant_list()[0][1]
+
+    @property
+    def grad_reference(self) -> Callable:
+        """What the gradient tests differentiate with torch.autograd."""
+        return self._grad_reference if self._grad_reference is not None else self.reference
+
+    @grad_reference.setter
+    def grad_reference(self, fn: Callable) -> None:
+        self._grad_reference = fn
 
     # -- inputs
 

@@ -1474,11 +1474,26 @@ OPS["clamp"].grad_sample_inputs = _keep(_plus(_clamp_samples, _clamp_grad_extra)
 for _n in ("var", "std", "var_mean"):
     OPS[_n].grad_sample_inputs = _keep(_var_samples, lambda args, kwargs: args[0].ndim > 0)
 OPS["scatter_add"].grad_sample_inputs = _keep(_scatter_add_samples, lambda args, kwargs: args[3].shape == args[2].shape)
+# Eager's atan2_backward squares each operand in its own dtype (a float32 `other` in float32);
+# thunder differentiates prims.atan2 after promotion, all in float64: ~5e-9 relative apart for
+# atan2(float64, float32). The fuser's samples and the CUDA default executors (which fuse) show it.
+_ATAN2_MIXED = "eager squares a float32 operand in float32 in atan2's gradient; thunder in float64 (~5e-9 relative)"
 OPS["atan2"].test_directives += (
-    DecorateInfo(pytest.mark.xfail(strict=True, reason="the fuser's float64 atan2 gradient differs from eager by ~1e-8 "
-                                   "relative when the other operand is float32"),
-                 "test_vjp_correctness", executors=("fuser",)),
+    DecorateInfo(pytest.mark.xfail(strict=True, reason=_ATAN2_MIXED), "test_vjp_correctness", executors=("fuser",)),
+    DecorateInfo(pytest.mark.xfail(strict=True, reason=_ATAN2_MIXED), "test_vjp_correctness", executors=("default",),
+                 devicetypes=("cuda",)),
 )
+
+
+
+def _hardswish_cpu_kernel(a, inplace=False):
+    """F.hardswish as eager's CPU kernel computes it, dividing by 6 in the input's dtype, on any
+    device: eager's CUDA kernel multiplies by 1.0f / 6.0f, a float32 constant (3e-8 relative in
+    float64, 30 times the float64 gradient tolerance). thunder divides by 6."""
+    return torch.nn.functional.hardswish(a.cpu()).to(a.device)
+
+
+OPS["hardswish"].grad_reference = _hardswish_cpu_kernel
 
 
 def _matmul_grad_extra(dtype):

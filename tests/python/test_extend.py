@@ -3,6 +3,7 @@ errors a user's callables can cause (each names the executor and the operator, a
 thunder usable)."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -174,6 +175,45 @@ def test_meta_operator_and_tensor_proxy_api():
     # Without its executor a meta-only operator cannot run.
     with pytest.raises(NotImplementedError, match=f"{ex.name}.mymax"):
         thunder.jit(f)(x)
+
+
+def test_meta_operator_outputs_typed_and_bound_in_the_printed_trace():
+    """A multi-output operator registered with a meta function has no subsymbols: its statement
+    carries the type comments of the outputs it names, and the printed final trace runs as Python
+    with thunder.extend.execution_scope, computing what the runtime computed."""
+    ex = fresh()
+
+    def meta(a, k):
+        return TensorProxy(like=a, shape=(a.shape[0],)), TensorProxy(like=a, shape=(a.shape[0],), dtype=torch.int64)
+
+    def impl(a, k):
+        v, i = torch.topk(a, k, dim=1)
+        return v[:, -1].contiguous(), i[:, -1].contiguous()
+
+    kth = ex.register_operator("kth_largest", meta=meta, fn=impl)
+
+    def both(a):
+        v, i = kth(a, 2)
+        return v + 1, i
+
+    def values_only(a):
+        v, _ = kth(a, 2)
+        return v
+
+    for f, line in ((both, r'\(t0, t1\) = kth_largest\(t_0, 2\)  # t0: "cpu f32\[3\]"  # t1: "cpu i64\[3\]"\n'),
+                    (values_only, r'\(t0, _\) = kth_largest\(t_0, 2\)  # t0: "cpu f32\[3\]"\n')):
+        jf = thunder.jit(f, executors=[ex])
+        runtime = jf(x)
+        trace = thunder.last_traces(jf)[-1]
+        text = str(trace)
+        assert re.search(line, text), text
+        scope = extend.execution_scope(trace)
+        assert scope["kth_largest"].__wrapped__ is impl
+        exec(compile(text, "<trace>", "exec"), scope)
+        got = scope["computation"](x)
+        for g, r in zip(got if isinstance(got, tuple) else (got,), runtime if isinstance(runtime, tuple) else (runtime,)):
+            torch.testing.assert_close(g, r, rtol=0, atol=0)
+        torch.testing.assert_close(runtime[0] if f is both else runtime, impl(x, 2)[0] + (1 if f is both else 0))
 
 
 def test_tensor_proxy_constructor_checks():

@@ -39,6 +39,7 @@ __all__ = [
     "remove_default_executor",
     "get_always_executors",
     "declined",
+    "execution_scope",
 ]
 
 _ALWAYS = ("torch",)
@@ -200,6 +201,23 @@ def _symbol_id(symbol_or_id) -> str:
     raise TypeError(f"expected a thunder symbol or a symbol id, but got {type(symbol_or_id).__name__}")
 
 
+# Each operator's fn by its symbol's id: what a printed execution trace's call of it runs.
+_OPERATOR_FNS: dict[str, Callable] = {}
+
+
+def execution_scope(trace) -> dict[str, Callable]:
+    """The objects an execution trace's printed program names besides its imports, by the names it
+    prints them with: a callable launching each fusion's compiled kernel (cudaFusion0, ...) and
+    each executor operator's fn (apex_cross_entropy, ...). `exec(str(trace), scope)` with these
+    defines `computation`, which computes what the runtime computes."""
+    scope = dict(_C.fusion_callables(trace))
+    for name, sym_id in zip(trace.bound_symbol_names, trace.bound_symbol_ids):
+        fn = _OPERATOR_FNS.get(sym_id)
+        if fn is not None:
+            scope[name] = fn
+    return scope
+
+
 class OperatorExecutor(Executor):
     """An executor with per-symbol implementations: operators of its own (register_operator)
     and ways to run existing symbols (register_implementation)."""
@@ -233,16 +251,18 @@ class OperatorExecutor(Executor):
         if not callable(traced):
             raise TypeError(f"{what}: {'like' if like is not None else 'meta'} must be callable")
         params = _params(what, traced)
+        guarded_fn = _fn_guard(what + " (fn)", fn)
         sym = _C.extend_register_operator(
             self.name,
             name,
             params,
             _guard(what + " (like)", like) if like is not None else None,
             _meta_guard(what + " (meta)", meta) if meta is not None else None,
-            _fn_guard(what + " (fn)", fn),
+            guarded_fn,
             _tag_names(tags),
         )
         self._operators[name] = sym
+        _OPERATOR_FNS[sym.id] = guarded_fn
         return sym
 
     def get_operator(self, name: str):

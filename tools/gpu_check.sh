@@ -31,12 +31,14 @@ for part in ${parts//,/ }; do
   case $part in
     ops)
       timeout "$(lim ops)" python -m pytest -q -p no:cacheprovider $xdist tests/python/test_ops.py >"$OUT/ops.log" 2>&1
-      grep -E "^(FAILED|ERROR)" "$OUT/ops.log" | head -60; tail -1 "$OUT/ops.log" ;;
+      grep -E "^(FAILED|ERROR)" "$OUT/ops.log" | head -60; tail -1 "$OUT/ops.log"
+      timeout 60 python tools/gpu_eager_precision_check.py >"$OUT/precision.log" 2>&1; tail -12 "$OUT/precision.log" ;;
     tests)
       timeout "$(lim tests)" python -m pytest -q -p no:cacheprovider $xdist tests/python/test_gpu.py \
         tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
         tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
-        tests/python/test_xent_upcast.py tests/python/test_torch_compile.py >"$OUT/tests.log" 2>&1
+        tests/python/test_xent_upcast.py tests/python/test_torch_compile.py tests/python/test_extend.py \
+        tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py >"$OUT/tests.log" 2>&1
       grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40; tail -1 "$OUT/tests.log" ;;
     xent)
       timeout "$(lim xent)" python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1

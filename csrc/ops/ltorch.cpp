@@ -398,7 +398,9 @@ void registerElementwise() {
       }, kElementwise);
   def("relu6", "a, inplace=False", {"torch.nn.functional.relu6"}, [noBool](const Args& a) {
     noBool(a[0], "relu6");
-    return op("clamp", {a[0], 0, 6});
+    // hardtanh(a, 0, 6), as F.relu6 is in PyTorch: its gradient is 0 at both bounds (a clamp's
+    // would pass it through at a == 0 and a == 6, which bf16 inputs hit).
+    return op("where", {op("le", {a[0], 0}), 0, op("where", {op("ge", {a[0], 6}), 6, a[0]})});
   }, kElementwise);
   def("gelu", "a, *, approximate='none'", {"torch.nn.functional.gelu"}, [floatingOnly](const Args& a) {
     floatingOnly(a[0], "gelu");

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <chrono>
@@ -137,6 +138,25 @@ struct EntryRef : torch::CustomClassHolder {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+/// Access to the autograd context's saved variables, to free them when the backward starts
+/// rather than when it ends (what PyTorch's CppNode::release_variables does afterwards). The
+/// members are private; naming them in an explicit instantiation is the standard's one way to
+/// take their addresses.
+template <typename Tag, typename Tag::type M>
+struct PrivateMember {
+  friend typename Tag::type member(Tag) { return M; }
+};
+struct SavedVariablesTag {
+  using type = std::vector<torch::autograd::SavedVariable> AutogradContext::*;
+  friend type member(SavedVariablesTag);
+};
+struct FreedBuffersTag {
+  using type = bool AutogradContext::*;
+  friend type member(FreedBuffersTag);
+};
+template struct PrivateMember<SavedVariablesTag, &AutogradContext::saved_variables_>;
+template struct PrivateMember<FreedBuffersTag, &AutogradContext::has_freed_buffers_>;
+
 /// The one autograd node of a training call.
 struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
@@ -163,7 +183,16 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     const ForwardBackward& fb = e.plan->fb;
     for (size_t i = 0; i < grads.size(); ++i)
       if (fb.differentiableOutputs[i]) ins.push_back(grads[i]);
-    std::vector<at::Tensor> res = e.backward->run(std::move(ins));
+    // Unless the graph is kept for another backward, the saved tensors are released now, as
+    // PyTorch would after this call: a saved intermediate then has no owner but the program,
+    // which may write over it once it is dead (the cross-entropy gradient over the logits).
+    // Parameters and other tensors the caller still holds are never written (KernelArgs::owned).
+    bool release = !torch::autograd::get_current_graph_task_keep_graph();
+    if (release) {
+      (ctx->*member(SavedVariablesTag{})).clear();
+      ctx->*member(FreedBuffersTag{}) = true;
+    }
+    std::vector<at::Tensor> res = e.backward->run(std::move(ins), release);
     variable_list out(fb.gradIndex.size() + 1);  // + the EntryRef argument
     for (size_t i = 0; i < fb.gradIndex.size(); ++i)
       if (fb.gradIndex[i] >= 0) out[i] = res[fb.gradIndex[i]];

@@ -105,8 +105,8 @@ Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) 
   std::vector<TensorPtr> outs;
   trace_->output.collectTensors(outs);
   for (const TensorPtr& t : outs) outputRegs_.push_back(regOf(*t, "return"));
-  // Donation: computed (not caller-owned, not returned) tensor arguments whose register this
-  // call frees and no other argument of the call reads.
+  // Donation: tensor arguments (not returned) whose register this call frees and no other
+  // argument of the call reads.
   const int numInputs = static_cast<int>(trace_->inputs.size());
   std::function<int(const Operand&, int)> reads = [&](const Operand& op, int r) {
     if (op.kind == Operand::Kind::Reg) return op.reg == r ? 1 : 0;
@@ -118,11 +118,11 @@ Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) 
     for (size_t k = 0; k < ins.args.size() && k < 64; ++k) {
       if (ins.args[k].kind != Operand::Kind::Reg) continue;
       int r = ins.args[k].reg;
-      if (r < numInputs || std::find(ins.frees.begin(), ins.frees.end(), r) == ins.frees.end()) continue;
+      if (std::find(ins.frees.begin(), ins.frees.end(), r) == ins.frees.end()) continue;
       if (std::find(outputRegs_.begin(), outputRegs_.end(), r) != outputRegs_.end()) continue;
       int n = 0;
       for (const Operand& op : ins.args) n += reads(op, r);
-      if (n == 1) ins.donate.push_back({static_cast<int>(k), r});
+      if (n == 1) ins.donate.push_back({static_cast<int>(k), r, r < numInputs});
     }
   }
 }
@@ -144,7 +144,7 @@ c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs)
 
 }  // namespace
 
-std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
+std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputsHandedOver) const {
   THUNDER_INTERNAL(inputs.size() == trace_->inputs.size(), "runtime: expected ",
                    trace_->inputs.size(), " inputs, got ", inputs.size());
   std::vector<c10::IValue> regs(numRegs_);
@@ -154,9 +154,10 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs) const {
     args.clear();
     for (const Operand& op : ins.args) args.push_back(materialize(op, regs));
     KernelArgs ka{args, ins.outDType, ins.outDevice};
-    for (auto [k, r] : ins.donate) {
-      regs[r] = c10::IValue();
-      ka.donated |= uint64_t(1) << k;
+    for (const Instruction::Donation& d : ins.donate) {
+      if (d.input && !inputsHandedOver) continue;
+      regs[d.reg] = c10::IValue();
+      ka.donated |= uint64_t(1) << d.arg;
     }
     c10::IValue out;
     try {

@@ -34,8 +34,13 @@ struct Instruction {
   /// Registers released after the call (`del`).
   std::vector<int> frees;
   /// Arguments (index, register) whose register this call is the last reader of, read by no
-  /// other argument of the call: they are moved into the call (KernelArgs::donated).
-  std::vector<std::pair<int, int>> donate;
+  /// other argument of the call: they are moved into the call (KernelArgs::donated). Registers
+  /// of the program's inputs are donated only when the caller hands its inputs over.
+  struct Donation {
+    int arg = 0, reg = 0;
+    bool input = false;
+  };
+  std::vector<Donation> donate;
   at::ScalarType outDType = at::kFloat;
   c10::Device outDevice = c10::Device(c10::kCPU);
 };
@@ -47,7 +52,9 @@ class Program {
   explicit Program(std::shared_ptr<const Trace> trace);
   /// Runs the program on the trace's inputs, in order; returns the output tensors in the order
   /// of Trace::output.collectTensors().
-  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs) const;
+  /// `inputsHandedOver`: the caller keeps no reference it relies on to the inputs, so the
+  /// program may donate dead input registers to the calls that read them last.
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs, bool inputsHandedOver = false) const;
   const Trace& trace() const { return *trace_; }
 
  private:

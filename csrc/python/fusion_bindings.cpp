@@ -138,17 +138,28 @@ void init(py::module_& m) {
     return py::reinterpret_steal<py::object>(THPVariable_Wrap(out));
   });
   m.def(
-      "apex_native_backward",
-      [](const Symbol* sym) {
-        // The backward's kernel in C++ (no Python call per step); it writes the gradient over
-        // the logits when the program hands it logits nothing else reads.
-        runtime::setKernel(sym, [](runtime::KernelArgs& a) -> c10::IValue {
+      "apex_native_kernels",
+      [](const Symbol* forward, const Symbol* upcast, const Symbol* backward) {
+        // The apex operators' kernels in C++: no Python call per step, and the tensors they
+        // read get no Python objects (which would hold references past their last use). The
+        // backward writes the gradient over the logits when the program hands it logits
+        // nothing else reads.
+        auto fwd = [](bool roundLoss) {
+          return [roundLoss](runtime::KernelArgs& a) -> c10::IValue {
+            auto [loss, mlse] = runtime::crossEntropyForward(a.t(0), a.t(1), a.str(2), a.d(3), -1);
+            if (roundLoss) loss = loss.to(a.t(0).scalar_type());
+            return c10::ivalue::Tuple::create({loss, mlse});
+          };
+        };
+        runtime::setKernel(forward, fwd(true));
+        runtime::setKernel(upcast, fwd(false));
+        runtime::setKernel(backward, [](runtime::KernelArgs& a) -> c10::IValue {
           return runtime::crossEntropyBackward(a.t(0), a.t(1), a.t(2), a.t(3), a.d(4), a.owned(1));
         });
       },
-      py::arg("symbol"),
-      "Runs apex_cross_entropy_backward(grad, logits, target=, max_log_sum_exp=, label_smoothing=) "
-      "with a C++ kernel.");
+      py::arg("forward"), py::arg("upcast"), py::arg("backward"),
+      "Runs apex_cross_entropy, apex_cross_entropy_upcast and apex_cross_entropy_backward with C++ "
+      "kernels.");
   m.def("fusion_stats", [] {
     runtime::FusionStats s = runtime::fusionStats();
     py::dict d;

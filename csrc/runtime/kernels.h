@@ -35,8 +35,15 @@ struct KernelArgs {
   bool owned(size_t i) const {
     if (i >= 64 || !((donated >> i) & 1) || !v[i].isTensor()) return false;
     const at::Tensor& x = v[i].toTensor();
-    return x.use_count() == 1 && x.has_storage() && x.storage().use_count() == 1 &&
-           x.is_non_overlapping_and_dense() && !x.is_inference();
+    if (x.use_count() != 1 || !x.has_storage() || !x.is_non_overlapping_and_dense() || x.is_inference())
+      return false;
+    if (x.storage().use_count() == 1) return true;
+    // A view (a reshape the runtime made) whose base only the view itself keeps alive, and
+    // which covers all of it: writing into the view writes nothing anyone else can read.
+    if (!x.is_view()) return false;
+    const at::TensorBase& base = x._base();
+    return base.use_count() == 1 && !base.is_view() && x.storage().use_count() == 2 &&
+           x.storage_offset() == 0 && x.numel() == base.numel() && base.is_non_overlapping_and_dense();
   }
   bool isTensor(size_t i) const { return v[i].isTensor(); }
   bool none(size_t i) const { return v[i].isNone(); }

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "codegen/python_printer.h"
@@ -158,6 +160,13 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputs
       if (d.input && !inputsHandedOver) continue;
       regs[d.reg] = c10::IValue();
       ka.donated |= uint64_t(1) << d.arg;
+      static const bool debug = std::getenv("THUNDER_DEBUG_DONATION") != nullptr;
+      if (debug && args[d.arg].isTensor()) {  // which donations a kernel may write into
+        const at::Tensor& x = args[d.arg].toTensor();
+        fprintf(stderr, "donate %s arg %d: use_count %zu storage %zu owned %d\n",
+                ins.bsym->sym->printName().c_str(), d.arg, (size_t)x.use_count(),
+                x.has_storage() ? (size_t)x.storage().use_count() : 0, (int)ka.owned(d.arg));
+      }
     }
     c10::IValue out;
     try {

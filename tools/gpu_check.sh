@@ -23,7 +23,7 @@ export PYTHONPATH=$PWD/python:$PWD/tests/python THUNDER_TEST_DEVICE=cuda
 nvidia-smi -L
 python -c "import torch; print('torch', torch.__version__)"
 xdist=""
-python -c "import xdist" 2>/dev/null && xdist="-n 8"
+python -c "import xdist" 2>/dev/null && xdist="-n 8 --dist loadfile"  # seed notebooks run cell by cell in one process
 lim() { local v="T_${1^^}"; echo "${!v:-300}"; }
 for part in ${parts//,/ }; do
   t=$(date +%s)

@@ -281,13 +281,14 @@ def _spawn(names: list[str]):
 
 
 def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: bool = False,
-        budget: float | None = None):
-    """Runs the seeds over `jobs` workers (no new seed after `budget` seconds); returns
-    {executor set: Counter of outcomes} and the failures (dicts with seed, executors, outcome,
-    detail, repro)."""
+        budget: float | None = None, progress: float | None = None):
+    """Runs the seeds over `jobs` workers (no new seed after `budget` seconds; a summary line
+    every `progress` seconds); returns {executor set: Counter of outcomes} and the failures (dicts
+    with seed, executors, outcome, detail, repro)."""
     import selectors
 
     started = time.time()
+    last_progress = started
 
     counts = {n: collections.Counter() for n in names}
     failures = []
@@ -352,6 +353,9 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
     for _ in range(min(jobs, len(pending))):
         start()
     while workers:
+        if progress is not None and time.time() - last_progress >= progress:
+            last_progress = time.time()
+            print(f"progress {last_progress - started:.0f} s: " + summary(counts).replace("\n", " | "), flush=True)
         events = sel.select(timeout=1.0)
         for key, _ in events:
             w = key.data
@@ -403,6 +407,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds without progress that count as a hang")
     ap.add_argument("--out", default=None, help="folder for the repro of each failure")
     ap.add_argument("--seconds", type=float, default=None, help="start no new program after this long")
+    ap.add_argument("--progress", type=float, default=None, help="print the counts every this many seconds")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
@@ -414,7 +419,7 @@ def main(argv=None) -> int:
             ap.error(f"unknown executor set {n!r}; choose from {sorted(EXECUTOR_SETS)}")
     t0 = time.time()
     counts, failures = run(range(a.start, a.start + a.count), names, a.timeout, a.jobs, a.out,
-                           budget=a.seconds)
+                           budget=a.seconds, progress=a.progress)
     print(summary(counts))
     print(f"seeds from {a.start} ({a.count} asked) in {time.time() - t0:.0f} s")
     return 1 if failures else 0

@@ -298,7 +298,11 @@ THREADS_SCRIPT = """
 
 
 def test_threads_first_and_cached_calls_with_the_fuser(tmp_path):
-    r = run_script(THREADS_SCRIPT.format(seconds=3), env={"THUNDER_CACHE_DIR": str(tmp_path)})
+    # 3 s in CI; the issue's full run is 30 s: THUNDER_THREADS_SECONDS=30 pytest -k threads_first -s
+    seconds = float(os.environ.get("THUNDER_THREADS_SECONDS", "3"))
+    r = run_script(THREADS_SCRIPT.format(seconds=seconds), env={"THUNDER_CACHE_DIR": str(tmp_path)},
+                   timeout=300 + 2 * seconds)
+    print(f"threads: {seconds} s, calls and errors: {r.stdout.strip()}")
     assert r.returncode == 0, r.stderr[-2000:]
     calls, errors = map(int, r.stdout.split("\n")[0].split())
     assert errors == 0, r.stdout
@@ -611,3 +615,83 @@ def test_relu_gradient_at_nan_like_eager(dtype, executors):
         (thunder.jit(torch.relu, executors=executors) if jit else torch.relu)(x).backward(torch.arange(1.0, 7.0, dtype=dtype))
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+# ---- fuzzer seeds 3453, 3730, 10360 (session 6) -----------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+# (name, fn, inputs): forward and gradient compared with eager, NaN in the same places
+GRAD_CASES = [
+    # seeds 3453 and 10360: max()/min() over all elements share the gradient evenly among the
+    # elements equal to the result, NaN counting as equal to a NaN result; 0 elsewhere
+    ("max_all_nan", torch.max, lambda: [torch.full((2, 3), NAN)]),
+    ("min_all_nan", torch.min, lambda: [torch.full((4,), NAN)]),
+    ("max_some_nan", torch.max, lambda: [torch.tensor([[1.0, NAN, 3.0], [NAN, 2.0, 0.0]])]),
+    ("min_some_nan", torch.min, lambda: [torch.tensor([1.0, NAN, -3.0])]),
+    ("max_ties", torch.max, lambda: [torch.tensor([[3.0, 1.0, 3.0], [3.0, 2.0, 0.0]])]),
+    ("min_ties_f64", torch.min, lambda: [torch.tensor([-1.0, 2.0, -1.0], dtype=torch.float64)]),
+    ("max_bf16", torch.max, lambda: [torch.tensor([1.0, 4.0, 4.0, NAN, 4.0], dtype=torch.bfloat16)]),
+    ("max_0d", torch.max, lambda: [torch.tensor(NAN)]),
+    ("max_then_std", lambda a: torch.std(torch.sum(torch.max(a)), 0), lambda: [torch.tensor([[1.0], [5.0], [2.0]])]),
+    ("max_inf", torch.max, lambda: [torch.tensor([INF, 1.0, INF])]),
+    # seed 3730: remainder's gradient for b is -g * a.div(b, rounding_mode='floor'), NaN for an
+    # infinite a (floor division through fmod), not -floor(a / b) = inf
+    ("remainder_inf", torch.remainder, lambda: [torch.tensor([-INF, INF, 5.5, -7.0, 3.0, NAN]),
+                                                torch.tensor([2.0, -3.0, 2.0, 3.0, 0.0, 1.0])]),
+    ("remainder_broadcast", lambda a, b: torch.remainder(a, b), lambda: [torch.tensor([[-INF], [4.5]]),
+                                                                        torch.tensor([1.5, -2.0, INF])]),
+    ("remainder_op_bf16", lambda a, b: a % b, lambda: [torch.tensor([-INF, 7.0, -3.5], dtype=torch.bfloat16),
+                                                     torch.tensor([2.0, -3.0, 2.0], dtype=torch.bfloat16)]),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn,make", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
+    results = []
+    for jit in (False, True):
+        xs = [x.clone().requires_grad_(True) for x in make()]
+        out = (thunder.jit(fn, executors=executors) if jit else fn)(*xs)
+        cot = torch.full_like(out, 1.5)
+        results.append((out.detach(), torch.autograd.grad(out, xs, cot)))
+    (out_t, g_t), (out_e, g_e) = results[1], results[0]
+    torch.testing.assert_close(out_t, out_e, equal_nan=True)
+    for a, b in zip(g_t, g_e):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn,make", [
+    # fuzzer seed 5011: the norm of an integer tensor is a RuntimeError in eager (was TypeError)
+    ("norm_int", torch.norm, lambda: [torch.arange(6).reshape(2, 3)]),
+    ("vector_norm_int", torch.linalg.vector_norm, lambda: [torch.arange(3)]),
+    # amax/amin over all dims of an empty tensor: RuntimeError; over a dim of length 0: IndexError
+    ("amax_empty_all", torch.amax, lambda: [torch.ones(0, 3)]),
+    ("amax_empty_dim", lambda a: torch.amax(a, 0), lambda: [torch.ones(0, 3)]),
+    ("amin_empty_dim1", lambda a: torch.amin(a, 1), lambda: [torch.ones(2, 0)]),
+    ("argmax_empty_all", torch.argmax, lambda: [torch.ones(0, 3)]),
+    ("where_float_cond", lambda a: torch.where(a, a, a), lambda: [torch.ones(2)]),
+    ("nll_loss_batch", lambda a, t: torch.nn.functional.nll_loss(a, t), lambda: [torch.randn(4, 5), torch.zeros(3, dtype=torch.long)]),
+    ("index_put_broadcast", lambda a, i, j: torch.index_put(a, [i, j], torch.tensor(1.0)),
+     lambda: [torch.zeros(4, 3), torch.tensor([0, 1]), torch.tensor([0, 1, 2])]),
+    ("index_put_float_index", lambda a, i: torch.index_put(a, [i], torch.tensor(1.0)),
+     lambda: [torch.zeros(4, 3), torch.tensor([0.0])]),
+])
+def test_error_types_match_eager(name, fn, make, executors):
+    assert_same(fn, *make(), executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("kwargs", [{}, dict(beta=2.0), dict(beta=0.5, threshold=5.0)])
+def test_softplus_gradient_beyond_the_threshold(kwargs, executors):
+    # fuzzer seed 10713: exp(x) overflowed in the branch not taken, and its zero gradient became
+    # NaN; eager's softplus_backward passes g where beta * x > threshold
+    x0 = torch.tensor([93.5, 115.0, 30.0, 10.0, 2.0, -1.0, -200.0, 0.0, float("nan"), float("inf"), -float("inf")])
+    fn = lambda x: torch.nn.functional.softplus(x, **kwargs)  # noqa: E731
+    results = []
+    for jit in (False, True):
+        x = x0.clone().requires_grad_(True)
+        out = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        results.append((out.detach(), torch.autograd.grad(out, x, torch.linspace(-2, 2, 11))[0]))
+    torch.testing.assert_close(results[1][0], results[0][0], equal_nan=True)
+    torch.testing.assert_close(results[1][1], results[0][1], equal_nan=True)

@@ -640,6 +640,10 @@ GRAD_CASES = [
                                                 torch.tensor([2.0, -3.0, 2.0, 3.0, 0.0, 1.0])]),
     ("remainder_broadcast", lambda a, b: torch.remainder(a, b), lambda: [torch.tensor([[-INF], [4.5]]),
                                                                         torch.tensor([1.5, -2.0, INF])]),
+    # seed 11357: div's gradient for b is -g * ((a / b) / b) as eager's: exactly 0 for a / a
+    ("div_self", lambda a: a / a, lambda: [torch.tensor([-0.3585890829563141, 3.0, 1e-3, -7.5])]),
+    ("rdiv_of_self_ratio", lambda a: 1e4 / (a / a) + 3, lambda: [torch.tensor(-0.3585890829563141)]),
+    ("div_tensors", lambda a, b: a / b, lambda: [torch.tensor([1.0, -2.0, 3e30, 0.0]), torch.tensor([3.0, 7.0, 1e-10, 2.0])]),
     ("remainder_op_bf16", lambda a, b: a % b, lambda: [torch.tensor([-INF, 7.0, -3.5], dtype=torch.bfloat16),
                                                      torch.tensor([2.0, -3.0, 2.0], dtype=torch.bfloat16)]),
 ]

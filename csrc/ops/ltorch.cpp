@@ -653,7 +653,8 @@ void registerShapeOps() {
           if (!(t.ndim() == 1 && t.shape[0] == 0)) kept.push_back(ts[i]);
         }
         if (kept.empty()) kept.push_back(ts[0]);
-        DType dt = resultType(kept);
+        // The skipped tensors take part in the type promotion, as in eager (fuzzer seed 12315)
+        DType dt = resultType(ts);
         for (auto& k : kept) k = clang::maybeConvert(k, dt);
         if (kept.size() == 1) return kept[0];
         int64_t dim = canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
@@ -1212,12 +1213,16 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
   const TensorProxy& t = T(a[0], name);
   Shape normShape = a[1].toInts();
   int64_t k = static_cast<int64_t>(normShape.size());
+  // eager checks the shape first (fuzzer seed 13047), then the dtype
+  THUNDER_CHECK(k >= 1, opn(name), ": expected normalized_shape to have at least one element, but got ",
+                shapeStr(normShape));
   THUNDER_CHECK(k <= t.ndim() && Shape(t.shape.end() - k, t.shape.end()) == normShape, opn(name),
                 ": normalized_shape ", shapeStr(normShape), " does not match the trailing dimensions of input shape ",
                 shapeStr(t.shape));
   std::vector<int64_t> dims;
   for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
-  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, opn(name),
+  // NotImplementedError, as eager's kernels ("LayerNormKernelImpl" not implemented for 'Long')
+  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::NotImplemented, opn(name),
                      ": expected a floating point input, but got ", dtypeName(t.dtype));
   if (layer && t.device.type == DeviceType::CPU) {
     // PyTorch's CPU layer_norm takes weight and bias of the input's dtype, or float32 ones with a

@@ -644,6 +644,12 @@ GRAD_CASES = [
     ("div_self", lambda a: a / a, lambda: [torch.tensor([-0.3585890829563141, 3.0, 1e-3, -7.5])]),
     ("rdiv_of_self_ratio", lambda a: 1e4 / (a / a) + 3, lambda: [torch.tensor(-0.3585890829563141)]),
     ("div_tensors", lambda a, b: a / b, lambda: [torch.tensor([1.0, -2.0, 3e30, 0.0]), torch.tensor([3.0, 7.0, 1e-10, 2.0])]),
+    # seeds 10938, 12503: a norm's gradient at a zero norm is 0, as eager's (through sqrt: NaN)
+    ("norm_of_zeros", lambda a: torch.norm(torch.fmod(a, a)), lambda: [torch.tensor([1.5, -2.0])]),
+    ("vector_norm_p3_zeros", lambda a: torch.linalg.vector_norm(a - a, 3, dim=1), lambda: [torch.ones(2, 3)]),
+    ("normalize_of_zeros", lambda a: torch.nn.functional.normalize(a - a, dim=0), lambda: [torch.ones(2, 2) + 2]),
+    ("normalize_some_zero_cols", lambda a: torch.nn.functional.normalize(a * torch.tensor([0.0, 1.0]), dim=0),
+     lambda: [torch.randn(3, 2, generator=torch.Generator().manual_seed(0))]),
     ("remainder_op_bf16", lambda a, b: a % b, lambda: [torch.tensor([-INF, 7.0, -3.5], dtype=torch.bfloat16),
                                                      torch.tensor([2.0, -3.0, 2.0], dtype=torch.bfloat16)]),
 ]
@@ -680,8 +686,20 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
      lambda: [torch.zeros(4, 3), torch.tensor([0, 1]), torch.tensor([0, 1, 2])]),
     ("index_put_float_index", lambda a, i: torch.index_put(a, [i], torch.tensor(1.0)),
      lambda: [torch.zeros(4, 3), torch.tensor([0.0])]),
+    # seed 12509: .mT of a 1-D tensor is a RuntimeError (was an IndexError); of a 0-D one the identity
+    ("mT_1d", lambda a: a.mT, lambda: [torch.ones(3)]),
+    ("mT_0d", lambda a: a.mT * 2, lambda: [torch.tensor(3.0)]),
+    # seed 13047: layer_norm checks normalized_shape before the dtype; an integer input is a
+    # NotImplementedError, as eager's kernels
+    ("layer_norm_empty_shape", lambda a: torch.nn.functional.layer_norm(a, ()), lambda: [torch.ones(2, 3, dtype=torch.long)]),
+    ("layer_norm_int", lambda a: torch.nn.functional.layer_norm(a, (3,)), lambda: [torch.ones(2, 3, dtype=torch.long)]),
+    ("rms_norm_int", lambda a: torch.nn.functional.rms_norm(a, (3,)), lambda: [torch.ones(2, 3, dtype=torch.long)]),
+    # seed 12315: cat's dtype promotion includes the 1-D empty tensors it skips
+    ("cat_empty_int_float", lambda a, c: torch.cat([a, c]), lambda: [torch.ones(0, dtype=torch.long), torch.ones(0)]),
+    ("cat_int_empty_float", lambda a, c: torch.cat([a, c]), lambda: [torch.ones(2, dtype=torch.long), torch.ones(0)]),
+    ("cat_bool_empty_f64", lambda a, c: torch.cat([a, c, a]), lambda: [torch.ones(2, dtype=torch.bool), torch.ones(0, dtype=torch.float64)]),
 ])
-def test_error_types_match_eager(name, fn, make, executors):
+def test_values_and_error_types_match_eager(name, fn, make, executors):
     assert_same(fn, *make(), executors=executors)
 
 

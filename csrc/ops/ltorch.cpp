@@ -116,6 +116,9 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
 
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
+  // eager: "Boolean alpha only supported for Boolean results" (fuzzer seed 13780)
+  THUNDER_CHECK(!alpha.isBool() || elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool,
+                opn(name), ": a bool alpha is only supported for bool results");
   if (subtract) {
     auto isBool = [](const Value& v) {
       return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
@@ -154,6 +157,13 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
                 alpha.toDouble());
   Value ca = a.isTensor() ? clang::maybeConvert(a, computation) : a;
   Value cb = b.isTensor() ? clang::maybeConvert(b, computation) : b;
+  if (ca.isTensor() && cb.isTensor()) {
+    // b broadcast before the product, as eager's: the gradient of a broadcast b then sums
+    // g * alpha, not alpha * sum(g) (with an infinite alpha, NaN where eager's is: fuzzer seed 14820)
+    std::vector<Value> both = clang::maybeBroadcast({ca, cb}, opn(name));
+    ca = both[0];
+    cb = both[1];
+  }
   rhs = clang::binary(prims::mul, cb, alpha, PK::Default, opn(name));
   Value r = clang::binary(subtract ? prims::sub : prims::add, ca, rhs, PK::Default, opn(name));
   return clang::maybeConvert(r, result);
@@ -360,8 +370,18 @@ void registerElementwise() {
   defBinary("remainder", prims::remainder, PK::Default,
             {"torch.Tensor.__mod__", "~torch.Tensor.__rmod__"});
   defBinary("fmod", prims::fmod, PK::Default);
-  defBinary("pow", prims::pow, PK::Default,
-            {"torch.Tensor.__pow__", "~torch.Tensor.__rpow__"});
+  def("pow", "a, b", {"torch.pow", "torch.Tensor.pow", "torch.Tensor.__pow__", "~torch.Tensor.__rpow__"},
+      [](const Args& a) {
+        // Eager computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: NaN for -inf (C's pow gives
+        // inf: fuzzer seed 13385), -0.0 and -inf for -0.0
+        if (a[0].isTensor() && a[1].isFloat() && std::abs(a[1].toDouble()) == 0.5) {
+          auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
+          if (isFloating(result))
+            return clang::maybeConvert(op(a[1].toDouble() > 0 ? "sqrt" : "rsqrt", {computeIn(a[0], comp, result)}),
+                                       result);
+        }
+        return clang::binary(prims::pow, a[0], a[1], PK::Default, "ltorch.pow");
+      }, kElementwise);
   defBinary("atan2", prims::atan2, PK::IntToFloat, {"torch.arctan2"});
   defBinary("maximum", prims::maximum, PK::Default);
   defBinary("minimum", prims::minimum, PK::Default);

@@ -612,7 +612,7 @@ void registerActivations() {
       [](const Args& a) {
         checkNotInplace(a[3], "hardtanh");
         const TensorProxy& t = T(a[0], "hardtanh");
-        THUNDER_CHECK_KIND(t.dtype != DType::Bool && t.dtype != DType::UInt8, ErrorKind::Type,
+        THUNDER_CHECK(t.dtype != DType::Bool && t.dtype != DType::UInt8,  // eager: RuntimeError
                            "ltorch.hardtanh: ", dtypeName(t.dtype), " inputs are not supported");
         THUNDER_CHECK(a[1].toDouble() <= a[2].toDouble(),
                       "ltorch.hardtanh: min_val cannot be greater than max_val");

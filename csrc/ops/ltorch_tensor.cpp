@@ -1295,10 +1295,12 @@ void registerElementwiseTensorOps() {
       "hypot", "a, other", {"torch.hypot", "torch.Tensor.hypot"},
       [](const Args& a) {
         const TensorProxy &x = T(a[0], "hypot"), &y = T(a[1], "hypot", "other");
-        THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type,
+        // NotImplementedError, as eager's kernel ("hypot_cpu" not implemented for 'Long')
+        THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::NotImplemented,
                            "ltorch.hypot: expected floating point tensors, but got ",
                            dtypeName(x.dtype), " and ", dtypeName(y.dtype));
-        DType dt = promoteTypes(x.dtype, y.dtype);
+        // eager's promotion: a 0-dim operand does not widen a dimensioned one (fuzzer seed 14128)
+        DType dt = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
         DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
         Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
         return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}),

@@ -650,6 +650,10 @@ GRAD_CASES = [
     ("normalize_of_zeros", lambda a: torch.nn.functional.normalize(a - a, dim=0), lambda: [torch.ones(2, 2) + 2]),
     ("normalize_some_zero_cols", lambda a: torch.nn.functional.normalize(a * torch.tensor([0.0, 1.0]), dim=0),
      lambda: [torch.randn(3, 2, generator=torch.Generator().manual_seed(0))]),
+    # seed 14820: add's alpha multiplies the broadcast b, as eager's (its gradient sums g * alpha)
+    ("add_inf_alpha_broadcast", lambda a, b: torch.add(a, b, alpha=float("inf")) * torch.tensor([[1.0], [-1.0], [1.0]]),
+     lambda: [torch.zeros(3, 2), torch.tensor([[1.0, -2.0]])]),
+    ("sub_alpha_broadcast", lambda a, b: torch.sub(a, b, alpha=2.5), lambda: [torch.ones(2, 3), torch.tensor([1.0, -2.0, 0.5])]),
     ("remainder_op_bf16", lambda a, b: a % b, lambda: [torch.tensor([-INF, 7.0, -3.5], dtype=torch.bfloat16),
                                                      torch.tensor([2.0, -3.0, 2.0], dtype=torch.bfloat16)]),
 ]
@@ -698,6 +702,20 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
     ("cat_empty_int_float", lambda a, c: torch.cat([a, c]), lambda: [torch.ones(0, dtype=torch.long), torch.ones(0)]),
     ("cat_int_empty_float", lambda a, c: torch.cat([a, c]), lambda: [torch.ones(2, dtype=torch.long), torch.ones(0)]),
     ("cat_bool_empty_f64", lambda a, c: torch.cat([a, c, a]), lambda: [torch.ones(2, dtype=torch.bool), torch.ones(0, dtype=torch.float64)]),
+    # seeds 13332, 14128: hypot of integers is a NotImplementedError; its dtype by eager's promotion
+    ("hypot_int", torch.hypot, lambda: [torch.arange(3), torch.arange(3)]),
+    ("hypot_bf16_0d_f32", lambda a, b: torch.hypot(a, b) * 1, lambda: [torch.tensor([3.0, -1.5], dtype=torch.bfloat16), torch.tensor(4.0)]),
+    # seed 14226: hardtanh of bool or uint8 is a RuntimeError
+    ("hardtanh_bool", torch.nn.functional.hardtanh, lambda: [torch.ones(2, dtype=torch.bool)]),
+    ("hardtanh_uint8", torch.nn.functional.hardtanh, lambda: [torch.ones(2, dtype=torch.uint8)]),
+    # seed 13780: a bool alpha only for bool results
+    ("add_bool_alpha_float", lambda a: torch.add(a, a, alpha=True), lambda: [torch.ones(3)]),
+    ("add_bool_alpha_int", lambda a: torch.add(a, a, alpha=True), lambda: [torch.arange(3)]),
+    ("add_bool_alpha_bool", lambda a: torch.add(a, a, alpha=True), lambda: [torch.tensor([True, False])]),
+    # seed 13385: x ** 0.5 and x ** -0.5 are sqrt and rsqrt (NaN at -inf; -0.0 and -inf at -0.0)
+    ("pow_half", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.tensor([-float("inf"), -4.0, 4.0, -0.0, float("nan"), float("inf")])]),
+    ("pow_minus_half_bf16", lambda a: (a ** -0.5) * 1, lambda: [torch.tensor([-float("inf"), -4.0, 4.0, -0.0, 0.0], dtype=torch.bfloat16)]),
+    ("pow_half_int", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.arange(-2, 3)]),
 ])
 def test_values_and_error_types_match_eager(name, fn, make, executors):
     assert_same(fn, *make(), executors=executors)

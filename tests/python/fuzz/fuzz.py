@@ -288,9 +288,11 @@ def _spawn(names: list[str]):
 
 
 def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: bool = False,
-        budget: float | None = None, progress: float | None = None):
+        budget: float | None = None, progress: float | None = None, recycle: int = 1000):
     """Runs the seeds over `jobs` workers (no new seed after `budget` seconds; a summary line
-    every `progress` seconds); returns {executor set: Counter of outcomes} and the failures (dicts
+    every `progress` seconds; a worker is replaced after `recycle` programs: each distinct CPU kernel
+    stays mapped in its process, ~5 memory maps each, and past Linux's vm.max_map_count (65530)
+    every new thread fails with EAGAIN); returns {executor set: Counter of outcomes} and the failures (dicts
     with seed, executors, outcome, detail, repro)."""
     import selectors
 
@@ -319,7 +321,7 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
         if not pending:
             return
         p = _spawn(names)
-        w = {"p": p, "seed": None, "done": set(), "exec": None, "since": time.time(), "buf": b""}
+        w = {"p": p, "seed": None, "done": set(), "exec": None, "since": time.time(), "buf": b"", "ran": 0}
         sel.register(p.stdout, selectors.EVENT_READ, w)
         workers.append(w)
         feed(w)
@@ -327,7 +329,13 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
     def feed(w):
         if budget is not None and time.time() - started > budget:
             pending.clear()
-        if pending:
+        if pending and w["ran"] >= recycle:
+            # this worker ends (its stdin closed) and a fresh one takes the next seed
+            w["seed"] = None
+            w["p"].stdin.close()
+            start()
+        elif pending:
+            w["ran"] += 1
             w["seed"], w["done"], w["exec"], w["since"] = pending.pop(), set(), None, time.time()
             w["p"].stdin.write(f"{w['seed']}\n")
             w["p"].stdin.flush()
@@ -415,6 +423,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for the repro of each failure")
     ap.add_argument("--seconds", type=float, default=None, help="start no new program after this long")
     ap.add_argument("--progress", type=float, default=None, help="print the counts every this many seconds")
+    ap.add_argument("--recycle", type=int, default=1000, help="programs per worker process before a fresh one")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
@@ -426,7 +435,7 @@ def main(argv=None) -> int:
             ap.error(f"unknown executor set {n!r}; choose from {sorted(EXECUTOR_SETS)}")
     t0 = time.time()
     counts, failures = run(range(a.start, a.start + a.count), names, a.timeout, a.jobs, a.out,
-                           budget=a.seconds, progress=a.progress)
+                           budget=a.seconds, progress=a.progress, recycle=a.recycle)
     print(summary(counts))
     print(f"seeds from {a.start} ({a.count} asked) in {time.time() - t0:.0f} s")
     return 1 if failures else 0

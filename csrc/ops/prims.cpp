@@ -465,8 +465,9 @@ Value argMeta(const std::vector<Value>& args, const char* name) {
     return newTensor({}, DType::Int64, a.device);
   }
   int64_t dim = canonicalizeDim(a.ndim(), args[1].toInt(), op);
-  THUNDER_CHECK(a.ndim() == 0 || a.shape[dim] > 0, op, ": cannot reduce dimension ", dim,
-                " of length 0 of shape ", shapeStr(a.shape));
+  // an IndexError, as eager's "Expected reduction dim 0 to have non-zero size" (fuzzer seed 16939)
+  THUNDER_CHECK_KIND(a.ndim() == 0 || a.shape[dim] > 0, ErrorKind::Index, op, ": cannot reduce dimension ", dim,
+                     " of length 0 of shape ", shapeStr(a.shape));
   return newTensor(reducedShape(a, {dim}), DType::Int64, a.device);
 }
 

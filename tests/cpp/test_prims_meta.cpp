@@ -509,7 +509,7 @@ const std::vector<ErrorCase>& errorCases() {
        "prims.argmax: cannot reduce an empty tensor of shape (0,)"},
       {"argmax", ARGS(tensor({2}, DType::Complex128), i64(0)), {}, EK::Type,
        "prims.argmax: complex tensors are not supported"},
-      {"argmin", ARGS(f32({2, 0}), i64(1)), {}, EK::Runtime,
+      {"argmin", ARGS(f32({2, 0}), i64(1)), {}, EK::Index,
        "prims.argmin: cannot reduce dimension 1 of length 0 of shape (2, 0)"},
       {"matmul", ARGS(f32({2, 3}), idx({3, 4})), {}, EK::Type,
        "prims.matmul: expected tensors of the same dtype, but got float32 and int64"},

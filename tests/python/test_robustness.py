@@ -715,6 +715,12 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
     # seed 13385: x ** 0.5 and x ** -0.5 are sqrt and rsqrt (NaN at -inf; -0.0 and -inf at -0.0)
     ("pow_half", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.tensor([-float("inf"), -4.0, 4.0, -0.0, float("nan"), float("inf")])]),
     ("pow_minus_half_bf16", lambda a: (a ** -0.5) * 1, lambda: [torch.tensor([-float("inf"), -4.0, 4.0, -0.0, 0.0], dtype=torch.bfloat16)]),
+    # seeds 16322, 17476, 16939: frac of integers and bools is a NotImplementedError; argmax over
+    # a dim of length 0 an IndexError
+    ("frac_int", torch.frac, lambda: [torch.arange(3)]),
+    ("frac_bool", torch.frac, lambda: [torch.ones(2, dtype=torch.bool)]),
+    ("argmax_empty_dim", lambda a: torch.argmax(a, 0), lambda: [torch.ones(0)]),
+    ("argmin_empty_dim", lambda a: torch.argmin(a, 1), lambda: [torch.ones(2, 0)]),
     ("pow_half_int", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.arange(-2, 3)]),
 ])
 def test_values_and_error_types_match_eager(name, fn, make, executors):

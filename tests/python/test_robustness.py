@@ -741,3 +741,28 @@ def test_softplus_gradient_beyond_the_threshold(kwargs, executors):
         results.append((out.detach(), torch.autograd.grad(out, x, torch.linspace(-2, 2, 11))[0]))
     torch.testing.assert_close(results[1][0], results[0][0], equal_nan=True)
     torch.testing.assert_close(results[1][1], results[0][1], equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn,shapes", [
+    # fuzzer seed 12434: the CPU fuser read a column sum of an [M, 1] tensor (dims (0,)) as a
+    # reduction over its last dim of length 1, and returned the first row
+    ("sum0_of_Mx1_with_other_region_ops", lambda x, y: (x.sum(0), torch.sqrt(y.abs()) * 2), [(2, 1), (1, 1, 1)]),
+    ("sum0_of_Mx1_times", lambda x, y: x.sum(0) * y, [(5, 1), (1,)]),
+    ("amax0_of_Mx1", lambda x, y: torch.amax(x, 0) + y, [(3, 1), (1,)]),
+    ("sum_last_of_Mx1", lambda x, y: x.sum(-1) * 2 + y, [(4, 1), (4,)]),
+    ("sum01_of_MxNx1", lambda x, y: x.sum((0, 1)) * y, [(2, 3, 1), (1,)]),
+    ("expand_grad_with_norm", lambda x, y: (torch.norm(y), x.expand(2, 1)), [(1,), (1, 1, 1)]),
+])
+def test_reductions_over_leading_dims_of_trailing_unit_shapes(name, fn, shapes, executors):
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    results = []
+    for jit in (False, True):
+        xs = [b.clone().requires_grad_(True) for b in base]
+        outs = (thunder.jit(fn, executors=executors) if jit else fn)(*xs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        cots = [torch.linspace(-2, 3, o.numel(), dtype=o.dtype).reshape(o.shape) for o in outs]
+        results.append(([o.detach() for o in outs], torch.autograd.grad(outs, xs, cots)))
+    for a, b in zip(results[1][0] + list(results[1][1]), results[0][0] + list(results[0][1])):
+        torch.testing.assert_close(a, b)

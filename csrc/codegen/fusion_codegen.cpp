@@ -818,7 +818,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   THUNDER_INTERNAL(innerStrides.size() == I, "codegen: one inner-stride code per input expected");
   Out s;
   s << header(p, "C++");
-  s << "#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n";
+  s << kCppIncludes;
   s << kCppDefs << kPrelude;
   if (usesCpuMath(p)) s << cpuMathSource();
   s << kRemainder << kLimits;

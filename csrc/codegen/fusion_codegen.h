@@ -72,4 +72,8 @@ std::string emitCuda(const KernelProgram& prog);
 /// baked into the source so the inner loop vectorizes.
 std::string emitCpp(const KernelProgram& prog, const std::string& innerStrides);
 
+/// The standard headers every C++ kernel includes first (the runtime precompiles them once).
+inline constexpr const char* kCppIncludes =
+    "#include <cmath>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n";
+
 }  // namespace thunder::codegen

@@ -64,7 +64,11 @@ bool isUnitReduction(const BoundSymbol& b) {
   const std::string& n = b.sym->name;
   if (n != "sum" && n != "amax" && n != "amin") return false;
   const Shape& in = b.args[0].tensor().shape;
-  return !in.empty() && in.back() == 1;
+  // Over the last dim alone: a column sum of an [M, 1] input (dims (0,)) also has a last dim of
+  // length 1, and read as a unit reduction it was the first row only (fuzzer seed 12434)
+  std::vector<int64_t> dims = b.args[1].toInts();
+  return !in.empty() && in.back() == 1 && dims.size() == 1 &&
+         dims[0] == static_cast<int64_t>(in.size()) - 1;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "ir/value.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "ir/error.h"
@@ -10,6 +11,108 @@ int64_t TensorProxy::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
+}
+
+std::vector<int64_t> contiguousStrides(const Shape& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= std::max<int64_t>(shape[i], 1);
+  }
+  return s;
+}
+
+bool isContiguousLayout(const Shape& shape, const std::vector<int64_t>& strides) {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) return true;
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::vector<int64_t> TensorProxy::stridesOrContiguous() const {
+  return strides.size() == shape.size() ? strides : contiguousStrides(shape);
+}
+
+void TensorProxy::setStrides(std::vector<int64_t> s) {
+  if (s.size() != shape.size() || isContiguousLayout(shape, s)) s.clear();
+  strides = std::move(s);
+}
+
+bool viewStrides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& to,
+                 std::vector<int64_t>& out) {
+  out.assign(to.size(), 0);
+  if (shape.empty()) {
+    out.assign(to.size(), 1);
+    return true;
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (numel == 0) {
+    out = shape == to ? strides : contiguousStrides(to);
+    return true;
+  }
+  // Walk the input from its last dim, in chunks of dims that are contiguous with each other;
+  // the dims of `to` must each fall inside one chunk.
+  int64_t v = static_cast<int64_t>(to.size()) - 1;
+  int64_t base = strides.back(), chunkNumel = 1, viewNumel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    chunkNumel *= shape[d];
+    bool chunkEnds = d == 0 || (shape[d - 1] != 1 && strides[d - 1] != chunkNumel * base);
+    if (!chunkEnds) continue;
+    while (v >= 0 && (viewNumel < chunkNumel || to[v] == 1)) {
+      out[v] = viewNumel * base;
+      viewNumel *= to[v];
+      --v;
+    }
+    if (viewNumel != chunkNumel) return false;
+    if (d > 0) {
+      base = strides[d - 1];
+      chunkNumel = 1;
+      viewNumel = 1;
+    }
+  }
+  return v == -1;
+}
+
+std::vector<int64_t> iteratorStrides(const Shape& shape, const std::vector<std::vector<int64_t>>& operands) {
+  int64_t n = static_cast<int64_t>(shape.size());
+  // 1: dim0 goes inside dim1 (swap), -1: keep, 0: undecided.
+  auto order = [&](int64_t d0, int64_t d1) {
+    for (const std::vector<int64_t>& s : operands) {
+      if (s.size() != shape.size() || s[d0] == 0 || s[d1] == 0) continue;
+      if (s[d0] < s[d1]) return -1;
+      if (s[d0] > s[d1]) return 1;
+      if (shape[d0] > shape[d1]) return 1;
+    }
+    return 0;
+  };
+  // perm[0] is the innermost dim; an insertion sort from the reversed order, as TensorIterator's
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; --d0) {
+      int c = order(perm[d0], perm[d1]);
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  std::vector<int64_t> out(n);
+  int64_t acc = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    out[perm[i]] = acc;
+    acc *= std::max<int64_t>(shape[perm[i]], 1);
+  }
+  return out;
 }
 
 std::string TensorProxy::typeString() const {

@@ -22,14 +22,37 @@ struct TensorProxy {
   DType dtype = DType::Float32;
   Device device;
   bool requiresGrad = false;
+  /// The strides (in elements) eager PyTorch gives this value, where they are not the contiguous
+  /// strides of `shape`; empty: contiguous. Known for trace inputs and followed through views and
+  /// elementwise ops (TensorIterator's layout); other results are contiguous, as eager's
+  /// reductions are. Only
+  /// the legality of `view` reads them (as eager's, a view of a non-viewable layout raises).
+  std::vector<int64_t> strides;
 
   int64_t ndim() const { return static_cast<int64_t>(shape.size()); }
+  /// `strides`, or the contiguous strides of `shape` where it is empty.
+  std::vector<int64_t> stridesOrContiguous() const;
+  /// Sets `strides` (empty where `s` is the contiguous layout of `shape`).
+  void setStrides(std::vector<int64_t> s);
   int64_t numel() const;
   /// Type string used in comments: "cpu f32[2, 2]".
   std::string typeString() const;
 };
 
 using TensorPtr = std::shared_ptr<TensorProxy>;
+
+/// The strides of a contiguous tensor of `shape`.
+std::vector<int64_t> contiguousStrides(const Shape& shape);
+/// Whether (shape, strides) is contiguous, as torch's is_contiguous (dims of length 1 ignored).
+bool isContiguousLayout(const Shape& shape, const std::vector<int64_t>& strides);
+/// torch's computeStride: the strides of a view of (shape, strides) with shape `to`, or false
+/// where no view exists (a dimension of `to` spans two non-contiguous subspaces).
+bool viewStrides(const Shape& shape, const std::vector<int64_t>& strides, const Shape& to,
+                 std::vector<int64_t>& out);
+/// The strides TensorIterator gives a new output of `shape` computed from operands of that shape
+/// with `operands` strides (0 for broadcast dims): contiguous in the operands' dimension order
+/// (the first operand decides, later ones break ties; length breaks equal strides).
+std::vector<int64_t> iteratorStrides(const Shape& shape, const std::vector<std::vector<int64_t>>& operands);
 
 /// One value of a trace: None, a Python scalar, a string, a dtype, a device, a tensor proxy, or a
 /// tuple / list / dict (string keys) of values. Cheap to copy: containers share their items.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <set>
 
 #include "ops/clang.h"
 #include "ops/prims.h"
@@ -21,8 +22,36 @@ std::vector<TorchName>& names() {
 
 /// Defines an ltorch symbol: its signature (as PyTorch's), the PyTorch callables that map to it
 /// ("~" marks a reflected operator) and its decomposition.
+/// Sets the layout of the tensors of `r` that are not among `args` to contiguous.
+void contiguousResults(const Value& r, const std::vector<Value>& args) {
+  if (r.isTensor()) {
+    for (const Value& a : args)
+      if (a.isTensor() && a.toTensor() == r.toTensor()) return;
+    r.toTensor()->strides.clear();
+  } else if (r.isTuple() || r.isList()) {
+    for (const Value& v : r.items()) contiguousResults(v, args);
+  }
+}
+
+/// Ops that eager computes with kernels of their own, allocating contiguous results, where thunder
+/// decomposes them into elementwise prims (whose results follow the operands' layout, as
+/// TensorIterator's): a view of their result is legal as in eager (TensorProxy::strides).
+bool contiguousInEager(const std::string& name) {
+  static const std::set<std::string> names = {
+      "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
+      "instance_norm", "logsigmoid", "tril", "triu", "masked_fill"};
+  return names.count(name) > 0;
+}
+
 void def(const std::string& name, const std::string& sig, std::vector<std::string> torch,
          SymbolFn fn, uint32_t tags = kNoTags) {
+  if (contiguousInEager(name)) {
+    fn = [impl = std::move(fn)](const std::vector<Value>& a) {
+      Value r = impl(a);
+      contiguousResults(r, a);
+      return r;
+    };
+  }
   auto s = std::make_unique<Symbol>();
   s->module = "ltorch";
   s->name = name;
@@ -68,7 +97,7 @@ void defUnary(const std::string& name, clang::PrimUnary prim, PK kind,
   def(name, "a", torch, [=](const Args& a) -> Value {
     const TensorProxy& t = T(a[0], name);
     if (identityOnIntegers) {
-      THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::Type, opn(name),
+      THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::NotImplemented, opn(name),
                          ": argument 'a' has dtype bool8, which is not supported");
       if (isIntegral(t.dtype)) return a[0];
     }
@@ -87,11 +116,14 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
 
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
+  // eager: "Boolean alpha only supported for Boolean results" (fuzzer seed 13780)
+  THUNDER_CHECK(!alpha.isBool() || elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool,
+                opn(name), ": a bool alpha is only supported for bool results");
   if (subtract) {
     auto isBool = [](const Value& v) {
       return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
     };
-    THUNDER_CHECK_KIND(!isBool(a) && !isBool(b), ErrorKind::Type, opn(name),
+    THUNDER_CHECK(!isBool(a) && !isBool(b), opn(name),
                        ": subtraction with a bool tensor is not supported (use ~ or "
                        "logical_not to invert a mask)");
   }
@@ -125,6 +157,13 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
                 alpha.toDouble());
   Value ca = a.isTensor() ? clang::maybeConvert(a, computation) : a;
   Value cb = b.isTensor() ? clang::maybeConvert(b, computation) : b;
+  if (ca.isTensor() && cb.isTensor()) {
+    // b broadcast before the product, as eager's: the gradient of a broadcast b then sums
+    // g * alpha, not alpha * sum(g) (with an infinite alpha, NaN where eager's is: fuzzer seed 14820)
+    std::vector<Value> both = clang::maybeBroadcast({ca, cb}, opn(name));
+    ca = both[0];
+    cb = both[1];
+  }
   rhs = clang::binary(prims::mul, cb, alpha, PK::Default, opn(name));
   Value r = clang::binary(subtract ? prims::sub : prims::add, ca, rhs, PK::Default, opn(name));
   return clang::maybeConvert(r, result);
@@ -174,6 +213,26 @@ Value floorDivFloating(const Value& a, const Value& b, const std::string& name) 
   Value r = clang::where(test(prims::ne, div, 0), fl, bin(prims::copysign, 0.0, q), name);
   if (!b.isTensor()) return b.toDouble() == 0 ? q : r;
   return clang::where(test(prims::eq, b, 0), q, r, name);
+}
+
+/// A view of t as `shape` must exist in t's eager layout (torch's computeStride), as eager's
+/// view requires; reshape copies instead.
+void checkView(const TensorProxy& t, const Shape& shape, const char* name) {
+  std::vector<int64_t> out;
+  THUNDER_CHECK(t.strides.empty() || viewStrides(t.shape, t.strides, shape, out), "ltorch.", name,
+                ": view size is not compatible with input tensor's size and stride (at least one "
+                "dimension spans across two contiguous subspaces): a tensor of shape ",
+                shapeStr(t.shape), " and strides ", shapeStr(t.strides), " viewed as ",
+                shapeStr(shape), ". Use .reshape(...) instead.");
+}
+
+/// amax and amin over every dim of an empty tensor: a RuntimeError, as eager's (over a named
+/// dim of length 0 the prim raises an IndexError, as eager does too).
+void checkEmptyFullReduction(const Value& a, const Value& dim, const char* name) {
+  const TensorProxy& t = T(a, name);
+  bool all = dim.isNone() || ((dim.isTuple() || dim.isList()) && dim.items().empty());
+  THUNDER_CHECK(!all || t.numel() > 0, "ltorch.", name, ": cannot reduce an empty tensor of shape ",
+                shapeStr(t.shape), " over all dims; specify the reduction dim");
 }
 
 Value floorDivide(const Value& a, const Value& b) {
@@ -287,11 +346,11 @@ void registerElementwise() {
         if (a[2].isNone()) return trueDivide(a[0], a[1]);
         const std::string& mode = a[2].toString();
         DType operands = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
-        THUNDER_CHECK_KIND(!isComplex(operands), ErrorKind::Type, "ltorch.div: rounding_mode='",
+        THUNDER_CHECK_KIND(!isComplex(operands), ErrorKind::NotImplemented, "ltorch.div: rounding_mode='",
                            mode, "' is not supported for complex inputs (", dtypeName(operands),
                            ")");
         if (mode == "floor") return floorDivide(a[0], a[1]);
-        THUNDER_CHECK_KIND(mode == "trunc", ErrorKind::Value,
+        THUNDER_CHECK(mode == "trunc",
                            "ltorch.div: rounding_mode must be None, 'trunc' or 'floor', but got '",
                            mode, "'");
         auto [computation, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
@@ -326,8 +385,18 @@ void registerElementwise() {
   defBinary("remainder", prims::remainder, PK::Default,
             {"torch.Tensor.__mod__", "~torch.Tensor.__rmod__"});
   defBinary("fmod", prims::fmod, PK::Default);
-  defBinary("pow", prims::pow, PK::Default,
-            {"torch.Tensor.__pow__", "~torch.Tensor.__rpow__"});
+  def("pow", "a, b", {"torch.pow", "torch.Tensor.pow", "torch.Tensor.__pow__", "~torch.Tensor.__rpow__"},
+      [](const Args& a) {
+        // Eager computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: NaN for -inf (C's pow gives
+        // inf: fuzzer seed 13385), -0.0 and -inf for -0.0
+        if (a[0].isTensor() && a[1].isFloat() && std::abs(a[1].toDouble()) == 0.5) {
+          auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::Default);
+          if (isFloating(result))
+            return clang::maybeConvert(op(a[1].toDouble() > 0 ? "sqrt" : "rsqrt", {computeIn(a[0], comp, result)}),
+                                       result);
+        }
+        return clang::binary(prims::pow, a[0], a[1], PK::Default, "ltorch.pow");
+      }, kElementwise);
   defBinary("atan2", prims::atan2, PK::IntToFloat, {"torch.arctan2"});
   defBinary("maximum", prims::maximum, PK::Default);
   defBinary("minimum", prims::minimum, PK::Default);
@@ -413,7 +482,7 @@ void registerElementwise() {
       Value cdf = op("mul", {0.5, op("add", {1.0, op("erf", {op("mul", {x, M_SQRT1_2})})})});
       r = op("mul", {x, cdf});
     } else {
-      THUNDER_CHECK_KIND(approx == "tanh", ErrorKind::Value,
+      THUNDER_CHECK(approx == "tanh",
                          "ltorch.gelu: approximate must be 'none' or 'tanh', but got '", approx, "'");
       Value inner = op("mul", {std::sqrt(2.0 / M_PI),
                                op("add", {x, op("mul", {0.044715, op("mul", {x, op("mul", {x, x})})})})});
@@ -431,8 +500,13 @@ void registerElementwise() {
         floatingOnly(a[0], "softplus");
         return inFloat32(a[0], [&](const Value& x) {
           Value scaled = op("mul", {x, a[1]});
-          Value soft = op("div", {op("log1p", {op("exp", {scaled})}), a[1]});
-          return op("where", {op("gt", {scaled, a[2]}), x, soft});
+          // exp of at most the threshold: beyond it the branch is not taken, and exp(scaled) = inf
+          // there would make its zero gradient 0 * inf = NaN (fuzzer seed 10713; eager's
+          // softplus_backward passes g there)
+          Value above = op("gt", {scaled, a[2]});
+          Value capped = op("where", {above, a[2], scaled});  // NaN passes (and its gradient)
+          Value soft = op("div", {op("log1p", {op("exp", {capped})}), a[1]});
+          return op("where", {above, x, soft});
         });
       }, kElementwise);
   def("leaky_relu", "a, negative_slope=0.01, inplace=False", {"torch.nn.functional.leaky_relu"},
@@ -505,10 +579,14 @@ void registerShapeOps() {
   def("view", "a, *shape", {"torch.Tensor.view"}, [](const Args& a) {
     THUNDER_CHECK_KIND(!a[1].isDType(), ErrorKind::NotImplemented,
                        "ltorch.view: viewing a tensor as another dtype is not supported");
-    return clang::reshape(a[0], a[1].toInts(), "ltorch.view");
+    Value r = clang::reshape(a[0], a[1].toInts(), "ltorch.view");
+    checkView(T(a[0], "view"), r.tensor().shape, "view");
+    return r;
   }, kShapeOp);
   def("view_as", "a, other", {"torch.Tensor.view_as"}, [](const Args& a) {
-    return clang::reshape(a[0], T(a[1], "view_as", "other").shape, "ltorch.view_as");
+    Value r = clang::reshape(a[0], T(a[1], "view_as", "other").shape, "ltorch.view_as");
+    checkView(T(a[0], "view_as"), r.tensor().shape, "view_as");
+    return r;
   }, kShapeOp);
   def("reshape_as", "a, other", {"torch.Tensor.reshape_as"}, [](const Args& a) {
     return clang::reshape(a[0], T(a[1], "reshape_as", "other").shape, "ltorch.reshape_as");
@@ -612,7 +690,8 @@ void registerShapeOps() {
           if (!(t.ndim() == 1 && t.shape[0] == 0)) kept.push_back(ts[i]);
         }
         if (kept.empty()) kept.push_back(ts[0]);
-        DType dt = resultType(kept);
+        // The skipped tensors take part in the type promotion, as in eager (fuzzer seed 12315)
+        DType dt = resultType(ts);
         for (auto& k : kept) k = clang::maybeConvert(k, dt);
         if (kept.size() == 1) return kept[0];
         int64_t dim = canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
@@ -933,9 +1012,11 @@ void registerReductions() {
         return reduce(prims::prod, a[0], a[1], a[2].toBool(), optDType(a[3]), "prod", true);
       }, kReductionOp);
   def("amax", "a, dim=(), keepdim=False", {"torch.amax", "torch.Tensor.amax"}, [](const Args& a) {
+    checkEmptyFullReduction(a[0], a[1], "amax");
     return reduce(prims::amax, a[0], a[1], a[2].toBool(), std::nullopt, "amax", false);
   }, kReductionOp);
   def("amin", "a, dim=(), keepdim=False", {"torch.amin", "torch.Tensor.amin"}, [](const Args& a) {
+    checkEmptyFullReduction(a[0], a[1], "amin");
     return reduce(prims::amin, a[0], a[1], a[2].toBool(), std::nullopt, "amin", false);
   }, kReductionOp);
   def("mean", "a, dim=None, keepdim=False, *, dtype=None", {"torch.mean", "torch.Tensor.mean"},
@@ -1169,12 +1250,16 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
   const TensorProxy& t = T(a[0], name);
   Shape normShape = a[1].toInts();
   int64_t k = static_cast<int64_t>(normShape.size());
+  // eager checks the shape first (fuzzer seed 13047), then the dtype
+  THUNDER_CHECK(k >= 1, opn(name), ": expected normalized_shape to have at least one element, but got ",
+                shapeStr(normShape));
   THUNDER_CHECK(k <= t.ndim() && Shape(t.shape.end() - k, t.shape.end()) == normShape, opn(name),
                 ": normalized_shape ", shapeStr(normShape), " does not match the trailing dimensions of input shape ",
                 shapeStr(t.shape));
   std::vector<int64_t> dims;
   for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
-  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type, opn(name),
+  // NotImplementedError, as eager's kernels ("LayerNormKernelImpl" not implemented for 'Long')
+  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::NotImplemented, opn(name),
                      ": expected a floating point input, but got ", dtypeName(t.dtype));
   if (layer && t.device.type == DeviceType::CPU) {
     // PyTorch's CPU layer_norm takes weight and bias of the input's dtype, or float32 ones with a
@@ -1217,6 +1302,11 @@ Value nllLossImpl(const Value& logp, const Value& target, const Value& weight, i
   int64_t classDim = lp.ndim() == 1 ? 0 : 1;
   Shape expected = lp.shape;
   expected.erase(expected.begin() + classDim);
+  // A batch size mismatch is a ValueError, as eager's "Expected input batch_size (N) to match
+  // target batch_size (M)"; other shapes are RuntimeErrors.
+  THUNDER_CHECK_KIND(lp.ndim() < 2 || tg.ndim() < 1 || tg.shape[0] == lp.shape[0], ErrorKind::Value,
+                     opn(name), ": expected target of shape ", shapeStr(expected), " for input of shape ",
+                     shapeStr(lp.shape), ", but got ", shapeStr(tg.shape), " (batch sizes differ)");
   THUNDER_CHECK(tg.shape == expected, opn(name), ": expected target of shape ", shapeStr(expected),
                 " for input of shape ", shapeStr(lp.shape), ", but got ", shapeStr(tg.shape));
   Value valid = op("ne", {target, ignoreIndex});

@@ -54,7 +54,7 @@ Value wrapIndex(const Value& idx, int64_t n) {
 
 const TensorProxy& indexArg(const Value& v, const std::string& name, const char* arg) {
   const TensorProxy& t = T(v, name, arg);
-  THUNDER_CHECK_KIND(isIntegral(t.dtype), ErrorKind::Type, opn(name), ": expected '", arg,
+  THUNDER_CHECK(isIntegral(t.dtype), opn(name), ": expected '", arg,
                      "' to be an integer tensor, but got dtype ", dtypeName(t.dtype));
   return t;
 }
@@ -122,7 +122,7 @@ void registerScans() {
                               "ltorch.topk: bool tensors are not supported");
            int64_t d = dimOf(t, a[2], "topk");
            int64_t k = a[1].toInt();
-           THUNDER_CHECK_KIND(k >= 0 && k <= lengthOf(t, d), ErrorKind::Index, "ltorch.topk: k (",
+           THUNDER_CHECK(k >= 0 && k <= lengthOf(t, d), "ltorch.topk: k (",
                               k, ") is out of range for dimension ", d, " of shape ",
                               shapeStr(t.shape));
            if (t.dtype == DType::Bool) {
@@ -179,8 +179,10 @@ Value indexUpdate(const Args& a, bool add, const std::string& name) {
     THUNDER_CHECK(i == d || s.shape[i] == x.shape[i], opn(name), ": source of shape ",
                   shapeStr(src.shape), " does not match self of shape ", shapeStr(t.shape),
                   " outside dimension ", d);
-  THUNDER_CHECK(s.shape[d] == std::max<int64_t>(idx.numel(), 0), opn(name), ": index has ",
-                idx.numel(), " elements but source has ", s.shape[d], " along dimension ", d);
+  // eager's index_copy raises an IndexError here, its index_add a RuntimeError
+  THUNDER_CHECK_KIND(s.shape[d] == std::max<int64_t>(idx.numel(), 0),
+                     name == "index_copy" ? ErrorKind::Index : ErrorKind::Runtime, opn(name), ": index has ",
+                     idx.numel(), " elements but source has ", s.shape[d], " along dimension ", d);
   Value spread = spreadIndex(a[2], s.shape, d, x.shape[d], name);
   Value r;
   if (add) {
@@ -199,7 +201,7 @@ Value indexUpdate(const Args& a, bool add, const std::string& name) {
 Value scatterSource(const Value& v, const TensorProxy& t, const TensorProxy& idx,
                     const std::string& name) {
   if (v.isTensor()) {
-    THUNDER_CHECK_KIND(v.tensor().dtype == t.dtype, ErrorKind::Type, opn(name),
+    THUNDER_CHECK(v.tensor().dtype == t.dtype, opn(name),
                        ": expected src of dtype ", dtypeName(t.dtype), ", but got ",
                        dtypeName(v.tensor().dtype));
     return v;
@@ -244,9 +246,8 @@ void registerScatter() {
         Value index = scatterIndex(a[2], t, d, "scatter_reduce");
         const std::string& r = a[4].toString();
         bool self = a[5].toBool();
-        THUNDER_CHECK_KIND(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin" ||
+        THUNDER_CHECK(r == "sum" || r == "mean" || r == "prod" || r == "amax" || r == "amin" ||
                                r == "max" || r == "min",
-                           ErrorKind::Value,
                            "ltorch.scatter_reduce: reduce must be one of 'sum', "
                            "'prod', 'mean', 'amax', 'amin', but got '",
                            r, "'");
@@ -317,10 +318,18 @@ void registerScatter() {
                                 describe(i));
              THUNDER_CHECK_KIND(i.tensor().dtype != DType::Bool, ErrorKind::NotImplemented,
                                 "ltorch.index_put: boolean mask indices are not supported");
-             indexArg(i, "index_put", "indices");
+             // An IndexError, as eager's "tensors used as indices must be long, int, byte or bool"
+             THUNDER_CHECK_KIND(isIntegral(i.tensor().dtype), ErrorKind::Index,
+                                "ltorch.index_put: expected integer index tensors, but got dtype ",
+                                dtypeName(i.tensor().dtype));
              shapes.push_back(i.tensor().shape);
            }
-           Shape b = clang::broadcastShapes(shapes, "ltorch.index_put");
+           Shape b;
+           try {
+             b = clang::broadcastShapes(shapes, "ltorch.index_put");
+           } catch (const Error& e) {
+             throw Error(ErrorKind::Index, e.what());  // eager's "shape mismatch" is an IndexError
+           }
            int64_t k = static_cast<int64_t>(idxs.size());
            Value linear;
            int64_t lead = 1;
@@ -1275,7 +1284,8 @@ void registerElementwiseTensorOps() {
       "frac", "a", {"torch.frac", "torch.Tensor.frac"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "frac");
-        THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::Type,
+        // NotImplementedError, as eager's kernel ("frac_cpu" not implemented for 'Long': seed 16322)
+        THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::NotImplemented,
                            "ltorch.frac: expected a floating point "
                            "tensor, but got ",
                            dtypeName(t.dtype));
@@ -1286,10 +1296,12 @@ void registerElementwiseTensorOps() {
       "hypot", "a, other", {"torch.hypot", "torch.Tensor.hypot"},
       [](const Args& a) {
         const TensorProxy &x = T(a[0], "hypot"), &y = T(a[1], "hypot", "other");
-        THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::Type,
+        // NotImplementedError, as eager's kernel ("hypot_cpu" not implemented for 'Long')
+        THUNDER_CHECK_KIND(isFloating(x.dtype) && isFloating(y.dtype), ErrorKind::NotImplemented,
                            "ltorch.hypot: expected floating point tensors, but got ",
                            dtypeName(x.dtype), " and ", dtypeName(y.dtype));
-        DType dt = promoteTypes(x.dtype, y.dtype);
+        // eager's promotion: a 0-dim operand does not widen a dimensioned one (fuzzer seed 14128)
+        DType dt = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
         DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
         Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
         return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}),
@@ -1407,9 +1419,8 @@ void registerElementwiseTensorOps() {
   // Complex numbers.
   define("complex", "real, imag", {"torch.complex"}, [](const Args& a) {
     const TensorProxy &r = T(a[0], "complex", "real"), &i = T(a[1], "complex", "imag");
-    THUNDER_CHECK_KIND(
+    THUNDER_CHECK(
         r.dtype == i.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
-        ErrorKind::Type,
         "ltorch.complex: expected real and imag of one dtype, float32 "
         "or float64, but got ",
         dtypeName(r.dtype), " and ", dtypeName(i.dtype));
@@ -1417,9 +1428,8 @@ void registerElementwiseTensorOps() {
   });
   define("polar", "abs, angle", {"torch.polar"}, [](const Args& a) {
     const TensorProxy &r = T(a[0], "polar", "abs"), &th = T(a[1], "polar", "angle");
-    THUNDER_CHECK_KIND(
+    THUNDER_CHECK(
         r.dtype == th.dtype && (r.dtype == DType::Float32 || r.dtype == DType::Float64),
-        ErrorKind::Type,
         "ltorch.polar: expected abs and angle of one dtype, float32 "
         "or float64, but got ",
         dtypeName(r.dtype), " and ", dtypeName(th.dtype));
@@ -1455,7 +1465,7 @@ void registerElementwiseTensorOps() {
 Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim,
                  std::optional<DType> dtype, const std::string& name) {
   const TensorProxy& t = T(x, name);
-  THUNDER_CHECK_KIND(isFloating(t.dtype) || isComplex(t.dtype), ErrorKind::Type, opn(name),
+  THUNDER_CHECK(isFloating(t.dtype) || isComplex(t.dtype), opn(name),
                      ": expected a floating point or complex input, but got ", dtypeName(t.dtype));
   DType result = complexToReal(dtype.value_or(t.dtype));
   DType comp = isLowPrecision(result) ? DType::Float32 : result;
@@ -1472,10 +1482,17 @@ Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim,
     r = op("sum", {op("where", {op("ne", {v, 0}), 1.0, v}), dims, keepdim});
   } else if (ord == 1) {
     r = op("sum", {v, dims, keepdim});
-  } else if (ord == 2) {
-    r = op("sqrt", {op("sum", {op("mul", {v, v}), dims, keepdim})});
   } else {
-    r = op("pow", {op("sum", {op("pow", {v, ord}), dims, keepdim}), 1.0 / ord});
+    // The root of a zero sum gets a zero gradient, as eager's norm backward (masked where the
+    // norm is 0); through sqrt or pow it would be inf * 0 = NaN (fuzzer seed 10938).
+    auto root = [&](const Value& s) {
+      if (ord < 0) return op("pow", {s, 1.0 / ord});
+      Value zero = op("eq", {s, 0});
+      Value safe = op("where", {zero, 1.0, s});
+      return op("where", {zero, 0.0, ord == 2 ? op("sqrt", {safe}) : op("pow", {safe, 1.0 / ord})});
+    };
+    r = root(ord == 2 ? op("sum", {op("mul", {v, v}), dims, keepdim})
+                      : op("sum", {op("pow", {v, ord}), dims, keepdim}));
   }
   return clang::maybeConvert(r, result);
 }

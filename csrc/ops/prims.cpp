@@ -18,6 +18,22 @@ TensorPtr newTensor(const Shape& shape, DType dtype, Device device) {
 
 std::string opName(const char* n) { return std::string("prims.") + n; }
 
+/// r laid out as TensorIterator lays out an elementwise result of the tensor operands (eager's
+/// strides; see TensorProxy::strides). Reductions are contiguous in eager (their outputs are
+/// allocated without strides), as every other new proxy here.
+TensorPtr laidOut(TensorPtr r, std::initializer_list<const Value*> operands) {
+  std::vector<std::vector<int64_t>> strides;
+  bool any = false;
+  for (const Value* v : operands) {
+    if (!v->isTensor() || v->tensor().shape != r->shape) continue;
+    any = any || !v->tensor().strides.empty();
+    strides.push_back(v->tensor().stridesOrContiguous());
+  }
+  if (any) r->setStrides(iteratorStrides(r->shape, strides));
+  return r;
+}
+
+
 /// Accepted dtype kinds of an elementwise prim, from a string such as "BIFC".
 bool kindAccepted(const char* kinds, DType d) {
   char k = "BIFC"[static_cast<int>(dtypeKind(d))];
@@ -50,7 +66,7 @@ Value unaryMeta(const std::string& op, const char* kinds, OutRule rule, const Va
                      describe(a));
   checkKind(op, kinds, a, "a");
   const TensorProxy& t = a.tensor();
-  return newTensor(t.shape, outDType(rule, t.dtype), t.device);
+  return laidOut(newTensor(t.shape, outDType(rule, t.dtype), t.device), {&a});
 }
 
 Value binaryMeta(const std::string& op, const char* kinds, OutRule rule, const Value& a,
@@ -75,7 +91,7 @@ Value binaryMeta(const std::string& op, const char* kinds, OutRule rule, const V
     // A 0-dim CPU tensor may meet a tensor on another device; the result lives there.
     device = commonDevice({a, b}, op);
   }
-  return newTensor(ref->shape, outDType(rule, ref->dtype), device);
+  return laidOut(newTensor(ref->shape, outDType(rule, ref->dtype), device), {&a, &b});
 }
 
 const TensorProxy& tensorArg(const Value& v, const char* op, const char* arg) {
@@ -90,7 +106,7 @@ Value meta_where(const std::vector<Value>& args) {
   THUNDER_CHECK_KIND(pred.isTensor() || pred.isBool(), ErrorKind::Type, op,
                      ": expected 'pred' to be a bool tensor or a bool, but got ", describe(pred));
   if (pred.isTensor())
-    THUNDER_CHECK_KIND(pred.tensor().dtype == DType::Bool, ErrorKind::Type, op,
+    THUNDER_CHECK(pred.tensor().dtype == DType::Bool, op,
                        ": expected 'pred' to have dtype bool8, but it has ",
                        dtypeName(pred.tensor().dtype));
   const TensorProxy* ref = nullptr;
@@ -124,12 +140,12 @@ Value meta_where(const std::vector<Value>& args) {
     if (dt == DType::Float64) dt = DType::Float32;
   }
   Device dev = commonDevice({pred, a, b}, op);
-  return newTensor(ref->shape, dt, dev);
+  return laidOut(newTensor(ref->shape, dt, dev), {&pred, &a, &b});
 }
 
 Value meta_convert_element_type(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "convert_element_type", "a");
-  return newTensor(a.shape, args[1].toDType(), a.device);
+  return laidOut(newTensor(a.shape, args[1].toDType(), a.device), {&args[0]});
 }
 
 Value meta_full(const std::vector<Value>& args) {
@@ -176,7 +192,12 @@ Value meta_broadcast_in_dim(const std::vector<Value>& args) {
                   " of the input (length ", a.shape[i], ") cannot be broadcast to length ",
                   shape[d], " in shape ", shapeStr(shape));
   }
-  return newTensor(shape, a.dtype, a.device);
+  TensorPtr r = newTensor(shape, a.dtype, a.device);
+  // As eager's expand: new and broadcast dims have stride 0.
+  std::vector<int64_t> in = a.stridesOrContiguous(), out(shape.size(), 0);
+  for (size_t i = 0; i < bdims.size(); ++i) out[bdims[i]] = a.shape[i] == shape[bdims[i]] ? in[i] : 0;
+  r->setStrides(out);
+  return r;
 }
 
 Value meta_reshape(const std::vector<Value>& args) {
@@ -186,7 +207,11 @@ Value meta_reshape(const std::vector<Value>& args) {
   THUNDER_CHECK(numelOf(shape) == a.numel(), "prims.reshape: shape ", shapeStr(shape),
                 " is invalid for a tensor of shape ", shapeStr(a.shape), " (", a.numel(),
                 " elements)");
-  return newTensor(shape, a.dtype, a.device);
+  TensorPtr r = newTensor(shape, a.dtype, a.device);
+  // As eager's reshape: a view where the layout allows one (then view's strides), else a copy.
+  std::vector<int64_t> out;
+  if (!a.strides.empty() && viewStrides(a.shape, a.strides, shape, out)) r->setStrides(out);
+  return r;
 }
 
 Value meta_slice(const std::vector<Value>& args) {
@@ -209,7 +234,11 @@ Value meta_slice(const std::vector<Value>& args) {
                   " must be positive");
     out.push_back((end[i] - start[i] + strides[i] - 1) / strides[i]);
   }
-  return newTensor(out, a.dtype, a.device);
+  TensorPtr r = newTensor(out, a.dtype, a.device);
+  std::vector<int64_t> in = a.stridesOrContiguous();
+  for (int64_t i = 0; i < a.ndim(); ++i) in[i] *= strides[i];
+  r->setStrides(in);
+  return r;
 }
 
 Value meta_squeeze(const std::vector<Value>& args) {
@@ -225,7 +254,12 @@ Value meta_squeeze(const std::vector<Value>& args) {
       out.push_back(a.shape[i]);
     }
   }
-  return newTensor(out, a.dtype, a.device);
+  TensorPtr r = newTensor(out, a.dtype, a.device);
+  std::vector<int64_t> in = a.stridesOrContiguous(), kept;
+  for (int64_t i = 0; i < a.ndim(); ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) kept.push_back(in[i]);
+  r->setStrides(kept);
+  return r;
 }
 
 void checkPermutation(const std::vector<int64_t>& perm, int64_t ndim, const std::string& op) {
@@ -246,13 +280,17 @@ Value meta_transpose(const std::vector<Value>& args) {
   checkPermutation(perm, a.ndim(), "prims.transpose");
   Shape out;
   for (int64_t p : perm) out.push_back(a.shape[p]);
-  return newTensor(out, a.dtype, a.device);
+  TensorPtr r = newTensor(out, a.dtype, a.device);
+  std::vector<int64_t> in = a.stridesOrContiguous(), st;
+  for (int64_t p : perm) st.push_back(in[p]);
+  r->setStrides(st);
+  return r;
 }
 
 Value meta_flip(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "flip", "a");
   canonicalizeDims(a.ndim(), args[1].toInts(), "prims.flip");
-  return newTensor(a.shape, a.dtype, a.device);
+  return laidOut(newTensor(a.shape, a.dtype, a.device), {&args[0]});  // empty_like's preserved layout
 }
 
 Value meta_stride_order(const std::vector<Value>& args) {
@@ -423,12 +461,13 @@ Value argMeta(const std::vector<Value>& args, const char* name) {
   const TensorProxy& a = tensorArg(args[0], name, "a");
   THUNDER_CHECK_KIND(!isComplex(a.dtype), ErrorKind::Type, op, ": complex tensors are not supported");
   if (args[1].isNone()) {
-    THUNDER_CHECK(a.numel() > 0, op, ": cannot reduce an empty tensor of shape ", shapeStr(a.shape));
+    THUNDER_CHECK_KIND(a.numel() > 0, ErrorKind::Index, op, ": cannot reduce an empty tensor of shape ", shapeStr(a.shape));
     return newTensor({}, DType::Int64, a.device);
   }
   int64_t dim = canonicalizeDim(a.ndim(), args[1].toInt(), op);
-  THUNDER_CHECK(a.ndim() == 0 || a.shape[dim] > 0, op, ": cannot reduce dimension ", dim,
-                " of length 0 of shape ", shapeStr(a.shape));
+  // an IndexError, as eager's "Expected reduction dim 0 to have non-zero size" (fuzzer seed 16939)
+  THUNDER_CHECK_KIND(a.ndim() == 0 || a.shape[dim] > 0, ErrorKind::Index, op, ": cannot reduce dimension ", dim,
+                     " of length 0 of shape ", shapeStr(a.shape));
   return newTensor(reducedShape(a, {dim}), DType::Int64, a.device);
 }
 
@@ -479,7 +518,7 @@ Value meta_linear(const std::vector<Value>& args) {
   THUNDER_CHECK(a.shape.back() == w.shape.back(), op, ": input of shape ", shapeStr(a.shape),
                 " and weight of shape ", shapeStr(w.shape),
                 " cannot be multiplied (", a.shape.back(), " != ", w.shape.back(), ")");
-  THUNDER_CHECK_KIND(a.dtype == w.dtype, ErrorKind::Type, op, ": expected input and weight of the same dtype, but got ",
+  THUNDER_CHECK(a.dtype == w.dtype, op, ": expected input and weight of the same dtype, but got ",
                      dtypeName(a.dtype), " and ", dtypeName(w.dtype));
   Shape out(a.shape.begin(), a.shape.end() - 1);
   if (w.ndim() == 2) out.push_back(w.shape[0]);
@@ -580,7 +619,7 @@ Value meta_convolution(const std::vector<Value>& args) {
                 "-dimensional weight for input of shape ", shapeStr(a.shape), ", but got shape ",
                 shapeStr(w.shape));
   checkFloatingNN(a, op, "input");
-  THUNDER_CHECK_KIND(a.dtype == w.dtype, ErrorKind::Type, op,
+  THUNDER_CHECK(a.dtype == w.dtype, op,
                      ": expected input and weight of the same dtype, but got ", dtypeName(a.dtype),
                      " and ", dtypeName(w.dtype));
   size_t k = static_cast<size_t>(a.ndim() - 2);
@@ -742,7 +781,7 @@ size_t upsampleDims(const std::string& mode, const std::string& op) {
   if (mode == "linear") return 1;
   if (mode == "bilinear" || mode == "bicubic") return 2;
   if (mode == "trilinear") return 3;
-  THUNDER_CHECK_KIND(false, ErrorKind::Value, op,
+  THUNDER_CHECK_KIND(false, ErrorKind::NotImplemented, op,
                      ": mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic' "
                      "or 'trilinear', but got '",
                      mode, "'");

@@ -66,6 +66,7 @@ TensorPtr proxyFor(const at::Tensor& t, const std::string& name) {
   p->dtype = runtime::fromScalarType(t.scalar_type());
   p->device = fromAtenDevice(t.device());
   p->requiresGrad = t.requires_grad();
+  if (!t.is_contiguous()) p->setStrides(t.strides().vec());
   return p;
 }
 
@@ -247,6 +248,14 @@ void describeLeaf(py::handle obj, std::string& key) {
     int64_t nd = t.dim();
     put(&nd, sizeof nd);
     put(t.sizes().data(), sizeof(int64_t) * nd);
+    // A trace may depend on the layout (whether a view is legal): a non-contiguous input keys
+    // its strides too.
+    if (t.is_contiguous()) {
+      key.push_back('c');
+    } else {
+      key.push_back('s');
+      put(t.strides().data(), sizeof(int64_t) * nd);
+    }
   } else if (o == Py_None) {
     key.push_back('n');
   } else if (PyBool_Check(o)) {
@@ -536,6 +545,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("dtype", [](const TensorProxy& t) { return fromValue(Value(t.dtype)); })
       .def_property_readonly("_device_str", [](const TensorProxy& t) { return t.device.str(); })
       .def_property_readonly("requires_grad", [](const TensorProxy& t) { return t.requiresGrad; })
+      .def_property_readonly("_strides", [](const TensorProxy& t) { return py::tuple(py::cast(t.stridesOrContiguous())); })
       .def("numel", [](const TensorProxy& t) { return t.numel(); })
       .def("type_string", &TensorProxy::typeString)
       .def("__repr__", [](const TensorProxy& t) { return "<TensorProxy " + t.name + ": " + t.typeString() + ">"; });

@@ -143,7 +143,9 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
     {PrimId::mul, [](X a, X b, X, X g) { return VV{mul(conj(b), g), mul(conj(a), g)}; }},
     {PrimId::div,
      [](X a, X b, X, X g) {
-       Value gb = b.isTensor() ? neg(div(mul(g, conj(a)), conj(sq(b)))) : Value();
+       // As eager's div_tensor_other_backward: -g * ((a / b) / b), exactly 0 for a / a (through
+       // g * a / b^2 the two gradients of a / a cancel only up to rounding: fuzzer seed 11357)
+       Value gb = b.isTensor() ? neg(mul(g, conj(div(div(a, b), b)))) : Value();
        return VV{div(g, conj(b)), gb};
      }},
     {PrimId::pow,
@@ -200,7 +202,9 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::remainder,
      [](X a, X b, X, X g) {
-       Value gb = b.isTensor() ? neg(mul(g, un("floor", div(a, b)))) : Value();
+       // As eager's -g * a.div(b, rounding_mode='floor'): floor division through fmod, so an
+       // infinite a gives NaN, not floor(a / b) = inf (fuzzer seed 3730).
+       Value gb = b.isTensor() ? neg(mul(g, op("floor_divide", {a, b}))) : Value();
        return VV{g, gb};
      }},
 };
@@ -522,6 +526,28 @@ void registerTorchRules() {
         },
         [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
           return b.args.size() > 2 && !b.args[2].isNone();
+        });
+  }
+  // max() and min() over all elements share the gradient evenly among the elements equal to the
+  // result, NaN counting as equal to a NaN result: eager's evenly_distribute_backward (amax's
+  // rule would give NaN everywhere for an all-NaN input: fuzzer seed 3453). The reductions over
+  // a dim go through gather and need no rule.
+  for (const char* which : {"max", "min"}) {
+    const Symbol* s = &ltorch::symbol(which);
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          Value mask = op("logical_or", {op("eq", {a[0], y}),
+                                         op("logical_and", {op("isnan", {a[0]}), op("isnan", {y})})});
+          Value count = op("sum", {mask});  // int64, as eager's mask.sum()
+          putGrad(a[0], op("where", {mask, div(g, count), 0.0}));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return b.args.size() > 1 && b.args[1].isNone() && b.args[0].isTensor() &&
+                 isFloating(b.args[0].tensor().dtype);
         });
   }
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {

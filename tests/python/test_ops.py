@@ -360,8 +360,12 @@ def test_errors(op):
     for err in errors:
         what = f"{op.name}{describe(err.args, err.kwargs)}"
         if err.eager_raises:
-            with pytest.raises(Exception):
+            # eager raises the same type (or a subclass): a caller's `except` catches both
+            with pytest.raises(Exception) as eager:
                 op.reference(*err.args, **err.kwargs)
+            assert isinstance(eager.value, err.exc), (
+                f"{what}: eager raises {type(eager.value).__name__}: {eager.value}, thunder is expected "
+                f"to raise {err.exc.__name__}")
         with pytest.raises(err.exc, match=err.match) as info:
             jf(*err.args, **err.kwargs)
         assert "internal error" not in str(info.value), f"{what}: {info.value}"

@@ -564,6 +564,13 @@ def _unsupported(what):
     return f
 
 
+def _mT(self):
+    # As eager's: a RuntimeError on a 1-D tensor (fuzzer seed 12509), the identity on a 0-D one
+    if self.ndim == 1:
+        raise RuntimeError("thunder: tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    return self if self.ndim == 0 else self.transpose(-2, -1)
+
+
 def _contiguous(self, memory_format=None):
     return _METHODS["contiguous"][0](self)
 
@@ -598,7 +605,7 @@ def _install_methods():
     TensorProxy.is_complex = lambda self: self.dtype.is_complex
     TensorProxy.element_size = lambda self: torch.empty((), dtype=self.dtype).element_size()
     TensorProxy.T = property(lambda self: self.permute(*reversed(range(self.ndim))))
-    TensorProxy.mT = property(lambda self: self.transpose(-2, -1))
+    TensorProxy.mT = property(_mT)
     TensorProxy.__len__ = lambda self: self._shape[0] if self._shape else _raise_len()
     TensorProxy.__iter__ = lambda self: iter(self.unbind(0))
     TensorProxy.__hash__ = object.__hash__

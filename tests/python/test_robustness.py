@@ -506,7 +506,15 @@ def test_add_alpha_computes_in_the_promoted_dtype(a_dtype, b_dtype, alpha, sub, 
     want = f(a, b)
     got = thunder.jit(f, executors=executors)(a, b)
     assert got.dtype == want.dtype
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # Eager's add kernel computes a + alpha * b with a fused multiply-add; the fuser's C++ kernels
+    # are built without contraction (-ffp-contract=off, as eager's separate kernels for a chain
+    # of ops), so the one rounding may differ by an ulp there. The defect this pins (a float32
+    # rounding of alpha * b in a float64 result) is 1e8 times larger.
+    atol = 0.0
+    if executors == ["fuser"] and want.dtype.is_floating_point:
+        terms = (a.double().abs() + abs(alpha) * b.double().abs()).max().item()
+        atol = 2 * torch.finfo(want.dtype).eps * terms  # an ulp of the terms (sub cancels)
+    torch.testing.assert_close(got, want, rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)

@@ -58,7 +58,9 @@ fuzz:
 # AddressSanitizer + UndefinedBehaviorSanitizer: the C++ core, its tests and the extension built
 # into $(ASAN_BUILD) (any report aborts), then ctest and ASAN_N fuzz programs run with that
 # extension. Python itself is not sanitized, so libasan is preloaded; leaks are not checked
-# (CPython and torch keep allocations for the life of the process).
+# (CPython and torch keep allocations for the life of the process). libstdc++ is preloaded with
+# libasan: CPython does not link it, and ASan's __cxa_throw interceptor then has no real function
+# to call (the first C++ exception aborts with "CHECK failed: real___cxa_throw").
 ASAN_BUILD ?= build-asan
 ASAN_N ?= 1000
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -75,7 +77,7 @@ asan:
 	@# A copy of python/ made of links, with the sanitized extension in place of the usual one.
 	@rm -rf $(ASAN_BUILD)/python && cp -rs $(CURDIR)/python $(ASAN_BUILD)/python && \
 	  rm -f $(ASAN_BUILD)/python/thunder/_C*.so && cp $(ASAN_BUILD)/ext/_C*.so $(ASAN_BUILD)/python/thunder/
-	PYTHONPATH=$(CURDIR)/$(ASAN_BUILD)/python LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) $(ASAN_ENV) \
+	PYTHONPATH=$(CURDIR)/$(ASAN_BUILD)/python LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so):$$($(CXX) -print-file-name=libstdc++.so) $(ASAN_ENV) \
 	  $(PYTHON) tests/python/fuzz/fuzz.py --start $(START) --count $(ASAN_N) --jobs $(JOBS) --out $(ASAN_BUILD)/fuzz-failures
 
 bench: setup

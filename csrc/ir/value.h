@@ -65,6 +65,27 @@ class Value {
   };
 
   Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  /// Assignments are safe where `o` lives inside this value (v = v.items()[0]): o is taken into
+  /// a temporary before this value's containers are released (member-wise, the release freed
+  /// o in the middle of the copy: ASan, heap-use-after-free).
+  Value& operator=(const Value& o) {
+    Value copy(o);
+    return *this = std::move(copy);
+  }
+  Value& operator=(Value&& o) noexcept {
+    Value tmp(std::move(o));
+    kind_ = tmp.kind_;
+    i_ = tmp.i_;
+    f_ = tmp.f_;
+    im_ = tmp.im_;
+    s_ = std::move(tmp.s_);
+    t_ = std::move(tmp.t_);
+    items_ = std::move(tmp.items_);
+    keys_ = std::move(tmp.keys_);
+    return *this;
+  }
   Value(std::nullptr_t) {}
   Value(bool b) : kind_(Kind::Bool), i_(b) {}
   Value(int v) : kind_(Kind::Int), i_(v) {}

@@ -1258,9 +1258,10 @@ Value normImpl(const Args& a, bool layer, const std::string& name) {
                 shapeStr(t.shape));
   std::vector<int64_t> dims;
   for (int64_t i = t.ndim() - k; i < t.ndim(); ++i) dims.push_back(i);
-  // NotImplementedError, as eager's kernels ("LayerNormKernelImpl" not implemented for 'Long')
-  THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::NotImplemented, opn(name),
-                     ": expected a floating point input, but got ", dtypeName(t.dtype));
+  // Integers and bools: NotImplementedError, as eager's kernels ("LayerNormKernelImpl" not
+  // implemented for 'Long'); complex inputs, which eager takes, are unsupported here (TypeError)
+  THUNDER_CHECK_KIND(isFloating(t.dtype), isComplex(t.dtype) ? ErrorKind::Type : ErrorKind::NotImplemented,
+                     opn(name), ": expected a floating point input, but got ", dtypeName(t.dtype));
   if (layer && t.device.type == DeviceType::CPU) {
     // PyTorch's CPU layer_norm takes weight and bias of the input's dtype, or float32 ones with a
     // bfloat16/float16 input, and raises otherwise (a float64 weight on float32 input).

@@ -1302,7 +1302,9 @@ void registerElementwiseTensorOps() {
                            dtypeName(x.dtype), " and ", dtypeName(y.dtype));
         // eager's promotion: a 0-dim operand does not widen a dimensioned one (fuzzer seed 14128)
         DType dt = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
-        DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
+        // In float64: sqrt(p * p + q * q) in float32 was off by an ulp from eager's hypot (fuzzer
+        // seed 15465) and overflowed past 1.8e19
+        DType comp = DType::Float64;
         Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
         return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}),
                                    dt);

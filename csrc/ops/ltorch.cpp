@@ -119,6 +119,13 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
   // eager: "Boolean alpha only supported for Boolean results" (fuzzer seed 13780)
   THUNDER_CHECK(!alpha.isBool() || elementwiseTypePromotion({a, b}, PK::Default).second == DType::Bool,
                 opn(name), ": a bool alpha is only supported for bool results");
+  {
+    // eager checks this before anything else, alpha=1.0 and bool results included (seed 18909)
+    DType r = elementwiseTypePromotion({a, b}, PK::Default).second;
+    THUNDER_CHECK(isFloating(r) || isComplex(r) || !alpha.isFloat(), opn(name),
+                  ": for integral input tensors, alpha must not be a floating point number, but got ",
+                  alpha.toDouble());
+  }
   if (subtract) {
     auto isBool = [](const Value& v) {
       return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
@@ -152,9 +159,6 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
   // As eager: the dtypes come from a and b alone, and a + alpha * b is computed in the
   // computation dtype (float64 for a float64 result, float32 for 16-bit floats), rounded once.
   auto [computation, result] = elementwiseTypePromotion({a, b}, PK::Default);
-  THUNDER_CHECK(isFloating(result) || isComplex(result) || !alpha.isFloat(), opn(name),
-                ": for integral input tensors, alpha must not be a floating point number, but got ",
-                alpha.toDouble());
   Value ca = a.isTensor() ? clang::maybeConvert(a, computation) : a;
   Value cb = b.isTensor() ? clang::maybeConvert(b, computation) : b;
   if (ca.isTensor() && cb.isTensor()) {
@@ -394,6 +398,17 @@ void registerElementwise() {
           if (isFloating(result))
             return clang::maybeConvert(op(a[1].toDouble() > 0 ? "sqrt" : "rsqrt", {computeIn(a[0], comp, result)}),
                                        result);
+        }
+        // Bools: eager raises for a bool exponent tensor or a bool base number; a bool tensor to
+        // a bool power stays bool (x ** True is x, x ** False is all True: fuzzer seed 17927,
+        // where the trace said int64 and the kernels read a bool tensor as one).
+        auto isBoolTensor = [](const Value& v) { return v.isTensor() && v.tensor().dtype == DType::Bool; };
+        if (isBoolTensor(a[0]) || isBoolTensor(a[1])) {
+          bool boolOnly = (isBoolTensor(a[0]) || a[0].isBool()) && (isBoolTensor(a[1]) || a[1].isBool());
+          THUNDER_CHECK_KIND(!boolOnly || (a[0].isTensor() && a[1].isBool()), ErrorKind::NotImplemented,
+                             "ltorch.pow: pow is not implemented for a bool exponent tensor or a bool base");
+          if (boolOnly)
+            return a[1].toBool() ? op("bitwise_and", {a[0], true}) : op("logical_or", {a[0], true});
         }
         return clang::binary(prims::pow, a[0], a[1], PK::Default, "ltorch.pow");
       }, kElementwise);
@@ -806,6 +821,10 @@ void registerShapeOps() {
   def("index_select", "a, dim, index", {"torch.index_select", "torch.Tensor.index_select"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "index_select");
+        // eager checks the index's rank before its dtype (fuzzer seed 18589)
+        THUNDER_CHECK_KIND(!a[2].isTensor() || a[2].tensor().ndim() <= 1, ErrorKind::Index,
+                           "ltorch.index_select: index is supposed to be a vector, but got shape ",
+                           a[2].isTensor() ? shapeStr(a[2].tensor().shape) : std::string());
         return prims::take(a[0], a[2], dimArg(a[1], t.ndim(), "index_select"));
       });
   def("gather", "a, dim, index", {"torch.gather", "torch.Tensor.gather"}, [](const Args& a) {

@@ -429,6 +429,15 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   const KernelProgram& p = r.prog;
   std::vector<at::Tensor> ins;
   for (int arg : r.argOf) ins.push_back(a.t(arg));
+  // The kernel reads each input as the trace typed it: a tensor of another dtype or shape (an
+  // op whose meta function disagrees with the kernel that made it) would be read out of bounds.
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const TensorProxy& t = *p.inputs[k].tensor;
+    THUNDER_INTERNAL(ins[k].scalar_type() == toScalarType(t.dtype) &&
+                         ins[k].sizes().vec() == std::vector<int64_t>(t.shape.begin(), t.shape.end()),
+                     p.name, ": input ", t.name, " is ", c10::toString(ins[k].scalar_type()),
+                     c10::str(ins[k].sizes()), " at run time, the trace says ", t.typeString());
+  }
   at::Device dev = ins.empty() ? a.outDevice : ins[0].device();
   for (const auto& in : ins)
     if (in.dim() > 0 || !in.device().is_cpu()) dev = in.device();

@@ -788,3 +788,61 @@ def test_float32_hypot_is_eagers_to_the_bit(executors):
     want = torch.hypot(a, b)
     assert got.dtype == want.dtype
     assert (got != want).sum().item() <= 4, f"{(got != want).sum().item()} of 4096 differ"
+
+
+# ---- fuzzer seeds 17927, 18589, 18909 -----------------------------------------------------------
+
+_B = torch.tensor([[True, False], [False, True]])
+
+POW_BOOL = [
+    ("bool_tensor_pow_true", lambda c: torch.pow(c, True)),
+    ("bool_tensor_pow_false", lambda c: torch.pow(c, False)),
+    ("bool_tensor_pow_int", lambda c: torch.pow(c, 2)),
+    ("bool_tensor_pow_float", lambda c: torch.pow(c, 1.5)),
+    ("int_base_bool_exponent", lambda c: torch.pow(2, c)),
+    ("bool_pow_then_min_with_float", lambda c: torch.minimum(torch.pow(c, True), c.float())),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("name,fn", POW_BOOL, ids=[p[0] for p in POW_BOOL])
+def test_pow_of_bools_matches_eager(name, fn, executors):
+    # The trace's dtype is the kernel's: bool ** True is bool (the trace said int64, and a fused
+    # consumer read the bool tensor as int64, out of bounds).
+    out, ref = thunder.jit(fn, executors=executors)(_B), fn(_B)
+    assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+    assert torch.equal(out, ref), (out, ref)
+
+
+@pytest.mark.parametrize("fn", [lambda c: torch.pow(c, c), lambda c: torch.pow(True, c)],
+                         ids=["bool_tensor_exponent", "bool_base_number"])
+def test_pow_of_bools_raises_as_eager(fn):
+    with pytest.raises(NotImplementedError):
+        fn(_B)
+    with pytest.raises(NotImplementedError, match="pow"):
+        thunder.jit(fn)(_B)
+
+
+ADD_FLOAT_ALPHA = [
+    ("int_tensors_alpha_1_0", lambda: (torch.tensor([1, 2]), torch.tensor([3, 4]), 1.0)),
+    ("int_tensor_and_number", lambda: (torch.tensor([1, 2]), 2, 1.5)),
+    ("bool_tensors_nan_alpha", lambda: (_B, _B, float("nan"))),
+]
+
+
+@pytest.mark.parametrize("name,make", ADD_FLOAT_ALPHA, ids=[a[0] for a in ADD_FLOAT_ALPHA])
+def test_add_integral_with_float_alpha_raises(name, make):
+    a, b, alpha = make()
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        torch.add(a, b, alpha=alpha)
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        thunder.jit(lambda a, b: torch.add(a, b, alpha=alpha))(a, b)
+
+
+def test_index_select_checks_index_rank_first():
+    x, idx = torch.randn(5, 5), torch.randn(5, 5)  # a 2-D float index: eager's rank error first
+    with pytest.raises(IndexError):
+        torch.index_select(x, 1, idx)
+    with pytest.raises(IndexError, match="index_select"):
+        thunder.jit(lambda x, i: torch.index_select(x, 1, i))(x, idx)
+

@@ -1444,6 +1444,13 @@ void registerNN() {
         }
         if (isFloating(T(a[1], "cross_entropy", "target").dtype)) {
           // Class probabilities: -sum_c w_c p_c log q_c, the mean over the batch elements.
+          // A float target of another shape is eager's class-index path, which checks the batch
+          // size first (ValueError), then the dtype (fuzzer seed 18496).
+          const TensorProxy& tg = a[1].tensor();
+          int64_t targetBatch = tg.ndim() == 0 ? 0 : tg.shape[0];
+          THUNDER_CHECK_KIND(tg.shape == t.shape || t.ndim() < 2 || targetBatch == t.shape[0], ErrorKind::Value,
+                             "ltorch.cross_entropy: expected input batch_size (", t.shape[0],
+                             ") to match target batch_size (", targetBatch, ")");
           THUNDER_CHECK(a[1].tensor().shape == t.shape,
                         "ltorch.cross_entropy: expected target of shape ", shapeStr(t.shape),
                         " (class probabilities), but got ", shapeStr(a[1].tensor().shape));

@@ -846,3 +846,13 @@ def test_index_select_checks_index_rank_first():
     with pytest.raises(IndexError, match="index_select"):
         thunder.jit(lambda x, i: torch.index_select(x, 1, i))(x, idx)
 
+
+
+def test_cross_entropy_float_target_batch_size_error_first():
+    # Fuzzer seed 18496: a float target of another shape goes eager's class-index path, whose
+    # batch-size check comes first (ValueError).
+    x, t = torch.randn(3, 1, 2), torch.tensor(0.5)
+    with pytest.raises(ValueError):
+        torch.nn.functional.cross_entropy(x, t)
+    with pytest.raises(ValueError, match="batch_size"):
+        thunder.jit(torch.nn.functional.cross_entropy)(x, t)

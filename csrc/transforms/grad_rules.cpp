@@ -550,6 +550,30 @@ void registerTorchRules() {
                  isFloating(b.args[0].tensor().dtype);
         });
   }
+  // silu: eager's silu_backward, g * s * (1 + x * (1 - s)) with s = sigmoid(x), in float32 for
+  // 16-bit inputs. Through the decomposition x * sigmoid(x) the term g * x * s * (1 - s) is
+  // inf * 0 = NaN for a large x and an infinite g, where eager's product is inf (fuzzer seed
+  // 19121). Complex inputs go through the decomposition.
+  {
+    const Symbol* s = &ltorch::symbol("silu");
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          DType d = a[0].tensor().dtype;
+          DType c = d == DType::Float64 ? DType::Float64 : DType::Float32;
+          Value x = clang::maybeConvert(a[0], c), gc = clang::maybeConvert(g, c);
+          Value sg = op("sigmoid", {x});
+          Value oneMinus = op("add", {op("neg", {sg}), 1.0});
+          Value dx = op("mul", {op("mul", {gc, sg}), op("add", {op("mul", {x, oneMinus}), 1.0})});
+          putGrad(a[0], clang::maybeConvert(dx, d));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+        });
+  }
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
     // As eager's threshold_backward: 0 where y <= 0, else g (NaN inputs pass g: fuzzer seed 3695)
     putGrad(a[0], op("where", {op("le", {y, 0}), 0.0, g}));

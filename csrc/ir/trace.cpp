@@ -102,4 +102,42 @@ Value call(const Symbol& sym, std::vector<Value> args) {
   return out;
 }
 
+namespace {
+
+Value replaced(const Value& v, const TensorProxy* from, const TensorPtr& to) {
+  if (v.isTensor()) return v.toTensor().get() == from ? Value(to) : v;
+  if (!v.isSequence()) return v;
+  std::vector<Value> items;
+  for (const Value& x : v.items()) items.push_back(replaced(x, from, to));
+  return v.isTuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+}
+
+}  // namespace
+
+void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) {
+  for (Value& a : b.args) a = replaced(a, from, to);
+  b.output = replaced(b.output, from, to);
+  for (BoundSymbol& s : b.subsymbols) replaceTensor(s, from, to);
+}
+
+void appendTraced(Trace& out, const std::function<Value()>& build, const TensorPtr& result,
+                  const std::string& pass) {
+  Trace scratch = out.emptyCopy();
+  Value made;
+  {
+    TracingScope scope(scratch);
+    made = build();
+  }
+  THUNDER_INTERNAL(made.isTensor() && made.tensor().shape == result->shape &&
+                       made.tensor().dtype == result->dtype,
+                   pass, ": the rewrite makes ", made.isTensor() ? made.tensor().typeString() : "no tensor",
+                   " where the trace has ", result->typeString());
+  out.names = scratch.names;
+  out.nextId = scratch.nextId;
+  for (BoundSymbol& s : scratch.bsyms) {
+    replaceTensor(s, made.toTensor().get(), result);
+    out.bsyms.push_back(std::move(s));
+  }
+}
+
 }  // namespace thunder

@@ -1,6 +1,7 @@
 // Bound symbols, traces, and the tracing context that records them.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -86,5 +87,15 @@ class TracingScope {
 /// Calls a symbol with bound arguments: runs its meta function (prims) or decomposition,
 /// records a bound symbol in the current scope and returns the output.
 Value call(const Symbol& sym, std::vector<Value> args);
+
+/// Replaces the tensor `from` by `to` in a call's arguments, output and decomposition.
+void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to);
+
+/// For passes that replace a call: traces `build` into a scratch copy of `out` (new names follow
+/// `out`'s) and appends the calls it records, with the tensor `build` returns renamed to `result`,
+/// so the later calls that read `result` read the new value. The returned tensor must have
+/// `result`'s shape and dtype; `pass` names the pass in the internal error otherwise.
+void appendTraced(Trace& out, const std::function<Value()>& build, const TensorPtr& result,
+                  const std::string& pass);
 
 }  // namespace thunder

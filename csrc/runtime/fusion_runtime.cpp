@@ -433,8 +433,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   // op whose meta function disagrees with the kernel that made it) would be read out of bounds.
   for (size_t k = 0; k < ins.size(); ++k) {
     const TensorProxy& t = *p.inputs[k].tensor;
-    THUNDER_INTERNAL(ins[k].scalar_type() == toScalarType(t.dtype) &&
-                         ins[k].sizes().vec() == std::vector<int64_t>(t.shape.begin(), t.shape.end()),
+    THUNDER_INTERNAL(ins[k].scalar_type() == toScalarType(t.dtype) && ins[k].sizes().equals(t.shape),
                      p.name, ": input ", t.name, " is ", c10::toString(ins[k].scalar_type()),
                      c10::str(ins[k].sizes()), " at run time, the trace says ", t.typeString());
   }

@@ -149,6 +149,19 @@ void inplace(const Symbol* exec, const std::string& module, const std::string& n
   gTorch->addInplaceVariant(exec, in);
 }
 
+/// An op that returns an updated copy of its first argument, from `update`, which writes into its
+/// first argument and returns it (ATen's out-of-place form is `update` on a clone). The kernel
+/// updates in place when the program donates a first argument nothing else holds
+/// (KernelArgs::owned); `update` is also the in-place form, printed as inModule.inName.
+void implUpdate(const std::string& semanticId, const std::string& module, const std::string& name,
+                const std::string& inModule, const std::string& inName, Kernel update) {
+  const Symbol* exec = impl(semanticId, module, name, [update](K& a) -> c10::IValue {
+    if (!a.owned(0)) a.v[0] = a.t(0).clone(at::MemoryFormat::Preserve);
+    return update(a);
+  });
+  inplace(exec, inModule, inName, std::move(update));
+}
+
 // ---- nn ops ----
 
 c10::IValue nnTuple(std::vector<c10::IValue> items) {
@@ -354,13 +367,8 @@ void registerPrimKernels() {
   });
   impl("prims.gather", "torchex", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(2), a.t(1)); });
-  const Symbol* scatterAdd = impl("prims.scatter_add", "torchex", "scatter_add",
-       [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2));  // donated
-         return at::scatter_add(a.t(0), a.i(3), a.t(1), a.t(2));
-       });
-  inplace(scatterAdd, "torchex", "scatter_add_",
-          [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2)); });
+  implUpdate("prims.scatter_add", "torchex", "scatter_add", "torchex", "scatter_add_",
+             [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(3), a.t(1), a.t(2)); });
   impl("prims.sum", "torchex", "sum", [](K& a) -> c10::IValue { return sumDims(a.t(0), a.ints(1)); });
   impl("prims.prod", "torchex", "prod", [](K& a) -> c10::IValue {
     std::vector<int64_t> dims = a.ints(1);
@@ -573,29 +581,14 @@ void registerLTorchKernels() {
        [](K& a) -> c10::IValue { return at::index_select(a.t(0), a.i(1), a.t(2)); });
   impl("ltorch.gather", "torch", "gather",
        [](K& a) -> c10::IValue { return at::gather(a.t(0), a.i(1), a.t(2)); });
-  const Symbol* scatterAdd = impl("ltorch.scatter_add", "torch", "scatter_add",
-       [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3));  // donated
-         return at::scatter_add(a.t(0), a.i(1), a.t(2), a.t(3));
-       });
-  inplace(scatterAdd, "Tensor", "scatter_add_",
-          [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3)); });
+  implUpdate("ltorch.scatter_add", "torch", "scatter_add", "Tensor", "scatter_add_",
+             [](K& a) -> c10::IValue { return a.t(0).scatter_add_(a.i(1), a.t(2), a.t(3)); });
   // One ATen call each (their decompositions wrap the index and spread it for a scatter), and
   // the in-place forms a functionalized `buf.index_copy_(...)` is run with.
-  const Symbol* indexCopy = impl("ltorch.index_copy", "torch", "index_copy",
-       [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3));  // donated
-         return at::index_copy(a.t(0), a.i(1), a.t(2), a.t(3));
-       });
-  inplace(indexCopy, "Tensor", "index_copy_",
-          [](K& a) -> c10::IValue { return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3)); });
-  const Symbol* indexAdd = impl("ltorch.index_add", "torch", "index_add",
-       [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4));  // donated
-         return at::index_add(a.t(0), a.i(1), a.t(2), a.t(3), a.s(4));
-       });
-  inplace(indexAdd, "Tensor", "index_add_",
-          [](K& a) -> c10::IValue { return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4)); });
+  implUpdate("ltorch.index_copy", "torch", "index_copy", "Tensor", "index_copy_",
+             [](K& a) -> c10::IValue { return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3)); });
+  implUpdate("ltorch.index_add", "torch", "index_add", "Tensor", "index_add_",
+             [](K& a) -> c10::IValue { return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4)); });
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
   impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
 
@@ -767,13 +760,8 @@ void registerTensorOpKernels() {
   impl("prims.topk", "torchex", "topk", [](K& a) -> c10::IValue {
     return pair(at::topk(a.t(0), a.i(1), a.i(2), a.b(3), true));
   });
-  const Symbol* scatter = impl("prims.scatter", "torchex", "scatter",
-       [](K& a) -> c10::IValue {
-         if (a.owned(0)) return a.t(0).scatter_(a.i(3), a.t(1), a.t(2));  // donated
-         return at::scatter(a.t(0), a.i(3), a.t(1), a.t(2));
-       });
-  inplace(scatter, "torchex", "scatter_",
-          [](K& a) -> c10::IValue { return a.t(0).scatter_(a.i(3), a.t(1), a.t(2)); });
+  implUpdate("prims.scatter", "torchex", "scatter", "torchex", "scatter_",
+             [](K& a) -> c10::IValue { return a.t(0).scatter_(a.i(3), a.t(1), a.t(2)); });
   impl("ltorch.clone", "torch", "clone", [](K& a) -> c10::IValue { return at::clone(a.t(0)); });
 }
 

@@ -56,20 +56,6 @@ bool plainAdd(const BoundSymbol& b) {
   return true;
 }
 
-Value replaced(const Value& v, const TensorProxy* from, const TensorPtr& to) {
-  if (v.isTensor()) return v.toTensor().get() == from ? Value(to) : v;
-  if (!v.isSequence()) return v;
-  std::vector<Value> items;
-  for (const Value& x : v.items()) items.push_back(replaced(x, from, to));
-  return v.isTuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-}
-
-void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) {
-  for (Value& a : b.args) a = replaced(a, from, to);
-  b.output = replaced(b.output, from, to);
-  for (BoundSymbol& s : b.subsymbols) replaceTensor(s, from, to);
-}
-
 /// One rewrite: the calls it removes, the other leaves, the pads' pieces by dimension, and the
 /// call whose output the rewrite produces (the tree's root or the permutation reading it).
 struct Rewrite {
@@ -81,6 +67,35 @@ struct Rewrite {
   TensorPtr sum;              // the tree's value
   TensorPtr result;           // the proxy the rewrite's last call must produce
 };
+
+/// The rewrite's value: the pieces concatenated in order, zeros filling the gaps (permuted
+/// first when a permutation is folded in), plus the tree's other leaves.
+Value concatenation(const Rewrite& rw) {
+  const int64_t dim = rw.pads.front().dim;
+  const TensorProxy& tree = *rw.sum;
+  const Shape& full = tree.shape;
+  std::vector<Value> pieces;
+  auto zeros = [&](int64_t len) {
+    Shape s = full;
+    s[dim] = len;
+    return ltorch::op("full", {Value::ints(s), Value(0.0)}, {{"device", tree.device}, {"dtype", tree.dtype}});
+  };
+  int64_t pos = 0;
+  for (const ZeroPad& zp : rw.pads) {
+    if (zp.lo > pos) pieces.push_back(zeros(zp.lo - pos));
+    pieces.push_back(Value(zp.piece));
+    pos = zp.lo + zp.length;
+  }
+  if (pos < full[dim]) pieces.push_back(zeros(full[dim] - pos));
+  int64_t catDim = dim;
+  if (!rw.perm.empty()) {
+    for (Value& p : pieces) p = ltorch::op("permute", {p, Value::ints(rw.perm)});
+    catDim = std::find(rw.perm.begin(), rw.perm.end(), dim) - rw.perm.begin();
+  }
+  Value result = ltorch::op("cat", {Value::list(pieces), Value(catDim)});
+  for (const TensorPtr& o : rw.others) result = ltorch::op("add", {result, Value(o)});
+  return result;
+}
 
 }  // namespace
 
@@ -99,10 +114,32 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
     trace.output.collectTensors(outs);
     for (const TensorPtr& t : outs) returned.insert(t.get());
   }
-  // A value read exactly once, by call `reader`, and not returned.
-  auto onlyReadBy = [&](const TensorProxy* t, size_t reader) {
+  // The one call that reads a value not returned, or nothing.
+  auto soleReader = [&](const TensorProxy* t) -> std::optional<size_t> {
     auto it = readers.find(t);
-    return !returned.count(t) && it != readers.end() && it->second.size() == 1 && it->second[0] == reader;
+    if (returned.count(t) || it == readers.end() || it->second.size() != 1) return std::nullopt;
+    return it->second[0];
+  };
+  // The dims of a permutation of a value of shape `in` whose every reader is a reshape (or a
+  // view), so that a value laid out in the permuted order makes those reshapes views.
+  auto permutationBeforeReshapes = [&](const BoundSymbol& pb, const Shape& in) -> std::optional<std::vector<int64_t>> {
+    if (pb.sym->module != "ltorch" || pb.sym->name != "permute" || !pb.output.isTensor() || pb.args.size() < 2)
+      return std::nullopt;
+    const TensorProxy* po = pb.output.toTensor().get();
+    auto pr = readers.find(po);
+    if (returned.count(po) || pr == readers.end()) return std::nullopt;
+    for (size_t r : pr->second) {
+      const BoundSymbol& rb = trace.bsyms[r];
+      if (rb.sym->module != "ltorch" || (rb.sym->name != "reshape" && rb.sym->name != "view")) return std::nullopt;
+    }
+    std::vector<int64_t> dims = pb.args[1].toInts();
+    const int64_t rank = static_cast<int64_t>(in.size());
+    if (static_cast<int64_t>(dims.size()) != rank) return std::nullopt;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] < 0) dims[k] += rank;
+      if (dims[k] < 0 || dims[k] >= rank || pb.output.tensor().shape[k] != in[dims[k]]) return std::nullopt;
+    }
+    return dims;
   };
 
   std::unordered_map<size_t, Rewrite> rewrites;  // by the index of the call they replace
@@ -112,10 +149,9 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
     if (removed.count(i) || !plainAdd(b)) continue;
     const TensorProxy* out = b.output.toTensor().get();
     // Only maximal trees: skip an addition that a larger tree absorbs.
-    auto rd = readers.find(out);
-    if (!returned.count(out) && rd != readers.end() && rd->second.size() == 1 &&
-        plainAdd(trace.bsyms[rd->second[0]]) &&
-        trace.bsyms[rd->second[0]].output.tensor().shape == b.output.tensor().shape)
+    std::optional<size_t> next = soleReader(out);
+    if (next && plainAdd(trace.bsyms[*next]) &&
+        trace.bsyms[*next].output.tensor().shape == b.output.tensor().shape)
       continue;
     Rewrite rw;
     rw.root = i;
@@ -128,7 +164,7 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
       for (int a = 0; a < 2; ++a) {
         const TensorPtr& x = trace.bsyms[k].args[a].toTensor();
         auto p = producer.find(x.get());
-        if (p != producer.end() && onlyReadBy(x.get(), k) && plainAdd(trace.bsyms[p->second]) &&
+        if (p != producer.end() && soleReader(x.get()) == k && plainAdd(trace.bsyms[p->second]) &&
             !removed.count(p->second))
           stack.push_back(p->second);
         else
@@ -140,8 +176,7 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
     for (const TensorPtr& x : leaves) {
       auto p = producer.find(x.get());
       std::optional<ZeroPad> zp;
-      if (p != producer.end() && readers[x.get()].size() == 1 && !returned.count(x.get()))
-        zp = zeroPad(trace.bsyms[p->second]);
+      if (p != producer.end() && soleReader(x.get())) zp = zeroPad(trace.bsyms[p->second]);
       if (zp) byDim[zp->dim].push_back({*zp, p->second});
     }
     int64_t bestDim = -1;
@@ -163,36 +198,13 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
     for (const TensorPtr& x : leaves)
       if (!padded.count(x.get())) rw.others.push_back(x);
     rw.sum = rw.result = b.output.toTensor();
-    // A permutation read by a reshape, the tree's only reader: fold it into the pieces.
-    if (rw.others.empty() && rd != readers.end() && rd->second.size() == 1 && !returned.count(out)) {
-      const BoundSymbol& pb = trace.bsyms[rd->second[0]];
-      if (pb.sym->module == "ltorch" && pb.sym->name == "permute" && pb.output.isTensor()) {
-        const TensorProxy* po = pb.output.toTensor().get();
-        auto pr = readers.find(po);
-        bool reshaped = !returned.count(po) && pr != readers.end() && !pr->second.empty();
-        if (reshaped)
-          for (size_t r : pr->second) {
-            const BoundSymbol& rb = trace.bsyms[r];
-            reshaped &= rb.sym->module == "ltorch" && (rb.sym->name == "reshape" || rb.sym->name == "view");
-          }
-        // The dims as the permutation's output orders them (the trace's permutations are normalized).
-        if (reshaped) {
-          const Shape& in = b.output.tensor().shape;
-          const Shape& po_shape = pb.output.tensor().shape;
-          std::vector<int64_t> dims = pb.args.size() > 1 ? pb.args[1].toInts() : std::vector<int64_t>{};
-          bool ok = dims.size() == in.size();
-          for (int64_t& d : dims) {
-            if (d < 0) d += static_cast<int64_t>(in.size());
-            ok &= d >= 0 && d < static_cast<int64_t>(in.size());
-          }
-          for (size_t k = 0; ok && k < dims.size(); ++k) ok &= po_shape[k] == in[dims[k]];
-          if (ok) {
-            rw.perm = dims;
-            rw.removed.push_back(rd->second[0]);
-            rw.result = pb.output.toTensor();
-            rw.root = rd->second[0];
-          }
-        }
+    // A permutation read by reshapes, the tree's only reader: fold it into the pieces.
+    if (rw.others.empty() && next) {
+      if (auto dims = permutationBeforeReshapes(trace.bsyms[*next], b.output.tensor().shape)) {
+        rw.perm = *dims;
+        rw.removed.push_back(*next);
+        rw.result = trace.bsyms[*next].output.toTensor();
+        rw.root = *next;
       }
     }
     for (size_t k : rw.removed) removed.insert(k);
@@ -207,46 +219,7 @@ std::optional<Trace> padSumsToCat(const Trace& trace) {
       if (!removed.count(i)) out.bsyms.push_back(trace.bsyms[i]);
       continue;
     }
-    const Rewrite& rw = it->second;
-    Trace scratch = out.emptyCopy();
-    Value result;
-    {
-      TracingScope scope(scratch);
-      const int64_t dim = rw.pads.front().dim;
-      const TensorProxy& tree = *rw.sum;
-      const Shape& full = tree.shape;
-      std::vector<Value> pieces;
-      auto zeros = [&](int64_t len) {
-        Shape s = full;
-        s[dim] = len;
-        return ltorch::op("full", {Value::ints(s), Value(0.0)}, {{"device", tree.device}, {"dtype", tree.dtype}});
-      };
-      int64_t pos = 0;
-      for (const ZeroPad& zp : rw.pads) {
-        if (zp.lo > pos) pieces.push_back(zeros(zp.lo - pos));
-        pieces.push_back(Value(zp.piece));
-        pos = zp.lo + zp.length;
-      }
-      if (pos < full[dim]) pieces.push_back(zeros(full[dim] - pos));
-      int64_t catDim = dim;
-      if (!rw.perm.empty()) {
-        for (Value& p : pieces) p = ltorch::op("permute", {p, Value::ints(rw.perm)});
-        catDim = std::find(rw.perm.begin(), rw.perm.end(), dim) - rw.perm.begin();
-      }
-      result = ltorch::op("cat", {Value::list(pieces), Value(catDim)});
-      for (const TensorPtr& o : rw.others) result = ltorch::op("add", {result, Value(o)});
-    }
-    THUNDER_INTERNAL(result.isTensor() && result.tensor().shape == rw.result->shape &&
-                         result.tensor().dtype == rw.result->dtype,
-                     "pad sums: the concatenation's ", result.isTensor() ? result.tensor().typeString() : "value",
-                     " differs from ", rw.result->typeString());
-    out.names = scratch.names;
-    out.nextId = scratch.nextId;
-    const TensorProxy* made = result.toTensor().get();
-    for (BoundSymbol& s : scratch.bsyms) {
-      replaceTensor(s, made, rw.result);
-      out.bsyms.push_back(std::move(s));
-    }
+    appendTraced(out, [&] { return concatenation(it->second); }, it->second.result, "pad sums");
   }
   return out;
 }

@@ -44,22 +44,6 @@ Step classify(const BoundSymbol& b) {
   return Step::Other;
 }
 
-/// `v` with the tensor `from` replaced by `to`.
-Value replaced(const Value& v, const TensorProxy* from, const TensorPtr& to) {
-  if (v.isTensor()) return v.toTensor().get() == from ? Value(to) : v;
-  if (!v.isSequence()) return v;
-  std::vector<Value> items;
-  for (const Value& x : v.items()) items.push_back(replaced(x, from, to));
-  return v.isTuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-}
-
-/// Replaces the tensor `from` by `to` in a call and its decomposition.
-void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) {
-  for (Value& a : b.args) a = replaced(a, from, to);
-  b.output = replaced(b.output, from, to);
-  for (BoundSymbol& s : b.subsymbols) replaceTensor(s, from, to);
-}
-
 }  // namespace
 
 std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace) {
@@ -113,31 +97,17 @@ std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace) {
       continue;
     }
     const BoundSymbol& b = trace.bsyms[i];
-    const TensorProxy& logits = b.args[0].tensor();
-    Trace scratch = out.emptyCopy();
-    Value loss;
-    {
-      TracingScope scope(scratch);
+    THUNDER_INTERNAL(b.output.isTensor(), "cross-entropy upcast: the call's output is not a tensor");
+    // The new call's output is the old call's proxy, so later reads still match.
+    appendTraced(out, [&] {
+      const TensorProxy& logits = b.args[0].tensor();
       Value x(it->second);
       if (it->second->shape != logits.shape)
         x = ltorch::op("reshape", {x, Value::ints(logits.shape)});
       std::vector<Value> args = b.args;
       args[0] = x;
-      loss = ltorch::op("cross_entropy_upcast", args);
-    }
-    // The new call's output is the old call's proxy, so later reads still match.
-    THUNDER_INTERNAL(loss.isTensor() && b.output.isTensor() &&
-                         loss.tensor().shape == b.output.tensor().shape &&
-                         loss.tensor().dtype == b.output.tensor().dtype,
-                     "cross-entropy upcast: the rewritten call's output differs from ",
-                     b.output.isTensor() ? b.output.tensor().typeString() : "the call's");
-    out.names = scratch.names;
-    out.nextId = scratch.nextId;
-    const TensorProxy* made = loss.toTensor().get();
-    for (BoundSymbol& s : scratch.bsyms) {
-      replaceTensor(s, made, b.output.toTensor());
-      out.bsyms.push_back(std::move(s));
-    }
+      return ltorch::op("cross_entropy_upcast", args);
+    }, b.output.toTensor(), "cross-entropy upcast");
   }
   return out;
 }

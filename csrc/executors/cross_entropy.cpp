@@ -43,6 +43,58 @@ __device__ __forceinline__ void thunder_store(thunder_f16* p, float v) {
 }
 )";
 
+// 16-byte loads and stores of VEC consecutive elements (4 floats or 8 16-bit values), for rows
+// whose length is a multiple of VEC on 16-byte aligned tensors. `rw` loads are coherent (the
+// backward may write where it reads).
+const char* kVectorConversions = R"(
+__device__ __forceinline__ uint4 thunder_raw16(const void* p, bool rw) {
+  return rw ? *static_cast<const uint4*>(p) : __ldg(static_cast<const uint4*>(p));
+}
+__device__ __forceinline__ float thunder_lo16(unsigned w, const thunder_bf16*) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float thunder_hi16(unsigned w, const thunder_bf16*) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float thunder_lo16(unsigned w, const thunder_f16*) {
+  float f;
+  unsigned short h = static_cast<unsigned short>(w & 0xffffu);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float thunder_hi16(unsigned w, const thunder_f16*) {
+  float f;
+  unsigned short h = static_cast<unsigned short>(w >> 16);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ void thunder_load_vec(const float* p, float* v, bool rw) {
+  uint4 r = thunder_raw16(p, rw);
+  v[0] = __uint_as_float(r.x); v[1] = __uint_as_float(r.y);
+  v[2] = __uint_as_float(r.z); v[3] = __uint_as_float(r.w);
+}
+template <typename H>
+__device__ __forceinline__ void thunder_load_vec(const H* p, float* v, bool rw) {
+  uint4 r = thunder_raw16(p, rw);
+  const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = thunder_lo16(w[k], p);
+    v[2 * k + 1] = thunder_hi16(w[k], p);
+  }
+}
+__device__ __forceinline__ void thunder_store_vec(float* p, const float* v) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]),
+                                            __float_as_uint(v[2]), __float_as_uint(v[3]));
+}
+template <typename H>
+__device__ __forceinline__ void thunder_store_vec(H* p, const float* v) {
+  H h[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) thunder_store(&h[k], v[k]);
+  unsigned w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) w[k] = static_cast<unsigned>(h[2 * k].bits) | (static_cast<unsigned>(h[2 * k + 1].bits) << 16);
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+)";
+
 const char* kKernels = R"(
 #define THUNDER_NEG_INF (-__int_as_float(0x7f800000))
 
@@ -61,6 +113,31 @@ thunder_xent_fwd(const T* __restrict__ logits, const L* __restrict__ labels, flo
   const T* x = logits + row * classes;
   float m = THUNDER_NEG_INF, s = 0.f, total = 0.f;
   long long j = threadIdx.x;
+#if VEC > 1
+  // Two 16-byte loads in flight per thread; one rescale per 2 * VEC elements. classes % VEC == 0.
+  for (long long jv = threadIdx.x; jv < classes / VEC; jv += 2 * BLOCK) {
+    float v[2 * VEC];
+    const int n = jv + BLOCK < classes / VEC ? 2 : 1;
+    thunder_load_vec(x + jv * VEC, v, false);
+    if (n == 2) thunder_load_vec(x + (jv + BLOCK) * VEC, v + VEC, false);
+    float mx = m;
+#pragma unroll
+    for (int k = 0; k < 2 * VEC; ++k)
+      if (k < n * VEC) mx = fmaxf(mx, v[k]);
+    if (mx != THUNDER_NEG_INF) {
+      float e = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2 * VEC; ++k)
+        if (k < n * VEC) e += __expf(v[k] - mx);
+      s = s * __expf(m - mx) + e;
+    }
+    m = mx;
+#pragma unroll
+    for (int k = 0; k < 2 * VEC; ++k)
+      if (k < n * VEC) total += v[k];
+  }
+  j = classes;  // the scalar loops below have nothing left
+#endif
   // Four loads in flight per thread; one rescale per four elements.
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {
     float a = thunder_load(x + j), b = thunder_load(x + j + BLOCK);
@@ -130,6 +207,25 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* logits, const L* __res
   const float g = y < 0 ? 0.f : grad[row], lse = mlse[row];  // negative labels are ignored rows
   const float hit = g * (1.f - smoothing), base = g * smoothing / classes;
   long long j = threadIdx.x;
+#if VEC > 1
+  // Two 16-byte loads in flight per thread; classes % VEC == 0.
+  for (long long jv = threadIdx.x; jv < classes / VEC; jv += 2 * BLOCK) {
+    float v[2][VEC];
+    const int n = jv + BLOCK < classes / VEC ? 2 : 1;
+    thunder_load_vec(x + jv * VEC, v[0], true);
+    if (n == 2) thunder_load_vec(x + (jv + BLOCK) * VEC, v[1], true);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (u >= n) break;
+      const long long c0 = (jv + u * BLOCK) * VEC;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k)
+        v[u][k] = g * __expf(v[u][k] - lse) - base - (c0 + k == y ? hit : 0.f);
+      thunder_store_vec(o + c0, v[u]);
+    }
+  }
+  j = classes;
+#endif
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {
     float v[4];
 #pragma unroll
@@ -148,6 +244,8 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* logits, const L* __res
 
 }  // namespace
 
+int vectorWidth(DType logits) { return logits == DType::Float32 ? 4 : 8; }
+
 int blockSize(int64_t classes) {
   if (classes <= 256) return 32;
   if (classes <= 2048) return 128;
@@ -156,7 +254,7 @@ int blockSize(int64_t classes) {
   return 1024;
 }
 
-std::string cudaSource(DType logits, DType labels, int block) {
+std::string cudaSource(DType logits, DType labels, int block, int vec) {
   const char* t = nullptr;
   switch (logits) {
     case DType::Float32:
@@ -177,13 +275,18 @@ std::string cudaSource(DType logits, DType labels, int block) {
                 " are not supported (int64 or int32)");
   THUNDER_CHECK(block >= 32 && block <= 1024 && (block & (block - 1)) == 0,
                 "apex_cross_entropy: block size ", block, " is not a power of two in [32, 1024]");
+  THUNDER_CHECK(vec == 1 || vec == vectorWidth(logits), "apex_cross_entropy: vector width ", vec,
+                " for ", dtypeName(logits), " logits (1 or ", vectorWidth(logits), ")");
   std::string s = "// thunder apex cross-entropy kernels\n";
   s += "struct thunder_bf16 { unsigned short bits; };\n";
   s += "struct thunder_f16 { unsigned short bits; };\n";
   s += "typedef " + std::string(t) + " T;\n";
   s += std::string("typedef ") + (labels == DType::Int64 ? "long long" : "int") + " L;\n";
   s += "#define BLOCK " + std::to_string(block) + "\n";
-  return s + kConversions + kKernels;
+  s += "#define VEC " + std::to_string(vec) + "\n";
+  s += kConversions;
+  if (vec > 1) s += kVectorConversions;
+  return s + kKernels;
 }
 
 }  // namespace thunder::xent

@@ -28,7 +28,15 @@ int blockSize(int64_t classes);
 ///     out[r, j] = grad[r] * (exp(x[r, j] - mlse[r]) - (1 - s) * [j == y_r] - s / classes), and 0
 ///     for rows with a negative label (rows ignored for another label get grad[r] = 0).
 ///
-/// A user error for another dtype or a block size that is not a power of two in [32, 1024].
-std::string cudaSource(DType logits, DType labels, int block);
+/// `vec` is 1 (scalar loads) or vectorWidth(logits): then every thread moves 16 bytes per load and
+/// store, which needs `classes % vec == 0` and 16-byte aligned logits and output (the launcher
+/// checks).
+///
+/// A user error for another dtype, a block size that is not a power of two in [32, 1024], or
+/// another vector width.
+std::string cudaSource(DType logits, DType labels, int block, int vec = 1);
+
+/// Elements per 16-byte vector of the logits dtype: 4 for float32, 8 for bfloat16 and float16.
+int vectorWidth(DType logits);
 
 }  // namespace thunder::xent

@@ -109,16 +109,16 @@ void init(py::module_& m) {
         "Compiles CUDA source with NVRTC; returns the CUBIN's size. Needs no GPU.");
   m.def(
       "cross_entropy_cuda_source",
-      [](const std::string& logitsDType, const std::string& labelsDType, int block) {
+      [](const std::string& logitsDType, const std::string& labelsDType, int block, int vec) {
         auto parse = [](const std::string& n) {
           std::optional<DType> d = dtypeFromName(n);
           THUNDER_CHECK_KIND(d.has_value(), ErrorKind::Value,
                              "cross_entropy_cuda_source: unknown dtype '", n, "'");
           return *d;
         };
-        return xent::cudaSource(parse(logitsDType), parse(labelsDType), block);
+        return xent::cudaSource(parse(logitsDType), parse(labelsDType), block, vec);
       },
-      py::arg("logits_dtype"), py::arg("labels_dtype"), py::arg("block"),
+      py::arg("logits_dtype"), py::arg("labels_dtype"), py::arg("block"), py::arg("vec") = 1,
       "The CUDA source of the apex executor's cross-entropy kernels (dtypes by name: 'float32').");
   m.def("cross_entropy_block_size", &xent::blockSize, py::arg("classes"));
   m.def("apex_cross_entropy_forward",

@@ -684,12 +684,16 @@ namespace {
 
 /// Launches one of the cross-entropy kernels: one block per row, on the tensors' current stream.
 void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& labels,
-                void** params) {
+                void** params, const at::Tensor* out = nullptr) {
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return;
   const int block = xent::blockSize(classes);
-  std::string src = xent::cudaSource(fromScalarType(logits.scalar_type()),
-                                     fromScalarType(labels.scalar_type()), block);
+  const DType dt = fromScalarType(logits.scalar_type());
+  // 16-byte loads and stores when every row starts 16-byte aligned.
+  const int vw = xent::vectorWidth(dt);
+  auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  const int vec = classes % vw == 0 && aligned(logits) && (!out || aligned(*out)) ? vw : 1;
+  std::string src = xent::cudaSource(dt, fromScalarType(labels.scalar_type()), block, vec);
   const int device = logits.get_device();
   CUmodule mod = loadCudaModule(src, device);
   // The backward may run on an autograd thread with no current context (a cached module is not
@@ -772,7 +776,7 @@ at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logi
   long long classes = logits.size(1);
   float s = static_cast<float>(smoothing);
   void* params[] = {&pGrad, &pLogits, &pLabels, &pMlse, &pOut, &classes, &s};
-  launchXent("thunder_xent_bwd", logits, labels, params);
+  launchXent("thunder_xent_bwd", logits, labels, params, &out);
   return out;
 }
 

@@ -240,11 +240,14 @@ def test_label_smoothing_out_of_range_is_an_error():
 def test_apex_kernels_compile_with_nvrtc(logits_dtype, labels_dtype):
     blocks = sorted({_C.cross_entropy_block_size(v) for v in (1, 7, 300, 5000, 20000, 50257, 262144)})
     assert blocks == [32, 128, 256, 512, 1024]
+    vec = 4 if logits_dtype == "float32" else 8
     for block in blocks:
-        src = _C.cross_entropy_cuda_source(logits_dtype, labels_dtype, block)
-        assert "thunder_xent_fwd" in src and "thunder_xent_bwd" in src
-        for arch in ("sm_80", "sm_90"):
-            assert _C.nvrtc_compile(src, arch) > 0, (logits_dtype, labels_dtype, block, arch)
+        for v in (1, vec):  # scalar and 16-byte vector loads
+            src = _C.cross_entropy_cuda_source(logits_dtype, labels_dtype, block, v)
+            assert "thunder_xent_fwd" in src and "thunder_xent_bwd" in src
+            assert f"#define VEC {v}" in src
+            for arch in ("sm_80", "sm_90"):
+                assert _C.nvrtc_compile(src, arch) > 0, (logits_dtype, labels_dtype, block, v, arch)
 
 
 @pytest.mark.parametrize("args,match", [
@@ -253,6 +256,7 @@ def test_apex_kernels_compile_with_nvrtc(logits_dtype, labels_dtype):
     (("float32", "int64", 96), "apex_cross_entropy: block size 96 is not a power of two"),
     (("float32", "int64", 2048), "apex_cross_entropy: block size 2048 is not a power of two"),
     (("floaty", "int64", 128), "unknown dtype 'floaty'"),
+    (("bfloat16", "int64", 128, 4), "apex_cross_entropy: vector width 4 for bfloat16 logits \\(1 or 8\\)"),
 ])
 def test_apex_kernel_source_errors(args, match):
     with pytest.raises((RuntimeError, ValueError), match=match):

@@ -163,8 +163,31 @@ class Emitter {
   }
 
   std::string load(int input, const std::string& offset) const {
-    return fromStorage(p_.inputs[input].tensor->dtype, "in" + std::to_string(input) + "[" + offset + "]");
+    std::string x = fromStorage(p_.inputs[input].tensor->dtype, "in" + std::to_string(input) + "[" + offset + "]");
+    std::string cond = guardCond(input, false);
+    if (cond.empty()) return x;
+    return "(" + cond + " ? " + x + " : static_cast<" + rt(p_.inputs[input].tensor->dtype) + ">(0))";
   }
+
+  /// The condition under which a guarded input is read ("" when it always is). With `groupStart`
+  /// the last dim is tested at the start of a group of VEC columns (the runtime checks that its
+  /// bounds are multiples of VEC).
+  std::string guardCond(int input, bool groupStart) const {
+    const KInput& in = p_.inputs[input];
+    std::string c;
+    size_t R = p_.iterShape.size();
+    for (size_t d = 0; d < in.guard.size(); ++d) {
+      auto [lo, hi] = in.guard[d];
+      if (lo <= 0 && hi >= p_.iterShape[d]) continue;
+      std::string i = groupStart && d + 1 == R ? std::string("col") : indexVar(static_cast<int>(d));
+      if (!c.empty()) c += " && ";
+      c += "(" + i + " >= " + std::to_string(lo) + " && " + i + " < " + std::to_string(hi) + ")";
+    }
+    return c.empty() ? c : "(" + c + ")";
+  }
+
+  /// The iteration index of dim d in the code being emitted (set per kernel form).
+  std::function<std::string(int)> indexVar = [](int d) { return "i" + std::to_string(d); };
 
   static std::string store(DType d, const std::string& v) {
     if (d == DType::BFloat16) return "thunder_float_to_bf16(" + v + ")";
@@ -256,6 +279,11 @@ class Emitter {
           line = "const " + rt(n.dtype) + " " + v + " = " + expr(id, ops) + ";";
           break;
         }
+        case KNode::Kind::InRange: {
+          std::string i = indexVar(n.dim);
+          line = "const bool " + v + " = (" + i + " >= " + std::to_string(n.lo) + " && " + i + " < " + std::to_string(n.hi) + ");";
+          break;
+        }
         case KNode::Kind::Reduce:
           throw InternalError("codegen: reduction v" + std::to_string(id) + " used before it is computed");
       }
@@ -267,6 +295,7 @@ class Emitter {
     switch (n.kind) {
       case KNode::Kind::Load: return "load " + p_.inputs[n.input].tensor->name;
       case KNode::Kind::Const: return "constant";
+      case KNode::Kind::InRange: return "index range";
       default: return n.op;
     }
   }
@@ -483,10 +512,16 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   auto rowVarying = [&](size_t k) { return R > 0 && p.inputs[k].dimMap[R - 1] >= 0; };
   // Whether input k differs from row to row (depends on a dim before the last).
   auto perRow = [&](size_t k) {
+    const KInput& in = p.inputs[k];
     for (size_t d = 0; d + 1 < R; ++d)
-      if (p.inputs[k].dimMap[d] >= 0) return true;
+      if (in.dimMap[d] >= 0 || (in.guarded() && (in.guard[d].first > 0 || in.guard[d].second < p.iterShape[d])))
+        return true;
     return false;
   };
+  // Whether some index range (a cat's piece, a pad) tests an outer iteration index.
+  bool outerRanges = false;
+  for (const KNode& n : p.nodes)
+    outerRanges |= n.kind == KNode::Kind::InRange && static_cast<size_t>(n.dim) + 1 < R;
   auto fromStorage = [&](size_t k, const std::string& x) { return Emitter::fromStorage(p.inputs[k].tensor->dtype, x); };
 
   if (!p.rowKernel()) {
@@ -551,8 +586,16 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     THUNDER_CHECK(pat.size() == I, "fuser: pointwise pattern '", pat, "' for ", I, " inputs");
     auto strideExpr = [&](size_t k, size_t d) { return "(IdxT)" + strideOf(k, d); };
     // Reads group `dst` of input k at row offset `ro` ("" for none).
-    auto readGroup = [&](size_t k, const std::string& dst, const std::string& ro, const std::string& indent) {
+    auto readGroup = [&](size_t k, const std::string& dst, const std::string& ro, const std::string& indent0) {
       std::string ks = std::to_string(k), base = ro.empty() ? "in" + ks : "(in" + ks + " + " + ro + ")";
+      std::string indent = indent0;
+      std::string cond = e.guardCond(static_cast<int>(k), true);
+      if (!cond.empty()) {
+        // Outside its range a guarded input reads as zeros.
+        s << indent << "if (!" << cond << ") { for (int v = 0; v < " << (pat[k] == '0' ? "1" : "VEC") << "; ++v) "
+          << dst << "[v] = 0; } else {\n";
+        indent += "  ";
+      }
       if (pat[k] == '1') {
         s << indent << "thunder_vcopy<VEC>(" << dst << ", " << base << " + col);\n";
       } else if (pat[k] == 'g') {
@@ -561,6 +604,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       } else {
         s << indent << dst << "[0] = " << base << "[0];\n";
       }
+      if (!cond.empty()) s << indent0 << "}\n";
     };
     s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_tile_body(" << params << ") {\n";
     s << "  constexpr int VEC = " << variant.vec << ", ROWS = " << variant.unroll << ";\n";
@@ -598,6 +642,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     s << "    }\n";
     s << "#pragma unroll\n    for (int u = 0; u < ROWS; ++u) {\n";
     s << "      const IdxT r = r0 + u;\n      if (r >= rows) break;\n";
+    if (outerRanges) indexDecomposition("r", R - 1, "      ");
     for (size_t j = 0; j < p.outputs.size(); ++j)
       s << "      alignas(16) " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
     s << "#pragma unroll\n      for (int k = 0; k < VEC; ++k) {\n";
@@ -610,6 +655,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (perRow(k) ? "[u]" : "") + at);
     }
     std::string body;
+    e.indexVar = [R](int d) { return static_cast<size_t>(d) + 1 == R ? std::string("(col + k)") : "i" + std::to_string(d); };
     e.emitNodes(fullOuts, {}, offsetOf, "        ", body, &staged);
     s << body << storeLines(p, false, "b", "k", "        ", ";\n") << "      }\n";
     for (size_t j = 0; j < p.outputs.size(); ++j)
@@ -848,12 +894,13 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     s << indent << "int64_t rem = row;\n";
     for (size_t i = 0; i < I; ++i) s << indent << "int64_t base" << i << " = 0;\n";
     for (size_t k = R > 0 ? R - 1 : 0; k-- > 0;) {
-      s << indent << "{ const int64_t idx = rem % g[" << k << "]; rem /= g[" << k << "];";
+      s << indent << "const int64_t i" << k << " = rem % g[" << k << "]; rem /= g[" << k << "]; (void)i" << k << ";";
       for (size_t i = 0; i < I; ++i)
-        if (p.inputs[i].dimMap[k] >= 0) s << " base" << i << " += idx * g[" << R + i * R + k << "];";
-      s << " }\n";
+        if (p.inputs[i].dimMap[k] >= 0) s << " base" << i << " += i" << k << " * g[" << R + i * R + k << "];";
+      s << "\n";
     }
   };
+  e.indexVar = [R](int d) { return static_cast<size_t>(d) + 1 == R ? std::string("n") : "i" + std::to_string(d); };
   std::vector<int> fullOuts, colOuts;
   for (const KOutput& o : p.outputs)
     if (o.column) colOuts.push_back(o.node);

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "codegen/python_printer.h"
 #include "ir/error.h"
@@ -101,12 +103,29 @@ bool isFusiblePrim(const BoundSymbol& b) {
     return true;
   }
   if (n == "where" || n == "convert_element_type" || n == "broadcast_in_dim") return true;
+  // Index remapping, read inside the kernel (see KInput): slices of unit step, permutes, cats,
+  // and pads without interior padding.
+  if (n == "transpose" || n == "cat") return true;
+  if (n == "slice") {
+    if (b.args.size() < 4 || b.args[3].isNone()) return true;
+    for (int64_t st : b.args[3].toInts())
+      if (st != 1) return false;
+    return true;
+  }
+  if (n == "pad") {
+    if (!b.args[1].isNumber() || b.args[1].isComplex()) return false;
+    for (const Value& c : b.args[2].items())
+      if (c.toInts()[2] != 0) return false;
+    return true;
+  }
   if (isColumnSum(b)) return true;
-  if (n == "reshape" || n == "squeeze") {
-    // Only when length-1 dims are inserted or removed ([M] -> [M, 1], [M, 1] -> [M]): that
-    // relabels dims, which the lowering expresses by remapping them like broadcast_in_dim. Any
-    // other reshape moves elements between dims.
-    return sameUpToUnitDims(b.args[0].tensor().shape, b.outputTensors()[0]->shape);
+  if (n == "squeeze") return sameUpToUnitDims(b.args[0].tensor().shape, b.outputTensors()[0]->shape);
+  if (n == "reshape") {
+    // Inserting or removing length-1 dims relabels dims. Merging and splitting dims reads the
+    // source through a finer iteration space (see Lowering::reshape); empty tensors stay out.
+    for (int64_t x : b.args[0].tensor().shape)
+      if (x == 0) return false;
+    return true;
   }
   if (n == "sum" || n == "amax" || n == "amin" || n == "var") {
     // Row reductions over the last dimension only.
@@ -144,7 +163,44 @@ std::string storageType(DType d, bool cuda) {
 
 namespace {
 
-/// Lowers tensors to nodes, memoized on (tensor, dimension map from iteration dims).
+/// How a tensor is read at an iteration index (see KInput): its index along dim j is the sum of
+/// coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus offset[j].
+struct View {
+  std::vector<int> dimMap;
+  std::vector<int64_t> coef;
+  std::vector<int64_t> offset;
+  /// Per iteration dim, the range [lo, hi) every load below must stay in (empty: no limit). Set
+  /// where a shifted dim is merged with others, so its own range can no longer be read off it.
+  std::vector<std::pair<int64_t, int64_t>> guard;
+  bool operator<(const View& o) const {
+    return std::tie(dimMap, coef, offset, guard) < std::tie(o.dimMap, o.coef, o.offset, o.guard);
+  }
+  /// A plain relabeling: coefficients 1, no offsets.
+  static View of(const std::vector<int>& dimMap, size_t rank) {
+    return View{dimMap, std::vector<int64_t>(dimMap.size(), 1), std::vector<int64_t>(rank, 0), {}};
+  }
+  /// The same coefficients and guards, new dims: none read, no offsets, for a tensor of `rank` dims.
+  View remapped(size_t rank) const {
+    return View{std::vector<int>(dimMap.size(), -1), coef, std::vector<int64_t>(rank, 0), guard};
+  }
+  bool plain() const {
+    if (!guard.empty()) return false;
+    for (int64_t c : coef)
+      if (c != 1) return false;
+    for (int64_t o : offset)
+      if (o != 0) return false;
+    return true;
+  }
+  /// The iteration dims that read dim j.
+  std::vector<int> readers(int j) const {
+    std::vector<int> out;
+    for (size_t d = 0; d < dimMap.size(); ++d)
+      if (dimMap[d] == j) out.push_back(static_cast<int>(d));
+    return out;
+  }
+};
+
+/// Lowers tensors to nodes, memoized on (tensor, view from the iteration space).
 class Lowering {
  public:
   Lowering(KernelProgram& prog, const std::vector<BoundSymbol>& prims,
@@ -157,11 +213,13 @@ class Lowering {
 
   /// The node computing tensor t at iteration index, where dimMap[d] is the dim of t read by
   /// iteration dim d (-1: not read).
-  int lower(const TensorPtr& t, const std::vector<int>& dimMap) {
-    auto key = std::make_pair(t.get(), dimMap);
+  int lower(const TensorPtr& t, const std::vector<int>& dimMap) { return lower(t, View::of(dimMap, t->shape.size())); }
+
+  int lower(const TensorPtr& t, const View& v) {
+    auto key = std::make_pair(t.get(), v);
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
-    int id = build(t, dimMap);
+    int id = build(t, v);
     memo_[key] = id;
     return id;
   }
@@ -189,6 +247,8 @@ class Lowering {
   }
 
   std::string whyNot;
+  /// Set when a reshape needs iteration dim `first` split into [size / second, second].
+  std::optional<std::pair<int, int64_t>> split;
 
  private:
   int add(KNode n) {
@@ -218,15 +278,65 @@ class Lowering {
     return add(std::move(n));
   }
 
-  int build(const TensorPtr& t, const std::vector<int>& dimMap) {
+  /// An InRange node: lo <= i_dim < hi.
+  int inRange(int dim, int64_t lo, int64_t hi) {
+    KNode n;
+    n.kind = KNode::Kind::InRange;
+    n.dtype = DType::Bool;
+    n.dim = dim;
+    n.lo = lo;
+    n.hi = hi;
+    return add(std::move(n));
+  }
+
+  /// The iteration dim that alone reads dim j of a view with coefficient 1: -2 when no dim reads
+  /// it (the index is the constant offset[j]), -1 when dims were merged into it.
+  static int soleReader(const View& v, int j) {
+    std::vector<int> r = v.readers(j);
+    if (r.empty()) return -2;
+    return r.size() == 1 && v.coef[r[0]] == 1 ? r[0] : -1;
+  }
+
+  int build(const TensorPtr& t, const View& view) {
+    const std::vector<int>& dimMap = view.dimMap;
     auto in = inputIndex_.find(t.get());
     if (in != inputIndex_.end()) {
-      KInput k{t, dimMap};
-      for (int& d : k.dimMap)
-        if (d >= 0 && t->shape[d] == 1) d = -1;  // a length-1 dim broadcasts
+      KInput k{t, dimMap, view.coef, view.offset, {}};
+      // Where an iteration dim reaches outside the input (a cat's piece, a pad's source), the load
+      // is guarded to the range it is inside.
+      int rank = static_cast<int>(prog_.iterShape.size());
+      bool narrower = false;
+      std::vector<std::pair<int64_t, int64_t>> guard(rank);
+      for (int d = 0; d < rank; ++d) {
+        guard[d] = {0, prog_.iterShape[d]};
+        if (!view.guard.empty() && (view.guard[d].first > 0 || view.guard[d].second < prog_.iterShape[d])) {
+          guard[d] = view.guard[d];
+          narrower = true;
+        }
+        int j = dimMap[d];
+        if (j < 0 || view.coef[d] != 1) continue;
+        int64_t lo = std::max<int64_t>(0, -view.offset[j]), hi = std::min(prog_.iterShape[d], t->shape[j] - view.offset[j]);
+        if (lo > guard[d].first || hi < guard[d].second) {
+          lo = std::max(lo, guard[d].first);
+          hi = std::min(hi, guard[d].second);
+          guard[d] = {lo, std::max(lo, hi)};
+          narrower = true;
+        }
+      }
+      if (narrower) k.guard = guard;
+      for (size_t d = 0; d < k.dimMap.size(); ++d) {
+        int j = k.dimMap[d];
+        if (j >= 0 && t->shape[j] == 1) {  // a length-1 dim broadcasts (inside the guard, its index is 0)
+          k.dimMap[d] = -1;
+          k.offset[j] = 0;
+        }
+      }
       int idx = -1;
-      for (size_t i = 0; i < prog_.inputs.size(); ++i)
-        if (prog_.inputs[i].tensor == t && prog_.inputs[i].dimMap == k.dimMap) idx = static_cast<int>(i);
+      for (size_t i = 0; i < prog_.inputs.size(); ++i) {
+        const KInput& o = prog_.inputs[i];
+        if (o.tensor == t && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && o.guard == k.guard)
+          idx = static_cast<int>(i);
+      }
       if (idx < 0) {
         prog_.inputs.push_back(k);
         idx = static_cast<int>(prog_.inputs.size()) - 1;
@@ -244,33 +354,136 @@ class Lowering {
     if (op == "broadcast_in_dim") {
       const TensorPtr& src = b.args[0].toTensor();
       std::vector<int64_t> bdims = b.args[2].toInts();
-      std::vector<int> inner(dimMap.size(), -1);
+      View inner = view.remapped(src->shape.size());
       for (size_t d = 0; d < dimMap.size(); ++d) {
         if (dimMap[d] < 0) continue;
         for (size_t i = 0; i < bdims.size(); ++i)
-          if (bdims[i] == dimMap[d] && src->shape[i] != 1) inner[d] = static_cast<int>(i);
+          if (bdims[i] == dimMap[d] && src->shape[i] != 1) inner.dimMap[d] = static_cast<int>(i);
       }
+      for (size_t i = 0; i < bdims.size(); ++i)
+        if (src->shape[i] != 1) inner.offset[i] = view.offset[bdims[i]];
       return lower(src, inner);
     }
+    if (op == "reshape" && !sameUpToUnitDims(t->shape, b.args[0].tensor().shape))
+      return reshape(b.args[0].toTensor(), t, view);
     if (op == "reshape" || op == "squeeze") {
       // Only length-1 dims differ (isFusiblePrim): the k-th non-1 dim of t is the k-th non-1 dim
       // of the source, and t's length-1 dims read nothing.
       const TensorPtr& src = b.args[0].toTensor();
       std::vector<int> toSrc = unitDimMap(t->shape, src->shape);
-      std::vector<int> inner(dimMap.size(), -1);
+      View inner = view.remapped(src->shape.size());
       for (size_t d = 0; d < dimMap.size(); ++d)
-        if (dimMap[d] >= 0) inner[d] = toSrc[dimMap[d]];
+        if (dimMap[d] >= 0) inner.dimMap[d] = toSrc[dimMap[d]];
+      for (size_t j = 0; j < toSrc.size(); ++j)
+        if (toSrc[j] >= 0) inner.offset[toSrc[j]] = view.offset[j];
       return lower(src, inner);
     }
     if (isUnitReduction(b)) {
       // t is the input without its last dim, of length 1: t's dims are the input's first dims.
-      return lower(b.args[0].toTensor(), dimMap);
+      View inner = view;
+      inner.offset.push_back(0);
+      return lower(b.args[0].toTensor(), inner);
+    }
+    if (op == "transpose") {
+      // t's dim j is the source's dim perm[j].
+      const TensorPtr& src = b.args[0].toTensor();
+      std::vector<int64_t> perm = b.args[1].toInts();
+      View inner = view.remapped(src->shape.size());
+      for (size_t d = 0; d < dimMap.size(); ++d)
+        if (dimMap[d] >= 0) inner.dimMap[d] = static_cast<int>(perm[dimMap[d]]);
+      for (size_t j = 0; j < perm.size(); ++j) inner.offset[perm[j]] = view.offset[j];
+      return lower(src, inner);
+    }
+    if (op == "slice") {
+      View inner = view;
+      std::vector<int64_t> start = b.args[1].toInts();
+      for (size_t j = 0; j < start.size(); ++j) inner.offset[j] += start[j];
+      return lower(b.args[0].toTensor(), inner);
+    }
+    if (op == "pad") {
+      // Inside the source's range the source, elsewhere the padding value.
+      const TensorPtr& src = b.args[0].toTensor();
+      const std::vector<Value>& cfg = b.args[2].items();
+      View inner = view;
+      int cond = -1;
+      bool outside = false;
+      for (size_t j = 0; j < cfg.size(); ++j) {
+        std::vector<int64_t> c = cfg[j].toInts();
+        if (c[0] == 0 && c[1] == 0) continue;
+        int jj = static_cast<int>(j);
+        int64_t lo = c[0] - view.offset[j], hi = lo + src->shape[j];  // i_d + offset - low in [0, n)
+        inner.offset[j] -= c[0];
+        int d = soleReader(view, jj);
+        if (d == -1) {
+          whyNot = "a pad of merged dims";
+          return -1;
+        }
+        if (d == -2) {  // a constant index
+          outside |= view.offset[j] < c[0] || view.offset[j] >= c[0] + src->shape[j];
+          continue;
+        }
+        if (lo <= 0 && hi >= prog_.iterShape[d]) continue;
+        int r = inRange(d, lo, hi);
+        cond = cond < 0 ? r : binary("logical_and", cond, r, DType::Bool);
+      }
+      int fill = constant(b.args[1], t->dtype);
+      if (outside) return fill;
+      int x = lower(src, inner);
+      if (x < 0 || cond < 0) return x;
+      KNode n;
+      n.op = "where";
+      n.dtype = t->dtype;
+      n.operands = {cond, x, fill};
+      return finish(std::move(n));
+    }
+    if (op == "cat") {
+      // Piece p covers [start_p, start_p + n_p) of the cat dim: chosen by the index there.
+      const std::vector<Value>& pieces = b.args[0].items();
+      int64_t j = b.args[1].toInt();
+      if (j < 0) j += static_cast<int64_t>(t->shape.size());
+      int d = soleReader(view, static_cast<int>(j));
+      if (d == -1) {
+        whyNot = "a cat along merged dims";
+        return -1;
+      }
+      struct Piece {
+        int node;
+        int64_t lo, hi;  // the range of i_d it covers
+      };
+      std::vector<Piece> chosen;
+      int64_t start = 0;
+      for (const Value& pv : pieces) {
+        const TensorPtr& piece = pv.toTensor();
+        int64_t n = piece->shape[j], lo = start - view.offset[j], hi = lo + n;
+        start += n;
+        if (n == 0) continue;
+        if (d == -2 ? (lo > 0 || hi <= 0) : (hi <= 0 || lo >= prog_.iterShape[d])) continue;  // never read
+        View inner = view;
+        inner.offset[j] -= start - n;
+        int x = lower(piece, inner);
+        if (x < 0) return -1;
+        chosen.push_back({x, lo, hi});
+      }
+      THUNDER_INTERNAL(!chosen.empty(), "fusion: no piece of ", t->name, " is read");
+      int acc = chosen.back().node;
+      for (size_t k = chosen.size() - 1; k-- > 0;) {
+        KNode n;
+        n.op = "where";
+        n.dtype = t->dtype;
+        n.operands = {inRange(d, chosen[k].lo, chosen[k].hi), chosen[k].node, acc};
+        acc = finish(std::move(n));
+      }
+      return acc;
     }
     if (isColumnSum(b)) {
       whyNot = "a column sum whose value is used inside the region";
       return -1;
     }
     if (op == "sum" || op == "amax" || op == "amin" || op == "var") {
+      if (!view.plain()) {
+        whyNot = "a row reduction read through an index remapping";
+        return -1;
+      }
       // Reduced values are read per row: the reduced tensor's dims are the leading iteration dims.
       // The input has the iteration shape, up to length-1 dims ([M, N] in a [1, M, N] region),
       // and its last dim is the last iteration dim, the one reduced.
@@ -314,7 +527,7 @@ class Lowering {
     for (const Value& a : b.args)
       if (a.isTensor()) peer = a.tensor().dtype;
     if (op == "convert_element_type") {
-      int x = lower(b.args[0].toTensor(), dimMap);
+      int x = lower(b.args[0].toTensor(), view);
       if (x < 0) return -1;
       n.operands = {x};
     } else {
@@ -323,7 +536,7 @@ class Lowering {
         const Value& a = b.args[i];
         int x;
         if (a.isTensor()) {
-          x = lower(a.toTensor(), dimMap);
+          x = lower(a.toTensor(), view);
         } else {
           // where's branches are of its output dtype (its only tensor may be the predicate).
           DType cdt = op == "where" ? (i == 0 ? DType::Bool : t->dtype) : peer;
@@ -334,6 +547,119 @@ class Lowering {
       }
     }
     return finish(std::move(n));
+  }
+
+  /// A reshape that merges or splits dims: t (of view `view`) is src reinterpreted. Dims of the
+  /// two shapes form groups of equal size; within a group the elements are in the same row-major
+  /// order, so the iteration dims that read t's dims of the group (their coefficients a mixed-radix
+  /// number) are regrouped into src's dims. Where a src dim's boundary falls inside an iteration
+  /// dim, that dim must be split first: `split` asks lowerRegion for a finer iteration space.
+  int reshape(const TensorPtr& src, const TensorPtr& t, const View& view) {
+    const Shape &A = t->shape, &B = src->shape;
+    int rank = static_cast<int>(prog_.iterShape.size());
+    View inner{std::vector<int>(rank, -1), std::vector<int64_t>(rank, 1), std::vector<int64_t>(B.size(), 0), view.guard};
+    size_t ja = 0, jb = 0;
+    while (ja < A.size() && jb < B.size()) {
+      std::vector<size_t> ga{ja}, gb{jb};
+      int64_t pa = A[ja++], pb = B[jb++];
+      while (pa != pb) {
+        if (pa < pb && ja < A.size()) {
+          ga.push_back(ja);
+          pa *= A[ja++];
+        } else if (pb < pa && jb < B.size()) {
+          gb.push_back(jb);
+          pb *= B[jb++];
+        } else {
+          whyNot = "a reshape between shapes of different sizes";
+          return -1;
+        }
+      }
+      if (ga.size() == 1 && gb.size() == 1) {  // one dim to one dim
+        for (int d = 0; d < rank; ++d)
+          if (view.dimMap[d] == static_cast<int>(ga[0])) {
+            inner.dimMap[d] = static_cast<int>(gb[0]);
+            inner.coef[d] = view.coef[d];
+          }
+        inner.offset[gb[0]] = view.offset[ga[0]];
+        continue;
+      }
+      // The group's row-major index as terms coef * i_d, plus a constant.
+      std::vector<std::pair<int64_t, int>> terms;  // (coefficient, iteration dim)
+      int64_t strideA = 1, constant = 0;
+      for (size_t k = ga.size(); k-- > 0;) {
+        size_t j = ga[k];
+        if (view.offset[j] != 0) {
+          // A shifted dim (a slice, a cat's piece) merged into one source dim: the offset moves
+          // into the source's, and the dim's own range becomes a guard on its iteration dim.
+          int d = soleReader(view, static_cast<int>(j));
+          if (gb.size() != 1 || d == -1) {
+            whyNot = "a reshape of a shifted view";
+            return -1;
+          }
+          constant += view.offset[j] * strideA;
+          if (d >= 0) {
+            if (inner.guard.empty())
+              for (int e = 0; e < rank; ++e) inner.guard.push_back({0, prog_.iterShape[e]});
+            inner.guard[d].first = std::max(inner.guard[d].first, -view.offset[j]);
+            inner.guard[d].second = std::min(inner.guard[d].second, A[j] - view.offset[j]);
+          }
+        }
+        // (An unread dim has the constant index offset[j].)
+        for (int d = 0; d < rank; ++d)
+          if (view.dimMap[d] == static_cast<int>(j) && prog_.iterShape[d] != 1)
+            terms.push_back({view.coef[d] * strideA, d});
+        strideA *= A[j];
+      }
+      std::sort(terms.begin(), terms.end());
+      if (gb.size() == 1) {  // merged into one dim: any linear index is one
+        for (auto [c, d] : terms) {
+          inner.dimMap[d] = static_cast<int>(gb[0]);
+          inner.coef[d] = c;
+        }
+        inner.offset[gb[0]] = constant;
+        continue;
+      }
+      int64_t expect = 1;
+      for (auto [c, d] : terms) {
+        if (c != expect) {
+          whyNot = "a reshape whose index is not a merge of iteration dims";
+          return -1;
+        }
+        expect *= prog_.iterShape[d];
+      }
+      // Assign the terms, minor first, to src's dims of the group, minor first.
+      size_t kb = gb.size();
+      int64_t acc = 1;
+      auto nextB = [&] {
+        while (kb > 0 && B[gb[kb - 1]] == 1) --kb;
+      };
+      nextB();
+      for (auto [c, d] : terms) {
+        if (kb == 0) {
+          whyNot = "a reshape with more index than its source";
+          return -1;
+        }
+        int64_t size = prog_.iterShape[d], need = B[gb[kb - 1]] / acc;
+        if (size > need) {
+          if (size % need == 0 && !split) split = std::make_pair(d, need);
+          whyNot = "a reshape that splits an iteration dim";
+          return -1;
+        }
+        if (need % size != 0) {
+          whyNot = "a reshape whose dims do not nest";
+          return -1;
+        }
+        inner.dimMap[d] = static_cast<int>(gb[kb - 1]);
+        inner.coef[d] = acc;
+        acc *= size;
+        if (acc == B[gb[kb - 1]]) {
+          --kb;
+          acc = 1;
+          nextB();
+        }
+      }
+    }
+    return lower(src, inner);
   }
 
   int finish(KNode n) {
@@ -371,10 +697,14 @@ class Lowering {
   KernelProgram& prog_;
   std::map<const TensorProxy*, const BoundSymbol*> producer_;
   std::map<const TensorProxy*, int> inputIndex_;
-  std::map<std::pair<const TensorProxy*, std::vector<int>>, int> memo_;
+  std::map<std::pair<const TensorProxy*, View>, int> memo_;
 };
 
 }  // namespace
+
+bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPtr>& inputs,
+               const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,
+               std::optional<std::pair<int, int64_t>>& split);
 
 bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
                  const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& outputs,
@@ -392,16 +722,71 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     for (int64_t x : out.iterShape) m *= x;
     return winTies ? n >= m : n > m;
   };
+  // Only values the kernel stores or reduces count: a view inside the region (a permute of an
+  // input that a slice then narrows) may be larger than anything computed.
+  std::set<const TensorProxy*> stored;
+  for (const TensorPtr& t : outputs) stored.insert(t.get());
   bool reduces = false;
   for (const BoundSymbol& b : prims) {
     for (const TensorPtr& t : b.outputTensors())
-      if (larger(t->shape, false)) out.iterShape = t->shape;
+      if (stored.count(t.get()) && larger(t->shape, false)) out.iterShape = t->shape;
     if (b.sym->hasTag(kReductionOp)) {
       reduces |= !isUnitReduction(b);
       const TensorProxy& a = b.args[0].tensor();
       if (larger(a.shape, true)) out.iterShape = a.shape;
     }
   }
+  // A reshape inside the region may need a finer iteration space (an iteration dim split in
+  // two): then the region is lowered again over it. Pointwise regions only.
+  for (int attempt = 0;; ++attempt) {
+    std::optional<std::pair<int, int64_t>> split;
+    if (lowerOver(prims, inputs, outputs, reduces, out, whyNot, split)) return true;
+    if (!split || reduces || attempt >= 8) return false;
+    Shape finer = out.iterShape;
+    auto [d, minor] = *split;
+    finer[d] /= minor;
+    finer.insert(finer.begin() + d + 1, minor);
+    out = KernelProgram{};
+    out.name = name;
+    out.iterShape = finer;
+  }
+}
+
+namespace {
+
+/// If `shape` merges consecutive dims of `iter` (length-1 dims aside), the dims of `shape` each
+/// iteration dim indexes and with which coefficient (a contiguous tensor of `shape` has the
+/// iteration order's layout).
+bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, std::vector<int64_t>& coef) {
+  int rank = static_cast<int>(iter.size());
+  dimMap.assign(rank, -1);
+  coef.assign(rank, 1);
+  int j = static_cast<int>(shape.size()) - 1;
+  auto skipUnit = [&] {
+    while (j >= 0 && shape[j] == 1) --j;
+  };
+  skipUnit();
+  int64_t acc = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (iter[d] == 1) continue;
+    if (j < 0 || shape[j] % (acc * iter[d]) != 0) return false;
+    dimMap[d] = j;
+    coef[d] = acc;
+    acc *= iter[d];
+    if (acc == shape[j]) {
+      --j;
+      acc = 1;
+      skipUnit();
+    }
+  }
+  return j < 0 && acc == 1;
+}
+
+}  // namespace
+
+bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPtr>& inputs,
+               const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,
+               std::optional<std::pair<int, int64_t>>& split) {
   Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);
   Shape keepdim = reduced;
   if (!out.iterShape.empty()) keepdim.push_back(1);
@@ -440,6 +825,16 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
       std::vector<int> rows = unitDimMap(reduced, t->shape);
       std::copy(rows.begin(), rows.end(), map.begin());
       isReduced = true;
+    } else if (std::vector<int64_t> coef; !reduces && mergeMap(out.iterShape, t->shape, map, coef)) {
+      // Coarser than the iteration space (dims merged): stored in the same order.
+      int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
+      if (node < 0) {
+        whyNot = low.whyNot;
+        split = low.split;
+        return false;
+      }
+      out.outputs.push_back({t, node, false});
+      continue;
     } else {
       whyNot = "output " + t->name + " has shape " + t->typeString() + ", not the iteration shape";
       return false;
@@ -447,6 +842,7 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     int node = low.lower(t, map);
     if (node < 0) {
       whyNot = low.whyNot;
+      split = low.split;
       return false;
     }
     out.outputs.push_back({t, node, isReduced});
@@ -456,6 +852,19 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
       whyNot = "a reduced-shape output without a reduction";
       return false;
     }
+  if (out.rowKernel()) {
+    // Row kernels read whole rows in chunks: no guarded loads or index ranges there (yet).
+    for (const KInput& in : out.inputs)
+      if (in.guarded()) {
+        whyNot = "a guarded load (cat or pad) in a row kernel";
+        return false;
+      }
+    for (const KNode& n : out.nodes)
+      if (n.kind == KNode::Kind::InRange) {
+        whyNot = "a cat or pad in a row kernel";
+        return false;
+      }
+  }
   return true;
 }
 

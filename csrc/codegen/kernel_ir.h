@@ -13,7 +13,7 @@ namespace thunder::codegen {
 
 /// One scalar operation.
 struct KNode {
-  enum class Kind : uint8_t { Load, Const, Op, Reduce };
+  enum class Kind : uint8_t { Load, Const, Op, Reduce, InRange };
   Kind kind = Kind::Op;
   /// The prim name for Op ("add", "exp", "where", "convert_element_type") or the reduction
   /// ("sum", "amax", "amin") for Reduce.
@@ -25,6 +25,9 @@ struct KNode {
   int input = -1;
   /// Const: the literal, printed exactly.
   std::string literal;
+  /// InRange: whether iteration index `dim` lies in [lo, hi) (which piece of a cat, inside a pad).
+  int dim = -1;
+  int64_t lo = 0, hi = 0;
   /// How many row reductions this value depends on (0: computable in the first pass).
   int phase = 0;
 };
@@ -32,10 +35,30 @@ struct KNode {
 /// A kernel input: a region input tensor as seen at the iteration shape. Strides are runtime
 /// arguments (zero on broadcast dimensions), so one compiled kernel serves every shape of the
 /// same rank.
+///
+/// Index remapping (slices, pads, cats, permutes and merged dims read inside a kernel): the input's
+/// index along its dim j is sum of coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus
+/// offset[j]. The runtime folds the offsets into the input's address and multiplies strides by the
+/// coefficients. Where an iteration dim can reach outside the input (a cat's piece, a pad's
+/// source), `guard` gives the range [lo, hi) of that dim the input is read at; elsewhere the load
+/// gives 0 and reads nothing.
 struct KInput {
   TensorPtr tensor;
   /// For each iteration dimension, the input dimension it reads (-1 for a broadcast dimension).
   std::vector<int> dimMap;
+  /// For each iteration dimension, its coefficient in the input's index (1 unless dims merged).
+  std::vector<int64_t> coef;
+  /// For each input dimension, the constant added to its index.
+  std::vector<int64_t> offset;
+  /// For each iteration dimension, [lo, hi): empty when the input is read everywhere.
+  std::vector<std::pair<int64_t, int64_t>> guard;
+  bool guarded() const { return !guard.empty(); }
+  /// Whether the input's offsets are all zero.
+  bool unshifted() const {
+    for (int64_t o : offset)
+      if (o != 0) return false;
+    return true;
+  }
 };
 
 /// A kernel output: the node whose value is stored, and whether it has the reduced shape (one

@@ -1,5 +1,8 @@
 #include "executors/fusion_executor.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace thunder {
 
 bool worthFusing(const FusionRegion& region) {
@@ -27,7 +30,11 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
                        std::to_string(counter);
     codegen::KernelProgram prog;
     std::string whyNot;
-    if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot)) return std::nullopt;
+    if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot)) {
+      static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
+      if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), whyNot.c_str());
+      return std::nullopt;
+    }
     const Symbol* sym = compiler_(prog, dev, r.inputs, Executor::name());
     if (!sym) return std::nullopt;
     ++counter;

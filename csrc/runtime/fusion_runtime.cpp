@@ -404,7 +404,7 @@ std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Ten
   for (size_t k = 0; k < I; ++k)
     for (size_t d = 0; d < R; ++d) {
       int m = p.inputs[k].dimMap[d];
-      g[R + k * R + d] = m >= 0 ? ins[k].stride(m) : 0;
+      g[R + k * R + d] = m >= 0 ? ins[k].stride(m) * p.inputs[k].coef[d] : 0;
     }
   int64_t L = R ? p.iterShape[R - 1] : 1;
   g[R + I * R] = numel;
@@ -449,7 +449,14 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   int64_t numel = g[R + I * R];
   if (numel > 0) {
     std::vector<void*> inPtrs, outPtrs;
-    for (auto& t : ins) inPtrs.push_back(t.data_ptr());
+    for (size_t k = 0; k < ins.size(); ++k) {
+      // An input read at an offset (a slice, a cat's piece) starts there; a guarded one may start
+      // outside the tensor, where it is never read.
+      int64_t off = 0;
+      const codegen::KInput& in = p.inputs[k];
+      for (size_t j = 0; j < in.offset.size(); ++j) off += in.offset[j] * ins[k].stride(j);
+      inPtrs.push_back(static_cast<char*>(ins[k].data_ptr()) + off * static_cast<int64_t>(ins[k].element_size()));
+    }
     for (auto& t : outs) outPtrs.push_back(t.data_ptr());
     if (r.device.type == DeviceType::CPU) {
       std::string pat = innerPattern(r, g);
@@ -477,6 +484,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
       bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
       for (size_t k = 0; k < I && vec; ++k) {
+        // A guarded input is read or not per group of VEC columns: its range along the row must
+        // start and end on group boundaries.
+        const codegen::KInput& in = p.inputs[k];
+        if (in.guarded() && (in.guard[R - 1].first % w != 0 || (in.guard[R - 1].second % w != 0 && in.guard[R - 1].second < L)))
+          vec = false;
         if (p.inputs[k].dimMap[R - 1] < 0) continue;
         int64_t inner = g[R + k * R + R - 1];
         if (inner != 1) {
@@ -485,7 +497,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           continue;
         }
         int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
-        vec = reinterpret_cast<uintptr_t>(ins[k].data_ptr()) % bytes == 0;
+        vec = reinterpret_cast<uintptr_t>(inPtrs[k]) % bytes == 0;
         for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
       }
       codegen::CudaVariant v;

@@ -282,32 +282,87 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   std::vector<std::pair<size_t, FusionRegion>> regions;  // fused calls: position in out, region
   // Emits a group as one fused call; returns false (emitting nothing) when `fuse` declines it.
   auto emitFused = [&](const std::vector<size_t>& members_) -> bool {
-    FusionRegion r;
-    std::unordered_set<const TensorProxy*> produced, seenIn;
     std::unordered_set<size_t> members(members_.begin(), members_.end());
+    // Calls that only view the region's inputs (slices, permutes, broadcasts, reshapes of them):
+    // where their result is used outside the region it stays a view computed outside (free),
+    // never an output the kernel would write.
+    std::unordered_set<const TensorProxy*> viewOut;
+    std::vector<size_t> viewsOutside;
     for (size_t i : members_) {
-      r.originals.push_back(*units[i].bsym);
+      bool view = !units[i].prims.empty();
       for (const BoundSymbol& p : units[i].prims) {
-        for (const TensorPtr& t : p.inputTensors())
-          if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
-        for (const TensorPtr& t : p.outputTensors()) produced.insert(t.get());
-        // Broadcasts and reshapes only relabel dims: a region of shape ops alone is no fusion.
-        if (!p.sym->hasTag(kShapeOp)) ++r.computeOps;
-        r.prims.push_back(p);
+        view &= p.sym->hasTag(kShapeOp);
+        for (const TensorPtr& t : p.inputTensors()) {
+          bool fromMember = false;
+          for (size_t j : members_)
+            for (const TensorPtr& o : units[j].bsym->outputTensors()) fromMember |= o.get() == t.get();
+          // Inside the unit, its own earlier prims' outputs are views too.
+          bool own = false;
+          for (const BoundSymbol& q : units[i].prims)
+            for (const TensorPtr& o : q.outputTensors()) own |= o.get() == t.get();
+          view &= own || !fromMember || viewOut.count(t.get()) > 0;
+        }
       }
+      if (!view) continue;
+      for (const TensorPtr& t : units[i].bsym->outputTensors()) viewOut.insert(t.get());
     }
-    for (size_t i : members_) {
-      for (const TensorPtr& t : units[i].bsym->outputTensors()) {
-        bool usedOutside = returned.count(t.get()) > 0;
-        for (size_t reader : readers[t.get()]) usedOutside |= !members.count(reader);
-        if (usedOutside) r.outputs.push_back(t);
+    // The views used outside, with the views they are made from, in program order.
+    std::unordered_set<const TensorProxy*> neededOutside;
+    for (size_t k = members_.size(); k-- > 0;) {
+      size_t i = members_[k];
+      const std::vector<TensorPtr> outs = units[i].bsym->outputTensors();
+      if (outs.empty() || !viewOut.count(outs[0].get())) continue;
+      bool outside = false;
+      for (const TensorPtr& t : outs) {
+        outside |= returned.count(t.get()) > 0 || neededOutside.count(t.get()) > 0;
+        for (size_t reader : readers[t.get()]) outside |= !members.count(reader);
       }
+      if (!outside) continue;
+      viewsOutside.insert(viewsOutside.begin(), i);
+      for (const TensorPtr& t : units[i].bsym->inputTensors()) neededOutside.insert(t.get());
     }
-    std::optional<BoundSymbol> fused = r.outputs.empty() ? std::nullopt : fuse(r);
-    if (!fused) return false;
-    out.bsyms.push_back(std::move(*fused));
-    regions.emplace_back(out.bsyms.size() - 1, std::move(r));
-    return true;
+    auto isViewUnit = [&](size_t i) {
+      std::vector<TensorPtr> outs = units[i].bsym->outputTensors();
+      return !outs.empty() && viewOut.count(outs[0].get()) > 0;
+    };
+    // First with the views inside the kernel (a reshape that is no view in ATen becomes an index
+    // remapping), then, if that cannot be lowered, with every view computed outside and read.
+    for (bool inside : {true, false}) {
+      if (!inside && viewOut.empty()) return false;
+      FusionRegion r;
+      std::unordered_set<const TensorProxy*> produced, seenIn;
+      for (size_t i : members_) {
+        r.originals.push_back(*units[i].bsym);
+        if (!inside && isViewUnit(i)) continue;
+        for (const BoundSymbol& p : units[i].prims) {
+          for (const TensorPtr& t : p.inputTensors())
+            if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
+          for (const TensorPtr& t : p.outputTensors()) produced.insert(t.get());
+          // Broadcasts and reshapes only relabel dims: a region of shape ops alone is no fusion.
+          if (!p.sym->hasTag(kShapeOp)) ++r.computeOps;
+          r.prims.push_back(p);
+        }
+      }
+      for (size_t i : members_) {
+        for (const TensorPtr& t : units[i].bsym->outputTensors()) {
+          if (viewOut.count(t.get())) continue;
+          bool usedOutside = returned.count(t.get()) > 0;
+          for (size_t reader : readers[t.get()]) usedOutside |= !members.count(reader);
+          if (usedOutside) r.outputs.push_back(t);
+        }
+      }
+      std::optional<BoundSymbol> fused = r.outputs.empty() ? std::nullopt : fuse(r);
+      if (!fused) continue;
+      for (size_t i : members_) {
+        bool isView = isViewUnit(i);
+        bool before = inside ? std::find(viewsOutside.begin(), viewsOutside.end(), i) != viewsOutside.end() : isView;
+        if (before) out.bsyms.push_back(*units[i].bsym);
+      }
+      out.bsyms.push_back(std::move(*fused));
+      regions.emplace_back(out.bsyms.size() - 1, std::move(r));
+      return true;
+    }
+    return false;
   };
 
   // A run of fusible calls that cannot be one kernel (most often: values of several iteration

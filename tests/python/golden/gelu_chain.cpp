@@ -273,7 +273,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     int64_t base0 = 0;
     int64_t base1 = 0;
     int64_t base2 = 0;
-    { const int64_t idx = rem % g[0]; rem /= g[0]; base0 += idx * g[2]; }
+    const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     #pragma omp simd
     for (int64_t n = n0; n < n1; ++n) {
       const float v0 = in0[base0 + n];  // load t_0

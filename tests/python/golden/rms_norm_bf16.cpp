@@ -117,7 +117,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     int64_t rem = row;
     int64_t base0 = 0;
     int64_t base1 = 0;
-    { const int64_t idx = rem % g[0]; rem /= g[0]; base0 += idx * g[2]; }
+    const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     float v3 = static_cast<float>(0);
     #pragma omp simd reduction(+:v3)
     for (int64_t n = 0; n < L; ++n) {

@@ -1,0 +1,152 @@
+"""Index remapping inside fused kernels: slices, pads, cats, permutes and reshapes that merge or split
+dims are read by the kernel (csrc/codegen/kernel_ir.h, KInput) instead of materialized by ATen.
+
+Each program is checked against eager (forward and gradients, several dtypes, contiguous and strided
+inputs), and the final trace must show the index ops inside the fusion, not as ATen calls."""
+
+import pytest
+import torch
+
+import thunder
+from thunder import _C
+
+
+def rope(x, cos, sin):  # Llama's rotate-half
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
+
+
+def qkv_rope(qkv, cos, sin):  # a fused qkv projection split, permuted, grouped, then RoPE
+    B, T, _ = qkv.shape
+    qkv = qkv.view(B, T, 2, 6, 8).permute(0, 2, 3, 1, 4)
+    q, k, v = qkv.split((4, 1, 1), dim=2)
+    k = k.expand(B, 2, 4, T, 8)
+    q, k = q.reshape(B, -1, T, 8), k.reshape(B, -1, T, 8)
+    return rope(q, cos, sin), rope(k, cos, sin)
+
+
+def pad_exp(x):
+    return torch.nn.functional.pad(x.exp(), (1, 2, 0, 3), value=-1.5) * 2
+
+
+def crop_pad(x):  # negative pads crop
+    return torch.nn.functional.pad(x.sin(), (-1, 2, 1, -2)) + 1
+
+
+def cat_perm(a, b):
+    return torch.cat([a.permute(0, 2, 1).exp(), b], 1) * 2
+
+
+def cat_three(a, b, c):  # an empty piece and a length-1 piece
+    return torch.cat([a.tanh(), b * 3, c.sigmoid()], -1) - 1
+
+
+def slice_mul(x):
+    return x[:, 2:7] * x[:, 1:6] + x[:, :5].cos()
+
+
+def merge_split(x):  # a merge of dims, then a split into others
+    y = (x * 2).reshape(x.shape[0], -1)
+    return y.exp().reshape(x.shape[0], 4, -1) + 1
+
+
+def transpose_add(x, y):
+    return x.transpose(0, 1).sin() + y
+
+
+PROGRAMS = {
+    "rope": (rope, lambda dt: (torch.randn(2, 3, 5, 16, dtype=dt), torch.randn(5, 16, dtype=dt), torch.randn(5, 16, dtype=dt))),
+    "qkv_rope": (qkv_rope, lambda dt: (torch.randn(2, 5, 96, dtype=dt), torch.randn(5, 8, dtype=dt), torch.randn(5, 8, dtype=dt))),
+    "pad_exp": (pad_exp, lambda dt: (torch.randn(5, 7, dtype=dt),)),
+    "crop_pad": (crop_pad, lambda dt: (torch.randn(6, 5, dtype=dt),)),
+    "cat_perm": (cat_perm, lambda dt: (torch.randn(2, 8, 3, dtype=dt), torch.randn(2, 5, 8, dtype=dt))),
+    "cat_three": (cat_three, lambda dt: (torch.randn(4, 6, dtype=dt), torch.randn(4, 0, dtype=dt), torch.randn(4, 1, dtype=dt))),
+    "slice_mul": (slice_mul, lambda dt: (torch.randn(3, 8, dtype=dt),)),
+    "merge_split": (merge_split, lambda dt: (torch.randn(3, 4, 6, dtype=dt),)),
+    "transpose_add": (transpose_add, lambda dt: (torch.randn(6, 4, dtype=dt), torch.randn(4, 6, dtype=dt))),
+}
+
+INDEX_OPS = ("torch.cat", "torch.nn.functional.pad", "torch.neg", "torch.reshape", "torchex.slice")
+
+
+def _strided(t):
+    # The same values in a tensor with gaps between its rows (not contiguous).
+    if t.dim() == 0 or t.numel() == 0:
+        return t
+    big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype)
+    big[..., 1:2 * t.shape[-1] + 1:2] = t
+    return big[..., 1::2]
+
+
+def _flat(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_forward_and_grad_match_eager(name, dtype, layout):
+    fn, make = PROGRAMS[name]
+    torch.manual_seed(0)
+    args = make(dtype)
+    if layout == "strided":
+        args = tuple(_strided(a) for a in args)
+        assert any(not a.is_contiguous() for a in args if a.numel() > 1)
+    args = tuple(a.detach().requires_grad_(a.is_floating_point()) for a in args)
+    eager_args = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+    jf = thunder.jit(fn, executors=["fuser"])
+    out, ref = _flat(jf(*args)), _flat(fn(*eager_args))
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, **tol)
+    cots = [torch.randn_like(r) for r in ref]
+    torch.autograd.backward(out, cots)
+    torch.autograd.backward(ref, cots)
+    for a, e in zip(args, eager_args):
+        if a.requires_grad:
+            torch.testing.assert_close(a.grad, e.grad, **tol)
+    # The index ops run inside the kernel.
+    final = str(thunder.last_traces(jf)[-1])
+    calls = [line.split("=", 1)[-1].strip() for line in final.splitlines() if not line.strip().startswith("#")]
+    assert not [c for c in calls if c.startswith(INDEX_OPS)], final
+    assert "cpuFusion" in final
+
+
+def test_rope_is_one_kernel():
+    fn, make = PROGRAMS["qkv_rope"]
+    jf = thunder.jit(fn, executors=["fuser"])
+    args = make(torch.float32)
+    out = jf(*args)
+    for o, r in zip(out, fn(*args)):
+        torch.testing.assert_close(o, r)
+    final = thunder.last_traces(jf)[-1]
+    fusions = [n for n in final.bound_symbol_names if n.startswith("cpuFusion")]
+    assert len(fusions) == 1, str(final)
+    # The kernel reads the projection itself: no copy of q or k, no cat, no neg.
+    assert "torch.reshape" not in str(final) and "torch.cat" not in str(final), str(final)
+
+
+def test_a_view_used_outside_stays_a_view():
+    # x[:, 1:] is returned as well as used in the kernel: it is a view of the input computed
+    # outside (no copy), and the kernel reads the input at an offset.
+    def f(x):
+        s = x[:, 1:]
+        return s, s.exp() * 2
+    x = torch.randn(4, 6)
+    jf = thunder.jit(f, executors=["fuser"])
+    s, y = jf(x)
+    assert s._base is x or s.data_ptr() == x.data_ptr() + 4
+    torch.testing.assert_close(y, x[:, 1:].exp() * 2)
+
+
+@pytest.mark.skipif(not _C.nvrtc_available(), reason="libnvrtc is not installed (make setup installs it)")
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_cuda_variants_compile(name):
+    fn, make = PROGRAMS[name]
+    jf = thunder.jit(fn, executors=[])
+    jf(*make(torch.float32))
+    trace = thunder.last_traces(jf)[1]
+    sources = _C.generate_fusion_sources(trace, "cuda", variants=True)
+    assert sources
+    for entry, source in sources:
+        assert _C.nvrtc_compile(source, "sm_90") > 0, entry

@@ -38,7 +38,7 @@ for part in ${parts//,/ }; do
         tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
         tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
         tests/python/test_xent_upcast.py tests/python/test_torch_compile.py tests/python/test_extend.py \
-        tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py >"$OUT/tests.log" 2>&1
+        tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py tests/python/test_index_fusion.py >"$OUT/tests.log" 2>&1
       grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40; tail -1 "$OUT/tests.log" ;;
     xent)
       timeout "$(lim xent)" python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1

@@ -557,6 +557,12 @@ class Lowering {
   int reshape(const TensorPtr& src, const TensorPtr& t, const View& view) {
     const Shape &A = t->shape, &B = src->shape;
     int rank = static_cast<int>(prog_.iterShape.size());
+    for (const Shape* sh : {&A, &B, static_cast<const Shape*>(&prog_.iterShape)})
+      for (int64_t x : *sh)
+        if (x == 0) {
+          whyNot = "a reshape of an empty tensor";
+          return -1;
+        }
     View inner{std::vector<int>(rank, -1), std::vector<int64_t>(rank, 1), std::vector<int64_t>(B.size(), 0), view.guard};
     size_t ja = 0, jb = 0;
     while (ja < A.size() && jb < B.size()) {
@@ -759,6 +765,8 @@ namespace {
 /// iteration order's layout).
 bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, std::vector<int64_t>& coef) {
   int rank = static_cast<int>(iter.size());
+  for (int64_t x : iter)
+    if (x == 0) return false;  // empty: nothing to store, and no sizes to divide by
   dimMap.assign(rank, -1);
   coef.assign(rank, 1);
   int j = static_cast<int>(shape.size()) - 1;

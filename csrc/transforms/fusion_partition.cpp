@@ -21,6 +21,17 @@ bool leafPrims(const BoundSymbol& b, const std::function<bool(const BoundSymbol&
   return true;
 }
 
+/// A reshape that is no view of its source's eager layout (a merge of permuted or expanded dims):
+/// ATen copies it, element by element; inside a fused kernel it is an index remapping.
+bool copyingReshape(const BoundSymbol& p) {
+  if (p.sym->name != "reshape" || p.args.empty() || !p.args[0].isTensor()) return false;
+  const TensorProxy& src = p.args[0].tensor();
+  std::vector<TensorPtr> outs = p.outputTensors();
+  if (outs.empty() || src.numel() == 0) return false;
+  std::vector<int64_t> strides;
+  return !viewStrides(src.shape, src.stridesOrContiguous(), outs[0]->shape, strides);
+}
+
 struct Unit {
   const BoundSymbol* bsym;
   bool fusible;
@@ -291,7 +302,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     for (size_t i : members_) {
       bool view = !units[i].prims.empty();
       for (const BoundSymbol& p : units[i].prims) {
-        view &= p.sym->hasTag(kShapeOp);
+        view &= p.sym->hasTag(kShapeOp) && !copyingReshape(p);
         for (const TensorPtr& t : p.inputTensors()) {
           bool fromMember = false;
           for (size_t j : members_)
@@ -339,7 +350,9 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
             if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
           for (const TensorPtr& t : p.outputTensors()) produced.insert(t.get());
           // Broadcasts and reshapes only relabel dims: a region of shape ops alone is no fusion.
+          // A reshape that eager makes by copying is a kernel of its own: worth one fused copy.
           if (!p.sym->hasTag(kShapeOp)) ++r.computeOps;
+          else if (copyingReshape(p)) r.computeOps += 2;
           r.prims.push_back(p);
         }
       }

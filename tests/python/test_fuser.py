@@ -176,8 +176,12 @@ UNIT_DIM_CASES = [
     # A reduction over a length-1 dim is its one element: a reshape, not a reduction phase.
     ("reduce_unit_dim", lambda a, b: (b * a.amax(-1, keepdim=True)).exp() + b.sum(-1, keepdim=True), [(16, 1), (16, 33)], 1),
     ("sum_of_unit_rows", lambda a: (a.exp().sum(-1) * 2).sin(), [(8, 1)], 1),
-    # Merging dims moves elements between dims: the reshape splits the chain in two regions.
-    ("merge_dims", lambda a: (a.exp() * 2).reshape(32).sin() + 1, [(4, 8)], 2),
+    # Merging dims: the kernel iterates over [4, 8] and stores [32] in the same order.
+    ("merge_dims", lambda a: (a.exp() * 2).reshape(32).sin() + 1, [(4, 8)], 1),
+    # Splitting dims: the kernel iterates over the finer [4, 2, 4] and reads [4, 8] through it.
+    ("split_dims", lambda a: (a.exp() * 2).reshape(4, 2, 4).sin() + 1, [(4, 8)], 1),
+    # A merge and a split that do not nest (4 x 6 -> 3 x 8): not one iteration space.
+    ("reshape_not_nested", lambda a: (a.exp() * 2).reshape(3, 8).sin() + 1, [(4, 6)], 2),
     # Row sums read along columns are not one iteration space: left to torch (fusing was wrong).
     ("row_sum_across_rows", lambda a: a.exp() * a.sum(-1)[None, :] + 1, [(6, 6)], 0),
 ]

@@ -33,6 +33,7 @@ import torch
 import thunder
 
 FAILURES: list[str] = []
+DEV = "cuda"
 
 
 def check(name):
@@ -63,7 +64,7 @@ def _scaled(x):
 
 
 def run_checks():
-    dev = "cuda"
+    dev = DEV
 
     for fast in (True, False):
 
@@ -148,18 +149,25 @@ def run_checks():
                 torch.testing.assert_close(tm(x), ref(x))
         assert int(m.steps) == 10 == int(ref.steps)
 
-    @check("module: eval() after train() captures again (the training flag is guarded)")
+    @check("module: train() after eval() captures again (the training flag is guarded)")
     def _():
-        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).to(dev)
+        class TrainScaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                y = self.lin(x)
+                return y * 2 if self.training else y
+
+        model = TrainScaled().to(dev)
         tm = thunder.jit(model, plugins="reduce-overhead")
-        x = torch.randn(64, 4, device=dev)
         with torch.no_grad():
-            model.eval()
-            for _ in range(4):
-                torch.testing.assert_close(tm(x), model(x))
-            model.train()
-            outs = [tm(x).clone() for _ in range(4)]
-        assert all((o == 0).any() for o in outs)
+            for mode in (False, True, False):
+                model.train(mode)
+                for _ in range(4):
+                    x = torch.randn(3, 4, device=dev)
+                    torch.testing.assert_close(tm(x), model(x))
         assert len(tm._graphs.graphs) == 2
 
     @check("function: a call that needs autograd bypasses graphs, eager's gradient")
@@ -213,7 +221,7 @@ def per_call_us(fn, x, calls, repeats):
 
 def floor_fn():
     """A hand-made torch.cuda.CUDAGraph of eager's function: one copy_ and one replay per call."""
-    static = torch.randn(16, 16, device="cuda")
+    static = torch.randn(16, 16, device=DEV)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -229,21 +237,31 @@ def floor_fn():
         g.replay()
         return out
 
-    return call
+    def copy_only(x):
+        static.copy_(x)
+        return out
+
+    def replay_only(x):
+        g.replay()
+        return out
+
+    return call, copy_only, replay_only
 
 
 def run_timing(calls, repeats):
-    x = torch.randn(16, 16, device="cuda")
+    x = torch.randn(16, 16, device=DEV)
     rows = [("eager", chain), ("thunder.jit", thunder.jit(chain))]
     new = thunder.jit(chain, plugins="reduce-overhead")
     old = thunder.jit(chain, plugins="reduce-overhead")
     old._graphs.cache.fast = False
-    rows += [("thunder graphs (C++ path)", new), ("thunder graphs (Python path)", old)]
+    rows += [("thunder graphs (C++ path)", new), ("thunder graphs (Python path)", old),
+             ("  C++ path without the Python frame", new._graphs.cache)]
     try:
         rows.append(("torch.compile reduce-overhead", torch.compile(chain, mode="reduce-overhead")))
     except Exception as e:
         print(f"torch.compile unavailable: {type(e).__name__}: {e}")
-    rows.append(("floor: copy_ + CUDAGraph.replay", floor_fn()))
+    call, copy_only, replay_only = floor_fn()
+    rows.append(("floor: copy_ + CUDAGraph.replay", call))
     ref = chain(x)
     print(f"\n# overhead: 20 x sin(x)*1.01+0.1 on [16,16], {calls} back-to-back calls, median of {repeats}")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, python {sys.version.split()[0]}")
@@ -258,12 +276,16 @@ def run_timing(calls, repeats):
         except Exception as e:
             FAILURES.append(f"timing {name}")
             print(f"{name:<34}  failed: {type(e).__name__}: {e}")
-    assert new._graphs.cache.replays > calls, "the C++ path did not replay"
+    for name, fn in (("  its copy_ alone", copy_only), ("  its replay alone", replay_only)):
+        wall, ev = per_call_us(fn, x, calls, repeats)
+        print(f"{name:<34}{wall:>14.2f}{ev:>16.2f}")
+    if new._graphs.cache.replays < calls:
+        FAILURES.append("the C++ path did not replay")
 
     # A module (parameters read in place): an MLP under no_grad.
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
-    xm = torch.randn(8, 64, device="cuda")
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(DEV)
+    xm = torch.randn(8, 64, device=DEV)
     mods = [("eager", mlp), ("thunder.jit", thunder.jit(mlp))]
     tm_new = thunder.jit(mlp, plugins="reduce-overhead")
     tm_old = thunder.jit(mlp, plugins="reduce-overhead")

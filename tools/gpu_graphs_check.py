@@ -6,7 +6,8 @@ Run on a CUDA machine from the repository root, after `make build`:
 
 Checks (each prints PASS or FAIL; the exit status is the number of failures):
   outputs against eager over several calls with new inputs, on the C++ path and on the Python one
-  (cache.fast = False); an input changed in place between calls; a new shape captures again; a
+  (cache.fast = False); an input changed in place between calls; inputs the function updates in
+  place are updated as in eager; a new shape captures again; a
   module whose parameters an optimizer steps in place between calls; a parameter replaced (new
   address) captures again; buffers updated in forward advance once per call; a call that needs
   autograd bypasses graphs with eager's gradient; a guarded global that changes captures again.
@@ -96,6 +97,22 @@ def run_checks():
             x, y = torch.randn(shape, device=dev), torch.randn(shape, device=dev)
             torch.testing.assert_close(jf(x, y, 0.5, b=2.0), f(x, y, 0.5, b=2.0))
         assert len(jf._graphs.graphs) == 2 and len(jf._graphs.cache) == 2
+
+    @check("function: inputs updated in place (add_, index_copy_) are updated as in eager")
+    def _():
+        def f(x, buf, i, v):
+            x.add_(1.0)
+            buf.index_copy_(0, i, v)
+            return x.sin() + buf.sum()
+
+        jf = thunder.jit(f, plugins="reduce-overhead")
+        for _ in range(8):
+            args = (torch.randn(16, device=dev), torch.zeros(6, 4, device=dev),
+                    torch.tensor([1, 4], device=dev), torch.randn(2, 4, device=dev))
+            ref = copy.deepcopy(args)
+            torch.testing.assert_close(jf(*args), f(*ref))
+            torch.testing.assert_close(args, ref)
+        assert jf._graphs.cache.replays == 8 - 3
 
     @check("function: outputs are the graph's buffers, overwritten by the next replay")
     def _():

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/python_printer.h"
 #include "executors/executor.h"
@@ -375,6 +376,20 @@ class CompiledFunction {
                                        : entry->traces.back()->output,
                        outs, pos);
   }
+  /// The leaves (positions in the flattened (args, kwargs)) that the last call's program
+  /// updates in place: the inputs its computation trace writes back with prims.copy_.
+  std::vector<int> lastWrittenLeaves() const {
+    std::vector<int> leaves;
+    if (!last_) return leaves;
+    const Trace& t = *last_->traces.front();
+    std::unordered_set<const TensorProxy*> written;
+    for (const BoundSymbol& b : t.bsyms)
+      if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
+        written.insert(b.args[1].toTensor().get());
+    for (size_t k = 0; k < t.inputs.size() && k < last_->sources.size(); ++k)
+      if (written.count(t.inputs[k].get()) && last_->sources[k] >= 0) leaves.push_back(last_->sources[k]);
+    return leaves;
+  }
   /// The training plan of the last call (thunder._C.TrainingPlan), or None.
   py::object lastTrainingPlan() const {
     return last_ && last_->training ? trainingPlan(*last_->training) : py::none();
@@ -474,6 +489,9 @@ class GraphCache {
     std::shared_ptr<Installed> e = it->second;  // kept alive even if a replay installs another
     for (size_t i : e->copyAt) e->inputs[i].copy_(THPVariable_Unpack(leaves[i].ptr()));
     e->replay();
+    // The program updated these inputs in place: in the graph's buffers, which the caller's
+    // tensors take back, as eager updates them.
+    for (size_t i : e->writeBack) THPVariable_Unpack(leaves[i].ptr()).copy_(e->inputs[i]);
     ++replays_;
     return e->output;
   }
@@ -490,10 +508,15 @@ class GraphCache {
 
   /// Installs a captured graph under `key`: `inputs` holds, for each leaf of the call (in the
   /// order of thunder._C.tree_flatten((args, kwargs))), the tensor buffer it is copied into, or
-  /// None; replay() launches the graph; `output` is returned by every replay; `keep` is held.
+  /// None; replay() launches the graph; `output` is returned by every replay; `keep` is held;
+  /// `writeBack`: the leaves the program updates in place, copied back from their buffers.
   void install(const py::bytes& key, const py::list& inputs, py::object replay, py::object output,
-               py::object keep) {
+               py::object keep, const std::vector<size_t>& writeBack) {
     auto e = std::make_shared<Installed>();
+    for (size_t i : writeBack)
+      THUNDER_CHECK_KIND(i < inputs.size() && !inputs[i].is_none(), ErrorKind::Value,
+                         "GraphCache.install: leaf ", i, " is written back but has no buffer");
+    e->writeBack = writeBack;
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].is_none()) {
         e->inputs.emplace_back();
@@ -521,7 +544,7 @@ class GraphCache {
  private:
   struct Installed {
     std::vector<at::Tensor> inputs;  // undefined where the leaf is not copied
-    std::vector<size_t> copyAt;
+    std::vector<size_t> copyAt, writeBack;
     py::object replay, output, keep;
   };
 
@@ -765,6 +788,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("cache_misses", &CompiledFunction::misses)
       .def("last_traces", &CompiledFunction::lastTraces)
       .def("last_training_plan", &CompiledFunction::lastTrainingPlan)
+      .def("last_written_leaves", &CompiledFunction::lastWrittenLeaves,
+           "Positions of the (args, kwargs) leaves the last call's program updates in place.")
       .def_property_readonly("cache_size", &CompiledFunction::cacheSize)
       .def_property_readonly("cache_evictions", &CompiledFunction::evictions)
       .def_property("cache_limit", &CompiledFunction::cacheLimit, &CompiledFunction::setCacheLimit)
@@ -778,7 +803,7 @@ PYBIND11_MODULE(_C, m) {
       .def("describe", &GraphCache::describe,
            "(kind, key) of a call: 'graph' and its key, 'bypass' or 'general' and None.")
       .def("install", &GraphCache::install, py::arg("key"), py::arg("inputs"), py::arg("replay"),
-           py::arg("output"), py::arg("keep"))
+           py::arg("output"), py::arg("keep"), py::arg("write_back") = std::vector<size_t>{})
       .def("set_guard", &GraphCache::setGuard)
       .def("clear", &GraphCache::clear)
       .def("__len__", &GraphCache::size)

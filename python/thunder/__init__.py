@@ -171,7 +171,8 @@ class ThunderFunction(_C.CompiledFunction):
         self.__doc__ = getattr(fn, "__doc__", None)
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
-        self._graphs = CUDAGraphRunner(self._call_compiled, guard=guard) if cudagraphs else None
+        self._graphs = (CUDAGraphRunner(self._call_compiled, guard=guard, written=self.last_written_leaves)
+                        if cudagraphs else None)
 
     @property
     def _cfn(self):
@@ -205,7 +206,8 @@ class ThunderModule(pytorch.nn.Module):
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
         # Parameters and buffers (the first argument) stay where they are between calls.
-        self._graphs = CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard) if cudagraphs else None
+        self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
+                                        written=self._cfn.last_written_leaves) if cudagraphs else None)
         self._slots = self._collect_slots()
 
     def _collect_slots(self):

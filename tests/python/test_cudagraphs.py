@@ -109,7 +109,8 @@ def _fake_graphs(jfn, fn):
     """Gives a thunder.jit result the CPU stand-in for graphs (as plugins="reduce-overhead" would)."""
     module = isinstance(jfn, thunder.ThunderModule)
     guard = guards.guard_for_module(fn) if module else guards.guard_for_function(fn)
-    jfn._graphs = CUDAGraphRunner(jfn._call_compiled, stable_first=module, guard=guard, backend=_CPUBackend)
+    jfn._graphs = CUDAGraphRunner(jfn._call_compiled, stable_first=module, guard=guard, backend=_CPUBackend,
+                                  written=jfn._cfn.last_written_leaves)
     return jfn
 
 
@@ -345,3 +346,52 @@ def test_fake_graphs_module_training_flag_is_guarded():
                 x = torch.randn(3, 4)
                 torch.testing.assert_close(tm(x), model(x))
     assert len(tm._graphs.graphs) == 2
+
+
+def _add_(x, y):
+    x.add_(y)
+    return x * 2
+
+
+def _copy_second(x, y):
+    y.copy_(x.sin())
+    return x + 1
+
+
+def _index_copy_(buf, i, v):
+    buf.index_copy_(0, i, v)
+    return buf.sum(0)
+
+
+def _kwarg_mul_(x, *, acc):
+    acc.mul_(x)
+    return acc + x
+
+
+_MUTATING = [
+    # (name, function, args maker, kwargs maker)
+    ("add_ on the first input", _add_, lambda: (torch.randn(3), torch.randn(3)), dict),
+    ("copy_ into the second input", _copy_second, lambda: (torch.randn(2, 3), torch.zeros(2, 3)), dict),
+    ("index_copy_ (reinplaced)", _index_copy_,
+     lambda: (torch.zeros(5, 2), torch.tensor([1, 3]), torch.randn(2, 2)), dict),
+    ("mul_ on a kwarg", _kwarg_mul_, lambda: (torch.randn(4),), lambda: {"acc": torch.randn(4)}),
+]
+
+
+@pytest.mark.parametrize("name,fn,make,make_kwargs", _MUTATING, ids=[m[0] for m in _MUTATING])
+def test_fake_graphs_inputs_updated_in_place_as_in_eager(name, fn, make, make_kwargs):
+    jf = _fake_graphs(thunder.jit(fn), fn)
+    for _ in range(6):
+        args, kwargs = make(), make_kwargs()
+        ref_args, ref_kwargs = copy.deepcopy((args, kwargs))
+        out = jf(*args, **kwargs)
+        expected = fn(*ref_args, **ref_kwargs)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close((args, kwargs), (ref_args, ref_kwargs))
+    assert jf._graphs.cache.replays == 6 - WARMUP_CALLS - 1
+
+
+def test_graph_cache_install_checks_write_back():
+    c = _new_cache()
+    with pytest.raises(ValueError, match="leaf 1 is written back but has no buffer"):
+        c.install(b"k", [torch.zeros(1), None], lambda: None, None, None, [1])

@@ -12,10 +12,12 @@ Tensors that live across calls at a fixed address (a module's parameters and buf
 place, so an optimizer stepping them in place between calls is seen by the next replay; a new
 tensor in their place (a different address) captures again. Outputs are the graph's own buffers
 and are overwritten by the next replay, as with torch.compile's "reduce-overhead": clone what you
-keep. Calls that need autograd (an input requires grad while grad mode is on), and calls with
-CPU tensors, run without graphs. The signature also holds grad and autocast modes and the values
-the jitted function's guard reads (thunder/core/guards.py), so a changed global or a module's
-`training` flag captures again instead of replaying a stale program.
+keep. An input the program updates in place (other than a stable one) is updated in the graph's
+buffer and copied back into the caller's tensor after each replay, so the caller sees the update
+as in eager. Calls that need autograd (an input requires grad while grad mode is on), and calls
+with CPU tensors, run without graphs. The signature also holds grad and autocast modes and the
+values the jitted function's guard reads (thunder/core/guards.py), so a changed global or a
+module's `training` flag captures again instead of replaying a stale program.
 
 The per-call path is C++ (thunder._C.GraphCache): it keys a call whose leaves (in tuples, lists
 and dicts) are tensors and scalars, and replays the graph installed under that key after copying
@@ -91,7 +93,12 @@ class _Graph:
             self.calls += 1
             with runner.backend.side_stream():
                 args, kwargs = unflatten(leaves)
-                return runner.fn(*args, **kwargs)
+                out = runner.fn(*args, **kwargs)
+            # The inputs the program updates in place: the graph updates their buffers, which
+            # every replay copies back (stable tensors are updated where they are).
+            written = runner.written_leaves(args, kwargs)
+            self.write_back = [i for i, x in enumerate(leaves) if id(x) in written and i not in stable_at]
+            return out
         if self.graph is None:
             # Inputs copied on every call get buffers of their own; stable tensors are used in place.
             self.copy_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and i not in stable_at]
@@ -104,10 +111,12 @@ class _Graph:
                 buffers = [None] * len(leaves)
                 for i in self.copy_at:
                     buffers[i] = self.inputs[i]
-                runner.cache.install(key, buffers, self.graph.replay, self.output, self.graph)
+                runner.cache.install(key, buffers, self.graph.replay, self.output, self.graph, self.write_back)
         for i in self.copy_at:
             self.inputs[i].copy_(leaves[i])
         self.graph.replay()
+        for i in self.write_back:
+            leaves[i].copy_(self.inputs[i])
         return self.output
 
 
@@ -116,8 +125,11 @@ class CUDAGraphRunner:
     it through `runner.cache` (the C++ per-call path); `runner.cache.fast = False` keys every
     call here instead (the path before the C++ one, kept for comparison)."""
 
-    def __init__(self, fn, stable_first: bool = False, guard=None, backend=CUDABackend):
+    def __init__(self, fn, stable_first: bool = False, guard=None, backend=CUDABackend, written=None):
         self.fn = fn
+        # () -> positions of the (args, kwargs) leaves (thunder._C.tree_flatten's order) that the
+        # last call of fn updated in place (CompiledFunction.last_written_leaves).
+        self.written = written
         self.stable_first = stable_first
         self.guard = guard
         self.backend = backend
@@ -136,6 +148,13 @@ class CUDAGraphRunner:
 
     def __call__(self, *args, **kwargs):
         return self.cache(*args, **kwargs)
+
+    def written_leaves(self, args, kwargs) -> set:
+        """The ids of the tensors of (args, kwargs) that the last call of fn updated in place."""
+        if self.written is None:
+            return set()
+        leaves = _C.tree_flatten((args, kwargs))[0]
+        return {id(leaves[i]) for i in self.written()}
 
     def _call(self, key, args, kwargs):
         """A call the C++ cache has no graph for: `key` from C++, or None (this module keys it)."""

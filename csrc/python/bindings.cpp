@@ -455,9 +455,10 @@ class CompiledFunction {
 // ---- CUDA graphs: the per-call path -----------------------------------------------------------
 
 /// The replay path of thunder/core/cudagraphs.py, which keeps the warm-up and capture in Python.
-/// A call is keyed by its argument structure, its scalars' values, its tensors' metadata (sizes,
-/// strides, dtype, device) and, for stable tensors (a module's parameters and buffers: the leaves
-/// of the first argument), their addresses; then grad and autocast modes and the guard's values.
+/// A call is keyed by its argument structure, the values of its scalars, dtypes and devices, its
+/// tensors' metadata (sizes, strides, dtype, device) and, for stable tensors (a module's
+/// parameters and buffers: the leaves of the first argument), their addresses; then grad and
+/// autocast modes and the guard's values.
 /// A key with an installed graph copies the other tensors into the graph's input buffers, calls
 /// the graph's replay and returns its outputs; any other call goes to Python.
 class GraphCache {
@@ -478,6 +479,7 @@ class GraphCache {
   enum class Kind { Graph, Bypass, General };
 
   py::object call(py::args args, py::kwargs kwargs) {
+    if (!fast) return slow_(py::none(), args, kwargs);
     thread_local std::string key;
     thread_local std::vector<py::handle> leaves;
     size_t nStable = 0;
@@ -501,7 +503,7 @@ class GraphCache {
     std::string key;
     std::vector<py::handle> leaves;
     size_t nStable = 0;
-    Kind kind = classify(args, kwargs, key, leaves, nStable);
+    Kind kind = fast ? classify(args, kwargs, key, leaves, nStable) : Kind::General;
     if (kind == Kind::Graph) return py::make_tuple("graph", py::bytes(key));
     return py::make_tuple(kind == Kind::Bypass ? "bypass" : "general", py::none());
   }
@@ -573,13 +575,19 @@ class GraphCache {
       } else if (o == Py_None || PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) ||
                  PyUnicode_Check(o)) {
         describeLeaf(leaves[i], key);
+      } else if (THPDtype_Check(o)) {
+        key.push_back('d');
+        key.push_back(static_cast<char>(reinterpret_cast<THPDtype*>(o)->scalar_type));
+      } else if (THPDevice_Check(o)) {
+        const c10::Device& d = reinterpret_cast<THPDevice*>(o)->device;
+        char tag[3] = {'v', static_cast<char>(d.type()), static_cast<char>(d.index())};
+        key.append(tag, 3);
       } else {
-        // Objects (custom containers, dtypes, devices): Python's pytree and keys.
+        // Other objects (custom containers, modules, ...): Python's pytree and keys.
         return Kind::General;
       }
     }
     if (!anyTensor || needsGrad) return Kind::Bypass;
-    if (!fast) return Kind::General;
     key.push_back('|');
     key.push_back(static_cast<char>(grad));
     key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));

@@ -136,7 +136,8 @@ _KINDS = [
     ("requires grad under grad", (torch.randn(2, requires_grad=True),), {}, True, "bypass"),
     ("no tensors", (1, 2.0), {}, False, "bypass"),
     ("an object leaf", (_A, object()), {}, False, "general"),
-    ("a dtype leaf", (_A, torch.float32), {}, False, "general"),
+    ("a dtype and a device", (_A, torch.float32, torch.device("cpu")), {}, False, "graph"),
+    ("a module leaf", (_A, torch.nn.Identity()), {}, False, "general"),
 ]
 
 
@@ -164,6 +165,9 @@ _KEYS = [
     ("int value", ((_A, 2), {}), ((_A, 3), {}), False, _OTHER),
     ("int vs float", ((_A, 2), {}), ((_A, 2.0), {}), False, _OTHER),
     ("structure", (((_A, _B),), {}), (([_A, _B],), {}), False, _OTHER),
+    ("dtype value", ((_A, torch.float32), {}), ((_A, torch.float64), {}), False, _OTHER),
+    ("same device, new object", ((_A, torch.device("cpu")), {}), ((_A, torch.device("cpu")), {}), False, _SAME),
+    ("device value", ((_A, torch.device("cpu")), {}), ((_A, torch.device("meta")), {}), False, _OTHER),
     ("kwarg name", ((), {"x": _A}), ((), {"y": _A}), False, _OTHER),
     ("stable tensor, same address", (((_P,), _A), {}), (((_P,), _B), {}), True, _SAME),
     ("stable tensor, new address", (((_P,), _A), {}), (((_P.clone(),), _A), {}), True, _OTHER),
@@ -197,8 +201,13 @@ def test_graph_cache_install_checks_buffers():
         c.install(b"k", [3], lambda: None, None, None)
 
 
+def _to_dtype(x, dtype):
+    return (x * 2).to(dtype)
+
+
 _ARG_CASES = [
     # (name, function, args maker, eager function)
+    ("tensor and dtype", _to_dtype, lambda: (torch.randn(3), torch.float64), None),
     ("two tensors", _chain, lambda: (torch.randn(4, 3), torch.randn(4, 3)), _chain),
     ("tensor and scalar kwarg", lambda x, *, s: x * s + 1, lambda: (torch.randn(5),), None),
     ("list of tensors", lambda xs: xs[0].exp() + xs[1], lambda: ([torch.randn(2, 2), torch.randn(2, 2)],), None),

@@ -171,8 +171,11 @@ class ThunderFunction(_C.CompiledFunction):
         self.__doc__ = getattr(fn, "__doc__", None)
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
-        self._graphs = (CUDAGraphRunner(self._call_compiled, guard=guard, written=self.last_written_leaves)
-                        if cudagraphs else None)
+        self._graphs = None
+        if cudagraphs:
+            # Weak references, as for the compile hook: the runner does not keep self alive.
+            call, written = weakref.WeakMethod(self._call_compiled), weakref.WeakMethod(self.last_written_leaves)
+            self._graphs = CUDAGraphRunner(lambda *a, **k: call()(*a, **k), guard=guard, written=lambda: written()())
 
     @property
     def _cfn(self):

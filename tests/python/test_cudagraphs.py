@@ -404,3 +404,15 @@ def test_graph_cache_install_checks_write_back():
     c = _new_cache()
     with pytest.raises(ValueError, match="leaf 1 is written back but has no buffer"):
         c.install(b"k", [torch.zeros(1), None], lambda: None, None, None, [1])
+
+
+def test_jitted_function_with_graphs_is_collected():
+    import gc
+    import weakref
+
+    jf = thunder.jit(_chain, plugins="reduce-overhead")
+    jf(torch.randn(2), torch.randn(2))
+    ref = weakref.ref(jf)
+    del jf
+    gc.collect()
+    assert ref() is None

@@ -7,6 +7,8 @@
 #   profile      benchmarks/profile_step.py for gpt_train (kernels, idle gaps, host time) and
 #                benchmarks/memory_step.py (where the peak memory comes from)
 #   bench        python -m benchmarks.run on the whole-model and micro workloads
+#   graphs       CUDA graphs: tools/gpu_graphs_check.py (checks, us per call), their tests, and
+#                the overhead workload with --graphs
 #   distributed  (2 GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py
 #   all          ops,tests,xent,bench
 # Each part has its own time limit (seconds, env T_<PART>, default 300).
@@ -52,6 +54,13 @@ for part in ${parts//,/ }; do
       timeout "$(lim profile)" python -m benchmarks.memory_step 2>&1 | tail -4 ;;
     bench)
       timeout "$(lim bench)" python -m benchmarks.run --device cuda --repeats 10 --json "$OUT/run.json" ${BENCH_ARGS:-} 2>&1 | tail -16 ;;
+    graphs)
+      timeout "$(lim graphs)" python tools/gpu_graphs_check.py >"$OUT/graphs.log" 2>&1
+      grep -vE "^  File|^    " "$OUT/graphs.log" | head -60
+      timeout "$(lim graphs)" python -m pytest -q -p no:cacheprovider tests/python/test_cudagraphs.py \
+        tests/python/test_gpu.py -k "graph or kv_cache" >"$OUT/graphs_tests.log" 2>&1
+      grep -E "^(FAILED|ERROR)" "$OUT/graphs_tests.log" | head -20; tail -1 "$OUT/graphs_tests.log"
+      timeout "$(lim graphs)" python -m benchmarks.run --device cuda --only overhead --graphs 2>&1 | tail -8 ;;
     distributed)
       export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
       timeout "$(lim distributed)" python -m pytest -q -p no:cacheprovider tests/python/test_distributed.py >"$OUT/distributed_tests.log" 2>&1

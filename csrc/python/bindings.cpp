@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/python_printer.h"
 #include "executors/executor.h"
@@ -375,6 +376,20 @@ class CompiledFunction {
                                        : entry->traces.back()->output,
                        outs, pos);
   }
+  /// The leaves (positions in the flattened (args, kwargs)) that the last call's program
+  /// updates in place: the inputs its computation trace writes back with prims.copy_.
+  std::vector<int> lastWrittenLeaves() const {
+    std::vector<int> leaves;
+    if (!last_) return leaves;
+    const Trace& t = *last_->traces.front();
+    std::unordered_set<const TensorProxy*> written;
+    for (const BoundSymbol& b : t.bsyms)
+      if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
+        written.insert(b.args[1].toTensor().get());
+    for (size_t k = 0; k < t.inputs.size() && k < last_->sources.size(); ++k)
+      if (written.count(t.inputs[k].get()) && last_->sources[k] >= 0) leaves.push_back(last_->sources[k]);
+    return leaves;
+  }
   /// The training plan of the last call (thunder._C.TrainingPlan), or None.
   py::object lastTrainingPlan() const {
     return last_ && last_->training ? trainingPlan(*last_->training) : py::none();
@@ -435,6 +450,177 @@ class CompiledFunction {
   size_t limit_ = defaultCacheSize();
   uint64_t clock_ = 0;
   int hits_ = 0, misses_ = 0, evictions_ = 0;
+};
+
+// ---- CUDA graphs: the per-call path -----------------------------------------------------------
+
+/// The replay path of thunder/core/cudagraphs.py, which keeps the warm-up and capture in Python.
+/// A call is keyed by its argument structure, the values of its scalars, dtypes and devices, its
+/// tensors' metadata (sizes, strides, dtype, device) and, for stable tensors (a module's
+/// parameters and buffers: the leaves of the first argument), their addresses; then grad and
+/// autocast modes and the guard's values.
+/// A key with an installed graph copies the other tensors into the graph's input buffers, calls
+/// the graph's replay and returns its outputs; any other call goes to Python.
+class GraphCache {
+ public:
+  /// fn: the call without graphs; slow(key or None, args, kwargs): Python's path for calls
+  /// without an installed graph (key None: leaves other than tensors and scalars); stableFirst:
+  /// the first argument's tensors stay in place between calls; device: "cuda", or "cpu" for the
+  /// CPU tests of this logic.
+  GraphCache(py::object fn, py::object slow, bool stableFirst, const std::string& device)
+      : fn_(std::move(fn)), slow_(std::move(slow)), stableFirst_(stableFirst) {
+    THUNDER_CHECK_KIND(device == "cuda" || device == "cpu", ErrorKind::Value,
+                       "GraphCache: device must be 'cuda' or 'cpu', but got '", device, "'");
+    device_ = device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  }
+
+  /// What a call is: a graph key (bytes), "bypass" (run without graphs: no tensors, a tensor on
+  /// another device, or an input that needs autograd) or "general" (Python keys it).
+  enum class Kind { Graph, Bypass, General };
+
+  py::object call(py::args args, py::kwargs kwargs) {
+    if (!fast) return slow_(py::none(), args, kwargs);
+    thread_local std::string key;
+    thread_local std::vector<py::handle> leaves;
+    size_t nStable = 0;
+    Kind kind = classify(args, kwargs, key, leaves, nStable);
+    if (kind == Kind::Bypass) return fn_(*args, **kwargs);
+    if (kind == Kind::General) return slow_(py::none(), args, kwargs);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return slow_(py::bytes(key), args, kwargs);
+    std::shared_ptr<Installed> e = it->second;  // kept alive even if a replay installs another
+    for (size_t i : e->copyAt) e->inputs[i].copy_(THPVariable_Unpack(leaves[i].ptr()));
+    e->replay();
+    // The program updated these inputs in place: in the graph's buffers, which the caller's
+    // tensors take back, as eager updates them.
+    for (size_t i : e->writeBack) THPVariable_Unpack(leaves[i].ptr()).copy_(e->inputs[i]);
+    ++replays_;
+    return e->output;
+  }
+
+  /// The classification and key of a call, as `call` makes them: (kind, key bytes or None).
+  py::tuple describe(py::args args, py::kwargs kwargs) {
+    std::string key;
+    std::vector<py::handle> leaves;
+    size_t nStable = 0;
+    Kind kind = fast ? classify(args, kwargs, key, leaves, nStable) : Kind::General;
+    if (kind == Kind::Graph) return py::make_tuple("graph", py::bytes(key));
+    return py::make_tuple(kind == Kind::Bypass ? "bypass" : "general", py::none());
+  }
+
+  /// Installs a captured graph under `key`: `inputs` holds, for each leaf of the call (in the
+  /// order of thunder._C.tree_flatten((args, kwargs))), the tensor buffer it is copied into, or
+  /// None; replay() launches the graph; `output` is returned by every replay; `keep` is held;
+  /// `writeBack`: the leaves the program updates in place, copied back from their buffers.
+  void install(const py::bytes& key, const py::list& inputs, py::object replay, py::object output,
+               py::object keep, const std::vector<size_t>& writeBack) {
+    auto e = std::make_shared<Installed>();
+    for (size_t i : writeBack)
+      THUNDER_CHECK_KIND(i < inputs.size() && !inputs[i].is_none(), ErrorKind::Value,
+                         "GraphCache.install: leaf ", i, " is written back but has no buffer");
+    e->writeBack = writeBack;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].is_none()) {
+        e->inputs.emplace_back();
+        continue;
+      }
+      THUNDER_CHECK_KIND(THPVariable_Check(inputs[i].ptr()), ErrorKind::Type,
+                         "GraphCache.install: input buffer ", i, " must be a tensor or None");
+      e->inputs.push_back(THPVariable_Unpack(inputs[i].ptr()));
+      e->copyAt.push_back(i);
+    }
+    e->replay = std::move(replay);
+    e->output = std::move(output);
+    e->keep = std::move(keep);
+    entries_[std::string(key)] = std::move(e);
+  }
+
+  void setGuard(py::object guard) { guard_ = guard.is_none() ? py::object() : std::move(guard); }
+  size_t size() const { return entries_.size(); }
+  void clear() { entries_.clear(); }
+  int replays() const { return replays_; }
+
+  /// False sends every call to Python's general path (the path before this class; benchmarks).
+  bool fast = true;
+
+ private:
+  struct Installed {
+    std::vector<at::Tensor> inputs;  // undefined where the leaf is not copied
+    std::vector<size_t> copyAt, writeBack;
+    py::object replay, output, keep;
+  };
+
+  Kind classify(const py::args& args, const py::kwargs& kwargs, std::string& key,
+                std::vector<py::handle>& leaves, size_t& nStable) {
+    key.clear();
+    leaves.clear();
+    key.push_back('(');
+    size_t nArgs = args.size();
+    for (size_t i = 0; i < nArgs; ++i) {
+      flatten(args[i], leaves, nullptr, &key);
+      if (i == 0 && stableFirst_) nStable = leaves.size();
+    }
+    key.push_back(')');
+    flatten(kwargs, leaves, nullptr, &key);
+    bool anyTensor = false, needsGrad = false;
+    const bool grad = at::GradMode::is_enabled();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      PyObject* o = leaves[i].ptr();
+      if (THPVariable_Check(o)) {
+        const at::Tensor& t = THPVariable_Unpack(o);
+        if (t.device().type() != device_) return Kind::Bypass;
+        anyTensor = true;
+        needsGrad = needsGrad || (grad && t.requires_grad());
+        describeTensor(t, i < nStable, key);
+      } else if (o == Py_None || PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) ||
+                 PyUnicode_Check(o)) {
+        describeLeaf(leaves[i], key);
+      } else if (THPDtype_Check(o)) {
+        key.push_back('d');
+        key.push_back(static_cast<char>(reinterpret_cast<THPDtype*>(o)->scalar_type));
+      } else if (THPDevice_Check(o)) {
+        const c10::Device& d = reinterpret_cast<THPDevice*>(o)->device;
+        char tag[3] = {'v', static_cast<char>(d.type()), static_cast<char>(d.index())};
+        key.append(tag, 3);
+      } else {
+        // Other objects (custom containers, modules, ...): Python's pytree and keys.
+        return Kind::General;
+      }
+    }
+    if (!anyTensor || needsGrad) return Kind::Bypass;
+    key.push_back('|');
+    key.push_back(static_cast<char>(grad));
+    key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
+    key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCPU)));
+    if (guard_) {
+      py::object values = guard_();
+      for (py::handle v : values) describeLeaf(v, key);
+    }
+    return Kind::Graph;
+  }
+
+  /// A tensor's key bytes: stable or copied, dtype, device, sizes and strides (the graph reads
+  /// its buffers with the captured layout), and a stable tensor's address.
+  static void describeTensor(const at::Tensor& t, bool stable, std::string& key) {
+    auto put = [&key](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
+    char tag[4] = {stable ? 'S' : 'C', static_cast<char>(t.scalar_type()),
+                   static_cast<char>(t.device().type()), static_cast<char>(t.device().index())};
+    put(tag, 4);
+    int64_t nd = t.dim();
+    put(&nd, sizeof nd);
+    put(t.sizes().data(), sizeof(int64_t) * nd);
+    put(t.strides().data(), sizeof(int64_t) * nd);
+    if (stable) {
+      const void* p = t.data_ptr();
+      put(&p, sizeof p);
+    }
+  }
+
+  py::object fn_, slow_, guard_;
+  bool stableFirst_;
+  c10::DeviceType device_;
+  std::unordered_map<std::string, std::shared_ptr<Installed>> entries_;
+  int replays_ = 0;
 };
 
 /// Enters tracing into a trace and captures closure tensors; a Python context manager.
@@ -610,11 +796,27 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("cache_misses", &CompiledFunction::misses)
       .def("last_traces", &CompiledFunction::lastTraces)
       .def("last_training_plan", &CompiledFunction::lastTrainingPlan)
+      .def("last_written_leaves", &CompiledFunction::lastWrittenLeaves,
+           "Positions of the (args, kwargs) leaves the last call's program updates in place.")
       .def_property_readonly("cache_size", &CompiledFunction::cacheSize)
       .def_property_readonly("cache_evictions", &CompiledFunction::evictions)
       .def_property("cache_limit", &CompiledFunction::cacheLimit, &CompiledFunction::setCacheLimit)
       .def("set_guard", &CompiledFunction::setGuard,
            "A callable returning the Python values a trace depends on; they join the cache key.");
+
+  py::class_<GraphCache>(m, "GraphCache", py::dynamic_attr())
+      .def(py::init<py::object, py::object, bool, const std::string&>(), py::arg("fn"),
+           py::arg("slow"), py::arg("stable_first"), py::arg("device") = "cuda")
+      .def("__call__", &GraphCache::call)
+      .def("describe", &GraphCache::describe,
+           "(kind, key) of a call: 'graph' and its key, 'bypass' or 'general' and None.")
+      .def("install", &GraphCache::install, py::arg("key"), py::arg("inputs"), py::arg("replay"),
+           py::arg("output"), py::arg("keep"), py::arg("write_back") = std::vector<size_t>{})
+      .def("set_guard", &GraphCache::setGuard)
+      .def("clear", &GraphCache::clear)
+      .def("__len__", &GraphCache::size)
+      .def_property_readonly("replays", &GraphCache::replays)
+      .def_readwrite("fast", &GraphCache::fast);
 
   m.def("set_hooks", [](py::object makeDevice) { hooks().makeDevice = makeDevice; });
   m.def("tree_flatten", [](py::object obj) {

@@ -166,11 +166,16 @@ class ThunderFunction(_C.CompiledFunction):
         super().__init__(lambda args, kwargs: compile_()(args, kwargs))
         self._fn = fn
         self._executors = _executor_names(executors)
-        self._graphs = CUDAGraphRunner(self._call_compiled) if cudagraphs else None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
-        self.set_guard(guards.guard_for_function(fn))
+        guard = guards.guard_for_function(fn)
+        self.set_guard(guard)
+        self._graphs = None
+        if cudagraphs:
+            # Weak references, as for the compile hook: the runner does not keep self alive.
+            call, written = weakref.WeakMethod(self._call_compiled), weakref.WeakMethod(self.last_written_leaves)
+            self._graphs = CUDAGraphRunner(lambda *a, **k: call()(*a, **k), guard=guard, written=lambda: written()())
 
     @property
     def _cfn(self):
@@ -178,7 +183,7 @@ class ThunderFunction(_C.CompiledFunction):
 
     def __call__(self, *args, **kwargs):
         if self._graphs is not None:
-            return self._graphs(*args, **kwargs)
+            return self._graphs.cache(*args, **kwargs)
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _call_compiled(self, *args, **kwargs):
@@ -201,9 +206,11 @@ class ThunderModule(pytorch.nn.Module):
         self._model = module
         self._executors = _executor_names(executors)
         self._cfn = _C.CompiledFunction(self._compile)
-        self._cfn.set_guard(guards.guard_for_module(module))
+        guard = guards.guard_for_module(module)
+        self._cfn.set_guard(guard)
         # Parameters and buffers (the first argument) stay where they are between calls.
-        self._graphs = CUDAGraphRunner(self._call_compiled, lambda args, kwargs: args[0]) if cudagraphs else None
+        self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
+                                        written=self._cfn.last_written_leaves) if cudagraphs else None)
         self._slots = self._collect_slots()
 
     def _collect_slots(self):
@@ -220,7 +227,7 @@ class ThunderModule(pytorch.nn.Module):
 
     def forward(self, *args, **kwargs):
         if self._graphs is not None:
-            return self._graphs(self._state(), *args, **kwargs)
+            return self._graphs.cache(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))
 
     def _call_compiled(self, state, *args, **kwargs):

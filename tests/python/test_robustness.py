@@ -117,6 +117,25 @@ def _maybe_relu(x):
     return torch.relu(x) if CONFIG.use_relu else x - 1
 
 
+_GUARD_VALUES = [
+    # (name, value): the guard keys each as guards._normalize does
+    ("int", 3), ("bool", True), ("float", 2.5), ("str", "a"), ("None", None),
+    ("dtype", torch.float16), ("device", torch.device("cpu")),
+    ("tuple", (1, (2.0, "b"))), ("long tuple", tuple(range(20))), ("tensor", torch.ones(2)),
+    ("module", torch), ("function", _times_scale), ("class", _Config), ("object", CONFIG),
+    ("list", [1, 2]), ("int subclass", type("MyInt", (int,), {})(4)),
+]
+
+
+@pytest.mark.parametrize("name,value", _GUARD_VALUES, ids=[v[0] for v in _GUARD_VALUES])
+def test_guard_keys_values_as_normalize(name, value):
+    from thunder.core import guards
+
+    expected: list = []
+    guards._normalize(value, expected)
+    assert guards._make_guard([lambda: value])() == tuple(expected)
+
+
 def test_closure_scalar_is_guarded():
     c = 2
 

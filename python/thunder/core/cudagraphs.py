@@ -12,30 +12,73 @@ Tensors that live across calls at a fixed address (a module's parameters and buf
 place, so an optimizer stepping them in place between calls is seen by the next replay; a new
 tensor in their place (a different address) captures again. Outputs are the graph's own buffers
 and are overwritten by the next replay, as with torch.compile's "reduce-overhead": clone what you
-keep. Calls that need autograd (an input requires grad while grad mode is on), and calls with
-CPU tensors, run without graphs.
+keep. An input the program updates in place (other than a stable one) is updated in the graph's
+buffer and copied back into the caller's tensor after each replay, so the caller sees the update
+as in eager. Calls that need autograd (an input requires grad while grad mode is on), and calls
+with CPU tensors, run without graphs. The signature also holds grad and autocast modes and the
+values the jitted function's guard reads (thunder/core/guards.py), so a changed global or a
+module's `training` flag captures again instead of replaying a stale program.
+
+The per-call path is C++ (thunder._C.GraphCache): it keys a call whose leaves (in tuples, lists
+and dicts) are tensors and scalars, and replays the graph installed under that key after copying
+the other tensors into its buffers. Calls it has no graph for come here: warm-up, capture (which
+installs the graph there), and calls with other leaves (custom containers, objects), which this
+module keys with torch's pytree and replays itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import weakref
+
 import torch
 import torch.utils._pytree as pytree
 
+from thunder import _C
+
 PLUGIN_NAMES = ("reduce-overhead", "cudagraphs")
 
+WARMUP_CALLS = 2
 
-def _signature(leaves, stable_ids):
+_VALUE_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _signature(leaves, stable_at):
+    """The key of a call on the general path (leaves from torch's pytree)."""
     sig = []
-    for x in leaves:
+    for i, x in enumerate(leaves):
         if isinstance(x, torch.Tensor):
-            fixed = id(x) in stable_ids
+            fixed = i in stable_at
             sig.append((tuple(x.shape), x.stride(), x.dtype, x.device, fixed, x.data_ptr() if fixed else 0))
         else:
-            sig.append(("value", type(x), x if isinstance(x, (int, float, bool, str, type(None))) else id(x)))
+            sig.append(("value", type(x), x if isinstance(x, _VALUE_TYPES) else id(x)))
     return tuple(sig)
 
 
-WARMUP_CALLS = 2
+class CUDABackend:
+    """Where graphs are made: CUDA streams and torch.cuda.CUDAGraph. The tests of the call logic
+    give the runner a CPU stand-in with the same three members."""
+
+    device = "cuda"
+
+    @staticmethod
+    @contextlib.contextmanager
+    def side_stream():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(side):
+                yield
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
+
+    @staticmethod
+    def capture(thunk):
+        """Records thunk() into a new graph; returns (graph, thunk's output)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = thunk()
+        return graph, out
 
 
 class _Graph:
@@ -45,55 +88,107 @@ class _Graph:
         self.calls = 0
         self.graph = None
 
-    def _capture(self, fn, leaves, spec, stable_ids):
-        # Inputs copied on every call get buffers of their own; stable tensors are used in place.
-        self.inputs = [x.clone() if isinstance(x, torch.Tensor) and id(x) not in stable_ids else x for x in leaves]
-        self.copy_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and id(x) not in stable_ids]
-        args, kwargs = pytree.tree_unflatten(self.inputs, spec)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.output = fn(*args, **kwargs)
-        self.graph = graph
-
-    def __call__(self, fn, leaves, spec, stable_ids):
+    def __call__(self, runner, key, leaves, unflatten, stable_at):
         if self.calls < WARMUP_CALLS:
             self.calls += 1
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                args, kwargs = pytree.tree_unflatten(leaves, spec)
-                out = fn(*args, **kwargs)
-            torch.cuda.current_stream().wait_stream(side)
+            with runner.backend.side_stream():
+                args, kwargs = unflatten(leaves)
+                out = runner.fn(*args, **kwargs)
+            # The inputs the program updates in place: the graph updates their buffers, which
+            # every replay copies back (stable tensors are updated where they are).
+            written = runner.written_leaves(args, kwargs)
+            self.write_back = [i for i, x in enumerate(leaves) if id(x) in written and i not in stable_at]
             return out
         if self.graph is None:
-            self._capture(fn, leaves, spec, stable_ids)
+            # Inputs copied on every call get buffers of their own; stable tensors are used in place.
+            self.copy_at = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor) and i not in stable_at]
+            self.inputs = list(leaves)
+            for i in self.copy_at:
+                self.inputs[i] = leaves[i].clone()
+            args, kwargs = unflatten(self.inputs)
+            self.graph, self.output = runner.backend.capture(lambda: runner.fn(*args, **kwargs))
+            if key is not None:
+                buffers = [None] * len(leaves)
+                for i in self.copy_at:
+                    buffers[i] = self.inputs[i]
+                runner.cache.install(key, buffers, self.graph.replay, self.output, self.graph, self.write_back)
         for i in self.copy_at:
             self.inputs[i].copy_(leaves[i])
         self.graph.replay()
+        for i in self.write_back:
+            leaves[i].copy_(self.inputs[i])
         return self.output
 
 
 class CUDAGraphRunner:
-    """Calls `fn` through CUDA graphs, one per input signature (see the module docstring)."""
+    """Calls `fn` through CUDA graphs, one per input signature (see the module docstring). Call
+    it through `runner.cache` (the C++ per-call path); `runner.cache.fast = False` keys every
+    call here instead (the path before the C++ one, kept for comparison)."""
 
-    def __init__(self, fn, stable_leaves=None):
+    def __init__(self, fn, stable_first: bool = False, guard=None, backend=CUDABackend, written=None):
         self.fn = fn
-        # (args, kwargs) -> the leaves that are stable (parameters, buffers)
-        self.stable_leaves = stable_leaves
+        # () -> positions of the (args, kwargs) leaves (thunder._C.tree_flatten's order) that the
+        # last call of fn updated in place (CompiledFunction.last_written_leaves).
+        self.written = written
+        self.stable_first = stable_first
+        self.guard = guard
+        self.backend = backend
         self.graphs: dict = {}
+        # The C++ cache holds its callbacks through a weak reference: it does not own the runner.
+        ref = weakref.ref(self)
+
+        def plain(*args, **kwargs):
+            return ref().fn(*args, **kwargs)
+
+        def slow(key, args, kwargs):
+            return ref()._call(key, args, kwargs)
+
+        self.cache = _C.GraphCache(plain, slow, stable_first, backend.device)
+        self.cache.set_guard(guard)
 
     def __call__(self, *args, **kwargs):
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-        if (
-            not tensors
-            or any(not t.is_cuda for t in tensors)
-            or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-        ):
-            return self.fn(*args, **kwargs)
-        stable_ids = {id(x) for x in self.stable_leaves(args, kwargs)} if self.stable_leaves else set()
-        key = (str(spec), _signature(leaves, stable_ids))
+        return self.cache(*args, **kwargs)
+
+    def written_leaves(self, args, kwargs) -> set:
+        """The ids of the tensors of (args, kwargs) that the last call of fn updated in place."""
+        if self.written is None:
+            return set()
+        leaves = _C.tree_flatten((args, kwargs))[0]
+        return {id(leaves[i]) for i in self.written()}
+
+    def _call(self, key, args, kwargs):
+        """A call the C++ cache has no graph for: `key` from C++, or None (this module keys it)."""
+        if key is not None:
+            leaves, spec = _C.tree_flatten((args, kwargs))
+            n_stable = len(_C.tree_flatten(args[0])[0]) if self.stable_first else 0
+            stable_at = range(n_stable)
+
+            def unflatten(xs):
+                return _C.tree_unflatten(spec, list(xs))
+        else:
+            leaves, spec = pytree.tree_flatten((args, kwargs))
+            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+            if (
+                not tensors
+                or any(x.device.type != self.backend.device for x in tensors)
+                or (torch.is_grad_enabled() and any(x.requires_grad for x in tensors))
+            ):
+                return self.fn(*args, **kwargs)
+            stable_ids = {id(x) for x in pytree.tree_leaves(args[0])} if self.stable_first else set()
+            stable_at = {i for i, x in enumerate(leaves) if id(x) in stable_ids}
+            values = self.guard() if self.guard is not None else ()
+            key = (
+                str(spec),
+                _signature(leaves, stable_at),
+                torch.is_grad_enabled(),
+                torch.is_autocast_enabled("cuda"),
+                torch.is_autocast_enabled("cpu"),
+                tuple(v if isinstance(v, _VALUE_TYPES) else id(v) for v in values),
+            )
+
+            def unflatten(xs):
+                return pytree.tree_unflatten(list(xs), spec)
         graph = self.graphs.get(key)
         if graph is None:
             graph = self.graphs[key] = _Graph()
-        return graph(self.fn, leaves, spec, stable_ids)
+        return graph(self, key if isinstance(key, bytes) else None, leaves, unflatten, stable_at)

@@ -143,14 +143,25 @@ def _cell_full(cell) -> bool:
         return False
 
 
+# Values whose key item is the value itself (_normalize appends them as they are): the guard
+# appends them without the walk through _normalize's cases. It runs before every call.
+_AS_IS = frozenset(_SCALARS + (types.ModuleType, types.FunctionType, type, object))
+
+
 def _make_guard(readers) -> Callable[[], tuple] | None:
     if not readers:
         return None
+    readers = tuple(readers)
 
     def guard() -> tuple:
         out: list = []
+        append = out.append
         for r in readers:
-            _normalize(r(), out)
+            v = r()
+            if type(v) in _AS_IS:
+                append(v)
+            else:
+                _normalize(v, out)
         return tuple(out)
 
     return guard

@@ -181,9 +181,17 @@ class Emitter {
       if (lo <= 0 && hi >= p_.iterShape[d]) continue;
       std::string i = groupStart && d + 1 == R ? std::string("col") : indexVar(static_cast<int>(d));
       if (!c.empty()) c += " && ";
-      c += "(" + i + " >= " + std::to_string(lo) + " && " + i + " < " + std::to_string(hi) + ")";
+      c += rangeTest(i, lo, hi);
     }
     return c.empty() ? c : "(" + c + ")";
+  }
+
+  /// lo <= i < hi for an iteration index i >= 0, which may be unsigned (32-bit CUDA indices): a
+  /// bound below 0 is never compared.
+  static std::string rangeTest(const std::string& i, int64_t lo, int64_t hi) {
+    if (hi <= lo || hi <= 0) return "false";
+    std::string upper = "(" + i + " < " + std::to_string(hi) + ")";
+    return lo > 0 ? "(" + i + " >= " + std::to_string(lo) + " && " + upper + ")" : upper;
   }
 
   /// The iteration index of dim d in the code being emitted (set per kernel form).
@@ -281,7 +289,7 @@ class Emitter {
         }
         case KNode::Kind::InRange: {
           std::string i = indexVar(n.dim);
-          line = "const bool " + v + " = (" + i + " >= " + std::to_string(n.lo) + " && " + i + " < " + std::to_string(n.hi) + ");";
+          line = "const bool " + v + " = " + rangeTest(i, n.lo, n.hi) + ";";
           break;
         }
         case KNode::Kind::Reduce:

@@ -413,9 +413,26 @@ int cudaVecWidth(const KernelProgram& p) {
   return std::max(1, 16 / maxSize);
 }
 
+namespace {
+
+/// The stride of input `in` along iteration dim d, from its eager layout as traced.
+int64_t tracedStride(const KInput& in, size_t d) {
+  if (in.dimMap[d] < 0) return 0;
+  std::vector<int64_t> st = in.tensor->stridesOrContiguous();
+  return st[in.dimMap[d]] * in.coef[d];
+}
+
+}  // namespace
+
 std::string contiguousPattern(const KernelProgram& p) {
+  // Inputs as traced: contiguous ones, and views whose layout the trace knows (a permute, a
+  // slice read through an index remapping).
   std::string pattern;
-  for (const KInput& in : p.inputs) pattern += !p.iterShape.empty() && in.dimMap.back() >= 0 ? '1' : '0';
+  size_t R = p.iterShape.size();
+  for (const KInput& in : p.inputs) {
+    int64_t s = R ? tracedStride(in, R - 1) : 0;
+    pattern += s == 0 ? '0' : s == 1 ? '1' : 'g';
+  }
   return pattern;
 }
 
@@ -459,8 +476,23 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
   for (int64_t s : p.iterShape) numel *= s;
   int64_t L = R ? p.iterShape[R - 1] : 1;
   int w = cudaVecWidth(p);
-  // Contiguous inputs at the traced shapes: rows start VEC-aligned when L is a multiple of VEC.
+  // The inputs' traced layouts: rows start VEC-aligned when L, the outer strides and the offsets
+  // are multiples of VEC (the runtime decides from the actual tensors; a different variant there
+  // is one more compile on the first call).
   bool vecOk = R > 0 && L % w == 0;
+  std::string pat = contiguousPattern(p);
+  for (size_t k = 0; k < p.inputs.size() && vecOk; ++k) {
+    const KInput& in = p.inputs[k];
+    if (in.guarded() && (in.guard[R - 1].first % w != 0 || (in.guard[R - 1].second % w != 0 && in.guard[R - 1].second < L)))
+      vecOk = false;
+    if (pat[k] == 'g' && p.rowKernel()) vecOk = false;
+    if (pat[k] != '1') continue;
+    for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(in, d) % w == 0;
+    std::vector<int64_t> st = in.tensor->stridesOrContiguous();
+    int64_t off = 0;
+    for (size_t j = 0; j < in.offset.size(); ++j) off += in.offset[j] * st[j];
+    vecOk = vecOk && off % w == 0;
+  }
   if (p.rowKernel()) {
     v.row = true;
     v.vec = vecOk ? w : 1;
@@ -471,7 +503,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
   } else {
     v.vec = vecOk ? w : 1;
     v.idx32 = numel < (int64_t(1) << 31);
-    if (v.vec > 1) v.pattern = contiguousPattern(p);
+    if (v.vec > 1) v.pattern = pat;
   }
   return v;
 }

@@ -425,6 +425,12 @@ std::string innerPattern(const CompiledRegion& r, const std::vector<int64_t>& g)
   return pat;
 }
 
+/// THUNDER_DEBUG_FUSION: say why regions are not fused and which kernels compile late.
+bool debugFusion() {
+  static const bool on = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
+  return on;
+}
+
 c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   const KernelProgram& p = r.prog;
   std::vector<at::Tensor> ins;
@@ -466,6 +472,9 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       } else {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.cpuFns.find(pat);
+        if (it == r.cpuFns.end() && debugFusion())
+          std::fprintf(stderr, "fuser: %s compiles inner-stride pattern %s at its first call (predicted %s)\n",
+                       p.name.c_str(), pat.c_str(), r.contiguousPattern.c_str());
         fn = it != r.cpuFns.end() ? it->second : (r.cpuFns[pat] = compileCpu(codegen::emitCpp(p, pat), p.name));
       }
       fn(inPtrs.data(), outPtrs.data(), g.data());
@@ -584,6 +593,9 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.modules.find(entry);
         if (it == r.modules.end()) {
+          if (debugFusion())
+            std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
+                         entry.c_str());
           std::string src = codegen::emitCuda(p, v);
           it = r.modules.emplace(entry, std::async(std::launch::deferred, [src, device] { return loadCudaModule(src, device); }).share()).first;
         }

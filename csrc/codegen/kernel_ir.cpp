@@ -464,7 +464,8 @@ class Lowering {
         if (x < 0) return -1;
         chosen.push_back({x, lo, hi});
       }
-      THUNDER_INTERNAL(!chosen.empty(), "fusion: no piece of ", t->name, " is read");
+      // No piece is read: the iteration space is empty, and the value is never computed.
+      if (chosen.empty()) return constant(Value(int64_t(0)), t->dtype);
       int acc = chosen.back().node;
       for (size_t k = chosen.size() - 1; k-- > 0;) {
         KNode n;

@@ -161,3 +161,16 @@ def test_cuda_variants_compile(name):
         # CUDA indices may be unsigned: a range test never compares with a negative bound
         assert not re.search(r"(\bi\d+|\bcol|\(col \+ k\)) [<>]=? -\d", source), entry
         assert _C.nvrtc_compile(source, "sm_90") > 0, entry
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda a, b: torch.cat([a.exp(), b.exp()], 0) * 2, [(0, 3), (0, 3)]),
+    (lambda a, b: torch.cat([a.exp(), b.exp()], 1) * 2, [(0, 3), (0, 2)]),
+    (lambda a, b: torch.nn.functional.pad(a.exp(), (1, 1)) + 1, [(0, 3), (1,)]),
+    # slices to nothing, then a cat of them (fuzzer seed 30121: no piece was read)
+    (lambda a, b: torch.cat([torch.isfinite(a)[1:][1:] & torch.isfinite(a)[2:], torch.isfinite(a)[2:]]), [(2, 3), (1,)]),
+])
+def test_empty_pieces(fn, shapes):
+    args = [torch.randn(*s, device=DEVICE) for s in shapes]
+    out = thunder.jit(fn, executors=["fuser"])(*args)
+    torch.testing.assert_close(out, fn(*args))

@@ -302,7 +302,9 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     for (size_t i : members_) {
       bool view = !units[i].prims.empty();
       for (const BoundSymbol& p : units[i].prims) {
-        view &= p.sym->hasTag(kShapeOp) && !copyingReshape(p);
+        // (Broadcasts are stored: read as an input, an expanded view has stride 0 along the row,
+        // which a row kernel cannot read with wide loads.)
+        view &= p.sym->hasTag(kShapeOp) && !copyingReshape(p) && p.sym->name != "broadcast_in_dim";
         for (const TensorPtr& t : p.inputTensors()) {
           bool fromMember = false;
           for (size_t j : members_)

@@ -28,11 +28,12 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     codegen::KernelProgram prog;
     std::string whyNot;
     if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot)) return std::nullopt;
-    const Symbol* sym = compiler_(prog, dev, r.inputs, Executor::name());
+    std::shared_ptr<const Symbol> sym = compiler_(prog, dev, r.inputs, Executor::name());
     if (!sym) return std::nullopt;
     ++counter;
     BoundSymbol b;
-    b.sym = sym;
+    b.sym = sym.get();
+    b.owner = std::move(sym);
     for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
     std::vector<Value> outs;
     for (const TensorPtr& t : r.outputs) outs.push_back(Value(t));

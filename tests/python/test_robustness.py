@@ -266,6 +266,45 @@ def test_cache_size_environment_variable():
     assert r.returncode != 0 and "THUNDER_CACHE_SIZE" in r.stderr
 
 
+def test_evicted_entries_release_their_cpu_kernels():
+    # Each loaded CPU kernel library takes about 5 memory maps; kept for the life of the process,
+    # ~12,000 kernels reached vm.max_map_count and every new thread failed with EAGAIN. Libraries
+    # now go with the last cache entry (or trace) using them: 200 kernels under cache_size=8.
+    r = run_script("""
+        import torch, thunder
+        from thunder import _C
+        def maps():
+            with open("/proc/self/maps") as f:
+                return sum(1 for _ in f)
+        scale = 0.5
+        f = thunder.jit(lambda x: torch.tanh(x * scale) + 1, executors=["fuser"], cache_size=8)
+        x = torch.randn(3, 4)
+        xg = x.clone().requires_grad_(True)
+        f(x)
+        kept = thunder.last_traces(f)[-1]  # a trace the user holds keeps its fusion
+        pending = f(xg).sum()  # and so does a pending backward (a forward and a backward fusion)
+        base, kernels = maps(), _C.fusion_stats()["kernels"]
+        for i in range(200):
+            scale = 1 + i / 8  # a constant of the kernel's source: a distinct kernel each
+            torch.testing.assert_close(f(x), torch.tanh(x * scale) + 1)
+        s = _C.fusion_stats()
+        assert s["compiled"] + s["disk_hits"] >= 200, s
+        assert s["cpu_libraries"] <= 8 + 3 and s["regions"] <= 8 + 3, s
+        assert s["kernels"] <= kernels + 8, (s, kernels)
+        grown = maps() - base
+        assert grown < 100, f"{grown} memory maps more after 200 kernels"
+        assert "tanh" in _C.fusion_sources(kept)["cpuFusion0"]
+        (g,) = torch.autograd.grad(pending, xg)
+        scale = 0.5
+        torch.testing.assert_close(g, 0.5 * (1 - torch.tanh(x * 0.5) ** 2))
+        torch.testing.assert_close(f(x), torch.tanh(x * 0.5) + 1)  # evicted: compiled again
+        del kept, pending
+        import gc; gc.collect()
+        print(grown, s["cpu_libraries"])
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 # ---- threads ----------------------------------------------------------------------------------
 
 THREADS_SCRIPT = """

@@ -173,10 +173,12 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::atan2,
      [](X a, X b, X, X g) {
-       // At a = b = 0 the gradient is 0, as PyTorch defines it (not 0 / 0).
+       // As eager's atan2_backward: g * b * r and g * -a * r with r = 1 / (a^2 + b^2), and r = 0
+       // where a^2 + b^2 is 0 (the gradient at the origin is 0, yet NaN for an infinite or NaN g:
+       // fuzzer seed 14288).
        Value den = add(sq(a), sq(b));
-       auto atZero = [&den](X v) { return op("where", {op("eq", {den, 0.0}), 0.0, v}); };
-       return VV{atZero(mul(g, div(b, den))), atZero(mul(g, div(neg(a), den)))};
+       Value recip = op("where", {op("eq", {den, 0.0}), 0.0, un("reciprocal", den)});
+       return VV{mul(mul(g, b), recip), mul(mul(g, neg(a)), recip)};
      }},
     {PrimId::maximum,
      [](X a, X b, X, X g) {
@@ -568,6 +570,70 @@ void registerTorchRules() {
           Value oneMinus = op("add", {op("neg", {sg}), 1.0});
           Value dx = op("mul", {op("mul", {gc, sg}), op("add", {op("mul", {x, oneMinus}), 1.0})});
           putGrad(a[0], clang::maybeConvert(dx, d));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+        });
+  }
+  // lerp: eager's rule, g * (1 - w) for a, g * w for end, g * (end - a) for a tensor weight.
+  // Through the decomposition's two branches an infinite g gave inf - inf = NaN where eager's
+  // product is infinite (fuzzer seeds 13903, 18826).
+  rule(ltorch::symbol("lerp"), [](const Args& a, X, X g) {
+    const Value& w = a[2];
+    Value oneMinus = w.isTensor()    ? sub(1.0, w)
+                     : w.isComplex() ? Value(1.0 - w.toComplex())
+                                     : Value(1.0 - w.toDouble());
+    putGrad(a[0], mul(g, conj(oneMinus)));
+    putGrad(a[1], mul(g, conj(w)));
+    if (w.isTensor()) putGrad(w, mul(g, conj(sub(a[1], a[0]))));
+  });
+  // gelu: eager's gelu_backward, g * (cdf + x * pdf) ('none') or g * (0.5 * (1 + t) +
+  // 0.5 * x * (1 - t^2) * b * (1 + 3k x^2)) with t = tanh(b * (x + k x^3)) ('tanh'), in float32
+  // for 16-bit inputs. Through the decomposition's product rule an infinite g at a large x gave
+  // inf * 1 + inf * x * 0 = NaN where eager's g * 1 is infinite (fuzzer seed 20485).
+  {
+    const Symbol* s = &ltorch::symbol("gelu");
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          DType d = a[0].tensor().dtype;
+          DType c = d == DType::Float64 ? DType::Float64 : DType::Float32;
+          Value x = clang::maybeConvert(a[0], c), gc = clang::maybeConvert(g, c);
+          Value deriv;
+          if (a[1].toString() == "tanh") {
+            const double beta = std::sqrt(2.0 / kPi), kappa = 0.044715;
+            Value xsq = mul(x, x);
+            Value inner = mul(beta, add(x, mul(kappa, mul(xsq, x))));
+            Value t = un("tanh", inner);
+            Value left = mul(0.5, add(t, 1.0));
+            Value right = mul(mul(mul(mul(0.5, x), sub(1.0, mul(t, t))), beta), add(mul(3.0 * kappa, xsq), 1.0));
+            deriv = add(left, right);
+          } else {
+            const double alpha = 0.5 * 2.0 / std::sqrt(kPi) / std::sqrt(2.0);  // 1 / sqrt(2 pi)
+            Value cdf = mul(0.5, add(un("erf", mul(x, 1.0 / std::sqrt(2.0))), 1.0));
+            Value pdf = mul(alpha, un("exp", mul(mul(x, -0.5), x)));
+            deriv = add(cdf, mul(x, pdf));
+          }
+          putGrad(a[0], clang::maybeConvert(mul(gc, deriv), d));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+        });
+  }
+  // nan_to_num: eager's g * isfinite(x), NaN where g is NaN or infinite at a replaced value
+  // (a where() dropped it: fuzzer seed 18794). Complex inputs go through the decomposition.
+  {
+    const Symbol* s = &ltorch::symbol("nan_to_num");
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          putGrad(a[0], mul(g, op("isfinite", {a[0]})));
           return y;
         },
         [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {

@@ -703,6 +703,37 @@ GRAD_CASES = [
     ("sub_alpha_broadcast", lambda a, b: torch.sub(a, b, alpha=2.5), lambda: [torch.ones(2, 3), torch.tensor([1.0, -2.0, 0.5])]),
     ("remainder_op_bf16", lambda a, b: a % b, lambda: [torch.tensor([-INF, 7.0, -3.5], dtype=torch.bfloat16),
                                                      torch.tensor([2.0, -3.0, 2.0], dtype=torch.bfloat16)]),
+    # seeds 13903, 18826: lerp's gradients are eager's g * (1 - w) and g * w (an infinite g gave
+    # inf - inf = NaN); its forward is eager's two-branch formula (lerp(inf, 1, 0.7) is inf)
+    ("lerp_infinite_cotangent", lambda a, b, z: torch.lerp(a, b, 0.3) / z,
+     lambda: [torch.tensor([1.0, -2.0, 3.0]), torch.tensor([2.0, 5.0, NAN]), torch.tensor([0.0, 0.0, 1.0])]),
+    ("lerp_large_weight", lambda a, b: torch.lerp(a, b, 0.7),
+     lambda: [torch.tensor([INF, 1.0, -2.0, -INF]), torch.tensor([1.0, INF, 3.0, 2.0])]),
+    ("lerp_tensor_weight", lambda a, b, w, z: torch.lerp(a, b, w) / z,
+     lambda: [torch.tensor([INF, 1.0, -2.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 5.0]),
+              torch.tensor([0.7, 0.2, -1.0, 0.5]), torch.tensor([1.0, 0.0, 2.0, 0.0])]),
+    ("lerp_bf16", lambda a, b: torch.lerp(a, b, 0.75) * 3,
+     lambda: [torch.tensor([1.0, 300.0, -2.5], dtype=torch.bfloat16), torch.tensor([1.5, 7.0, 3.0], dtype=torch.bfloat16)]),
+    # seed 14288: atan2's gradient at the origin is g * 0 * 0 (eager's reciprocal set to 0 where
+    # a^2 + b^2 is 0): NaN for an infinite g, 0 otherwise
+    ("atan2_origin_infinite_cotangent", lambda a, b, z: torch.atan2(a, b) / z,
+     lambda: [torch.tensor([0.0, 0.0, 1.0, 1e-30]), torch.tensor([0.0, 0.0, 2.0, 0.0]), torch.tensor([0.0, 1.0, 0.0, 1.0])]),
+    # seed 18794: nan_to_num's gradient is g * isfinite(x): NaN where g is infinite at a NaN
+    ("nan_to_num_infinite_cotangent", lambda a: (lambda y: y.flatten() / y)(torch.nan_to_num(a)),
+     lambda: [torch.tensor([NAN, 1.0, INF, -INF, 0.0])]),
+    # seed 15043: cross_entropy with probability targets is eager's -(q * p).sum() / N: a zero
+    # loss is -0.0 (the sum over rows of negated row sums was +0.0), and -a / loss has eager's signs
+    ("cross_entropy_probs_zero_loss", lambda a, b: torch.neg(a) / F.cross_entropy(b, b),
+     lambda: [torch.tensor([[[-INF, 2.0]], [[3.0, -1.0]]]), torch.tensor([[[0.5, -1.5]], [[2.0, -0.25]]])]),
+    ("cross_entropy_probs_sum", lambda a, b: F.cross_entropy(a, b, reduction="sum") * 2,
+     lambda: [torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, 1.0]]), torch.tensor([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])]),
+    # seed 20485: gelu's gradient is eager's g * (cdf + x * pdf) (an infinite g at a large x gave
+    # inf + inf * 0 = NaN through the product rule)
+    ("gelu_infinite_cotangent", lambda a: torch.sinh(F.gelu(a)),
+     lambda: [torch.tensor([300.0, -300.0, 1.0, 0.0, -2.5, 90.0])]),
+    ("gelu_tanh_infinite_cotangent", lambda a: torch.sinh(F.gelu(a, approximate="tanh")),
+     lambda: [torch.tensor([300.0, -300.0, 1.0, 0.0, -2.5, 90.0])]),
+    ("gelu_bf16", lambda a: F.gelu(a) * 2, lambda: [torch.tensor([3.0, -1.5, 0.25, -6.0], dtype=torch.bfloat16)]),
 ]
 
 

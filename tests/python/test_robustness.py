@@ -802,6 +802,12 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
     ("argmax_empty_dim", lambda a: torch.argmax(a, 0), lambda: [torch.ones(0)]),
     ("argmin_empty_dim", lambda a: torch.argmin(a, 1), lambda: [torch.ones(2, 0)]),
     ("pow_half_int", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.arange(-2, 3)]),
+    # seeds 18958, 18645: a float converted to an integer and back is +0.0 for -1 < x < 0 (GCC
+    # folded the round trip of a fused kernel into trunc(x) = -0.0, and a / 0 had the wrong sign)
+    ("div_by_int64_roundtrip", lambda a: a / a.to(torch.int64), lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.0, 2.5])]),
+    ("div_by_int32_roundtrip", lambda a: a / a.to(torch.int32), lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.0, 2.5])]),
+    ("floor_div_by_int64_roundtrip", lambda a: a // a.to(torch.int64),
+     lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.7, 2.5], dtype=torch.float64)]),
 ])
 def test_values_and_error_types_match_eager(name, fn, make, executors):
     assert_same(fn, *make(), executors=executors)

@@ -301,12 +301,11 @@ def _spawn(names: list[str]):
 
 
 def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: bool = False,
-        budget: float | None = None, progress: float | None = None, recycle: int = 1000):
+        budget: float | None = None, progress: float | None = None, recycle: int = 0):
     """Runs the seeds over `jobs` workers (no new seed after `budget` seconds; a summary line
-    every `progress` seconds; a worker is replaced after `recycle` programs: each distinct CPU kernel
-    stays mapped in its process, ~5 memory maps each, and past Linux's vm.max_map_count (65530)
-    every new thread fails with EAGAIN); returns {executor set: Counter of outcomes} and the failures (dicts
-    with seed, executors, outcome, detail, repro)."""
+    every `progress` seconds; a worker is replaced after `recycle` programs, 0: never); returns
+    {executor set: Counter of outcomes} and the failures (dicts with seed, executors, outcome,
+    detail, repro)."""
     import selectors
 
     started = time.time()
@@ -342,7 +341,7 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
     def feed(w):
         if budget is not None and time.time() - started > budget:
             pending.clear()
-        if pending and w["ran"] >= recycle:
+        if pending and recycle and w["ran"] >= recycle:
             # this worker ends (its stdin closed) and a fresh one takes the next seed
             w["seed"] = None
             w["p"].stdin.close()
@@ -436,7 +435,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for the repro of each failure")
     ap.add_argument("--seconds", type=float, default=None, help="start no new program after this long")
     ap.add_argument("--progress", type=float, default=None, help="print the counts every this many seconds")
-    ap.add_argument("--recycle", type=int, default=1000, help="programs per worker process before a fresh one")
+    ap.add_argument("--recycle", type=int, default=0,
+                    help="programs per worker process before a fresh one (default 0: the worker lives on)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:

@@ -841,6 +841,11 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
     # folded the round trip of a fused kernel into trunc(x) = -0.0, and a / 0 had the wrong sign)
     ("div_by_int64_roundtrip", lambda a: a / a.to(torch.int64), lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.0, 2.5])]),
     ("div_by_int32_roundtrip", lambda a: a / a.to(torch.int32), lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.0, 2.5])]),
+    # seed 20653: a float sum over a dim of length 1 is its element added to +0.0, as ATen's
+    # (the fuser read the element alone, and 1 / sum of -0.0 was -inf where eager's is inf)
+    ("reciprocal_of_unit_sum", lambda a: 1 / a.sum(-1), lambda: [torch.tensor([[-0.0], [0.0], [-2.0]])]),
+    ("rsqrt_of_unit_sum_bf16", lambda a: torch.rsqrt(a.sum(0)), lambda: [torch.tensor([-0.0], dtype=torch.bfloat16)]),
+    ("rsqrt_of_one_class_cross_entropy", lambda a: torch.rsqrt(F.cross_entropy(a, a)), lambda: [torch.tensor([-1.5])]),
     ("floor_div_by_int64_roundtrip", lambda a: a // a.to(torch.int64),
      lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.7, 2.5], dtype=torch.float64)]),
 ])

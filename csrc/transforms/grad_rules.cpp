@@ -365,20 +365,28 @@ void registerReductionRules() {
                                 op("where", {lone, prodNonzero, 0})});
     putGrad(a[0], mul(expandBack(g, t.shape, dims), others));
   });
-  auto minmax = [](const Args& a, X y, X g) {
-    // The gradient is shared evenly among the elements equal to the result.
-    const TensorProxy& t = a[0].tensor();
-    std::vector<int64_t> dims = a[1].toInts();
-    if (dims.empty()) {
-      putGrad(a[0], g);
-      return;
-    }
-    Value mask = toDType(op("eq", {a[0], expandBack(y, t.shape, dims)}), t.dtype);
-    Value count = op("sum", {mask, Value::ints(dims)});
-    putGrad(a[0], mul(expandBack(div(g, count), t.shape, dims), mask));
-  };
-  rule(sym(PrimId::amax), minmax);
-  rule(sym(PrimId::amin), minmax);
+  // amax and amin share the gradient evenly among the elements equal to the result. The result
+  // is taken again in the backward, from the input the mask compares: the backward may compute
+  // that input again (rematerialization) in another kernel than the forward's, an ulp off (atan
+  // of the fuser and of ATen), and against the forward's result no element was equal: 0 / 0
+  // (fuzzer seed 21329). A minimum or maximum of the same values is exact.
+  for (PrimId id : {PrimId::amax, PrimId::amin}) {
+    registerGradRule(sym(id).id(), [id](const Args& a) {
+      Value y = call(sym(id), a);
+      Value g = getGrad(y);
+      const TensorProxy& t = a[0].tensor();
+      std::vector<int64_t> dims = a[1].toInts();
+      if (dims.empty()) {
+        putGrad(a[0], g);
+        return y;
+      }
+      Value again = call(sym(id), a);
+      Value mask = toDType(op("eq", {a[0], expandBack(again, t.shape, dims)}), t.dtype);
+      Value count = op("sum", {mask, Value::ints(dims)});
+      putGrad(a[0], mul(expandBack(div(g, count), t.shape, dims), mask));
+      return y;
+    });
+  }
   rule(sym(PrimId::var), [](const Args& a, X, X g) {
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
@@ -541,8 +549,9 @@ void registerTorchRules() {
         [s](const Args& a) {
           Value y = call(*s, a);
           Value g = getGrad(y);
-          Value mask = op("logical_or", {op("eq", {a[0], y}),
-                                         op("logical_and", {op("isnan", {a[0]}), op("isnan", {y})})});
+          Value again = call(*s, a);  // from the input the mask compares, as amax's rule
+          Value mask = op("logical_or", {op("eq", {a[0], again}),
+                                         op("logical_and", {op("isnan", {a[0]}), op("isnan", {again})})});
           Value count = op("sum", {mask});  // int64, as eager's mask.sum()
           putGrad(a[0], op("where", {mask, div(g, count), 0.0}));
           return y;

@@ -734,6 +734,17 @@ GRAD_CASES = [
     ("gelu_tanh_infinite_cotangent", lambda a: torch.sinh(F.gelu(a, approximate="tanh")),
      lambda: [torch.tensor([300.0, -300.0, 1.0, 0.0, -2.5, 90.0])]),
     ("gelu_bf16", lambda a: F.gelu(a) * 2, lambda: [torch.tensor([3.0, -1.5, 0.25, -6.0], dtype=torch.bfloat16)]),
+    # seed 21329: amin's gradient compares its input with the result taken again in the backward
+    # (the backward computed atan(a) again in another kernel, an ulp off the forward's: no element
+    # equal to the saved result, 0 / 0)
+    ("amin_of_recomputed_atan", lambda a: torch.amin(torch.atan(a), 0),
+     lambda: [torch.randn((1, 2, 3), generator=torch.Generator().manual_seed(21329), dtype=torch.float64)
+              .to(torch.float32).transpose(-1, -2)]),
+    ("amax_of_recomputed_atan", lambda a: torch.amax(torch.atan(-a), 0),
+     lambda: [torch.randn((1, 2, 3), generator=torch.Generator().manual_seed(21329), dtype=torch.float64)
+              .to(torch.float32).transpose(-1, -2)]),
+    ("max_all_of_recomputed_atan", lambda a: torch.max(torch.atan(a * 3)),
+     lambda: [torch.randn((5, 7), generator=torch.Generator().manual_seed(3), dtype=torch.float64).to(torch.float32)]),
 ]
 
 

@@ -734,6 +734,13 @@ GRAD_CASES = [
     ("gelu_tanh_infinite_cotangent", lambda a: torch.sinh(F.gelu(a, approximate="tanh")),
      lambda: [torch.tensor([300.0, -300.0, 1.0, 0.0, -2.5, 90.0])]),
     ("gelu_bf16", lambda a: F.gelu(a) * 2, lambda: [torch.tensor([3.0, -1.5, 0.25, -6.0], dtype=torch.bfloat16)]),
+    # seed 21113: a bfloat16 operand broadcast against float32 gets its gradient summed in
+    # float32 and rounded once, as eager's (each term was rounded to bfloat16 before the sum)
+    ("bf16_times_f32_broadcast", lambda a, b: a * b,
+     lambda: [torch.tensor([[1.0], [2.0]], dtype=torch.bfloat16), torch.tensor([100.3, -100.1, 0.05])]),
+    ("where_bf16_f32_broadcast", lambda a, b, c: torch.where(a > 0, a, b) * c,
+     lambda: [torch.tensor([[1.0], [-2.0]], dtype=torch.bfloat16), torch.tensor([0.5, 1.5, 2.5]),
+              torch.tensor([100.3, -100.1, 0.05])]),
     # seed 21329: amin's gradient compares its input with the result taken again in the backward
     # (the backward computed atan(a) again in another kernel, an ulp off the forward's: no element
     # equal to the saved result, 0 / 0)

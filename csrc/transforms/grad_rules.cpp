@@ -173,12 +173,16 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::atan2,
      [](X a, X b, X, X g) {
-       // As eager's atan2_backward: g * b * r and g * -a * r with r = 1 / (a^2 + b^2), and r = 0
-       // where a^2 + b^2 is 0 (the gradient at the origin is 0, yet NaN for an infinite or NaN g:
-       // fuzzer seed 14288).
+       // As eager's atan2_backward, g * b / (a^2 + b^2) and g * -a / (a^2 + b^2) with the
+       // quotients 0 where a^2 + b^2 is 0: the gradient at the origin is g * 0, so 0 and yet NaN
+       // for an infinite or NaN g (fuzzer seed 14288; a where() over the product gave 0). The
+       // quotient is one division (eager multiplies by a reciprocal, of a float64 0-dim operand
+       // squared before its conversion, which a prim's converted operands cannot repeat: fewer
+       // roundings keep the float32 result as close to the float64 one as eager's, seed 22882).
        Value den = add(sq(a), sq(b));
-       Value recip = op("where", {op("eq", {den, 0.0}), 0.0, un("reciprocal", den)});
-       return VV{mul(mul(g, b), recip), mul(mul(g, neg(a)), recip)};
+       Value atOrigin = op("eq", {den, 0.0});
+       return VV{mul(g, op("where", {atOrigin, 0.0, div(b, den)})),
+                 mul(g, op("where", {atOrigin, 0.0, div(neg(a), den)}))};
      }},
     {PrimId::maximum,
      [](X a, X b, X, X g) {

@@ -28,9 +28,10 @@ using codegen::KernelProgram;
 std::atomic<int> gCompiled{0}, gDiskHits{0};
 
 std::string cacheDir(const std::string& sub) {
+  // An empty THUNDER_CACHE_DIR is unset (it made the cache "/cpu", at the file system's root).
   const char* env = std::getenv("THUNDER_CACHE_DIR");
   const char* home = std::getenv("HOME");
-  std::string dir = env ? env : std::string(home ? home : "/tmp") + "/.cache/thunder";
+  std::string dir = env && *env ? env : std::string(home && *home ? home : "/tmp") + "/.cache/thunder";
   dir += "/" + sub;
   std::string partial;
   for (size_t i = 1; i <= dir.size(); ++i)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "ir/error.h"
@@ -395,9 +396,17 @@ void registerReductionRules() {
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
     if (dims.empty()) {
-      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction), which is NaN for
-      // the default correction, as in PyTorch (0 / 0 through the division, not a literal).
-      putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), 1.0 - a[2].toDouble())));
+      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction). With no degree of
+      // freedom left (correction >= 1) eager's var_backward of a 0-dim input is g * NaN where x
+      // equals its mean and g * inf elsewhere, that is for a NaN x (the division gave NaN there:
+      // fuzzer seed 27271).
+      double dof = 1.0 - a[2].toDouble();
+      if (dof <= 0) {
+        const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+        putGrad(a[0], mul(g, op("where", {op("eq", {a[0], a[0]}), nan, inf})));
+      } else {
+        putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), dof)));
+      }
       return;
     }
     int64_t n = 1;

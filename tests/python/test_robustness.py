@@ -365,6 +365,19 @@ def test_truncated_cached_kernel_is_compiled_again(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+def test_empty_cache_dir_variable_is_unset(tmp_path):
+    # THUNDER_CACHE_DIR="" used to put the kernel cache at "/cpu"; empty is unset: $HOME's cache.
+    code = """
+        import torch, thunder
+        f = thunder.jit(lambda a: torch.exp(a) * 3 + 1, executors=["fuser"])
+        a = torch.randn(6)
+        torch.testing.assert_close(f(a), torch.exp(a) * 3 + 1)
+    """
+    r = run_script(code, {"THUNDER_CACHE_DIR": "", "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list((tmp_path / ".cache" / "thunder" / "cpu").glob("*.so"))
+
+
 # ---- dtypes and results like eager -----------------------------------------------------------
 
 def test_mse_loss_promotes_after_broadcasting():
@@ -741,6 +754,11 @@ GRAD_CASES = [
     ("where_bf16_f32_broadcast", lambda a, b, c: torch.where(a > 0, a, b) * c,
      lambda: [torch.tensor([[1.0], [-2.0]], dtype=torch.bfloat16), torch.tensor([0.5, 1.5, 2.5]),
               torch.tensor([100.3, -100.1, 0.05])]),
+    # seed 27271: var of a 0-dim tensor with no degree of freedom: eager's g * NaN where x
+    # equals its mean, g * inf at a NaN x (the division gave NaN)
+    ("var_0d_of_nan", lambda a: torch.var(torch.log2(a), 0, keepdim=True), lambda: [torch.tensor(-28.6)]),
+    ("var_0d_finite", lambda a: torch.var(a * 2, 0), lambda: [torch.tensor(3.0)]),
+    ("var_0d_correction_0", lambda a: torch.var(torch.log2(a), correction=0), lambda: [torch.tensor(-2.0)]),
     # seed 21329: amin's gradient compares its input with the result taken again in the backward
     # (the backward computed atan(a) again in another kernel, an ulp off the forward's: no element
     # equal to the saved result, 0 / 0)
@@ -855,6 +873,8 @@ def test_gradients_match_eager_at_nan_and_inf(name, fn, make, executors):
     ("argmax_empty_dim", lambda a: torch.argmax(a, 0), lambda: [torch.ones(0)]),
     ("argmin_empty_dim", lambda a: torch.argmin(a, 1), lambda: [torch.ones(2, 0)]),
     ("pow_half_int", lambda a: torch.pow(a, 0.5) * 1, lambda: [torch.arange(-2, 3)]),
+    # seed 26640: normalize of integers is a RuntimeError, as eager's vector_norm (was TypeError)
+    ("normalize_int", lambda a: F.normalize(a, dim=0), lambda: [torch.arange(-2, 3)]),
     # seeds 18958, 18645: a float converted to an integer and back is +0.0 for -1 < x < 0 (GCC
     # folded the round trip of a fused kernel into trunc(x) = -0.0, and a / 0 had the wrong sign)
     ("div_by_int64_roundtrip", lambda a: a / a.to(torch.int64), lambda: [torch.tensor([-0.3, 0.4, -1.5, -0.0, 2.5])]),

@@ -382,7 +382,12 @@ class Lowering {
       // t is the input without its last dim, of length 1: t's dims are the input's first dims.
       View inner = view;
       inner.offset.push_back(0);
-      return lower(b.args[0].toTensor(), inner);
+      int x = lower(b.args[0].toTensor(), inner);
+      // A float sum adds its element to 0.0, as ATen's does: -0.0 sums to +0.0 (the element
+      // alone kept -0.0: rsqrt of a zero loss was inf where eager's is -inf, fuzzer seed 20653).
+      DType dt = b.args[0].tensor().dtype;
+      if (x < 0 || op != "sum" || !isFloating(dt)) return x;
+      return binary("add", x, constant(Value(0.0), dt), dt);
     }
     if (op == "transpose") {
       // t's dim j is the source's dim perm[j].

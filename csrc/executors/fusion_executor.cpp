@@ -35,11 +35,12 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
       if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), whyNot.c_str());
       return std::nullopt;
     }
-    const Symbol* sym = compiler_(prog, dev, r.inputs, Executor::name());
+    std::shared_ptr<const Symbol> sym = compiler_(prog, dev, r.inputs, Executor::name());
     if (!sym) return std::nullopt;
     ++counter;
     BoundSymbol b;
-    b.sym = sym;
+    b.sym = sym.get();
+    b.owner = std::move(sym);
     for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
     std::vector<Value> outs;
     for (const TensorPtr& t : r.outputs) outs.push_back(Value(t));

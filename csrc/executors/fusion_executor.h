@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "codegen/kernel_ir.h"
@@ -12,10 +13,11 @@
 
 namespace thunder {
 
-/// Makes the executable symbol of a lowered region ("cudaFusion0"), with its kernel attached.
-/// `inputs` are the fused call's arguments, in order; `executor` names the fusing executor, which
-/// the symbol records so that claiming keeps the call.
-using FusionCompiler = std::function<const Symbol*(const codegen::KernelProgram&, Device,
+/// Makes the executable symbol of a lowered region ("cudaFusion0"), with its kernel attached, or
+/// nullptr. `inputs` are the fused call's arguments, in order; `executor` names the fusing
+/// executor, which the symbol records so that claiming keeps the call. The calls of the symbol
+/// own it (BoundSymbol::owner): the region's compiled code goes with the last trace calling it.
+using FusionCompiler = std::function<std::shared_ptr<const Symbol>(const codegen::KernelProgram&, Device,
                                                    const std::vector<TensorPtr>& inputs,
                                                    const std::string& executor)>;
 

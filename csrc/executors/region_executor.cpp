@@ -42,11 +42,12 @@ Trace RegionExecutor::fusionPass(const Trace& trace) const {
     Trace lowered = transformForExecution(program, torchOnly);
     lowered.fnName = program.fnName;
     lowered.provenance = program.provenance;
-    const Symbol* sym = compiler_(lowered, r.prims.front().outputTensors().front()->device);
+    std::shared_ptr<const Symbol> sym = compiler_(lowered, r.prims.front().outputTensors().front()->device);
     if (sym == nullptr) return std::nullopt;
     ++counter;
     BoundSymbol b;
-    b.sym = sym;
+    b.sym = sym.get();
+    b.owner = std::move(sym);
     for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
     b.output = Value::list(std::move(outs));
     b.subsymbols = r.prims;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "executors/executor.h"
@@ -14,8 +15,8 @@ namespace thunder {
 /// Compiles one region's program (a trace named e.g. "TorchCompile0" whose calls the torch
 /// executor has claimed; inputs the region's inputs, output a tuple of its outputs), which runs
 /// on `device`, into an executor symbol with a kernel; nullptr declines the region (its calls stay
-/// as they were).
-using RegionCompiler = std::function<const Symbol*(const Trace& program, const Device& device)>;
+/// as they were). The calls of the symbol own it (BoundSymbol::owner).
+using RegionCompiler = std::function<std::shared_ptr<const Symbol>(const Trace& program, const Device& device)>;
 
 /// A fusion executor over the regions of prims (composite calls flattened) that the torch
 /// executor can run, except random and effectful ones. Each region worth fusing (worthFusing)

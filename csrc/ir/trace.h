@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -15,6 +16,10 @@ namespace thunder {
 /// calls its decomposition made when it was traced.
 struct BoundSymbol {
   const Symbol* sym = nullptr;
+  /// Set where `sym` was made for one compiled program (a fusion region's kernel,
+  /// runtime::makeOwnedExecSymbol): keeps the symbol, its kernel and the code it loaded alive
+  /// while any call of it exists. They are released with the last trace that calls it.
+  std::shared_ptr<const Symbol> owner;
   std::vector<Value> args;
   Value output;
   std::vector<BoundSymbol> subsymbols;

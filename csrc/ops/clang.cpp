@@ -88,23 +88,28 @@ Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind
                      ": expected at least one tensor argument, but got ", describe(a), " and ",
                      describe(b));
   auto [computation, result] = elementwiseTypePromotion({a, b}, kind);
-  std::vector<Value> ab = maybeBroadcast({a, b}, op);
   // As PyTorch's kernels: a tensor of another dtype (a 0-dim f32 with an f16) is first rounded to
   // a low precision common dtype, then computed in float32 (comparisons too).
   DType common = elementwiseTypePromotion({a, b}, PromotionKind::Default).second;
+  std::vector<Value> ab = {a, b};
   if (isLowPrecision(common))
     for (Value& v : ab) v = v.isTensor() ? maybeConvert(v, common) : v;
-  Value x = maybeConvert(ab[0], computation), y = maybeConvert(ab[1], computation);
-  commonDevice({x, y}, op);
-  return maybeConvert(prim(x, y), result);
+  // Converted before broadcast, as eager's autograd sums a broadcast operand's gradient in the
+  // computation dtype and then rounds it to the operand's: the other order rounded each term to
+  // bfloat16 before the sum (fuzzer seed 21113).
+  ab = {maybeConvert(ab[0], computation), maybeConvert(ab[1], computation)};
+  ab = maybeBroadcast(ab, op);
+  commonDevice(ab, op);
+  return maybeConvert(prim(ab[0], ab[1]), result);
 }
 
 Value where(const Value& pred, const Value& a, const Value& b, const std::string& op) {
   THUNDER_CHECK_KIND(pred.isTensor() || pred.isBool(), ErrorKind::Type, op,
                      ": expected 'condition' to be a bool tensor, but got ", describe(pred));
   DType dt = elementwiseTypePromotion({a, b}, PromotionKind::Default).second;
-  std::vector<Value> args = maybeBroadcast({pred, a, b}, op);
-  return prims::where(args[0], maybeConvert(args[1], dt), maybeConvert(args[2], dt));
+  // Converted before broadcast (see binary).
+  std::vector<Value> args = maybeBroadcast({pred, maybeConvert(a, dt), maybeConvert(b, dt)}, op);
+  return prims::where(args[0], args[1], args[2]);
 }
 
 std::vector<int64_t> reductionDims(const TensorProxy& a, const Value& dim, const std::string& op) {

@@ -459,8 +459,30 @@ void registerElementwise() {
                          "ltorch.lerp: not implemented for ", dtypeName(d),
                          " inputs (floating point or complex tensors are expected)");
     }
-    Value diff = op("sub", {a[1], a[0]});
-    return op("add", {a[0], op("mul", {a[2], diff})});
+    // Eager's formula (ATen's lerp): a + w * (end - a) for |w| < 0.5, else
+    // end - (end - a) * (1 - w), computed in the computation dtype and rounded once. One formula
+    // for all weights differs at infinities (lerp(inf, 1, 0.7): inf + 0.7 * -inf is NaN, eager's
+    // inf) and in rounding.
+    auto [comp, out] = elementwiseTypePromotion({a[0], a[1], a[2]}, PromotionKind::Default);
+    Value x = clang::maybeConvert(a[0], comp), e = clang::maybeConvert(a[1], comp), w = a[2];
+    if (w.isTensor()) w = clang::maybeConvert(w, comp);
+    Value diff = op("sub", {e, x});
+    auto small = [&] { return op("add", {x, op("mul", {w, diff})}); };
+    auto large = [&] {
+      Value oneMinus = w.isTensor()    ? op("sub", {1, w})
+                       : w.isComplex() ? Value(1.0 - w.toComplex())
+                                       : Value(1.0 - w.toDouble());
+      return op("sub", {e, op("mul", {diff, oneMinus})});
+    };
+    Value r;
+    if (!w.isTensor()) {
+      // A complex weight's size is its modulus, as eager's abs.
+      double size = w.isComplex() ? std::abs(w.toComplex()) : std::abs(w.toDouble());
+      r = size < 0.5 ? small() : large();
+    } else {
+      r = op("where", {op("lt", {op("abs", {w}), 0.5}), small(), large()});
+    }
+    return clang::maybeConvert(r, out);
   }, kElementwise);
 
   // Activations. PyTorch's kernels of these take floating inputs only (NotImplementedError, as
@@ -1457,11 +1479,14 @@ void registerNN() {
           Value p = smoothing > 0
                         ? op("add", {op("mul", {a[1], 1.0 - smoothing}), smoothing / classes})
                         : a[1];
+          // As eager's cross_entropy_loss_prob_target: -(q * p * w) summed over the class dim
+          // ('none') or over everything at once ('sum', 'mean'; summing each row first and
+          // negating before the total changes rounding and the sign of a zero loss, which a
+          // later division turns into an infinity of the other sign: fuzzer seed 15043).
           Value prod = op("mul", {logp, p});
           if (!w.isNone()) prod = op("mul", {prod, w});
-          Value losses = op("neg", {op("sum", {prod, Value::ints({classDim})})});
-          if (reduction == "none") return losses;
-          Value total = op("sum", {losses});
+          if (reduction == "none") return op("neg", {op("sum", {prod, Value::ints({classDim})})});
+          Value total = op("neg", {op("sum", {prod})});
           if (reduction == "sum") return total;
           return op("div", {total, static_cast<double>(t.numel() / std::max<int64_t>(classes, 1))});
         }

@@ -783,6 +783,10 @@ void registerDistances() {
   define("normalize", "a, p=2.0, dim=1, eps=1e-12, out=None", {"torch.nn.functional.normalize"},
          [](const Args& a) {
            const TensorProxy& t = T(a[0], "normalize");
+           // A RuntimeError, as eager's (its norm, linalg.vector_norm, rejects integers: fuzzer
+           // seed 26640); complex inputs, which eager takes, are unsupported here (TypeError)
+           THUNDER_CHECK(isFloating(t.dtype) || isComplex(t.dtype),
+                         "ltorch.normalize: expected a floating point or complex input, but got ", dtypeName(t.dtype));
            checkFloating(t, "normalize");
            THUNDER_CHECK_KIND(a[4].isNone(), ErrorKind::NotImplemented,
                               "ltorch.normalize: out= is not supported");

@@ -9,6 +9,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <chrono>
+#include <map>
+#include <mutex>
 
 #include "executors/executor.h"
 #include "ir/error.h"
@@ -30,11 +32,18 @@ struct TrainingPlan {
   ForwardBackward fb;
   std::vector<std::shared_ptr<Trace>> forwardTraces, backwardTraces;
   size_t numUserOutputs = 0;
+  /// The executors, to lower the backward of calls that leave some cotangents undefined.
+  std::vector<Executor*> executors;
+  bool verify = false;
 };
 
 struct TrainingEntry {
   std::shared_ptr<const TrainingPlan> plan;
   std::unique_ptr<runtime::Program> forward, backward;
+  /// Backward programs for calls that leave some cotangents undefined, by which ones
+  /// (withUndefinedCotangents), made when a backward first needs one.
+  std::mutex mu;
+  std::map<std::vector<bool>, std::shared_ptr<const runtime::Program>> partial;
 };
 
 namespace {
@@ -103,6 +112,8 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
                                                   bool verifyEach) {
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   auto plan = std::make_shared<TrainingPlan>();
+  plan->executors = exs;
+  plan->verify = verifyEach;
   plan->forwardTraces = {computation};
   plan->forwardTraces.push_back(
       timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
@@ -172,6 +183,8 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     for (size_t i = 0; i < n; ++i)
       if (!p.fb.differentiableOutputs[i]) nondiff.push_back(outs[i]);
     if (!nondiff.empty()) ctx->mark_non_differentiable(nondiff);
+    // An output the backward does not reach gets an undefined gradient, not zeros (see backward).
+    ctx->set_materialize_grads(false);
     return outs;
   }
 
@@ -179,10 +192,38 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     // Throws PyTorch's "Trying to backward through the graph a second time" once freed.
     variable_list ins = ctx->get_saved_variables();
     auto ref = c10::static_intrusive_pointer_cast<EntryRef>(ctx->saved_data.at("thunder").toCapsule());
-    const TrainingEntry& e = *ref->entry;
+    TrainingEntry& e = *ref->entry;
     const ForwardBackward& fb = e.plan->fb;
-    for (size_t i = 0; i < grads.size(); ++i)
-      if (fb.differentiableOutputs[i]) ins.push_back(grads[i]);
+    std::vector<bool> undefined;
+    bool anyUndefined = false, anyDefined = false;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!fb.differentiableOutputs[i]) continue;
+      ins.push_back(grads[i]);
+      undefined.push_back(!grads[i].defined());
+      anyUndefined |= undefined.back();
+      anyDefined |= !undefined.back();
+    }
+    variable_list out(fb.gradIndex.size() + 1);  // + the EntryRef argument
+    if (!anyDefined) return out;
+    // Outputs the caller's backward does not reach: eager runs no backward formula that only they
+    // reach (a NaN local derivative there times a zero gradient would be NaN), so neither does
+    // this call. Their backward program is made once per such set of outputs.
+    const runtime::Program* program = e.backward.get();
+    std::shared_ptr<const runtime::Program> partial;
+    if (anyUndefined) {
+      std::lock_guard<std::mutex> lock(e.mu);
+      std::shared_ptr<const runtime::Program>& p = e.partial[undefined];
+      if (!p) {
+        const TrainingPlan& plan = *e.plan;
+        std::vector<std::shared_ptr<Trace>> traces{
+            std::make_shared<Trace>(withUndefinedCotangents(*plan.backwardTraces.front(), undefined))};
+        if (plan.verify) verify(*traces.back());
+        lowerForExecution(traces, plan.executors, plan.verify);
+        p = std::make_shared<const runtime::Program>(traces.back());
+      }
+      partial = p;
+      program = partial.get();
+    }
     // Unless the graph is kept for another backward, the saved tensors are released now, as
     // PyTorch would after this call: a saved intermediate then has no owner but the program,
     // which may write over it once it is dead (the cross-entropy gradient over the logits).
@@ -192,8 +233,7 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
       (ctx->*member(SavedVariablesTag{})).clear();
       ctx->*member(FreedBuffersTag{}) = true;
     }
-    std::vector<at::Tensor> res = e.backward->run(std::move(ins), release);
-    variable_list out(fb.gradIndex.size() + 1);  // + the EntryRef argument
+    std::vector<at::Tensor> res = program->run(std::move(ins), release);
     for (size_t i = 0; i < fb.gradIndex.size(); ++i)
       if (fb.gradIndex[i] >= 0) out[i] = res[fb.gradIndex[i]];
     return out;

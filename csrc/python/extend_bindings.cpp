@@ -238,7 +238,7 @@ class PyFusionExecutor : public Executor {
 /// the program's inputs (or None), and makes the executor symbol whose kernel calls it.
 RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
   return [executor = std::move(executor), compileRegion](const Trace& program,
-                                                          const Device& device) -> const Symbol* {
+                                                          const Device& device) -> std::shared_ptr<const Symbol> {
     py::gil_scoped_acquire gil;
     py::object fn = compileRegion.get()(program.fnName, printTrace(program), device.str());
     if (fn.is_none()) return nullptr;
@@ -246,8 +246,7 @@ RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
     program.output.collectTensors(outs);
     const size_t numOutputs = outs.size();
     const std::string what = "executor '" + executor + "', region " + program.fnName;
-    Symbol semantic;
-    const Symbol* sym = runtime::makeExecSymbol(executor, "", program.fnName, semantic, true);
+    std::shared_ptr<const Symbol> sym = runtime::makeOwnedExecSymbol(executor, program.fnName);
     auto kernel = [what, numOutputs, fn = PyRef(fn)](runtime::KernelArgs& ka) -> c10::IValue {
       py::gil_scoped_acquire gil;
       py::tuple args(ka.v.size());
@@ -265,7 +264,7 @@ RegionCompiler pythonRegionCompiler(std::string executor, PyRef compileRegion) {
       }
       return c10::ivalue::Tuple::create(std::move(items));
     };
-    runtime::setKernel(sym, std::move(kernel));
+    runtime::setKernel(sym.get(), std::move(kernel));
     return sym;
   };
 }

@@ -165,8 +165,12 @@ void init(py::module_& m) {
     py::dict d;
     d["compiled"] = s.compiled;
     d["disk_hits"] = s.diskHits;
+    d["cpu_libraries"] = s.cpuLibraries;
+    d["regions"] = s.regions;
+    d["kernels"] = s.kernels;
     return d;
-  });
+  }, "Kernels compiled in this process and loaded from the disk cache; CPU kernel libraries, "
+     "compiled fusion regions and executor kernels alive now.");
 }
 
 const bool registered = (moduleInits().push_back(init), true);

@@ -28,9 +28,10 @@ using codegen::KernelProgram;
 std::atomic<int> gCompiled{0}, gDiskHits{0};
 
 std::string cacheDir(const std::string& sub) {
+  // An empty THUNDER_CACHE_DIR is unset (it made the cache "/cpu", at the file system's root).
   const char* env = std::getenv("THUNDER_CACHE_DIR");
   const char* home = std::getenv("HOME");
-  std::string dir = env ? env : std::string(home ? home : "/tmp") + "/.cache/thunder";
+  std::string dir = env && *env ? env : std::string(home && *home ? home : "/tmp") + "/.cache/thunder";
   dir += "/" + sub;
   std::string partial;
   for (size_t i = 1; i <= dir.size(); ++i)
@@ -62,14 +63,30 @@ std::string uniqueTemp(const std::string& path) {
   return path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
 }
 
-/// The mutex of one cache key: threads compiling the same kernel wait for the first one.
-std::mutex& keyMutex(const std::string& key) {
+/// Drops the expired entries of a table of weak pointers once it has doubled since the last
+/// sweep: the table stays within twice its live entries, at an amortized constant cost.
+template <typename Map>
+void sweepExpired(Map& m, size_t& mark) {
+  if (m.size() < 2 * mark) return;
+  for (auto it = m.begin(); it != m.end();)
+    it = it->second.expired() ? m.erase(it) : std::next(it);
+  mark = std::max<size_t>(m.size(), 64);
+}
+
+/// The mutex of one cache key: threads compiling the same kernel wait for the first one. Held
+/// by the threads using it; the table keeps only keys in use (and at most as many expired ones).
+std::shared_ptr<std::mutex> keyMutex(const std::string& key) {
   static std::mutex mu;
-  static std::unordered_map<std::string, std::unique_ptr<std::mutex>> locks;
+  static std::unordered_map<std::string, std::weak_ptr<std::mutex>> locks;
+  static size_t mark = 64;
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<std::mutex>& m = locks[key];
-  if (!m) m = std::make_unique<std::mutex>();
-  return *m;
+  std::shared_ptr<std::mutex> m = locks[key].lock();
+  if (!m) {
+    m = std::make_shared<std::mutex>();
+    locks[key] = m;
+    sweepExpired(locks, mark);
+  }
+  return m;
 }
 
 void writeAtomically(const std::string& path, const std::string& data) {
@@ -84,6 +101,24 @@ void writeAtomically(const std::string& path, const std::string& data) {
 // ---- CPU: C++ compiled by the system compiler, loaded with dlopen --------------------------
 
 using CpuFn = void (*)(void* const*, void* const*, const int64_t*);
+
+std::atomic<int64_t> gCpuLibraries{0};
+
+/// A loaded kernel library and its entry point, closed when the last region using it goes.
+/// (Each loaded library takes about 5 memory maps: kept forever, a process compiling many
+/// distinct kernels reached vm.max_map_count, and then every new thread failed with EAGAIN.)
+struct CpuLibrary {
+  void* handle = nullptr;
+  CpuFn fn = nullptr;
+  CpuLibrary(void* h, CpuFn f) : handle(h), fn(f) { ++gCpuLibraries; }
+  CpuLibrary(const CpuLibrary&) = delete;
+  CpuLibrary& operator=(const CpuLibrary&) = delete;
+  ~CpuLibrary() {
+    dlclose(handle);
+    --gCpuLibraries;
+  }
+};
+using CpuKernel = std::shared_ptr<const CpuLibrary>;
 
 // -ffp-contract=off: no fused multiply-adds the source does not ask for, as eager's CPU kernels
 // (a contracted g / b - g * q keeps the rounding error of g * q where eager's gradient of a / a
@@ -118,24 +153,25 @@ std::string cpuPrelude(const std::string& cxx, const std::string& dir) {
   return path;
 }
 
-CpuFn compileCpu(const std::string& source, const std::string& entry) {
+/// The loaded library of a kernel's source: shared while any region uses it (the in-memory table
+/// holds weak pointers), else loaded from the disk cache, else compiled.
+CpuKernel compileCpu(const std::string& source, const std::string& entry) {
   static std::mutex mu;
-  static std::unordered_map<std::string, CpuFn> memory;
+  static std::unordered_map<std::string, std::weak_ptr<const CpuLibrary>> memory;
+  static size_t mark = 64;
   // The compiler and its flags are part of the key: a library built with others is not reused.
   const char* cxxEnv = std::getenv("CXX");
   std::string cxx = cxxEnv ? cxxEnv : "c++";
   std::string h = hashHex(cxx + kCpuFlags + "\n" + source);
-  {
+  auto loaded = [&]() -> CpuKernel {
     std::lock_guard<std::mutex> lock(mu);
     auto it = memory.find(h);
-    if (it != memory.end()) return it->second;
-  }
-  std::lock_guard<std::mutex> keyLock(keyMutex(h));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = memory.find(h);
-    if (it != memory.end()) return it->second;  // another thread compiled it meanwhile
-  }
+    return it != memory.end() ? it->second.lock() : nullptr;
+  };
+  if (CpuKernel k = loaded()) return k;
+  std::shared_ptr<std::mutex> keyMu = keyMutex(h);
+  std::lock_guard<std::mutex> keyLock(*keyMu);
+  if (CpuKernel k = loaded()) return k;  // another thread loaded it meanwhile
   std::string dir = cacheDir("cpu");
   std::string so = dir + "/" + h + ".so";
   void* lib = nullptr;
@@ -167,10 +203,13 @@ CpuFn compileCpu(const std::string& source, const std::string& entry) {
     THUNDER_CHECK(lib != nullptr, "fuser: could not load ", so, ": ", dlerror());
   }
   auto fn = reinterpret_cast<CpuFn>(dlsym(lib, entry.c_str()));
+  if (fn == nullptr) dlclose(lib);
   THUNDER_CHECK(fn != nullptr, "fuser: ", so, " has no entry point ", entry);
+  auto k = std::make_shared<const CpuLibrary>(lib, fn);
   std::lock_guard<std::mutex> lock(mu);
-  memory[h] = fn;
-  return fn;
+  memory[h] = k;
+  sweepExpired(memory, mark);
+  return k;
 }
 
 /// Whether the system C++ compiler builds a kernel: a probe library is compiled with the kernels'
@@ -387,8 +426,8 @@ struct CompiledRegion {
   std::string cudaSource;      // the predicted variant's source
   std::unordered_map<std::string, std::shared_future<CUmodule>> modules;  // CUDA: by entry point
   std::mutex mu;
-  std::unordered_map<std::string, CpuFn> cpuFns;  // inner-stride pattern -> function
-  std::shared_future<CpuFn> contiguousCpu;         // CPU: the '1...' pattern, compiled early
+  std::unordered_map<std::string, CpuKernel> cpuFns;  // inner-stride pattern -> library
+  std::shared_future<CpuKernel> contiguousCpu;         // CPU: the '1...' pattern, compiled early
   std::string contiguousPattern;
 };
 
@@ -468,14 +507,14 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       std::string pat = innerPattern(r, g);
       CpuFn fn = nullptr;
       if (pat == r.contiguousPattern) {
-        fn = r.contiguousCpu.get();
+        fn = r.contiguousCpu.get()->fn;
       } else {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.cpuFns.find(pat);
         if (it == r.cpuFns.end() && debugFusion())
           std::fprintf(stderr, "fuser: %s compiles inner-stride pattern %s at its first call (predicted %s)\n",
                        p.name.c_str(), pat.c_str(), r.contiguousPattern.c_str());
-        fn = it != r.cpuFns.end() ? it->second : (r.cpuFns[pat] = compileCpu(codegen::emitCpp(p, pat), p.name));
+        fn = (it != r.cpuFns.end() ? it->second : (r.cpuFns[pat] = compileCpu(codegen::emitCpp(p, pat), p.name)))->fn;
       }
       fn(inPtrs.data(), outPtrs.data(), g.data());
     } else {
@@ -626,10 +665,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   return c10::ivalue::Tuple::create(std::move(elems));
 }
 
+/// The live regions by symbol (for isFusion and fusionSource): a region leaves with its symbol.
 std::mutex gSourcesMu;
 std::unordered_map<const Symbol*, std::shared_ptr<CompiledRegion>> gRegions;
 
-const Symbol* compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs,
+std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs,
                             const std::string& executor) {
   auto r = std::make_shared<CompiledRegion>();
   r->prog = prog;
@@ -663,11 +703,17 @@ const Symbol* compileRegion(const KernelProgram& prog, Device device, const std:
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
     r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
   }
-  Symbol semantic;
-  const Symbol* sym = makeExecSymbol(executor, "", prog.name, semantic, true);
-  setKernel(sym, [r](KernelArgs& a) { return runRegion(*r, a); });
+  std::shared_ptr<const Symbol> sym = makeOwnedExecSymbol(executor, prog.name, [](const Symbol* s) {
+    std::shared_ptr<CompiledRegion> region;  // released outside the lock
+    std::lock_guard<std::mutex> lock(gSourcesMu);
+    auto it = gRegions.find(s);
+    if (it == gRegions.end()) return;
+    region = std::move(it->second);
+    gRegions.erase(it);
+  });
+  setKernel(sym.get(), [r](KernelArgs& a) { return runRegion(*r, a); });
   std::lock_guard<std::mutex> lock(gSourcesMu);
-  gRegions[sym] = r;
+  gRegions[sym.get()] = r;
   return sym;
 }
 
@@ -700,7 +746,16 @@ bool nvrtcAvailable() { return nvrtc() != nullptr; }
 
 bool cpuCompilerAvailable() { return cpuCompiler(); }
 
-FusionStats fusionStats() { return {gCompiled.load(), gDiskHits.load()}; }
+FusionStats fusionStats() {
+  FusionStats s{gCompiled.load(), gDiskHits.load()};
+  s.cpuLibraries = gCpuLibraries.load();
+  {
+    std::lock_guard<std::mutex> lock(gSourcesMu);
+    s.regions = static_cast<int64_t>(gRegions.size());
+  }
+  s.kernels = static_cast<int64_t>(kernelCount());
+  return s;
+}
 
 // ---- the apex executor's cross-entropy kernels (executors/cross_entropy.h) -------------------
 

@@ -2,6 +2,7 @@
 // C++ compiler for CPU), caches them in memory and on disk, and launches them on ATen tensors.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ir/symbol.h"
@@ -22,10 +23,15 @@ bool nvrtcAvailable();
 /// Whether the system C++ compiler ($CXX, else c++) builds the fuser's CPU kernels; probed once
 /// per process.
 bool cpuCompilerAvailable();
-/// Kernel compile statistics: kernels compiled in this process and loaded from the disk cache.
+/// Kernel compile statistics: kernels compiled in this process and loaded from the disk cache;
+/// and what is alive now: CPU kernel libraries loaded, compiled regions, and executor kernels
+/// (of every executor: a released region's kernel leaves the table).
 struct FusionStats {
   int compiled = 0;
   int diskHits = 0;
+  int64_t cpuLibraries = 0;
+  int64_t regions = 0;
+  int64_t kernels = 0;
 };
 FusionStats fusionStats();
 

@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -81,6 +82,14 @@ void registerSdpaKernels(Executor& torch);
 /// Makes an executor symbol that prints as `module.name` with `semantic`'s signature.
 const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
                              const std::string& name, const Symbol& semantic, bool bareName = false);
+/// An executor symbol made for one compiled program (a fusion region), as makeExecSymbol, owned
+/// by the returned pointer (BoundSymbol::owner holds it in the traces that call it). When the
+/// last copy goes, its kernel is removed from the table (releasing what the kernel holds: the
+/// compiled region and its loaded libraries), then `onRelease` runs and the symbol is deleted.
+std::shared_ptr<const Symbol> makeOwnedExecSymbol(const std::string& executor, const std::string& name,
+                                                  std::function<void(const Symbol*)> onRelease = {});
+/// The number of kernels in the table (kernels of released symbols are gone).
+size_t kernelCount();
 /// Attaches the kernel that runs an executor symbol.
 void setKernel(const Symbol* execSymbol, Kernel kernel);
 /// The kernel of an executor symbol, or nullptr.

@@ -92,7 +92,13 @@ DType fromScalarType(at::ScalarType s) {
 
 namespace {
 
+/// Every executor symbol's kernel. Symbols made by makeExecSymbol live as long as the process;
+/// owned ones (makeOwnedExecSymbol: one per compiled fusion region) leave the table with their
+/// last owner, which may go on any thread (an autograd thread's backward): the mutex.
+/// Kernels are found by address (unordered_map nodes do not move), so a kernel must not be
+/// removed while a program runs it: a program holds its trace, whose calls own their symbols.
 struct KernelTable {
+  std::mutex mu;
   std::unordered_map<const Symbol*, Kernel> kernels;
   std::vector<std::unique_ptr<Symbol>> execSymbols;
 };
@@ -102,10 +108,8 @@ KernelTable& table() {
   return t;
 }
 
-}  // namespace
-
-const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
-                             const std::string& name, const Symbol& semantic, bool bareName) {
+std::unique_ptr<Symbol> newExecSymbol(const std::string& executor, const std::string& module,
+                                      const std::string& name, const Symbol& semantic, bool bareName) {
   auto s = std::make_unique<Symbol>();
   s->module = module;
   s->name = name;
@@ -114,13 +118,51 @@ const Symbol* makeExecSymbol(const std::string& executor, const std::string& mod
   s->style = PrintStyle::Torch;
   s->executor = executor;
   s->bareName = bareName;
+  return s;
+}
+
+}  // namespace
+
+const Symbol* makeExecSymbol(const std::string& executor, const std::string& module,
+                             const std::string& name, const Symbol& semantic, bool bareName) {
+  std::unique_ptr<Symbol> s = newExecSymbol(executor, module, name, semantic, bareName);
+  std::lock_guard<std::mutex> lock(table().mu);
   table().execSymbols.push_back(std::move(s));
   return table().execSymbols.back().get();
 }
 
-void setKernel(const Symbol* execSymbol, Kernel kernel) { table().kernels[execSymbol] = std::move(kernel); }
+std::shared_ptr<const Symbol> makeOwnedExecSymbol(const std::string& executor, const std::string& name,
+                                                  std::function<void(const Symbol*)> onRelease) {
+  Symbol semantic;
+  Symbol* s = newExecSymbol(executor, "", name, semantic, true).release();
+  return std::shared_ptr<const Symbol>(s, [onRelease = std::move(onRelease)](const Symbol* sym) {
+    Kernel kernel;
+    {
+      std::lock_guard<std::mutex> lock(table().mu);
+      auto it = table().kernels.find(sym);
+      if (it != table().kernels.end()) {
+        kernel = std::move(it->second);
+        table().kernels.erase(it);
+      }
+    }
+    kernel = nullptr;  // what the kernel holds goes outside the table's lock
+    if (onRelease) onRelease(sym);
+    delete sym;
+  });
+}
+
+size_t kernelCount() {
+  std::lock_guard<std::mutex> lock(table().mu);
+  return table().kernels.size();
+}
+
+void setKernel(const Symbol* execSymbol, Kernel kernel) {
+  std::lock_guard<std::mutex> lock(table().mu);
+  table().kernels[execSymbol] = std::move(kernel);
+}
 
 const Kernel* findKernel(const Symbol* execSymbol) {
+  std::lock_guard<std::mutex> lock(table().mu);
   auto it = table().kernels.find(execSymbol);
   return it == table().kernels.end() ? nullptr : &it->second;
 }

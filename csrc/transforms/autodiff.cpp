@@ -560,6 +560,122 @@ Trace gradTransform(const Trace& computation, size_t numArgs,
   return pruned;
 }
 
+Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined) {
+  THUNDER_INTERNAL(undefined.size() <= backward.inputs.size(), "withUndefinedCotangents: ",
+                   undefined.size(), " cotangents of ", backward.inputs.size(), " inputs");
+  Trace out = backward.emptyCopy();
+  std::unordered_set<const TensorProxy*> dep, zero;  // computed from cotangents; from undefined ones only
+  size_t first = backward.inputs.size() - undefined.size();
+  for (size_t i = 0; i < undefined.size(); ++i) {
+    dep.insert(backward.inputs[first + i].get());
+    if (undefined[i]) zero.insert(backward.inputs[first + i].get());
+  }
+  Subst ren;
+  auto isZero = [&](const Value& v) { return v.isTensor() && zero.count(v.toTensor().get()) > 0; };
+  auto isDep = [&](const Value& v) { return v.isTensor() && dep.count(v.toTensor().get()) > 0; };
+  auto isNumber = [](const Value& v, double x) {
+    return (v.isInt() || v.isFloat()) && v.toDouble() == x;
+  };
+  // Zeros in place of a zero tensor, for a use the rules below do not cover.
+  auto zerosFor = [&](const TensorPtr& z) {
+    Value made;
+    {
+      TracingScope scope(out);
+      made = ltorch::op("full", {Value::ints(z->shape), 0.0}, {{"device", z->device}, {"dtype", z->dtype}});
+    }
+    ren[z.get()] = made;
+    zero.erase(z.get());
+  };
+  for (const BoundSymbol& orig : backward.bsyms) {
+    BoundSymbol b = orig;
+    substInPlace(b, ren);
+    std::vector<TensorPtr> ins = b.inputTensors();
+    bool anyZero = false, anyDep = false;
+    for (const TensorPtr& t : ins) {
+      anyZero |= zero.count(t.get()) > 0;
+      anyDep |= dep.count(t.get()) > 0;
+    }
+    std::vector<TensorPtr> outs = b.outputTensors();
+    if (anyZero && outs.size() == 1) {
+      const std::string id = b.sym->id();
+      const std::vector<Value>& a = b.args;
+      const TensorPtr& o = outs[0];
+      // Other tensor arguments than the first read from cotangents.
+      bool restDep = false;
+      for (size_t i = 1; i < a.size(); ++i) restDep |= isDep(a[i]);
+      static const std::unordered_set<std::string> linearInFirst = {
+          "ltorch.neg", "ltorch.sum", "ltorch.reshape", "ltorch.expand", "ltorch.permute",
+          "ltorch.transpose", "ltorch.to", "ltorch.squeeze", "ltorch.unsqueeze", "ltorch.flip",
+          "ltorch.view", "ltorch.contiguous", "ltorch.clone", "ltorch.real", "ltorch.conj",
+          "prims.neg", "prims.sum", "prims.reshape", "prims.broadcast_in_dim", "prims.transpose",
+          "prims.squeeze", "prims.convert_element_type", "prims.flip", "prims.real",
+          "prims.slice", "ltorch.getitem", "ltorch.narrow", "ltorch.select", "ltorch.movedim"};
+      // Linear in each operand: zero when one is zero and the other no gradient.
+      static const std::unordered_set<std::string> bilinear = {
+          "ltorch.mul", "prims.mul", "ltorch.matmul", "prims.matmul", "ltorch.mm", "ltorch.bmm"};
+      bool isAdd = id == "ltorch.add" || id == "prims.add", isSub = id == "ltorch.sub" || id == "prims.sub";
+      bool unitAlpha = a.size() < 3 || a[2].isNone() || isNumber(a[2], 1.0);
+      bool drop = false;
+      Value alias;
+      if (linearInFirst.count(id) && isZero(a[0]) && !restDep) {
+        drop = true;
+      } else if ((id == "prims.pad" && a.size() == 3 && isZero(a[0]) && isNumber(a[1], 0.0)) ||
+                 (id == "ltorch.pad" && a.size() == 4 && isZero(a[0]) && a[2].isString() &&
+                  a[2].toString() == "constant" && (a[3].isNone() || isNumber(a[3], 0.0)))) {
+        drop = true;
+      } else if ((id == "ltorch.cat" || id == "prims.cat") && !a.empty() && a[0].isSequence() &&
+                 std::all_of(a[0].items().begin(), a[0].items().end(), isZero)) {
+        drop = true;
+      } else if (bilinear.count(id) && a.size() >= 2 &&
+                 ((isZero(a[0]) && !isDep(a[1])) || (isZero(a[1]) && !isDep(a[0])) ||
+                  (isZero(a[0]) && isZero(a[1])))) {
+        drop = true;
+      } else if ((id == "ltorch.div" || id == "prims.div") && a.size() >= 2 && isZero(a[0]) &&
+                 !isDep(a[1]) && (a.size() < 3 || a[2].isNone())) {
+        drop = true;
+      } else if ((id == "ltorch.where" || id == "prims.where") && a.size() == 3 && !isDep(a[0]) &&
+                 (isZero(a[1]) || isNumber(a[1], 0.0)) && (isZero(a[2]) || isNumber(a[2], 0.0))) {
+        drop = true;
+      } else if ((isAdd || isSub) && a.size() >= 2 && unitAlpha) {
+        if (isZero(a[0]) && isZero(a[1])) {
+          drop = true;
+        } else {
+          // One term zero, the other a gradient of the output's type: the sum is that term.
+          const Value& other = isZero(a[0]) ? a[1] : a[0];
+          bool keepsType = other.isTensor() && other.tensor().shape == o->shape &&
+                           other.tensor().dtype == o->dtype && isDep(other);
+          if (keepsType && (isAdd || isZero(a[1]))) alias = other;
+        }
+      }
+      if (drop) {
+        zero.insert(o.get());
+        dep.insert(o.get());
+        continue;
+      }
+      if (!alias.isNone()) {
+        ren[o.get()] = alias;
+        continue;
+      }
+    }
+    if (anyZero) {
+      for (const TensorPtr& t : ins)
+        if (zero.count(t.get())) zerosFor(t);
+      substInPlace(b, ren);
+    }
+    if (anyDep)
+      for (const TensorPtr& t : outs) dep.insert(t.get());
+    out.bsyms.push_back(std::move(b));
+  }
+  out.output = subst(backward.output, ren);
+  std::vector<TensorPtr> finals;
+  out.output.collectTensors(finals);
+  for (const TensorPtr& t : finals)
+    if (zero.count(t.get())) zerosFor(t);
+  out.output = subst(out.output, ren);
+  out.provenance = "Constructed by Undefined cotangents";
+  return dce(out);
+}
+
 ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors) {
   std::vector<TensorPtr> wrt;
   for (const TensorPtr& t : computation.inputs)

@@ -87,4 +87,14 @@ struct ForwardBackward {
 /// the backward where that saves memory (remat.h).
 ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors);
 
+/// The backward trace (ForwardBackward::backward, before lowering) for a call whose cotangent
+/// inputs marked in `undefined` (one flag per cotangent, the trace's last inputs) were not given:
+/// outputs the caller's backward does not reach, as in `autograd.grad(outs[0], x)`. Eager runs
+/// no backward formula that only such outputs reach, so a NaN or infinite local derivative there
+/// never meets their gradient; with zeros in their place it did (0 * NaN). Here the values that
+/// only undefined cotangents flow into are zero and are left out: a product or quotient of one and
+/// a value is zero, a sum with one is the other term, and shape ops and reductions of one are
+/// zero. Any other use reads zeros. The inputs stay (their tensors are not read).
+Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined);
+
 }  // namespace thunder

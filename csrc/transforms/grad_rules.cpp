@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "ir/error.h"
@@ -173,10 +174,16 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      }},
     {PrimId::atan2,
      [](X a, X b, X, X g) {
-       // At a = b = 0 the gradient is 0, as PyTorch defines it (not 0 / 0).
+       // As eager's atan2_backward, g * b / (a^2 + b^2) and g * -a / (a^2 + b^2) with the
+       // quotients 0 where a^2 + b^2 is 0: the gradient at the origin is g * 0, so 0 and yet NaN
+       // for an infinite or NaN g (fuzzer seed 14288; a where() over the product gave 0). The
+       // quotient is one division (eager multiplies by a reciprocal, of a float64 0-dim operand
+       // squared before its conversion, which a prim's converted operands cannot repeat: fewer
+       // roundings keep the float32 result as close to the float64 one as eager's, seed 22882).
        Value den = add(sq(a), sq(b));
-       auto atZero = [&den](X v) { return op("where", {op("eq", {den, 0.0}), 0.0, v}); };
-       return VV{atZero(mul(g, div(b, den))), atZero(mul(g, div(neg(a), den)))};
+       Value atOrigin = op("eq", {den, 0.0});
+       return VV{mul(g, op("where", {atOrigin, 0.0, div(b, den)})),
+                 mul(g, op("where", {atOrigin, 0.0, div(neg(a), den)}))};
      }},
     {PrimId::maximum,
      [](X a, X b, X, X g) {
@@ -363,27 +370,43 @@ void registerReductionRules() {
                                 op("where", {lone, prodNonzero, 0})});
     putGrad(a[0], mul(expandBack(g, t.shape, dims), others));
   });
-  auto minmax = [](const Args& a, X y, X g) {
-    // The gradient is shared evenly among the elements equal to the result.
-    const TensorProxy& t = a[0].tensor();
-    std::vector<int64_t> dims = a[1].toInts();
-    if (dims.empty()) {
-      putGrad(a[0], g);
-      return;
-    }
-    Value mask = toDType(op("eq", {a[0], expandBack(y, t.shape, dims)}), t.dtype);
-    Value count = op("sum", {mask, Value::ints(dims)});
-    putGrad(a[0], mul(expandBack(div(g, count), t.shape, dims), mask));
-  };
-  rule(sym(PrimId::amax), minmax);
-  rule(sym(PrimId::amin), minmax);
+  // amax and amin share the gradient evenly among the elements equal to the result. The result
+  // is taken again in the backward, from the input the mask compares: the backward may compute
+  // that input again (rematerialization) in another kernel than the forward's, an ulp off (atan
+  // of the fuser and of ATen), and against the forward's result no element was equal: 0 / 0
+  // (fuzzer seed 21329). A minimum or maximum of the same values is exact.
+  for (PrimId id : {PrimId::amax, PrimId::amin}) {
+    registerGradRule(sym(id).id(), [id](const Args& a) {
+      Value y = call(sym(id), a);
+      Value g = getGrad(y);
+      const TensorProxy& t = a[0].tensor();
+      std::vector<int64_t> dims = a[1].toInts();
+      if (dims.empty()) {
+        putGrad(a[0], g);
+        return y;
+      }
+      Value again = call(sym(id), a);
+      Value mask = toDType(op("eq", {a[0], expandBack(again, t.shape, dims)}), t.dtype);
+      Value count = op("sum", {mask, Value::ints(dims)});
+      putGrad(a[0], mul(expandBack(div(g, count), t.shape, dims), mask));
+      return y;
+    });
+  }
   rule(sym(PrimId::var), [](const Args& a, X, X g) {
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
     if (dims.empty()) {
-      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction), which is NaN for
-      // the default correction, as in PyTorch (0 / 0 through the division, not a literal).
-      putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), 1.0 - a[2].toDouble())));
+      // Each element is its own sample (n = 1): 2 (x - x) / (1 - correction). With no degree of
+      // freedom left (correction >= 1) eager's var_backward of a 0-dim input is g * NaN where x
+      // equals its mean and g * inf elsewhere, that is for a NaN x (the division gave NaN there:
+      // fuzzer seed 27271).
+      double dof = 1.0 - a[2].toDouble();
+      if (dof <= 0) {
+        const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+        putGrad(a[0], mul(g, op("where", {op("eq", {a[0], a[0]}), nan, inf})));
+      } else {
+        putGrad(a[0], mul(g, div(mul(sub(a[0], a[0]), 2.0), dof)));
+      }
       return;
     }
     int64_t n = 1;
@@ -539,8 +562,9 @@ void registerTorchRules() {
         [s](const Args& a) {
           Value y = call(*s, a);
           Value g = getGrad(y);
-          Value mask = op("logical_or", {op("eq", {a[0], y}),
-                                         op("logical_and", {op("isnan", {a[0]}), op("isnan", {y})})});
+          Value again = call(*s, a);  // from the input the mask compares, as amax's rule
+          Value mask = op("logical_or", {op("eq", {a[0], again}),
+                                         op("logical_and", {op("isnan", {a[0]}), op("isnan", {again})})});
           Value count = op("sum", {mask});  // int64, as eager's mask.sum()
           putGrad(a[0], op("where", {mask, div(g, count), 0.0}));
           return y;
@@ -568,6 +592,70 @@ void registerTorchRules() {
           Value oneMinus = op("add", {op("neg", {sg}), 1.0});
           Value dx = op("mul", {op("mul", {gc, sg}), op("add", {op("mul", {x, oneMinus}), 1.0})});
           putGrad(a[0], clang::maybeConvert(dx, d));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+        });
+  }
+  // lerp: eager's rule, g * (1 - w) for a, g * w for end, g * (end - a) for a tensor weight.
+  // Through the decomposition's two branches an infinite g gave inf - inf = NaN where eager's
+  // product is infinite (fuzzer seeds 13903, 18826).
+  rule(ltorch::symbol("lerp"), [](const Args& a, X, X g) {
+    const Value& w = a[2];
+    Value oneMinus = w.isTensor()    ? sub(1.0, w)
+                     : w.isComplex() ? Value(1.0 - w.toComplex())
+                                     : Value(1.0 - w.toDouble());
+    putGrad(a[0], mul(g, conj(oneMinus)));
+    putGrad(a[1], mul(g, conj(w)));
+    if (w.isTensor()) putGrad(w, mul(g, conj(sub(a[1], a[0]))));
+  });
+  // gelu: eager's gelu_backward, g * (cdf + x * pdf) ('none') or g * (0.5 * (1 + t) +
+  // 0.5 * x * (1 - t^2) * b * (1 + 3k x^2)) with t = tanh(b * (x + k x^3)) ('tanh'), in float32
+  // for 16-bit inputs. Through the decomposition's product rule an infinite g at a large x gave
+  // inf * 1 + inf * x * 0 = NaN where eager's g * 1 is infinite (fuzzer seed 20485).
+  {
+    const Symbol* s = &ltorch::symbol("gelu");
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          DType d = a[0].tensor().dtype;
+          DType c = d == DType::Float64 ? DType::Float64 : DType::Float32;
+          Value x = clang::maybeConvert(a[0], c), gc = clang::maybeConvert(g, c);
+          Value deriv;
+          if (a[1].toString() == "tanh") {
+            const double beta = std::sqrt(2.0 / kPi), kappa = 0.044715;
+            Value xsq = mul(x, x);
+            Value inner = mul(beta, add(x, mul(kappa, mul(xsq, x))));
+            Value t = un("tanh", inner);
+            Value left = mul(0.5, add(t, 1.0));
+            Value right = mul(mul(mul(mul(0.5, x), sub(1.0, mul(t, t))), beta), add(mul(3.0 * kappa, xsq), 1.0));
+            deriv = add(left, right);
+          } else {
+            const double alpha = 0.5 * 2.0 / std::sqrt(kPi) / std::sqrt(2.0);  // 1 / sqrt(2 pi)
+            Value cdf = mul(0.5, add(un("erf", mul(x, 1.0 / std::sqrt(2.0))), 1.0));
+            Value pdf = mul(alpha, un("exp", mul(mul(x, -0.5), x)));
+            deriv = add(cdf, mul(x, pdf));
+          }
+          putGrad(a[0], clang::maybeConvert(mul(gc, deriv), d));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+        });
+  }
+  // nan_to_num: eager's g * isfinite(x), NaN where g is NaN or infinite at a replaced value
+  // (a where() dropped it: fuzzer seed 18794). Complex inputs go through the decomposition.
+  {
+    const Symbol* s = &ltorch::symbol("nan_to_num");
+    registerGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          putGrad(a[0], mul(g, op("isfinite", {a[0]})));
           return y;
         },
         [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {

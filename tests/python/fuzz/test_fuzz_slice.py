@@ -32,3 +32,16 @@ def test_a_crash_is_a_counted_failure(monkeypatch):
     assert counts["default"]["crash"] == 1
     assert sum(counts["default"].values()) == 3
     assert "def prog(" in failures[0]["repro"]
+
+
+def test_the_sign_of_a_nan_is_not_compared():
+    # Seed 14472: copysign passes on the sign bit of a NaN, which IEEE 754 leaves unspecified
+    # (eager's vectorized bfloat16 asin and the fuser's disagree): both runs read NaN as +1.0.
+    src = "def prog(a, b):\n    t0 = torch.asin(b)\n    t2 = torch.copysign(a, t0)\n    return t2\n"
+    assert fuzz._nan_signs_unspecified(src).splitlines()[2] == \
+        "    t2 = torch.copysign(a, torch.nan_to_num(t0, nan=1.0))"
+    program = ("import torch\n\n\ndef make_inputs():\n"
+               "    return [torch.tensor([1.5, -2.0, 3.0]), -torch.tensor([float('nan'), 0.5, -0.25])]\n\n\n" + src)
+    prog, make_inputs = fuzz._load(program)
+    assert prog(*make_inputs()).tolist() == [1.5, -2.0, 3.0]  # the NaN (negative) reads as +1.0
+    assert fuzz.check(program, ["fuser"], 0)[0] == "ok"

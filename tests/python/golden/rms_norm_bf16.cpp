@@ -76,22 +76,31 @@ THUNDER_DEVICE inline uint16_t thunder_float_to_f16(float f) {
 // out-of-range value becomes the 32- or 64-bit minimum (the narrower integers truncate the 32-bit
 // result, as eager's compiled casts do); elsewhere, and on CUDA (cvt.rzi), values saturate and NaN
 // becomes 0.
+// GCC folds a float converted to an integer and back, (float)(int)x, into trunc(x) under
+// -fno-trapping-math, which keeps the sign of a negative zero: -0.3 became -0.0 where the integer
+// 0 converts to +0.0 (a / a.to(torch.int64) was inf, eager's -inf: fuzzer seed 18958). The
+// barrier hides the conversion from that fold; it costs nothing else (the loop still vectorizes).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDA_ARCH__) && __GNUC__ >= 12
+#define THUNDER_INT_BARRIER(x) __builtin_assoc_barrier(x)
+#else
+#define THUNDER_INT_BARRIER(x) (x)
+#endif
 THUNDER_DEVICE inline int64_t thunder_f2i64(double x) {
 #if defined(__CUDA_ARCH__)
   return __double2ll_rz(x);
 #elif defined(__x86_64__) || defined(__i386__)
-  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? static_cast<int64_t>(x) : INT64_MIN;
+  return THUNDER_INT_BARRIER((x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? static_cast<int64_t>(x) : INT64_MIN);
 #else
-  return x != x ? 0 : x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775808.0 ? INT64_MAX : static_cast<int64_t>(x);
+  return THUNDER_INT_BARRIER(x != x ? 0 : x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775808.0 ? INT64_MAX : static_cast<int64_t>(x));
 #endif
 }
 THUNDER_DEVICE inline int32_t thunder_f2i32(double x) {
 #if defined(__CUDA_ARCH__)
   return __double2int_rz(x);
 #elif defined(__x86_64__) || defined(__i386__)
-  return (x > -2147483649.0 && x < 2147483648.0) ? static_cast<int32_t>(x) : INT32_MIN;
+  return THUNDER_INT_BARRIER((x > -2147483649.0 && x < 2147483648.0) ? static_cast<int32_t>(x) : INT32_MIN);
 #else
-  return x != x ? 0 : x <= -2147483648.0 ? INT32_MIN : x >= 2147483647.0 ? INT32_MAX : static_cast<int32_t>(x);
+  return THUNDER_INT_BARRIER(x != x ? 0 : x <= -2147483648.0 ? INT32_MIN : x >= 2147483647.0 ? INT32_MAX : static_cast<int32_t>(x));
 #endif
 }
 THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }

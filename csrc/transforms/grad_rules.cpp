@@ -153,12 +153,13 @@ const std::pair<PrimId, BinaryGrad> kBinary[] = {
      [](X a, X b, X y, X g) {
        Value ga, gb;
        if (a.isTensor()) {
-         // d/da a^b = b * a^(b - 1), zero where b == 0.
+         // d/da a^b = b * a^(b - 1); where b == 0 the gradient is 0 whatever g is (eager's
+         // pow_backward: a NaN or infinite g gives 0 there, not g * 0; fuzzer seed 30173).
          Value bm1 = b.isTensor() ? sub(b, 1.0) : Value(b.toDouble() - 1.0);
          Value d = mul(b, op("pow", {a, bm1}));
-         if (b.isTensor()) d = op("where", {op("eq", {b, 0.0}), 0.0, d});
-         else if (b.toDouble() == 0.0) d = zerosLike(a);
-         ga = mul(g, d);
+         if (b.isTensor()) ga = op("where", {op("eq", {b, 0.0}), 0.0, mul(g, d)});
+         else if (b.toDouble() == 0.0) ga = zerosLike(a);
+         else ga = mul(g, d);
        }
        if (b.isTensor()) {
          // d/db a^b = a^b * log(a), zero where a == 0 and b >= 0.

@@ -1043,3 +1043,19 @@ def test_silu_gradient_with_infinite_cotangent(dtype, executors):
     thunder.jit(f, executors=executors)(xt).sum().backward()
     torch.testing.assert_close(xt.grad, xr.grad, equal_nan=True,
                                **({} if dtype != torch.bfloat16 else dict(rtol=1.6e-2, atol=1e-5)))
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("exponent", [0, 0.0, "tensor"])
+def test_pow_zero_exponent_gradient_is_zero_for_a_nan_cotangent(executors, exponent):
+    # eager's pow_backward: where the exponent is 0 the gradient is 0, even for a NaN or infinite
+    # cotangent (fuzzer seed 30173: log_softmax of NaNs sent NaN back through pow(b, 0)).
+    def f(b):
+        e = torch.zeros_like(b) if exponent == "tensor" else exponent
+        return torch.log_softmax(torch.pow(b, e) + float("nan"), 0)
+
+    b = torch.randn(5, requires_grad=True)
+    b2 = b.detach().clone().requires_grad_(True)
+    thunder.jit(f, executors=executors)(b).sum().backward()
+    f(b2).sum().backward()
+    torch.testing.assert_close(b.grad, b2.grad, equal_nan=True)

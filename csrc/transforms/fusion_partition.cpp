@@ -297,24 +297,21 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     // Calls that only view the region's inputs (slices, permutes, broadcasts, reshapes of them):
     // where their result is used outside the region it stays a view computed outside (free),
     // never an output the kernel would write.
-    std::unordered_set<const TensorProxy*> viewOut;
+    std::unordered_set<const TensorProxy*> viewOut, memberOut;
     std::vector<size_t> viewsOutside;
+    for (size_t i : members_)
+      for (const TensorPtr& o : units[i].bsym->outputTensors()) memberOut.insert(o.get());
     for (size_t i : members_) {
       bool view = !units[i].prims.empty();
+      std::unordered_set<const TensorProxy*> ownOut;
       for (const BoundSymbol& p : units[i].prims) {
         // (Broadcasts are stored: read as an input, an expanded view has stride 0 along the row,
         // which a row kernel cannot read with wide loads.)
         view &= p.sym->hasTag(kShapeOp) && !copyingReshape(p) && p.sym->name != "broadcast_in_dim";
-        for (const TensorPtr& t : p.inputTensors()) {
-          bool fromMember = false;
-          for (size_t j : members_)
-            for (const TensorPtr& o : units[j].bsym->outputTensors()) fromMember |= o.get() == t.get();
-          // Inside the unit, its own earlier prims' outputs are views too.
-          bool own = false;
-          for (const BoundSymbol& q : units[i].prims)
-            for (const TensorPtr& o : q.outputTensors()) own |= o.get() == t.get();
-          view &= own || !fromMember || viewOut.count(t.get()) > 0;
-        }
+        // A view of the region's inputs, of other views, or of the unit's own earlier prims.
+        for (const TensorPtr& t : p.inputTensors())
+          view &= ownOut.count(t.get()) || !memberOut.count(t.get()) || viewOut.count(t.get());
+        for (const TensorPtr& o : p.outputTensors()) ownOut.insert(o.get());
       }
       if (!view) continue;
       for (const TensorPtr& t : units[i].bsym->outputTensors()) viewOut.insert(t.get());

@@ -93,6 +93,26 @@ void rule(const Symbol& s, void (*f)(const Args& a, X y, X g)) {
   });
 }
 
+/// A rule for an op of one floating tensor (complex inputs go through the decomposition):
+/// `grad(x, g, args)` is the input's gradient, computed in float32 for 16-bit inputs when
+/// `upcast` (as eager's backward kernels do), converted back to the input's dtype.
+void floatRule(const Symbol& s, bool upcast, Value (*grad)(const Value& x, const Value& g, const Args& a)) {
+  const Symbol* p = &s;
+  registerGradRule(
+      s.id(),
+      [p, upcast, grad](const Args& a) {
+        Value y = call(*p, a);
+        Value g = getGrad(y);
+        DType d = a[0].tensor().dtype;
+        DType c = !upcast || d == DType::Float64 ? d : DType::Float32;
+        putGrad(a[0], clang::maybeConvert(grad(clang::maybeConvert(a[0], c), clang::maybeConvert(g, c), a), d));
+        return y;
+      },
+      [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+        return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+      });
+}
+
 const double kPi = 3.14159265358979323846;
 
 const std::pair<PrimId, UnaryGrad> kUnary[] = {
@@ -579,26 +599,11 @@ void registerTorchRules() {
   // 16-bit inputs. Through the decomposition x * sigmoid(x) the term g * x * s * (1 - s) is
   // inf * 0 = NaN for a large x and an infinite g, where eager's product is inf (fuzzer seed
   // 19121). Complex inputs go through the decomposition.
-  {
-    const Symbol* s = &ltorch::symbol("silu");
-    registerGradRule(
-        s->id(),
-        [s](const Args& a) {
-          Value y = call(*s, a);
-          Value g = getGrad(y);
-          DType d = a[0].tensor().dtype;
-          DType c = d == DType::Float64 ? DType::Float64 : DType::Float32;
-          Value x = clang::maybeConvert(a[0], c), gc = clang::maybeConvert(g, c);
-          Value sg = op("sigmoid", {x});
-          Value oneMinus = op("add", {op("neg", {sg}), 1.0});
-          Value dx = op("mul", {op("mul", {gc, sg}), op("add", {op("mul", {x, oneMinus}), 1.0})});
-          putGrad(a[0], clang::maybeConvert(dx, d));
-          return y;
-        },
-        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
-          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
-        });
-  }
+  floatRule(ltorch::symbol("silu"), true, [](const Value& x, const Value& gc, const Args&) {
+    Value sg = op("sigmoid", {x});
+    Value oneMinus = op("add", {op("neg", {sg}), 1.0});
+    return op("mul", {op("mul", {gc, sg}), op("add", {op("mul", {x, oneMinus}), 1.0})});
+  });
   // lerp: eager's rule, g * (1 - w) for a, g * w for end, g * (end - a) for a tensor weight.
   // Through the decomposition's two branches an infinite g gave inf - inf = NaN where eager's
   // product is infinite (fuzzer seeds 13903, 18826).
@@ -615,54 +620,28 @@ void registerTorchRules() {
   // 0.5 * x * (1 - t^2) * b * (1 + 3k x^2)) with t = tanh(b * (x + k x^3)) ('tanh'), in float32
   // for 16-bit inputs. Through the decomposition's product rule an infinite g at a large x gave
   // inf * 1 + inf * x * 0 = NaN where eager's g * 1 is infinite (fuzzer seed 20485).
-  {
-    const Symbol* s = &ltorch::symbol("gelu");
-    registerGradRule(
-        s->id(),
-        [s](const Args& a) {
-          Value y = call(*s, a);
-          Value g = getGrad(y);
-          DType d = a[0].tensor().dtype;
-          DType c = d == DType::Float64 ? DType::Float64 : DType::Float32;
-          Value x = clang::maybeConvert(a[0], c), gc = clang::maybeConvert(g, c);
-          Value deriv;
-          if (a[1].toString() == "tanh") {
-            const double beta = std::sqrt(2.0 / kPi), kappa = 0.044715;
-            Value xsq = mul(x, x);
-            Value inner = mul(beta, add(x, mul(kappa, mul(xsq, x))));
-            Value t = un("tanh", inner);
-            Value left = mul(0.5, add(t, 1.0));
-            Value right = mul(mul(mul(mul(0.5, x), sub(1.0, mul(t, t))), beta), add(mul(3.0 * kappa, xsq), 1.0));
-            deriv = add(left, right);
-          } else {
-            const double alpha = 0.5 * 2.0 / std::sqrt(kPi) / std::sqrt(2.0);  // 1 / sqrt(2 pi)
-            Value cdf = mul(0.5, add(un("erf", mul(x, 1.0 / std::sqrt(2.0))), 1.0));
-            Value pdf = mul(alpha, un("exp", mul(mul(x, -0.5), x)));
-            deriv = add(cdf, mul(x, pdf));
-          }
-          putGrad(a[0], clang::maybeConvert(mul(gc, deriv), d));
-          return y;
-        },
-        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
-          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
-        });
-  }
+  floatRule(ltorch::symbol("gelu"), true, [](const Value& x, const Value& gc, const Args& a) {
+    Value deriv;
+    if (a[1].toString() == "tanh") {
+      const double beta = std::sqrt(2.0 / kPi), kappa = 0.044715;
+      Value xsq = mul(x, x);
+      Value inner = mul(beta, add(x, mul(kappa, mul(xsq, x))));
+      Value t = un("tanh", inner);
+      Value left = mul(0.5, add(t, 1.0));
+      Value right = mul(mul(mul(mul(0.5, x), sub(1.0, mul(t, t))), beta), add(mul(3.0 * kappa, xsq), 1.0));
+      deriv = add(left, right);
+    } else {
+      const double alpha = 0.5 * 2.0 / std::sqrt(kPi) / std::sqrt(2.0);  // 1 / sqrt(2 pi)
+      Value cdf = mul(0.5, add(un("erf", mul(x, 1.0 / std::sqrt(2.0))), 1.0));
+      Value pdf = mul(alpha, un("exp", mul(mul(x, -0.5), x)));
+      deriv = add(cdf, mul(x, pdf));
+    }
+    return mul(gc, deriv);
+  });
   // nan_to_num: eager's g * isfinite(x), NaN where g is NaN or infinite at a replaced value
   // (a where() dropped it: fuzzer seed 18794). Complex inputs go through the decomposition.
-  {
-    const Symbol* s = &ltorch::symbol("nan_to_num");
-    registerGradRule(
-        s->id(),
-        [s](const Args& a) {
-          Value y = call(*s, a);
-          Value g = getGrad(y);
-          putGrad(a[0], mul(g, op("isfinite", {a[0]})));
-          return y;
-        },
-        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
-          return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
-        });
-  }
+  floatRule(ltorch::symbol("nan_to_num"), false,
+            [](const Value& x, const Value& g, const Args&) { return mul(g, op("isfinite", {x})); });
   rule(ltorch::symbol("relu"), [](const Args& a, X y, X g) {
     // As eager's threshold_backward: 0 where y <= 0, else g (NaN inputs pass g: fuzzer seed 3695)
     putGrad(a[0], op("where", {op("le", {y, 0}), 0.0, g}));

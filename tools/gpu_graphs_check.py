@@ -15,7 +15,8 @@ Checks (each prints PASS or FAIL; the exit status is the number of failures):
 Timing: back-to-back calls on one input, as a serving loop makes them; us per call is the wall
 time of `--calls` calls ended by a synchronization (host-bound when the GPU keeps up) and, beside
 it, the same interval on CUDA events. Median of `--repeats`. Contenders: eager, thunder.jit,
-thunder.jit with graphs on the C++ path (new) and on the Python path (old, cache.fast = False),
+thunder.jit with graphs on the C++ path (new; its input copied by the driver, and by ATen's copy_
+with cache.driver_copy = False) and on the Python path (old, cache.fast = False),
 torch.compile(mode="reduce-overhead"), and the floor: a torch.cuda.CUDAGraph of eager's function
 replayed by hand after one copy_ of the input.
 """
@@ -113,6 +114,24 @@ def run_checks():
             torch.testing.assert_close(jf(*args), f(*ref))
             torch.testing.assert_close(args, ref)
         assert jf._graphs.cache.replays == 8 - 3
+
+    for driver in (True, False):
+
+        @check(f"function: transposed, expanded and sliced inputs, updated in place ({'driver' if driver else 'ATen'} copies)")
+        def _():
+            def f(a, b, c):
+                a.mul_(2.0)
+                return a @ b + c.sum()
+
+            jf = thunder.jit(f, plugins="reduce-overhead")
+            jf._graphs.cache.driver_copy = driver
+            for _ in range(8):
+                args = (torch.randn(6, 5, device=dev).t(), torch.randn(6, 1, device=dev).expand(6, 3),
+                        torch.randn(4, 8, device=dev)[:, ::2])
+                ref = copy.deepcopy(args)
+                torch.testing.assert_close(jf(*args), f(*ref))
+                torch.testing.assert_close(args, ref)
+            assert jf._graphs.cache.replays == 8 - 3
 
     @check("function: outputs are the graph's buffers, overwritten by the next replay")
     def _():
@@ -271,8 +290,11 @@ def run_timing(calls, repeats):
     new = thunder.jit(chain, plugins="reduce-overhead")
     old = thunder.jit(chain, plugins="reduce-overhead")
     old._graphs.cache.fast = False
+    aten = thunder.jit(chain, plugins="reduce-overhead")
+    aten._graphs.cache.driver_copy = False
     rows += [("thunder graphs (C++ path)", new), ("thunder graphs (Python path)", old),
-             ("  C++ path without the Python frame", new._graphs.cache)]
+             ("  C++ path without the Python frame", new._graphs.cache),
+             ("  C++ path, ATen copy_ of the input", aten)]
     try:
         rows.append(("torch.compile reduce-overhead", torch.compile(chain, mode="reduce-overhead")))
     except Exception as e:

@@ -1,5 +1,6 @@
 #include "executors/executor.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -179,8 +180,13 @@ Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& ex
   Trace out = current.emptyCopy();
   out.isExecution = true;
   out.provenance = "Transform for execution";
+  auto start = std::chrono::steady_clock::now();
   Claimer claimer(out, executors);
   for (const BoundSymbol& b : current.bsyms) claimer.claim(b, 0);
+  static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
+  if (timing)
+    std::fprintf(stderr, "timing: claiming %zu calls %.1f ms\n", current.bsyms.size(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return out;
 }
 

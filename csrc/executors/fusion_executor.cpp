@@ -1,5 +1,6 @@
 #include "executors/fusion_executor.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,6 +22,10 @@ bool worthFusing(const FusionRegion& region) {
 }
 
 Trace FusionExecutor::fusionPass(const Trace& trace) const {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto start = Clock::now();
+  double lowering = 0, compiling = 0;
   int counter = 0;
   auto fuse = [&](const FusionRegion& r) -> std::optional<BoundSymbol> {
     if (!worthFusing(r)) return std::nullopt;
@@ -30,12 +35,17 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
                        std::to_string(counter);
     codegen::KernelProgram prog;
     std::string whyNot;
-    if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot)) {
+    auto t0 = Clock::now();
+    bool lowered = codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, whyNot);
+    lowering += since(t0);
+    if (!lowered) {
       static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
       if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), whyNot.c_str());
       return std::nullopt;
     }
+    t0 = Clock::now();
     std::shared_ptr<const Symbol> sym = compiler_(prog, dev, r.inputs, Executor::name());
+    compiling += since(t0);
     if (!sym) return std::nullopt;
     ++counter;
     BoundSymbol b;
@@ -49,6 +59,10 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     return b;
   };
   Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum);
+  static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
+  if (timing)
+    std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",
+                 Executor::name().c_str(), since(start), counter, lowering, compiling);
   return out;
 }
 

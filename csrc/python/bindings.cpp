@@ -19,6 +19,7 @@
 #include "ir/verifier.h"
 #include "ops/ltorch.h"
 #include "ops/prims.h"
+#include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
@@ -489,11 +490,11 @@ class GraphCache {
     auto it = entries_.find(key);
     if (it == entries_.end()) return slow_(py::bytes(key), args, kwargs);
     std::shared_ptr<Installed> e = it->second;  // kept alive even if a replay installs another
-    for (size_t i : e->copyAt) e->inputs[i].copy_(THPVariable_Unpack(leaves[i].ptr()));
+    for (size_t i : e->copyAt) copyInto(e->inputs[i], THPVariable_Unpack(leaves[i].ptr()));
     e->replay();
     // The program updated these inputs in place: in the graph's buffers, which the caller's
     // tensors take back, as eager updates them.
-    for (size_t i : e->writeBack) THPVariable_Unpack(leaves[i].ptr()).copy_(e->inputs[i]);
+    for (size_t i : e->writeBack) copyInto(THPVariable_Unpack(leaves[i].ptr()), e->inputs[i]);
     ++replays_;
     return e->output;
   }
@@ -542,8 +543,28 @@ class GraphCache {
 
   /// False sends every call to Python's general path (the path before this class; benchmarks).
   bool fast = true;
+  /// Copies between CUDA tensors of one layout go through the driver (cudaCopyAsync), not
+  /// ATen's copy_, whose dispatch costs more than the copy; false: always copy_ (benchmarks).
+  bool driverCopy = true;
 
  private:
+  /// dst.copy_(src) for a dst and src of the same sizes and dtype (the key guarantees it): one
+  /// driver copy of their bytes when both are dense CUDA tensors of the same strides on one
+  /// device, without conjugate or negative bits; else ATen's copy_.
+  void copyInto(const at::Tensor& dst, const at::Tensor& src) const {
+    if (driverCopy && src.is_cuda() && dst.device() == src.device() &&
+        dst.scalar_type() == src.scalar_type() && dst.sizes() == src.sizes() &&
+        dst.strides() == src.strides() &&
+        src.is_non_overlapping_and_dense() && dst.is_non_overlapping_and_dense() && !src.is_conj() &&
+        !dst.is_conj() && !src.is_neg() && !dst.is_neg()) {
+      size_t bytes = static_cast<size_t>(src.numel()) * src.element_size();
+      if (bytes == 0 ||
+          runtime::cudaCopyAsync(dst.data_ptr(), src.data_ptr(), bytes, src.device().index()))
+        return;
+    }
+    dst.copy_(src);
+  }
+
   struct Installed {
     std::vector<at::Tensor> inputs;  // undefined where the leaf is not copied
     std::vector<size_t> copyAt, writeBack;
@@ -816,7 +837,8 @@ PYBIND11_MODULE(_C, m) {
       .def("clear", &GraphCache::clear)
       .def("__len__", &GraphCache::size)
       .def_property_readonly("replays", &GraphCache::replays)
-      .def_readwrite("fast", &GraphCache::fast);
+      .def_readwrite("fast", &GraphCache::fast)
+      .def_readwrite("driver_copy", &GraphCache::driverCopy);
 
   m.def("set_hooks", [](py::object makeDevice) { hooks().makeDevice = makeDevice; });
   m.def("tree_flatten", [](py::object obj) {

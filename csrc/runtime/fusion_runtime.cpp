@@ -6,12 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstdio>
 #include <functional>
-#include <future>
+#include <deque>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "codegen/fusion_codegen.h"
@@ -76,8 +81,9 @@ void sweepExpired(Map& m, size_t& mark) {
 /// The mutex of one cache key: threads compiling the same kernel wait for the first one. Held
 /// by the threads using it; the table keeps only keys in use (and at most as many expired ones).
 std::shared_ptr<std::mutex> keyMutex(const std::string& key) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::weak_ptr<std::mutex>> locks;
+  // Never destroyed (as the tables below): a compile-pool worker may still use them at exit.
+  static std::mutex& mu = *new std::mutex;
+  static auto& locks = *new std::unordered_map<std::string, std::weak_ptr<std::mutex>>;
   static size_t mark = 64;
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<std::mutex> m = locks[key].lock();
@@ -88,6 +94,104 @@ std::shared_ptr<std::mutex> keyMutex(const std::string& key) {
   }
   return m;
 }
+
+/// A compile that runs once: on a worker of the compile pool if one reaches it first, else on
+/// the thread that first needs its result (which then does not wait behind the queue). Errors
+/// are kept and rethrown to every caller.
+template <class T>
+class Job {
+ public:
+  explicit Job(std::function<T()> fn) : fn_(std::move(fn)) {}
+  T get() {
+    std::call_once(once_, [this] {
+      try {
+        value_ = fn_();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      fn_ = nullptr;
+    });
+    if (error_) std::rethrow_exception(error_);
+    return value_;
+  }
+
+ private:
+  std::function<T()> fn_;
+  std::once_flag once_;
+  T value_{};
+  std::exception_ptr error_;
+};
+
+/// The threads that compile kernels ahead of their first call, oldest request first: as many as
+/// the machine has cores less one (at least two; THUNDER_COMPILE_THREADS overrides), so a cold
+/// start of a model with a hundred kernels neither starts a hundred compilers at once nor starves
+/// the thread tracing the model (and the libraries, cuDNN among them, that compile their own
+/// kernels on it). Never destroyed: workers may still run at exit. After a fork the child starts
+/// its own workers when it first submits.
+class CompilePool {
+ public:
+  static CompilePool& get() {
+    static CompilePool* pool = [] {
+      auto* p = new CompilePool();
+      pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); },
+                     [] {
+                       CompilePool& c = get();
+                       c.mu_.unlock();
+                       c.started_ = 0;  // the parent's threads do not exist here
+                       c.idle_ = 0;
+                     });
+      return p;
+    }();
+    return *pool;
+  }
+
+  template <class T>
+  std::shared_ptr<Job<T>> submit(std::function<T()> fn) {
+    auto job = std::make_shared<Job<T>>(std::move(fn));
+    std::weak_ptr<Job<T>> weak = job;  // a job nobody needs any more is skipped
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back([weak] {
+        if (auto j = weak.lock()) try {
+            j->get();
+          } catch (...) {
+          }
+      });
+      if (idle_ == 0 && started_ < limit_) {
+        ++started_;
+        std::thread([this] { work(); }).detach();
+      }
+    }
+    cv_.notify_one();
+    return job;
+  }
+
+ private:
+  CompilePool() {
+    unsigned hw = std::thread::hardware_concurrency();
+    limit_ = std::max(2, static_cast<int>(hw) - 1);
+    if (const char* e = std::getenv("THUNDER_COMPILE_THREADS")) limit_ = std::max(1, std::atoi(e));
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [this] { return !queue_.empty(); });
+      --idle_;
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  int limit_ = 2, started_ = 0, idle_ = 0;
+};
 
 void writeAtomically(const std::string& path, const std::string& data) {
   std::string tmp = uniqueTemp(path);
@@ -132,7 +236,7 @@ const char* const kCpuFlags =
 /// kernels then parse their includes themselves.
 std::string cpuPrelude(const std::string& cxx, const std::string& dir) {
   static std::once_flag once;
-  static std::string path;
+  static std::string& path = *new std::string;
   std::call_once(once, [&] {
     std::string h = dir + "/prelude-" + hashHex(cxx + kCpuFlags + codegen::kCppIncludes) + ".h";
     try {
@@ -156,8 +260,8 @@ std::string cpuPrelude(const std::string& cxx, const std::string& dir) {
 /// The loaded library of a kernel's source: shared while any region uses it (the in-memory table
 /// holds weak pointers), else loaded from the disk cache, else compiled.
 CpuKernel compileCpu(const std::string& source, const std::string& entry) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::weak_ptr<const CpuLibrary>> memory;
+  static std::mutex& mu = *new std::mutex;
+  static auto& memory = *new std::unordered_map<std::string, std::weak_ptr<const CpuLibrary>>;
   static size_t mark = 64;
   // The compiler and its flags are part of the key: a library built with others is not reused.
   const char* cxxEnv = std::getenv("CXX");
@@ -320,6 +424,8 @@ struct Driver {
   CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      CUstream, void**, void**) = nullptr;
+  /// cuMemcpyDtoDAsync (optional: cudaCopyAsync reports its absence).
+  CUresult (*memcpyDtoDAsync)(unsigned long long, unsigned long long, size_t, CUstream) = nullptr;
 };
 
 const Driver& driver() {
@@ -337,6 +443,7 @@ const Driver& driver() {
     LOAD(moduleLoadData, "cuModuleLoadData");
     LOAD(moduleGetFunction, "cuModuleGetFunction");
     LOAD(launch, "cuLaunchKernel");
+    LOAD(memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
 #undef LOAD
     THUNDER_CHECK(r.init && r.deviceGet && r.attr && r.ctxGetCurrent && r.ctxSetCurrent && r.primaryRetain &&
                       r.moduleLoadData && r.moduleGetFunction && r.launch,
@@ -364,8 +471,8 @@ struct DeviceInfo {
 };
 
 DeviceInfo deviceInfo(int device) {
-  static std::mutex mu;
-  static std::unordered_map<int, DeviceInfo> cache;
+  static std::mutex& mu = *new std::mutex;
+  static auto& cache = *new std::unordered_map<int, DeviceInfo>;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(device);
   if (it != cache.end()) return it->second;
@@ -383,8 +490,8 @@ DeviceInfo deviceInfo(int device) {
 
 /// Compiles (or loads from the disk cache) and returns the module's functions by name.
 CUmodule loadCudaModule(const std::string& source, int device) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, CUmodule> modules;
+  static std::mutex& mu = *new std::mutex;
+  static auto& modules = *new std::unordered_map<std::string, CUmodule>;
   DeviceInfo info = deviceInfo(device);
   std::string key = hashHex(source) + "-" + info.arch + "-" + std::to_string(device);
   {
@@ -424,10 +531,10 @@ struct CompiledRegion {
   std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
-  std::unordered_map<std::string, std::shared_future<CUmodule>> modules;  // CUDA: by entry point
+  std::unordered_map<std::string, std::shared_ptr<Job<CUmodule>>> modules;  // CUDA: by entry point
   std::mutex mu;
   std::unordered_map<std::string, CpuKernel> cpuFns;  // inner-stride pattern -> library
-  std::shared_future<CpuKernel> contiguousCpu;         // CPU: the '1...' pattern, compiled early
+  std::shared_ptr<Job<CpuKernel>> contiguousCpu;       // CPU: the '1...' pattern, compiled early
   std::string contiguousPattern;
 };
 
@@ -507,7 +614,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       std::string pat = innerPattern(r, g);
       CpuFn fn = nullptr;
       if (pat == r.contiguousPattern) {
-        fn = r.contiguousCpu.get()->fn;
+        fn = r.contiguousCpu->get()->fn;
       } else {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.cpuFns.find(pat);
@@ -627,7 +734,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
       }
       std::string entry = v.entry(p.name);
-      std::shared_future<CUmodule> pending;
+      std::shared_ptr<Job<CUmodule>> pending;
       {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.modules.find(entry);
@@ -636,11 +743,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
             std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
                          entry.c_str());
           std::string src = codegen::emitCuda(p, v);
-          it = r.modules.emplace(entry, std::async(std::launch::deferred, [src, device] { return loadCudaModule(src, device); }).share()).first;
+          it = r.modules.emplace(entry, std::make_shared<Job<CUmodule>>([src, device] { return loadCudaModule(src, device); })).first;
         }
         pending = it->second;
       }
-      CUmodule mod = pending.get();
+      CUmodule mod = pending->get();
       CUfunction fn = nullptr;
       THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry.c_str()) == 0, "fuser: no kernel ", entry);
       std::vector<void*> params;
@@ -690,18 +797,19 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
   }
   if (device.type == DeviceType::CUDA) {
     if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors
-    // The variant predicted from the traced shapes compiles in the background, so a cold start
+    // The variant predicted from the traced shapes compiles on the compile pool, so a cold start
     // compiles many kernels at once; other variants compile when a call first needs them.
     codegen::CudaVariant v = codegen::predictCudaVariant(prog);
     r->cudaSource = codegen::emitCuda(prog, v);
     std::string src = r->cudaSource;
     int dev = device.index;
-    r->modules[v.entry(prog.name)] = std::async(std::launch::async, [src, dev] { return loadCudaModule(src, dev); }).share();
+    r->modules[v.entry(prog.name)] =
+        CompilePool::get().submit<CUmodule>([src, dev] { return loadCudaModule(src, dev); });
   } else {
     if (!cpuCompiler()) return nullptr;  // no C++ compiler: leave the region to the other executors
     r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
-    r->contiguousCpu = std::async(std::launch::async, [src, name] { return compileCpu(src, name); }).share();
+    r->contiguousCpu = CompilePool::get().submit<CpuKernel>([src, name] { return compileCpu(src, name); });
   }
   std::shared_ptr<const Symbol> sym = makeOwnedExecSymbol(executor, prog.name, [](const Symbol* s) {
     std::shared_ptr<CompiledRegion> region;  // released outside the lock
@@ -743,6 +851,16 @@ std::string fusionSource(const Symbol* fusion) {
 size_t nvrtcCompile(const std::string& source, const std::string& arch) { return nvrtcCubin(source, arch).size(); }
 
 bool nvrtcAvailable() { return nvrtc() != nullptr; }
+
+bool cudaCopyAsync(void* dst, const void* src, size_t bytes, int device) {
+  const Driver& d = driver();
+  if (d.memcpyDtoDAsync == nullptr) return false;
+  ensureContext(device);
+  c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+  return d.memcpyDtoDAsync(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes,
+                           stream) == 0;
+}
 
 bool cpuCompilerAvailable() { return cpuCompiler(); }
 

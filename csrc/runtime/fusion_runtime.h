@@ -20,6 +20,10 @@ std::string fusionSource(const Symbol* fusion);
 size_t nvrtcCompile(const std::string& source, const std::string& arch);
 /// Whether libnvrtc could be loaded.
 bool nvrtcAvailable();
+/// Copies `bytes` from src to dst, two buffers of CUDA device `device`, on that device's current
+/// stream with the driver's cuMemcpyDtoDAsync (no ATen dispatch: the caller checks that the
+/// layouts match). False when the driver lacks the entry point or the copy could not be queued.
+bool cudaCopyAsync(void* dst, const void* src, size_t bytes, int device);
 /// Whether the system C++ compiler ($CXX, else c++) builds the fuser's CPU kernels; probed once
 /// per process.
 bool cpuCompilerAvailable();

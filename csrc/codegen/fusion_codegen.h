@@ -55,8 +55,10 @@ struct RowLaunch {
   bool warp = false;
 };
 /// `threads` forces the block size of a long-row launch (0: chosen from L); `columns`: the kernel
-/// also sums columns (it reads two full inputs per row, and wants more threads per row).
-RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false);
+/// also sums columns (it reads two full inputs per row, and wants more threads per row); `rows`:
+/// the number of rows (-1: many), fewer than kFewRows get a block per row even when short.
+constexpr int64_t kFewRows = 64;
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false, int64_t rows = -1);
 
 /// The variant a program gets for contiguous inputs of its traced shapes.
 CudaVariant predictCudaVariant(const KernelProgram& prog);

@@ -666,7 +666,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           int t = e ? std::atoi(e) : 0;
           return t >= 32 && t <= 1024 ? t : 0;
         }();
-        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns());
+        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns(), rows);
         static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
         if (uncached && !l.warp) l.items = 0;
         if (l.items == 0 && !(uncached && rowThreads)) l.threads = 1024;

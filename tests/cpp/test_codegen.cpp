@@ -50,10 +50,23 @@ TEST(RowLaunch, ShortRowsTakeAWarpLongRowsABlock) {
   EXPECT_EQ(h.items, 4);
   RowLaunch huge = chooseRowLaunch(int64_t(1) << 20, 4);  // more than 16 chunks per thread
   EXPECT_EQ(huge.items, 0);
-  for (int64_t L : {1, 31, 1000, 4096, 65536, 262144})
-    for (int vec : {1, 4, 8}) {
-      RowLaunch r = chooseRowLaunch(L, vec);
-      int64_t chunks = (L + vec - 1) / vec;
-      if (r.items > 0) EXPECT_GE(int64_t(r.items) * (r.warp ? 32 : r.threads), chunks) << L << " " << vec;
-    }
+  for (int64_t L : {1, 31, 1000, 2048, 4096, 65536, 262144})
+    for (int vec : {1, 4, 8})
+      for (int64_t rows : {int64_t(-1), int64_t(1), kFewRows - 1, kFewRows}) {
+        RowLaunch r = chooseRowLaunch(L, vec, 0, false, rows);
+        int64_t chunks = (L + vec - 1) / vec;
+        if (r.items > 0) EXPECT_GE(int64_t(r.items) * (r.warp ? 32 : r.threads), chunks) << L << " " << vec;
+        EXPECT_LE(r.threads, 1024);
+      }
+}
+
+TEST(RowLaunch, FewRowsTakeABlockEach) {
+  // Decoding's [1, 2048] bf16 row: 256 chunks of 8, one per thread of one block.
+  RowLaunch one = chooseRowLaunch(2048, 8, 0, false, 1);
+  EXPECT_FALSE(one.warp);
+  EXPECT_EQ(one.threads, 256);
+  EXPECT_EQ(one.items, 1);
+  EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, false, kFewRows).warp);  // enough rows: a warp each
+  EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, true, 1).warp);  // column sums keep their launch
+  EXPECT_TRUE(chooseRowLaunch(100, 4, 0, false, 1).warp);  // one warp's worth: nothing to spread
 }

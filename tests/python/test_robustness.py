@@ -384,6 +384,46 @@ def test_truncated_cached_kernel_is_compiled_again(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+POOL_SCRIPT = """
+import os, torch, thunder
+
+def chain(x, k):
+    # a different kernel per k: k fused regions separated by matmuls
+    for i in range(k):
+        x = torch.tanh(x * (1.0 + i)) + 0.5
+        x = x @ torch.eye(x.shape[-1])
+    return x
+
+x = torch.randn(4, 8)
+for k in (1, 3, 6):
+    jf = thunder.jit(lambda x: chain(x, k), executors=["fuser"])
+    torch.testing.assert_close(jf(x), chain(x, k))
+if {fork}:
+    # a child forked after the parent's compiles starts its own workers: new kernels there
+    pid = os.fork()
+    if pid == 0:
+        try:
+            jf = thunder.jit(lambda x: torch.sigmoid(x * 3.0) - 0.25, executors=["fuser"])
+            y = torch.randn(7, 5)
+            torch.testing.assert_close(jf(y), torch.sigmoid(y * 3.0) - 0.25)
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, status
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("threads,fork", [("1", False), ("2", True)], ids=["one_thread", "fork"])
+def test_compile_pool(tmp_path, threads, fork):
+    # Kernels compile on a bounded pool (THUNDER_COMPILE_THREADS); with one thread the caller
+    # compiles what the worker has not reached, and a forked child compiles its own kernels.
+    r = run_script(POOL_SCRIPT.format(fork=fork),
+                   env={"THUNDER_CACHE_DIR": str(tmp_path), "THUNDER_COMPILE_THREADS": threads}, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
 def test_empty_cache_dir_variable_is_unset(tmp_path):
     # THUNDER_CACHE_DIR="" used to put the kernel cache at "/cpu"; empty is unset: $HOME's cache.
     code = """

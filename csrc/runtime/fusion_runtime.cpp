@@ -16,6 +16,7 @@
 #include <functional>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <unordered_map>
 
@@ -137,7 +138,9 @@ class CompilePool {
                      [] {
                        CompilePool& c = get();
                        c.mu_.unlock();
-                       c.started_ = 0;  // the parent's threads do not exist here
+                       // The parent's threads do not exist here, nor do their waits.
+                       new (&c.cv_) std::condition_variable();
+                       c.started_ = 0;
                        c.idle_ = 0;
                      });
       return p;
@@ -157,7 +160,8 @@ class CompilePool {
           } catch (...) {
           }
       });
-      if (idle_ == 0 && started_ < limit_) {
+      // A worker for each job no idle one will take, up to the limit.
+      if (queue_.size() > static_cast<size_t>(idle_) && started_ < limit_) {
         ++started_;
         std::thread([this] { work(); }).detach();
       }

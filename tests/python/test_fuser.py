@@ -338,6 +338,49 @@ def test_cpu_transcendental_kernel_vectorizes(tmp_path):
     assert not re.search(r"(?<![\w])(expf|expm1f|logf|log1pf|tanhf|erff|erfcf)\(", source)
 
 
+# A CPU pointwise kernel writes its output into an input that dies with the call (a tensor the
+# trace made, read by nothing later, of the output's shape and dtype, read element for element)
+# instead of a new tensor; never into the caller's tensors, a value returned or read later, a
+# broadcast read or a different dtype. (name, fn, shapes, outputs written into inputs per call)
+INTO_INPUT_CASES = [
+    ("matmul_gelu", lambda x, w, b: torch.nn.functional.gelu(x @ w + b), [(8, 16), (16, 32), (32,)], 1),
+    ("mlp", lambda x, w, b: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)) @ w, [(8, 32), (32, 32), (32,)], 1),
+    ("two_outputs", lambda x, w: (lambda t: (t.sin(), t.cos() * 2))(x @ w), [(8, 16), (16, 32)], 1),
+    ("two_dead_inputs", lambda x, w: ((x @ w).sin(), (x @ w).cos() * 2), [(8, 16), (16, 32)], 2),
+    ("caller_input", lambda x, w: torch.sigmoid(x) * 2 + w, [(8, 16), (8, 16)], 0),
+    ("returned", lambda x, w: (lambda t: (t, t.exp() * 2))(x @ w), [(8, 16), (16, 32)], 0),
+    ("read_later", lambda x, w: (lambda t: (torch.sigmoid(t) * 2) @ t.T)(x @ w), [(8, 16), (16, 32)], 0),
+    ("broadcast_read", lambda x, w: (lambda t: (t - t[:1]).tanh())(x @ w), [(8, 16), (16, 32)], 0),
+    ("other_dtype", lambda x, w: ((x @ w).exp() * 2).to(torch.bfloat16), [(8, 16), (16, 32)], 0),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,into", INTO_INPUT_CASES, ids=[c[0] for c in INTO_INPUT_CASES])
+def test_cpu_kernel_output_into_dead_input(name, fn, shapes, into):
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    kept = [a.clone() for a in args]
+    jf = thunder.jit(fn, executors=["fuser", "torch"])
+    with torch.no_grad():
+        jf(*args)
+        before = _C.fusion_stats()["outputs_into_inputs"]
+        out = jf(*args)
+        assert _C.fusion_stats()["outputs_into_inputs"] - before == into, str(thunder.last_traces(jf)[-1])
+        torch.testing.assert_close(out, fn(*args))
+    for a, k in zip(args, kept):
+        assert torch.equal(a, k), f"{name}: an input of the call was modified"
+    # With gradients the forward keeps what the backward reads: values and gradients as eager's.
+    ga = [a.clone().requires_grad_() for a in args]
+    ea = [a.clone().requires_grad_() for a in args]
+    got, want = jf(*ga), fn(*ea)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    torch.testing.assert_close(got, want)
+    sum(g.float().sum() for g in got).backward()
+    sum(w.float().sum() for w in want).backward()
+    for g, e in zip(ga, ea):  # sums of products of the float math's rounding (exp's 1 ulp)
+        torch.testing.assert_close(g.grad, e.grad, rtol=2e-5, atol=1e-5)
+
+
 def test_empty_tensors():
     a = torch.randn(0, 5)
     _check(lambda x: (x * 2 + 1).exp(), a)

@@ -381,6 +381,35 @@ def test_cpu_kernel_output_into_dead_input(name, fn, shapes, into):
         torch.testing.assert_close(g.grad, e.grad, rtol=2e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(bool(os.environ.get("THUNDER_FUSER_NO_HUGEPAGES")), reason="huge-page outputs turned off")
+def test_cpu_kernel_large_outputs_on_huge_pages():
+    # Outputs from 4 MiB come from 2 MiB-aligned memory advised to be backed by huge pages; they
+    # are ordinary tensors (values, resize, autograd). Smaller ones come from torch.
+    def f(x, y):
+        return torch.sigmoid(x) * 2 - y.tanh(), (x * y).exp()
+
+    for n in (1 << 20, 1000):
+        x, y = torch.randn(n), torch.randn(n)
+        jf = thunder.jit(f, executors=["fuser"])
+        got = jf(x, y)
+        torch.testing.assert_close(got, f(x, y))
+        if n == 1 << 20:
+            assert all(t.data_ptr() % (2 << 20) == 0 for t in got), [t.data_ptr() for t in got]
+            a = got[0]
+            head = a[:10].clone()
+            a.resize_(3 << 20)  # a storage that grows copies through the allocator
+            assert torch.equal(a[:10], head)
+            a.fill_(1.5)
+            assert a.sum().item() == 1.5 * (3 << 20)
+    x = torch.randn(1 << 20, requires_grad=True)
+    y = torch.randn(1 << 20)
+    out = thunder.jit(lambda x, y: f(x, y)[0] * f(x, y)[1])(x, y)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    (f(xe, y)[0] * f(xe, y)[1]).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+
+
 def test_empty_tensors():
     a = torch.randn(0, 5)
     _check(lambda x: (x * 2 + 1).exp(), a)

@@ -1,10 +1,8 @@
 #include "runtime/fusion_runtime.h"
 
 #include <ATen/ATen.h>
-#include <ATen/EmptyTensor.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +22,7 @@
 #include "codegen/fusion_codegen.h"
 #include "executors/cross_entropy.h"
 #include "executors/fusion_executor.h"
+#include "runtime/cpu_memory.h"
 #include "ir/error.h"
 #include "runtime/kernels.h"
 
@@ -581,39 +580,6 @@ bool debugFusion() {
   return on;
 }
 
-/// Memory for large CPU kernel outputs: 2 MiB-aligned and advised to be backed by transparent
-/// huge pages (MADV_HUGEPAGE; the kernel setting "madvise" is the common default, "never" makes
-/// it an aligned allocation). A fresh tensor of the default allocator is mapped page by page as
-/// the kernel first writes it: filling a fresh 64 MiB buffer on 2 threads took 40 ms with 4 KiB
-/// pages and 8 ms with 2 MiB ones, where cpu_chain's kernel computes its 64 MiB in about 16 ms.
-struct HugePageAllocator final : c10::Allocator {
-  static constexpr size_t kPage = size_t(2) << 20;
-  c10::DataPtr allocate(size_t n) override {
-    const size_t bytes = (std::max<size_t>(n, 1) + kPage - 1) / kPage * kPage;
-    void* p = nullptr;
-    if (posix_memalign(&p, kPage, bytes) != 0 || p == nullptr)
-      throw Error(ErrorKind::Runtime, "fuser: out of memory allocating " + std::to_string(n) + " bytes");
-    madvise(p, bytes, MADV_HUGEPAGE);  // advice: without huge pages the memory is still usable
-    return {p, p, &release, c10::Device(c10::kCPU)};
-  }
-  static void release(void* p) { std::free(p); }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
-};
-
-/// A new output tensor of a kernel on `dev`: from HugePageAllocator on the CPU from 4 MiB
-/// (THUNDER_FUSER_NO_HUGEPAGES turns it off, for A/B timings), else at::empty.
-at::Tensor newOutput(const Shape& shape, at::ScalarType dtype, at::Device dev) {
-  static const bool off = std::getenv("THUNDER_FUSER_NO_HUGEPAGES") != nullptr;
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  if (off || !dev.is_cpu() || numel * static_cast<int64_t>(c10::elementSize(dtype)) < (int64_t(4) << 20))
-    return at::empty(shape, at::TensorOptions().dtype(dtype).device(dev));
-  static HugePageAllocator* allocator = new HugePageAllocator;  // outlives every tensor
-  return at::Tensor(at::detail::empty_generic(shape, allocator, c10::DispatchKeySet(c10::DispatchKey::CPU), dtype,
-                                              std::nullopt));
-}
-
 /// For each output of a CPU pointwise kernel, the call argument it is written into, or -1 for a
 /// new tensor: a donated input that nothing else holds (KernelArgs::owned), of the output's
 /// shape and dtype, contiguous, and read element for element where the output is written (no
@@ -671,7 +637,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   std::vector<at::Tensor> outs;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const codegen::KOutput& o = p.outputs[j];
-    outs.push_back(into[j] >= 0 ? a.t(into[j]) : newOutput(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
+    outs.push_back(into[j] >= 0 ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
   }
   std::vector<int64_t> g = geometry(r, ins);
   size_t R = p.iterShape.size(), I = p.inputs.size();

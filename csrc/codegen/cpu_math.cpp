@@ -14,7 +14,7 @@ namespace {
 // correctly rounded float result (subnormal results in units of 2^-149), as
 // tests/cpp/test_cpu_math.cpp measures it (THUNDER_EXHAUSTIVE=1; GCC 12, AVX-512):
 //   exp 1.08 (at 0x1.4cbfd8p+2)   expm1 1.60 (0x1.921212p-2)   log 0.85   log1p 0.94
-//   tanh 1.50 (0x1.e7fc44p+1)     sigmoid 2.41 (-0x1.0a111ap+2)  erf 1.19 (0x1.be14bap-1)
+//   tanh 1.20 (0x1.409124p-1)     sigmoid 2.41 (-0x1.0a111ap+2)  erf 1.19 (0x1.be14bap-1)
 //   erfc 4.81 (0x1.c24642p+2, where erfc is 1e-23: e^(-x^2) and the fit each add about 1.5)
 // Special values are exact: +-0 (signs kept), +-inf, NaN, domain edges (log(0) = -inf,
 // log(-1) = NaN, log1p(-1) = -inf), overflow to inf and underflow through the subnormals to 0.
@@ -114,8 +114,12 @@ THUNDER_MATH float thunder_tanhf(float x) {
   p = thunder_fma(p, a2, -0x1.555556p-2f);
   const float small = thunder_fma(a, a2 * p, a);
   a = thunder_sel(a > 10.0f, 10.0f, a);  // tanh(10) rounds to 1
-  const float em = thunder_expm1f(2.0f * a);
-  const float large = em / (em + 2.0f);  // tanh(a) = expm1(2a) / (expm1(2a) + 2)
+  // tanh(a) = 1 - 2 / (e^(2a) + 1), e^(2a) = 2^n (1 + expm1(r)) with 0 <= n <= 29: the sum
+  // 2^n expm1(r) + (2^n + 1) rounds once (expm1 of 2a with its special cases costs more).
+  int32_t n;
+  const float em1r = thunder_exp_reduce(2.0f * a, n);
+  const float s = thunder_pow2(n);
+  const float large = 1.0f - 2.0f / thunder_fma(s, em1r, s + 1.0f);
   return thunder_copysign(thunder_sel(a < 0.625f, small, large), x);
 }
 THUNDER_MATH float thunder_sigmoidf(float x) {

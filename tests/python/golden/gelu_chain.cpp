@@ -201,8 +201,12 @@ THUNDER_MATH float thunder_tanhf(float x) {
   p = thunder_fma(p, a2, -0x1.555556p-2f);
   const float small = thunder_fma(a, a2 * p, a);
   a = thunder_sel(a > 10.0f, 10.0f, a);  // tanh(10) rounds to 1
-  const float em = thunder_expm1f(2.0f * a);
-  const float large = em / (em + 2.0f);  // tanh(a) = expm1(2a) / (expm1(2a) + 2)
+  // tanh(a) = 1 - 2 / (e^(2a) + 1), e^(2a) = 2^n (1 + expm1(r)) with 0 <= n <= 29: the sum
+  // 2^n expm1(r) + (2^n + 1) rounds once (expm1 of 2a with its special cases costs more).
+  int32_t n;
+  const float em1r = thunder_exp_reduce(2.0f * a, n);
+  const float s = thunder_pow2(n);
+  const float large = 1.0f - 2.0f / thunder_fma(s, em1r, s + 1.0f);
   return thunder_copysign(thunder_sel(a < 0.625f, small, large), x);
 }
 THUNDER_MATH float thunder_sigmoidf(float x) {

@@ -13,11 +13,13 @@ namespace thunder::runtime {
 namespace {
 
 struct HugePageAllocator final : c10::Allocator {
-  static constexpr size_t kPage = size_t(2) << 20;
+  static constexpr size_t kHugePage = size_t(2) << 20, kPage = 4096;
   c10::DataPtr allocate(size_t n) override {
+    // Rounded to small pages only: the huge pages are those inside the range, the tail of it
+    // (under 2 MiB) is mapped with small ones, and no more than 4 KiB is wasted.
     const size_t bytes = (std::max<size_t>(n, 1) + kPage - 1) / kPage * kPage;
     void* p = nullptr;
-    if (posix_memalign(&p, kPage, bytes) != 0 || p == nullptr)
+    if (posix_memalign(&p, kHugePage, bytes) != 0 || p == nullptr)
       throw Error(ErrorKind::Runtime, "out of memory allocating a CPU tensor of " + std::to_string(n) + " bytes");
     madvise(p, bytes, MADV_HUGEPAGE);  // advice: without huge pages the memory is still usable
     return {p, p, &release, c10::Device(c10::kCPU)};

@@ -22,8 +22,8 @@
 #include "codegen/fusion_codegen.h"
 #include "executors/cross_entropy.h"
 #include "executors/fusion_executor.h"
-#include "runtime/cpu_memory.h"
 #include "ir/error.h"
+#include "runtime/cpu_memory.h"
 #include "runtime/kernels.h"
 
 namespace thunder::runtime {

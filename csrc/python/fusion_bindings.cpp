@@ -169,9 +169,11 @@ void init(py::module_& m) {
     d["cpu_libraries"] = s.cpuLibraries;
     d["regions"] = s.regions;
     d["kernels"] = s.kernels;
+    d["outputs_into_inputs"] = s.outputsIntoInputs;
     return d;
   }, "Kernels compiled in this process and loaded from the disk cache; CPU kernel libraries, "
-     "compiled fusion regions and executor kernels alive now.");
+     "compiled fusion regions and executor kernels alive now; CPU kernel outputs written into a "
+     "dead input.");
 }
 
 const bool registered = (moduleInits().push_back(init), true);

@@ -24,6 +24,7 @@
 #include "executors/cross_entropy.h"
 #include "executors/fusion_executor.h"
 #include "ir/error.h"
+#include "runtime/cpu_memory.h"
 #include "runtime/kernels.h"
 
 namespace thunder::runtime {
@@ -211,6 +212,8 @@ void writeAtomically(const std::string& path, const std::string& data) {
 using CpuFn = void (*)(void* const*, void* const*, const int64_t*);
 
 std::atomic<int64_t> gCpuLibraries{0};
+/// Outputs of CPU kernels written into a dead input (outputsIntoInputs), in this process.
+std::atomic<int64_t> gOutputsIntoInputs{0};
 
 /// A loaded kernel library and its entry point, closed when the last region using it goes.
 /// (Each loaded library takes about 5 memory maps: kept forever, a process compiling many
@@ -581,8 +584,47 @@ bool debugFusion() {
   return on;
 }
 
+/// For each output of a CPU pointwise kernel, the call argument it is written into, or -1 for a
+/// new tensor: a donated input that nothing else holds (KernelArgs::owned), of the output's
+/// shape and dtype, contiguous, and read element for element where the output is written (no
+/// broadcast, offset, guard or merged dims). Each element is then read before it is written, in
+/// the same loop iteration, and by no other. (A fresh 32 MB tensor's page faults cost more than
+/// the GELU kernel of benchmarks/run.py's cpu_mlp that fills it.) Checked before the call's
+/// tensors are copied, which would count as other holders.
+std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a) {
+  const KernelProgram& p = r.prog;
+  std::vector<int> into(p.outputs.size(), -1);
+  static const bool off = std::getenv("THUNDER_FUSER_NO_INPLACE") != nullptr;  // for A/B timings
+  if (off || r.device.type != DeviceType::CPU || p.rowKernel() || a.donated == 0) return into;
+  const size_t R = p.iterShape.size();
+  for (size_t k = 0; k < p.inputs.size(); ++k) {
+    const codegen::KInput& in = p.inputs[k];
+    const int arg = r.argOf[k];
+    if (std::count(r.argOf.begin(), r.argOf.end(), arg) != 1 || !a.owned(arg)) continue;
+    const at::Tensor& x = a.t(arg);
+    if (x.is_view() || !x.is_contiguous() || x.numel() == 0 || in.guarded() || !in.unshifted() ||
+        in.tensor->shape != p.iterShape || !x.sizes().equals(p.iterShape) || in.dimMap.size() != R)
+      continue;
+    bool identity = true;
+    for (size_t d = 0; d < R; ++d)
+      identity &= in.dimMap[d] == static_cast<int>(d) && (d >= in.coef.size() || in.coef[d] == 1);
+    if (!identity) continue;
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      const codegen::KOutput& o = p.outputs[j];
+      if (into[j] < 0 && !o.reduced && !o.column && o.tensor->dtype == in.tensor->dtype &&
+          o.tensor->shape == p.iterShape) {
+        into[j] = arg;
+        ++gOutputsIntoInputs;
+        break;
+      }
+    }
+  }
+  return into;
+}
+
 c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   const KernelProgram& p = r.prog;
+  const std::vector<int> into = outputsIntoInputs(r, a);
   std::vector<at::Tensor> ins;
   for (int arg : r.argOf) ins.push_back(a.t(arg));
   // The kernel reads each input as the trace typed it: a tensor of another dtype or shape (an
@@ -597,9 +639,10 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   for (const auto& in : ins)
     if (in.dim() > 0 || !in.device().is_cpu()) dev = in.device();
   std::vector<at::Tensor> outs;
-  for (const codegen::KOutput& o : p.outputs)
-    outs.push_back(at::empty(o.tensor->shape,
-                             at::TensorOptions().dtype(toScalarType(o.tensor->dtype)).device(dev)));
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const codegen::KOutput& o = p.outputs[j];
+    outs.push_back(into[j] >= 0 ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
+  }
   std::vector<int64_t> g = geometry(r, ins);
   size_t R = p.iterShape.size(), I = p.inputs.size();
   int64_t numel = g[R + I * R];
@@ -871,6 +914,7 @@ bool cpuCompilerAvailable() { return cpuCompiler(); }
 FusionStats fusionStats() {
   FusionStats s{gCompiled.load(), gDiskHits.load()};
   s.cpuLibraries = gCpuLibraries.load();
+  s.outputsIntoInputs = gOutputsIntoInputs.load();
   {
     std::lock_guard<std::mutex> lock(gSourcesMu);
     s.regions = static_cast<int64_t>(gRegions.size());

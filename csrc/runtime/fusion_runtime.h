@@ -36,6 +36,8 @@ struct FusionStats {
   int64_t cpuLibraries = 0;
   int64_t regions = 0;
   int64_t kernels = 0;
+  /// CPU kernel outputs written into a dead input instead of a new tensor, in this process.
+  int64_t outputsIntoInputs = 0;
 };
 FusionStats fusionStats();
 

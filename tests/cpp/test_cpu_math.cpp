@@ -144,7 +144,7 @@ TEST(CpuMath, FunctionTableNamesDefinedFunctions) {
   for (const char* op : {"exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc"}) {
     std::string fn = cpuMathFunction(op);
     ASSERT_EQ(fn, std::string("thunder_") + op + "f");
-    EXPECT_NE(src.find("static inline float " + fn + "(float x)"), std::string::npos) << fn;
+    EXPECT_NE(src.find("THUNDER_MATH float " + fn + "(float x)"), std::string::npos) << fn;
   }
   EXPECT_EQ(cpuMathFunction("sin"), "");
   EXPECT_EQ(cpuMathFunction("lgamma"), "");
@@ -193,8 +193,8 @@ TEST(CpuMath, UlpErrorOverTheFloatsAndSpecialValues) {
   EXPECT_EQ(out.find("special"), std::string::npos) << out;
   // The bounds cpu_math.cpp states (the maxima over every float).
   const std::map<std::string, double> bound = {{"exp", 1.08}, {"expm1", 1.6},  {"log", 0.85},
-                                               {"log1p", 0.94}, {"tanh", 1.5},  {"sigmoid", 2.41},
-                                               {"erf", 1.33},   {"erfc", 4.81}};
+                                               {"log1p", 0.94}, {"tanh", 1.2},  {"sigmoid", 2.41},
+                                               {"erf", 1.19},   {"erfc", 4.81}};
   std::istringstream in(out);
   std::string name, at;
   double ulps;

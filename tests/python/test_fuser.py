@@ -326,11 +326,88 @@ def test_cpu_transcendental_kernel_vectorizes(tmp_path):
     out = subprocess.run([cxx, *flags.split(), "-o", str(tmp_path / "k.o"), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     lines = source.splitlines()
-    first = next(i for i, line in enumerate(lines) if "#pragma omp simd" in line) + 2  # 1-based: the for
-    last = next(i for i in range(first, len(lines)) if lines[i] == "    }") + 1
     reported = [int(m) for m in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", out.stderr)]
-    assert any(first <= line <= last for line in reported), out.stderr  # GCC names a line of the loop
+    # Both loops: the one computing four interleaved parts of a chunk (a loop body four times as
+    # long, whose calls must all be inlined) and the plain one for the rest.
+    simd = [i for i, line in enumerate(lines) if "#pragma omp simd" in line]
+    assert len(simd) == 2 and "m3 = n + 3 * h" in source, source
+    for i in simd:
+        first = i + 2  # 1-based: the for
+        last = next(j for j in range(first, len(lines)) if lines[j] == "    }") + 1
+        assert any(first <= line <= last for line in reported), out.stderr  # GCC names a line of the loop
     assert not re.search(r"(?<![\w])(expf|expm1f|logf|log1pf|tanhf|erff|erfcf)\(", source)
+
+
+# A CPU pointwise kernel writes its output into an input that dies with the call (a tensor the
+# trace made, read by nothing later, of the output's shape and dtype, read element for element)
+# instead of a new tensor; never into the caller's tensors, a value returned or read later, a
+# broadcast read or a different dtype. (name, fn, shapes, outputs written into inputs per call)
+INTO_INPUT_CASES = [
+    ("matmul_gelu", lambda x, w, b: torch.nn.functional.gelu(x @ w + b), [(8, 16), (16, 32), (32,)], 1),
+    ("mlp", lambda x, w, b: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)) @ w, [(8, 32), (32, 32), (32,)], 1),
+    ("two_outputs", lambda x, w: (lambda t: (t.sin(), t.cos() * 2))(x @ w), [(8, 16), (16, 32)], 1),
+    ("two_dead_inputs", lambda x, w: ((x @ w).sin(), (x @ w).cos() * 2), [(8, 16), (16, 32)], 2),
+    ("caller_input", lambda x, w: torch.sigmoid(x) * 2 + w, [(8, 16), (8, 16)], 0),
+    ("returned", lambda x, w: (lambda t: (t, t.exp() * 2))(x @ w), [(8, 16), (16, 32)], 0),
+    ("read_later", lambda x, w: (lambda t: (torch.sigmoid(t) * 2) @ t.T)(x @ w), [(8, 16), (16, 32)], 0),
+    ("broadcast_read", lambda x, w: (lambda t: (t - t[:1]).tanh())(x @ w), [(8, 16), (16, 32)], 0),
+    ("other_dtype", lambda x, w: ((x @ w).exp() * 2).to(torch.bfloat16), [(8, 16), (16, 32)], 0),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,into", INTO_INPUT_CASES, ids=[c[0] for c in INTO_INPUT_CASES])
+def test_cpu_kernel_output_into_dead_input(name, fn, shapes, into):
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    kept = [a.clone() for a in args]
+    jf = thunder.jit(fn, executors=["fuser", "torch"])
+    with torch.no_grad():
+        jf(*args)
+        before = _C.fusion_stats()["outputs_into_inputs"]
+        out = jf(*args)
+        assert _C.fusion_stats()["outputs_into_inputs"] - before == into, str(thunder.last_traces(jf)[-1])
+        torch.testing.assert_close(out, fn(*args))
+    for a, k in zip(args, kept):
+        assert torch.equal(a, k), f"{name}: an input of the call was modified"
+    # With gradients the forward keeps what the backward reads: values and gradients as eager's.
+    ga = [a.clone().requires_grad_() for a in args]
+    ea = [a.clone().requires_grad_() for a in args]
+    got, want = jf(*ga), fn(*ea)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    torch.testing.assert_close(got, want)
+    sum(g.float().sum() for g in got).backward()
+    sum(w.float().sum() for w in want).backward()
+    for g, e in zip(ga, ea):  # sums of products of the float math's rounding (exp's 1 ulp)
+        torch.testing.assert_close(g.grad, e.grad, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(bool(os.environ.get("THUNDER_FUSER_NO_HUGEPAGES")), reason="huge-page outputs turned off")
+def test_cpu_kernel_large_outputs_on_huge_pages():
+    # Outputs from 4 MiB come from 2 MiB-aligned memory advised to be backed by huge pages; they
+    # are ordinary tensors (values, resize, autograd). Smaller ones come from torch.
+    def f(x, y):
+        return torch.sigmoid(x) * 2 - y.tanh(), (x * y).exp()
+
+    for n in (1 << 20, 1000):
+        x, y = torch.randn(n), torch.randn(n)
+        jf = thunder.jit(f, executors=["fuser"])
+        got = jf(x, y)
+        torch.testing.assert_close(got, f(x, y))
+        if n == 1 << 20:
+            assert all(t.data_ptr() % (2 << 20) == 0 for t in got), [t.data_ptr() for t in got]
+            a = got[0]
+            head = a[:10].clone()
+            a.resize_(3 << 20)  # a storage that grows copies through the allocator
+            assert torch.equal(a[:10], head)
+            a.fill_(1.5)
+            assert a.sum().item() == 1.5 * (3 << 20)
+    x = torch.randn(1 << 20, requires_grad=True)
+    y = torch.randn(1 << 20)
+    out = thunder.jit(lambda x, y: f(x, y)[0] * f(x, y)[1])(x, y)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    (f(xe, y)[0] * f(xe, y)[1]).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
 
 
 def test_empty_tensors():

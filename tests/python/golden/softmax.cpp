@@ -106,18 +106,21 @@ THUNDER_DEVICE inline int32_t thunder_f2i32(double x) {
 THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to_float(thunder_float_to_bf16(x)); }
 THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
 // ---- vectorizable float math (thunder codegen/cpu_math.cpp) ----
-static inline float thunder_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+// Always inlined: a kernel whose loop holds many calls (four interleaved copies of its body, see
+// emitCpp) reaches GCC's inlining limits, and one call left in the loop keeps it scalar.
+#define THUNDER_MATH static inline __attribute__((always_inline))
+THUNDER_MATH float thunder_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 // c ? a : b with both evaluated: a `?:` whose arm calls a function becomes a branch, and the
 // predicated booleans that if-conversion then builds can stop GCC from vectorizing the loop.
-static inline float thunder_sel(bool c, float a, float b) { return c ? a : b; }
-static inline float thunder_pow2(int32_t k) {  // 2^k for -126 <= k <= 127
+THUNDER_MATH float thunder_sel(bool c, float a, float b) { return c ? a : b; }
+THUNDER_MATH float thunder_pow2(int32_t k) {  // 2^k for -126 <= k <= 127
   return thunder_float(static_cast<uint32_t>(k + 127) << 23);
 }
-static inline float thunder_copysign(float m, float s) {
+THUNDER_MATH float thunder_copysign(float m, float s) {
   return thunder_float((thunder_bits(m) & 0x7fffffffu) | (thunder_bits(s) & 0x80000000u));
 }
 // x = n ln2 + r with |r| <= ln2/2; returns expm1(r) and n. Needs |x| <= 104.
-static inline float thunder_exp_reduce(float x, int32_t& n) {
+THUNDER_MATH float thunder_exp_reduce(float x, int32_t& n) {
   const float shifter = 0x1.8p23f;  // adding it rounds x/ln2 to an integer in the low bits
   const float kn = thunder_fma(x, 0x1.715476p+0f, shifter);
   n = static_cast<int32_t>(thunder_bits(kn) - thunder_bits(shifter));
@@ -131,11 +134,11 @@ static inline float thunder_exp_reduce(float x, int32_t& n) {
   return thunder_fma(r * r, q, r);  // r + r^2 q(r)
 }
 // e^x as (1 + expm1(r)) 2^n, the power split in two so subnormal results round once.
-static inline float thunder_exp_scale(float em1r, int32_t n) {
+THUNDER_MATH float thunder_exp_scale(float em1r, int32_t n) {
   const int32_t h = n >> 1;
   return thunder_fma(em1r, thunder_pow2(h), thunder_pow2(h)) * thunder_pow2(n - h);
 }
-static inline float thunder_expf(float x) {
+THUNDER_MATH float thunder_expf(float x) {
   float xc = thunder_sel(x < -104.0f, -104.0f, x);  // e^-104 rounds to 0, e^89 overflows
   xc = thunder_sel(xc > 89.0f, 89.0f, xc);
   int32_t n;
@@ -143,7 +146,7 @@ static inline float thunder_expf(float x) {
   const float y = thunder_exp_scale(em1r, n);
   return thunder_sel(x != x, x, y);
 }
-static inline float thunder_expm1f(float x) {
+THUNDER_MATH float thunder_expm1f(float x) {
   float xc = thunder_sel(x < -30.0f, -30.0f, x);  // expm1(-30) rounds to -1
   xc = thunder_sel(xc > 89.0f, 89.0f, xc);
   int32_t n;
@@ -155,7 +158,7 @@ static inline float thunder_expm1f(float x) {
 }
 // log(x) + c for finite x > 0 in the normal range: x = 2^e m, sqrt(1/2) <= m < sqrt(2),
 // log(x) = e ln2 + log1p(m - 1).
-static inline float thunder_log_core(float x, float e0, float c) {
+THUNDER_MATH float thunder_log_core(float x, float e0, float c) {
   const uint32_t t = thunder_bits(x) - 0x3f3504f3u;
   const int32_t e = static_cast<int32_t>(t) >> 23;
   const float f = thunder_float(thunder_bits(x) - (static_cast<uint32_t>(e) << 23)) - 1.0f;
@@ -173,14 +176,14 @@ static inline float thunder_log_core(float x, float e0, float c) {
       thunder_fma(f2 * f, p, thunder_fma(ef, 0x1.7f7d1cp-20f, thunder_fma(f2, -0.5f, c)));
   return thunder_fma(ef, 0x1.62e400p-1f, f + lo);  // e ln2_hi is exact
 }
-static inline float thunder_logf(float x) {
+THUNDER_MATH float thunder_logf(float x) {
   const bool sub = x < 0x1p-126f;
   const float xs = thunder_sel(sub, x * 0x1p23f, x);  // subnormals scaled to normal
   const float y = thunder_log_core(xs, thunder_sel(sub, -23.0f, 0.0f), 0.0f);
   const float r = thunder_sel(x == THUNDER_INF, x, thunder_sel(x == 0.0f, -THUNDER_INF, y));
   return thunder_sel(x < 0.0f, THUNDER_NAN, thunder_sel(x != x, x, r));
 }
-static inline float thunder_log1pf(float x) {
+THUNDER_MATH float thunder_log1pf(float x) {
   const float u = 1.0f + x;
   const float c = (x - (u - 1.0f)) / u;  // log1p(x) = log(u) + log(1 + c) and log(1 + c) ~ c
   const float y = thunder_log_core(u, 0.0f, c);
@@ -188,7 +191,7 @@ static inline float thunder_log1pf(float x) {
   const float r = thunder_sel(x == THUNDER_INF, x, thunder_sel(x == -1.0f, -THUNDER_INF, r0));
   return thunder_sel(x < -1.0f, THUNDER_NAN, thunder_sel(x != x, x, r));
 }
-static inline float thunder_tanhf(float x) {
+THUNDER_MATH float thunder_tanhf(float x) {
   float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
   const float a2 = a * a;  // below 0.625: a + a^3 P(a^2)
   float p = thunder_fma(a2, 0x1.3fb08ep-9f, -0x1.168248p-7f);
@@ -198,11 +201,15 @@ static inline float thunder_tanhf(float x) {
   p = thunder_fma(p, a2, -0x1.555556p-2f);
   const float small = thunder_fma(a, a2 * p, a);
   a = thunder_sel(a > 10.0f, 10.0f, a);  // tanh(10) rounds to 1
-  const float em = thunder_expm1f(2.0f * a);
-  const float large = em / (em + 2.0f);  // tanh(a) = expm1(2a) / (expm1(2a) + 2)
+  // tanh(a) = 1 - 2 / (e^(2a) + 1), e^(2a) = 2^n (1 + expm1(r)) with 0 <= n <= 29: the sum
+  // 2^n expm1(r) + (2^n + 1) rounds once (expm1 of 2a with its special cases costs more).
+  int32_t n;
+  const float em1r = thunder_exp_reduce(2.0f * a, n);
+  const float s = thunder_pow2(n);
+  const float large = 1.0f - 2.0f / thunder_fma(s, em1r, s + 1.0f);
   return thunder_copysign(thunder_sel(a < 0.625f, small, large), x);
 }
-static inline float thunder_sigmoidf(float x) {
+THUNDER_MATH float thunder_sigmoidf(float x) {
   const float e = thunder_expf(-thunder_float(thunder_bits(x) & 0x7fffffffu));
   return thunder_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);  // e^x / (1 + e^x) for x < 0: no overflow
 }
@@ -210,7 +217,7 @@ static inline float thunder_sigmoidf(float x) {
 // [0.875, 2.2] and [2.2, 10.1] (erfc underflows to 0 beyond 10.06).
 // erf(a) = hi + lo for 0 <= a < 0.875, hi = a * c0 rounded (2/sqrt(pi) = c0 + c1), so that
 // erfc = (1 - hi) - lo keeps the bits 1 - erf cancels.
-static inline float thunder_erf_small(float a, float& lo) {
+THUNDER_MATH float thunder_erf_small(float a, float& lo) {
   const float a2 = a * a;
   float p = thunder_fma(a2, 0x1.71207ep-14f, -0x1.b01558p-11f);
   p = thunder_fma(p, a2, 0x1.556934p-8f);
@@ -221,7 +228,7 @@ static inline float thunder_erf_small(float a, float& lo) {
   lo = thunder_fma(a, 0x1.20dd76p+0f, -hi) + thunder_fma(a, -0x1.f7ac92p-25f, a * (a2 * p));
   return hi;
 }
-static inline float thunder_erfc_large(float a) {
+THUNDER_MATH float thunder_erfc_large(float a) {
   float ac = thunder_sel(a < 0.875f, 0.875f, a);
   ac = thunder_sel(ac > 10.1f, 10.1f, ac);
   const float t = 1.0f / ac;
@@ -238,14 +245,37 @@ static inline float thunder_erfc_large(float a) {
   const float hi = ac * ac, lo = thunder_fma(ac, ac, -hi);  // a^2 = hi + lo exactly
   return thunder_expf(-hi) * (p * (1.0f - lo));             // e^(-hi-lo) ~ e^-hi (1 - lo)
 }
-static inline float thunder_erff(float x) {
+// erf(a) = 1 - e^(-a^2) R(a) for 0.875 <= a <= 3.92 (erf rounds to 1 above 3.83), R(a) =
+// e^(a^2) erfc(a) as a polynomial in a - 2.3975 fitted with weight e^(-a^2) (the error it makes
+// in erf: 0.02 ulp): no division, one set of coefficients, and e^(-a^2) in the normal range
+// (2^-23 < e^(-a^2) < 1, so 2^n (1 + expm1(r)) needs no subnormal split and no clamps).
+THUNDER_MATH float thunder_erf_large(float a) {
+  float ac = thunder_sel(a < 0.875f, 0.875f, a);
+  ac = thunder_sel(ac > 3.92f, 3.92f, ac);
+  const float u = ac - 0x1.32e148p+1f;
+  float p = thunder_fma(u, -0x1.2ee344p-15f, -0x1.1c86aap-14f);
+  p = thunder_fma(p, u, -0x1.348c1ep-13f);
+  p = thunder_fma(p, u, 0x1.46a010p-12f);
+  p = thunder_fma(p, u, -0x1.8b81c4p-11f);
+  p = thunder_fma(p, u, 0x1.8086fcp-9f);
+  p = thunder_fma(p, u, -0x1.2a729cp-7f);
+  p = thunder_fma(p, u, 0x1.c35840p-6f);
+  p = thunder_fma(p, u, -0x1.468dcap-4f);
+  p = thunder_fma(p, u, 0x1.bfe4bap-3f);
+  const float hi = ac * ac, lo = thunder_fma(ac, ac, -hi);  // a^2 = hi + lo exactly
+  int32_t n;
+  const float em1r = thunder_exp_reduce(-hi, n);
+  const float e = thunder_fma(em1r, thunder_pow2(n), thunder_pow2(n));  // e^-hi
+  return 1.0f - e * (p * (1.0f - lo));  // e^(-hi-lo) ~ e^-hi (1 - lo)
+}
+THUNDER_MATH float thunder_erff(float x) {
   const float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
   float lo;
   const float hi = thunder_erf_small(a, lo);
-  const float y = thunder_sel(a < 0.875f, hi + lo, 1.0f - thunder_erfc_large(a));
+  const float y = thunder_sel(a < 0.875f, hi + lo, thunder_erf_large(a));
   return thunder_copysign(y, x);
 }
-static inline float thunder_erfcf(float x) {
+THUNDER_MATH float thunder_erfcf(float x) {
   const float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
   const bool small = a < 0.875f;
   float lo;

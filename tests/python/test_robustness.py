@@ -367,6 +367,39 @@ def test_threads_first_and_cached_calls_with_the_fuser(tmp_path):
     assert calls > 8
 
 
+FORK_SCRIPT = """
+    import os, signal, sys, threading, time, torch, thunder
+    # A thread makes first calls (their kernels compile: a fresh cache, the precompiled header
+    # first) while the main thread forks, as a DataLoader starting its workers would; each child
+    # calls the same functions. A compile under way in the parent never finishes in the child:
+    # the child waited forever for its key lock (contiguous input) or its region's lock (a
+    # transposed input's pattern compiled at the call).
+    f = thunder.jit(lambda a: torch.tanh(a * 3.0 + 1.0) * 2.0, executors=["fuser"])
+    x, xt = torch.randn(4, 5), torch.randn(5, 4).t()
+    want, want_t = torch.tanh(x * 3.0 + 1.0) * 2.0, torch.tanh(xt * 3.0 + 1.0) * 2.0
+    t = threading.Thread(target=lambda: (f(x), f(xt)))
+    t.start()
+    children = []
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.4, 0.8):
+        time.sleep(delay)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a hang ends as SIGALRM
+            ok = torch.allclose(f(x), want) and torch.allclose(f(xt), want_t)
+            os._exit(0 if ok else 3)
+        children.append(pid)
+    t.join()
+    statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    print(statuses)
+"""
+
+
+def test_fork_while_kernels_compile(tmp_path):
+    r = run_script(FORK_SCRIPT, env={"THUNDER_CACHE_DIR": str(tmp_path)}, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stdout  # 14: SIGALRM, a child hung
+
+
 def test_truncated_cached_kernel_is_compiled_again(tmp_path):
     code = """
         import torch, thunder

@@ -206,7 +206,7 @@ class Job {
 /// start of a model with a hundred kernels neither starts a hundred compilers at once nor starves
 /// the thread tracing the model (and the libraries, cuDNN among them, that compile their own
 /// kernels on it). Never destroyed: workers may still run at exit. After a fork the child starts
-/// its own workers when it first submits.
+/// its own workers when it first submits; the parent's queue is dropped there.
 class CompilePool {
  public:
   static CompilePool& get() {
@@ -218,6 +218,9 @@ class CompilePool {
                        c.mu_.unlock();
                        c.started_ = 0;  // the parent's threads do not exist here
                        c.idle_ = 0;
+                       // nor its compiles ahead of time: a child (a DataLoader's worker) compiles
+                       // what it calls, when it calls it (Job), not every kernel the parent queued
+                       c.queue_.clear();
                      });
       return p;
     }();

@@ -1003,8 +1003,11 @@ Value meanImpl(const Value& a, const Value& dim, bool keepdim, std::optional<DTy
   return keepdim ? clang::keepDims(m, t.shape, dims) : m;
 }
 
+/// var, or std (`root`): the square root taken before the conversion back to a 16-bit input's
+/// dtype, so std rounds once as eager's does (sqrt of a var rounded to bfloat16 differed from
+/// eager's std in one row of eight).
 Value varImpl(const Value& a, const Value& dim, const Value& correction, bool keepdim,
-              const std::string& name) {
+              const std::string& name, bool root = false) {
   const TensorProxy& t = T(a, name);
   std::vector<int64_t> dims = clang::reductionDims(t, dim, opn(name));
   double corr = correction.isNone() ? 1.0 : correction.toDouble();
@@ -1013,6 +1016,7 @@ Value varImpl(const Value& a, const Value& dim, const Value& correction, bool ke
   THUNDER_CHECK(isFloating(t.dtype) || isComplex(t.dtype), opn(name),
                 ": expected a floating point or complex tensor, but got ", dtypeName(t.dtype));
   Value v = prims::var(clang::maybeConvert(a, computation), dims, corr);
+  if (root) v = op("sqrt", {v});
   v = clang::maybeConvert(v, complexToReal(t.dtype));
   return keepdim ? clang::keepDims(v, t.shape, dims) : v;
 }
@@ -1066,7 +1070,7 @@ void registerReductions() {
   def("var", "a, dim=None, *, correction=None, keepdim=False", {"torch.var", "torch.Tensor.var"},
       [](const Args& a) { return varImpl(a[0], a[1], a[2], a[3].toBool(), "var"); }, kReductionOp);
   def("std", "a, dim=None, *, correction=None, keepdim=False", {"torch.std", "torch.Tensor.std"},
-      [](const Args& a) { return op("sqrt", {varImpl(a[0], a[1], a[2], a[3].toBool(), "std")}); },
+      [](const Args& a) { return varImpl(a[0], a[1], a[2], a[3].toBool(), "std", true); },
       kReductionOp);
   def("var_mean", "a, dim=None, *, correction=None, keepdim=False", {"torch.var_mean"},
       [](const Args& a) {

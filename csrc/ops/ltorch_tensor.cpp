@@ -1536,8 +1536,10 @@ void registerNorms() {
   define(
       "std_mean", "a, dim=None, *, correction=None, keepdim=False", {"torch.std_mean"},
       [](const Args& a) {
-        Value vm = op("var_mean", {a[0], a[1]}, {{"correction", a[2]}, {"keepdim", a[3]}});
-        return Value::tuple({op("sqrt", {vm.items()[0]}), vm.items()[1]});
+        // std and mean (not sqrt of var_mean's var): std rounds once, as eager's, and has
+        // eager's gradient (std's rule)
+        Value s = op("std", {a[0], a[1]}, {{"correction", a[2]}, {"keepdim", a[3]}});
+        return Value::tuple({s, op("mean", {a[0], a[1], a[3]})});
       },
       kReductionOp);
   define(

@@ -3,8 +3,13 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <pthread.h>
 
@@ -80,46 +85,120 @@ void sweepExpired(Map& m, size_t& mark) {
   mark = std::max<size_t>(m.size(), 64);
 }
 
+// ---- fork safety ------------------------------------------------------------------------------
+// A fork copies only the thread that calls it (a DataLoader starting its workers, a
+// multiprocessing pool): a compile another thread has under way never finishes in the child, and
+// a lock such a thread holds is never released there. A child that called a function whose
+// kernel the parent was compiling waited forever for that kernel's key lock. The locks held only
+// briefly are taken around a fork, so the child finds them free; for the long-held ones (a key
+// lock is held for a whole compile) the child starts afresh: new key locks, and a compile (Job)
+// that a thread of the parent had under way is run again by the child's thread that needs it.
+
+/// The short-held locks taken around a fork, and the state the child resets.
+struct ForkSafe {
+  std::mutex jobs;  // every Job's state
+  std::condition_variable* jobDone = new std::condition_variable;
+  uint64_t generation = 0;  // forks into this process: a Job started in an earlier one has no thread here
+  std::mutex keys;          // keyLocks
+  std::unordered_map<std::string, std::weak_ptr<std::mutex>> keyLocks;
+  size_t keyMark = 64;
+  std::mutex libraries;  // compileCpu's table of loaded libraries
+  std::mutex patterns;   // the CPU regions' tables of compiled inner-stride patterns
+
+  static ForkSafe& get() {
+    // Never destroyed (as the tables below): a compile-pool worker may still use it at exit.
+    static ForkSafe* s = [] {
+      auto* f = new ForkSafe;
+      pthread_atfork(
+          [] {
+            ForkSafe& f = get();
+            f.jobs.lock();
+            f.keys.lock();
+            f.libraries.lock();
+            f.patterns.lock();
+          },
+          [] { get().unlockAll(); },
+          [] {
+            ForkSafe& f = get();
+            ++f.generation;
+            f.jobDone = new std::condition_variable;  // the parent's waiters are not here
+            f.keyLocks.clear();  // a key lock a thread of the parent holds is never released here
+            f.unlockAll();
+          });
+      return f;
+    }();
+    return *s;
+  }
+
+ private:
+  void unlockAll() {
+    patterns.unlock();
+    libraries.unlock();
+    keys.unlock();
+    jobs.unlock();
+  }
+};
+
 /// The mutex of one cache key: threads compiling the same kernel wait for the first one. Held
 /// by the threads using it; the table keeps only keys in use (and at most as many expired ones).
 std::shared_ptr<std::mutex> keyMutex(const std::string& key) {
-  // Never destroyed (as the tables below): a compile-pool worker may still use them at exit.
-  static std::mutex& mu = *new std::mutex;
-  static auto& locks = *new std::unordered_map<std::string, std::weak_ptr<std::mutex>>;
-  static size_t mark = 64;
-  std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<std::mutex> m = locks[key].lock();
+  ForkSafe& f = ForkSafe::get();
+  std::lock_guard<std::mutex> lock(f.keys);
+  std::shared_ptr<std::mutex> m = f.keyLocks[key].lock();
   if (!m) {
     m = std::make_shared<std::mutex>();
-    locks[key] = m;
-    sweepExpired(locks, mark);
+    f.keyLocks[key] = m;
+    sweepExpired(f.keyLocks, f.keyMark);
   }
   return m;
 }
 
 /// A compile that runs once: on a worker of the compile pool if one reaches it first, else on
 /// the thread that first needs its result (which then does not wait behind the queue). Errors
-/// are kept and rethrown to every caller.
+/// are kept and rethrown to every caller. One that a thread of the parent process had under way
+/// at a fork is run again by the child (ForkSafe).
 template <class T>
 class Job {
  public:
   explicit Job(std::function<T()> fn) : fn_(std::move(fn)) {}
   T get() {
-    std::call_once(once_, [this] {
-      try {
-        value_ = fn_();
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      fn_ = nullptr;
-    });
+    if (!done_.load(std::memory_order_acquire)) run();
     if (error_) std::rethrow_exception(error_);
     return value_;
   }
 
  private:
+  void run() {
+    ForkSafe& f = ForkSafe::get();
+    std::unique_lock<std::mutex> lock(f.jobs);
+    while (!done_.load(std::memory_order_relaxed)) {
+      if (running_ && runningIn_ == f.generation) {
+        f.jobDone->wait(lock);
+        continue;
+      }
+      running_ = true;
+      runningIn_ = f.generation;
+      lock.unlock();
+      T value{};
+      std::exception_ptr error;
+      try {
+        value = fn_();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      value_ = std::move(value);
+      error_ = error;
+      fn_ = nullptr;
+      done_.store(true, std::memory_order_release);
+      f.jobDone->notify_all();
+    }
+  }
+
   std::function<T()> fn_;
-  std::once_flag once_;
+  std::atomic<bool> done_{false};
+  bool running_ = false;  // these two under ForkSafe::jobs
+  uint64_t runningIn_ = 0;
   T value_{};
   std::exception_ptr error_;
 };
@@ -129,7 +208,7 @@ class Job {
 /// start of a model with a hundred kernels neither starts a hundred compilers at once nor starves
 /// the thread tracing the model (and the libraries, cuDNN among them, that compile their own
 /// kernels on it). Never destroyed: workers may still run at exit. After a fork the child starts
-/// its own workers when it first submits.
+/// its own workers when it first submits; the parent's queue is dropped there.
 class CompilePool {
  public:
   static CompilePool& get() {
@@ -143,6 +222,9 @@ class CompilePool {
                        new (&c.cv_) std::condition_variable();
                        c.started_ = 0;
                        c.idle_ = 0;
+                       // nor its compiles ahead of time: a child (a DataLoader's worker) compiles
+                       // what it calls, when it calls it (Job), not every kernel the parent queued
+                       c.queue_.clear();
                      });
       return p;
     }();
@@ -198,6 +280,44 @@ class CompilePool {
   int limit_ = 2, started_ = 0, idle_ = 0;
 };
 
+/// Runs a shell command with its output (stdout and stderr) appended to `log` (dropped where
+/// null); returns its exit status, -1 where it could not run or did not exit. posix_spawn, not
+/// popen or system: popen keeps its open pipes in a list under a lock that glibc does not reset
+/// in a forked child, so a fork while a thread of the parent compiled left the child blocked at
+/// its first compile (the compile pool's workers compile while the program goes on).
+int runCommand(const std::string& cmd, std::string* log) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;  // other threads' compilers do not inherit it
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return -1;
+  }
+  char buf[512];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (log) log->append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 void writeAtomically(const std::string& path, const std::string& data) {
   std::string tmp = uniqueTemp(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -242,32 +362,33 @@ const char* const kCpuFlags =
 /// about a third of the time; the kernel's code is the same). "" where it cannot be built: the
 /// kernels then parse their includes themselves.
 std::string cpuPrelude(const std::string& cxx, const std::string& dir) {
-  static std::once_flag once;
-  static std::string& path = *new std::string;
-  std::call_once(once, [&] {
+  // A Job, not a function-local static or call_once: a fork while another thread builds it
+  // would leave the child waiting for that thread.
+  static Job<std::string>& prelude = *new Job<std::string>([cxx, dir]() -> std::string {
     std::string h = dir + "/prelude-" + hashHex(cxx + kCpuFlags + codegen::kCppIncludes) + ".h";
     try {
       if (!fileExists(h)) writeAtomically(h, codegen::kCppIncludes);
       if (!fileExists(h + ".gch")) {
         std::string tmp = uniqueTemp(h + ".gch");
-        std::string cmd = cxx + kCpuFlags + " -x c++-header -o " + tmp + " " + h + " >/dev/null 2>&1";
-        if (std::system(cmd.c_str()) != 0) {
+        std::string cmd = cxx + kCpuFlags + " -x c++-header -o " + tmp + " " + h;
+        if (runCommand(cmd, nullptr) != 0) {
           std::remove(tmp.c_str());
-          return;
+          return "";
         }
         std::rename(tmp.c_str(), (h + ".gch").c_str());
       }
-      path = h;
+      return h;
     } catch (const std::exception&) {
+      return "";
     }
   });
-  return path;
+  return prelude.get();
 }
 
 /// The loaded library of a kernel's source: shared while any region uses it (the in-memory table
 /// holds weak pointers), else loaded from the disk cache, else compiled.
 CpuKernel compileCpu(const std::string& source, const std::string& entry) {
-  static std::mutex& mu = *new std::mutex;
+  std::mutex& mu = ForkSafe::get().libraries;
   static auto& memory = *new std::unordered_map<std::string, std::weak_ptr<const CpuLibrary>>;
   static size_t mark = 64;
   // The compiler and its flags are part of the key: a library built with others is not reused.
@@ -299,13 +420,9 @@ CpuKernel compileCpu(const std::string& source, const std::string& entry) {
     std::string prelude = cpuPrelude(cxx, dir);
     std::string tmpSo = uniqueTemp(so);
     std::string cmd = cxx + kCpuFlags + (prelude.empty() ? "" : " -include " + prelude) + " -shared -o " +
-                      tmpSo + " " + src + " 2>&1";
+                      tmpSo + " " + src;
     std::string log;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    THUNDER_CHECK(pipe != nullptr, "fuser: could not run the C++ compiler");
-    char buf[512];
-    while (fgets(buf, sizeof buf, pipe)) log += buf;
-    int rc = pclose(pipe);
+    int rc = runCommand(cmd, &log);
     if (rc != 0) std::remove(tmpSo.c_str());
     THUNDER_CHECK(rc == 0, "fuser: compiling ", src, " failed:\n", log);
     std::rename(tmpSo.c_str(), so.c_str());
@@ -327,15 +444,17 @@ CpuKernel compileCpu(const std::string& source, const std::string& entry) {
 /// flags the first time a process needs one (then loaded from the disk cache on later runs).
 /// Without a compiler, CPU regions are left to the other executors.
 bool cpuCompiler() {
-  static const bool ok = [] {
+  // A Job, not a function-local static: a fork while another thread runs the probe would leave
+  // the child waiting for that thread.
+  static Job<bool>& probe = *new Job<bool>([] {
     try {
       return compileCpu("extern \"C\" void thunder_probe(void* const*, void* const*, const long*) {}\n",
                         "thunder_probe") != nullptr;
     } catch (const std::exception&) {
       return false;
     }
-  }();
-  return ok;
+  });
+  return probe.get();
 }
 
 // ---- CUDA: NVRTC and the driver API, both loaded at run time --------------------------------
@@ -539,8 +658,9 @@ struct CompiledRegion {
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
   std::unordered_map<std::string, std::shared_ptr<Job<CUmodule>>> modules;  // CUDA: by entry point
-  std::mutex mu;
-  std::unordered_map<std::string, CpuKernel> cpuFns;  // inner-stride pattern -> library
+  std::mutex mu;  // modules
+  // inner-stride pattern -> library (under ForkSafe::patterns)
+  std::unordered_map<std::string, std::shared_ptr<Job<CpuKernel>>> cpuFns;
   std::shared_ptr<Job<CpuKernel>> contiguousCpu;       // CPU: the '1...' pattern, compiled early
   std::string contiguousPattern;
 };
@@ -663,12 +783,24 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       if (pat == r.contiguousPattern) {
         fn = r.contiguousCpu->get()->fn;
       } else {
-        std::lock_guard<std::mutex> lock(r.mu);
-        auto it = r.cpuFns.find(pat);
-        if (it == r.cpuFns.end() && debugFusion())
-          std::fprintf(stderr, "fuser: %s compiles inner-stride pattern %s at its first call (predicted %s)\n",
-                       p.name.c_str(), pat.c_str(), r.contiguousPattern.c_str());
-        fn = (it != r.cpuFns.end() ? it->second : (r.cpuFns[pat] = compileCpu(codegen::emitCpp(p, pat), p.name)))->fn;
+        // Compiled outside the lock (a Job per pattern): other patterns' calls do not wait for
+        // it, and a fork while it compiles leaves no held lock in the child.
+        std::shared_ptr<Job<CpuKernel>> job;
+        {
+          std::lock_guard<std::mutex> lock(ForkSafe::get().patterns);
+          auto it = r.cpuFns.find(pat);
+          if (it != r.cpuFns.end()) job = it->second;
+        }
+        if (!job) {
+          if (debugFusion())
+            std::fprintf(stderr, "fuser: %s compiles inner-stride pattern %s at its first call (predicted %s)\n",
+                         p.name.c_str(), pat.c_str(), r.contiguousPattern.c_str());
+          std::string src = codegen::emitCpp(p, pat), name = p.name;
+          auto made = std::make_shared<Job<CpuKernel>>([src, name] { return compileCpu(src, name); });
+          std::lock_guard<std::mutex> lock(ForkSafe::get().patterns);
+          job = r.cpuFns.emplace(pat, made).first->second;  // another thread's, if it came first
+        }
+        fn = job->get()->fn;
       }
       fn(inPtrs.data(), outPtrs.data(), g.data());
     } else {

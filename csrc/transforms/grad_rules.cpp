@@ -117,10 +117,12 @@ const double kPi = 3.14159265358979323846;
 
 const std::pair<PrimId, UnaryGrad> kUnary[] = {
     {PrimId::abs, [](X x, X, X g) { return mul(g, un("sign", x)); }},
-    {PrimId::acos, [](X x, X, X g) { return neg(div(g, un("sqrt", sub(1.0, sq(x))))); }},
-    {PrimId::acosh, [](X x, X, X g) { return div(g, un("sqrt", sub(sq(x), 1.0))); }},
-    {PrimId::asin, [](X x, X, X g) { return div(g, un("sqrt", sub(1.0, sq(x)))); }},
-    {PrimId::asinh, [](X x, X, X g) { return div(g, un("sqrt", add(sq(x), 1.0))); }},
+    // eager's formulas (derivatives.yaml), in its order of operations: g * rsqrt(1 - x^2), not
+    // g / sqrt(1 - x^2) (an ulp apart), and so on; see registerLowPrecisionUnaryRules.
+    {PrimId::acos, [](X x, X, X g) { return mul(g, neg(un("rsqrt", sub(1.0, sq(x))))); }},
+    {PrimId::acosh, [](X x, X, X g) { return mul(g, un("rsqrt", sub(sq(x), 1.0))); }},
+    {PrimId::asin, [](X x, X, X g) { return mul(g, un("rsqrt", sub(1.0, sq(x)))); }},
+    {PrimId::asinh, [](X x, X, X g) { return mul(g, un("rsqrt", add(sq(x), 1.0))); }},
     {PrimId::atan, [](X x, X, X g) { return div(g, add(sq(x), 1.0)); }},
     {PrimId::atanh, [](X x, X, X g) { return div(g, sub(1.0, sq(x))); }},
     {PrimId::ceil, [](X x, X, X) { return zerosLike(x); }},
@@ -137,7 +139,7 @@ const std::pair<PrimId, UnaryGrad> kUnary[] = {
     {PrimId::erfinv,
      [](X, X y, X g) { return mul(g, mul(std::sqrt(kPi) / 2.0, un("exp", sq(y)))); }},
     {PrimId::exp, [](X, X y, X g) { return mul(g, y); }},
-    {PrimId::exp2, [](X, X y, X g) { return mul(g, mul(y, std::log(2.0))); }},
+    {PrimId::exp2, [](X, X y, X g) { return mul(mul(g, y), std::log(2.0)); }},
     {PrimId::expm1, [](X, X y, X g) { return mul(g, add(y, 1.0)); }},
     {PrimId::lgamma, [](X x, X, X g) { return mul(g, un("digamma", x)); }},
     {PrimId::log, [](X x, X, X g) { return div(g, x); }},
@@ -146,13 +148,21 @@ const std::pair<PrimId, UnaryGrad> kUnary[] = {
     {PrimId::log2, [](X x, X, X g) { return div(g, mul(x, std::log(2.0))); }},
     {PrimId::neg, [](X, X, X g) { return neg(g); }},
     {PrimId::reciprocal, [](X, X y, X g) { return mul(g, neg(sq(y))); }},
-    {PrimId::rsqrt, [](X, X y, X g) { return mul(g, mul(-0.5, mul(y, sq(y)))); }},
+    // -0.5 * g * y^3, the cube as eager's pow(y, 3): y * y * y, in float32 rounded once for
+    // float16 (CPU and CUDA), each product rounded for bfloat16 (CPU)
+    {PrimId::rsqrt,
+     [](X, X y, X g) {
+       Value cube = y.tensor().dtype == DType::Float16 ? op("pow", {y, 3.0}) : mul(y, sq(y));
+       return mul(mul(g, -0.5), cube);
+     }},
     {PrimId::sin, [](X x, X, X g) { return mul(g, un("cos", x)); }},
     {PrimId::sinh, [](X x, X, X g) { return mul(g, un("cosh", x)); }},
     {PrimId::sqrt, [](X, X y, X g) { return div(g, mul(y, 2.0)); }},
     {PrimId::tan, [](X, X y, X g) { return mul(g, add(sq(y), 1.0)); }},
     {PrimId::tanh, [](X, X y, X g) { return mul(g, sub(1.0, sq(y))); }},
-    {PrimId::sigmoid, [](X, X y, X g) { return mul(g, mul(y, sub(1.0, y))); }},
+    // eager's sigmoid_backward, (g * (1 - y)) * y: g * (y * (1 - y)) rounded otherwise in a third
+    // of float32 elements
+    {PrimId::sigmoid, [](X, X y, X g) { return mul(mul(g, sub(1.0, y)), y); }},
 };
 
 using VV = std::pair<Value, Value>;
@@ -435,8 +445,37 @@ void registerReductionRules() {
     Value mean = expandBack(div(op("sum", {a[0], Value::ints(dims)}), static_cast<double>(n)),
                             t.shape, dims);
     double scale = 2.0 / (static_cast<double>(n) - a[2].toDouble());
-    putGrad(a[0], mul(expandBack(g, t.shape, dims), mul(sub(a[0], mean), scale)));
+    // eager's association, (scale * g) * (x - mean): each product rounds as eager's does
+    putGrad(a[0], mul(mul(expandBack(g, t.shape, dims), scale), sub(a[0], mean)));
   });
+}
+
+/// eager's var_backward over the non-empty `dims` of a real floating x: (2 / (n - correction)) *
+/// g * (x - x.mean(dims, keepdim=True)), each step in x's dtype. For bfloat16 and float16 eager
+/// rounds the mean, the difference and each product to x's dtype; through var's decomposition
+/// (float32 throughout, one rounding at the end) the gradient of a bfloat16 var differed from
+/// eager's by several bfloat16 steps where terms cancel downstream (fuzzer seed 25723).
+Value varBackward(X x, X g, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+  const TensorProxy& t = x.tensor();
+  int64_t n = 1;
+  for (int64_t d : dims) n *= t.shape[d];
+  Value gk = g;
+  if (!keepdim) {
+    Shape keep = t.shape;
+    for (int64_t d : dims) keep[d] = 1;
+    gk = op("reshape", {g, Value::ints(keep)});
+  }
+  Value mean = ltorch::op("mean", {x, Value::ints(dims), true});
+  return mul(mul(gk, 2.0 / (static_cast<double>(n) - correction)), sub(x, mean));
+}
+
+/// The reduced dims of a var/std/var_mean call whose own rule applies: a real floating input
+/// with at least one element and one reduced dim (others go through the decomposition).
+bool varRuleApplies(const BoundSymbol& b, const char* name) {
+  if (b.args.size() < 4 || !b.args[0].isTensor()) return false;
+  const TensorProxy& t = b.args[0].tensor();
+  if (!isFloating(t.dtype) || t.numel() == 0 || t.ndim() == 0) return false;
+  return !clang::reductionDims(t, b.args[1], name).empty();
 }
 
 void registerMatmulRules() {
@@ -663,18 +702,57 @@ void registerTorchRules() {
     int64_t n = 1;
     for (int64_t d : dims) n *= t.shape[d];
     double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
-    Value x = up(a[0]);
+    if (!dims.empty()) {
+      // eager's std_backward: var_backward of (g / (std * 2)) with 0 where std == 0, each step
+      // in the input's dtype (as var's rule)
+      Value gv = op("where", {op("eq", {y, 0.0}), 0.0, div(g, mul(y, 2.0))});
+      putGrad(a[0], varBackward(a[0], gv, dims, corr, a[3].toBool()));
+      return y;
+    }
     // No reduced dim (a 0-d input): each element is its own mean.
-    Value mean = dims.empty() ? x
-                              : expandBack(div(op("sum", {x, Value::ints(dims)}),
-                                               static_cast<double>(n)), t.shape, dims);
-    Value yb = expandBack(up(y), t.shape, dims), gb = expandBack(up(g), t.shape, dims);
+    Value x = up(a[0]);
+    Value yb = up(y), gb = up(g);
     Value scale = op("where", {op("eq", {yb, 0.0}), 0.0,
                                div(gb, mul(yb, static_cast<double>(n) - corr))});
-    putGrad(a[0], mul(scale, sub(x, mean)));
+    putGrad(a[0], mul(scale, sub(x, x)));
     return y;
   }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
     return b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+  });
+  // var and var_mean: eager's var_backward (varBackward above); var_mean's mean gets eager's
+  // mean_backward, g expanded / n in the input's dtype, added after the var's term as eager adds.
+  const Symbol* varSym = &ltorch::symbol("var");
+  registerGradRule(varSym->id(), [varSym](const Args& a) {
+    Value y = call(*varSym, a);
+    Value g = getGrad(y);
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.var");
+    double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
+    putGrad(a[0], varBackward(a[0], g, dims, corr, a[3].toBool()));
+    return y;
+  }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+    return varRuleApplies(b, "ltorch.var");
+  });
+  const Symbol* varMeanSym = &ltorch::symbol("var_mean");
+  registerGradRule(varMeanSym->id(), [varMeanSym](const Args& a) {
+    Value y = call(*varMeanSym, a);
+    Value gv = getGrad(y.items()[0]), gm = getGrad(y.items()[1]);
+    const TensorProxy& t = a[0].tensor();
+    std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.var_mean");
+    double corr = a[2].isNone() ? 1.0 : a[2].toDouble();
+    bool keepdim = a[3].toBool();
+    putGrad(a[0], varBackward(a[0], gv, dims, corr, keepdim));
+    int64_t n = 1;
+    for (int64_t d : dims) n *= t.shape[d];
+    Value gmk = keepdim ? gm : op("reshape", {gm, Value::ints([&] {
+                                              Shape keep = t.shape;
+                                              for (int64_t d : dims) keep[d] = 1;
+                                              return keep;
+                                            }())});
+    putGrad(a[0], div(op("expand", {gmk, Value::ints(t.shape)}), static_cast<double>(n)));
+    return y;
+  }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+    return varRuleApplies(b, "ltorch.var_mean");
   });
   // softmax and log_softmax keep their forward as one call: the backward reads only the output.
   rule(ltorch::symbol("softmax"), [](const Args& a, X y, X g) {
@@ -858,6 +936,41 @@ void registerCrossEntropyRule() {
       });
 }
 
+/// 16-bit float inputs of the unary ops above: eager's backward formulas run in the input's
+/// dtype, each step rounded to it (g * x.cos() rounds the cosine to bfloat16 first) and reading
+/// the rounded output (g * y with y = exp(x) in bfloat16). The prims' rules see float32 values
+/// (ltorch's ops compute 16-bit floats in float32), the output unrounded, and round once at the
+/// end: an ulp of bfloat16 from eager's gradient in one element of four, past the tolerance
+/// where terms cancel downstream (fuzzer seed 25723, through var's gradient). The ltorch
+/// symbol of each op gets the prim's formula on its 16-bit values, every ltorch op rounding as
+/// eager's does; tanh's and sigmoid's backward are eager kernels (float32 arithmetic on the
+/// rounded output, one rounding): the formula in float32 on the rounded output.
+void registerLowPrecisionUnaryRules() {
+  for (const auto& [id, f] : kUnary) {
+    const std::string name = sym(id).name;
+    const Symbol* s = SymbolRegistry::get().find("ltorch." + name);
+    if (s == nullptr || id == PrimId::ceil || id == PrimId::floor || id == PrimId::round ||
+        id == PrimId::trunc || id == PrimId::sign)
+      continue;
+    // (eager's CPU sigmoid_backward of float16 rounds each step to float16, its CUDA kernel
+    // computes in float32 as for bfloat16: thunder follows the latter)
+    bool kernel = id == PrimId::tanh || id == PrimId::sigmoid;
+    UnaryGrad grad = f;
+    registerGradRule(
+        s->id(),
+        [s, grad, kernel](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          DType d = a[0].tensor().dtype;
+          putGrad(a[0], kernel ? toDType(grad(up(a[0]), up(y), up(g)), d) : grad(a[0], y, g));
+          return y;
+        },
+        [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+          return b.args.size() == 1 && b.args[0].isTensor() && isLowPrecision(b.args[0].tensor().dtype);
+        });
+  }
+}
+
 void registerGradRules() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -874,6 +987,7 @@ void registerGradRules() {
     registerSdpaGradRule();
     registerTensorOpRules();
     registerCrossEntropyRule();
+    registerLowPrecisionUnaryRules();
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

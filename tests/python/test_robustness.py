@@ -367,6 +367,39 @@ def test_threads_first_and_cached_calls_with_the_fuser(tmp_path):
     assert calls > 8
 
 
+FORK_SCRIPT = """
+    import os, signal, sys, threading, time, torch, thunder
+    # A thread makes first calls (their kernels compile: a fresh cache, the precompiled header
+    # first) while the main thread forks, as a DataLoader starting its workers would; each child
+    # calls the same functions. A compile under way in the parent never finishes in the child:
+    # the child waited forever for its key lock (contiguous input) or its region's lock (a
+    # transposed input's pattern compiled at the call).
+    f = thunder.jit(lambda a: torch.tanh(a * 3.0 + 1.0) * 2.0, executors=["fuser"])
+    x, xt = torch.randn(4, 5), torch.randn(5, 4).t()
+    want, want_t = torch.tanh(x * 3.0 + 1.0) * 2.0, torch.tanh(xt * 3.0 + 1.0) * 2.0
+    t = threading.Thread(target=lambda: (f(x), f(xt)))
+    t.start()
+    children = []
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.4, 0.8):
+        time.sleep(delay)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a hang ends as SIGALRM
+            ok = torch.allclose(f(x), want) and torch.allclose(f(xt), want_t)
+            os._exit(0 if ok else 3)
+        children.append(pid)
+    t.join()
+    statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    print(statuses)
+"""
+
+
+def test_fork_while_kernels_compile(tmp_path):
+    r = run_script(FORK_SCRIPT, env={"THUNDER_CACHE_DIR": str(tmp_path)}, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stdout  # 14: SIGALRM, a child hung
+
+
 def test_truncated_cached_kernel_is_compiled_again(tmp_path):
     code = """
         import torch, thunder
@@ -571,6 +604,107 @@ def test_reduction_gradients_like_eager(name, fn, shape, dtype, executors):
         y.backward(torch.ones_like(y))
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+VAR_GRAD_CASES = [  # eager's var_backward and std_backward, each step in the input's dtype
+    ("var_dim0", lambda x: torch.var(x, 0)),
+    ("var_dim1_keepdim", lambda x: torch.var(x, 1, keepdim=True)),
+    ("var_all", lambda x: torch.var(x)),
+    ("var_correction0", lambda x: torch.var(x, (0, 1), correction=0)),
+    ("var_mean_var", lambda x: torch.var_mean(x, 1)[0]),
+    ("var_mean_both", lambda x: torch.var_mean(x, 0)[0] * 2 + torch.var_mean(x, 0)[1]),
+    ("var_mean_keepdim", lambda x: sum(torch.var_mean(x, -1, keepdim=True))),
+    ("std_dim1", lambda x: torch.std(x, 1)),
+    ("std_mean", lambda x: torch.std_mean(x, 0)[0]),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("name,fn", VAR_GRAD_CASES, ids=[c[0] for c in VAR_GRAD_CASES])
+def test_var_std_gradients_round_like_eager(name, fn, dtype, executors):
+    # Fuzzer seed 25723: eager's var_backward, (2 / (n - correction)) * g * (x - x.mean(dim)),
+    # rounds the mean, the difference and each product to a bfloat16 input's dtype; thunder
+    # computed it in float32 and rounded once, several bfloat16 steps apart where terms cancel
+    # downstream. With eager's formula and order the 16-bit gradients are eager's, bit for bit
+    # (and std's forward rounds once, as eager's). Rows of 3 and 5: short sums.
+    gen = torch.Generator().manual_seed(0)
+    base = (torch.randn((3, 5), generator=gen, dtype=torch.float64) * 3).to(dtype)
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
+        grads.append(torch.autograd.grad(y, x, cot)[0])
+    if dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(grads[1], grads[0]), (grads[1], grads[0])
+    else:
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=0)
+
+
+UNARY_GRAD_CASES = [  # (name, fn, domain of x made from a standard normal sample)
+    ("abs", torch.abs, None), ("acos", torch.acos, torch.tanh), ("asin", torch.asin, torch.tanh),
+    ("acosh", torch.acosh, lambda t: t.abs() + 1.1), ("asinh", torch.asinh, None),
+    ("atan", torch.atan, None), ("atanh", torch.atanh, lambda t: torch.tanh(t) * 0.9),
+    ("cos", torch.cos, None), ("cosh", torch.cosh, None), ("erf", torch.erf, None),
+    ("erfc", torch.erfc, None), ("erfinv", torch.erfinv, lambda t: torch.tanh(t) * 0.9),
+    ("exp", torch.exp, None), ("exp2", torch.exp2, None), ("expm1", torch.expm1, None),
+    ("lgamma", torch.lgamma, lambda t: t.abs() + 0.5), ("log", torch.log, lambda t: t.abs() + 0.1),
+    ("log10", torch.log10, lambda t: t.abs() + 0.1), ("log1p", torch.log1p, lambda t: t.abs()),
+    ("log2", torch.log2, lambda t: t.abs() + 0.1), ("neg", torch.neg, None),
+    ("reciprocal", torch.reciprocal, lambda t: t.abs() + 0.1), ("rsqrt", torch.rsqrt, lambda t: t.abs() + 0.1),
+    ("sin", torch.sin, None), ("sinh", torch.sinh, None), ("sqrt", torch.sqrt, lambda t: t.abs() + 0.1),
+    ("tan", torch.tan, torch.tanh), ("tanh", torch.tanh, None), ("sigmoid", torch.sigmoid, None),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("name,fn,domain", UNARY_GRAD_CASES, ids=[c[0] for c in UNARY_GRAD_CASES])
+def test_unary_gradients_round_like_eager(name, fn, domain, dtype, executors):
+    # eager's backward formulas in its order of operations: for 16-bit inputs every step rounds
+    # to the input's dtype and reads the rounded output (tanh's and sigmoid's kernels: float32 on
+    # the rounded output), bit for bit; float32 and float64 within an ulp or two
+    gen = torch.Generator().manual_seed(2)
+    t = torch.randn(512, generator=gen, dtype=torch.float64) * 2
+    base = (domain(t) if domain else t).to(dtype)
+    cot = torch.randn(512, generator=gen, dtype=torch.float64).to(dtype)
+    grads = []
+    for jit in (False, True):
+        x = base.clone().requires_grad_(True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        grads.append(torch.autograd.grad(y, x, cot)[0])
+    if name == "sigmoid" and dtype == torch.float16:
+        # eager's CPU kernel rounds each step to float16 (its CUDA kernel and its bfloat16 path
+        # compute in float32, as thunder does): two float16 ulps apart at most
+        torch.testing.assert_close(grads[1], grads[0], rtol=2e-3, atol=1e-5)
+    elif dtype in (torch.bfloat16, torch.float16):
+        same = (grads[1] == grads[0]) | (grads[1].isnan() & grads[0].isnan())
+        assert bool(same.all()), (base[~same][:4], grads[1][~same][:4], grads[0][~same][:4])
+    else:  # the fuser's own exp, tanh, ... an ulp from eager's: values, not formulas, differ
+        torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+def test_fuzz_seed_25723_bfloat16_var_then_remainder():
+    # the fuzzer's program: var_mean of a bfloat16 tensor, a remainder by that tensor, a matmul;
+    # the float32 input's gradient was up to 0.5 off eager's (bfloat16 steps of var's gradient)
+    def prog(b):
+        t0 = b.to(torch.bfloat16)
+        t3 = torch.remainder(torch.var_mean(t0.contiguous(), 1)[0], t0)
+        return torch.matmul(t3, t3.mT), t3
+
+    g = torch.Generator().manual_seed(25723)
+    torch.randn((1, 2, 3, 4), generator=g, dtype=torch.float64)
+    b = (torch.randn((1, 2, 4, 3), generator=g, dtype=torch.float64) * 3).to(torch.float32).transpose(-1, -2)
+    for executors in EXECUTORS:
+        grads = []
+        for f in (prog, thunder.jit(prog, executors=executors)):
+            x = b.clone().requires_grad_(True)
+            outs = f(x)
+            cg = torch.Generator().manual_seed(25723)
+            cots = [torch.randn(o.shape, generator=cg, dtype=torch.float64).to(o.dtype) for o in outs]
+            grads.append(torch.autograd.grad(outs, x, cots)[0])
+        assert torch.equal(grads[1], grads[0]), (grads[1] - grads[0]).abs().max()
 
 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)

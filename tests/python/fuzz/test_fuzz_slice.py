@@ -45,3 +45,71 @@ def test_the_sign_of_a_nan_is_not_compared():
     prog, make_inputs = fuzz._load(program)
     assert prog(*make_inputs()).tolist() == [1.5, -2.0, 3.0]  # the NaN (negative) reads as +1.0
     assert fuzz.check(program, ["fuser"], 0)[0] == "ok"
+
+
+def test_a_nan_where_the_reference_is_a_number_is_an_unbounded_error():
+    # Seed 30649: log(sigmoid(x)) below x = -88.7. Eager's sigmoid underflows to 0 (its gradient
+    # g / 0 * 0 is NaN), thunder's is subnormal (g / y overflows: inf); the float64 gradient is
+    # about g. Both errors are unbounded, so thunder is as close as eager; a thunder NaN or inf
+    # where eager is finite still fails, as does a finite thunder value far from the reference.
+    import torch
+
+    nan, inf = float("nan"), float("inf")
+    ref = torch.tensor([-0.89, -1.03, 0.5], dtype=torch.float64)
+    eager = torch.tensor([nan, nan, 0.5])
+    assert fuzz._close(torch.tensor([-inf, nan, 0.5]), eager, ref) is None
+    assert fuzz._close(torch.tensor([-0.89, -1.03, 0.5]), eager, ref) is None
+    assert fuzz._close(torch.tensor([-inf, nan, 0.7]), eager, ref) is not None
+    finite = torch.tensor([-0.89, -1.03, 0.5])
+    assert fuzz._close(torch.tensor([-inf, -1.03, 0.5]), finite, ref) is not None
+    assert fuzz._close(torch.tensor([nan, -1.03, 0.5]), finite, ref) is not None
+    # where the reference is NaN, thunder must be NaN too (eager's number there does not help)
+    assert fuzz._close(torch.tensor([1.0]), torch.tensor([1.0 + 1e-3]), torch.tensor([nan], dtype=torch.float64)) \
+        is not None
+
+
+FRAC_OF_NORM = """import torch
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(25923)
+    return [torch.randint(-6, 7, (2, 5, 5), generator=g, dtype=torch.int64) * {scale}]
+
+
+def prog(a):
+    return torch.frac(torch.norm(a * 1e4))
+"""
+
+
+def test_ill_conditioned_ops_are_compared_within_the_rounding_of_their_operand():
+    # Seed 25923: frac of a float32 norm of about 2.8e5, where one ulp is 1/32: eager 0.4375,
+    # thunder 0.46875 (its sum of squares added in another order). The float64 reference reruns
+    # with frac's operand moved by its rounding error bound give the range a result may take.
+    import torch
+
+    prog, make_inputs = fuzz._load(FRAC_OF_NORM.format(scale=1))
+    want = prog(*make_inputs())
+    assert want.item() == 0.4375
+    ref = prog(*fuzz._float64(make_inputs()))
+    band = fuzz._perturbed_band(lambda: prog(*make_inputs()), lambda: prog(*fuzz._float64(make_inputs())))
+    assert band is not None
+    assert fuzz._close(torch.tensor(0.46875), want, ref) is not None  # without the band: a mismatch
+    assert fuzz._close(torch.tensor(0.46875), want, ref, band=band) is None
+    assert fuzz._close(torch.tensor(0.3), want, ref, band=band) is not None  # beyond 2 ulps of the norm
+    # A well-conditioned frac (norm about 28: ulp 2e-6) keeps a tight comparison.
+    prog, make_inputs = fuzz._load(FRAC_OF_NORM.format(scale="1e-4"))
+    want = prog(*make_inputs())
+    band = fuzz._perturbed_band(lambda: prog(*make_inputs()), lambda: prog(*fuzz._float64(make_inputs())))
+    ref = prog(*fuzz._float64(make_inputs()))
+    assert fuzz._close(want + 1 / 32, want, ref, band=band) is not None
+    assert fuzz._close(want + 1e-6, want, ref, band=band) is None
+    # Programs without such an op get no band.
+    prog, make_inputs = fuzz._load("import torch\ndef make_inputs():\n    return [torch.ones(3)]\n"
+                                   "def prog(a):\n    return torch.exp(a)\n")
+    assert fuzz._perturbed_band(lambda: prog(*make_inputs()), lambda: prog(*fuzz._float64(make_inputs()))) is None
+
+
+@pytest.mark.parametrize("seed", [30649, 25723, 25923])
+def test_seeds_left_open_by_session_7_pass(seed):
+    counts, failures = fuzz.run([seed], ["default", "fuser"], timeout=300, jobs=1, out_dir=None, quiet=True)
+    assert not failures, failures[0]["detail"]

@@ -470,11 +470,28 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     return false;
   };
 
+  // A unit whose prims only convert terminal values (the conversion of a column sum back to its
+  // parameter's dtype, which the autodiff emits after the sum) is the sum's epilogue: it joins
+  // the sum's group and its values are terminal too.
+  auto onlyConvertsTerminals = [&](const Unit& u) {
+    std::unordered_set<const TensorProxy*> own;
+    for (const BoundSymbol& p : u.prims) {
+      if (p.sym->name != "convert_element_type" || p.args.empty() || !p.args[0].isTensor()) return false;
+      const TensorProxy* in = p.args[0].toTensor().get();
+      if (!terminalOut.count(in) && !own.count(in)) return false;
+      for (const TensorPtr& o : p.outputTensors()) own.insert(o.get());
+    }
+    return !u.prims.empty();
+  };
+
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (u.fusible) {
-      if (reads(u, terminalOut)) flush();
+      bool epilogue = reads(u, terminalOut) && onlyConvertsTerminals(u);
+      if (reads(u, terminalOut) && !epilogue) flush();
       group.push_back(i);
+      if (epilogue)
+        for (const TensorPtr& t : u.bsym->outputTensors()) terminalOut.insert(t.get());
       for (const TensorPtr& t : u.bsym->outputTensors()) {
         groupOut.insert(t.get());
         if (u.terminal) terminalOut.insert(t.get());

@@ -569,6 +569,26 @@ def test_cuda_norm_backward_is_one_kernel_with_its_weight_gradient(dtype):
     assert sum(n.startswith("cudaFusion") for n in names) == 1, names
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_backward_converts_its_weight_gradient_in_the_kernel(dtype):
+    # The weight's gradient is a column sum converted back to the weight's dtype after the sum
+    # (the autodiff converts after summing, as eager rounds once): the conversion is the sum's
+    # epilogue in the same kernel, not a second kernel and an ATen conversion.
+    x = torch.randn(64, 256, dtype=dtype, requires_grad=True)
+    w = torch.randn(256, dtype=dtype, requires_grad=True)
+    g = torch.randn(64, 256, dtype=dtype)
+    f = lambda x, w: torch.nn.functional.rms_norm(x, (256,), w, 1e-6)
+    jf = thunder.jit(f, executors=["fuser"])
+    got = torch.autograd.grad(jf(x, w), (x, w), g)
+    ref = torch.autograd.grad(f(x.double(), w.double()), (x, w), g.double())
+    tol = {"atol": 1e-3, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    for a, r in zip(got, ref):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), r.double(), **tol)
+    names = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n != "del"]
+    assert names == ["cpuFusion0"] or (len(names) == 1 and names[0].endswith("Fusion0")), names
+
+
 def test_fused_where_of_two_numbers():
     # The predicate is where's only tensor: the numbers are of the output's dtype, not bool.
     f = lambda x: torch.where(x == 0, 0.0, -5.0) + torch.where(x > 0, x, -math.inf)

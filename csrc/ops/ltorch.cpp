@@ -1443,7 +1443,17 @@ void registerNN() {
       "label_smoothing=0.0",
       {"torch.nn.functional.cross_entropy"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "cross_entropy");
-        THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
+        if (t.ndim() == 0) {
+          // As eager: a target of the input's shape (0-d as well) holds class probabilities,
+          // whose dtype is checked first; then the class dim, 1, is out of range (IndexError,
+          // not RuntimeError: fuzzer seed 37737).
+          const TensorProxy& tg = T(a[1], "cross_entropy", "target");
+          THUNDER_CHECK(tg.ndim() != 0 || isFloating(tg.dtype),
+                        "ltorch.cross_entropy: expected floating point type for target with class "
+                        "probabilities, got ", dtypeName(tg.dtype));
+          THUNDER_CHECK_KIND(false, ErrorKind::Index,
+                             "ltorch.cross_entropy: dimension specified as 1 but the input has no dimensions");
+        }
         double smoothing = a[7].toDouble();
         THUNDER_CHECK_KIND(
             smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,

@@ -400,6 +400,40 @@ def test_fork_while_kernels_compile(tmp_path):
     assert r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stdout  # 14: SIGALRM, a child hung
 
 
+FORK_QUEUE_SCRIPT = """
+    import os, threading, time, torch, thunder
+    from thunder import _C
+    # One compile thread (THUNDER_COMPILE_THREADS=1): a first call of a function of six fusion
+    # regions queues six compiles; the fork comes while the first compiles, the other five queued.
+    w = torch.randn(6, 6)
+    def six(a):
+        for k in range(6):
+            a = torch.tanh(a * (k + 2.0) + 1.0) @ w
+        return a
+    thunder.jit(lambda a: a * 3.0 + 1.0, executors=["fuser"])(torch.randn(3))  # probe and header
+    f = thunder.jit(six, executors=["fuser"])
+    t = threading.Thread(target=lambda: f(torch.randn(4, 6)))
+    t.start()
+    time.sleep(0.3)
+    pid = os.fork()
+    if pid == 0:
+        before = _C.fusion_stats()["compiled"]
+        h = thunder.jit(lambda a: torch.sin(a * 7.0) - 5.0, executors=["fuser"])
+        h(torch.randn(5))
+        time.sleep(3)  # the pool's worker would compile the parent's queue meanwhile
+        os._exit(_C.fusion_stats()["compiled"] - before)
+    t.join()
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_forked_child_does_not_compile_its_parents_queue(tmp_path):
+    # the child compiles the one kernel it calls, not the ones its parent had queued
+    r = run_script(FORK_QUEUE_SCRIPT, env={"THUNDER_CACHE_DIR": str(tmp_path), "THUNDER_COMPILE_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "1", r.stdout
+
+
 def test_truncated_cached_kernel_is_compiled_again(tmp_path):
     code = """
         import torch, thunder
@@ -643,6 +677,30 @@ def test_unary_gradients_round_like_eager(name, fn, domain, dtype, executors):
         assert bool(same.all()), (base[~same][:4], grads[1][~same][:4], grads[0][~same][:4])
     else:  # the fuser's own exp, tanh, ... an ulp from eager's: values, not formulas, differ
         torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("value", [float("nan"), 2.0, float("inf")])
+@pytest.mark.parametrize("fn", [lambda x: torch.amax(x, 0), lambda x: torch.amin(x, 0), lambda x: torch.amax(x, ())],
+                         ids=["amax", "amin", "amax_empty_dims"])
+def test_amax_amin_of_a_0d_tensor_gradient_like_eager(fn, value, executors):
+    # fuzzer seed 36352: the gradient of amax over a 0-d NaN is NaN in eager (g / 0 * 0: no element
+    # equals the NaN result); thunder passed g through
+    grads = []
+    for jit in (False, True):
+        x = torch.tensor(value, requires_grad=True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(x)
+        grads.append(torch.autograd.grad(y, x, torch.tensor(-1.5))[0])
+    torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("target", [torch.tensor(0.5), torch.tensor(1), torch.tensor([0.5]), torch.tensor([1])],
+                         ids=["0d_float", "0d_long", "1d_float", "1d_long"])
+def test_cross_entropy_of_a_0d_input_raises_like_eager(target, executors):
+    # fuzzer seed 37737: eager's IndexError (class dim 1 of a 0-d input), or its RuntimeError for a
+    # 0-d integer target (class probabilities, checked first); thunder raised RuntimeError
+    assert_same(lambda a, t: F.cross_entropy(a, t), torch.tensor(0.3), target, executors=executors)
 
 
 def test_fuzz_seed_25723_bfloat16_var_then_remainder():

@@ -145,8 +145,14 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
     THUNDER_CHECK_KIND(b.isNumber() && alpha.isNumber(), ErrorKind::Type, opn(name),
                        ": other and alpha must be numbers or tensors");
     bool ints = (b.isInt() || b.isBool()) && (alpha.isInt() || alpha.isBool());
-    rhs = ints ? Value(b.toInt() * alpha.toInt()) : Value(b.toDouble() * alpha.toDouble());
-    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+    // a 16-bit tensor: other rounded to its dtype, then times alpha in float32 (eager's kernel)
+    DType common = elementwiseTypePromotion({a, b}, PK::Default).second;
+    bool round16 = isLowPrecision(common) && !b.isBool();
+    double bv = round16 ? clang::roundToLowPrecision(b.toDouble(), common) : b.toDouble();
+    rhs = ints && !round16 ? Value(b.toInt() * alpha.toInt())
+          : round16       ? Value(static_cast<double>(static_cast<float>(bv) * static_cast<float>(alpha.toDouble())))
+                          : Value(bv * alpha.toDouble());
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name), round16);
   }
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0

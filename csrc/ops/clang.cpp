@@ -1,6 +1,8 @@
 #include "ops/clang.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "ops/utils.h"
 
@@ -21,6 +23,19 @@ Value maybeConvert(const Value& a, DType dtype) {
     case DTypeKind::Complex: return Value(a.toComplex());
   }
   return a;
+}
+
+double roundToLowPrecision(double v, DType d) {
+  float f = static_cast<float>(v);  // as c10's BFloat16 and Half from a double: through float
+  if (!std::isfinite(f) || f == 0.0f) return f;
+  bool bf16 = d == DType::BFloat16;
+  int digits = bf16 ? 8 : 11, minExp = bf16 ? -126 : -14;
+  double maxFinite = bf16 ? 3.3895313892515355e38 : 65504.0;
+  int e = 0;
+  std::frexp(f, &e);  // |f| in [2^(e-1), 2^e)
+  double ulp = std::ldexp(1.0, std::max(e - 1, minExp) - (digits - 1));
+  double r = std::nearbyint(static_cast<double>(f) / ulp) * ulp;  // to nearest, ties to even
+  return std::fabs(r) > maxFinite ? std::copysign(std::numeric_limits<double>::infinity(), r) : r;
 }
 
 Shape broadcastShapes(const std::vector<Shape>& shapes, const std::string& op) {
@@ -79,7 +94,7 @@ Value unary(PrimUnary prim, const Value& a, PromotionKind kind, const std::strin
 }
 
 Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind,
-             const std::string& op) {
+             const std::string& op, bool exactNumbers) {
   THUNDER_CHECK_KIND(a.isTensor() || a.isNumber(), ErrorKind::Type, op,
                      ": expected argument 'a' to be a tensor or a number, but got ", describe(a));
   THUNDER_CHECK_KIND(b.isTensor() || b.isNumber(), ErrorKind::Type, op,
@@ -92,8 +107,15 @@ Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind
   // a low precision common dtype, then computed in float32 (comparisons too).
   DType common = elementwiseTypePromotion({a, b}, PromotionKind::Default).second;
   std::vector<Value> ab = {a, b};
+  // A Python number too (TensorIterator casts it to the common dtype: 1e4 is 9984 in bfloat16,
+  // so (b % 1e4) - 1e4 is 0 where b % 1e4 rounds to 9984; fuzzer seed 38326), except by mul and
+  // div, whose kernels read the number exactly.
+  bool roundNumbers = !exactNumbers && prim != prims::mul && prim != prims::div;
   if (isLowPrecision(common))
-    for (Value& v : ab) v = v.isTensor() ? maybeConvert(v, common) : v;
+    for (Value& v : ab) {
+      if (v.isTensor()) v = maybeConvert(v, common);
+      else if (roundNumbers && (v.isFloat() || v.isInt())) v = Value(roundToLowPrecision(v.toDouble(), common));
+    }
   // Converted before broadcast, as eager's autograd sums a broadcast operand's gradient in the
   // computation dtype and then rounds it to the operand's: the other order rounded each term to
   // bfloat16 before the sum (fuzzer seed 21113).

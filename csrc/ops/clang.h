@@ -28,9 +28,13 @@ std::vector<Value> maybeBroadcast(const std::vector<Value>& args, const std::str
 
 /// Elementwise unary op with promotion, computing low-precision floats in float32.
 Value unary(PrimUnary prim, const Value& a, PromotionKind kind, const std::string& op);
-/// Elementwise binary op with broadcasting and promotion.
+/// Elementwise binary op with broadcasting and promotion. A Python number operand of a 16-bit
+/// float op is first rounded to that dtype, as PyTorch's kernels do (not by mul and div, nor
+/// where `exactNumbers`).
 Value binary(PrimBinary prim, const Value& a, const Value& b, PromotionKind kind,
-             const std::string& op);
+             const std::string& op, bool exactNumbers = false);
+/// A number rounded to bfloat16 or float16 (through float, to nearest even), as a double.
+double roundToLowPrecision(double v, DType d);
 /// where(pred, a, b) with broadcasting and promotion of a and b.
 Value where(const Value& pred, const Value& a, const Value& b, const std::string& op);
 

@@ -145,8 +145,14 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
     THUNDER_CHECK_KIND(b.isNumber() && alpha.isNumber(), ErrorKind::Type, opn(name),
                        ": other and alpha must be numbers or tensors");
     bool ints = (b.isInt() || b.isBool()) && (alpha.isInt() || alpha.isBool());
-    rhs = ints ? Value(b.toInt() * alpha.toInt()) : Value(b.toDouble() * alpha.toDouble());
-    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name));
+    // a 16-bit tensor: other rounded to its dtype, then times alpha in float32 (eager's kernel)
+    DType common = elementwiseTypePromotion({a, b}, PK::Default).second;
+    bool round16 = isLowPrecision(common) && !b.isBool();
+    double bv = round16 ? clang::roundToLowPrecision(b.toDouble(), common) : b.toDouble();
+    rhs = ints && !round16 ? Value(b.toInt() * alpha.toInt())
+          : round16       ? Value(static_cast<double>(static_cast<float>(bv) * static_cast<float>(alpha.toDouble())))
+                          : Value(bv * alpha.toDouble());
+    return clang::binary(subtract ? prims::sub : prims::add, a, rhs, PK::Default, opn(name), round16);
   }
   bool unitAlpha = (alpha.isInt() || alpha.isBool()) ? alpha.toInt() == 1
                    : alpha.isFloat()                ? alpha.toDouble() == 1.0
@@ -1443,7 +1449,17 @@ void registerNN() {
       "label_smoothing=0.0",
       {"torch.nn.functional.cross_entropy"}, [](const Args& a) {
         const TensorProxy& t = T(a[0], "cross_entropy");
-        THUNDER_CHECK(t.ndim() >= 1, "ltorch.cross_entropy: expected an input with at least one dimension");
+        if (t.ndim() == 0) {
+          // As eager: a target of the input's shape (0-d as well) holds class probabilities,
+          // whose dtype is checked first; then the class dim, 1, is out of range (IndexError,
+          // not RuntimeError: fuzzer seed 37737).
+          const TensorProxy& tg = T(a[1], "cross_entropy", "target");
+          THUNDER_CHECK(tg.ndim() != 0 || isFloating(tg.dtype),
+                        "ltorch.cross_entropy: expected floating point type for target with class "
+                        "probabilities, got ", dtypeName(tg.dtype));
+          THUNDER_CHECK_KIND(false, ErrorKind::Index,
+                             "ltorch.cross_entropy: dimension specified as 1 but the input has no dimensions");
+        }
         double smoothing = a[7].toDouble();
         THUNDER_CHECK_KIND(
             smoothing >= 0.0 && smoothing <= 1.0, ErrorKind::Value,

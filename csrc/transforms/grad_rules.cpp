@@ -149,15 +149,10 @@ const std::pair<PrimId, UnaryGrad> kUnary[] = {
     {PrimId::neg, [](X, X, X g) { return neg(g); }},
     {PrimId::reciprocal, [](X, X y, X g) { return mul(g, neg(sq(y))); }},
     // -0.5 * g * y^3, the cube as eager's pow(y, 3): y * y * y, in float32 rounded once for
-    // float16 (CPU and CUDA), each product rounded for bfloat16 (CPU). In float32 and float64
-    // g * (-0.5 * y^3), within an ulp of eager's order: the factor of y alone does not wait for
-    // g, so a norm's backward (g a row sum, y the saved rstd) stays one CUDA kernel with its
-    // weight's column sum (eager's order split the bf16 RMSNorm backward in two).
+    // float16 (CPU and CUDA), each product rounded for bfloat16 (CPU)
     {PrimId::rsqrt,
      [](X, X y, X g) {
-       DType d = y.tensor().dtype;
-       if (!isLowPrecision(d)) return mul(g, mul(-0.5, mul(y, sq(y))));
-       Value cube = d == DType::Float16 ? op("pow", {y, 3.0}) : mul(y, sq(y));
+       Value cube = y.tensor().dtype == DType::Float16 ? op("pow", {y, 3.0}) : mul(y, sq(y));
        return mul(mul(g, -0.5), cube);
      }},
     {PrimId::sin, [](X x, X, X g) { return mul(g, un("cos", x)); }},

@@ -469,16 +469,13 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t
     r.items = pow2ceil((chunks + 31) / 32);
     return r;
   }
-  if (fewRows && threads == 0) {
-    r.threads = std::min<int>(1024, pow2ceil(chunks));
-    r.items = pow2ceil((chunks + r.threads - 1) / r.threads);
-    if (r.items > 16) r.items = 0;
-    return r;
-  }
   // Long rows: one block per row, about 32 elements per thread held in registers (8 chunks of
   // four floats, 4 of eight bf16 values): on an H200 that beat 4 chunks of either by up to 6%
-  // for row lengths 2K to 32K, and 2 chunks lost up to 20% to shared-memory reductions.
-  r.threads = threads > 0 ? threads : std::min<int>(1024, std::max<int>(columns ? 256 : 128, pow2ceil((L + 31) / 32)));
+  // for row lengths 2K to 32K, and 2 chunks lost up to 20% to shared-memory reductions. Few
+  // rows: a chunk per thread, as many threads as chunks.
+  if (threads > 0) r.threads = threads;
+  else if (fewRows) r.threads = std::min<int>(1024, pow2ceil(chunks));
+  else r.threads = std::min<int>(1024, std::max<int>(columns ? 256 : 128, pow2ceil((L + 31) / 32)));
   r.items = pow2ceil((chunks + r.threads - 1) / r.threads);
   if (r.items > 16) r.items = 0;  // longer than 16 chunks per thread: re-read the row per phase
   return r;

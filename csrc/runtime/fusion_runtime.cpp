@@ -710,12 +710,13 @@ bool debugFusion() {
 /// broadcast, offset, guard or merged dims). Each element is then read before it is written, in
 /// the same loop iteration, and by no other. (A fresh 32 MB tensor's page faults cost more than
 /// the GELU kernel of benchmarks/run.py's cpu_mlp that fills it.) Checked before the call's
-/// tensors are copied, which would count as other holders.
+/// tensors are copied, which would count as other holders. Empty (no allocation on the CUDA
+/// and no-donation paths of every call) where no output can be.
 std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a) {
   const KernelProgram& p = r.prog;
-  std::vector<int> into(p.outputs.size(), -1);
   static const bool off = std::getenv("THUNDER_FUSER_NO_INPLACE") != nullptr;  // for A/B timings
-  if (off || r.device.type != DeviceType::CPU || p.rowKernel() || a.donated == 0) return into;
+  if (off || r.device.type != DeviceType::CPU || p.rowKernel() || a.donated == 0) return {};
+  std::vector<int> into(p.outputs.size(), -1);
   const size_t R = p.iterShape.size();
   for (size_t k = 0; k < p.inputs.size(); ++k) {
     const codegen::KInput& in = p.inputs[k];
@@ -761,7 +762,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   std::vector<at::Tensor> outs;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const codegen::KOutput& o = p.outputs[j];
-    outs.push_back(into[j] >= 0 ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
+    bool reuse = !into.empty() && into[j] >= 0;
+    outs.push_back(reuse ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
   }
   std::vector<int64_t> g = geometry(r, ins);
   size_t R = p.iterShape.size(), I = p.inputs.size();

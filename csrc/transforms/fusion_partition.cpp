@@ -487,8 +487,8 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (u.fusible) {
-      bool epilogue = reads(u, terminalOut) && onlyConvertsTerminals(u);
-      if (reads(u, terminalOut) && !epilogue) flush();
+      bool readsTerminal = reads(u, terminalOut), epilogue = readsTerminal && onlyConvertsTerminals(u);
+      if (readsTerminal && !epilogue) flush();
       group.push_back(i);
       if (epilogue)
         for (const TensorPtr& t : u.bsym->outputTensors()) terminalOut.insert(t.get());

@@ -354,6 +354,7 @@ def main(argv=None):
     ap.add_argument("--json", default="")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--graphs", action="store_true", help="add the CUDA-graph contenders (CUDA only)")
+    ap.add_argument("--contenders", default="", help="comma-separated subset of the contenders (CUDA; default all)")
     args = ap.parse_args(argv)
     if args.graphs and args.device != "cuda":
         ap.error("--graphs needs --device cuda")
@@ -367,6 +368,8 @@ def main(argv=None):
             results[name] = measure_interleaved(name, args.device, args.repeats)
         else:
             contenders = CONTENDERS + (GRAPH_CONTENDERS if args.graphs and name in GRAPH_WORKLOADS else ())
+            if args.contenders:
+                contenders = tuple(c for c in contenders if c in args.contenders.split(","))
             results[name] = {c: measure(name, args.device, c, args.repeats) for c in contenders}
     if args.device == "cuda":
         dev = torch.cuda.get_device_name()

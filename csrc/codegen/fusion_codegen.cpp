@@ -490,7 +490,17 @@ std::string CudaVariant::entry(const std::string& kernel) const {
          (idx32 ? "_32" : "");
 }
 
-CudaVariant predictCudaVariant(const KernelProgram& p) {
+void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced) {
+  if (v.row || sms <= 0) return;
+  int64_t wave = int64_t(sms) * 256;
+  if (!unrollForced && numel / (int64_t(v.vec) * v.unroll) < wave) v.unroll = 1;
+  if (numel / v.vec < wave) {
+    v.vec = 1;
+    v.pattern.clear();
+  }
+}
+
+CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
   CudaVariant v;
   size_t R = p.iterShape.size();
   int64_t numel = 1;
@@ -525,6 +535,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p) {
     v.vec = vecOk ? w : 1;
     v.idx32 = numel < (int64_t(1) << 31);
     if (v.vec > 1) v.pattern = pat;
+    fitSmallLaunch(v, numel, sms);
   }
   return v;
 }

@@ -60,8 +60,15 @@ struct RowLaunch {
 constexpr int64_t kFewRows = 64;
 RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false, int64_t rows = -1);
 
-/// The variant a program gets for contiguous inputs of its traced shapes.
-CudaVariant predictCudaVariant(const KernelProgram& prog);
+/// The variant a program gets for contiguous inputs of its traced shapes on a GPU of `sms`
+/// multiprocessors (0: unknown, as for a large tensor).
+CudaVariant predictCudaVariant(const KernelProgram& prog, int sms = 0);
+
+/// A pointwise launch of `numel` elements that fills less than a wave of threads (`sms` x 256)
+/// takes one element per thread: several per thread would leave most of the GPU idle and make
+/// each thread a long dependent chain (a [16, 16] chain of 20 sines took 56 us with 16 active
+/// threads). `unrollForced`: an unroll set for experiments stays.
+void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced = false);
 
 /// CUDA source of one variant of a kernel program (templates plus one `extern "C"` entry).
 std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <functional>
@@ -207,21 +208,28 @@ class Job {
 /// the machine has cores less one (at least two; THUNDER_COMPILE_THREADS overrides), so a cold
 /// start of a model with a hundred kernels neither starts a hundred compilers at once nor starves
 /// the thread tracing the model (and the libraries, cuDNN among them, that compile their own
-/// kernels on it). Never destroyed: workers may still run at exit. After a fork the child starts
-/// its own workers when it first submits; the parent's queue is dropped there.
+/// kernels on it). Never destroyed. At exit the queue is dropped and the compiles under way are
+/// waited for: a worker inside NVRTC, the CUDA driver or dlopen while exit() runs the libraries'
+/// destructors could crash the exiting process. After a fork the child starts its own workers
+/// when it first submits; the parent's queue is dropped there.
 class CompilePool {
  public:
   static CompilePool& get() {
     static CompilePool* pool = [] {
       auto* p = new CompilePool();
+      // Registered after the compilers' libraries are loaded (the first submit follows them), so
+      // it runs before their destructors.
+      std::atexit([] { get().drain(); });
       pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); },
                      [] {
                        CompilePool& c = get();
                        c.mu_.unlock();
                        // The parent's threads do not exist here, nor do their waits.
                        new (&c.cv_) std::condition_variable();
+                       new (&c.drained_) std::condition_variable();
                        c.started_ = 0;
                        c.idle_ = 0;
+                       c.running_ = 0;
                        // nor its compiles ahead of time: a child (a DataLoader's worker) compiles
                        // what it calls, when it calls it (Job), not every kernel the parent queued
                        c.queue_.clear();
@@ -264,20 +272,36 @@ class CompilePool {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       ++idle_;
-      cv_.wait(lock, [this] { return !queue_.empty(); });
+      cv_.wait(lock, [this] { return !queue_.empty() || closing_; });
       --idle_;
+      if (closing_) return;
       std::function<void()> task = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
       lock.unlock();
       task();
+      task = nullptr;  // what the task holds goes before the count says it is done
       lock.lock();
+      if (--running_ == 0 && closing_) drained_.notify_all();
     }
   }
 
+  /// At exit: no new compiles start, and the ones under way finish (a compile stuck behind a
+  /// lock of a thread that exit stopped is not waited for beyond a minute).
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    closing_ = true;
+    std::deque<std::function<void()>> dropped;
+    dropped.swap(queue_);
+    cv_.notify_all();
+    drained_.wait_for(lock, std::chrono::seconds(60), [this] { return running_ == 0; });
+  }
+
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, drained_;
   std::deque<std::function<void()>> queue_;
-  int limit_ = 2, started_ = 0, idle_ = 0;
+  int limit_ = 2, started_ = 0, idle_ = 0, running_ = 0;
+  bool closing_ = false;
 };
 
 /// Runs a shell command with its output (stdout and stderr) appended to `log` (dropped where
@@ -892,12 +916,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
         v.idx32 = fits;
         if (unroll) v.unroll = unroll;
-        // Small tensors: several elements per thread would leave most of the GPU idle and make
-        // each thread a long dependent chain (a [16, 16] chain of 20 sines took 56 us with 16
-        // active threads). Below a wave of threads, one row per thread, then one element.
-        int64_t wave = int64_t(sms) * 256;
-        if (!unroll && numel / (int64_t(v.vec) * v.unroll) < wave) v.unroll = 1;
-        if (numel / v.vec < wave) v.vec = 1;
+        codegen::fitSmallLaunch(v, numel, sms, unroll != 0);
         if (v.vec > 1) {
           // Tiles of TX column groups by TY rows, ROWS rows per thread (see emitCuda).
           v.pattern = innerPattern(r, g);
@@ -980,7 +999,7 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
     if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors
     // The variant predicted from the traced shapes compiles on the compile pool, so a cold start
     // compiles many kernels at once; other variants compile when a call first needs them.
-    codegen::CudaVariant v = codegen::predictCudaVariant(prog);
+    codegen::CudaVariant v = codegen::predictCudaVariant(prog, deviceInfo(device.index).sms);
     r->cudaSource = codegen::emitCuda(prog, v);
     std::string src = r->cudaSource;
     int dev = device.index;

@@ -335,6 +335,23 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       std::vector<TensorPtr> outs = units[i].bsym->outputTensors();
       return !outs.empty() && viewOut.count(outs[0].get()) > 0;
     };
+    // The views the kernel reads (directly or through other views). A view only used outside is
+    // not part of the kernel: its input would become a kernel input the kernel never reads, and
+    // that false dependency moves the kernel after the input's producer (a sharded parameter's
+    // all-gather wait, which then no longer overlaps the kernel).
+    std::unordered_set<size_t> readInside;
+    {
+      std::unordered_set<const TensorProxy*> read;
+      for (size_t k = members_.size(); k-- > 0;) {
+        size_t i = members_[k];
+        bool reads = !isViewUnit(i);
+        if (!reads)
+          for (const TensorPtr& t : units[i].bsym->outputTensors()) reads |= read.count(t.get()) > 0;
+        if (!reads) continue;
+        readInside.insert(i);
+        for (const TensorPtr& t : units[i].bsym->inputTensors()) read.insert(t.get());
+      }
+    }
     // First with the views inside the kernel (a reshape that is no view in ATen becomes an index
     // remapping), then, if that cannot be lowered, with every view computed outside and read.
     for (bool inside : {true, false}) {
@@ -343,7 +360,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       std::unordered_set<const TensorProxy*> produced, seenIn;
       for (size_t i : members_) {
         r.originals.push_back(*units[i].bsym);
-        if (!inside && isViewUnit(i)) continue;
+        if (isViewUnit(i) && (!inside || !readInside.count(i))) continue;
         for (const BoundSymbol& p : units[i].prims) {
           for (const TensorPtr& t : p.inputTensors())
             if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);

@@ -156,14 +156,22 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     return trace, sources, closures
 
 
+def _weak_hook(method):
+    """A callable that calls the bound `method` through a weak reference to its object: a C++
+    object (CompiledFunction, GraphCache) holding it does not own that object. Python's garbage
+    collector cannot see references held in C++, so a strong one would make a cycle it never
+    frees (a discarded jitted module kept its parameters alive)."""
+    ref = weakref.WeakMethod(method)
+    return lambda *args: ref()(*args)
+
+
 class ThunderFunction(_C.CompiledFunction):
     """A jitted function: call it like the original. Calls go straight to the C++ cache lookup
     and runtime (CompiledFunction.__call__); Python runs only to trace on a cache miss."""
 
     def __init__(self, fn: Callable, executors=None, cudagraphs: bool = False):
         # The C++ side holds the compile hook; a weak reference keeps it from owning self.
-        compile_ = weakref.WeakMethod(self._compile)
-        super().__init__(lambda args, kwargs: compile_()(args, kwargs))
+        super().__init__(_weak_hook(self._compile))
         self._fn = fn
         self._executors = _executor_names(executors)
         self.__wrapped__ = fn
@@ -205,7 +213,7 @@ class ThunderModule(pytorch.nn.Module):
         super().__init__()
         self._model = module
         self._executors = _executor_names(executors)
-        self._cfn = _C.CompiledFunction(self._compile)
+        self._cfn = _C.CompiledFunction(_weak_hook(self._compile))
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
         # Parameters and buffers (the first argument) stay where they are between calls.

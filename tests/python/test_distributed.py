@@ -220,6 +220,20 @@ def test_argument_errors_and_one_rank():
         for p, q in zip(mixed.parameters(), mixed_ref.parameters()):
             assert p.grad.dtype == p.dtype
             torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+        # A discarded wrapper frees the model (its compile hooks hold it weakly: the C++ side
+        # holding them strongly made a cycle the garbage collector cannot see).
+        import gc
+        import weakref
+
+        for wrap in (thunder.distributed.ddp, thunder.distributed.fsdp):
+            m = torch.nn.Linear(3, 2)
+            w = wrap(m)
+            refs = [weakref.ref(m.weight), weakref.ref(w)]
+            w(x).sum().backward()
+            refs.append(weakref.ref(next(w.parameters())))
+            del m, w
+            gc.collect()
+            assert [r() for r in refs] == [None, None, None], wrap.__name__
         # thunder.jit of a wrapped (or jitted) module is that module.
         assert thunder.jit(wrapped) is wrapped
         jitted = thunder.jit(reference)

@@ -589,6 +589,23 @@ def test_norm_backward_converts_its_weight_gradient_in_the_kernel(dtype):
     assert names == ["cpuFusion0"] or (len(names) == 1 and names[0].endswith("Fusion0")), names
 
 
+def test_a_view_used_only_outside_is_no_kernel_input():
+    # The reshape of w_flat is fusible and falls in the norm's run, but only the linear outside
+    # reads it: it stays a view outside, and the kernel neither reads w_flat nor waits for it (a
+    # sharded parameter's all-gather wait would otherwise come before the norm's kernel).
+    def f(x, w_flat, b, g, bb):
+        y = torch.nn.functional.layer_norm(x + 1, (32,), g, bb)
+        return torch.nn.functional.linear(y, w_flat.reshape(96, 32), b)
+
+    args = (torch.randn(2, 16, 32), torch.randn(96 * 32), torch.randn(96), torch.randn(32), torch.randn(32))
+    jf = thunder.jit(f, executors=["fuser"])
+    torch.testing.assert_close(jf(*args), f(*args))
+    trace = str(thunder.last_traces(jf)[-1])
+    calls = re.findall(r"^  \[\w+\] = \w+Fusion0\(([^)]*)\)", trace, re.M)
+    assert len(calls) == 1, trace
+    assert calls[0].split(", ") == ["t_0", "t_3", "t_4"], trace
+
+
 def test_fused_where_of_two_numbers():
     # The predicate is where's only tensor: the numbers are of the output's dtype, not bool.
     f = lambda x: torch.where(x == 0, 0.0, -5.0) + torch.where(x > 0, x, -math.inf)

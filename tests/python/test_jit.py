@@ -166,3 +166,32 @@ def test_the_same_function_works_after_an_error():
 def test_jit_rejects_non_callables():
     with pytest.raises(TypeError, match="expected a function or an nn.Module"):
         thunder.jit(3)
+
+
+def test_discarded_jitted_objects_free_their_tensors():
+    # The C++ compiled function holds its compile hook; a strong reference from it back to the
+    # jitted module was a cycle Python's collector cannot see through C++, so a discarded
+    # thunder.jit(module) kept the module's parameters alive for the life of the process.
+    import gc
+    import weakref
+
+    from thunder.core.transforms import grad
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    param = weakref.ref(module[0].weight)
+    jm = thunder.jit(module)
+    jm(torch.randn(2, 8)).sum().backward()
+    jitted = weakref.ref(jm)
+    del module, jm
+    gc.collect()
+    assert jitted() is None and param() is None
+
+    w = torch.randn(8, 8, requires_grad=True)
+    jf = thunder.jit(lambda x: (x @ w).sin())
+    jf(torch.randn(2, 8))
+    g = grad(lambda x, w: (x @ w).sin().sum())
+    g(torch.randn(2, 8), w)
+    refs = [weakref.ref(jf), weakref.ref(g)]
+    del jf, g
+    gc.collect()
+    assert [r() for r in refs] == [None, None]

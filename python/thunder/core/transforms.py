@@ -62,7 +62,7 @@ class _GradFunction:
             self._fn, self._executors = fn, thunder._executor_names(None)
         else:
             raise TypeError(f"grad: expected a function, but got {type(fn).__name__}")
-        self._cfn = _C.CompiledFunction(self._compile)
+        self._cfn = _C.CompiledFunction(thunder._weak_hook(self._compile))
         self.__wrapped__ = fn
         self.__name__ = "grad_" + getattr(self._fn, "__name__", "fn")
 

@@ -336,8 +336,8 @@ class DDPModule(thunder.ThunderModule):
         self._no_sync = False
         self._unsynced = False
         self._local_cfn = self._cfn
-        self._sync_cfn = _C.CompiledFunction(lambda a, k: self._compile_synced(a, k, False))
-        self._accumulated_cfn = _C.CompiledFunction(lambda a, k: self._compile_synced(a, k, True))
+        self._sync_cfn = _C.CompiledFunction(thunder._weak_hook(self._compile_synced_once))
+        self._accumulated_cfn = _C.CompiledFunction(thunder._weak_hook(self._compile_synced_accumulated))
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = self._make_buckets(bucket_size_in_mb)
 
@@ -364,6 +364,12 @@ class DDPModule(thunder.ThunderModule):
             b.bytes += size
             b.slots.extend((p, s) for s in slots.get(id(p), []))
         return buckets
+
+    def _compile_synced_once(self, args, kwargs):
+        return self._compile_synced(args, kwargs, False)
+
+    def _compile_synced_accumulated(self, args, kwargs):
+        return self._compile_synced(args, kwargs, True)
 
     def _compile_synced(self, args, kwargs, accumulated: bool):
         tracing = _SyncTracing(self)
@@ -669,7 +675,7 @@ class FSDPModule(thunder.ThunderModule):
         self._shards = shards  # qualified name -> (shard parameter, _Shard)
         self._shard_slots = [(m, name, info) for m, name, info in _slots_of_shards(module, shards)]
         self._shard_info_by_proxy: dict[int, _Shard] = {}
-        self._cfn = _C.CompiledFunction(self._compile_sharded)
+        self._cfn = _C.CompiledFunction(thunder._weak_hook(self._compile_sharded))
 
     def _compile_sharded(self, args, kwargs):
         # Prefetch keeps at most the parameters of about one block in flight ahead of their use.

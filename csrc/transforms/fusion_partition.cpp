@@ -287,7 +287,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   }
 
   Trace out = trace.emptyCopy();
-  std::vector<size_t> group;
+  std::vector<size_t> group, pending;
   std::unordered_set<const TensorProxy*> groupOut, terminalOut;
 
   std::vector<std::pair<size_t, FusionRegion>> regions;  // fused calls: position in out, region
@@ -475,7 +475,27 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
   };
 
   auto flush = [&] {
+    // The calls passed over while the group was open: those its kernel reads (and what they
+    // read) run before it, the others after it. A collective's wait then comes after a kernel
+    // that needs nothing it completes, and the transfer goes on while that kernel runs (the
+    // norm before a ZeRO-3 layer's gathered weights).
+    std::vector<bool> before(pending.size(), false);
+    {
+      std::unordered_set<const TensorProxy*> read;
+      for (size_t i : group)
+        for (const TensorPtr& t : units[i].bsym->inputTensors()) read.insert(t.get());
+      for (size_t k = pending.size(); k-- > 0;) {
+        for (const TensorPtr& t : units[pending[k]].bsym->outputTensors()) before[k] = before[k] || read.count(t.get());
+        if (before[k])
+          for (const TensorPtr& t : units[pending[k]].bsym->inputTensors()) read.insert(t.get());
+      }
+    }
+    for (size_t k = 0; k < pending.size(); ++k)
+      if (before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
     if (!group.empty() && !emitFused(group)) emitSplit(group);
+    for (size_t k = 0; k < pending.size(); ++k)
+      if (!before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
+    pending.clear();
     group.clear();
     groupOut.clear();
     terminalOut.clear();
@@ -516,10 +536,13 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     } else if (reads(u, groupOut) || u.bsym->sym->hasTag(kDontDce) || u.bsym->sym->hasTag(kRandomOp)) {
       flush();
       out.bsyms.push_back(*u.bsym);
-    } else {
-      // Reads nothing of the open group: it runs before the group's kernel, which may then go
-      // on to read its results (an index tensor, a matmul's output) without being cut in two.
+    } else if (group.empty()) {
       out.bsyms.push_back(*u.bsym);
+    } else {
+      // Reads nothing of the open group: the group goes on past it, and its kernel may read the
+      // call's results (an index tensor, a matmul's output) without being cut in two (flush
+      // places it).
+      pending.push_back(i);
     }
   }
   flush();

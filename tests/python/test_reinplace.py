@@ -110,7 +110,10 @@ CASES = [
      ["Tensor.index_copy_", "Tensor.index_copy_"], True),
     # The fuser places the sum of the old value after the mean of the new one; the pass moves
     # in-place updates down, never reads up, so this one stays out of place.
-    ("read_before", _read_before, lambda: (_rows(), torch.tensor([2]), torch.randn(1, 4)), [], False),
+    # The sum reads the old value and runs first (the fusion partition keeps a passed-over call
+    # after the kernel that does not read it), so the update goes in place.
+    ("read_before", _read_before, lambda: (_rows(), torch.tensor([2]), torch.randn(1, 4)),
+     ["Tensor.index_copy_"], True),
     ("old_value_read_after", _old_value_read_after, lambda: (_rows(), torch.tensor([2]), torch.randn(1, 4)),
      ["Tensor.index_copy_"], True),
     ("old_value_read_after_new", _old_value_read_after_new, lambda: (_rows(), torch.tensor([2]), torch.randn(1, 4)),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <unordered_map>
 
 #include "transforms/remat.h"
@@ -12,6 +13,55 @@ namespace {
 std::unordered_map<std::string, int64_t>& windows() {
   static std::unordered_map<std::string, int64_t> w;
   return w;
+}
+
+bool readsAny(const BoundSymbol& b, const std::vector<TensorPtr>& ts) {
+  for (const TensorPtr& in : b.inputTensors())
+    if (std::find(ts.begin(), ts.end(), in) != ts.end()) return true;
+  return false;
+}
+
+/// Moves each completion (the first reader of a marked call's output when that output is all it
+/// reads: `wait`) down to just before the first call reading its result, with the transfers
+/// issued right after it (marked calls and the recomputable producers of their inputs), which
+/// must stay after it to keep the window. Calls between that read none of them (a kernel of the
+/// previous layer's gradients that fusion placed after the wait) then run while the transfer
+/// completes instead of after it.
+void sinkCompletions(Trace& t) {
+  const auto& marked = windows();
+  auto isMarked = [&](const BoundSymbol& b) { return marked.count(b.sym->id()) > 0; };
+  for (size_t i = 0; i < t.bsyms.size(); ++i) {
+    if (!isMarked(t.bsyms[i])) continue;
+    const std::vector<TensorPtr> started = t.bsyms[i].outputTensors();
+    size_t j = i + 1;
+    while (j < t.bsyms.size() && !readsAny(t.bsyms[j], started)) ++j;
+    if (j >= t.bsyms.size() || isMarked(t.bsyms[j])) continue;
+    const std::vector<TensorPtr> ins = t.bsyms[j].inputTensors();
+    if (ins.empty() || !std::all_of(ins.begin(), ins.end(), [&](const TensorPtr& x) {
+          return std::find(started.begin(), started.end(), x) != started.end();
+        }))
+      continue;
+    // The block: the completion and the transfers issued right after it.
+    size_t e = j + 1;
+    while (e < t.bsyms.size()) {
+      const BoundSymbol& b = t.bsyms[e];
+      bool feedsNext = e + 1 < t.bsyms.size() && isMarked(t.bsyms[e + 1]) && isRecomputable(b) &&
+                       readsAny(t.bsyms[e + 1], b.outputTensors());
+      if (!isMarked(b) && !feedsNext) break;
+      e += isMarked(b) ? 1 : 2;
+    }
+    std::vector<TensorPtr> blockOut;
+    for (size_t b = j; b < e; ++b)
+      for (const TensorPtr& o : t.bsyms[b].outputTensors()) blockOut.push_back(o);
+    size_t k = e;
+    while (k < t.bsyms.size() && !readsAny(t.bsyms[k], blockOut)) ++k;
+    if (k == e || k >= t.bsyms.size()) continue;  // already there, or nothing reads it
+    std::vector<BoundSymbol> block(std::make_move_iterator(t.bsyms.begin() + static_cast<long>(j)),
+                                   std::make_move_iterator(t.bsyms.begin() + static_cast<long>(e)));
+    t.bsyms.erase(t.bsyms.begin() + static_cast<long>(j), t.bsyms.begin() + static_cast<long>(e));
+    t.bsyms.insert(t.bsyms.begin() + static_cast<long>(k - (e - j)), std::make_move_iterator(block.begin()),
+                   std::make_move_iterator(block.end()));
+  }
 }
 
 }  // namespace
@@ -125,6 +175,7 @@ Trace prefetch(const Trace& trace) {
     out.bsyms.push_back(trace.bsyms[i]);
     emitAfter(i + 1);
   }
+  sinkCompletions(out);
   return out;
 }
 

@@ -22,8 +22,10 @@ bool hasPrefetchCalls(const Trace& trace);
 /// with s_k, so that s_k runs while the calls between that completion and its own run (the
 /// previous layer's compute). A call never moves before its inputs' producers or before the
 /// previous marked call (the transfers keep their order, the same on every rank); producers of
-/// its inputs that are recomputable (remat.h) and whose own inputs are ready move with it. A
-/// trace without marked calls is returned unchanged.
+/// its inputs that are recomputable (remat.h) and whose own inputs are ready move with it. Then
+/// each completion (the first reader of a marked call's output that reads nothing else), with
+/// the transfers issued right after it, moves down to just before the first reader of its
+/// result. A trace without marked calls is returned unchanged.
 Trace prefetch(const Trace& trace);
 
 }  // namespace thunder

@@ -104,6 +104,25 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
                             "t0 = token", "t1 = fetch", "t4 = token", "t5 = fetch", "t2 = done",
                             "t8 = token", "t9 = fetch", "t3 = mul", "t6 = done", "t7 = mul",
                             "t10 = done", "t11 = mul"}));
+  // A completion waits no earlier than its result is needed: compute that reads nothing it
+  // completes (neg) runs while the transfer goes on, and a transfer issued right after the
+  // completion (window) moves with it.
+  Trace late;
+  {
+    Value a = addInput(late, "a", {4}), b = addInput(late, "b", {4}), x = addInput(late, "x", {4});
+    TracingScope scope(late);
+    Value d1 = call(done, done.bind({call(fetch, fetch.bind({a}, {{"token", call(token, token.bind({a}, {}))}}))}, {}));
+    Value f2 = call(fetch, fetch.bind({b}, {{"token", call(token, token.bind({b}, {}))}}));
+    Value n = prims::neg(x);
+    Value m = prims::mul(n, d1);
+    late.output = prims::mul(m, call(done, done.bind({f2}, {})));
+  }
+  markPrefetch(fetch.id(), 16);
+  Trace sunk = prefetch(late);
+  verify(sunk);
+  EXPECT_EQ(order(sunk), (std::vector<std::string>{"t0 = token", "t1 = fetch", "t5 = neg", "t2 = done",
+                                                   "t3 = token", "t4 = fetch", "t6 = mul", "t7 = done",
+                                                   "t8 = mul"}));
   // A trace without marked calls is not prefetched.
   Trace plain;
   Value x = addInput(plain, "x", {4});

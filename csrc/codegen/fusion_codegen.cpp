@@ -162,6 +162,13 @@ class Emitter {
   /// A register value converted to dtype d (16-bit floats rounded, held in float).
   static std::string convert(DType from, DType d, const std::string& a, bool cuda) {
     if (d == DType::Bool) return "(" + a + " != 0)";
+    if (from == DType::Bool) {
+      // 0 or 1 as a select: GCC 12 vectorizes no loop that casts a bool made by a 64-bit
+      // comparison to float (the one-hot target of cross-entropy's backward, iota == target, ran
+      // scalar: 2.4 ns per element on one core). Exact in every dtype, 16-bit floats too.
+      std::string t = registerType(d, cuda);
+      return "(" + a + " ? static_cast<" + t + ">(1) : static_cast<" + t + ">(0))";
+    }
     std::string c = "static_cast<" + registerType(d, cuda) + ">(" + a + ")";
     if (isF(from) && !isF(d)) {  // defined for every value (thunder_f2i64 above)
       c = d == DType::Int64 ? "thunder_f2i64(" + a + ")" : d == DType::Int32 ? "thunder_f2i32(" + a + ")"

@@ -9,6 +9,7 @@
 #include "ir/error.h"
 #include "ops/ltorch.h"
 #include "ops/prims.h"
+#include "runtime/cpu_memory.h"
 #include "runtime/kernels.h"
 
 namespace thunder::runtime {
@@ -91,6 +92,18 @@ DType fromScalarType(at::ScalarType s) {
 }
 
 namespace {
+
+/// full(shape, value): a large CPU tensor (from 4 MiB) on huge pages (cpu_memory.h), then filled.
+/// The zeros a backward starts an embedding's gradient from (4 MiB in cpu_gpt_train) were mapped
+/// page by page at every step: 1.5 ms of a 4 MiB fill on one core.
+at::Tensor fullTensor(const KernelArgs& a) {
+  std::vector<int64_t> shape = a.ints(0);
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (!hugePageSized(numel * static_cast<int64_t>(c10::elementSize(a.outDType)), a.outDevice))
+    return at::full(shape, a.s(1), a.outOptions());
+  return newOutputTensor(shape, a.outDType, a.outDevice).fill_(a.s(1));
+}
 
 /// Every executor symbol's kernel. Symbols made by makeExecSymbol live as long as the process;
 /// owned ones (makeOwnedExecSymbol: one per compiled fusion region) leave the table with their
@@ -372,8 +385,7 @@ void registerPrimKernels() {
   });
   impl("prims.convert_element_type", "torchex", "convert_element_type",
        [](K& a) -> c10::IValue { return a.t(0).to(*a.dtype(1)); });
-  impl("prims.full", "torchex", "full",
-       [](K& a) -> c10::IValue { return at::full(a.ints(0), a.s(1), a.outOptions()); });
+  impl("prims.full", "torchex", "full", [](K& a) -> c10::IValue { return fullTensor(a); });
   impl("prims.iota", "torchex", "iota", [](K& a) -> c10::IValue {
     int64_t n = a.i(0), start = a.i(1), step = a.i(2);
     return at::arange(start, start + n * step, step, a.outOptions());
@@ -662,8 +674,7 @@ void registerLTorchKernels() {
        [](K& a) -> c10::IValue { return at::log_softmax(a.t(0), a.i(1), a.dtype(2)); });
 
   // Creation: dtype and device come from the trace's output.
-  impl("ltorch.full", "torch", "full",
-       [](K& a) -> c10::IValue { return at::full(a.ints(0), a.s(1), a.outOptions()); });
+  impl("ltorch.full", "torch", "full", [](K& a) -> c10::IValue { return fullTensor(a); });
   impl("ltorch.zeros", "torch", "zeros", [](K& a) -> c10::IValue { return at::zeros(a.ints(0), a.outOptions()); });
   impl("ltorch.ones", "torch", "ones", [](K& a) -> c10::IValue { return at::ones(a.ints(0), a.outOptions()); });
   impl("ltorch.zeros_like", "torch", "zeros_like",

@@ -445,6 +445,20 @@ def test_cpu_kernel_large_outputs_on_huge_pages():
     torch.testing.assert_close(x.grad, xe.grad)
 
 
+@pytest.mark.skipif(bool(os.environ.get("THUNDER_FUSER_NO_HUGEPAGES")), reason="huge-page outputs turned off")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_large_full_on_huge_pages(dtype):
+    # torch.full / zeros of 4 MiB and more (an embedding gradient's zeros in the backward) on
+    # huge pages: mapped page by page, a 4 MiB fill took 1.5 ms on one core, 0.24 ms after.
+    value = True if dtype == torch.bool else 3
+    for n in (1 << 22, 1000):
+        got = thunder.jit(lambda: torch.full((n,), value, dtype=dtype))()
+        assert got.dtype == dtype and got.shape == (n,)
+        assert torch.equal(got, torch.full((n,), value, dtype=dtype))
+        big = n * got.element_size() >= 4 << 20
+        assert (got.data_ptr() % (2 << 20) == 0) or not big, got.data_ptr()
+
+
 def test_empty_tensors():
     a = torch.randn(0, 5)
     _check(lambda x: (x * 2 + 1).exp(), a)

@@ -478,12 +478,6 @@ def _cross_entropy_nn_errors():
                      r"cross_entropy: label_smoothing must be between 0.0 and 1.0, but got 1.5", False)
 
 
-# A call returning (values, indices) prints as `(t0, t1) = ...` without type comments (seed 001's
-# format for multi-output calls), which the output metadata test reads.
-TUPLE_OUTPUT = (DecorateInfo(pytest.mark.xfail(reason="tuple outputs print without type comments"),
-                             "test_output_metadata"),)
-
-
 # PyTorch's float64 backward of hardsigmoid (1/6) and celu (1/alpha) uses float32 constants: it is
 # a few 1e-9 off the exact gradient thunder computes.
 EAGER_FLOAT_CONSTANT = {f64: dict(rtol=1e-7, atol=1e-7)}
@@ -515,15 +509,14 @@ for _k in (1, 2, 3):
             thunder_unsupported=INTS,
            error_inputs=_max_pool_errors(_k)),
         op(f"max_pool{_d}_with_indices", (F_ + f"max_pool{_d}_with_indices",), _max_pool_samples(_k, True),
-            thunder_unsupported=INTS,
-           test_directives=TUPLE_OUTPUT),
+            thunder_unsupported=INTS),
         op(f"avg_pool{_d}", (F_ + f"avg_pool{_d}",) + (("torch.avg_pool1d",) if _k == 1 else ()),
            _avg_pool_samples(_k), FLOATS if _k < 3 else (f32, f64), thunder_unsupported=(i64,),
            error_inputs=_avg_pool_errors(_k)),
         op(f"adaptive_avg_pool{_d}", (F_ + f"adaptive_avg_pool{_d}",), _adaptive_samples(_k)),
         op(f"adaptive_max_pool{_d}", (F_ + f"adaptive_max_pool{_d}",), _adaptive_samples(_k, True)),
         op(f"adaptive_max_pool{_d}_with_indices", (F_ + f"adaptive_max_pool{_d}_with_indices",),
-           _adaptive_samples(_k), test_directives=TUPLE_OUTPUT),
+           _adaptive_samples(_k)),
         op(f"dropout{_d}", (F_ + f"dropout{_d}",), _feature_dropout_samples(_k), ALL, supports_grad=False,
            error_inputs=_dropout_errors(f"dropout{_d}")),
     ]

@@ -10,7 +10,7 @@ import torch
 from opinfos import DEVICE
 
 from opinfos import (
-    ALL, FLOATS, INTS, LOWP_COMPOSITE, DecorateInfo, ErrorInput, OpInfo, b8, bf16, c64, c128, f16, f32, f64,
+    ALL, FLOATS, INTS, LOWP_COMPOSITE, ErrorInput, OpInfo, b8, bf16, c64, c128, f16, f32, f64,
     i8, i16, i32, i64, index, make, transposed, u8,
 )
 

@@ -751,7 +751,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("ndim", [](const TensorProxy& t) { return t.ndim(); })
       .def_property_readonly("dtype", [](const TensorProxy& t) { return fromValue(Value(t.dtype)); })
       .def_property_readonly("_device_str", [](const TensorProxy& t) { return t.device.str(); })
-      .def_property_readonly("requires_grad", [](const TensorProxy& t) { return t.requiresGrad; })
+      // Settable as on a tensor (wav2vec2's feature encoder sets it on a view of its input in
+      // training): it marks the proxy; the gradients thunder computes are those of the trace's
+      // inputs that require grad at the call.
+      .def_property("requires_grad", [](const TensorProxy& t) { return t.requiresGrad; },
+                    [](TensorProxy& t, bool v) { t.requiresGrad = v; })
       .def_property_readonly("_strides", [](const TensorProxy& t) { return py::tuple(py::cast(t.stridesOrContiguous())); })
       .def("numel", [](const TensorProxy& t) { return t.numel(); })
       .def("type_string", &TensorProxy::typeString)

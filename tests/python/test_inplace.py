@@ -312,3 +312,39 @@ def test_inplace_update_of_an_input_the_backward_needs_is_refused():
         out = thunder.jit(f)(x, w)
         torch.testing.assert_close(out, f(x2, w))
         torch.testing.assert_close(x, x2)
+
+
+def test_outputs_keep_their_type_after_an_in_place_update():
+    # A pytree-registered dict subclass (Hugging Face's ModelOutput, an OrderedDict) returned
+    # after an in-place op was rebuilt as a plain dict: T5's, Falcon's and Mixtral's outputs
+    # had no `.logits`.
+    import collections
+
+    def f(x):
+        y = x.clone()
+        y.mul_(2)
+        return collections.OrderedDict(a=y, b=(y + 1, [y])), {"c": y}
+
+    x = torch.randn(3)
+    got, want = thunder.jit(f)(x), f(x)
+    assert type(got[0]) is collections.OrderedDict and type(got[1]) is dict
+    torch.testing.assert_close(got, want)
+
+
+def test_requires_grad_can_be_set_on_a_traced_tensor():
+    # wav2vec2's feature encoder sets requires_grad on a view of its input in training.
+    w = torch.randn(4, requires_grad=True)
+
+    def f(x):
+        h = x[:, None]
+        h.requires_grad = True
+        return (h * w).sum(-1)
+
+    x = torch.randn(3, 1)
+    got, want = thunder.jit(f)(x), f(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    g = w.grad.clone()
+    w.grad = None
+    want.sum().backward()
+    torch.testing.assert_close(g, w.grad)

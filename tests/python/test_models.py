@@ -219,10 +219,24 @@ def _hf_models():
             vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
         "bert": lambda: transformers.BertForMaskedLM(transformers.BertConfig(
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **small)),
+        # Outputs holding a cache object, mixture-of-experts routing, an encoder-decoder with
+        # relative position buckets, a convolutional audio encoder that sets requires_grad.
+        "mixtral": lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64, **small)),
+        "falcon": lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+            num_kv_heads=2, new_decoder_architecture=True, max_position_embeddings=64, **small)),
+        "t5": lambda: transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, dropout_rate=0.0,
+            decoder_start_token_id=0)),
+        "wav2vec2": lambda: transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(
+            vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0,
+            layerdrop=0.0, mask_time_prob=0.0, final_dropout=0.0, activation_dropout=0.0)),
     }
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert", "mixtral", "falcon", "t5", "wav2vec2"])
 def test_hugging_face_model_trains_like_eager(name):
     make = _hf_models()[name]
     model, ref = _pair(make)
@@ -234,6 +248,11 @@ def test_hugging_face_model_trains_like_eager(name):
             mask = torch.ones(2, 16, dtype=torch.long, device=DEVICE)
             mask[1, 11:] = 0
             return ids, mask
+        if name == "t5":
+            return ids, None, ids[:, :8]  # input_ids, attention_mask, decoder_input_ids
+        if name == "wav2vec2":
+            g = torch.Generator().manual_seed(200 + step)
+            return (torch.randn(2, 400, generator=g).to(device=DEVICE, dtype=DTYPE),)
         return (ids,)
 
     def loss_fn(out):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 
 import torch
+import torch.utils._pytree as pytree
 
 from thunder import _C
 
@@ -52,23 +53,29 @@ class TraceState:
             return x
         return self._fresh(x)
 
-    def _fresh(self, x):
+    def _fresh(self, x, depth=0):
+        """Containers keep their type: a Hugging Face ModelOutput (a dict subclass registered with
+        torch's pytree) stays one (it became a plain dict: T5's output had no `.logits`). Other
+        objects are returned as they are."""
         if isinstance(x, (_C.TensorProxy, torch.Tensor)):
             msg = self.stale.get(id(x))
             if msg is not None:
                 raise NotImplementedError(msg)
             e = self.latest.get(id(x))
             return x if e is None else e[1]
-        if isinstance(x, tuple):
-            if type(x) is tuple or type(x) is torch.Size:
-                return type(x)(self._fresh(y) for y in x)
-            if hasattr(x, "_fields"):
-                return type(x)(*(self._fresh(y) for y in x))
+        if depth > 8:
             return x
-        if isinstance(x, list):
-            return [self._fresh(y) for y in x]
-        if isinstance(x, dict):
-            return {k: self._fresh(v) for k, v in x.items()}
+        if type(x) in (tuple, torch.Size, list):
+            return type(x)(self._fresh(y, depth + 1) for y in x)
+        if type(x) is dict:
+            return {k: self._fresh(v, depth + 1) for k, v in x.items()}
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*(self._fresh(y, depth + 1) for y in x))
+        node = pytree.SUPPORTED_NODES.get(type(x))
+        if node is not None:
+            children, context = node.flatten_fn(x)
+            fresh = [self._fresh(c, depth + 1) for c in children]
+            return x if all(a is b for a, b in zip(fresh, children)) else node.unflatten_fn(fresh, context)
         return x
 
     def root(self, p):

@@ -1,0 +1,78 @@
+"""Tiny Hugging Face models of many architectures, one training step each under thunder.jit against
+eager (CPU, float32): outputs and every parameter's gradient.
+
+    PYTHONPATH=python python tools/hf_sweep.py [name,name,...|all] [bfloat16]
+
+(bfloat16: the models in bfloat16, compared at bfloat16 tolerances.)
+
+Prints OK, GRAD MISMATCH (the parameters) or FAIL (the exception; with one name, its traceback).
+Needs `transformers`. Session 9 (transformers 5.23, torch 2.13 CPU): 28 architectures; 4 failed at
+first (T5, Falcon, Mixtral: a ModelOutput came back a dict; wav2vec2: requires_grad set in
+forward), all 28 OK after, in float32 and in bfloat16.
+"""
+import sys, traceback, copy, torch, transformers as T, thunder
+torch.manual_seed(0)
+S = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+def dec(cls, cfg, **kw): return lambda: getattr(T, cls)(getattr(T, cfg)(**{**S, **kw}))
+MODELS = {
+ "mistral": dec("MistralForCausalLM", "MistralConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "qwen2": dec("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=2, max_position_embeddings=64),
+ "qwen3": dec("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, max_position_embeddings=64, head_dim=16),
+ "gemma": dec("GemmaForCausalLM", "GemmaConfig", num_key_value_heads=2, head_dim=16, max_position_embeddings=64),
+ "gemma2": dec("Gemma2ForCausalLM", "Gemma2Config", num_key_value_heads=2, head_dim=16, max_position_embeddings=64),
+ "phi": dec("PhiForCausalLM", "PhiConfig", max_position_embeddings=64, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+ "phi3": dec("Phi3ForCausalLM", "Phi3Config", num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0),
+ "gpt_neox": dec("GPTNeoXForCausalLM", "GPTNeoXConfig", max_position_embeddings=64),
+ "opt": lambda: T.OPTForCausalLM(T.OPTConfig(vocab_size=128, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, dropout=0.0, word_embed_proj_dim=64)),
+ "bloom": lambda: T.BloomForCausalLM(T.BloomConfig(vocab_size=128, hidden_size=64, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0)),
+ "falcon": dec("FalconForCausalLM", "FalconConfig", num_kv_heads=2, new_decoder_architecture=True, max_position_embeddings=64),
+ "mixtral": dec("MixtralForCausalLM", "MixtralConfig", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64),
+ "roberta": dec("RobertaForMaskedLM", "RobertaConfig", max_position_embeddings=72, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+ "distilbert": lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(vocab_size=128, dim=64, hidden_dim=128, n_layers=2, n_heads=4, dropout=0.0, attention_dropout=0.0, max_position_embeddings=64)),
+ "albert": dec("AlbertForMaskedLM", "AlbertConfig", embedding_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64),
+ "electra": dec("ElectraForMaskedLM", "ElectraConfig", embedding_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64),
+ "deberta_v2": dec("DebertaV2ForMaskedLM", "DebertaV2Config", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64),
+ "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, dropout_rate=0.0, decoder_start_token_id=0)),
+ "bart": lambda: T.BartForConditionalGeneration(T.BartConfig(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)),
+ "vit": lambda: T.ViTForImageClassification(T.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+ "clip_text": lambda: T.CLIPTextModel(T.CLIPTextConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)),
+ "whisper": lambda: T.WhisperForConditionalGeneration(T.WhisperConfig(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, max_target_positions=32, dropout=0.0, decoder_start_token_id=0, pad_token_id=0)),
+ "swin": lambda: T.SwinForImageClassification(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
+ "resnet": lambda: T.ResNetForImageClassification(T.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)),
+ "gptj": lambda: T.GPTJForCausalLM(T.GPTJConfig(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+ "wav2vec2": lambda: T.Wav2Vec2ForCTC(T.Wav2Vec2Config(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, final_dropout=0.0, activation_dropout=0.0)),
+ "mobilevit": lambda: T.MobileViTForImageClassification(T.MobileViTConfig(image_size=32, patch_size=2, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32], num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)),
+ "convnext": lambda: T.ConvNextForImageClassification(T.ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10, image_size=32)),
+}
+def inputs(name, g):
+    ids = torch.randint(1, 128, (2, 16), generator=g)
+    if name == "wav2vec2": return dict(input_values=torch.randn(2, 400, generator=g))
+    if name in ("vit", "swin", "convnext", "resnet", "mobilevit"): return dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g))
+    if name == "whisper": return dict(input_features=torch.randn(2, 16, 64, generator=g), decoder_input_ids=ids[:, :8])
+    if name in ("t5", "bart"): return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
+    return dict(input_ids=ids)
+def out_tensor(o):
+    for k in ("logits", "last_hidden_state"):
+        if hasattr(o, k) and getattr(o, k) is not None: return getattr(o, k)
+    return o[0]
+only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] != "all" else list(MODELS)
+DTYPE = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.float32
+TOL = dict(rtol=1e-4, atol=1e-4) if DTYPE == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+for name in only:
+    try:
+        torch.manual_seed(0)
+        model = MODELS[name]().train().to(DTYPE)
+        ref = copy.deepcopy(model)
+        g = torch.Generator().manual_seed(1)
+        x = {k: v.to(DTYPE) if v.is_floating_point() else v for k, v in inputs(name, g).items()}
+        y = out_tensor(ref(**x)); y.float().square().mean().backward()
+        jm = thunder.jit(model)
+        yt = out_tensor(jm(**x)); yt.float().square().mean().backward()
+        torch.testing.assert_close(yt, y, **TOL)
+        bad = [n for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters())
+               if (p.grad is None) != (q.grad is None) or (p.grad is not None and not torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]))]
+        print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}", flush=True)
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        print(f"{name:12s} FAIL {type(e).__name__}: {(msg[0] if msg else '')[:250]}", flush=True)
+        if len(only) == 1: traceback.print_exc()

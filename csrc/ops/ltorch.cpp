@@ -114,6 +114,28 @@ void defBinary(const std::string& name, clang::PrimBinary prim, PK kind,
   }, kElementwise);
 }
 
+/// Eager converts some Python numbers to the tensor's dtype with a check (c10's checked_convert):
+/// a clamp bound, a fill value, an alpha, a 16-bit or integer tensor's exponent. A finite number
+/// outside the dtype's range raises RuntimeError there ("value cannot be converted to type
+/// c10::Half without overflow"); thunder computed with inf or a wrapped integer.
+void checkNumberFits(const std::string& name, const Value& v, DType d) {
+  if (v.isTensor() || v.isNone() || v.isBool() || v.isComplex() || !v.isNumber()) return;
+  double x = v.toDouble();
+  bool fits = true;
+  switch (d) {
+    case DType::Float16: fits = !std::isfinite(x) || std::abs(x) <= 65504.0; break;
+    case DType::BFloat16: fits = !std::isfinite(x) || std::abs(x) <= 3.3895313892515355e38; break;
+    case DType::Float32: fits = !std::isfinite(x) || std::abs(x) <= 3.4028234663852886e38; break;
+    case DType::Int8: fits = x >= -128 && x <= 127; break;
+    case DType::Int16: fits = x >= -32768 && x <= 32767; break;
+    case DType::Int32: fits = x >= -2147483648.0 && x <= 2147483647.0; break;
+    case DType::UInt8: fits = x <= 255 && x >= -255; break;  // negative numbers wrap, as in eager
+    default: break;
+  }
+  THUNDER_CHECK(fits, opn(name), ": value ", v.isInt() ? std::to_string(v.toInt()) : std::to_string(x),
+                " cannot be converted to type ", dtypeName(d), " without overflow");
+}
+
 Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract,
                const std::string& name) {
   // eager: "Boolean alpha only supported for Boolean results" (fuzzer seed 13780)
@@ -126,6 +148,7 @@ Value addAlpha(const Value& a, const Value& b, const Value& alpha, bool subtract
                   ": for integral input tensors, alpha must not be a floating point number, but got ",
                   alpha.toDouble());
   }
+  checkNumberFits(name, alpha, elementwiseTypePromotion({a, b}, PK::Default).second);
   if (subtract) {
     auto isBool = [](const Value& v) {
       return v.isTensor() ? v.tensor().dtype == DType::Bool : v.isBool();
@@ -349,9 +372,17 @@ void registerElementwise() {
         return clang::binary(prims::mul, a[0], a[1], PK::Default, "ltorch.mul");
       },
       kElementwise);
+  // `number / tensor`: eager's Tensor.__rtruediv__ is self.reciprocal() * other, two roundings
+  // (a division differed from it by an ulp in a quarter of float32 and bfloat16 elements).
+  def("rtruediv", "a, b", {"torch.Tensor.__rtruediv__", "torch.Tensor.__rdiv__"},
+      [](const Args& a) -> Value {
+        T(a[0], "rtruediv");
+        return op("mul", {op("reciprocal", {a[0]}), a[1]});
+      },
+      kElementwise);
   def("div", "a, b, *, rounding_mode=None",
       {"torch.div", "torch.divide", "torch.true_divide", "torch.Tensor.div",
-       "torch.Tensor.__truediv__", "~torch.Tensor.__rtruediv__"},
+       "torch.Tensor.__truediv__"},
       [](const Args& a) -> Value {
         if (a[2].isNone()) return trueDivide(a[0], a[1]);
         const std::string& mode = a[2].toString();
@@ -416,6 +447,10 @@ void registerElementwise() {
           if (boolOnly)
             return a[1].toBool() ? op("bitwise_and", {a[0], true}) : op("logical_or", {a[0], true});
         }
+        if (a[0].isTensor() && !a[1].isTensor()) {
+          DType r = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;
+          if (isLowPrecision(r) || isIntegral(r)) checkNumberFits("pow", a[1], r);
+        }
         return clang::binary(prims::pow, a[0], a[1], PK::Default, "ltorch.pow");
       }, kElementwise);
   defBinary("atan2", prims::atan2, PK::IntToFloat, {"torch.arctan2"});
@@ -442,6 +477,7 @@ void registerElementwise() {
   def("masked_fill", "a, mask, value", {"torch.masked_fill", "torch.Tensor.masked_fill"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "masked_fill");
+        checkNumberFits("masked_fill", a[2], t.dtype);
         Value v = a[2].isTensor() ? clang::maybeConvert(a[2], t.dtype) : a[2];
         Value r = clang::where(a[1], v, a[0], "ltorch.masked_fill");
         return clang::maybeConvert(r, t.dtype);
@@ -452,6 +488,10 @@ void registerElementwise() {
         THUNDER_CHECK(!a[1].isNone() || !a[2].isNone(),
                       "ltorch.clamp: at least one of 'min' or 'max' must not be None");
         Value r = a[0];
+        DType result = elementwiseTypePromotion({a[0], a[1].isNone() ? a[0] : a[1], a[2].isNone() ? a[0] : a[2]},
+                                                PK::Default).second;
+        checkNumberFits("clamp", a[1], result);
+        checkNumberFits("clamp", a[2], result);
         if (!a[1].isNone()) r = clang::binary(prims::maximum, r, a[1], PK::Default, "ltorch.clamp");
         if (!a[2].isNone()) r = clang::binary(prims::minimum, r, a[2], PK::Default, "ltorch.clamp");
         return r;
@@ -1186,6 +1226,7 @@ DType fillDType(const Value& fill, const Value& dtype) {
 
 void registerCreation() {
   def("full", "shape, fill_value, *, device=None, dtype=None", {"torch.full"}, [](const Args& a) {
+    checkNumberFits("full", a[1], fillDType(a[1], a[3]));
     return prims::full(a[0].toInts(), a[1], deviceOr(a[2]), fillDType(a[1], a[3]));
   }, kCreation);
   for (const char* which : {"zeros", "ones", "empty"}) {
@@ -1207,6 +1248,7 @@ void registerCreation() {
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "full_like");
         DType dt = optDType(a[3]).value_or(t.dtype);
+        checkNumberFits("full_like", a[1], dt);
         return prims::full(t.shape, clang::maybeConvert(a[1], dt), deviceOr(a[2], t.device), dt);
       }, kCreation);
   def("arange", "start, end=None, step=1, *, device=None, dtype=None", {"torch.arange"},

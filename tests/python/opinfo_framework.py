@@ -169,7 +169,8 @@ class DecorateInfo:
 def _dunder(name):
     reflected = {
         "__radd__": operator.add, "__rsub__": operator.sub, "__rmul__": operator.mul,
-        "__rtruediv__": operator.truediv, "__rfloordiv__": operator.floordiv, "__rmod__": operator.mod,
+        "__rtruediv__": operator.truediv, "__rdiv__": operator.truediv, "__rfloordiv__": operator.floordiv,
+        "__rmod__": operator.mod,
         "__rpow__": operator.pow, "__rand__": operator.and_, "__ror__": operator.or_, "__rxor__": operator.xor,
     }
     if name in reflected:

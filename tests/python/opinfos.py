@@ -366,6 +366,14 @@ def _div_samples(dtype):
             rounding_mode="floor")
 
 
+def _rtruediv_samples(dtype):
+    """(tensor, number): the reflected call is number / tensor. The tensor is the divisor."""
+    for shape in ((2, 3), (), (0, 3)):
+        yield (make(shape, dtype, exclude_zero=True), number(dtype)), {}
+    yield (make((2, 3), dtype, noncontig=True, exclude_zero=True), 2.5), {}
+    yield (make((4,), dtype, exclude_zero=True), 3), {}
+
+
 def _div_errors():
     yield ErrorInput((make((2,)), make((2,))), dict(rounding_mode="round"), RuntimeError,
                      r"div: rounding_mode must be None, 'trunc' or 'floor'")
@@ -415,8 +423,10 @@ opinfos += [
            error_inputs=binary_errors("sub")),
     OpInfo("mul", ("torch.mul", "torch.multiply", "torch.Tensor.mul", "torch.Tensor.__mul__", "torch.Tensor.__rmul__"),
            binary_samples(other_dtype=promote_to), ALL, tol=LOWP, error_inputs=binary_errors("mul")),
-    OpInfo("div", ("torch.div", "torch.divide", "torch.true_divide", "torch.Tensor.div", "torch.Tensor.__truediv__",
-                   "torch.Tensor.__rtruediv__"), _div_samples, ALL, tol=LOWP, error_inputs=_div_errors),
+    OpInfo("div", ("torch.div", "torch.divide", "torch.true_divide", "torch.Tensor.div", "torch.Tensor.__truediv__"),
+           _div_samples, ALL, tol=LOWP, error_inputs=_div_errors),
+    # number / tensor: eager's tensor.reciprocal() * number
+    OpInfo("rtruediv", ("torch.Tensor.__rtruediv__", "torch.Tensor.__rdiv__"), _rtruediv_samples, ALL, tol=LOWP),
     OpInfo("floor_divide", ("torch.floor_divide", "torch.Tensor.floor_divide", "torch.Tensor.__floordiv__",
                             "torch.Tensor.__rfloordiv__"), _floor_divide_samples, REALS, tol=LOWP,
            error_inputs=binary_errors("floor_divide")),

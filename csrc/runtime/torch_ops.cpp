@@ -93,16 +93,12 @@ DType fromScalarType(at::ScalarType s) {
 
 namespace {
 
-/// full(shape, value): a large CPU tensor (from 4 MiB) on huge pages (cpu_memory.h), then filled.
-/// The zeros a backward starts an embedding's gradient from (4 MiB in cpu_gpt_train) were mapped
-/// page by page at every step: 1.5 ms of a 4 MiB fill on one core.
+/// full(shape, value) as at::full does it (empty, then fill_), the tensor from newOutputTensor: a
+/// large CPU one (from 4 MiB) on huge pages. The zeros a backward starts an embedding's gradient
+/// from (4 MiB in cpu_gpt_train) were mapped page by page at every step: 1.5 ms of a 4 MiB fill
+/// on one core.
 at::Tensor fullTensor(const KernelArgs& a) {
-  std::vector<int64_t> shape = a.ints(0);
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  if (!hugePageSized(numel * static_cast<int64_t>(c10::elementSize(a.outDType)), a.outDevice))
-    return at::full(shape, a.s(1), a.outOptions());
-  return newOutputTensor(shape, a.outDType, a.outDevice).fill_(a.s(1));
+  return newOutputTensor(a.ints(0), a.outDType, a.outDevice).fill_(a.s(1));
 }
 
 /// Every executor symbol's kernel. Symbols made by makeExecSymbol live as long as the process;

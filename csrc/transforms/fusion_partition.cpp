@@ -39,6 +39,23 @@ struct Unit {
   bool terminal = false;  // computes a terminal prim's value
 };
 
+/// Which of `calls` (unit indices in program order) feed what `read` holds: walking back, a call
+/// is marked when `always(call)` or when something read takes one of its outputs, and then what
+/// it reads is read too.
+std::vector<bool> feeding(const std::vector<Unit>& units, const std::vector<size_t>& calls,
+                          std::unordered_set<const TensorProxy*> read,
+                          const std::function<bool(size_t)>& always) {
+  std::vector<bool> marked(calls.size(), false);
+  for (size_t k = calls.size(); k-- > 0;) {
+    const BoundSymbol& b = *units[calls[k]].bsym;
+    marked[k] = always(calls[k]);
+    for (const TensorPtr& t : b.outputTensors()) marked[k] = marked[k] || read.count(t.get()) > 0;
+    if (marked[k])
+      for (const TensorPtr& t : b.inputTensors()) read.insert(t.get());
+  }
+  return marked;
+}
+
 /// Whether the values of the unit's terminal prims are only converted within the unit (else the
 /// unit cannot be fused: a terminal value cannot feed other ops in a kernel).
 bool terminalsOnlyConverted(const Unit& u, const std::function<bool(const BoundSymbol&)>& terminal) {
@@ -339,28 +356,17 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     // not part of the kernel: its input would become a kernel input the kernel never reads, and
     // that false dependency moves the kernel after the input's producer (a sharded parameter's
     // all-gather wait, which then no longer overlaps the kernel).
-    std::unordered_set<size_t> readInside;
-    {
-      std::unordered_set<const TensorProxy*> read;
-      for (size_t k = members_.size(); k-- > 0;) {
-        size_t i = members_[k];
-        bool reads = !isViewUnit(i);
-        if (!reads)
-          for (const TensorPtr& t : units[i].bsym->outputTensors()) reads |= read.count(t.get()) > 0;
-        if (!reads) continue;
-        readInside.insert(i);
-        for (const TensorPtr& t : units[i].bsym->inputTensors()) read.insert(t.get());
-      }
-    }
+    const std::vector<bool> inKernel = feeding(units, members_, {}, [&](size_t i) { return !isViewUnit(i); });
     // First with the views inside the kernel (a reshape that is no view in ATen becomes an index
     // remapping), then, if that cannot be lowered, with every view computed outside and read.
     for (bool inside : {true, false}) {
       if (!inside && viewOut.empty()) return false;
       FusionRegion r;
       std::unordered_set<const TensorProxy*> produced, seenIn;
-      for (size_t i : members_) {
+      for (size_t m = 0; m < members_.size(); ++m) {
+        size_t i = members_[m];
         r.originals.push_back(*units[i].bsym);
-        if (isViewUnit(i) && (!inside || !readInside.count(i))) continue;
+        if (isViewUnit(i) && (!inside || !inKernel[m])) continue;
         for (const BoundSymbol& p : units[i].prims) {
           for (const TensorPtr& t : p.inputTensors())
             if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
@@ -479,17 +485,10 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     // read) run before it, the others after it. A collective's wait then comes after a kernel
     // that needs nothing it completes, and the transfer goes on while that kernel runs (the
     // norm before a ZeRO-3 layer's gathered weights).
-    std::vector<bool> before(pending.size(), false);
-    {
-      std::unordered_set<const TensorProxy*> read;
-      for (size_t i : group)
-        for (const TensorPtr& t : units[i].bsym->inputTensors()) read.insert(t.get());
-      for (size_t k = pending.size(); k-- > 0;) {
-        for (const TensorPtr& t : units[pending[k]].bsym->outputTensors()) before[k] = before[k] || read.count(t.get());
-        if (before[k])
-          for (const TensorPtr& t : units[pending[k]].bsym->inputTensors()) read.insert(t.get());
-      }
-    }
+    std::unordered_set<const TensorProxy*> groupReads;
+    for (size_t i : group)
+      for (const TensorPtr& t : units[i].bsym->inputTensors()) groupReads.insert(t.get());
+    const std::vector<bool> before = feeding(units, pending, std::move(groupReads), [](size_t) { return false; });
     for (size_t k = 0; k < pending.size(); ++k)
       if (before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
     if (!group.empty() && !emitFused(group)) emitSplit(group);

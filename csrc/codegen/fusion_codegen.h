@@ -70,6 +70,11 @@ CudaVariant predictCudaVariant(const KernelProgram& prog, int sms = 0);
 /// threads). `unrollForced`: an unroll set for experiments stays.
 void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced = false);
 
+/// Whether a warp-per-row launch with column outputs adds its warps' column sums in shared
+/// memory and writes one partial row per block (else one per warp): the block's sums must fit in
+/// 32 KB. The host sizes the partial rows by it.
+bool columnsPerBlock(const KernelProgram& prog, const CudaVariant& variant);
+
 /// CUDA source of one variant of a kernel program (templates plus one `extern "C"` entry).
 std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);
 /// CUDA source of the predicted variant.

@@ -75,6 +75,21 @@ bool isUnitReduction(const BoundSymbol& b) {
 
 }  // namespace
 
+bool isUnrolledSum(const BoundSymbol& b) {
+  if (!b.sym->isPrim() || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor()) return false;
+  const TensorProxy& a = b.args[0].tensor();
+  if (a.dtype != DType::Float32 && a.dtype != DType::Float64) return false;
+  std::vector<int64_t> dims = b.args[1].toInts();
+  int64_t extent = 1, rank = a.ndim();
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank - 1) return false;  // the last dim: a row reduction
+    extent *= a.shape[d];
+  }
+  for (int64_t x : b.outputTensors()[0]->shape)
+    if (x == 0) return false;
+  return !dims.empty() && extent >= 2 && extent <= kUnrolledSum;
+}
+
 bool isColumnSum(const BoundSymbol& b) {
   // A float sum over every dimension but the last: the bias-gradient pattern.
   if (!b.sym->isPrim() || b.sym->name != "sum") return false;
@@ -84,7 +99,7 @@ bool isColumnSum(const BoundSymbol& b) {
   if (a.ndim() < 2 || static_cast<int64_t>(dims.size()) != a.ndim() - 1 || a.shape.back() <= 0) return false;
   for (size_t i = 0; i < dims.size(); ++i)
     if (dims[i] != static_cast<int64_t>(i)) return false;
-  return true;
+  return !isUnrolledSum(b);  // a few rows: additions of loads, no partial sums
 }
 
 bool isFusiblePrim(const BoundSymbol& b) {
@@ -118,7 +133,7 @@ bool isFusiblePrim(const BoundSymbol& b) {
       if (c.toInts()[2] != 0) return false;
     return true;
   }
-  if (isColumnSum(b)) return true;
+  if (isColumnSum(b) || isUnrolledSum(b)) return true;
   if (n == "squeeze") return sameUpToUnitDims(b.args[0].tensor().shape, b.outputTensors()[0]->shape);
   if (n == "reshape") {
     // Inserting or removing length-1 dims relabels dims. Merging and splitting dims reads the
@@ -481,6 +496,35 @@ class Lowering {
       }
       return acc;
     }
+    if (isUnrolledSum(b)) {
+      // t's dim k is the k-th dim of the source the sum keeps; each reduced dim is read at a
+      // fixed index, every combination in order, added from 0 as ATen's sum does (-0.0 sums to
+      // +0.0).
+      const TensorPtr& src = b.args[0].toTensor();
+      std::vector<int64_t> dims = b.args[1].toInts();
+      std::sort(dims.begin(), dims.end());
+      std::vector<int> kept;
+      for (int j = 0; j < src->ndim(); ++j)
+        if (!std::binary_search(dims.begin(), dims.end(), j)) kept.push_back(j);
+      View inner = view.remapped(src->shape.size());
+      for (size_t d = 0; d < dimMap.size(); ++d)
+        if (dimMap[d] >= 0) inner.dimMap[d] = kept[dimMap[d]];
+      for (size_t k = 0; k < kept.size(); ++k) inner.offset[kept[k]] = view.offset[k];
+      int64_t count = 1;
+      for (int64_t d : dims) count *= src->shape[d];
+      int acc = constant(Value(0.0), src->dtype);
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t rem = i;
+        for (size_t k = dims.size(); k-- > 0;) {
+          inner.offset[dims[k]] = rem % src->shape[dims[k]];
+          rem /= src->shape[dims[k]];
+        }
+        int x = lower(src, inner);
+        if (x < 0) return -1;
+        acc = binary("add", acc, x, src->dtype);
+      }
+      return acc;
+    }
     if (isColumnSum(b)) {
       whyNot = "a column sum whose value is used inside the region";
       return -1;
@@ -742,7 +786,7 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
   for (const BoundSymbol& b : prims) {
     for (const TensorPtr& t : b.outputTensors())
       if (stored.count(t.get()) && larger(t->shape, false)) out.iterShape = t->shape;
-    if (b.sym->hasTag(kReductionOp)) {
+    if (b.sym->hasTag(kReductionOp) && !isUnrolledSum(b)) {
       reduces |= !isUnitReduction(b);
       const TensorProxy& a = b.args[0].tensor();
       if (larger(a.shape, true)) out.iterShape = a.shape;

@@ -99,6 +99,13 @@ struct KernelProgram {
 /// only leave the region (through dtype conversions), not feed other ops in it.
 bool isColumnSum(const BoundSymbol& b);
 
+/// A float sum over at most kUnrolledSum elements per result, over dims other than the last (the
+/// gradient of an expand, as grouped-query attention's key and value heads): kernels compute it
+/// pointwise over its result's shape, as additions of loads at fixed offsets, not as a
+/// reduction phase; it fuses like an elementwise op.
+constexpr int64_t kUnrolledSum = 8;
+bool isUnrolledSum(const BoundSymbol& b);
+
 /// Whether the code generators can compute a prim on a dtype.
 bool isFusiblePrim(const BoundSymbol& b);
 

@@ -58,7 +58,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     b.subsymbols = r.prims;
     return b;
   };
-  Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum);
+  Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
   static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
   if (timing)
     std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",

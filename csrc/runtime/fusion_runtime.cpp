@@ -890,7 +890,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           }();
           int perSm = colBlocks > 0 ? colBlocks : std::max(1, 2048 / l.threads);
           gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * perSm));
-          int64_t slots = l.items > 0 ? int64_t(gridX) * rowsPerBlock : 1;
+          int64_t slots = l.items == 0 ? 1 : codegen::columnsPerBlock(p, v) ? int64_t(gridX) : int64_t(gridX) * rowsPerBlock;
           for (size_t j = 0; j < p.outputs.size(); ++j) {
             const codegen::KOutput& o = p.outputs[j];
             if (!o.column) continue;

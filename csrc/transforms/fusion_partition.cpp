@@ -71,8 +71,8 @@ bool terminalsOnlyConverted(const Unit& u, const std::function<bool(const BoundS
 }
 
 /// The shape a unit's prims iterate over: the largest (by rank, then elements) among their
-/// outputs and their reductions' inputs.
-Shape unitShape(const Unit& u) {
+/// outputs and their (not pointwise) reductions' inputs.
+Shape unitShape(const Unit& u, const std::function<bool(const BoundSymbol&)>& pointwise) {
   Shape best;
   bool any = false;
   auto consider = [&](const Shape& s) {
@@ -84,7 +84,8 @@ Shape unitShape(const Unit& u) {
   };
   for (const BoundSymbol& p : u.prims) {
     for (const TensorPtr& t : p.outputTensors()) consider(t->shape);
-    if (p.sym->hasTag(kReductionOp) && !p.args.empty() && p.args[0].isTensor()) consider(p.args[0].tensor().shape);
+    if (p.sym->hasTag(kReductionOp) && !(pointwise && pointwise(p)) && !p.args.empty() && p.args[0].isTensor())
+      consider(p.args[0].tensor().shape);
   }
   return best;
 }
@@ -280,7 +281,8 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
 
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
                       const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
-                      const std::function<bool(const BoundSymbol&)>& terminal) {
+                      const std::function<bool(const BoundSymbol&)>& terminal,
+                      const std::function<bool(const BoundSymbol&)>& pointwise) {
   std::vector<Unit> units;
   for (const BoundSymbol& b : trace.bsyms) {
     Unit u{&b, false, {}};
@@ -424,7 +426,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     };
     for (size_t i : run) {
       const Unit& u = units[i];
-      Shape shape = unitShape(u);
+      Shape shape = unitShape(u, pointwise);
       std::vector<size_t> readsFrom;
       for (size_t k = 0; k < subs.size(); ++k) {
         if (subs[k].closed) continue;
@@ -438,7 +440,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       // rows) cannot join the kernel of the rows.
       auto fits = [&](size_t k) {
         for (const BoundSymbol& p : u.prims)
-          if (p.sym->hasTag(kReductionOp) && !p.args.empty() && p.args[0].isTensor() &&
+          if (p.sym->hasTag(kReductionOp) && !(pointwise && pointwise(p)) && !p.args.empty() && p.args[0].isTensor() &&
               withoutUnitDims(p.args[0].tensor().shape) != withoutUnitDims(subs[k].shape))
             return false;
         return true;

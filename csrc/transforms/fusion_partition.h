@@ -32,8 +32,12 @@ struct FusionRegion {
 /// A `terminal` prim (a column sum) ends its values' use in the region: they may only pass
 /// through dtype conversions in the same call and leave the region; a later call that reads them
 /// starts a new region.
+///
+/// A `pointwise` reduction (a sum over a few elements per result) iterates over its result's
+/// shape, like an elementwise op; other reductions iterate over their input's.
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
                       const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
-                      const std::function<bool(const BoundSymbol&)>& terminal = nullptr);
+                      const std::function<bool(const BoundSymbol&)>& terminal = nullptr,
+                      const std::function<bool(const BoundSymbol&)>& pointwise = nullptr);
 
 }  // namespace thunder

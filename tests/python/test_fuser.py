@@ -77,7 +77,7 @@ def _variant_programs():
 
     progs["rms_norm_backward"] = (
         lambda x, w: torch.nn.functional.rms_norm(x, (64,), w, 1e-6),
-        (torch.randn(8, 64, requires_grad=True), torch.randn(64, requires_grad=True)),
+        (torch.randn(24, 64, requires_grad=True), torch.randn(64, requires_grad=True)),
     )
     return progs
 
@@ -156,8 +156,70 @@ def test_bias_gradient_fuses_into_the_backward_kernel():
 
 def test_column_sum_used_inside_a_region_starts_a_new_one():
     # The column sum's value feeds more math: that math goes to a second region.
-    a = torch.randn(8, 12)
+    a = torch.randn(16, 12)
     _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a, fusions=2)
+    # Over 8 rows or fewer it is an unrolled sum (additions of loads): one kernel.
+    _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a[:8], fusions=1)
+
+
+# Sums of at most 8 elements per result over dims other than the last (an expand's gradient:
+# grouped-query attention's key and value heads) are additions of loads at fixed offsets inside a
+# kernel, fused like elementwise ops. (name, fn, input shapes, expected cpuFusion regions)
+UNROLLED_SUM_CASES = [
+    ("middle_dim", lambda a: (a * 2).sum(1), [(3, 4, 5, 6)], 1),
+    ("two_dims", lambda a: a.exp().sum((0, 2)) + 1, [(2, 5, 3, 7)], 1),
+    ("into_consumer", lambda a, b: (a.sum(1) * b).tanh(), [(3, 2, 8), (3, 8)], 1),
+    ("keepdim_broadcast", lambda a: a - a.sum(1, keepdim=True) * 0.25, [(3, 4, 9)], 1),
+    ("of_a_permute", lambda a: (a.permute(2, 0, 1) * 3).sum(1).sin(), [(4, 6, 5)], 1),
+    ("reduced_twice", lambda a: a.sum(0).sum(0) * 2, [(2, 3, 10)], 1),
+    ("eight_elements", lambda a: (a + 1).sum((0, 1)) * 2, [(2, 4, 33)], 1),
+    # More than 8 elements: a reduction ATen computes (the pointwise ops around it still fuse).
+    ("nine_elements", lambda a: ((a * 2 + 1).sum(1) * 2).exp(), [(2, 9, 33)], 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name,fn,shapes,fusions", UNROLLED_SUM_CASES, ids=[c[0] for c in UNROLLED_SUM_CASES])
+def test_unrolled_sums(name, fn, shapes, fusions, dtype):
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    jf = thunder.jit(fn, executors=["fuser"])
+    out = jf(*args)
+    # Low-precision sums accumulate in float32, as ATen's do.
+    tol = {} if dtype in (torch.float32, torch.float64) else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(out, fn(*args), **tol)
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert sum(n.startswith("cpuFusion") for n in names) == fusions, names
+    assert ("torch.sum" in names) == (name == "nine_elements"), names
+
+
+def test_unrolled_sum_of_negative_zeros_is_positive_zero():
+    x = torch.full((2, 3, 4), -0.0)
+    f = lambda a: (a * 1).sum(1)
+    got = thunder.jit(f, executors=["fuser"])(x)
+    assert not torch.signbit(got).any() and not torch.signbit(f(x)).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_expand_gradient_is_an_unrolled_sum_in_the_backward_kernel(dtype):
+    # k [B, G, 1, T, D] expanded over 4 query heads per group: its gradient sums the 4 heads.
+    torch.manual_seed(0)
+    k = torch.randn(2, 3, 1, 5, 8, dtype=dtype, requires_grad=True)
+    w = torch.randn(2, 3, 4, 5, 8, dtype=dtype)
+    f = lambda k, w: ((k.expand(2, 3, 4, 5, 8) * w).sin() * 2).sum()
+    jf = thunder.jit(f, executors=["fuser"])
+    (got,) = torch.autograd.grad(jf(k, w), (k,))
+    (ref,) = torch.autograd.grad(f(k, w), (k,))
+    tol = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(got, ref, **tol)
+    names = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n != "del"]
+    assert not any(n.startswith("torch.sum") for n in names), names
+
+
+def test_unrolled_sum_of_non_contiguous_input():
+    a = torch.randn(6, 4, 5).transpose(0, 2)  # [5, 4, 6], strided
+    f = lambda x: (x * x).sum(1) - 1
+    torch.testing.assert_close(thunder.jit(f, executors=["fuser"])(a), f(a))
 
 
 # Reshapes and squeezes that only insert or remove length-1 dims relabel dims, so they fuse like
@@ -587,6 +649,30 @@ def test_cuda_row_reductions_up_to_256k(n):
     y = torch.randn(2000, n, device="cuda")
     f = lambda t: ((t * 2 + 1).sum(0), t.relu())
     torch.testing.assert_close(thunder.jit(f)(y), f(y), atol=1e-3, rtol=1e-4)
+
+
+@cuda
+@pytest.mark.parametrize("rows,n", [(4096, 2048), (3000, 1000), (77, 512)])
+def test_cuda_column_sums_per_block_match_and_repeat(rows, n):
+    # Warp-per-row kernels add their warps' column sums in shared memory and write a partial row
+    # per block; layer_norm's backward has two column outputs (weight and bias gradients). The
+    # order of additions is fixed: two runs give the same bits.
+    torch.manual_seed(0)
+    x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    for f, params in ((lambda x, w, b: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), (x, w)),
+                      (lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b), (x, w, b))):
+        jf = thunder.jit(f)
+        got = torch.autograd.grad(jf(x, w, b), params, g)
+        again = torch.autograd.grad(jf(x, w, b), params, g)
+        dx, dw, db = (t.double().detach().requires_grad_() for t in (x, w, b))
+        ref = torch.autograd.grad(f(dx, dw, db), (dx, dw, db)[: len(params)], g.double())
+        for a, a2, r in zip(got, again, ref):
+            assert torch.equal(a, a2)
+            scale = r.abs().max().item()
+            assert (a.double() - r).abs().max().item() <= 2e-2 * scale, (rows, n)
 
 
 @cuda

@@ -175,6 +175,7 @@ def gpt_decode(device, contender):
         llama.generate(model, fwd, prompt, prompt.numel() + n_new)
 
     step.per = n_new  # report per token
+    step.jitted = fwd
     return step
 
 

@@ -286,7 +286,90 @@ class Emitter {
         for (int o : p_.nodes[id].operands) mark(o);
     };
     for (int t : targets) mark(t);
-    for (int id : need) {  // ids are in dependency order
+    if (branchSelects) {
+      emitBranches(need, targets, offsetOf, indent, out, loadFrom);
+      return;
+    }
+    for (int id : need) emitNode(id, offsetOf, indent, out, loadFrom);
+  }
+
+  /// Emit selects between index ranges (a cat's pieces, a pad's inside) as branches: where(c, x,
+  /// y) computes only the side c picks, with the nodes used by that side alone inside it. A
+  /// straight-line select computes every piece at every element: RoPE's backward (the query,
+  /// key and value gradients cat'd, the key and value ones summed over four heads, each rotated
+  /// by halves) spent its time in the arithmetic of the pieces it discarded.
+  bool branchSelects = false;
+
+  void emitBranches(const std::set<int>& ids, const std::vector<int>& targets,
+                    const std::function<std::string(int)>& offsetOf, const std::string& indent, std::string& out,
+                    const std::map<int, std::string>* loadFrom) const {
+    std::map<int, std::vector<int>> users;  // within `ids`
+    for (int id : ids)
+      for (int o : p_.nodes[id].operands)
+        if (ids.count(o)) users[o].push_back(id);
+    std::set<int> pinned(targets.begin(), targets.end());
+    // The nodes of `ids` used only through `root` (root included), none of them assigned yet.
+    auto exclusive = [&](int root, int select, const std::set<int>& assigned) {
+      std::set<int> s;
+      if (!ids.count(root) || assigned.count(root) || pinned.count(root)) return s;
+      for (int u : users[root])
+        if (u != select) return s;
+      if (users[root].size() != 1) return s;  // read twice by the select (where(c, x, x))
+      s.insert(root);
+      for (auto it = ids.find(root); it != ids.begin();) {
+        int id = *--it;
+        if (assigned.count(id) || pinned.count(id)) continue;
+        bool only = !users[id].empty();
+        for (int u : users[id]) only = only && s.count(u);
+        if (only) s.insert(id);
+      }
+      return s;
+    };
+    auto isSelect = [&](int id) {
+      const KNode& n = p_.nodes[id];
+      if (n.kind != KNode::Kind::Op || n.op != "where" || n.operands.size() != 3) return false;
+      std::function<bool(int)> rangeCond = [&](int c) {
+        const KNode& m = p_.nodes[c];
+        if (m.kind == KNode::Kind::InRange) return true;
+        return m.kind == KNode::Kind::Op && m.op == "logical_and" && rangeCond(m.operands[0]) && rangeCond(m.operands[1]);
+      };
+      return rangeCond(n.operands[0]);
+    };
+    // Outer selects first (a select's users come after it): each claims its sides' nodes.
+    std::set<int> assigned;
+    std::map<int, std::pair<std::set<int>, std::set<int>>> sides;
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+      int id = *it;
+      if (assigned.count(id) || !isSelect(id)) continue;
+      const KNode& n = p_.nodes[id];
+      std::set<int> x = exclusive(n.operands[1], id, assigned);
+      assigned.insert(x.begin(), x.end());
+      std::set<int> y = exclusive(n.operands[2], id, assigned);
+      assigned.insert(y.begin(), y.end());
+      if (!x.empty() || !y.empty()) sides[id] = {std::move(x), std::move(y)};
+    }
+    for (int id : ids) {
+      if (assigned.count(id)) continue;
+      auto side = sides.find(id);
+      if (side == sides.end()) {
+        emitNode(id, offsetOf, indent, out, loadFrom);
+        continue;
+      }
+      const KNode& n = p_.nodes[id];
+      std::string v = "v" + std::to_string(id) + suffix;
+      auto name = [&](int o) { return "v" + std::to_string(o) + suffix; };
+      out += indent + rt(n.dtype) + " " + v + ";  // where, by index range\n";
+      out += indent + "if (" + name(n.operands[0]) + ") {\n";
+      emitBranches(side->second.first, {n.operands[1]}, offsetOf, indent + "  ", out, loadFrom);
+      out += indent + "  " + v + " = " + name(n.operands[1]) + ";\n" + indent + "} else {\n";
+      emitBranches(side->second.second, {n.operands[2]}, offsetOf, indent + "  ", out, loadFrom);
+      out += indent + "  " + v + " = " + name(n.operands[2]) + ";\n" + indent + "}\n";
+    }
+  }
+
+  void emitNode(int id, const std::function<std::string(int)>& offsetOf, const std::string& indent, std::string& out,
+                const std::map<int, std::string>* loadFrom) const {
+    {
       const KNode& n = p_.nodes[id];
       std::string v = "v" + std::to_string(id) + suffix;
       std::string line;
@@ -470,7 +553,12 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t
   // the launch; a block per row then spreads each row over more threads, a chunk or two each,
   // instead of one warp holding up to eight (a [1, 2048] bf16 RMSNorm took 8.7 us on one warp).
   bool fewRows = rows >= 0 && rows < kFewRows && chunks > 32 && !columns;
-  if (chunks <= 32 * 8 && !fewRows) {  // short rows: one warp per row, eight rows per block, no shared memory
+  // Column sums keep ITEMS x VEC float accumulators per column output besides the row's chunks:
+  // a warp per [4096, 2048] bf16 RMSNorm-backward row (8 chunks of 8 per lane) took 168 registers,
+  // one block of 256 threads per multiprocessor. Past two chunks per lane a block per row takes
+  // them, a chunk per thread (46 registers).
+  bool wideColumns = columns && chunks > 32 * 2;
+  if (chunks <= 32 * 8 && !fewRows && !wideColumns) {  // short rows: one warp per row, eight rows per block, no shared memory
     r.warp = true;
     r.threads = 256;
     r.items = pow2ceil((chunks + 31) / 32);
@@ -481,7 +569,7 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t
   // for row lengths 2K to 32K, and 2 chunks lost up to 20% to shared-memory reductions. Few
   // rows: a chunk per thread, as many threads as chunks.
   if (threads > 0) r.threads = threads;
-  else if (fewRows) r.threads = std::min<int>(1024, pow2ceil(chunks));
+  else if (fewRows || wideColumns) r.threads = std::min<int>(1024, std::max<int64_t>(64, pow2ceil(chunks)));
   else r.threads = std::min<int>(1024, std::max<int>(columns ? 256 : 128, pow2ceil((L + 31) / 32)));
   r.items = pow2ceil((chunks + r.threads - 1) / r.threads);
   if (r.items > 16) r.items = 0;  // longer than 16 chunks per thread: re-read the row per phase
@@ -513,6 +601,20 @@ void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced) {
     v.vec = 1;
     v.pattern.clear();
   }
+}
+
+void fitRegisters(const KernelProgram& p, CudaVariant& v, int64_t budget) {
+  if (v.row || v.vec <= 1) return;
+  auto staged = [&] {
+    int64_t bytes = 0;
+    for (size_t k = 0; k < p.inputs.size(); ++k)
+      bytes += (k < v.pattern.size() && v.pattern[k] == '0' ? 1 : v.vec) * dtypeItemSize(p.inputs[k].tensor->dtype);
+    return bytes * v.unroll;
+  };
+  while (v.unroll > 1 && staged() > budget) v.unroll /= 2;
+  // Narrower accesses stay valid: the row length, strides, offsets and guard bounds that are
+  // multiples of VEC are multiples of VEC / 2. Four elements per access at least.
+  while (v.vec > 4 && staged() > budget) v.vec /= 2;
 }
 
 CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
@@ -551,6 +653,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
     v.idx32 = numel < (int64_t(1) << 31);
     if (v.vec > 1) v.pattern = pat;
     fitSmallLaunch(v, numel, sms);
+    fitRegisters(p, v);
   }
   return v;
 }
@@ -612,6 +715,7 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   auto fromStorage = [&](size_t k, const std::string& x) { return Emitter::fromStorage(p.inputs[k].tensor->dtype, x); };
 
   if (!p.rowKernel()) {
+    e.branchSelects = true;  // (row kernels read no index ranges)
     auto indexDecomposition = [&](const char* var, size_t dims, const char* indent) {
       // i<dims-1> ... i0 from a linear index over the first `dims` dims; the outermost needs no
       // modulo.

@@ -70,6 +70,16 @@ CudaVariant predictCudaVariant(const KernelProgram& prog, int sms = 0);
 /// threads). `unrollForced`: an unroll set for experiments stays.
 void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced = false);
 
+/// A vectorized pointwise kernel stages each row's loads in registers (VEC elements of every
+/// input, ROWS rows at a time) before computing: the unroll, then the vector width, halve until
+/// those staged bytes fit `budget`, so that a kernel reading many inputs (RoPE's backward reads
+/// 25: the query, key and value gradients at two offsets each, the key and value ones for each
+/// of four query heads, cos and sin) neither spills nor runs at one block per multiprocessor.
+/// With VEC 8 of bfloat16, ROWS 4 took 255 registers and 672 bytes of spill for it (ROWS 1: 128
+/// registers, VEC 4: 74), and 203 registers for RoPE's forward, 9 inputs (48 at ROWS 1).
+constexpr int64_t kStagedBytes = 256;
+void fitRegisters(const KernelProgram& prog, CudaVariant& v, int64_t budget = kStagedBytes);
+
 /// Whether a warp-per-row launch with column outputs adds its warps' column sums in shared
 /// memory and writes one partial row per block (else one per warp): the block's sums must fit in
 /// 32 KB. The host sizes the partial rows by it.

@@ -304,6 +304,19 @@ class Lowering {
     return add(std::move(n));
   }
 
+  /// Limits the loads below a view to [lo, hi) of iteration dim d (a cat's piece, a pad's
+  /// source): where the dim is dropped on the way to an input (a sum over it, a broadcast of a
+  /// length-1 dim) its range could no longer be read off the input's offsets, and every element
+  /// would load the piece only to discard it.
+  void narrow(View& v, int d, int64_t lo, int64_t hi) const {
+    if (lo <= 0 && hi >= prog_.iterShape[d]) return;
+    if (v.guard.empty())
+      for (int64_t e : prog_.iterShape) v.guard.push_back({0, e});
+    auto& g = v.guard[d];
+    g.first = std::max(g.first, lo);
+    g.second = std::max(g.first, std::min(g.second, hi));
+  }
+
   /// The iteration dim that alone reads dim j of a view with coefficient 1: -2 when no dim reads
   /// it (the index is the constant offset[j]), -1 when dims were merged into it.
   static int soleReader(const View& v, int j) {
@@ -443,6 +456,7 @@ class Lowering {
           continue;
         }
         if (lo <= 0 && hi >= prog_.iterShape[d]) continue;
+        narrow(inner, d, lo, hi);
         int r = inRange(d, lo, hi);
         cond = cond < 0 ? r : binary("logical_and", cond, r, DType::Bool);
       }
@@ -480,6 +494,7 @@ class Lowering {
         if (d == -2 ? (lo > 0 || hi <= 0) : (hi <= 0 || lo >= prog_.iterShape[d])) continue;  // never read
         View inner = view;
         inner.offset[j] -= start - n;
+        if (d >= 0) narrow(inner, d, lo, hi);
         int x = lower(piece, inner);
         if (x < 0) return -1;
         chosen.push_back({x, lo, hi});

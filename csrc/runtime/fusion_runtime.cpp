@@ -920,6 +920,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         if (v.vec > 1) {
           // Tiles of TX column groups by TY rows, ROWS rows per thread (see emitCuda).
           v.pattern = innerPattern(r, g);
+          static const int64_t staged = [] {  // experiments: the staged-bytes budget
+            const char* e = std::getenv("THUNDER_FUSER_STAGED_BYTES");
+            return e ? std::atoll(e) : codegen::kStagedBytes;
+          }();
+          if (!unroll) codegen::fitRegisters(p, v, staged);
           int64_t groups = L / v.vec, rowsPerBlock;
           blockX = static_cast<unsigned>(std::min<int64_t>(256, codegen::pow2ceil(groups)));
           blockY = 256 / blockX;

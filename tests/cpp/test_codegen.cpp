@@ -67,6 +67,22 @@ TEST(RowLaunch, FewRowsTakeABlockEach) {
   EXPECT_EQ(one.threads, 256);
   EXPECT_EQ(one.items, 1);
   EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, false, kFewRows).warp);  // enough rows: a warp each
-  EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, true, 1).warp);  // column sums keep their launch
+  EXPECT_TRUE(chooseRowLaunch(512, 8, 0, true, 1).warp);  // column sums of short rows keep theirs
   EXPECT_TRUE(chooseRowLaunch(100, 4, 0, false, 1).warp);  // one warp's worth: nothing to spread
+}
+
+TEST(RowLaunch, WideColumnSumsTakeABlockPerRow) {
+  // A norm's backward with its weight gradient: a warp per row would hold 8 chunks and 64 float
+  // accumulators per lane (168 registers); a block per row holds one chunk per thread.
+  RowLaunch norm = chooseRowLaunch(2048, 8, 0, true);
+  EXPECT_FALSE(norm.warp);
+  EXPECT_EQ(norm.threads, 256);
+  EXPECT_EQ(norm.items, 1);
+  RowLaunch wide = chooseRowLaunch(8192, 4, 0, true);  // 2048 chunks of 4 floats
+  EXPECT_EQ(wide.threads, 1024);
+  EXPECT_EQ(wide.items, 2);
+  RowLaunch narrow = chooseRowLaunch(512, 8, 0, true);  // 64 chunks: two per lane of a warp
+  EXPECT_TRUE(narrow.warp);
+  EXPECT_EQ(narrow.items, 2);
+  EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, false).warp);  // no columns: a warp per row
 }

@@ -101,6 +101,48 @@ def test_cuda_launch_variants_compile_with_nvrtc(name):
         assert _C.nvrtc_compile(source, "sm_90") > 0, entry
 
 
+def _rope_gqa(qkv, cos, sin, B=2, T=16, G=2, QPK=4, hs=64):
+    # litgpt's grouped-query attention input: split the fused qkv, repeat k and v per query head,
+    # rotate q and k. Its backward is one kernel reading 22 inputs.
+    qkv = qkv.view(B, T, G, QPK + 2, hs).permute(0, 2, 3, 1, 4)
+    q, k, v = qkv.split((QPK, 1, 1), dim=2)
+    k, v = k.expand(B, G, QPK, T, hs), v.expand(B, G, QPK, T, hs)
+    q, k, v = (t.reshape(B, -1, T, hs) for t in (q, k, v))
+
+    def rope(x):
+        rotated = torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
+        return (x * cos + rotated * sin).to(x.dtype)
+
+    return rope(q), rope(k), v
+
+
+def test_cuda_unroll_fits_registers():
+    # A vectorized pointwise kernel stages VEC elements of each input for ROWS rows in registers:
+    # RoPE's backward (25 bf16 inputs) takes one row per thread and four elements per access (at
+    # four rows of eight it spilled), its forward (9 inputs) one row of eight, and a kernel of
+    # two inputs keeps four rows of eight. Each compiles.
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 16, 2 * 6 * 64, dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = torch.randn(16, 64, dtype=torch.bfloat16), torch.randn(16, 64, dtype=torch.bfloat16)
+    jf = thunder.jit(_rope_gqa, executors=[])
+    outs = jf(qkv, cos, sin)
+    torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
+    entries = {}
+    for kind, trace in (("forward", thunder.last_traces(jf)[1]), ("backward", thunder.last_backward_traces(jf)[0])):
+        sources = _C.generate_fusion_sources(trace, "cuda")
+        assert len(sources) == 1, (kind, [n for n, _ in sources])
+        entries[kind] = re.search(r"__global__ void __launch_bounds__\(256\) (\w+)\(", sources[0][1]).group(1)
+        if _C.nvrtc_available():
+            assert _C.nvrtc_compile(sources[0][1], "sm_90") > 0, kind
+    assert re.search(r"_t1_v4_1{22,}_32$", entries["backward"]), entries
+    assert re.search(r"_t1_v8_1{9}_32$", entries["forward"]), entries
+    a, b = torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16)
+    jf = thunder.jit(lambda a, b: torch.nn.functional.silu(a) * b, executors=[])
+    jf(a, b)
+    (_, source), = _C.generate_fusion_sources(thunder.last_traces(jf)[1], "cuda")
+    assert re.search(r"_t4_v8_11_32\(", source)
+
+
 def _check(fn, *args, atol=None, rtol=None, fusions=1):
     jf = thunder.jit(fn, executors=["fuser"])
     out = jf(*args)
@@ -654,9 +696,10 @@ def test_cuda_row_reductions_up_to_256k(n):
 @cuda
 @pytest.mark.parametrize("rows,n", [(4096, 2048), (3000, 1000), (77, 512)])
 def test_cuda_column_sums_per_block_match_and_repeat(rows, n):
-    # Warp-per-row kernels add their warps' column sums in shared memory and write a partial row
-    # per block; layer_norm's backward has two column outputs (weight and bias gradients). The
-    # order of additions is fixed: two runs give the same bits.
+    # Warp-per-row kernels (rows of 512) add their warps' column sums in shared memory and write
+    # a partial row per block; block-per-row kernels (1000, 2048: more than two chunks per lane)
+    # one per block. layer_norm's backward has two column outputs (weight and bias gradients).
+    # The order of additions is fixed: two runs give the same bits.
     torch.manual_seed(0)
     x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -764,3 +807,25 @@ def test_backward_kernels_recompute_float32_values_instead_of_reading_them():
         fusion_inputs.update(a.strip() for a in args.split(","))
     passed = {t for t in fusion_outputs & fusion_inputs if dtypes.get(t) == "f32"}
     assert not passed, (passed, src)
+
+
+@cuda
+@pytest.mark.parametrize("T", [16, 2048])
+def test_cuda_rope_gqa_matches_eager(T):
+    # The many-input RoPE kernels (one row per thread) against eager, forward and backward.
+    torch.manual_seed(0)
+    qkv = torch.randn(2, T, 2 * 6 * 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    cos, sin = (torch.randn(T, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    grads = [torch.randn(2, 8, T, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    fn = lambda *a: _rope_gqa(*a, T=T)  # noqa: E731
+    jf = thunder.jit(fn)
+    outs = jf(qkv, cos, sin)
+    torch.autograd.backward(outs, grads)
+    got = qkv.grad
+    qkv.grad = None
+    expected = fn(qkv, cos, sin)
+    torch.autograd.backward(expected, grads)
+    for o, e in zip(outs, expected):
+        torch.testing.assert_close(o, e)
+    torch.testing.assert_close(got, qkv.grad)
+    assert any(n.startswith("cudaFusion") for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names)

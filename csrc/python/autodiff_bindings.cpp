@@ -24,6 +24,7 @@
 #include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
 #include "transforms/remat.h"
+#include "transforms/sdpa_rules.h"
 
 namespace thunder::python {
 
@@ -75,6 +76,13 @@ void foldUpcastsInto(std::vector<std::shared_ptr<Trace>>& traces, const std::vec
   traces.push_back(std::make_shared<Trace>(std::move(*folded)));
 }
 
+/// Appends the bool-mask rewrite of scaled_dot_product_attention calls when it changes something.
+void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEach) {
+  std::shared_ptr<Trace> t = traces.back();
+  if (std::optional<Trace> biased = sdpaMasksToBias(*t))
+    traces.push_back(timed([&] { return std::move(*biased); }, "Attention masks to bias", verifyEach));
+}
+
 /// Appends the claiming and delete-last-used passes of traces.back().
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach) {
@@ -100,6 +108,7 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
   std::vector<std::shared_ptr<Trace>> traces{computation};
   traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
   foldUpcastsInto(traces, exs, verifyEach);
+  masksToBiasInto(traces, verifyEach);
   std::shared_ptr<Trace> pruned = traces.back();
   traces.push_back(
       timed([&] { return gradTransform(*pruned, numArgs, exs); }, "Grad", verifyEach));
@@ -118,6 +127,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   plan->forwardTraces.push_back(
       timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
   foldUpcastsInto(plan->forwardTraces, exs, verifyEach);
+  masksToBiasInto(plan->forwardTraces, verifyEach);
   const Trace& pruned = *plan->forwardTraces.back();
   auto t0 = Clock::now();
   plan->fb = forwardBackward(pruned, exs);

@@ -25,6 +25,7 @@
 #include "transforms/del_last_used.h"
 #include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
+#include "transforms/sdpa_rules.h"
 #include "transforms/xent_upcast.h"
 #include "python/autodiff_bindings.h"
 #include "python/module.h"
@@ -703,6 +704,8 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
     if (verifyEach) verify(*folded);
     traces.push_back(std::make_shared<Trace>(std::move(*folded)));
   }
+  if (std::optional<Trace> biased = sdpaMasksToBias(*traces.back()))
+    step([&](const Trace&) { return std::move(*biased); }, "Attention masks to bias");
   if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
     step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");

@@ -1,6 +1,7 @@
 #include "transforms/sdpa_rules.h"
 
 #include <cmath>
+#include <map>
 
 #include "ir/error.h"
 #include "ops/ltorch.h"
@@ -78,6 +79,39 @@ void registerSdpaGradRule() {
                              differentiable(b.args[3].tensor());
         return sdpa::chooseBackend(b.args, maskNeedsGrad) != sdpa::Backend::None;
       });
+}
+
+std::optional<Trace> sdpaMasksToBias(const Trace& trace) {
+  const Symbol* sdpa = SymbolRegistry::get().find("ltorch.scaled_dot_product_attention");
+  if (sdpa == nullptr) return std::nullopt;
+  auto boolMask = [&](const BoundSymbol& b) {
+    return b.sym == sdpa && b.args.size() > 3 && b.args[3].isTensor() && b.args[3].tensor().dtype == DType::Bool &&
+           b.args[0].isTensor() && b.output.isTensor();
+  };
+  bool any = false;
+  for (const BoundSymbol& b : trace.bsyms) any = any || boolMask(b);
+  if (!any) return std::nullopt;
+  Trace out = trace.emptyCopy();
+  std::map<std::pair<const TensorProxy*, DType>, TensorPtr> biases;
+  for (const BoundSymbol& b : trace.bsyms) {
+    if (!boolMask(b)) {
+      out.bsyms.push_back(b);
+      continue;
+    }
+    appendTraced(out, [&] {
+      const TensorPtr& mask = b.args[3].toTensor();
+      DType dt = b.args[0].tensor().dtype;
+      TensorPtr& bias = biases[{mask.get(), dt}];
+      if (!bias) {
+        Value additive = ltorch::op("where", {b.args[3], Value(0.0), Value(-INFINITY)});
+        bias = ltorch::op("to", {additive, Value(), Value(dt)}).toTensor();
+      }
+      std::vector<Value> args = b.args;
+      args[3] = Value(bias);
+      return call(*sdpa, std::move(args));
+    }, b.output.toTensor(), "sdpa masks to bias");
+  }
+  return out;
 }
 
 }  // namespace thunder

@@ -1,6 +1,10 @@
 // The grad rule of ltorch.scaled_dot_product_attention through fused attention kernels.
 #pragma once
 
+#include <optional>
+
+#include "ir/trace.h"
+
 namespace thunder {
 
 /// Registers the rule: when a fused kernel applies (sdpa::chooseBackend), the forward is one
@@ -8,5 +12,13 @@ namespace thunder {
 /// which reads only q, k, v, the output and the logsumexp; other calls are differentiated through
 /// the decomposition. Called by registerGradRules.
 void registerSdpaGradRule();
+
+/// Boolean attention masks become additive ones, once per mask: each
+/// ltorch.scaled_dot_product_attention call with a bool `attn_mask` reads `where(mask, 0, -inf)`
+/// in the query's dtype instead, made before the first call that reads that mask and shared by
+/// the later ones (ATen converts a bool mask the same way inside every call: a decoder's layers
+/// each paid three kernels for it). The values the calls compute are unchanged. Returns nothing
+/// when no call has a bool mask.
+std::optional<Trace> sdpaMasksToBias(const Trace& trace);
 
 }  // namespace thunder

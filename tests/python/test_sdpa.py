@@ -3,6 +3,8 @@ kernel (CPU) against torch.autograd.grad, the fallback to the decomposition wher
 applies (float64, a mask needing a gradient, head dims that differ), and what an attention layer
 saves for its backward."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -260,3 +262,48 @@ def test_fused_grad_on_cuda(name, dtype, shapes, kwargs, kernel):
         scale = max(1.0, r.abs().max().item())
         t_err, e_err = (a.double() - r).abs().max().item(), (e.double() - r).abs().max().item()
         assert t_err <= 2 * e_err + 1e-3 * scale, f"thunder error {t_err:.3g} vs eager {e_err:.3g}"
+
+
+def _layers_sharing_a_mask(q, k, v, m, k2):
+    # A decoder's layers: every attention call reads the same boolean mask.
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    b = F.scaled_dot_product_attention(a, k, v, attn_mask=m)
+    c = F.scaled_dot_product_attention(b.double(), k2, k2, attn_mask=m)  # another dtype: its own bias
+    return b, c
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bool_mask_becomes_one_bias_per_dtype(dtype, grad_mode):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, dtype=dtype, requires_grad=grad_mode) for _ in range(3))
+    k2 = torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    m = torch.rand(2, 1, 5, 5) > 0.4
+    m[..., 0] = True  # every row attends somewhere
+    jf = thunder.jit(_layers_sharing_a_mask)
+    with torch.set_grad_enabled(grad_mode):
+        got, expected = jf(q, k, v, m, k2), _layers_sharing_a_mask(q, k, v, m, k2)
+    tol = {} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **tol)
+    if grad_mode:
+        g = torch.autograd.grad(got[0].float().sum() + got[1].sum(), (q, k, v))
+        ge = torch.autograd.grad(expected[0].float().sum() + expected[1].sum(), (q, k, v))
+        for a, b in zip(g, ge):
+            torch.testing.assert_close(a, b, **tol)
+    traces = thunder.last_traces(jf)
+    rewritten = next(t for t in traces if "Attention masks to bias" in t.provenance)
+    names = rewritten.bound_symbol_names
+    assert names.count("ltorch.scaled_dot_product_attention") == 3, names
+    assert names.count("ltorch.where") == 2, names  # one bias per query dtype
+    src = str(rewritten)
+    masks = re.findall(r"ltorch\.scaled_dot_product_attention\(\w+, \w+, \w+, (\w+),", src)
+    assert len(masks) == 3 and masks[0] == masks[1] != masks[2], src
+    assert "t_3" not in masks, src  # the bool mask argument reaches no call
+
+
+def test_float_masks_are_left_alone():
+    q = k = v = torch.randn(1, 2, 4, 8)
+    jf = thunder.jit(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    jf(q, k, v, torch.zeros(4, 4))
+    assert not any("Attention masks to bias" in t.provenance for t in thunder.last_traces(jf))

@@ -48,18 +48,44 @@ class ExamineReport:
         return "\n".join(lines)
 
 
+_COMPARE = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "less": "lt", "less_equal": "le", "greater": "gt",
+            "greater_equal": "ge"}
+_SWAP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+KNOWN_BOOL = "torch.Tensor.__bool__ (of a value known while tracing)"
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.counts: Counter = Counter()
         self.first: dict = {}
+        self.known_bools = 0
+        # Values thunder knows while tracing (see proxies._note_range): id -> (tensor, range or
+        # answer); the tensor is held so that its id is not reused.
+        self._ranges: dict = {}
+        self._answers: dict = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.Tensor.__bool__ and args and id(args[0]) in self._answers:
+            self.known_bools += 1
+            return func(*args, **kwargs)
         self.counts[func] += 1
         if func not in self.first:
             self.first[func] = (args, kwargs)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "").strip("_")
+        if func in (torch.rand, torch.rand_like) and isinstance(out, torch.Tensor):
+            self._ranges[id(out)] = (out, (0.0, 1.0, out.dtype in (torch.float16, torch.bfloat16)))
+        elif name in _COMPARE and len(args) == 2 and not kwargs and isinstance(out, torch.Tensor):
+            op, (a, b) = _COMPARE[name], args
+            if not isinstance(a, torch.Tensor):
+                a, b, op = b, a, _SWAP[op]
+            hit = self._ranges.get(id(a)) if isinstance(a, torch.Tensor) else None
+            if hit is not None and isinstance(b, (int, float)) and not isinstance(b, bool):
+                if proxies.known_comparison(op, hit[1], b) is not None:
+                    self._answers[id(out)] = out
+        return out
 
 
 def _is_attribute_read(func) -> bool:
@@ -121,6 +147,8 @@ def examine(fn, *args, **kwargs) -> ExamineReport:
         # Some programs leave grad mode changed when run under a TorchFunctionMode.
         torch.set_grad_enabled(grad_enabled)
     report = ExamineReport()
+    if rec.known_bools:
+        report.native[KNOWN_BOOL] = rec.known_bools
     for func, count in rec.counts.items():
         name = proxies._qualname(func)
         a, k = rec.first[func]

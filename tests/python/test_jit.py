@@ -195,3 +195,54 @@ def test_discarded_jitted_objects_free_their_tensors():
     del jf, g
     gc.collect()
     assert [r() for r in refs] == [None, None]
+
+
+# A uniform sample is in [0, 1) (float16 / bfloat16: [0, 1]): compared with a number outside that
+# range the answer is the same for every draw, and Python may branch on it (Hugging Face's
+# LayerDrop: `if torch.rand([]) < layerdrop` with layerdrop 0).
+KNOWN_DRAWS = [
+    ("lt_zero", lambda r: r < 0.0, False),
+    ("lt_one", lambda r: r < 1.0, True),
+    ("le_one", lambda r: r <= 1, True),
+    ("le_below_zero", lambda r: r <= -0.1, False),
+    ("gt_below_zero", lambda r: r > -1e-9, True),
+    ("gt_one", lambda r: r > 1.0, False),
+    ("ge_zero", lambda r: r >= 0.0, True),
+    ("ge_one", lambda r: r >= 1.0, False),
+    ("number_first", lambda r: 0.0 > r, False),
+    ("torch_lt", lambda r: torch.lt(r, 0.0), False),
+]
+
+
+@pytest.mark.parametrize("name,cond,expected", KNOWN_DRAWS, ids=[c[0] for c in KNOWN_DRAWS])
+def test_branch_on_a_comparison_known_for_every_draw(name, cond, expected):
+    def f(x):
+        return x + 1 if cond(torch.rand([])) else x - 1
+
+    x = torch.zeros(3)
+    assert bool(cond(torch.rand([]))) is expected  # the table agrees with eager
+    torch.testing.assert_close(thunder.jit(f)(x), f(x))
+    report = thunder.examine(f, x)
+    assert report.failing == {}, report
+    assert report.native.get("torch.Tensor.__bool__ (of a value known while tracing)") == 1
+
+
+@pytest.mark.parametrize("cond", [
+    lambda r: r < 0.5,  # depends on the draw
+    lambda r: r.to(torch.bfloat16) < 1.0,  # not a sample: its range is not tracked through ops
+    lambda r: (r * 2) < 0.0,
+])
+def test_branch_on_a_drawn_value_is_rejected(cond):
+    def f(x):
+        return x + 1 if cond(torch.rand([])) else x
+
+    with pytest.raises(NotImplementedError, match=r"Tensor.__bool__ needs the value of a tensor while tracing"):
+        thunder.jit(f)(torch.zeros(2))
+
+
+def test_low_precision_draws_may_be_one():
+    # torch.rand in bfloat16 may round up to 1.0: `< 1.0` is not known, `<= 1.0` is.
+    with pytest.raises(NotImplementedError):
+        thunder.jit(lambda x: x + 1 if torch.rand([], dtype=torch.bfloat16) < 1.0 else x)(torch.zeros(2))
+    out = thunder.jit(lambda x: x + 1 if torch.rand([], dtype=torch.bfloat16) <= 1.0 else x)(torch.zeros(2))
+    torch.testing.assert_close(out, torch.ones(2))

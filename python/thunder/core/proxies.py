@@ -152,7 +152,58 @@ def dispatch(func, args, kwargs):
             raise e from None  # the symbol's error names the case and has eager's type
     out = _named_result(func, out)
     _note_views(st, func, args, out)
+    _note_range(sym.name, sargs, skwargs, out)
     return out
+
+
+# ---- values known while tracing -------------------------------------------------------------
+# A uniform sample lies in [0, 1): a comparison of it with a number outside that range has one
+# answer whatever is drawn, and Python control flow may branch on it. Hugging Face's LayerDrop,
+# `if torch.rand([]) < self.layerdrop: skip the layer`, with layerdrop 0 never skips. A comparison
+# whose answer depends on the draw still cannot be traced (Tensor.__bool__ raises).
+_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # name -> the name with operands swapped
+
+
+def _note_range(name, args, kwargs, out):
+    if not isinstance(out, TensorProxy):
+        return
+    if name in ("rand", "rand_like"):
+        # float16 and bfloat16 samples may round up to 1.0
+        closed = out.dtype in (torch.float16, torch.bfloat16)
+        out._value_range = (0.0, 1.0, closed)
+        return
+    if name not in _COMPARISONS or len(args) != 2 or kwargs:
+        return
+    a, b = args
+    if not isinstance(a, TensorProxy):
+        a, b, name = b, a, _COMPARISONS[name]
+    r = getattr(a, "_value_range", None) if isinstance(a, TensorProxy) else None
+    if r is None or isinstance(b, bool) or not isinstance(b, (int, float)):
+        return
+    known = known_comparison(name, r, b)
+    if known is not None:
+        out._static_bool = known
+
+
+def known_comparison(name, value_range, b):
+    """The answer of `x <name> b` ("lt", "le", "gt", "ge") for every x in `value_range` (lo, hi,
+    hi included), or None when it depends on x."""
+    lo, hi, closed = value_range
+    below = hi < b or (not closed and hi <= b)  # every value < b
+    at_most = hi <= b  # every value <= b
+    return {
+        "lt": True if below else False if lo >= b else None,
+        "le": True if at_most else False if lo > b else None,
+        "gt": True if lo > b else False if at_most else None,
+        "ge": True if lo >= b else False if below else None,
+    }[name]
+
+
+def _bool(self):
+    known = getattr(self, "_static_bool", None)
+    if known is not None and self.numel() == 1:
+        return known
+    return _unsupported("Tensor.__bool__")(self)
 
 
 # Symbols whose memory_format argument only chooses the strides of their result.
@@ -609,8 +660,9 @@ def _install_methods():
     TensorProxy.__len__ = lambda self: self._shape[0] if self._shape else _raise_len()
     TensorProxy.__iter__ = lambda self: iter(self.unbind(0))
     TensorProxy.__hash__ = object.__hash__
-    for name in ("__bool__", "item", "tolist", "numpy", "__float__", "__int__", "__index__"):
+    for name in ("item", "tolist", "numpy", "__float__", "__int__", "__index__"):
         setattr(TensorProxy, name, _unsupported(f"Tensor.{name}"))
+    TensorProxy.__bool__ = _bool
     TensorProxy.__setitem__ = _setitem
     TensorProxy.__torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: dispatch(func, args, kwargs or {}))
 

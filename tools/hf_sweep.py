@@ -8,7 +8,12 @@ eager (CPU, float32): outputs and every parameter's gradient.
 Prints OK, GRAD MISMATCH (the parameters) or FAIL (the exception; with one name, its traceback).
 Needs `transformers`. Session 9 (transformers 5.23, torch 2.13 CPU): 28 architectures; 4 failed at
 first (T5, Falcon, Mixtral: a ModelOutput came back a dict; wav2vec2: requires_grad set in
-forward), all 28 OK after, in float32 and in bfloat16.
+forward), all 28 OK after, in float32 and in bfloat16. Session 11 (transformers 5.17, the GPU
+machine's version): DeBERTa-v2 failed (its @torch.jit.script helpers were called with proxies) and
+wav2vec2 (LayerDrop branches on `torch.rand([]) < layerdrop`); 18 architectures added (Llama,
+GPT-2, BERT, OLMo, StableLM, Starcoder2, Qwen2-MoE, Granite, Cohere, MPT, XLM-RoBERTa, mBART,
+HuBERT, DeiT, BEiT, SegFormer, RegNet, DINOv2), of which BEiT failed (`coords[:, :, 0] += n`,
+then the base read again; `torch.zeros(size=...)`). After the fixes all 46 OK in float32.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -43,13 +48,34 @@ MODELS = {
  "wav2vec2": lambda: T.Wav2Vec2ForCTC(T.Wav2Vec2Config(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, final_dropout=0.0, activation_dropout=0.0)),
  "mobilevit": lambda: T.MobileViTForImageClassification(T.MobileViTConfig(image_size=32, patch_size=2, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32], num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)),
  "convnext": lambda: T.ConvNextForImageClassification(T.ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10, image_size=32)),
+ # session 11
+ "llama": dec("LlamaForCausalLM", "LlamaConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+ "bert": dec("BertForMaskedLM", "BertConfig", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64),
+ "olmo": dec("OlmoForCausalLM", "OlmoConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "stablelm": dec("StableLmForCausalLM", "StableLmConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "starcoder2": dec("Starcoder2ForCausalLM", "Starcoder2Config", num_key_value_heads=2, max_position_embeddings=64, residual_dropout=0.0, embedding_dropout=0.0),
+ "qwen2_moe": dec("Qwen2MoeForCausalLM", "Qwen2MoeConfig", num_key_value_heads=2, max_position_embeddings=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64),
+ "granite": dec("GraniteForCausalLM", "GraniteConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "cohere": dec("CohereForCausalLM", "CohereConfig", num_key_value_heads=2, max_position_embeddings=64),
+ "mpt": lambda: T.MptForCausalLM(T.MptConfig(vocab_size=128, d_model=64, n_layers=2, n_heads=4, max_seq_len=64)),
+ "xlm_roberta": dec("XLMRobertaForMaskedLM", "XLMRobertaConfig", max_position_embeddings=72, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+ "mbart": lambda: T.MBartForConditionalGeneration(T.MBartConfig(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)),
+ "hubert": lambda: T.HubertForCTC(T.HubertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, final_dropout=0.0, activation_dropout=0.0)),
+ "deit": lambda: T.DeiTForImageClassification(T.DeiTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+ "beit": lambda: T.BeitForImageClassification(T.BeitConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0, use_relative_position_bias=True)),
+ "segformer": lambda: T.SegformerForImageClassification(T.SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0, classifier_dropout_prob=0.0)),
+ "regnet": lambda: T.RegNetForImageClassification(T.RegNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8, num_labels=10)),
+ "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
 }
 def inputs(name, g):
     ids = torch.randint(1, 128, (2, 16), generator=g)
     if name == "wav2vec2": return dict(input_values=torch.randn(2, 400, generator=g))
-    if name in ("vit", "swin", "convnext", "resnet", "mobilevit"): return dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g))
+    if name == "hubert": return dict(input_values=torch.randn(2, 400, generator=g))
+    if name in ("vit", "swin", "convnext", "resnet", "mobilevit", "deit", "beit", "segformer", "regnet", "dinov2"):
+        return dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g))
     if name == "whisper": return dict(input_features=torch.randn(2, 16, 64, generator=g), decoder_input_ids=ids[:, :8])
-    if name in ("t5", "bart"): return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
+    if name in ("t5", "bart", "mbart"): return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
     return dict(input_ids=ids)
 def out_tensor(o):
     for k in ("logits", "last_hidden_state"):

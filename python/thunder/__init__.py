@@ -84,7 +84,9 @@ def _compiling():
 
 class _CompilingFlag:
     """Makes torch.compiler.is_compiling() answer True for the duration of a trace: the function
-    is replaced (versions differ in what it reads), and the module flag set where there is one."""
+    is replaced (versions differ in what it reads), and the module flag set where there is one.
+    TorchScript functions (`@torch.jit.script`, as DeBERTa's helpers) called with proxies run
+    their Python source instead, which is traced like the rest of the program."""
 
     def __enter__(self):
         c = pytorch.compiler
@@ -93,11 +95,30 @@ class _CompilingFlag:
             self._old.append(("_is_compiling_flag", c._is_compiling_flag))
             c._is_compiling_flag = True
         c.is_compiling = _always_compiling
+        script = getattr(pytorch.jit, "ScriptFunction", None)
+        self._script_call = script.__call__ if script is not None else None
+        if script is not None:
+            script.__call__ = _script_call_for(self._script_call)
+        return self
 
     def __exit__(self, *exc):
         for name, value in self._old:
             setattr(pytorch.compiler, name, value)
+        if self._script_call is not None:
+            pytorch.jit.ScriptFunction.__call__ = self._script_call
         return False
+
+
+def _script_call_for(original):
+    def call(self, *args, **kwargs):
+        from thunder.core.proxies import _has_proxy
+
+        source = getattr(self, "_torchdynamo_inline", None)  # the Python function it was compiled from
+        if source is not None and (_has_proxy(args) or _has_proxy(kwargs)):
+            return source(*args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    return call
 
 
 def _always_compiling() -> bool:

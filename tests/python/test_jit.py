@@ -246,3 +246,27 @@ def test_low_precision_draws_may_be_one():
         thunder.jit(lambda x: x + 1 if torch.rand([], dtype=torch.bfloat16) < 1.0 else x)(torch.zeros(2))
     out = thunder.jit(lambda x: x + 1 if torch.rand([], dtype=torch.bfloat16) <= 1.0 else x)(torch.zeros(2))
     torch.testing.assert_close(out, torch.ones(2))
+
+
+@torch.jit.script
+def _scripted_scale(x: torch.Tensor, k: int):
+    return x * torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float) * k)
+
+
+def test_torchscript_functions_are_traced_from_their_source():
+    # DeBERTa's helpers are @torch.jit.script functions: called with proxies they run their
+    # Python source; outside a trace they stay TorchScript.
+    def f(x):
+        return _scripted_scale(x.sin(), 2).sum(-1)
+
+    x = torch.randn(3, 4, requires_grad=True)
+    jf = thunder.jit(f)
+    out = jf(x)
+    torch.testing.assert_close(out, f(x))
+    (g,) = torch.autograd.grad(out.sum(), x)
+    (ge,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(g, ge)
+    assert "sin" in str(thunder.last_traces(jf)[0])
+    assert isinstance(_scripted_scale, torch.jit.ScriptFunction)
+    torch.testing.assert_close(_scripted_scale(torch.ones(2), 2), torch.full((2,), 2.0))
+    assert torch.jit.ScriptFunction.__call__.__name__ != "call"  # the trace's patch is undone

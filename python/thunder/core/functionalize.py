@@ -62,6 +62,12 @@ class TraceState:
             if msg is not None:
                 raise NotImplementedError(msg)
             e = self.latest.get(id(x))
+            # A value updated through a view after it became another's latest (x[1][:, 0] += 5
+            # after x[:, 0] += 1) has a latest of its own.
+            for _ in range(64):
+                if e is None or (n := self.latest.get(id(e[1]))) is None or n[1] is e[1]:
+                    break
+                e = n
             return x if e is None else e[1]
         if depth > 8:
             return x
@@ -88,18 +94,30 @@ class TraceState:
     def is_input(self, p) -> bool:
         return self.trace is not None and any(q is p for q in self.trace.inputs)
 
-    def record_views(self, op_name: str, base, out):
+    def record_views(self, op_name: str, base, out, key=None):
+        """`key`: the index of a __getitem__ view (an update of the view is written through to
+        its base when it is basic: ints, slices, None, ...)."""
         if not isinstance(base, _C.TensorProxy):
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for o in outs:
             if isinstance(o, _C.TensorProxy) and o is not base and id(o) not in self.view_of:
-                self.view_of[id(o)] = (o, base, op_name)
+                self.view_of[id(o)] = (o, base, op_name, key)
                 self.views.setdefault(id(base), []).append(o)
 
     def mutated_inputs(self):
         """(input proxy, latest value) for every input of the trace updated in place."""
-        return [(o, v) for o, v in self.latest.values() if isinstance(o, _C.TensorProxy) and o is not v and self.is_input(o)]
+        out = []
+        for o, v in self.latest.values():
+            if isinstance(o, _C.TensorProxy) and self.is_input(o):
+                for _ in range(64):  # updated again through a view of its value (x.add_(1); x[0] *= 2)
+                    n = self.latest.get(id(v))
+                    if n is None or n[1] is v:
+                        break
+                    v = n[1]
+                if v is not o:
+                    out.append((o, v))
+        return out
 
 
 def user_code() -> bool:
@@ -179,10 +197,11 @@ def commit(state: TraceState, op_name: str, target, result):
                 f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
                 f"(made by {view[2]}); writing through a view of an input is not supported: update {root.name} itself"
             )
-        state.stale[id(root)] = (
-            f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name}; reading it "
-            f"again is not supported (update it directly, or clone the view first)"
-        )
+        if not _write_through(state, proxy, result, op_name):
+            state.stale[id(root)] = (
+                f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name}; reading it "
+                f"again is not supported (update it directly, or clone the view first)"
+            )
     for v in state.views.get(id(proxy), ()):
         state.stale[id(v)] = (
             f"thunder.jit: {v.name} is a view of {proxy.name}, which {op_name} updated in place after the view "
@@ -192,6 +211,51 @@ def commit(state: TraceState, op_name: str, target, result):
     if real:
         state.latest[id(target)] = (target, result)
     return target
+
+
+def _basic_key(key) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    for k in keys:
+        if k is None or k is Ellipsis:
+            continue
+        if isinstance(k, slice):
+            if all(x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in (k.start, k.stop, k.step)):
+                continue
+            return False
+        if not isinstance(k, int) or isinstance(k, bool):
+            return False
+    return True
+
+
+def _write_through(state: TraceState, proxy, result, op_name: str) -> bool:
+    """An in-place update of `proxy`, a chain of basic-index views (x[:, :, 0] += 1) of a tensor
+    made while tracing: each base up the chain gets the updated view scattered into it, as eager
+    PyTorch writes through the view. Other views taken of those bases before the update read
+    stale values: they may no longer be read. False (nothing changed) for other views."""
+    chain = []
+    p = proxy
+    while (e := state.view_of.get(id(p))) is not None:
+        if e[2] != "__getitem__" or e[3] is None or not _basic_key(e[3]):
+            return False
+        chain.append(e)
+        p = e[1]
+    from thunder.core.proxies import _setitem_value
+
+    value, updates = result, []
+    for view, base, _, key in chain:
+        value = _setitem_value(state.fresh(base), key, value)
+        updates.append((base, value))
+    members = {id(view) for view, *_ in chain} | {id(base) for _, base, *_ in chain}
+    for base, value in updates:
+        state.latest[id(base)] = (base, value)
+        for v in state.views.get(id(base), ()):
+            if id(v) not in members:
+                state.stale[id(v)] = (
+                    f"thunder.jit: {v.name} is a view of {base.name}, which {op_name} updated through another "
+                    f"view ({proxy.name}) after {v.name} was taken; reading {v.name} again is not supported "
+                    f"(take it after the update)"
+                )
+    return True
 
 
 def _dtype_title(dt) -> str:

@@ -135,11 +135,16 @@ def dispatch(func, args, kwargs):
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
+    if "size" in kwargs and sym.name in _SIZED_FACTORIES:
+        # torch.zeros(size=(2, 3)): the shape by keyword (thunder's symbols take it positionally)
+        skwargs = dict(skwargs)
+        size = skwargs.pop("size")
+        sargs = (size, *sargs)
     if sym.name in _FACTORIES and kwargs.get("device") is None:
         # Factories follow torch's default device (`with torch.device("cuda"):`), as in eager.
         default = torch.get_default_device()
         if default.type != "cpu":
-            skwargs = dict(kwargs, device=default)
+            skwargs = dict(skwargs, device=default)
     try:
         out = sym(*sargs, **skwargs)
     except NotImplementedError as e:
@@ -258,7 +263,7 @@ def _note_views(st, func, args, out):
         return
     if name == "__getitem__" and len(args) > 1 and _has_tensor_index(args[1]):
         return  # advanced indexing copies
-    st.record_views(name, args[0], out)
+    st.record_views(name, args[0], out, args[1] if name == "__getitem__" and len(args) > 1 else None)
 
 
 def _has_tensor_index(key) -> bool:
@@ -506,6 +511,7 @@ _INPLACE_RULES = {
 
 
 # Torch-language factories with no tensor argument: they take the default device.
+_SIZED_FACTORIES = frozenset({"zeros", "ones", "empty", "rand", "randn", "full"})
 _FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn", "eye", "linspace", "logspace"})
 
 

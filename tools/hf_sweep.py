@@ -13,7 +13,9 @@ machine's version): DeBERTa-v2 failed (its @torch.jit.script helpers were called
 wav2vec2 (LayerDrop branches on `torch.rand([]) < layerdrop`); 18 architectures added (Llama,
 GPT-2, BERT, OLMo, StableLM, Starcoder2, Qwen2-MoE, Granite, Cohere, MPT, XLM-RoBERTa, mBART,
 HuBERT, DeiT, BEiT, SegFormer, RegNet, DINOv2), of which BEiT failed (`coords[:, :, 0] += n`,
-then the base read again; `torch.zeros(size=...)`). After the fixes all 46 OK in float32.
+then the base read again; `torch.zeros(size=...)`). After the fixes all 46 OK in float32 and in
+bfloat16 (DeiT compared against float32 gradients: its class token's gradient is ~1350, where
+bfloat16 steps by 8).
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -87,16 +89,33 @@ TOL = dict(rtol=1e-4, atol=1e-4) if DTYPE == torch.float32 else dict(rtol=2e-2, 
 for name in only:
     try:
         torch.manual_seed(0)
-        model = MODELS[name]().train().to(DTYPE)
+        model = MODELS[name]().train()
+        exact = copy.deepcopy(model)  # float32: in bfloat16 each side's gradients are compared with it
+        model = model.to(DTYPE)
         ref = copy.deepcopy(model)
         g = torch.Generator().manual_seed(1)
-        x = {k: v.to(DTYPE) if v.is_floating_point() else v for k, v in inputs(name, g).items()}
+        raw = inputs(name, g)
+        x = {k: v.to(DTYPE) if v.is_floating_point() else v for k, v in raw.items()}
         y = out_tensor(ref(**x)); y.float().square().mean().backward()
         jm = thunder.jit(model)
         yt = out_tensor(jm(**x)); yt.float().square().mean().backward()
         torch.testing.assert_close(yt, y, **TOL)
-        bad = [n for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters())
-               if (p.grad is None) != (q.grad is None) or (p.grad is not None and not torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]))]
+        if DTYPE != torch.float32:
+            out_tensor(exact(**raw)).float().square().mean().backward()
+        def close(p, q, e):
+            if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]) or DTYPE == torch.float32:
+                return torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"])
+            # bfloat16 gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is
+            # 8) differ from eager's by rounding: thunder's error against float32 at most twice
+            # eager's, plus 1% of the scale. (Convolutional nets with batch norm have bf16 errors
+            # of the size of some gradients in eager too: there the direct comparison decides.)
+            scale = e.grad.abs().max().item()
+            t_err, e_err = (p.grad.float() - e.grad).abs().max().item(), (q.grad.float() - e.grad).abs().max().item()
+            ok = t_err <= 2 * e_err + 1e-2 * scale + 1e-6
+            if not ok and len(only) == 1: print(f"  {t_err=:.3g} {e_err=:.3g} {scale=:.3g}")
+            return ok
+        bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), exact.named_parameters())
+               if (p.grad is None) != (q.grad is None) or (p.grad is not None and not close(p, q, e))]
         print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}", flush=True)
     except Exception as e:
         msg = str(e).strip().splitlines()

@@ -99,6 +99,11 @@ class _CompilingFlag:
         self._script_call = script.__call__ if script is not None else None
         if script is not None:
             script.__call__ = _script_call_for(self._script_call)
+        # torch.is_tensor(proxy) is True, as for the tensor it stands for (diffusers' UNets test
+        # their timestep with it). isinstance(proxy, torch.Tensor) stays False: torch.Tensor's
+        # metaclass cannot be patched.
+        self._is_tensor = pytorch.is_tensor
+        pytorch.is_tensor = _is_tensor_or_proxy
         return self
 
     def __exit__(self, *exc):
@@ -106,7 +111,12 @@ class _CompilingFlag:
             setattr(pytorch.compiler, name, value)
         if self._script_call is not None:
             pytorch.jit.ScriptFunction.__call__ = self._script_call
+        pytorch.is_tensor = self._is_tensor
         return False
+
+
+def _is_tensor_or_proxy(obj) -> bool:
+    return isinstance(obj, (pytorch.Tensor, _C.TensorProxy))
 
 
 def _script_call_for(original):

@@ -270,3 +270,15 @@ def test_torchscript_functions_are_traced_from_their_source():
     assert isinstance(_scripted_scale, torch.jit.ScriptFunction)
     torch.testing.assert_close(_scripted_scale(torch.ones(2), 2), torch.full((2,), 2.0))
     assert torch.jit.ScriptFunction.__call__.__name__ != "call"  # the trace's patch is undone
+
+
+def test_torch_is_tensor_is_true_for_traced_tensors():
+    def f(x, t):
+        if not torch.is_tensor(t):  # diffusers' UNets: a timestep given as a number becomes a tensor
+            t = torch.tensor([t])
+        return x * t
+
+    x = torch.randn(2)
+    torch.testing.assert_close(thunder.jit(f)(x, torch.tensor([3.0])), f(x, torch.tensor([3.0])))
+    assert torch.is_tensor(x) and not torch.is_tensor(3)  # the trace's patch is undone
+    assert torch.is_tensor.__name__ == "is_tensor"

@@ -7,6 +7,7 @@ theirs run too."""
 
 import copy
 import os
+import sys
 
 import pytest
 import torch
@@ -261,6 +262,43 @@ def test_hugging_face_model_trains_like_eager(name):
     _compare_training(model, ref, inputs, loss_fn)
     report = thunder.examine(model, *inputs(0))
     assert report.failing == {}
+
+
+def _diffusers_models():
+    diffusers = pytest.importorskip("diffusers")
+    g = torch.Generator().manual_seed(11)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(DEVICE, DTYPE)
+
+    steps = lambda: torch.tensor([10, 500], device=DEVICE)  # noqa: E731
+    return {
+        "unet2d": (lambda: diffusers.UNet2DModel(
+            sample_size=16, in_channels=3, out_channels=3, layers_per_block=1, block_out_channels=(16, 32),
+            down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+            norm_num_groups=8), lambda: (rand(2, 3, 16, 16), steps())),
+        "unet2d_condition": (lambda: diffusers.UNet2DConditionModel(
+            sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(16, 32),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            cross_attention_dim=24, norm_num_groups=8, attention_head_dim=4),
+            lambda: (rand(2, 4, 16, 16), steps(), rand(2, 5, 24))),
+        "autoencoder_kl": (lambda: diffusers.AutoencoderKL(
+            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+            up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(16, 32), latent_channels=4,
+            norm_num_groups=8, sample_size=16), lambda: (rand(2, 3, 16, 16),)),
+    }
+
+
+@pytest.mark.parametrize("name", ["unet2d", "unet2d_condition", "autoencoder_kl"])
+def test_diffusers_model_trains_like_eager(name, monkeypatch):
+    # diffusers' UNets test their timestep with torch.is_tensor (True for a proxy while tracing).
+    # Float32 on every device: in bfloat16 these convolution and group-norm nets round away from
+    # eager past the bfloat16 bounds of _compare_training (CPU: a weight gradient's error against
+    # float32 1.89e-5 where eager's is 8.88e-6; the loss 1.9e-5 off at a scale of 0.079).
+    monkeypatch.setattr(sys.modules[__name__], "DTYPE", torch.float32)
+    make, inputs = _diffusers_models()[name]
+    model, ref = _pair(make)
+    _compare_training(model, ref, lambda step: inputs(), lambda out: out.sample.float().square().mean())
 
 
 def test_torchvision_resnet18_matches_eager():

@@ -15,7 +15,9 @@ GPT-2, BERT, OLMo, StableLM, Starcoder2, Qwen2-MoE, Granite, Cohere, MPT, XLM-Ro
 HuBERT, DeiT, BEiT, SegFormer, RegNet, DINOv2), of which BEiT failed (`coords[:, :, 0] += n`,
 then the base read again; `torch.zeros(size=...)`). After the fixes all 46 OK in float32 and in
 bfloat16 (DeiT compared against float32 gradients: its class token's gradient is ~1350, where
-bfloat16 steps by 8).
+bfloat16 steps by 8). Then 8 more (XLNet, GPTBigCode, Funnel, Pegasus, Gemma3, Qwen3-MoE, SigLIP
+vision, CLIP): Funnel failed (`torch.cat(..., axis=1)`), SigLIP's unused attention-pool head got
+zero gradients where eager leaves None; all 54 OK in float32 after.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -68,19 +70,28 @@ MODELS = {
  "beit": lambda: T.BeitForImageClassification(T.BeitConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0, use_relative_position_bias=True)),
  "segformer": lambda: T.SegformerForImageClassification(T.SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0, classifier_dropout_prob=0.0)),
  "regnet": lambda: T.RegNetForImageClassification(T.RegNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8, num_labels=10)),
+ "xlnet": lambda: T.XLNetLMHeadModel(T.XLNetConfig(vocab_size=128, d_model=64, n_layer=2, n_head=4, d_inner=128, dropout=0.0)),
+ "gpt_bigcode": lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+ "funnel": lambda: T.FunnelForMaskedLM(T.FunnelConfig(vocab_size=128, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
+ "pegasus": lambda: T.PegasusForConditionalGeneration(T.PegasusConfig(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)),
+ "gemma3_text": dec("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16, max_position_embeddings=64, sliding_window=8),
+ "qwen3_moe": dec("Qwen3MoeForCausalLM", "Qwen3MoeConfig", num_key_value_heads=2, head_dim=16, max_position_embeddings=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+ "siglip_vision": lambda: T.SiglipVisionModel(T.SiglipVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)),
+ "clip": lambda: T.CLIPModel(T.CLIPConfig(text_config=dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64), vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8), projection_dim=32)),
  "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
 }
 def inputs(name, g):
     ids = torch.randint(1, 128, (2, 16), generator=g)
     if name == "wav2vec2": return dict(input_values=torch.randn(2, 400, generator=g))
     if name == "hubert": return dict(input_values=torch.randn(2, 400, generator=g))
-    if name in ("vit", "swin", "convnext", "resnet", "mobilevit", "deit", "beit", "segformer", "regnet", "dinov2"):
+    if name == "clip": return dict(input_ids=ids, pixel_values=torch.randn(2, 3, 32, 32, generator=g))
+    if name in ("vit", "swin", "convnext", "resnet", "mobilevit", "deit", "beit", "segformer", "regnet", "dinov2", "siglip_vision"):
         return dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g))
     if name == "whisper": return dict(input_features=torch.randn(2, 16, 64, generator=g), decoder_input_ids=ids[:, :8])
-    if name in ("t5", "bart", "mbart"): return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
+    if name in ("t5", "bart", "mbart", "pegasus"): return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
     return dict(input_ids=ids)
 def out_tensor(o):
-    for k in ("logits", "last_hidden_state"):
+    for k in ("logits", "logits_per_image", "last_hidden_state"):
         if hasattr(o, k) and getattr(o, k) is not None: return getattr(o, k)
     return o[0]
 only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] != "all" else list(MODELS)

@@ -44,7 +44,12 @@ struct TrainingEntry {
   /// Backward programs for calls that leave some cotangents undefined, by which ones
   /// (withUndefinedCotangents), made when a backward first needs one.
   std::mutex mu;
-  std::map<std::vector<bool>, std::shared_ptr<const runtime::Program>> partial;
+  struct Partial {
+    std::shared_ptr<const runtime::Program> program;
+    /// Per returned tensor: zero only because undefined cotangents reach it (left undefined).
+    std::vector<bool> zeroOutputs;
+  };
+  std::map<std::vector<bool>, Partial> partial;
 };
 
 namespace {
@@ -220,18 +225,20 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     // this call. Their backward program is made once per such set of outputs.
     const runtime::Program* program = e.backward.get();
     std::shared_ptr<const runtime::Program> partial;
+    std::vector<bool> zeroOutputs;
     if (anyUndefined) {
       std::lock_guard<std::mutex> lock(e.mu);
-      std::shared_ptr<const runtime::Program>& p = e.partial[undefined];
-      if (!p) {
+      TrainingEntry::Partial& p = e.partial[undefined];
+      if (!p.program) {
         const TrainingPlan& plan = *e.plan;
-        std::vector<std::shared_ptr<Trace>> traces{
-            std::make_shared<Trace>(withUndefinedCotangents(*plan.backwardTraces.front(), undefined))};
+        std::vector<std::shared_ptr<Trace>> traces{std::make_shared<Trace>(
+            withUndefinedCotangents(*plan.backwardTraces.front(), undefined, &p.zeroOutputs))};
         if (plan.verify) verify(*traces.back());
         lowerForExecution(traces, plan.executors, plan.verify);
-        p = std::make_shared<const runtime::Program>(traces.back());
+        p.program = std::make_shared<const runtime::Program>(traces.back());
       }
-      partial = p;
+      partial = p.program;
+      zeroOutputs = p.zeroOutputs;
       program = partial.get();
     }
     // Unless the graph is kept for another backward, the saved tensors are released now, as
@@ -244,8 +251,12 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
       ctx->*member(FreedBuffersTag{}) = true;
     }
     std::vector<at::Tensor> res = program->run(std::move(ins), release);
-    for (size_t i = 0; i < fb.gradIndex.size(); ++i)
-      if (fb.gradIndex[i] >= 0) out[i] = res[fb.gradIndex[i]];
+    // A gradient only undefined cotangents reach stays undefined, as in eager: the input's
+    // `.grad` stays None (an optimizer then skips it, where zeros would still decay it).
+    for (size_t i = 0; i < fb.gradIndex.size(); ++i) {
+      int k = fb.gradIndex[i];
+      if (k >= 0 && !(static_cast<size_t>(k) < zeroOutputs.size() && zeroOutputs[k])) out[i] = res[k];
+    }
     return out;
   }
 };

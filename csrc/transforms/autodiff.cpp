@@ -560,7 +560,8 @@ Trace gradTransform(const Trace& computation, size_t numArgs,
   return pruned;
 }
 
-Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined) {
+Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined,
+                              std::vector<bool>* zeroOutputs) {
   THUNDER_INTERNAL(undefined.size() <= backward.inputs.size(), "withUndefinedCotangents: ",
                    undefined.size(), " cotangents of ", backward.inputs.size(), " inputs");
   Trace out = backward.emptyCopy();
@@ -596,6 +597,20 @@ Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& un
       anyDep |= dep.count(t.get()) > 0;
     }
     std::vector<TensorPtr> outs = b.outputTensors();
+    // Linear in the cotangents it reads (a fallback call's VJP, `vjp_<name>(inputs...,
+    // cotangents...)`, fused attention's backward): when every argument computed from cotangents
+    // is zero, so is every output.
+    if (anyZero && (b.sym->name.rfind("vjp_", 0) == 0 || b.sym->id() == "sdpaex.fused_attention_backward")) {
+      bool allZero = true;
+      for (const TensorPtr& t : ins) allZero &= !dep.count(t.get()) || zero.count(t.get());
+      if (allZero) {
+        for (const TensorPtr& t : outs) {
+          zero.insert(t.get());
+          dep.insert(t.get());
+        }
+        continue;
+      }
+    }
     if (anyZero && outs.size() == 1) {
       const std::string id = b.sym->id();
       const std::vector<Value>& a = b.args;
@@ -669,9 +684,19 @@ Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& un
   out.output = subst(backward.output, ren);
   std::vector<TensorPtr> finals;
   out.output.collectTensors(finals);
-  for (const TensorPtr& t : finals)
-    if (zero.count(t.get())) zerosFor(t);
+  std::unordered_set<const TensorProxy*> zeroFinals;
+  for (const TensorPtr& t : finals) {
+    if (!zero.count(t.get())) continue;
+    zerosFor(t);
+    zeroFinals.insert(ren.at(t.get()).toTensor().get());
+  }
   out.output = subst(out.output, ren);
+  if (zeroOutputs != nullptr) {
+    std::vector<TensorPtr> returned;
+    out.output.collectTensors(returned);
+    zeroOutputs->clear();
+    for (const TensorPtr& t : returned) zeroOutputs->push_back(zeroFinals.count(t.get()) > 0);
+  }
   out.provenance = "Constructed by Undefined cotangents";
   return dce(out);
 }

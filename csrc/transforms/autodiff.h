@@ -93,8 +93,13 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
 /// no backward formula that only such outputs reach, so a NaN or infinite local derivative there
 /// never meets their gradient; with zeros in their place it did (0 * NaN). Here the values that
 /// only undefined cotangents flow into are zero and are left out: a product or quotient of one and
-/// a value is zero, a sum with one is the other term, and shape ops and reductions of one are
-/// zero. Any other use reads zeros. The inputs stay (their tensors are not read).
-Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined);
+/// a value is zero, a sum with one is the other term, shape ops and reductions of one are zero,
+/// and so are all outputs of a call linear in its cotangents (a fallback's `vjp_*`, fused
+/// attention's backward) whose cotangent-derived arguments are all zero. Any other use reads zeros. The inputs stay (their tensors are not read).
+/// `zeroOutputs`, when given, receives one flag per tensor the result returns (in order): set
+/// where that gradient is zero because only undefined cotangents reach it, which eager leaves
+/// undefined (a parameter only an unused output reads keeps `.grad` None).
+Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& undefined,
+                              std::vector<bool>* zeroOutputs = nullptr);
 
 }  // namespace thunder

@@ -282,3 +282,13 @@ def test_torch_is_tensor_is_true_for_traced_tensors():
     torch.testing.assert_close(thunder.jit(f)(x, torch.tensor([3.0])), f(x, torch.tensor([3.0])))
     assert torch.is_tensor(x) and not torch.is_tensor(3)  # the trace's patch is undone
     assert torch.is_tensor.__name__ == "is_tensor"
+
+
+def test_axis_is_an_alias_of_dim():
+    # PyTorch's NumPy-style keyword (Funnel Transformer: torch.cat(..., axis=1))
+    def f(a, b):
+        return torch.cat([a, b], axis=1).sum(axis=0), torch.concat((a, b), axis=0), a.mean(axis=-1, keepdim=True)
+
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    for x, y in zip(thunder.jit(f)(a, b), f(a, b)):
+        torch.testing.assert_close(x, y)

@@ -278,3 +278,68 @@ def test_transformer_adamw_50_steps_matches_eager():
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-4, atol=1e-4)
     assert losses[-1] < losses[0] - 0.3  # it learns
     assert thunder.cache_misses(tmodel) == 1
+
+
+class _TwoHeads(nn.Module):
+    # A model whose second output (an auxiliary head, a pooler) the loss does not read.
+    def __init__(self):
+        super().__init__()
+        self.body, self.head, self.aux = nn.Linear(4, 8), nn.Linear(8, 3), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.head(h), self.aux(h)
+
+
+def test_parameters_only_an_unused_output_reads_keep_grad_none():
+    # As in eager: .grad stays None (not zeros), so AdamW skips the parameter instead of decaying it.
+    torch.manual_seed(0)
+    model = _TwoHeads()
+    ref = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    opt, ref_opt = (torch.optim.AdamW(m.parameters(), lr=0.1, weight_decay=0.5) for m in (model, ref))
+    for step in range(3):
+        x = torch.randn(5, 4)
+        jm(x)[0].square().mean().backward()
+        ref(x)[0].square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (q.grad is None), (name, step)
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad)
+        opt.step(), ref_opt.step(), opt.zero_grad(), ref_opt.zero_grad()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+    assert model.aux.weight.grad is None
+    # autograd.grad of an unused parameter raises as eager does, and allow_unused gives None
+    out = jm(torch.randn(5, 4))[0].sum()
+    with pytest.raises(RuntimeError, match="not have been used in the graph"):
+        torch.autograd.grad(out, [model.aux.weight], retain_graph=True)
+    assert torch.autograd.grad(out, [model.aux.weight, model.head.bias], allow_unused=True)[0] is None
+
+
+class _AttentionPool(nn.Module):
+    # SigLIP's pooling head: a probe attending over the encoder's output through
+    # nn.MultiheadAttention (a call PyTorch differentiates: one fallback VJP in the backward).
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(16, 16)
+        self.probe = nn.Parameter(torch.randn(1, 1, 16))
+        self.attention = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        h = self.body(x)
+        return h, self.attention(self.probe.repeat(h.shape[0], 1, 1), h, h)[0]
+
+
+@pytest.mark.parametrize("used", [0, 1])
+def test_unused_attention_head_keeps_grad_none(used):
+    torch.manual_seed(0)
+    model = _AttentionPool()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 5, 16)
+    thunder.jit(model)(x)[used].square().sum().backward()
+    ref(x)[used].square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -135,6 +135,9 @@ def dispatch(func, args, kwargs):
     sargs, skwargs = args, kwargs
     if swapped:
         sargs = (args[1], args[0], *args[2:])
+    if "axis" in kwargs and "dim" not in kwargs:
+        # PyTorch's NumPy-style alias (torch.cat(xs, axis=1), x.sum(axis=0)): thunder's symbols say dim
+        skwargs = {("dim" if k == "axis" else k): v for k, v in skwargs.items()}
     if "size" in kwargs and sym.name in _SIZED_FACTORIES:
         # torch.zeros(size=(2, 3)): the shape by keyword (thunder's symbols take it positionally)
         skwargs = dict(skwargs)

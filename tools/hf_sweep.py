@@ -17,7 +17,8 @@ then the base read again; `torch.zeros(size=...)`). After the fixes all 46 OK in
 bfloat16 (DeiT compared against float32 gradients: its class token's gradient is ~1350, where
 bfloat16 steps by 8). Then 8 more (XLNet, GPTBigCode, Funnel, Pegasus, Gemma3, Qwen3-MoE, SigLIP
 vision, CLIP): Funnel failed (`torch.cat(..., axis=1)`), SigLIP's unused attention-pool head got
-zero gradients where eager leaves None; all 54 OK in float32 after.
+zero gradients where eager leaves None; and Mamba (its associative scan, a torch.compile
+higher-order op). All 55 OK in float32 after.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -78,6 +79,7 @@ MODELS = {
  "qwen3_moe": dec("Qwen3MoeForCausalLM", "Qwen3MoeConfig", num_key_value_heads=2, head_dim=16, max_position_embeddings=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
  "siglip_vision": lambda: T.SiglipVisionModel(T.SiglipVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)),
  "clip": lambda: T.CLIPModel(T.CLIPConfig(text_config=dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64), vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8), projection_dim=32)),
+ "mamba": lambda: T.MambaForCausalLM(T.MambaConfig(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)),
  "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
 }
 def inputs(name, g):

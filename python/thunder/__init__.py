@@ -104,6 +104,18 @@ class _CompilingFlag:
         # metaclass cannot be patched.
         self._is_tensor = pytorch.is_tensor
         pytorch.is_tensor = _is_tensor_or_proxy
+        # torch's associative_scan (a higher-order op for torch.compile, which Mamba takes when
+        # is_compiling() is True) runs as a log-depth scan of proxies.
+        try:
+            import importlib
+
+            # (the package's own `associative_scan` attribute is the function, not this module)
+            scan_module = importlib.import_module("torch._higher_order_ops.associative_scan")
+        except ImportError:
+            scan_module = None
+        self._scan = (scan_module, scan_module.associative_scan) if scan_module is not None else None
+        if scan_module is not None:
+            scan_module.associative_scan = _associative_scan_for(scan_module.associative_scan)
         return self
 
     def __exit__(self, *exc):
@@ -112,7 +124,35 @@ class _CompilingFlag:
         if self._script_call is not None:
             pytorch.jit.ScriptFunction.__call__ = self._script_call
         pytorch.is_tensor = self._is_tensor
+        if self._scan is not None:
+            self._scan[0].associative_scan = self._scan[1]
         return False
+
+
+def _associative_scan_for(original):
+    def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise", **kwargs):
+        from thunder.core.proxies import _has_proxy
+        import torch.utils._pytree as pytree
+
+        if not _has_proxy(xs):
+            return original(combine_fn, xs, dim, reverse=reverse, combine_mode=combine_mode, **kwargs)
+        # Hillis-Steele: after the step of width w each position holds the combination of the w
+        # before it and itself (earlier operands on the left), so log2(n) steps scan n elements.
+        leaves, spec = pytree.tree_flatten(xs)
+        if reverse:
+            leaves = [x.flip(dim) for x in leaves]
+        n, w = leaves[0].shape[dim], 1
+        while w < n:
+            left = pytree.tree_unflatten([x.narrow(dim, 0, n - w) for x in leaves], spec)
+            right = pytree.tree_unflatten([x.narrow(dim, w, n - w) for x in leaves], spec)
+            combined = pytree.tree_leaves(combine_fn(left, right))
+            leaves = [pytorch.cat([x.narrow(dim, 0, w), c], dim) for x, c in zip(leaves, combined)]
+            w *= 2
+        if reverse:
+            leaves = [x.flip(dim) for x in leaves]
+        return pytree.tree_unflatten(leaves, spec)
+
+    return associative_scan
 
 
 def _is_tensor_or_proxy(obj) -> bool:

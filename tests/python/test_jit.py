@@ -292,3 +292,31 @@ def test_axis_is_an_alias_of_dim():
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     for x, y in zip(thunder.jit(f)(a, b), f(a, b)):
         torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 8])
+def test_associative_scan_of_proxies(n, reverse):
+    # Mamba's selective scan under is_compiling(): h_t = a_t * h_{t-1} + b_t as an associative
+    # scan over pairs (a, b), which thunder runs as a log-depth scan. Like transformers, the
+    # function imports associative_scan when it runs (thunder replaces it while tracing).
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def f(a, b):
+        from torch._higher_order_ops.associative_scan import associative_scan
+
+        return associative_scan(combine, (a, b), dim=1, reverse=reverse, combine_mode="generic")[1]
+
+    a, b = torch.rand(2, n, 3), torch.randn(2, n, 3, requires_grad=True)
+    expected, h = [], torch.zeros(2, 3)
+    steps = range(n - 1, -1, -1) if reverse else range(n)
+    for t in steps:
+        h = a[:, t] * h + b[:, t]
+        expected.append(h)
+    expected = torch.stack(expected[::-1] if reverse else expected, 1)
+    out = thunder.jit(f)(a, b)
+    torch.testing.assert_close(out, expected)
+    (g,) = torch.autograd.grad(out.square().sum(), b)
+    (ge,) = torch.autograd.grad(expected.square().sum(), b)
+    torch.testing.assert_close(g, ge)

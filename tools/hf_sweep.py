@@ -18,11 +18,15 @@ bfloat16 (DeiT compared against float32 gradients: its class token's gradient is
 bfloat16 steps by 8). Then 8 more (XLNet, GPTBigCode, Funnel, Pegasus, Gemma3, Qwen3-MoE, SigLIP
 vision, CLIP): Funnel failed (`torch.cat(..., axis=1)`), SigLIP's unused attention-pool head got
 zero gradients where eager leaves None; and Mamba (its associative scan, a torch.compile
-higher-order op). All 55 OK in float32 after.
+higher-order op). All 55 OK in float32 after. 14 more (GPT-Neo, CodeGen, BioGPT, XGLM, MobileBERT,
+ConvBERT, RoFormer, MPNet, SqueezeBERT, ESM, Nemotron, Persimmon, PhiMoE without router jitter,
+RecurrentGemma) matched at once: 69.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
 S = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+_E = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64)
+_D = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
 def dec(cls, cfg, **kw): return lambda: getattr(T, cls)(getattr(T, cfg)(**{**S, **kw}))
 MODELS = {
  "mistral": dec("MistralForCausalLM", "MistralConfig", num_key_value_heads=2, max_position_embeddings=64),
@@ -80,6 +84,20 @@ MODELS = {
  "siglip_vision": lambda: T.SiglipVisionModel(T.SiglipVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)),
  "clip": lambda: T.CLIPModel(T.CLIPConfig(text_config=dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64), vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8), projection_dim=32)),
  "mamba": lambda: T.MambaForCausalLM(T.MambaConfig(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)),
+ "gpt_neo": lambda: T.GPTNeoForCausalLM(T.GPTNeoConfig(vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], window_size=8, max_position_embeddings=64, embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0)),
+ "codegen": lambda: T.CodeGenForCausalLM(T.CodeGenConfig(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+ "biogpt": lambda: T.BioGptForCausalLM(T.BioGptConfig(**_E)),
+ "xglm": lambda: T.XGLMForCausalLM(T.XGLMConfig(vocab_size=128, d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
+ "mobilebert": lambda: T.MobileBertForMaskedLM(T.MobileBertConfig(vocab_size=128, hidden_size=64, embedding_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, intra_bottleneck_size=32, true_hidden_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64)),
+ "convbert": lambda: T.ConvBertForMaskedLM(T.ConvBertConfig(**_E, embedding_size=64)),
+ "roformer": lambda: T.RoFormerForMaskedLM(T.RoFormerConfig(**_E)),
+ "mpnet": lambda: T.MPNetForMaskedLM(T.MPNetConfig(**_E)),
+ "squeezebert": lambda: T.SqueezeBertForMaskedLM(T.SqueezeBertConfig(**_E, embedding_size=64)),
+ "esm": lambda: T.EsmForMaskedLM(T.EsmConfig(**_E, pad_token_id=1, mask_token_id=2)),
+ "nemotron": lambda: T.NemotronForCausalLM(T.NemotronConfig(**_D, num_key_value_heads=2)),
+ "persimmon": lambda: T.PersimmonForCausalLM(T.PersimmonConfig(**_D)),
+ "phimoe": lambda: T.PhimoeForCausalLM(T.PhimoeConfig(**_D, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0, input_jitter_noise=0.0)),
+ "recurrent_gemma": lambda: T.RecurrentGemmaForCausalLM(T.RecurrentGemmaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, lru_width=64, attention_window_size=8, block_types=("recurrent", "attention"))),
  "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
 }
 def inputs(name, g):

@@ -20,7 +20,8 @@ vision, CLIP): Funnel failed (`torch.cat(..., axis=1)`), SigLIP's unused attenti
 zero gradients where eager leaves None; and Mamba (its associative scan, a torch.compile
 higher-order op). All 55 OK in float32 after. 14 more (GPT-Neo, CodeGen, BioGPT, XGLM, MobileBERT,
 ConvBERT, RoFormer, MPNet, SqueezeBERT, ESM, Nemotron, Persimmon, PhiMoE without router jitter,
-RecurrentGemma) matched at once: 69.
+RecurrentGemma) matched at once: 69, in float32 and bfloat16 (Funnel's bf16 logits, scale 57,
+compared against float32: thunder 0.261 off, eager 0.268).
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -130,9 +131,14 @@ for name in only:
         y = out_tensor(ref(**x)); y.float().square().mean().backward()
         jm = thunder.jit(model)
         yt = out_tensor(jm(**x)); yt.float().square().mean().backward()
-        torch.testing.assert_close(yt, y, **TOL)
         if DTYPE != torch.float32:
-            out_tensor(exact(**raw)).float().square().mean().backward()
+            y32 = out_tensor(exact(**raw))
+            y32.float().square().mean().backward()
+            if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
+                t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
+                assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
+        else:
+            torch.testing.assert_close(yt, y, **TOL)
         def close(p, q, e):
             if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]) or DTYPE == torch.float32:
                 return torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"])

@@ -311,10 +311,9 @@ class Emitter {
     // The nodes of `ids` used only through `root` (root included), none of them assigned yet.
     auto exclusive = [&](int root, int select, const std::set<int>& assigned) {
       std::set<int> s;
-      if (!ids.count(root) || assigned.count(root) || pinned.count(root)) return s;
-      for (int u : users[root])
-        if (u != select) return s;
-      if (users[root].size() != 1) return s;  // read twice by the select (where(c, x, x))
+      // Read by the select alone, once (not where(c, x, x)).
+      if (!ids.count(root) || assigned.count(root) || pinned.count(root) || users[root] != std::vector<int>{select})
+        return s;
       s.insert(root);
       for (auto it = ids.find(root); it != ids.begin();) {
         int id = *--it;

@@ -95,7 +95,8 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
 /// only undefined cotangents flow into are zero and are left out: a product or quotient of one and
 /// a value is zero, a sum with one is the other term, shape ops and reductions of one are zero,
 /// and so are all outputs of a call linear in its cotangents (a fallback's `vjp_*`, fused
-/// attention's backward) whose cotangent-derived arguments are all zero. Any other use reads zeros. The inputs stay (their tensors are not read).
+/// attention's backward) whose cotangent-derived arguments are all zero. Any other use reads
+/// zeros. The inputs stay (their tensors are not read).
 /// `zeroOutputs`, when given, receives one flag per tensor the result returns (in order): set
 /// where that gradient is zero because only undefined cotangents reach it, which eager leaves
 /// undefined (a parameter only an unused output reads keeps `.grad` None).

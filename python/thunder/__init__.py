@@ -85,47 +85,40 @@ def _compiling():
 class _CompilingFlag:
     """Makes torch.compiler.is_compiling() answer True for the duration of a trace: the function
     is replaced (versions differ in what it reads), and the module flag set where there is one.
-    TorchScript functions (`@torch.jit.script`, as DeBERTa's helpers) called with proxies run
-    their Python source instead, which is traced like the rest of the program."""
+    The other replacements make library code that tests for torch.compile or for tensors take the
+    paths proxies can follow:
+    - TorchScript functions (`@torch.jit.script`, as DeBERTa's helpers) called with proxies run
+      their Python source, traced like the rest of the program;
+    - torch.is_tensor(proxy) is True, as for the tensor it stands for (diffusers' UNets test their
+      timestep with it); isinstance(proxy, torch.Tensor) stays False: torch.Tensor's metaclass
+      cannot be patched;
+    - torch's associative_scan (a higher-order op for torch.compile, which Mamba takes when
+      is_compiling() is True) runs as a log-depth scan of proxies."""
 
     def __enter__(self):
-        c = pytorch.compiler
-        self._old = [("is_compiling", c.is_compiling)]
-        if hasattr(c, "_is_compiling_flag"):
-            self._old.append(("_is_compiling_flag", c._is_compiling_flag))
-            c._is_compiling_flag = True
-        c.is_compiling = _always_compiling
-        script = getattr(pytorch.jit, "ScriptFunction", None)
-        self._script_call = script.__call__ if script is not None else None
-        if script is not None:
-            script.__call__ = _script_call_for(self._script_call)
-        # torch.is_tensor(proxy) is True, as for the tensor it stands for (diffusers' UNets test
-        # their timestep with it). isinstance(proxy, torch.Tensor) stays False: torch.Tensor's
-        # metaclass cannot be patched.
-        self._is_tensor = pytorch.is_tensor
-        pytorch.is_tensor = _is_tensor_or_proxy
-        # torch's associative_scan (a higher-order op for torch.compile, which Mamba takes when
-        # is_compiling() is True) runs as a log-depth scan of proxies.
-        try:
-            import importlib
+        import importlib
 
+        c = pytorch.compiler
+        patches = [(c, "is_compiling", _always_compiling), (pytorch, "is_tensor", _is_tensor_or_proxy)]
+        if hasattr(c, "_is_compiling_flag"):
+            patches.append((c, "_is_compiling_flag", True))
+        script = getattr(pytorch.jit, "ScriptFunction", None)
+        if script is not None:
+            patches.append((script, "__call__", _script_call_for(script.__call__)))
+        try:
             # (the package's own `associative_scan` attribute is the function, not this module)
-            scan_module = importlib.import_module("torch._higher_order_ops.associative_scan")
+            scan = importlib.import_module("torch._higher_order_ops.associative_scan")
+            patches.append((scan, "associative_scan", _associative_scan_for(scan.associative_scan)))
         except ImportError:
-            scan_module = None
-        self._scan = (scan_module, scan_module.associative_scan) if scan_module is not None else None
-        if scan_module is not None:
-            scan_module.associative_scan = _associative_scan_for(scan_module.associative_scan)
+            pass
+        self._old = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        for owner, name, value in patches:
+            setattr(owner, name, value)
         return self
 
     def __exit__(self, *exc):
-        for name, value in self._old:
-            setattr(pytorch.compiler, name, value)
-        if self._script_call is not None:
-            pytorch.jit.ScriptFunction.__call__ = self._script_call
-        pytorch.is_tensor = self._is_tensor
-        if self._scan is not None:
-            self._scan[0].associative_scan = self._scan[1]
+        for owner, name, value in reversed(self._old):
+            setattr(owner, name, value)
         return False
 
 

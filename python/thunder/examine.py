@@ -50,7 +50,6 @@ class ExamineReport:
 
 _COMPARE = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "less": "lt", "less_equal": "le", "greater": "gt",
             "greater_equal": "ge"}
-_SWAP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 KNOWN_BOOL = "torch.Tensor.__bool__ (of a value known while tracing)"
 
 
@@ -76,16 +75,15 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         name = getattr(func, "__name__", "").strip("_")
         if func in (torch.rand, torch.rand_like) and isinstance(out, torch.Tensor):
-            self._ranges[id(out)] = (out, (0.0, 1.0, out.dtype in (torch.float16, torch.bfloat16)))
+            self._ranges[id(out)] = (out, proxies.uniform_range(out.dtype))
         elif name in _COMPARE and len(args) == 2 and not kwargs and isinstance(out, torch.Tensor):
-            op, (a, b) = _COMPARE[name], args
-            if not isinstance(a, torch.Tensor):
-                a, b, op = b, a, _SWAP[op]
-            hit = self._ranges.get(id(a)) if isinstance(a, torch.Tensor) else None
-            if hit is not None and isinstance(b, (int, float)) and not isinstance(b, bool):
-                if proxies.known_comparison(op, hit[1], b) is not None:
-                    self._answers[id(out)] = out
+            if proxies.comparison_answer(_COMPARE[name], *args, self._range_of) is not None:
+                self._answers[id(out)] = out
         return out
+
+    def _range_of(self, x):
+        hit = self._ranges.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return None if hit is None else hit[1]
 
 
 def _is_attribute_read(func) -> bool:

@@ -61,14 +61,7 @@ class TraceState:
             msg = self.stale.get(id(x))
             if msg is not None:
                 raise NotImplementedError(msg)
-            e = self.latest.get(id(x))
-            # A value updated through a view after it became another's latest (x[1][:, 0] += 5
-            # after x[:, 0] += 1) has a latest of its own.
-            for _ in range(64):
-                if e is None or (n := self.latest.get(id(e[1]))) is None or n[1] is e[1]:
-                    break
-                e = n
-            return x if e is None else e[1]
+            return self._latest_value(x)
         if depth > 8:
             return x
         if type(x) in (tuple, torch.Size, list):
@@ -83,6 +76,17 @@ class TraceState:
             fresh = [self._fresh(c, depth + 1) for c in children]
             return x if all(a is b for a, b in zip(fresh, children)) else node.unflatten_fn(fresh, context)
         return x
+
+    def _latest_value(self, x):
+        """x's latest value. A value updated through a view after it became another's latest
+        (x.add_(1), then x[:, 0] *= 2 updates x's new value) has a latest of its own."""
+        v = x
+        for _ in range(64):
+            e = self.latest.get(id(v))
+            if e is None or e[1] is v:
+                break
+            v = e[1]
+        return v
 
     def root(self, p):
         e = self.view_of.get(id(p))
@@ -107,17 +111,8 @@ class TraceState:
 
     def mutated_inputs(self):
         """(input proxy, latest value) for every input of the trace updated in place."""
-        out = []
-        for o, v in self.latest.values():
-            if isinstance(o, _C.TensorProxy) and self.is_input(o):
-                for _ in range(64):  # updated again through a view of its value (x.add_(1); x[0] *= 2)
-                    n = self.latest.get(id(v))
-                    if n is None or n[1] is v:
-                        break
-                    v = n[1]
-                if v is not o:
-                    out.append((o, v))
-        return out
+        return [(o, v) for o, _ in self.latest.values()
+                if isinstance(o, _C.TensorProxy) and self.is_input(o) and (v := self._latest_value(o)) is not o]
 
 
 def user_code() -> bool:

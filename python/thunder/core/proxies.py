@@ -169,28 +169,41 @@ def dispatch(func, args, kwargs):
 # answer whatever is drawn, and Python control flow may branch on it. Hugging Face's LayerDrop,
 # `if torch.rand([]) < self.layerdrop: skip the layer`, with layerdrop 0 never skips. A comparison
 # whose answer depends on the draw still cannot be traced (Tensor.__bool__ raises).
-_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # name -> the name with operands swapped
+_SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # the comparison with its operands swapped
+
+
+def uniform_range(dtype):
+    """(lo, hi, hi included) of torch.rand's values: float16 and bfloat16 samples may round up to 1."""
+    return (0.0, 1.0, dtype in (torch.float16, torch.bfloat16))
+
+
+def comparison_answer(name, a, b, range_of):
+    """The answer of `a <name> b` (name "lt", "le", "gt" or "ge") when one operand is a tensor
+    whose values lie in range_of(it) and the other a number outside that range; else None."""
+    if name not in _SWAPPED:
+        return None
+    r = range_of(a)
+    if r is None:
+        a, b, name = b, a, _SWAPPED[name]
+        r = range_of(a)
+    if r is None or isinstance(b, bool) or not isinstance(b, (int, float)):
+        return None
+    return known_comparison(name, r, b)
+
+
+def _value_range(x):
+    return getattr(x, "_value_range", None) if isinstance(x, TensorProxy) else None
 
 
 def _note_range(name, args, kwargs, out):
     if not isinstance(out, TensorProxy):
         return
     if name in ("rand", "rand_like"):
-        # float16 and bfloat16 samples may round up to 1.0
-        closed = out.dtype in (torch.float16, torch.bfloat16)
-        out._value_range = (0.0, 1.0, closed)
-        return
-    if name not in _COMPARISONS or len(args) != 2 or kwargs:
-        return
-    a, b = args
-    if not isinstance(a, TensorProxy):
-        a, b, name = b, a, _COMPARISONS[name]
-    r = getattr(a, "_value_range", None) if isinstance(a, TensorProxy) else None
-    if r is None or isinstance(b, bool) or not isinstance(b, (int, float)):
-        return
-    known = known_comparison(name, r, b)
-    if known is not None:
-        out._static_bool = known
+        out._value_range = uniform_range(out.dtype)
+    elif len(args) == 2 and not kwargs:
+        known = comparison_answer(name, *args, _value_range)
+        if known is not None:
+            out._static_bool = known
 
 
 def known_comparison(name, value_range, b):

@@ -465,6 +465,35 @@ def test_cpu_transcendental_kernel_vectorizes(tmp_path):
     assert not re.search(r"(?<![\w])(expf|expm1f|logf|log1pf|tanhf|erff|erfcf)\(", source)
 
 
+POW_EXPONENTS = [2, 3, 0.5, -0.5, -1, -2, 1, 2.5, 0]
+
+
+@pytest.mark.parametrize("exponent", POW_EXPONENTS, ids=[str(e) for e in POW_EXPONENTS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_pow_by_a_constant(exponent, dtype):
+    # x.pow(c) for the exponents ATen's pow_tensor_scalar computes without pow (HF's RMSNorm
+    # squares with pow(2)) is a multiply, sqrt, rsqrt or reciprocal in both generated languages:
+    # matches eager at zeros, negatives, infinities and NaN, and calls no pow.
+    x = torch.tensor([0.0, -0.0, 1.5, -2.25, 3.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-20, 7e3],
+                     dtype=dtype)
+    f = lambda x: x.pow(exponent) + 1
+    jf = _check(f, x, atol=0, rtol=0)
+    cpp = thunder.last_fusion_sources(jf)["cpuFusion0"]
+    jc = thunder.jit(f, executors=[])
+    jc(x)
+    (_, cuda), = _C.generate_fusion_sources(thunder.last_traces(jc)[1], "cuda")
+    for source in (cpp, cuda):
+        has_pow = re.search(r"(?<![\w])pow[f]?\(", source) is not None
+        assert has_pow == (exponent == 2.5), source
+
+
+def test_cpu_square_kernel_vectorizes(tmp_path):
+    jf = thunder.jit(lambda x: torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * x, executors=["fuser"])
+    x = torch.randn(64, 256)
+    jf(x)
+    assert all(_simd_loops_vectorized(thunder.last_fusion_sources(jf)["cpuFusion0"], tmp_path))
+
+
 # A CPU pointwise kernel writes its output into an input that dies with the call (a tensor the
 # trace made, read by nothing later, of the output's shape and dtype, read element for element)
 # instead of a new tensor; never into the caller's tensors, a value returned or read later, a

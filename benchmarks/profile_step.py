@@ -25,14 +25,53 @@ def kernel_times(step, iters=3):
         torch.cuda.synchronize()
     by_kernel = defaultdict(float)
     count = defaultdict(int)
-    spans = []
+    spans, host = [], []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             by_kernel[e.name] += e.device_time_total / iters
             count[e.name] += 1
             spans.append((e.time_range.start, e.time_range.end, e.name))
+        else:
+            host.append((e.time_range.start, e.time_range.end, e.name))
     cpu_total = sum(e.self_cpu_time_total for e in prof.key_averages()) / iters
-    return by_kernel, {k: v // iters for k, v in count.items()}, cpu_total, idle_gaps(spans, iters)
+    idle = idle_gaps(spans, iters)
+    idle["host"] = [host_during(host, s, e) for s, e in idle.pop("gap_ranges")]
+    idle["waits"] = host_waits(host, iters)
+    idle["by_symbol"] = host_by_symbol(host, iters)
+    return by_kernel, {k: v // iters for k, v in count.items()}, cpu_total, idle
+
+
+def host_during(host, start, end, top=4):
+    """What the host did while the GPU sat idle in [start, end]: the longest host events that
+    began in the gap (an op, a runtime call), with their durations in us."""
+    inside = [(e - s, name) for s, e, name in host if start <= s <= end]
+    inside.sort(key=lambda x: -x[0])
+    return [f"{name[:40]} {d:.0f}" for d, name in inside[:top]]
+
+
+def host_by_symbol(host, iters):
+    """Host microseconds per step by thunder trace symbol (the runtime's `thunder::` ranges,
+    kernel launch and output allocation included): the per-call cost of each executor."""
+    by = defaultdict(lambda: [0, 0.0])
+    for s, e, name in host:
+        if name.startswith("thunder::"):
+            kind = name[len("thunder::"):]
+            kind = "fusion" if kind.startswith(("cudaFusion", "cpuFusion")) else kind
+            by[kind][0] += 1
+            by[kind][1] += e - s
+    return {k: (c / iters, t / iters) for k, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])}
+
+
+def host_waits(host, iters):
+    """Host calls that wait for the GPU or copy through the host (synchronizations, memcpy,
+    cudaMalloc/cudaFree): count and microseconds per step. Any of these in a step lets the GPU
+    run dry while the host catches up."""
+    waits = defaultdict(lambda: [0, 0.0])
+    for s, e, name in host:
+        if any(k in name for k in ("ynchronize", "Memcpy", "cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "item", "_local_scalar_dense")):
+            waits[name][0] += 1
+            waits[name][1] += e - s
+    return {k: (c / iters, t / iters) for k, (c, t) in sorted(waits.items(), key=lambda kv: -kv[1][1])}
 
 
 def idle_gaps(spans, iters, top=8):
@@ -45,7 +84,7 @@ def idle_gaps(spans, iters, top=8):
             start0, end = s, e
             busy = e - s
         elif s > end:
-            gaps.append((s - end, prev, name))
+            gaps.append((s - end, prev, name, end, s))
             busy += e - s
             end = e
         elif e > end:
@@ -54,7 +93,8 @@ def idle_gaps(spans, iters, top=8):
         prev = name
     wall = (end - start0) if spans else 0.0
     gaps.sort(key=lambda g: -g[0])
-    return {"wall_us": wall / iters, "busy_us": busy / iters, "gaps": gaps[:top]}
+    return {"wall_us": wall / iters, "busy_us": busy / iters, "gaps": [g[:3] for g in gaps[:top]],
+            "gap_ranges": [g[3:] for g in gaps[:top]]}
 
 
 def host_step_time(step, iters=10):
@@ -87,8 +127,13 @@ def main(argv=None):
               f"{cpu_us / 1e3:.2f} ms profiled host time per step")
         print(f"   unprofiled: host inside step() {host_s * 1e3:.2f} ms, synchronized step {step_s * 1e3:.2f} ms; "
               f"profiled GPU span {idle['wall_us'] / 1e3:.2f} ms, busy {idle['busy_us'] / 1e3:.2f} ms")
-        for gap, before, after in idle["gaps"]:
+        for (gap, before, after), doing in zip(idle["gaps"], idle["host"]):
             print(f"   idle {gap:8.1f} us  after {before[:60]}  before {after[:60]}")
+            print(f"        host: {'; '.join(doing)}")
+        for name, (n, us) in list(idle["waits"].items())[:8]:
+            print(f"   host wait {name[:50]}: {n:g} per step, {us:.1f} us")
+        for name, (n, us) in list(idle["by_symbol"].items())[:14]:
+            print(f"   host {us:8.1f} us  x{n:<4g} {name[:60]}  ({us / n:.1f} us per call)")
         for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {us / 1e3:8.3f} ms  x{counts[name]:<4d} {name[:110]}")
 

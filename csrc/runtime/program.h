@@ -43,6 +43,8 @@ struct Instruction {
   std::vector<Donation> donate;
   at::ScalarType outDType = at::kFloat;
   c10::Device outDevice = c10::Device(c10::kCPU);
+  /// The name the call has in torch.profiler's host timeline: "thunder::" + the symbol's name.
+  std::string profileName;
 };
 
 /// The executable form of a final trace.

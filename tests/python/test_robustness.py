@@ -133,7 +133,44 @@ def test_guard_keys_values_as_normalize(name, value):
 
     expected: list = []
     guards._normalize(value, expected)
-    assert guards._make_guard([lambda: value])() == tuple(expected)
+    assert guards._make_guard([("global", {"v": value}, "v")])() == tuple(expected)
+
+
+def test_guard_reads_what_getattr_reads():
+    # The generated guard reads an instance attribute from the instance dict and anything else
+    # (a class attribute, a property, a missing name) through getattr; globals and closure cells
+    # as they are now, an empty cell as missing.
+    from thunder.core import guards
+
+    class Box:
+        scale = 2.0
+
+        @property
+        def doubled(self):
+            return self.n * 2
+
+    def make_cell():
+        late = 1
+
+        def inner():
+            return late
+
+        del late
+        return inner.__closure__[0]
+
+    b, g, cell = Box(), {"flag": True}, make_cell()
+    b.n = 3
+    readers = [("attr", b, "n"), ("attr", b, "scale"), ("attr", b, "doubled"), ("attr", b, "gone"),
+               ("global", g, "flag"), ("global", g, "later"), ("cell", cell)]
+    guard = guards._make_guard(readers)
+    M = guards._MISSING
+    assert guard() == (3, 2.0, 6, M, True, M, M)
+    b.n, b.scale, b.gone, g["flag"], g["later"] = 5, 0.5, "x", False, (1, 2)
+    assert guard() == (5, 0.5, 10, "x", False, 2, 1, 2, M)
+    del b.n
+    assert guard()[:3] == (M, 0.5, M)  # the property's AttributeError reads as missing, as getattr's default
+    b.n = torch.ones(1)  # a tensor is keyed by identity
+    assert guard()[0] == id(b.n)
 
 
 def test_closure_scalar_is_guarded():

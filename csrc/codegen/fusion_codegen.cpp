@@ -147,6 +147,55 @@ std::string fm(const std::string& name, DType d) {
   return d == DType::Float64 ? name : name + "f";
 }
 
+/// For some outer iteration dims, the range [lo, hi) of the index: a block of rows.
+using Region = std::map<int, std::pair<int64_t, int64_t>>;
+
+/// The blocks of rows that a pointwise kernel's index ranges on outer dims (a cat's pieces along
+/// a dim before the last, a pad there, the guards of the inputs they read) cut its rows into:
+/// inside one, every such range test has one answer. RoPE's backward writes the query, key and
+/// value gradients into one [B, T, groups, 4 + 1 + 1, head] buffer: three blocks along the
+/// fourth dim, each reading its own 4 to 15 inputs. Empty where no outer dim is cut, or where the
+/// blocks would be more than `limit`.
+std::vector<Region> outerRegions(const KernelProgram& p, size_t limit = 8) {
+  size_t R = p.iterShape.size();
+  std::map<int, std::set<int64_t>> cuts;
+  auto cut = [&](int d, int64_t lo, int64_t hi) {
+    if (d < 0 || static_cast<size_t>(d) + 1 >= R) return;
+    for (int64_t b : {lo, hi})
+      if (b > 0 && b < p.iterShape[d]) cuts[d].insert(b);
+  };
+  for (const KNode& n : p.nodes)
+    if (n.kind == KNode::Kind::InRange) cut(n.dim, n.lo, n.hi);
+  for (const KInput& in : p.inputs)
+    for (size_t d = 0; d < in.guard.size(); ++d) cut(static_cast<int>(d), in.guard[d].first, in.guard[d].second);
+  std::vector<Region> regions{Region{}};
+  for (auto& [d, bounds] : cuts) {
+    if (bounds.empty()) continue;
+    std::vector<int64_t> b{0};
+    b.insert(b.end(), bounds.begin(), bounds.end());
+    b.push_back(p.iterShape[d]);
+    std::vector<Region> next;
+    for (const Region& r : regions)
+      for (size_t i = 0; i + 1 < b.size(); ++i) {
+        Region x = r;
+        x[d] = {b[i], b[i + 1]};
+        next.push_back(std::move(x));
+      }
+    regions = std::move(next);
+    if (regions.size() > limit) return {};
+  }
+  return regions.size() > 1 ? regions : std::vector<Region>{};
+}
+
+/// Whether input `in` is read anywhere in `region` (its guard meets the region on every dim).
+bool readIn(const KInput& in, const Region& region) {
+  for (const auto& [d, range] : region)
+    if (static_cast<size_t>(d) < in.guard.size() &&
+        (in.guard[d].second <= range.first || in.guard[d].first >= range.second))
+      return false;
+  return true;
+}
+
 class Emitter {
  public:
   Emitter(const KernelProgram& p, bool cuda) : p_(p), cuda_(cuda) {}
@@ -198,10 +247,32 @@ class Emitter {
       auto [lo, hi] = in.guard[d];
       if (lo <= 0 && hi >= p_.iterShape[d]) continue;
       std::string i = groupStart && d + 1 == R ? std::string("col") : indexVar(static_cast<int>(d));
+      std::string t = dimTest(static_cast<int>(d), i, lo, hi);
+      if (t == "true") continue;
+      if (t == "false") return "false";
       if (!c.empty()) c += " && ";
-      c += rangeTest(i, lo, hi);
+      c += t;
     }
     return c.empty() ? c : "(" + c + ")";
+  }
+
+  /// The rows being emitted, where a kernel's code is specialized per region (outerRegions):
+  /// for each outer dim, the range [lo, hi) its index lies in. Index-range tests on those dims
+  /// are then constants.
+  Region region;
+  /// Elements per wide access in the tiled pointwise form: a range test on the last dim whose
+  /// bounds are multiples of it has one answer for the whole group, and tests `col`.
+  int groupVec = 1;
+
+  /// rangeTest(i, lo, hi) for iteration dim d: "true" or "false" where the region decides it.
+  std::string dimTest(int d, const std::string& i, int64_t lo, int64_t hi) const {
+    auto r = region.find(d);
+    if (r != region.end()) {
+      auto [rlo, rhi] = r->second;
+      if (lo <= rlo && rhi <= hi) return "true";
+      if (hi <= rlo || lo >= rhi) return "false";
+    }
+    return rangeTest(i, lo, hi);
   }
 
   /// lo <= i < hi for an iteration index i >= 0, which may be unsigned (32-bit CUDA indices): a
@@ -417,8 +488,11 @@ class Emitter {
           break;
         }
         case KNode::Kind::InRange: {
-          std::string i = indexVar(n.dim);
-          line = "const bool " + v + " = " + rangeTest(i, n.lo, n.hi) + ";";
+          size_t R = p_.iterShape.size();
+          bool group = static_cast<size_t>(n.dim) + 1 == R && groupVec > 1 && n.lo % groupVec == 0 &&
+                       (n.hi % groupVec == 0 || n.hi >= p_.iterShape[R - 1]);
+          std::string i = group ? std::string("col") : indexVar(n.dim);
+          line = "const bool " + v + " = " + dimTest(n.dim, i, n.lo, n.hi) + ";";
           break;
         }
         case KNode::Kind::Reduce:
@@ -632,11 +706,19 @@ void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced) {
 
 void fitRegisters(const KernelProgram& p, CudaVariant& v, int64_t budget) {
   if (v.row || v.vec <= 1) return;
+  // Kernels specialized per block of rows stage only the inputs their block reads.
+  std::vector<Region> regions = outerRegions(p);
+  if (regions.empty()) regions.emplace_back();
   auto staged = [&] {
-    int64_t bytes = 0;
-    for (size_t k = 0; k < p.inputs.size(); ++k)
-      bytes += (k < v.pattern.size() && v.pattern[k] == '0' ? 1 : v.vec) * dtypeItemSize(p.inputs[k].tensor->dtype);
-    return bytes * v.unroll;
+    int64_t worst = 0;
+    for (const Region& region : regions) {
+      int64_t bytes = 0;
+      for (size_t k = 0; k < p.inputs.size(); ++k)
+        if (readIn(p.inputs[k], region))
+          bytes += (k < v.pattern.size() && v.pattern[k] == '0' ? 1 : v.vec) * dtypeItemSize(p.inputs[k].tensor->dtype);
+      worst = std::max(worst, bytes);
+    }
+    return worst * v.unroll;
   };
   while (v.unroll > 1 && staged() > budget) v.unroll /= 2;
   // Narrower accesses stay valid: the row length, strides, offsets and guard bounds that are
@@ -808,6 +890,10 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       std::string ks = std::to_string(k), base = ro.empty() ? "in" + ks : "(in" + ks + " + " + ro + ")";
       std::string indent = indent0;
       std::string cond = e.guardCond(static_cast<int>(k), true);
+      if (cond == "false") {  // not read in the block of rows being emitted
+        s << indent << "for (int v = 0; v < " << (pat[k] == '0' ? "1" : "VEC") << "; ++v) " << dst << "[v] = 0;\n";
+        return;
+      }
       if (!cond.empty()) {
         // Outside its range a guarded input reads as zeros.
         s << indent << "if (!" << cond << ") { for (int v = 0; v < " << (pat[k] == '0' ? "1" : "VEC") << "; ++v) "
@@ -837,6 +923,60 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     }
     s << "  const IdxT step = (IdxT)gridDim.y * blockDim.y * ROWS;\n";
     s << "  for (IdxT r0 = ((IdxT)blockIdx.y * blockDim.y + threadIdx.y) * ROWS; r0 < rows; r0 += step) {\n";
+    std::map<int, std::string> staged;
+    for (size_t id = 0; id < p.nodes.size(); ++id) {
+      const KNode& n = p.nodes[id];
+      if (n.kind != KNode::Kind::Load) continue;
+      size_t k = static_cast<size_t>(n.input);
+      std::string at = pat[k] == '0' ? "[0]" : "[k]";
+      staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (perRow(k) ? "[u]" : "") + at);
+    }
+    e.indexVar = [R](int d) { return static_cast<size_t>(d) + 1 == R ? std::string("(col + k)") : "i" + std::to_string(d); };
+    e.groupVec = variant.vec;
+    // The row's load-and-compute for one block of rows (all rows where the kernel is not
+    // specialized): stage the inputs read there, compute VEC elements, store them.
+    auto rowCode = [&](const std::string& in) {
+      for (size_t k = 0; k < I; ++k) {
+        if (!perRow(k)) continue;
+        std::string ro;
+        for (size_t d = 0; d + 1 < R; ++d) {
+          if (p.inputs[k].dimMap[d] < 0) continue;
+          ro += (ro.empty() ? "" : " + ") + ("i" + std::to_string(d) + " * " + strideExpr(k, d));
+        }
+        s << in << "alignas(16) " << storageType(p.inputs[k].tensor->dtype, cuda) << " a" << k << "[ROWS]["
+          << (pat[k] == '0' ? "1" : "VEC") << "];\n";
+        // (An input that varies by row only through its guard has no row offset.)
+        readGroup(k, "a" + std::to_string(k) + "[u]", ro.empty() ? "" : "(" + ro + ")", in);
+      }
+      for (size_t j = 0; j < p.outputs.size(); ++j)
+        s << in << "alignas(16) " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
+      s << "#pragma unroll\n" << in << "for (int k = 0; k < VEC; ++k) {\n";
+      std::string body;
+      e.emitNodes(fullOuts, {}, offsetOf, in + "  ", body, &staged);
+      s << body << storeLines(p, false, "b", "k", in + "  ", ";\n") << in << "}\n";
+      for (size_t j = 0; j < p.outputs.size(); ++j) s << in << "thunder_vcopy<VEC>(out" << j << " + r * L + col, b" << j << ");\n";
+    };
+    if (std::vector<Region> regions = outerRegions(p); !regions.empty()) {
+      // Specialized per block of rows: each row takes the branch of its block, whose code has
+      // the block's range tests folded to constants and reads only the inputs used there.
+      s << "#pragma unroll\n    for (int u = 0; u < ROWS; ++u) {\n";
+      s << "      const IdxT r = r0 + u;\n      if (r >= rows) break;\n";
+      indexDecomposition("r", R - 1, "      ");
+      for (size_t b = 0; b < regions.size(); ++b) {
+        std::string cond;
+        for (const auto& [d, range] : regions[b])
+          cond += (cond.empty() ? "" : " && ") + Emitter::rangeTest("i" + std::to_string(d), range.first, range.second);
+        s << "      " << (b == 0 ? "if (" + cond + ") {" : b + 1 < regions.size() ? "} else if (" + cond + ") {" : "} else {")
+          << "  // rows of block " << b << "\n";
+        e.region = regions[b];
+        rowCode("        ");
+      }
+      e.region.clear();
+      s << "      }\n    }\n  }\n}\n";
+      s << "extern \"C\" __global__ void __launch_bounds__(256) " << variant.entry(p.name) << "(" << params << ") { "
+        << p.name << "_tile_body<" << (variant.idx32 ? "uint32_t" : "int64_t") << ">(" << argNames << "); }\n";
+      return s.str();
+    }
     for (size_t k = 0; k < I; ++k) {
       if (!perRow(k)) continue;
       std::string st = storageType(p.inputs[k].tensor->dtype, cuda);
@@ -855,7 +995,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
         if (p.inputs[k].dimMap[d] < 0) continue;
         ro += (ro.empty() ? "" : " + ") + ("i" + std::to_string(d) + " * " + strideExpr(k, d));
       }
-      readGroup(k, "a" + std::to_string(k) + "[u]", "(" + ro + ")", "      ");
+      readGroup(k, "a" + std::to_string(k) + "[u]", ro.empty() ? "" : "(" + ro + ")", "      ");
     }
     s << "    }\n";
     s << "#pragma unroll\n    for (int u = 0; u < ROWS; ++u) {\n";
@@ -864,16 +1004,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     for (size_t j = 0; j < p.outputs.size(); ++j)
       s << "      alignas(16) " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
     s << "#pragma unroll\n      for (int k = 0; k < VEC; ++k) {\n";
-    std::map<int, std::string> staged;
-    for (size_t id = 0; id < p.nodes.size(); ++id) {
-      const KNode& n = p.nodes[id];
-      if (n.kind != KNode::Kind::Load) continue;
-      size_t k = static_cast<size_t>(n.input);
-      std::string at = pat[k] == '0' ? "[0]" : "[k]";
-      staged[static_cast<int>(id)] = fromStorage(k, "a" + std::to_string(k) + (perRow(k) ? "[u]" : "") + at);
-    }
     std::string body;
-    e.indexVar = [R](int d) { return static_cast<size_t>(d) + 1 == R ? std::string("(col + k)") : "i" + std::to_string(d); };
     e.emitNodes(fullOuts, {}, offsetOf, "        ", body, &staged);
     s << body << storeLines(p, false, "b", "k", "        ", ";\n") << "      }\n";
     for (size_t j = 0; j < p.outputs.size(); ++j)

@@ -118,8 +118,8 @@ def _rope_gqa(qkv, cos, sin, B=2, T=16, G=2, QPK=4, hs=64):
 
 def test_cuda_unroll_fits_registers():
     # A vectorized pointwise kernel stages VEC elements of each input for ROWS rows in registers:
-    # RoPE's backward (25 bf16 inputs) takes one row per thread and four elements per access (at
-    # four rows of eight it spilled), its forward (9 inputs) one row of eight, and a kernel of
+    # RoPE's backward (25 bf16 inputs) takes one row per thread (at four rows of eight it
+    # spilled), its forward (9 inputs) one row of eight, and a kernel of
     # two inputs keeps four rows of eight. Each compiles.
     torch.manual_seed(0)
     qkv = torch.randn(2, 16, 2 * 6 * 64, dtype=torch.bfloat16, requires_grad=True)
@@ -132,9 +132,13 @@ def test_cuda_unroll_fits_registers():
         sources = _C.generate_fusion_sources(trace, "cuda")
         assert len(sources) == 1, (kind, [n for n, _ in sources])
         entries[kind] = re.search(r"__global__ void __launch_bounds__\(256\) (\w+)\(", sources[0][1]).group(1)
+        # The backward's rows are the query, key and value gradients' blocks of the qkv layout.
+        assert len(re.findall(r"// rows of block", sources[0][1])) == (3 if kind == "backward" else 0), kind
         if _C.nvrtc_available():
             assert _C.nvrtc_compile(sources[0][1], "sm_90") > 0, kind
-    assert re.search(r"_t1_v4_1{22,}_32$", entries["backward"]), entries
+    # The backward is specialized per block of rows (query, key, value gradients): the widest
+    # block stages 15 inputs, so eight elements per access fit.
+    assert re.search(r"_t1_v8_1{22,}_32$", entries["backward"]), entries
     assert re.search(r"_t1_v8_1{9}_32$", entries["forward"]), entries
     a, b = torch.randn(64, 256, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16)
     jf = thunder.jit(lambda a, b: torch.nn.functional.silu(a) * b, executors=[])

@@ -57,6 +57,14 @@ def transpose_add(x, y):
     return x.transpose(0, 1).sin() + y
 
 
+def cat_rows(a, b, c):  # pieces along the first dim, each with its own math
+    return torch.cat([a.exp(), b * 3, -c], 0) + 1
+
+
+def pad_rows(x):  # zeros above and below, inside a row
+    return torch.nn.functional.pad(x.sigmoid(), (8, 0, 3, 5)) * 2
+
+
 PROGRAMS = {
     "rope": (rope, lambda dt: (torch.randn(2, 3, 5, 16, dtype=dt), torch.randn(5, 16, dtype=dt), torch.randn(5, 16, dtype=dt))),
     "qkv_rope": (qkv_rope, lambda dt: (torch.randn(2, 5, 96, dtype=dt), torch.randn(5, 8, dtype=dt), torch.randn(5, 8, dtype=dt))),
@@ -67,6 +75,13 @@ PROGRAMS = {
     "slice_mul": (slice_mul, lambda dt: (torch.randn(3, 8, dtype=dt),)),
     "merge_split": (merge_split, lambda dt: (torch.randn(3, 4, 6, dtype=dt),)),
     "transpose_add": (transpose_add, lambda dt: (torch.randn(6, 4, dtype=dt), torch.randn(4, 6, dtype=dt))),
+    # Large enough for the CUDA kernels' tiled form (eight elements per access), whose code is
+    # specialized per block of rows (a cat's pieces, a pad's inside along the first dims).
+    "qkv_rope_large": (qkv_rope, lambda dt: (torch.randn(4, 128, 96, dtype=dt), torch.randn(128, 8, dtype=dt),
+                                             torch.randn(128, 8, dtype=dt))),
+    "cat_rows": (cat_rows, lambda dt: (torch.randn(300, 512, dtype=dt), torch.randn(1, 512, dtype=dt),
+                                       torch.randn(211, 512, dtype=dt))),
+    "pad_rows": (pad_rows, lambda dt: (torch.randn(250, 1016, dtype=dt),)),
 }
 
 # THUNDER_TEST_DEVICE=cuda runs the programs on the GPU (the CUDA kernels' guarded and shifted loads).
@@ -111,9 +126,24 @@ def test_forward_and_grad_match_eager(name, dtype, layout):
     cots = [torch.randn_like(r) for r in ref]
     torch.autograd.backward(out, cots)
     torch.autograd.backward(ref, cots)
-    for a, e in zip(args, eager_args):
-        if a.requires_grad:
+    exact = None
+    for i, (a, e) in enumerate(zip(args, eager_args)):
+        if not a.requires_grad:
+            continue
+        try:
             torch.testing.assert_close(a.grad, e.grad, **tol)
+        except AssertionError:
+            if dtype != torch.bfloat16:
+                raise
+            # A bfloat16 gradient summed over many rows (RoPE's cos and sin) differs from eager's
+            # by rounding where the terms cancel: judged against float32, thunder's error may be
+            # at most twice eager's.
+            if exact is None:
+                a32 = tuple(x.detach().float().requires_grad_(x.requires_grad) for x in eager_args)
+                torch.autograd.backward(_flat(fn(*a32)), [c.float() for c in cots])
+                exact = [x.grad for x in a32]
+            ours, theirs = (a.grad.float() - exact[i]).abs(), (e.grad.float() - exact[i]).abs()
+            assert bool((ours <= 2 * theirs + 2e-2 * exact[i].abs() + 1e-2).all()), (ours.max(), theirs.max())
     # The index ops run inside the kernel.
     final = str(thunder.last_traces(jf)[-1])
     calls = [line.split("=", 1)[-1].strip() for line in final.splitlines() if not line.strip().startswith("#")]
@@ -160,6 +190,20 @@ def test_cuda_variants_compile(name):
     for entry, source in sources:
         # CUDA indices may be unsigned: a range test never compares with a negative bound
         assert not re.search(r"(\bi\d+|\bcol|\(col \+ k\)) [<>]=? -\d", source), entry
+        assert _C.nvrtc_compile(source, "sm_90") > 0, entry
+
+
+@pytest.mark.parametrize("name,blocks", [("cat_rows", 3), ("pad_rows", 3)])
+def test_cuda_kernel_specialized_per_block_of_rows(name, blocks):
+    # Each block of rows has its own branch: its range tests are constants there and it loads
+    # only the inputs it reads.
+    fn, make = PROGRAMS[name]
+    jf = thunder.jit(fn, executors=[])
+    jf(*make(torch.float32))
+    ((entry, source),) = _C.generate_fusion_sources(thunder.last_traces(jf)[1], "cuda")
+    assert len(re.findall(r"// rows of block \d", source)) == blocks, source
+    assert "const bool" not in source or re.search(r"const bool v\d+ = (true|false);", source), source
+    if _C.nvrtc_available():
         assert _C.nvrtc_compile(source, "sm_90") > 0, entry
 
 

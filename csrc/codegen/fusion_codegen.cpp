@@ -959,9 +959,27 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     if (std::vector<Region> regions = outerRegions(p); !regions.empty()) {
       // Specialized per block of rows: each row takes the branch of its block, whose code has
       // the block's range tests folded to constants and reads only the inputs used there.
+      // Rows are taken with the cut dims outermost, so the threads of a warp share a block (the
+      // blocks of RoPE's backward alternate every few rows of the natural order: a warp ran two
+      // or three branches one after the other, each waiting for its own loads); r is the row's
+      // place in the natural order, where the output is written.
+      std::vector<size_t> order;
+      for (size_t d = 0; d + 1 < R; ++d)
+        if (regions[0].count(static_cast<int>(d))) order.push_back(d);
+      for (size_t d = 0; d + 1 < R; ++d)
+        if (!regions[0].count(static_cast<int>(d))) order.push_back(d);
       s << "#pragma unroll\n    for (int u = 0; u < ROWS; ++u) {\n";
-      s << "      const IdxT r = r0 + u;\n      if (r >= rows) break;\n";
-      indexDecomposition("r", R - 1, "      ");
+      s << "      if (r0 + u >= rows) break;\n";
+      s << "      IdxT rem = r0 + u;\n";
+      for (size_t k = order.size(); k-- > 0;) {
+        size_t d = order[k];
+        if (k == 0) s << "      const IdxT i" << d << " = rem;\n";
+        else s << "      const IdxT i" << d << " = thunder_divmod<IdxT>(rem, g.v[" << d << "], g.v["
+               << Geometry::magic(R, I, d) << "], g.v[" << Geometry::magic(R, I, d) + 1 << "]);\n";
+      }
+      std::string natural = "i0";
+      for (size_t d = 1; d + 1 < R; ++d) natural = "(" + natural + ") * (IdxT)g.v[" + std::to_string(d) + "] + i" + std::to_string(d);
+      s << "      const IdxT r = " << natural << ";\n";
       for (size_t b = 0; b < regions.size(); ++b) {
         std::string cond;
         for (const auto& [d, range] : regions[b])

@@ -136,14 +136,15 @@ def test_forward_and_grad_match_eager(name, dtype, layout):
             if dtype != torch.bfloat16:
                 raise
             # A bfloat16 gradient summed over many rows (RoPE's cos and sin) differs from eager's
-            # by rounding where the terms cancel: judged against float32, thunder's error may be
-            # at most twice eager's.
+            # by rounding where the terms cancel: judged against float32, thunder's largest and
+            # mean errors may be at most twice eager's.
             if exact is None:
                 a32 = tuple(x.detach().float().requires_grad_(x.requires_grad) for x in eager_args)
                 torch.autograd.backward(_flat(fn(*a32)), [c.float() for c in cots])
                 exact = [x.grad for x in a32]
             ours, theirs = (a.grad.float() - exact[i]).abs(), (e.grad.float() - exact[i]).abs()
-            assert bool((ours <= 2 * theirs + 2e-2 * exact[i].abs() + 1e-2).all()), (ours.max(), theirs.max())
+            assert ours.max() <= 2 * theirs.max() + 1e-2 and ours.mean() <= 2 * theirs.mean() + 1e-3, (
+                ours.max(), theirs.max(), ours.mean(), theirs.mean())
     # The index ops run inside the kernel.
     final = str(thunder.last_traces(jf)[-1])
     calls = [line.split("=", 1)[-1].strip() for line in final.splitlines() if not line.strip().startswith("#")]

@@ -30,6 +30,12 @@ Workloads (fixed, so results compare across commits):
 On the CPU each contender runs with the threads torch uses (torch.get_num_threads()); the
 contenders are timed in interleaved rounds (one step of each per round) and the load average is
 printed with the table: on a shared machine the absolute figures move with it.
+
+On CUDA the contenders are timed in interleaved rounds too (since session 12): each is built,
+called once (the first-call time) and warmed up on its own (its peak memory is measured then,
+above what was allocated before it was built), then every round times one synchronized step of
+each with CUDA events, so that clock and thermal drift over the run falls on every contender
+alike. `--sequential` keeps the old order (all steps of one contender, then the next).
 """
 
 from __future__ import annotations
@@ -326,6 +332,42 @@ def measure(name, device, contender, repeats):
     return out
 
 
+def measure_cuda_interleaved(name, contenders, repeats, warmup=3):
+    """CUDA: the contenders built and warmed up one by one (first call, peak memory), then timed in
+    rounds of one synchronized step each (CUDA events around the step)."""
+    steps, out = {}, {}
+    for c in contenders:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            step = WORKLOADS[name]("cuda", c)
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            out[c] = {"first_call_s": time.perf_counter() - t0}
+            for _ in range(warmup):
+                step()
+            torch.cuda.synchronize()
+            out[c]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
+            steps[c] = step
+        except Exception as e:  # a contender that fails is reported, not hidden
+            out[c] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    times = {c: [] for c in steps}
+    for _ in range(repeats):
+        for c, step in steps.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times[c].append(start.elapsed_time(end) / 1e3)
+    for c, ts in times.items():
+        out[c]["median_s"] = statistics.median(ts) / getattr(steps[c], "per", 1)
+    return out
+
+
 def measure_interleaved(name, device, repeats):
     """On a shared CPU the load moves within seconds: the contenders are built (first call timed)
     and then timed in rounds, one step of each per round, so that each median sees the same load."""
@@ -360,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--graphs", action="store_true", help="add the CUDA-graph contenders (CUDA only)")
     ap.add_argument("--contenders", default="", help="comma-separated subset of the contenders (CUDA; default all)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="CUDA: time all steps of one contender, then the next (before session 12)")
     args = ap.parse_args(argv)
     if args.graphs and args.device != "cuda":
         ap.error("--graphs needs --device cuda")
@@ -375,7 +419,10 @@ def main(argv=None):
             contenders = CONTENDERS + (GRAPH_CONTENDERS if args.graphs and name in GRAPH_WORKLOADS else ())
             if args.contenders:
                 contenders = tuple(c for c in contenders if c in args.contenders.split(","))
-            results[name] = {c: measure(name, args.device, c, args.repeats) for c in contenders}
+            if args.sequential:
+                results[name] = {c: measure(name, args.device, c, args.repeats) for c in contenders}
+            else:
+                results[name] = measure_cuda_interleaved(name, contenders, args.repeats)
     if args.device == "cuda":
         dev = torch.cuda.get_device_name()
     else:

@@ -307,3 +307,24 @@ def test_float_masks_are_left_alone():
     jf = thunder.jit(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
     jf(q, k, v, torch.zeros(4, 4))
     assert not any("Attention masks to bias" in t.provenance for t in thunder.last_traces(jf))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cudnn_backward_gets_the_output_gradient_in_the_output_layout(dtype):
+    # The gradient of a [B, H, T, D] attention output arrives as the transpose of a [B, T, H*D]
+    # one: the cuDNN executor copies it into the output's layout in 8-byte words, bit for bit
+    # (NaN included), falls back to an element copy where the words do not line up, and passes a
+    # gradient already in that layout through.
+    from thunder.executors.cudnnex import _grad_like_out
+
+    out = torch.randn(2, 4, 6, 8, dtype=dtype)
+    g = torch.randn(2, 6, 4, 8, dtype=dtype)
+    g[0, 1, 2, 3] = float("nan")
+    g = g.transpose(1, 2)
+    r = _grad_like_out(g, out)
+    assert r.stride() == out.stride() and torch.equal(r.view(torch.int16), g.contiguous().view(torch.int16))
+    shifted = torch.randn(2, 6, 4, 9, dtype=dtype)[..., 1:].transpose(1, 2)
+    r = _grad_like_out(shifted, out)
+    assert r.stride() == out.stride() and torch.equal(r, shifted)
+    same = torch.randn_like(out)
+    assert _grad_like_out(same, out) is same

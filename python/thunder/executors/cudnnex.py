@@ -65,13 +65,46 @@ def _bwd_meta(grad, query, key, value, out, logsumexp, is_causal, scale):
     return TensorProxy(like=query), TensorProxy(like=key), TensorProxy(like=value)
 
 
+_NO_DROPOUT_STATE: dict = {}
+
+
+def _no_dropout_state(device):
+    # No dropout: the kernel reads no random state, but the signature takes a seed and an offset
+    # (made once per device: two fills and two allocations per call otherwise).
+    state = _NO_DROPOUT_STATE.get(device)
+    if state is None:
+        state = _NO_DROPOUT_STATE[device] = (torch.zeros((), dtype=torch.int64, device=device),
+                                             torch.zeros((), dtype=torch.int64, device=device))
+    return state
+
+
+def _same_layout(a, b) -> bool:
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def _grad_like_out(grad, out):
+    """The output gradient in the output's memory layout, which cuDNN's backward reads (ATen copies
+    it there otherwise). The gradient usually arrives as the transpose of the output projection's
+    [B, T, H*D] gradient while the output is [B, H, T, D]: the copy moves the head dim's 16-bit
+    values four at a time (as 8-byte words; ATen's copy of a permuted bfloat16 tensor moves one
+    element per load)."""
+    if _same_layout(grad, out):
+        return grad
+    dst = torch.empty_like(out)
+    if grad.element_size() == 2 and grad.stride(-1) == 1 and grad.shape[-1] % 4 == 0 and out.stride(-1) == 1:
+        try:
+            dst.view(torch.float64).copy_(grad.view(torch.float64))
+            return dst
+        except RuntimeError:  # strides or offset not in whole words
+            pass
+    return dst.copy_(grad)
+
+
 def _bwd_impl(grad, query, key, value, out, logsumexp, is_causal, scale):
-    # No dropout: the kernel reads no random state, but the signature takes one.
-    seed = torch.zeros((), dtype=torch.int64, device=query.device)
-    offset = torch.zeros((), dtype=torch.int64, device=query.device)
+    seed, offset = _no_dropout_state(query.device)
     dq, dk, dv = _aten._scaled_dot_product_cudnn_attention_backward(
-        grad.contiguous(), _dense(query), _dense(key), _dense(value), out, logsumexp, seed, offset, None, None, None,
-        query.shape[2], key.shape[2], 0.0, is_causal, scale=scale,
+        _grad_like_out(grad, out), _dense(query), _dense(key), _dense(value), out, logsumexp, seed, offset,
+        None, None, None, query.shape[2], key.shape[2], 0.0, is_causal, scale=scale,
     )
     return dq, dk, dv
 

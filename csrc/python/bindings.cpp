@@ -492,7 +492,8 @@ class GraphCache {
     if (it == entries_.end()) return slow_(py::bytes(key), args, kwargs);
     std::shared_ptr<Installed> e = it->second;  // kept alive even if a replay installs another
     for (size_t i : e->copyAt) copyInto(e->inputs[i], THPVariable_Unpack(leaves[i].ptr()));
-    e->replay();
+    if (e->exec != 0 && runtime::cudaGraphLaunchAsync(e->exec, e->device)) ++directLaunches_;
+    else e->replay();
     // The program updated these inputs in place: in the graph's buffers, which the caller's
     // tensors take back, as eager updates them.
     for (size_t i : e->writeBack) copyInto(THPVariable_Unpack(leaves[i].ptr()), e->inputs[i]);
@@ -514,9 +515,15 @@ class GraphCache {
   /// order of thunder._C.tree_flatten((args, kwargs))), the tensor buffer it is copied into, or
   /// None; replay() launches the graph; `output` is returned by every replay; `keep` is held;
   /// `writeBack`: the leaves the program updates in place, copied back from their buffers.
+  /// `exec` (a cudaGraphExec_t as an integer, or 0) and `device`: a graph that draws no random
+  /// numbers is launched straight through the driver on that device instead of replay(), whose
+  /// prologue refills the CUDA generator's seed and offset tensors (two fills per replay) for
+  /// graphs that read them.
   void install(const py::bytes& key, const py::list& inputs, py::object replay, py::object output,
-               py::object keep, const std::vector<size_t>& writeBack) {
+               py::object keep, const std::vector<size_t>& writeBack, uintptr_t exec, int device) {
     auto e = std::make_shared<Installed>();
+    e->exec = exec;
+    e->device = device;
     for (size_t i : writeBack)
       THUNDER_CHECK_KIND(i < inputs.size() && !inputs[i].is_none(), ErrorKind::Value,
                          "GraphCache.install: leaf ", i, " is written back but has no buffer");
@@ -541,6 +548,7 @@ class GraphCache {
   size_t size() const { return entries_.size(); }
   void clear() { entries_.clear(); }
   int replays() const { return replays_; }
+  int directLaunches() const { return directLaunches_; }
 
   /// False sends every call to Python's general path (the path before this class; benchmarks).
   bool fast = true;
@@ -570,6 +578,8 @@ class GraphCache {
     std::vector<at::Tensor> inputs;  // undefined where the leaf is not copied
     std::vector<size_t> copyAt, writeBack;
     py::object replay, output, keep;
+    uintptr_t exec = 0;  // launched directly where nonzero (see install)
+    int device = -1;
   };
 
   Kind classify(const py::args& args, const py::kwargs& kwargs, std::string& key,
@@ -642,7 +652,7 @@ class GraphCache {
   bool stableFirst_;
   c10::DeviceType device_;
   std::unordered_map<std::string, std::shared_ptr<Installed>> entries_;
-  int replays_ = 0;
+  int replays_ = 0, directLaunches_ = 0;
 };
 
 /// Enters tracing into a trace and captures closure tensors; a Python context manager.
@@ -839,7 +849,9 @@ PYBIND11_MODULE(_C, m) {
       .def("describe", &GraphCache::describe,
            "(kind, key) of a call: 'graph' and its key, 'bypass' or 'general' and None.")
       .def("install", &GraphCache::install, py::arg("key"), py::arg("inputs"), py::arg("replay"),
-           py::arg("output"), py::arg("keep"), py::arg("write_back") = std::vector<size_t>{})
+           py::arg("output"), py::arg("keep"), py::arg("write_back") = std::vector<size_t>{},
+           py::arg("exec") = uintptr_t(0), py::arg("device") = -1)
+      .def_property_readonly("direct_launches", &GraphCache::directLaunches)
       .def("set_guard", &GraphCache::setGuard)
       .def("clear", &GraphCache::clear)
       .def("__len__", &GraphCache::size)

@@ -576,6 +576,8 @@ struct Driver {
                      CUstream, void**, void**) = nullptr;
   /// cuMemcpyDtoDAsync (optional: cudaCopyAsync reports its absence).
   CUresult (*memcpyDtoDAsync)(unsigned long long, unsigned long long, size_t, CUstream) = nullptr;
+  /// cuGraphLaunch (optional: cudaGraphLaunchAsync reports its absence).
+  CUresult (*graphLaunch)(void*, CUstream) = nullptr;
 };
 
 const Driver& driver() {
@@ -594,6 +596,7 @@ const Driver& driver() {
     LOAD(moduleGetFunction, "cuModuleGetFunction");
     LOAD(launch, "cuLaunchKernel");
     LOAD(memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    LOAD(graphLaunch, "cuGraphLaunch");
 #undef LOAD
     THUNDER_CHECK(r.init && r.deviceGet && r.attr && r.ctxGetCurrent && r.ctxSetCurrent && r.primaryRetain &&
                       r.moduleLoadData && r.moduleGetFunction && r.launch,
@@ -1065,6 +1068,15 @@ bool cudaCopyAsync(void* dst, const void* src, size_t bytes, int device) {
   void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
   return d.memcpyDtoDAsync(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes,
                            stream) == 0;
+}
+
+bool cudaGraphLaunchAsync(uintptr_t exec, int device) {
+  const Driver& d = driver();
+  if (d.graphLaunch == nullptr || exec == 0) return false;
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  if (impl->getDevice().index() != device) return false;
+  c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  return d.graphLaunch(reinterpret_cast<void*>(exec), impl->getStream(dev).native_handle()) == 0;
 }
 
 bool cpuCompilerAvailable() { return cpuCompiler(); }

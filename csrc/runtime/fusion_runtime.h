@@ -24,6 +24,11 @@ bool nvrtcAvailable();
 /// stream with the driver's cuMemcpyDtoDAsync (no ATen dispatch: the caller checks that the
 /// layouts match). False when the driver lacks the entry point or the copy could not be queued.
 bool cudaCopyAsync(void* dst, const void* src, size_t bytes, int device);
+
+/// Launches an instantiated CUDA graph (a cudaGraphExec_t as an integer) on the current stream
+/// of `device` through the driver (cuGraphLaunch), when that device is the current one; false
+/// where it did not launch (no entry point, another current device, a failed launch).
+bool cudaGraphLaunchAsync(uintptr_t exec, int device);
 /// Whether the system C++ compiler ($CXX, else c++) builds the fuser's CPU kernels; probed once
 /// per process.
 bool cpuCompilerAvailable();

@@ -34,6 +34,39 @@ def test_function_replays_with_new_inputs():
 
 
 @cuda
+def test_graphs_without_random_numbers_launch_directly():
+    # No draw from the generator: the C++ path launches the graph itself (cuGraphLaunch), with
+    # the results of replay().
+    def f(x):
+        return torch.sin(x) * 1.01 + 0.1
+
+    jf = thunder.jit(f, plugins="reduce-overhead")
+    for _ in range(6):
+        x = torch.randn(16, 16, device="cuda")
+        torch.testing.assert_close(jf(x), f(x))
+    assert jf._graphs.cache.direct_launches == jf._graphs.cache.replays > 0
+
+
+@cuda
+def test_graphs_that_draw_random_numbers_replay_with_fresh_ones():
+    # A draw in the program: replay() advances the generator, so every call has new numbers
+    # (the same stream as without graphs), and the graph is never launched directly.
+    def f(x):
+        return x + torch.rand_like(x)
+
+    jf = thunder.jit(f, plugins="reduce-overhead")
+    x = torch.zeros(64, device="cuda")
+    outs = [jf(x).clone() for _ in range(6)]
+    assert all(not torch.equal(a, b) for a, b in zip(outs, outs[1:]))
+    assert jf._graphs.cache.direct_launches == 0 and jf._graphs.cache.replays > 0
+    torch.cuda.manual_seed(7)
+    graphed = [jf(x).clone() for _ in range(2)]
+    torch.cuda.manual_seed(7)
+    plain = thunder.jit(f)
+    torch.testing.assert_close(graphed, [plain(x) for _ in range(2)])
+
+
+@cuda
 def test_module_sees_optimizer_steps_between_replays():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).cuda()

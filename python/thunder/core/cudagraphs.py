@@ -80,6 +80,21 @@ class CUDABackend:
             out = thunk()
         return graph, out
 
+    @staticmethod
+    def rng_offset():
+        """The current device's default CUDA generator's offset: a call that draws random numbers
+        advances it."""
+        return torch.cuda.default_generators[torch.cuda.current_device()].get_offset()
+
+    @staticmethod
+    def direct_handle(graph):
+        """(cudaGraphExec_t as an integer, device) for launching `graph` without replay(), or
+        (0, -1) where this torch cannot say."""
+        try:
+            return int(graph.raw_cuda_graph_exec()), torch.cuda.current_device()
+        except (AttributeError, RuntimeError):
+            return 0, -1
+
 
 class _Graph:
     """The calls of one input signature: warm-up calls, then one captured graph replayed."""
@@ -87,13 +102,18 @@ class _Graph:
     def __init__(self):
         self.calls = 0
         self.graph = None
+        # Whether a warm-up call drew random numbers from the default generator (unknown: True).
+        self.draws = False
 
     def __call__(self, runner, key, leaves, unflatten, stable_at):
         if self.calls < WARMUP_CALLS:
             self.calls += 1
+            rng_offset = getattr(runner.backend, "rng_offset", None)
+            before = rng_offset() if rng_offset else None
             with runner.backend.side_stream():
                 args, kwargs = unflatten(leaves)
                 out = runner.fn(*args, **kwargs)
+            self.draws = self.draws or before is None or rng_offset() != before
             # The inputs the program updates in place: the graph updates their buffers, which
             # every replay copies back (stable tensors are updated where they are).
             written = runner.written_leaves(args, kwargs)
@@ -111,7 +131,13 @@ class _Graph:
                 buffers = [None] * len(leaves)
                 for i in self.copy_at:
                     buffers[i] = self.inputs[i]
-                runner.cache.install(key, buffers, self.graph.replay, self.output, self.graph, self.write_back)
+                # A graph that draws no random numbers is launched directly by the C++ path: its
+                # replay() would refill the generator's seed and offset tensors first (two fill
+                # kernels and their dispatch on every call), which only graphs that draw read.
+                direct = getattr(runner.backend, "direct_handle", None)
+                exec_, device = direct(self.graph) if direct and not self.draws else (0, -1)
+                runner.cache.install(key, buffers, self.graph.replay, self.output, self.graph, self.write_back,
+                                     exec=exec_, device=device)
         for i in self.copy_at:
             self.inputs[i].copy_(leaves[i])
         self.graph.replay()

@@ -4,14 +4,19 @@ the fused qkv projection's split into grouped-query heads with RoPE ([2, 2048, 3
 query heads in 8 groups of head size 64). Eager, torch.compile and thunder; GPU time summed over
 the kernels of a step (torch.profiler), with the four largest kernels.
 
-    python -m benchmarks.layer_kernels [--only rms,rope] [--contenders thunder,...]
+    python -m benchmarks.layer_kernels [--only rms,rope] [--contenders thunder,...] [--device cpu]
+
+With --device cpu (a check that the script runs; not the figures it is for) the median wall time
+of a step is printed instead, at the same shapes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -38,7 +43,7 @@ def rope(qkv, cos, sin):
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
-def kernel_time(fn, args, grads, steps=20):
+def kernel_time(fn, args, grads, steps=20, device="cuda"):
     def step():
         outs = fn(*args)
         outs = outs if isinstance(outs, tuple) else (outs,)
@@ -46,6 +51,13 @@ def kernel_time(fn, args, grads, steps=20):
 
     for _ in range(5):
         step()
+    if device != "cuda":
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times), []
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
@@ -62,8 +74,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="rms,rope")
     ap.add_argument("--contenders", default="eager,torch.compile,thunder")
+    ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
-    dev, bf16 = "cuda", torch.bfloat16
+    dev, bf16 = args.device, torch.bfloat16
     torch.manual_seed(0)
     cases = {
         "rms": (rms, (torch.randn(4096, 2048, device=dev, dtype=bf16, requires_grad=True),
@@ -74,11 +87,12 @@ def main(argv=None):
                  [torch.randn(B, GROUPS * Q_PER_KV, T, HEAD, device=dev, dtype=bf16) for _ in range(3)]),
     }
     make = {"eager": lambda f: f, "torch.compile": torch.compile, "thunder": thunder.jit}
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    name = torch.cuda.get_device_name() if dev == "cuda" else "cpu (wall time per step)"
+    print(f"device {name}, torch {torch.__version__}")
     for name in args.only.split(","):
         fn, inputs, grads = cases[name]
         for c in args.contenders.split(","):
-            total, top = kernel_time(make[c](fn), inputs, grads)
+            total, top = kernel_time(make[c](fn), inputs, grads, steps=20 if dev == "cuda" else 3, device=dev)
             print(f"{name:5s} {c:14s} {total:8.1f} us  " + "; ".join(f"{k[:40]} {v:.1f}" for k, v in top), flush=True)
 
 

@@ -136,6 +136,31 @@ def test_guard_keys_values_as_normalize(name, value):
     assert guards._make_guard([("global", {"v": value}, "v")])() == tuple(expected)
 
 
+_OFFSET = 2.0
+
+
+def _reshaped_plus_offset(x):
+    return x.reshape(-1).size(0) + x.sum() * _OFFSET + _LATER
+
+
+def test_attribute_names_are_not_guarded_as_globals():
+    # `x.reshape`, `.size`, `.sum` are attribute names in the code's co_names, not globals it reads:
+    # the guard reads the globals only, a global defined after jit included (_LATER).
+    from thunder.core import guards
+
+    g = guards.guard_for_function(_reshaped_plus_offset)
+    assert [r[2] for r in g.readers if r[0] == "global"] == ["_OFFSET", "_LATER"]
+    globals()["_LATER"] = 1.0
+    try:
+        jf = thunder.jit(_reshaped_plus_offset)
+        x = torch.ones(2, 3)
+        assert jf(x).item() == 6 + 6 * 2.0 + 1.0
+        globals()["_LATER"] = 5.0
+        assert jf(x).item() == 6 + 6 * 2.0 + 5.0
+    finally:
+        del globals()["_LATER"]
+
+
 def test_guard_reads_what_getattr_reads():
     # The generated guard reads an instance attribute from the instance dict and anything else
     # (a class attribute, a property, a missing name) through getattr; globals and closure cells

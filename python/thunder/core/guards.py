@@ -16,6 +16,7 @@ are keyed by identity).
 from __future__ import annotations
 
 import builtins
+import dis
 import os
 import sys
 import types
@@ -125,16 +126,30 @@ class _Collector:
             self.readers.append(("cell", cell))
             if _cell_full(cell):
                 self.value(cell.cell_contents, code, depth)
-        for name in code.co_names:
+        for name in _global_names(code):
             present = name in globals_
+            key = (id(globals_), name)
             # At the top level a name not defined yet may be a global defined before the call.
-            if present or (depth == 0 and name not in builtins.__dict__):
+            if (present or (depth == 0 and name not in builtins.__dict__)) and key not in self._seen_attr:
+                self._seen_attr.add(key)
                 self.readers.append(("global", globals_, name))
             if present:
                 self.value(globals_[name], code, depth)
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 self.code(c, globals_, None, depth)
+
+
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS", "STORE_GLOBAL", "DELETE_GLOBAL"})
+
+
+def _global_names(code) -> list:
+    """The names `code` reads or writes as globals, in order: co_names less the attribute and
+    method names (`x.reshape`, `self.size`), which are not globals the code depends on."""
+    try:
+        return list(dict.fromkeys(i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_OPS))
+    except Exception:  # an interpreter whose bytecode dis cannot read: every name, as before
+        return list(code.co_names)
 
 
 def _cell_full(cell) -> bool:

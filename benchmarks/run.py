@@ -332,63 +332,48 @@ def measure(name, device, contender, repeats):
     return out
 
 
-def measure_cuda_interleaved(name, contenders, repeats, warmup=3):
-    """CUDA: the contenders built and warmed up one by one (first call, peak memory), then timed in
-    rounds of one synchronized step each (CUDA events around the step)."""
+def measure_interleaved(name, device, contenders=CONTENDERS, repeats=20, warmup=2):
+    """The contenders built and warmed up one by one (first-call time; on CUDA the peak memory,
+    above what was allocated before the contender was built), then timed in rounds of one step
+    each, so that each median sees the same load (a shared CPU) or the same clocks and heat (a
+    GPU). CUDA steps are synchronized and timed with events."""
+    cuda = device == "cuda"
     steps, out = {}, {}
     for c in contenders:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        try:
-            step = WORKLOADS[name]("cuda", c)
-            t0 = time.perf_counter()
-            step()
+        if cuda:
             torch.cuda.synchronize()
-            out[c] = {"first_call_s": time.perf_counter() - t0}
-            for _ in range(warmup):
-                step()
-            torch.cuda.synchronize()
-            out[c]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
-            steps[c] = step
-        except Exception as e:  # a contender that fails is reported, not hidden
-            out[c] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-    times = {c: [] for c in steps}
-    for _ in range(repeats):
-        for c, step in steps.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            times[c].append(start.elapsed_time(end) / 1e3)
-    for c, ts in times.items():
-        out[c]["median_s"] = statistics.median(ts) / getattr(steps[c], "per", 1)
-    return out
-
-
-def measure_interleaved(name, device, repeats):
-    """On a shared CPU the load moves within seconds: the contenders are built (first call timed)
-    and then timed in rounds, one step of each per round, so that each median sees the same load."""
-    steps, out = {}, {}
-    for c in CONTENDERS:
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
         try:
             step = WORKLOADS[name](device, c)
             t0 = time.perf_counter()
             step()
+            if cuda:
+                torch.cuda.synchronize()
             out[c] = {"first_call_s": time.perf_counter() - t0}
-            for _ in range(2):
+            for _ in range(warmup):
                 step()
+            if cuda:
+                torch.cuda.synchronize()
+                out[c]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
             steps[c] = step
         except Exception as e:  # a contender that fails is reported, not hidden
             out[c] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     times = {c: [] for c in steps}
     for _ in range(repeats):
         for c, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            times[c].append(time.perf_counter() - t0)
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                step()
+                end.record()
+                torch.cuda.synchronize()
+                times[c].append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                step()
+                times[c].append(time.perf_counter() - t0)
     for c, ts in times.items():
         out[c]["median_s"] = statistics.median(ts) / getattr(steps[c], "per", 1)
     return out
@@ -414,7 +399,7 @@ def main(argv=None):
     results = {}
     for name in names:
         if args.device == "cpu":
-            results[name] = measure_interleaved(name, args.device, args.repeats)
+            results[name] = measure_interleaved(name, args.device, repeats=args.repeats)
         else:
             contenders = CONTENDERS + (GRAPH_CONTENDERS if args.graphs and name in GRAPH_WORKLOADS else ())
             if args.contenders:
@@ -422,7 +407,7 @@ def main(argv=None):
             if args.sequential:
                 results[name] = {c: measure(name, args.device, c, args.repeats) for c in contenders}
             else:
-                results[name] = measure_cuda_interleaved(name, contenders, args.repeats)
+                results[name] = measure_interleaved(name, args.device, contenders, args.repeats, warmup=3)
     if args.device == "cuda":
         dev = torch.cuda.get_device_name()
     else:

@@ -910,6 +910,16 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       }
       if (!cond.empty()) s << indent0 << "}\n";
     };
+    // Input k's offset of the row (i0, ..., i(R-2)); empty for an input that varies by row only
+    // through its guard.
+    auto rowOffset = [&](size_t k) {
+      std::string ro;
+      for (size_t d = 0; d + 1 < R; ++d) {
+        if (p.inputs[k].dimMap[d] < 0) continue;
+        ro += (ro.empty() ? "" : " + ") + ("i" + std::to_string(d) + " * " + strideExpr(k, d));
+      }
+      return ro.empty() ? ro : "(" + ro + ")";
+    };
     s << "template <typename IdxT>\n__device__ __forceinline__ void " << p.name << "_tile_body(" << params << ") {\n";
     s << "  constexpr int VEC = " << variant.vec << ", ROWS = " << variant.unroll << ";\n";
     s << "  const IdxT L = (IdxT)g.v[" << gL << "], rows = (IdxT)g.v[" << gRows << "];\n";
@@ -938,15 +948,9 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     auto rowCode = [&](const std::string& in) {
       for (size_t k = 0; k < I; ++k) {
         if (!perRow(k)) continue;
-        std::string ro;
-        for (size_t d = 0; d + 1 < R; ++d) {
-          if (p.inputs[k].dimMap[d] < 0) continue;
-          ro += (ro.empty() ? "" : " + ") + ("i" + std::to_string(d) + " * " + strideExpr(k, d));
-        }
         s << in << "alignas(16) " << storageType(p.inputs[k].tensor->dtype, cuda) << " a" << k << "[ROWS]["
           << (pat[k] == '0' ? "1" : "VEC") << "];\n";
-        // (An input that varies by row only through its guard has no row offset.)
-        readGroup(k, "a" + std::to_string(k) + "[u]", ro.empty() ? "" : "(" + ro + ")", in);
+        readGroup(k, "a" + std::to_string(k) + "[u]", rowOffset(k), in);
       }
       for (size_t j = 0; j < p.outputs.size(); ++j)
         s << in << "alignas(16) " << storageType(p.outputs[j].tensor->dtype, cuda) << " b" << j << "[VEC];\n";
@@ -1008,12 +1012,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
     if (anyRowInput) indexDecomposition("r", R - 1, "      ");
     for (size_t k = 0; k < I; ++k) {
       if (!perRow(k)) continue;
-      std::string ro;
-      for (size_t d = 0; d + 1 < R; ++d) {
-        if (p.inputs[k].dimMap[d] < 0) continue;
-        ro += (ro.empty() ? "" : " + ") + ("i" + std::to_string(d) + " * " + strideExpr(k, d));
-      }
-      readGroup(k, "a" + std::to_string(k) + "[u]", ro.empty() ? "" : "(" + ro + ")", "      ");
+      readGroup(k, "a" + std::to_string(k) + "[u]", rowOffset(k), "      ");
     }
     s << "    }\n";
     s << "#pragma unroll\n    for (int u = 0; u < ROWS; ++u) {\n";

@@ -44,6 +44,8 @@ EVAL(tanh)
 EVAL(sigmoid)
 EVAL(erf)
 EVAL(erfc)
+EVAL(sin)
+EVAL(cos)
 // Shaped like a generated kernel: 64-bit index, the functions composed (a branch that one
 // function's inlined body leaves can keep the whole loop scalar).
 void chain(const float* __restrict__ x, float* __restrict__ y, int64_t n0, int64_t n1) {
@@ -60,6 +62,8 @@ static const Fn kFns[] = {
   {"sigmoid", eval_sigmoid, sigmoid},
   {"erf", eval_erf, [](double x) { return std::erf(x); }},
   {"erfc", eval_erfc, [](double x) { return std::erfc(x); }},
+  {"sin", eval_sin, [](double x) { return std::sin(x); }},
+  {"cos", eval_cos, [](double x) { return std::cos(x); }},
 };
 // Error of y in ulps of the float nearest to r (subnormals: units of 2^-149); 1e30 for a wrong
 // NaN, infinity or signed zero.
@@ -110,7 +114,9 @@ int main(int argc, char** argv) {
                             1.0f, -1.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f, -0x1p-126f, 0x1.fffffep127f,
                             -0x1.fffffep127f, 88.7228394f, 88.7228317f, -87.3365479f, -103.972084f,
                             -103.278931f, -2.0f, 10.0546875f, 9.19422f, -9.19422f, 3.9192059f,
-                            0.875f, 2.2f, -0.875f, -2.2f, 0x1.8p-24f, -0x1.fffffep-1f};
+                            0.875f, 2.2f, -0.875f, -2.2f, 0x1.8p-24f, -0x1.fffffep-1f,
+                            0x1p28f, -0x1p28f, 0x1.fffffep27f, 0x1.921fb6p+0f, 0x1.921fb6p+1f,
+                            0x1.2d97c8p+3f, 0x1.fffffep-30f, 0x1p-29f, 16367173.0f, 0x1.9d2a36p+117f};
   const int ns = sizeof(specials) / sizeof(float);
   for (const Fn& fn : kFns) {
     float y[64];
@@ -141,12 +147,12 @@ std::string run(const std::string& cmd, int& rc) {
 
 TEST(CpuMath, FunctionTableNamesDefinedFunctions) {
   std::string src = cpuMathSource();
-  for (const char* op : {"exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc"}) {
+  for (const char* op : {"exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "sin", "cos"}) {
     std::string fn = cpuMathFunction(op);
     ASSERT_EQ(fn, std::string("thunder_") + op + "f");
     EXPECT_NE(src.find("THUNDER_MATH float " + fn + "(float x)"), std::string::npos) << fn;
   }
-  EXPECT_EQ(cpuMathFunction("sin"), "");
+  EXPECT_EQ(cpuMathFunction("tan"), "");
   EXPECT_EQ(cpuMathFunction("lgamma"), "");
 }
 
@@ -183,7 +189,7 @@ TEST(CpuMath, UlpErrorOverTheFloatsAndSpecialValues) {
     }
     EXPECT_TRUE(vectorized) << "not vectorized: " << line << "\n" << log;
   }
-  EXPECT_EQ(loops, 9);
+  EXPECT_EQ(loops, 11);
   const char* exhaustive = std::getenv("THUNDER_EXHAUSTIVE");
   std::string stride = exhaustive && std::string(exhaustive) == "1" ? "1" : "97";
   std::string out = run(dir + "/check " + stride, rc);
@@ -194,7 +200,8 @@ TEST(CpuMath, UlpErrorOverTheFloatsAndSpecialValues) {
   // The bounds cpu_math.cpp states (the maxima over every float).
   const std::map<std::string, double> bound = {{"exp", 1.08}, {"expm1", 1.6},  {"log", 0.85},
                                                {"log1p", 0.94}, {"tanh", 1.2},  {"sigmoid", 2.41},
-                                               {"erf", 1.19},   {"erfc", 4.81}};
+                                               {"erf", 1.19},   {"erfc", 4.81}, {"sin", 0.51},
+                                               {"cos", 0.51}};
   std::istringstream in(out);
   std::string name, at;
   double ulps;
@@ -206,5 +213,5 @@ TEST(CpuMath, UlpErrorOverTheFloatsAndSpecialValues) {
     EXPECT_LE(ulps, bound.at(name)) << name << " at " << at;
     ++seen;
   }
-  EXPECT_EQ(seen, 8) << out;
+  EXPECT_EQ(seen, 10) << out;
 }

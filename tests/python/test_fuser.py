@@ -378,6 +378,7 @@ def test_special_values():
 CPU_MATH = [
     ("exp", torch.exp, 2), ("expm1", torch.expm1, 2), ("log", torch.log, 1), ("log1p", torch.log1p, 1),
     ("tanh", torch.tanh, 2), ("sigmoid", torch.sigmoid, 3), ("erf", torch.erf, 2), ("erfc", torch.erfc, 5),
+    ("sin", torch.sin, 1), ("cos", torch.cos, 1),
 ]
 
 
@@ -386,6 +387,9 @@ def _math_inputs():
     special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, -1e-45, 1e-38, -1.0, 1.0, -2.0,
                88.72283, 88.72284, -87.33655, -103.97208, -104.0, 10.0546875, 9.19, -9.19, 0.875, -0.875, 2.2]
     grid = torch.linspace(-30, 30, 60001, dtype=torch.float64)
+    # (with sin and cos's hardest: a float close to a multiple of pi/2 far out, the switch of
+    # argument reduction at 2^28, the largest floats)
+    special += [float.fromhex("0x1.9d2a36p+117"), 16367173.0, 2.0**28, 2.0**28 - 16, 3.4028235e38, -3.4028235e38, 1.5707964, 3.1415927]
     mags = torch.logspace(-45, 38, 2000, dtype=torch.float64)
     return torch.cat([torch.tensor(special, dtype=torch.float64), grid, mags, -mags, torch.randn(5000, dtype=torch.float64) * 4]).float()
 

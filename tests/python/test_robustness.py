@@ -197,6 +197,14 @@ def test_guard_reads_what_getattr_reads():
     b.n = torch.ones(1)  # a tensor is keyed by identity
     assert guard()[0] == id(b.n)
 
+    class Aliased:  # a class that looks attributes up itself (as HF's configs do) is asked
+        def __getattribute__(self, name):
+            return 7 if name == "alias" else object.__getattribute__(self, name)
+
+    a = Aliased()
+    a.alias = 1
+    assert guards._make_guard([("attr", a, "alias")])() == (7,)
+
 
 def test_closure_scalar_is_guarded():
     c = 2

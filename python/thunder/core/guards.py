@@ -177,10 +177,13 @@ def _read(reader):
 
 def _instance_attr(obj, name: str) -> bool:
     """Whether getattr(obj, name) is obj.__dict__[name] (or missing) as long as the class keeps its
-    attributes: the name is in the instance dict, and no class on the MRO defines it (a data
-    descriptor there would win over the instance dict, a property or __getattr__ would compute it)."""
+    attributes: the name is in the instance dict, the class looks attributes up as object does,
+    and no class on the MRO defines the name (a data descriptor there would win over the instance
+    dict)."""
     d = getattr(obj, "__dict__", None)
     if not isinstance(d, dict) or name not in d:
+        return False
+    if type(obj).__getattribute__ is not object.__getattribute__:  # (HF's configs map aliases there)
         return False
     return not any(name in vars(k) for k in type(obj).__mro__)
 

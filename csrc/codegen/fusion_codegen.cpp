@@ -168,6 +168,7 @@ std::vector<Region> outerRegions(const KernelProgram& p, size_t limit = 8) {
     if (n.kind == KNode::Kind::InRange) cut(n.dim, n.lo, n.hi);
   for (const KInput& in : p.inputs)
     for (size_t d = 0; d < in.guard.size(); ++d) cut(static_cast<int>(d), in.guard[d].first, in.guard[d].second);
+  if (cuts.empty()) return {};
   std::vector<Region> regions{Region{}};
   for (auto& [d, bounds] : cuts) {
     if (bounds.empty()) continue;
@@ -707,8 +708,10 @@ void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced) {
 void fitRegisters(const KernelProgram& p, CudaVariant& v, int64_t budget) {
   if (v.row || v.vec <= 1) return;
   // Kernels specialized per block of rows stage only the inputs their block reads.
-  std::vector<Region> regions = outerRegions(p);
-  if (regions.empty()) regions.emplace_back();
+  // (It runs on every launch: kernels whose rows no range cuts allocate nothing here.)
+  static const std::vector<Region> whole{Region{}};
+  std::vector<Region> cut = outerRegions(p);
+  const std::vector<Region>& regions = cut.empty() ? whole : cut;
   auto staged = [&] {
     int64_t worst = 0;
     for (const Region& region : regions) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include "codegen/python_printer.h"
 #include "ir/error.h"
@@ -172,9 +173,12 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputs
     }
     c10::IValue out;
     // Each call is a range of torch.profiler's host timeline (benchmarks/profile_step.py's host
-    // time by symbol); when no profiler runs this is one check of a global flag.
-    at::RecordFunction range(at::RecordScope::USER_SCOPE);
-    if (range.isActive()) range.before(ins.profileName.c_str(), static_cast<const std::vector<c10::IValue>*>(&args));
+    // time by symbol); without a profiler this is one check for callbacks, as RECORD_FUNCTION does.
+    std::optional<at::RecordFunction> range;
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
+      range.emplace(std::move(*callbacks));
+      if (range->isActive()) range->before(ins.profileName.c_str(), static_cast<const std::vector<c10::IValue>*>(&args));
+    }
     try {
       out = (*ins.kernel)(ka);
     } catch (const Error&) {

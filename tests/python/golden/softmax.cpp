@@ -434,25 +434,25 @@ THUNDER_MATH double thunder_cos_poly(double r) {  // |r| <= 0.79: Taylor to r^14
   p = __builtin_fma(p, r2, -0.5);
   return __builtin_fma(r2, p, 1.0);
 }
-THUNDER_MATH float thunder_sinf(float x) {
+// sin(|x|) (shift 0) or cos(|x|) (shift 1: cos t = sin(t + pi/2), one quadrant on) for finite
+// x; inf and NaN give a finite value the callers replace.
+THUNDER_MATH double thunder_sin_quadrant(float x, double shift) {
   const float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
-  const bool finite = a < THUNDER_INF;
   double q;
-  const double r = thunder_trig_reduce(thunder_sel(finite, a, 0.0f), q);
+  const double r = thunder_trig_reduce(thunder_sel(a < THUNDER_INF, a, 0.0f), q);
   const double s = thunder_sin_poly(r), c = thunder_cos_poly(r);
-  const double v = q == 0.0 ? s : (q == 1.0 ? c : (q == 2.0 ? -s : -c));
+  q = thunder_mod4(q + shift);
+  return q == 0.0 ? s : (q == 1.0 ? c : (q == 2.0 ? -s : -c));
+}
+THUNDER_MATH float thunder_sinf(float x) {
   // sin is odd: the sign of x flips the result's (-0 stays -0).
-  const float y = thunder_float(thunder_bits(static_cast<float>(v)) ^ (thunder_bits(x) & 0x80000000u));
-  return thunder_sel(finite, y, x - x);  // inf, NaN: NaN
+  const float v = static_cast<float>(thunder_sin_quadrant(x, 0.0));
+  const float y = thunder_float(thunder_bits(v) ^ (thunder_bits(x) & 0x80000000u));
+  return thunder_sel(x - x == 0.0f, y, x - x);  // inf, NaN: NaN
 }
 THUNDER_MATH float thunder_cosf(float x) {
-  const float a = thunder_float(thunder_bits(x) & 0x7fffffffu);
-  const bool finite = a < THUNDER_INF;
-  double q;
-  const double r = thunder_trig_reduce(thunder_sel(finite, a, 0.0f), q);
-  const double s = thunder_sin_poly(r), c = thunder_cos_poly(r);
-  const double v = q == 0.0 ? c : (q == 1.0 ? -s : (q == 2.0 ? -c : s));
-  return thunder_sel(finite, static_cast<float>(v), x - x);
+  const float y = static_cast<float>(thunder_sin_quadrant(x, 1.0));
+  return thunder_sel(x - x == 0.0f, y, x - x);
 }
 // ---- end of vectorizable float math ----
 template <typename T>

@@ -11,7 +11,7 @@ namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
-/// Dinic's maximum flow; after run(), sourceSide() is the source side of a minimum cut.
+/// Dinic's maximum flow; after run(), sourceSideNearSink() gives a minimum cut.
 class MaxFlow {
  public:
   explicit MaxFlow(int n) : adj_(n), level_(n), iter_(n) {}
@@ -32,21 +32,26 @@ class MaxFlow {
     return flow;
   }
 
-  /// Nodes reachable from s in the residual graph.
-  std::vector<bool> sourceSide(int s) const {
-    std::vector<bool> seen(adj_.size(), false);
-    std::vector<int> stack{s};
-    seen[s] = true;
+  /// The source side of the minimum cut nearest the sink: the nodes that cannot reach t in the
+  /// residual graph. Of the cuts of least weight, it leaves the fewest nodes on the sink's side.
+  std::vector<bool> sourceSideNearSink(int t) const {
+    std::vector<bool> reaches(adj_.size(), false);
+    std::vector<int> stack{t};
+    reaches[t] = true;
     while (!stack.empty()) {
-      int u = stack.back();
+      int v = stack.back();
       stack.pop_back();
-      for (int e : adj_[u])
-        if (edges_[e].cap > 0 && !seen[edges_[e].to]) {
-          seen[edges_[e].to] = true;
-          stack.push_back(edges_[e].to);
+      for (int e : adj_[v]) {
+        // edges_[e] leaves v; its pair (e ^ 1) enters v from edges_[e].to.
+        int u = edges_[e].to;
+        if (edges_[e ^ 1].cap > 0 && !reaches[u]) {
+          reaches[u] = true;
+          stack.push_back(u);
         }
+      }
     }
-    return seen;
+    reaches.flip();
+    return reaches;
   }
 
  private:
@@ -175,7 +180,10 @@ RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
   for (const TensorPtr& t : needed) base += weight(t);
   if (cut >= base) return baseline;
 
-  std::vector<bool> side = g.sourceSide(src);
+  // Of the cheapest cuts, the one that saves the tensors nearest their use in the backward, so
+  // that it recomputes the least: where saving a residual stream's sums costs what saving their
+  // summands does, the sums are saved, not recomputed as a chain at the backward's start.
+  std::vector<bool> side = g.sourceSideNearSink(sink);
   RematPlan plan;
   std::unordered_set<const TensorProxy*> saved;
   for (size_t k = 0; k < tensors.size(); ++k) {

@@ -898,8 +898,12 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       std::vector<int> rows = unitDimMap(reduced, t->shape);
       std::copy(rows.begin(), rows.end(), map.begin());
       isReduced = true;
-    } else if (std::vector<int64_t> coef; !reduces && mergeMap(out.iterShape, t->shape, map, coef)) {
-      // Coarser than the iteration space (dims merged): stored in the same order.
+    } else if (std::vector<int64_t> coef;
+               mergeMap(out.iterShape, t->shape, map, coef) &&
+               (!reduces || (rank > 0 && !t->shape.empty() && t->shape.back() == out.iterShape.back() && coef[rank - 1] == 1))) {
+      // Coarser than the iteration space (dims merged): stored in the same order. A row kernel
+      // keeps its rows: only the outer dims may merge (the normalized rows of an RMSNorm's
+      // backward, stored as the [tokens, width] matrix a weight gradient's matmul reads).
       int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
       if (node < 0) {
         whyNot = low.whyNot;

@@ -1,6 +1,8 @@
 #include "transforms/fusion_partition.h"
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -277,6 +279,105 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
   out.bsyms = std::move(bsyms);
 }
 
+/// Where a fused call and a later one iterate over the same shape, read a common input, and the
+/// later one needs nothing computed from the first (in between or by it), the two become one
+/// kernel at the later one's place; the calls between that read the first one's results move
+/// after it. The common inputs are read once, and one launch goes. (A backward recomputes the
+/// SwiGLU product for the weight gradient's matmul from the two activations, while the gradient
+/// of those activations, after another matmul, reads them again: one kernel reads them once.)
+void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionRegion>>& regions,
+                             const std::unordered_set<const TensorProxy*>& returned,
+                             const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                             const std::function<bool(const BoundSymbol&)>& pointwise) {
+  constexpr size_t kWindow = 24;  // calls looked across
+  // The iteration space, up to reshapes that keep the rows: the element count and the last dim.
+  auto shapeOf = [&](const FusionRegion& r) {
+    Unit u{nullptr, true, r.prims};
+    Shape s = unitShape(u, pointwise);
+    int64_t n = 1;
+    for (int64_t x : s) n *= x;
+    return Shape{n, s.empty() ? 1 : s.back()};
+  };
+  // The pairs tried, each region known by its last output and its size.
+  std::set<std::tuple<const TensorProxy*, size_t, const TensorProxy*, size_t>> declined;
+  for (size_t a = 0; a < regions.size(); ++a) {
+    const size_t posA = regions[a].first;
+    const Shape shapeA = shapeOf(regions[a].second);
+    std::unordered_set<const TensorProxy*> inputsA, outputsA;
+    for (const TensorPtr& t : regions[a].second.inputs) inputsA.insert(t.get());
+    for (const TensorPtr& t : regions[a].second.outputs) outputsA.insert(t.get());
+    // Values computed from A's results by the calls after it (A's own outputs included).
+    std::unordered_set<const TensorProxy*> tainted = outputsA;
+    std::vector<bool> moves(out.bsyms.size(), false);
+    for (size_t i = posA + 1; i < out.bsyms.size() && i <= posA + kWindow; ++i) {
+      const BoundSymbol& b = out.bsyms[i];
+      if (b.sym->hasTag(kDontDce) || b.sym->hasTag(kRandomOp)) break;
+      bool readsTainted = false, readsOther = false;  // (other: not A's own outputs)
+      for (const TensorPtr& t : b.inputTensors()) {
+        readsTainted |= tainted.count(t.get()) > 0;
+        readsOther |= tainted.count(t.get()) > 0 && !outputsA.count(t.get());
+      }
+      auto reg = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.first == i; });
+      if (!readsOther && reg != regions.end() && shapeOf(reg->second) == shapeA) {
+        bool shares = false;
+        for (const TensorPtr& t : reg->second.inputs) shares |= inputsA.count(t.get()) > 0;
+        const FusionRegion &ka = regions[a].second, &kb = reg->second;
+        const std::tuple<const TensorProxy*, size_t, const TensorProxy*, size_t> key{
+            ka.outputs.back().get(), ka.prims.size(), kb.outputs.back().get(), kb.prims.size()};
+        if (shares && declined.insert(key).second) {
+          FusionRegion r;
+          const FusionRegion &ra = regions[a].second, &rb = reg->second;
+          r.prims = ra.prims;
+          r.prims.insert(r.prims.end(), rb.prims.begin(), rb.prims.end());
+          r.originals = ra.originals;
+          r.originals.insert(r.originals.end(), rb.originals.begin(), rb.originals.end());
+          r.inputs = ra.inputs;
+          for (const TensorPtr& t : rb.inputs)
+            if (!inputsA.count(t.get()) && !outputsA.count(t.get())) r.inputs.push_back(t);
+          // A's outputs stay outputs where something but B reads them.
+          for (const TensorPtr& t : ra.outputs) {
+            bool used = returned.count(t.get()) > 0;
+            for (size_t k = posA + 1; k < out.bsyms.size() && !used; ++k) {
+              if (k == i) continue;
+              for (const TensorPtr& in : out.bsyms[k].inputTensors()) used |= in.get() == t.get();
+            }
+            if (used) r.outputs.push_back(t);
+          }
+          r.outputs.insert(r.outputs.end(), rb.outputs.begin(), rb.outputs.end());
+          r.computeOps = ra.computeOps + rb.computeOps;
+          if (std::optional<BoundSymbol> fused = fuse(r)) {
+            // New order: the calls between that do not need A, the merged kernel, those that do.
+            std::vector<BoundSymbol> bsyms(std::make_move_iterator(out.bsyms.begin()),
+                                           std::make_move_iterator(out.bsyms.begin() + posA));
+            std::vector<size_t> newPos(out.bsyms.size());
+            for (size_t k = 0; k < posA; ++k) newPos[k] = k;
+            for (size_t k = posA + 1; k < i; ++k)
+              if (!moves[k]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
+            const size_t merged = bsyms.size();
+            bsyms.push_back(std::move(*fused));
+            for (size_t k = posA + 1; k < i; ++k)
+              if (moves[k]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
+            for (size_t k = i + 1; k < out.bsyms.size(); ++k) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
+            out.bsyms = std::move(bsyms);
+            const size_t b = static_cast<size_t>(reg - regions.begin());
+            regions[a] = {merged, std::move(r)};
+            regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(b));
+            for (size_t k = 0; k < regions.size(); ++k)
+              if (k != a) regions[k].first = newPos[regions[k].first];
+            std::sort(regions.begin(), regions.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+            a = static_cast<size_t>(-1);  // start over: the merged kernel may take another
+            break;
+          }
+        }
+      }
+      if (readsTainted) {
+        moves[i] = true;
+        for (const TensorPtr& t : b.outputTensors()) tainted.insert(t.get());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
@@ -547,6 +648,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     }
   }
   flush();
+  mergeIndependentRegions(out, regions, returned, fuse, pointwise);
   recomputeAcrossRegions(out, regions, returned, fuse, terminal);
   return out;
 }

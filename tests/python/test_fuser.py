@@ -866,3 +866,71 @@ def test_cuda_rope_gqa_matches_eager(T):
         torch.testing.assert_close(o, e)
     torch.testing.assert_close(got, qkv.grad)
     assert any(n.startswith("cudaFusion") for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names)
+
+
+# ---- regions merged across calls that do not depend on each other ----------------------------
+
+
+def _swiglu_like(a, b, W, x, W2):
+    # The product a matmul reads (the SwiGLU product a weight gradient needs) and, after another
+    # matmul, math over the same inputs: one kernel reads a and b once.
+    h = torch.nn.functional.silu(a) * b
+    m = h @ W
+    g = x @ W2
+    return m, torch.sigmoid(a) * g + b
+
+
+def _norm_like(x, r, w, d1, d2):
+    # Normalized rows stored as the [tokens, width] matrix a matmul reads, and a row reduction over
+    # the same inputs: the row kernel stores the first output with its outer dims merged.
+    n = x * r * w
+    m = n.reshape(-1, x.shape[-1]).t() @ d1
+    s = (x * d2).sum(-1, keepdim=True)
+    return m, x * s + n * d2
+
+
+def _dependent(a, b, W):
+    # The second region needs the matmul of the first one's output: no merge.
+    h = torch.tanh(a) * b
+    m = h @ W
+    return (a * m).exp() + b
+
+
+MERGE_CASES = [
+    ("swiglu", _swiglu_like, [(64, 32), (64, 32), (32, 16), (64, 8), (8, 32)], 1),
+    ("norm_rows", _norm_like, [(2, 8, 32), (2, 8, 1), (32,), (16, 32), (2, 8, 32)], 1),
+    ("dependent", _dependent, [(16, 16), (16, 16), (16, 16)], 2),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,fusions", MERGE_CASES, ids=[c[0] for c in MERGE_CASES])
+def test_independent_regions_over_the_same_rows_merge(name, fn, shapes, fusions):
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=torch.float64) for s in shapes]
+    jf = _check(fn, *args, fusions=fusions)
+    # The merged kernel runs where the second region was; the matmul reading the first region's
+    # output moves after it.
+    names = [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n != "del"]
+    if fusions == 1:
+        assert names.index("cpuFusion0") < max(i for i, n in enumerate(names) if "matmul" in n), names
+
+
+def test_merged_regions_train_like_eager():
+    # The SwiGLU MLP's backward: the product's recomputation and the activations' gradients share
+    # one kernel; gradients match eager's.
+    torch.manual_seed(0)
+    fc1, fc2, proj = (torch.nn.Linear(16, 48, bias=False), torch.nn.Linear(16, 48, bias=False),
+                      torch.nn.Linear(48, 16, bias=False))
+
+    def mlp(x):
+        return proj(torch.nn.functional.silu(fc1(x)) * fc2(x))
+
+    x = torch.randn(4, 8, 16, requires_grad=True)
+    jf = thunder.jit(mlp, executors=["fuser"])
+    out = jf(x)
+    grads = torch.autograd.grad(out.sum(), [x, fc1.weight, fc2.weight, proj.weight])
+    ref = torch.autograd.grad(mlp(x).sum(), [x, fc1.weight, fc2.weight, proj.weight])
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r)
+    bw = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n.startswith("cpuFusion")]
+    assert len(bw) == 1, bw

@@ -1844,9 +1844,10 @@ void registerMoreTensorOps() {
           Value m = op(isMax ? "maximum" : "minimum", {a[0], a[1]});
           DType dt = m.tensor().dtype;
           if (!isFloating(dt)) return m;
-          // A nan loses to a number.
-          Value r = op("where", {op("isnan", {a[0]}), clang::maybeConvert(a[1], dt), m});
-          return op("where", {op("isnan", {a[1]}), clang::maybeConvert(a[0], dt), r});
+          // A nan loses to a number; a tie (signed zeros included) keeps `a`, which gets the
+          // whole gradient, as in eager (minimum splits a tie's gradient between the two).
+          Value keepA = op("logical_or", {op("isnan", {a[1]}), op(isMax ? "ge" : "le", {a[0], a[1]})});
+          return op("where", {keepA, clang::maybeConvert(a[0], dt), clang::maybeConvert(a[1], dt)});
         },
         kElementwise);
   }

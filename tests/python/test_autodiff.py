@@ -324,3 +324,25 @@ def test_cross_entropy_rule_matches_eager(reduction, ignore_index, label_smoothi
     # The backward reads the logits and the per-row log-sum-exp, not [N, C] log-probabilities.
     bw = thunder.last_backward_traces(jf)[-1]
     assert "scatter" not in str(bw) and "log_softmax" not in str(bw)
+
+
+@pytest.mark.parametrize("name", ["fmin", "fmax"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fmin_fmax_give_a_tie_gradient_to_self(name, dtype):
+    """Eager's fmin/fmax route the whole gradient of a tie (signed zeros included) to `self`, and a
+    NaN loses to a number; minimum/maximum split a tie's gradient in two. (Which zero a tie of
+    signed zeros returns differs between eager's own float32 and bfloat16 kernels: not compared.)"""
+    fn = getattr(torch, name)
+    nan = float("nan")
+    a0 = torch.tensor([1.0, 0.0, -0.0, nan, 2.0, -1.5, nan], dtype=dtype)
+    b0 = torch.tensor([1.0, -0.0, 0.0, 3.0, nan, 4.0, nan], dtype=dtype)
+    g = torch.tensor([0.5, 1.5, -2.0, 3.0, 0.25, 1.0, 2.0], dtype=dtype)
+    a, b = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+    out = thunder.jit(fn)(a, b)
+    ga, gb = torch.autograd.grad(out, (a, b), g)
+    ea, eb = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+    eout = fn(ea, eb)
+    ra, rb = torch.autograd.grad(eout, (ea, eb), g)
+    torch.testing.assert_close(out, eout, equal_nan=True)
+    torch.testing.assert_close(ga, ra)
+    torch.testing.assert_close(gb, rb)

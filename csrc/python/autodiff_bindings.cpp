@@ -18,6 +18,7 @@
 #include "python/module.h"
 #include "runtime/program.h"
 #include "transforms/autodiff.h"
+#include "transforms/cse.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
@@ -91,6 +92,7 @@ void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEac
 /// Appends the claiming and delete-last-used passes of traces.back().
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach) {
+  traces.push_back(timed([&] { return cse(*traces.back()); }, "Common subexpression elimination", verifyEach));
   std::shared_ptr<Trace> t = traces.back();
   if (std::optional<Trace> cat = padSumsToCat(*t)) {
     traces.push_back(timed([&] { return std::move(*cat); }, "Pad sums to cat", verifyEach));

@@ -21,6 +21,7 @@
 #include "ops/prims.h"
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
+#include "transforms/cse.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/pad_sums.h"
@@ -716,6 +717,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   }
   if (std::optional<Trace> biased = sdpaMasksToBias(*traces.back()))
     step([&](const Trace&) { return std::move(*biased); }, "Attention masks to bias");
+  step([](const Trace& t) { return cse(t); }, "Common subexpression elimination");
   if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
     step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");
   step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");

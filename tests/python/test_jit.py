@@ -1,5 +1,7 @@
 """thunder.jit's front end: calling conventions, modules, the cache, printed traces, errors."""
 
+import re
+
 import pytest
 import torch
 
@@ -320,3 +322,62 @@ def test_associative_scan_of_proxies(n, reverse):
     (g,) = torch.autograd.grad(out.square().sum(), b)
     (ge,) = torch.autograd.grad(expected.square().sum(), b)
     torch.testing.assert_close(g, ge)
+
+
+# ---- common subexpression elimination -----------------------------------------------------------
+
+
+def _calls(trace, prefix):
+    return [n for n in trace.bound_symbol_names if n.startswith(prefix)]
+
+
+def test_cse_computes_a_repeated_call_once():
+    def f(x, w):
+        a = torch.nn.functional.linear(x, w)
+        b = torch.nn.functional.linear(x, w)  # the same call: one matmul
+        return a.sum() + b.sum(), (a * 2).to(torch.bfloat16), (a * 2).to(torch.bfloat16) + 1
+
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    jf = thunder.jit(f, executors=["torch"])
+    for got, want in zip(jf(x, w), f(x, w)):
+        torch.testing.assert_close(got, want)
+    final = thunder.last_traces(jf)[-1]
+    assert len(_calls(final, "torch.nn.functional.linear")) == 1, str(final)
+
+
+def test_cse_keeps_calls_that_differ():
+    def f(x):
+        # Multiplying by 0.0 and by -0.0 differ in sign; random draws differ; so do int and float.
+        return x * 0.0, x * -0.0, torch.rand_like(x), torch.rand_like(x), x * 2, x * 2.0
+
+    x = torch.rand(64) + 1
+    jf = thunder.jit(f, executors=["torch"])
+    z, nz, r1, r2, i2, f2 = jf(x)
+    assert not z.signbit().any() and nz.signbit().all()
+    assert not torch.equal(r1, r2)
+    torch.testing.assert_close(i2, f2)
+    final = thunder.last_traces(jf)[-1]
+    assert len(_calls(final, "torch.mul")) == 4, str(final)
+
+
+def test_cse_in_the_backward_removes_duplicate_fusion_outputs():
+    # RMSNorm's input gradient is converted to bfloat16 once per consumer by the autodiff (the
+    # residual branch and the matmul before it); one conversion, one output of the fused kernel.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32, bias=False).to(torch.bfloat16)
+    norm = torch.nn.RMSNorm(32, eps=1e-6).to(torch.bfloat16)
+
+    def f(x):
+        h = x + lin(norm(x))
+        return h.float().square().sum()
+
+    x = torch.randn(4, 8, 32, dtype=torch.bfloat16, requires_grad=True)
+    jf = thunder.jit(f)
+    jf(x).backward()
+    gx = x.grad.clone()
+    x.grad = None
+    f(x).backward()
+    torch.testing.assert_close(gx, x.grad, rtol=2e-2, atol=2e-2)
+    # No prim is computed twice from the same arguments anywhere in the backward (fusions included).
+    calls = re.findall(r"# t\w+ = (prims\.\w+\(.*?\))  #", str(thunder.last_backward_traces(jf)[-1]))
+    assert calls and len(calls) == len(set(calls)), [c for c in calls if calls.count(c) > 1]

@@ -1,0 +1,106 @@
+#include "transforms/cse.h"
+
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+namespace thunder {
+namespace {
+
+using Renames = std::unordered_map<const TensorProxy*, TensorPtr>;
+
+/// A value as text that tells apart what computes differently: tensors by identity, numbers by
+/// kind and bits (0.0 and -0.0 differ, a NaN equals itself).
+void keyOf(const Value& v, std::string& out) {
+  auto bits = [&](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    out += std::to_string(u);
+  };
+  out += std::to_string(static_cast<int>(v.kind()));
+  out += ':';
+  switch (v.kind()) {
+    case Value::Kind::None:
+    case Value::Kind::Ellipsis: break;
+    case Value::Kind::Bool: out += v.toBool() ? '1' : '0'; break;
+    case Value::Kind::Int: out += std::to_string(v.toInt()); break;
+    case Value::Kind::Float: bits(v.toDouble()); break;
+    case Value::Kind::Complex:
+      bits(v.toComplex().real());
+      out += ',';
+      bits(v.toComplex().imag());
+      break;
+    case Value::Kind::String: out += std::to_string(v.toString().size()) + '"' + v.toString(); break;
+    case Value::Kind::DType: out += std::to_string(static_cast<int>(v.toDType())); break;
+    case Value::Kind::Device: out += v.toDevice().str(); break;
+    case Value::Kind::Tensor: out += std::to_string(reinterpret_cast<uintptr_t>(v.toTensor().get())); break;
+    case Value::Kind::Dict:
+      for (const std::string& k : v.keys()) out += std::to_string(k.size()) + '"' + k;
+      [[fallthrough]];
+    case Value::Kind::Tuple:
+    case Value::Kind::List:
+    case Value::Kind::Slice:
+      out += '(';
+      for (const Value& x : v.items()) {
+        keyOf(x, out);
+        out += ',';
+      }
+      out += ')';
+      break;
+  }
+}
+
+Value renamed(const Value& v, const Renames& renames) {
+  if (v.isTensor()) {
+    auto it = renames.find(v.toTensor().get());
+    return it == renames.end() ? v : Value(it->second);
+  }
+  if (!v.isSequence()) return v;
+  std::vector<Value> items;
+  items.reserve(v.items().size());
+  for (const Value& x : v.items()) items.push_back(renamed(x, renames));
+  return v.isTuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+}
+
+void rename(BoundSymbol& b, const Renames& renames) {
+  for (Value& a : b.args) a = renamed(a, renames);
+  for (BoundSymbol& s : b.subsymbols) rename(s, renames);
+}
+
+}  // namespace
+
+Trace cse(const Trace& trace) {
+  Trace out = trace.emptyCopy();
+  Renames renames;
+  std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs
+  for (const BoundSymbol& call : trace.bsyms) {
+    BoundSymbol b = call;
+    if (!renames.empty()) rename(b, renames);
+    const Symbol& s = *b.sym;
+    std::vector<TensorPtr> outs = b.outputTensors();
+    if (outs.empty() || !s.executor.empty() || s.hasTag(kRandomOp) || s.hasTag(kDontDce) || s.hasTag(kCreation) ||
+        s.hasTag(kDel)) {
+      out.bsyms.push_back(std::move(b));
+      continue;
+    }
+    std::string key = s.id();
+    key += '(';
+    for (const Value& a : b.args) {
+      keyOf(a, key);
+      key += ';';
+    }
+    auto [it, first] = seen.emplace(std::move(key), outs);
+    bool same = !first && it->second.size() == outs.size();
+    for (size_t k = 0; same && k < outs.size(); ++k)
+      same = it->second[k]->shape == outs[k]->shape && it->second[k]->dtype == outs[k]->dtype;
+    if (!same) {
+      out.bsyms.push_back(std::move(b));
+      continue;
+    }
+    for (size_t k = 0; k < outs.size(); ++k) renames.emplace(outs[k].get(), it->second[k]);
+  }
+  out.output = renamed(trace.output, renames);
+  return out;
+}
+
+}  // namespace thunder

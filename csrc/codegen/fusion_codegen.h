@@ -27,7 +27,7 @@ struct CudaVariant {
   bool row = false;  // row reductions (else pointwise)
   int vec = 1;       // elements per wide access (1: element by element, any strides)
   bool idx32 = false;  // pointwise: 32-bit index arithmetic
-  int unroll = 4;      // pointwise, vectorized: rows per thread and iteration
+  int unroll = 2;      // pointwise, vectorized: rows per thread and iteration
   /// Pointwise, vectorized: per input, how it is read along the row ('1' unit stride, 'g' other
   /// strides, '0' constant along the row).
   std::string pattern;

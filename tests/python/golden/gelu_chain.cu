@@ -145,7 +145,7 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
 }
 template <typename IdxT>
 __device__ __forceinline__ void cudaFusion0_tile_body(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) {
-  constexpr int VEC = 4, ROWS = 4;
+  constexpr int VEC = 4, ROWS = 2;
   const IdxT L = (IdxT)g.v[9], rows = (IdxT)g.v[10];
   const IdxT col = ((IdxT)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
   if (col >= L) return;
@@ -193,4 +193,4 @@ __device__ __forceinline__ void cudaFusion0_tile_body(const float* __restrict__ 
     }
   }
 }
-extern "C" __global__ void __launch_bounds__(256) cudaFusion0_t4_v4_111_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_tile_body<uint32_t>(in0, in1, in2, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_t2_v4_111_32(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0, const Geometry g) { cudaFusion0_tile_body<uint32_t>(in0, in1, in2, out0, g); }

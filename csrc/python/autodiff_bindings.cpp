@@ -92,12 +92,13 @@ void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEac
 /// Appends the claiming and delete-last-used passes of traces.back().
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach) {
-  traces.push_back(timed([&] { return cse(*traces.back()); }, "Common subexpression elimination", verifyEach));
   std::shared_ptr<Trace> t = traces.back();
   if (std::optional<Trace> cat = padSumsToCat(*t)) {
     traces.push_back(timed([&] { return std::move(*cat); }, "Pad sums to cat", verifyEach));
     t = traces.back();
   }
+  traces.push_back(timed([&] { return cse(*t); }, "Common subexpression elimination", verifyEach));
+  t = traces.back();
   traces.push_back(
       timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
   t = traces.back();

@@ -937,3 +937,23 @@ def test_merged_regions_train_like_eager():
         torch.testing.assert_close(g, r)
     bw = [n for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names if n.startswith("cpuFusion")]
     assert len(bw) == 1, bw
+
+
+def test_llama_backward_keeps_each_layers_rope_in_one_kernel():
+    # Common subexpression elimination makes the rotary tables' slice and float32 conversion one
+    # value for every layer's RoPE backward. The first layer's kernel cannot store that [T, hs]
+    # value (its iteration shape is the qkv gradient's), so the slice and conversion also run
+    # before it; without that, the region fell apart into unfused narrow/sum/cat calls.
+    from models import llama
+
+    torch.manual_seed(0)
+    cfg = llama.Config(block_size=64, vocab_size=128, n_layer=2, n_head=4, n_query_groups=2, n_embd=64,
+                       intermediate_size=96)
+    model = llama.GPT(cfg).to(torch.bfloat16)
+    idx = torch.randint(0, cfg.vocab_size, (2, 32))
+    jf = thunder.jit(model, executors=["fuser"])
+    jf(idx).float().square().mean().backward()
+    bw = thunder.last_backward_traces(jf)[-1]
+    unfused = [n for n in bw.bound_symbol_names if n in ("torch.cat", "torch.narrow", "torch.sum")]
+    assert not unfused, str(bw)
+    assert sum(n.startswith("cpuFusion") for n in bw.bound_symbol_names) == 13, str(bw)

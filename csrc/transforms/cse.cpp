@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace thunder {
 namespace {
@@ -67,17 +68,41 @@ void rename(BoundSymbol& b, const Renames& renames) {
   for (BoundSymbol& s : b.subsymbols) rename(s, renames);
 }
 
+/// A call that only slices, broadcasts or converts: a view or a cheap copy.
+bool movesOnly(const BoundSymbol& b) {
+  if (b.sym->isPrim()) return b.sym->hasTag(kShapeOp) || b.sym->name == "convert_element_type";
+  if (b.subsymbols.empty()) return false;
+  for (const BoundSymbol& s : b.subsymbols)
+    if (!movesOnly(s)) return false;
+  return true;
+}
+
 }  // namespace
 
 Trace cse(const Trace& trace) {
   Trace out = trace.emptyCopy();
   Renames renames;
+  // Values the trace reads, and what only slices, broadcasts or conversions make of them (a
+  // rotary table's slice in float32): each use keeps its own copy, which the kernel reading it
+  // computes for itself. Shared, they would be read as kernel inputs, made once for every layer.
+  std::unordered_set<const TensorProxy*> tables;
+  for (const TensorPtr& t : trace.inputs) tables.insert(t.get());
   std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
     if (!renames.empty()) rename(b, renames);
     const Symbol& s = *b.sym;
     std::vector<TensorPtr> outs = b.outputTensors();
+    if (movesOnly(b)) {
+      std::vector<TensorPtr> ins = b.inputTensors();
+      bool fromTables = !ins.empty();
+      for (const TensorPtr& t : ins) fromTables &= tables.count(t.get()) > 0;
+      if (fromTables) {
+        for (const TensorPtr& t : outs) tables.insert(t.get());
+        out.bsyms.push_back(std::move(b));
+        continue;
+      }
+    }
     if (outs.empty() || !s.executor.empty() || s.hasTag(kRandomOp) || s.hasTag(kDontDce) || s.hasTag(kCreation) ||
         s.hasTag(kDel)) {
       out.bsyms.push_back(std::move(b));

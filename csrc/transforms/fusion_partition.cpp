@@ -462,48 +462,8 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
     const std::vector<bool> inKernel = feeding(units, members_, {}, [&](size_t i) { return !isViewUnit(i); });
     // First with the views inside the kernel (a reshape that is no view in ATen becomes an index
     // remapping), then, if that cannot be lowered, with every view computed outside and read.
-    // Calls that only slice, broadcast or convert values from before the region into a smaller
-    // value used after it (a rotary table's slice converted to float32, which common
-    // subexpression elimination made one for every layer): if the kernel cannot store that value
-    // (not its iteration shape), the calls also run before it, and the kernel computes the value
-    // for itself.
-    std::unordered_set<size_t> hoistable;
-    {
-      int64_t largest = 0;
-      for (size_t i : members_)
-        for (const TensorPtr& t : units[i].bsym->outputTensors()) largest = std::max(largest, t->numel());
-      // Candidates: smaller values computed from outside values or other candidates; hoisted:
-      // those used after the region, with the candidates they read.
-      std::vector<size_t> candidates;
-      std::unordered_set<const TensorProxy*> candidateOut, neededIn;
-      for (size_t i : members_) {
-        if (units[i].prims.empty()) continue;
-        bool ok = true;
-        for (const BoundSymbol& p : units[i].prims)  // moves and conversions only, no arithmetic
-          ok &= p.sym->hasTag(kShapeOp) || p.sym->name == "convert_element_type";
-        for (const TensorPtr& t : units[i].bsym->inputTensors())
-          ok &= !memberOut.count(t.get()) || candidateOut.count(t.get()) > 0;
-        for (const TensorPtr& t : units[i].bsym->outputTensors()) ok &= t->numel() < largest;
-        if (!ok) continue;
-        candidates.push_back(i);
-        for (const TensorPtr& t : units[i].bsym->outputTensors()) candidateOut.insert(t.get());
-      }
-      for (size_t k = candidates.size(); k-- > 0;) {
-        size_t i = candidates[k];
-        bool needed = false;
-        for (const TensorPtr& t : units[i].bsym->outputTensors()) {
-          needed |= returned.count(t.get()) > 0 || neededIn.count(t.get()) > 0;
-          for (size_t reader : readers[t.get()]) needed |= !members.count(reader);
-        }
-        if (!needed) continue;
-        hoistable.insert(i);
-        for (const TensorPtr& t : units[i].bsym->inputTensors()) neededIn.insert(t.get());
-      }
-    }
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const bool inside = attempt != 1, hoist = attempt == 2;
-      if (attempt == 1 && viewOut.empty()) continue;
-      if (hoist && hoistable.empty()) break;
+    for (bool inside : {true, false}) {
+      if (!inside && viewOut.empty()) return false;
       FusionRegion r;
       std::unordered_set<const TensorProxy*> produced, seenIn;
       for (size_t m = 0; m < members_.size(); ++m) {
@@ -522,7 +482,6 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
         }
       }
       for (size_t i : members_) {
-        if (hoist && hoistable.count(i)) continue;
         for (const TensorPtr& t : units[i].bsym->outputTensors()) {
           if (viewOut.count(t.get())) continue;
           bool usedOutside = returned.count(t.get()) > 0;
@@ -535,7 +494,7 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       for (size_t i : members_) {
         bool isView = isViewUnit(i);
         bool before = inside ? std::find(viewsOutside.begin(), viewsOutside.end(), i) != viewsOutside.end() : isView;
-        if (before || (hoist && hoistable.count(i))) out.bsyms.push_back(*units[i].bsym);
+        if (before) out.bsyms.push_back(*units[i].bsym);
       }
       out.bsyms.push_back(std::move(*fused));
       regions.emplace_back(out.bsyms.size() - 1, std::move(r));

@@ -940,10 +940,10 @@ def test_merged_regions_train_like_eager():
 
 
 def test_llama_backward_keeps_each_layers_rope_in_one_kernel():
-    # Common subexpression elimination makes the rotary tables' slice and float32 conversion one
-    # value for every layer's RoPE backward. The first layer's kernel cannot store that [T, hs]
-    # value (its iteration shape is the qkv gradient's), so the slice and conversion also run
-    # before it; without that, the region fell apart into unfused narrow/sum/cat calls.
+    # Common subexpression elimination leaves the rotary tables' slices and float32 conversions
+    # repeated, one per use: made one value for every layer, the first layer's RoPE backward had
+    # to store that [T, hs] value (not its iteration shape: not fusible), and the region fell
+    # apart into unfused narrow/sum/cat calls.
     from models import llama
 
     torch.manual_seed(0)

@@ -1841,9 +1841,8 @@ void registerMoreTensorOps() {
         [isMax, name](const Args& a) {
           T(a[0], name);
           T(a[1], name, "other");
-          Value m = op(isMax ? "maximum" : "minimum", {a[0], a[1]});
-          DType dt = m.tensor().dtype;
-          if (!isFloating(dt)) return m;
+          DType dt = elementwiseTypePromotion({a[0], a[1]}, PK::Default).second;  // minimum's
+          if (!isFloating(dt)) return op(isMax ? "maximum" : "minimum", {a[0], a[1]});
           // A nan loses to a number; a tie (signed zeros included) keeps `a`, which gets the
           // whole gradient, as in eager (minimum splits a tie's gradient between the two).
           Value keepA = op("logical_or", {op("isnan", {a[1]}), op(isMax ? "ge" : "le", {a[0], a[1]})});

@@ -319,14 +319,13 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
       }
       auto reg = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.first == i; });
       if (!readsOther && reg != regions.end() && shapeOf(reg->second) == shapeA) {
+        const FusionRegion &ra = regions[a].second, &rb = reg->second;
         bool shares = false;
-        for (const TensorPtr& t : reg->second.inputs) shares |= inputsA.count(t.get()) > 0;
-        const FusionRegion &ka = regions[a].second, &kb = reg->second;
+        for (const TensorPtr& t : rb.inputs) shares |= inputsA.count(t.get()) > 0;
         const std::tuple<const TensorProxy*, size_t, const TensorProxy*, size_t> key{
-            ka.outputs.back().get(), ka.prims.size(), kb.outputs.back().get(), kb.prims.size()};
+            ra.outputs.back().get(), ra.prims.size(), rb.outputs.back().get(), rb.prims.size()};
         if (shares && declined.insert(key).second) {
           FusionRegion r;
-          const FusionRegion &ra = regions[a].second, &rb = reg->second;
           r.prims = ra.prims;
           r.prims.insert(r.prims.end(), rb.prims.begin(), rb.prims.end());
           r.originals = ra.originals;

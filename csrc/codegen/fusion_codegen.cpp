@@ -525,7 +525,7 @@ std::string storeLines(const KernelProgram& p, bool reduced, const std::string& 
   std::string out;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const KOutput& o = p.outputs[j];
-    if (o.reduced != reduced || o.column) continue;
+    if (o.reduced != reduced || o.column || o.scattered()) continue;
     out += indent + prefix + std::to_string(j) + "[" + index + "] = " +
            Emitter::store(o.tensor->dtype, "v" + std::to_string(o.node) + suffix) + end;
   }
@@ -749,6 +749,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
     if (pat[k] != '1') continue;
     for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(in, d) % w == 0;
     std::vector<int64_t> st = in.tensor->stridesOrContiguous();
+    if (in.gathers()) vecOk = vecOk && st[in.gatherDim] % w == 0;
     int64_t off = 0;
     for (size_t j = 0; j < in.offset.size(); ++j) off += in.offset[j] * st[j];
     vecOk = vecOk && off % w == 0;
@@ -761,8 +762,12 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
     v.warp = l.warp;
     v.threads = l.threads;
   } else {
-    v.vec = vecOk ? w : 1;
+    v.vec = vecOk && !p.indexed() ? w : 1;  // gathers and scatters: element by element
     v.idx32 = numel < (int64_t(1) << 31);
+    for (const KInput& in : p.inputs)
+      if (in.gathers()) v.idx32 = v.idx32 && in.tensor->numel() < (int64_t(1) << 31);
+    for (const KOutput& o : p.outputs)
+      if (o.scattered()) v.idx32 = v.idx32 && o.into->numel() < (int64_t(1) << 31);
     if (v.vec > 1) v.pattern = pat;
     fitSmallLaunch(v, numel, sms);
     fitRegisters(p, v);
@@ -782,7 +787,13 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
   s << kCudaDefs << kPrelude << kRemainder << kLimits;
-  size_t G = Geometry::length(R, I);
+  if (p.indexed()) {
+    // A gathered or scattered index outside its dim stops the kernel (the launch fails), as
+    // eager's device-side assert does: never a read or write out of bounds.
+    s << "__device__ __forceinline__ int64_t thunder_index(int64_t i, int64_t n) {\n"
+         "  if ((unsigned long long)i >= (unsigned long long)n) __trap();\n  return i;\n}\n";
+  }
+  size_t G = Geometry::length(p);
   s << "struct Geometry { int64_t v[" << G << "]; };\n";
   // Wide accesses: VEC elements of one type moved as one 1- to 16-byte word.
   s << R"(struct alignas(16) thunder_v16 { uint32_t x, y, z, w; };
@@ -815,6 +826,7 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   // Whether input k differs from row to row (depends on a dim before the last).
   auto perRow = [&](size_t k) {
     const KInput& in = p.inputs[k];
+    if (in.gathers()) return true;  // (at an index per row: lowerOver)
     for (size_t d = 0; d + 1 < R; ++d)
       if (in.dimMap[d] >= 0 || (in.guarded() && (in.guard[d].first > 0 || in.guard[d].second < p.iterShape[d])))
         return true;
@@ -857,10 +869,17 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
 )";
     auto offsetOf = [&](int input) {
       std::string o;
+      const KInput& in = p.inputs[input];
       for (size_t d = 0; d < R; ++d) {
-        if (p.inputs[input].dimMap[d] < 0) continue;
+        if (in.dimMap[d] < 0) continue;
         if (!o.empty()) o += " + ";
         o += "i" + std::to_string(d) + " * (IdxT)" + strideOf(input, d);
+      }
+      if (in.gathers()) {
+        if (!o.empty()) o += " + ";
+        o += "(IdxT)thunder_index((int64_t)v" + std::to_string(in.gatherNode) + ", " +
+             std::to_string(in.tensor->shape[in.gatherDim]) + ") * (IdxT)g.v[" +
+             std::to_string(Geometry::gatherStride(R, I, input)) + "]";
       }
       return o.empty() ? std::string("0") : o;
     };
@@ -870,9 +889,28 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
       s << "  const IdxT numel = (IdxT)g.v[" << gNumel << "];\n";
       s << "  for (IdxT i = blockIdx.x * (IdxT)blockDim.x + threadIdx.x; i < numel; i += (IdxT)gridDim.x * blockDim.x) {\n";
       indexDecomposition("i", R, "    ");
+      std::vector<int> targets = fullOuts;
+      for (const KOutput& o : p.outputs)
+        if (o.scattered()) targets.push_back(o.scatterNode);
       std::string body;
-      e.emitNodes(fullOuts, {}, offsetOf, "    ", body);
-      s << body << storeLines(p, false, "out", "i", "    ", ";\n") << "  }\n}\n";
+      e.emitNodes(targets, {}, offsetOf, "    ", body);
+      s << body << storeLines(p, false, "out", "i", "    ", ";\n");
+      for (size_t j = 0; j < p.outputs.size(); ++j) {
+        // Scattered: into the buffer at its strides, the index along the scattered dim.
+        const KOutput& o = p.outputs[j];
+        if (!o.scattered()) continue;
+        std::string at;
+        for (size_t d = 0; d < R; ++d) {
+          std::string i = static_cast<int>(d) == o.scatterDim
+                              ? "(IdxT)thunder_index((int64_t)v" + std::to_string(o.scatterNode) + ", " +
+                                    std::to_string(o.into->shape[d]) + ")"
+                              : "i" + std::to_string(d);
+          at += (at.empty() ? "" : " + ") + i + " * (IdxT)g.v[" + std::to_string(Geometry::outputStride(R, I, j, d)) + "]";
+        }
+        s << "    out" << j << "[" << (at.empty() ? "0" : at) << "] = "
+          << Emitter::store(o.tensor->dtype, "v" + std::to_string(o.node)) << ";\n";
+      }
+      s << "  }\n}\n";
       s << "extern \"C\" __global__ void __launch_bounds__(256) " << variant.entry(p.name) << "(" << params << ") { "
         << p.name << "_body<" << (variant.idx32 ? "uint32_t" : "int64_t") << ">(" << argNames << "); }\n";
       return s.str();
@@ -1078,17 +1116,27 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
     else s << "    const int64_t i" << k << " = rem % g.v[" << k << "]; rem /= g.v[" << k << "];\n";
   }
   if (R == 1) s << "    (void)rem;\n";
-  // Per input: the row's base offset and the stride along the row.
-  for (size_t k = 0; k < I; ++k) {
-    std::string b;
-    for (size_t d = 0; d + 1 < R; ++d) {
-      if (p.inputs[k].dimMap[d] < 0) continue;
-      if (!b.empty()) b += " + ";
-      b += "i" + std::to_string(d) + " * " + strideOf(k, d);
+  // Per input: the row's base offset and the stride along the row. A gathered input's base adds
+  // its index (lowerOver: a load, the same along the row, of an input that gathers nothing).
+  for (int gathered = 0; gathered < 2; ++gathered)
+    for (size_t k = 0; k < I; ++k) {
+      const KInput& in = p.inputs[k];
+      if (in.gathers() != (gathered == 1)) continue;
+      std::string b;
+      for (size_t d = 0; d + 1 < R; ++d) {
+        if (in.dimMap[d] < 0) continue;
+        if (!b.empty()) b += " + ";
+        b += "i" + std::to_string(d) + " * " + strideOf(k, d);
+      }
+      if (in.gathers()) {
+        int m = p.nodes[in.gatherNode].input;
+        if (!b.empty()) b += " + ";
+        b += "thunder_index((int64_t)in" + std::to_string(m) + "[b" + std::to_string(m) + "], " +
+             std::to_string(in.tensor->shape[in.gatherDim]) + ") * g.v[" + std::to_string(Geometry::gatherStride(R, I, k)) + "]";
+      }
+      s << "    const int64_t b" << k << " = " << (b.empty() ? "0" : b) << ";\n";
+      if (rowVarying(k)) s << "    const int64_t s" << k << " = " << strideOf(k, R - 1) << ";\n";
     }
-    s << "    const int64_t b" << k << " = " << (b.empty() ? "0" : b) << ";\n";
-    if (rowVarying(k)) s << "    const int64_t s" << k << " = " << strideOf(k, R - 1) << ";\n";
-  }
   std::vector<size_t> varying;
   for (size_t k = 0; k < I; ++k)
     if (rowVarying(k)) varying.push_back(k);
@@ -1256,6 +1304,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Emitter e(p, cuda);
   size_t R = p.iterShape.size(), I = p.inputs.size();
   THUNDER_INTERNAL(innerStrides.size() == I, "codegen: one inner-stride code per input expected");
+  THUNDER_INTERNAL(!p.indexed(), "codegen: ", p.name, " gathers or scatters, which C++ kernels do not");
   Out s;
   s << header(p, "C++");
   s << kCppIncludes;

@@ -12,9 +12,21 @@ namespace thunder::codegen {
 /// I = number of inputs): sizes[R], strides[I][R] (in elements, 0 on broadcast dims), numel,
 /// row length (the last size), number of rows, then per dim a 32-bit division magic number and
 /// shift (sizes divide 32-bit indices with a multiply-high, see `divisionMagic`).
+///
+/// Indexed programs (KernelProgram::indexed) append per input its stride along the dim it gathers
+/// (0 where it gathers none), then per output its strides along the iteration dims (those of the
+/// buffer a scattered output is stored into; 0 for the others, stored in iteration order).
 struct Geometry {
   static size_t length(size_t rank, size_t inputs) { return rank + inputs * rank + 3 + 2 * rank; }
   static size_t magic(size_t rank, size_t inputs, size_t dim) { return rank + inputs * rank + 3 + 2 * dim; }
+  static size_t gatherStride(size_t rank, size_t inputs, size_t input) { return length(rank, inputs) + input; }
+  static size_t outputStride(size_t rank, size_t inputs, size_t output, size_t dim) {
+    return length(rank, inputs) + inputs + output * rank + dim;
+  }
+  static size_t length(const KernelProgram& p) {
+    size_t R = p.iterShape.size(), I = p.inputs.size();
+    return length(R, I) + (p.indexed() ? I + p.outputs.size() * R : 0);
+  }
 };
 
 /// For 1 <= d <= 2^31: (magic, shift) with n / d == (umulhi(n, magic) + n) >> shift for every

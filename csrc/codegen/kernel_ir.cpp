@@ -102,6 +102,16 @@ bool isColumnSum(const BoundSymbol& b) {
   return !isUnrolledSum(b);  // a few rows: additions of loads, no partial sums
 }
 
+bool isFusibleGather(const BoundSymbol& b) {
+  // Indices of up to 64 bits; the source is read where it lies (a region input: Lowering::gather).
+  const std::string& n = b.sym->name;
+  if (!b.sym->isPrim() || (n != "take" && n != "embedding")) return false;
+  const TensorProxy& src = n == "take" ? b.args[0].tensor() : b.args[1].tensor();
+  const TensorProxy& index = n == "take" ? b.args[1].tensor() : b.args[0].tensor();
+  return dtypeOk(src.dtype) && src.ndim() > 0 && src.numel() > 0 &&
+         (index.dtype == DType::Int64 || index.dtype == DType::Int32);
+}
+
 bool isFusiblePrim(const BoundSymbol& b) {
   if (!b.sym->isPrim()) return false;
   const std::string& n = b.sym->name;
@@ -118,6 +128,11 @@ bool isFusiblePrim(const BoundSymbol& b) {
     return true;
   }
   if (n == "where" || n == "convert_element_type" || n == "broadcast_in_dim") return true;
+  if (n == "take" || n == "embedding") {
+    // Gathers, on CUDA only: an out-of-range index stops a CUDA kernel as eager's device-side
+    // assert does, where a C++ kernel has no way to raise eager's IndexError.
+    return b.args[n == "take" ? 0 : 1].tensor().device.type == DeviceType::CUDA && isFusibleGather(b);
+  }
   // Index remapping, read inside the kernel (see KInput): slices of unit step, permutes, cats,
   // and pads without interior padding.
   if (n == "transpose" || n == "cat") return true;
@@ -293,6 +308,44 @@ class Lowering {
     return add(std::move(n));
   }
 
+  /// take(src, index, dim) (index_select) or embedding(index, src): the source read at the index
+  /// the kernel loads. t's dims are, for take, src's with dim `dim` taken at the index's one
+  /// position; for embedding, the index's dims then src's last. The source must be a region input.
+  int gather(const TensorPtr& t, const BoundSymbol& b, const View& view) {
+    const bool take = b.sym->name == "take";
+    const TensorPtr& src = take ? b.args[0].toTensor() : b.args[1].toTensor();
+    const TensorPtr& index = take ? b.args[1].toTensor() : b.args[0].toTensor();
+    if (!inputIndex_.count(src.get())) {
+      whyNot = "a gather from a value computed in the region";
+      return -1;
+    }
+    const int srcRank = static_cast<int>(src->shape.size()), idxRank = static_cast<int>(index->shape.size());
+    int dim = take ? static_cast<int>(b.args[2].toInt()) : 0;
+    if (take && dim < 0) dim += srcRank;
+    // The index, read where t's index dims are: t's dim `dim` (take), its first idxRank dims (embedding).
+    View iv = view.remapped(idxRank);
+    View sv = view.remapped(srcRank);
+    for (size_t d = 0; d < view.dimMap.size(); ++d) {
+      int j = view.dimMap[d];
+      if (j < 0) continue;
+      if (take ? j == dim : j < idxRank) {
+        if (idxRank) iv.dimMap[d] = take ? 0 : j;
+      } else {
+        sv.dimMap[d] = take ? j : 1;
+      }
+    }
+    for (int j = 0; j < static_cast<int>(t->shape.size()); ++j) {
+      if (take ? j == dim : j < idxRank) {
+        if (idxRank) iv.offset[take ? 0 : j] = view.offset[j];
+      } else {
+        sv.offset[take ? j : 1] = view.offset[j];
+      }
+    }
+    int ix = lower(index, iv);
+    if (ix < 0) return -1;
+    return load(src, sv, dim, ix);
+  }
+
   /// An InRange node: lo <= i_dim < hi.
   int inRange(int dim, int64_t lo, int64_t hi) {
     KNode n;
@@ -325,11 +378,14 @@ class Lowering {
     return r.size() == 1 && v.coef[r[0]] == 1 ? r[0] : -1;
   }
 
-  int build(const TensorPtr& t, const View& view) {
+  /// A load of region input t at a view; with `gatherDim` >= 0, that dim of t is read at the
+  /// index node `gatherNode` computes (the view reads it nowhere).
+  int load(const TensorPtr& t, const View& view, int gatherDim = -1, int gatherNode = -1) {
     const std::vector<int>& dimMap = view.dimMap;
-    auto in = inputIndex_.find(t.get());
-    if (in != inputIndex_.end()) {
+    {
       KInput k{t, dimMap, view.coef, view.offset, {}};
+      k.gatherDim = gatherDim;
+      k.gatherNode = gatherNode;
       // Where an iteration dim reaches outside the input (a cat's piece, a pad's source), the load
       // is guarded to the range it is inside.
       int rank = static_cast<int>(prog_.iterShape.size());
@@ -362,7 +418,8 @@ class Lowering {
       int idx = -1;
       for (size_t i = 0; i < prog_.inputs.size(); ++i) {
         const KInput& o = prog_.inputs[i];
-        if (o.tensor == t && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && o.guard == k.guard)
+        if (o.tensor == t && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && o.guard == k.guard &&
+            o.gatherDim == k.gatherDim && o.gatherNode == k.gatherNode)
           idx = static_cast<int>(i);
       }
       if (idx < 0) {
@@ -373,8 +430,14 @@ class Lowering {
       n.kind = KNode::Kind::Load;
       n.input = idx;
       n.dtype = t->dtype;
+      if (gatherNode >= 0) n.operands = {gatherNode};  // computed before the load
       return add(std::move(n));
     }
+  }
+
+  int build(const TensorPtr& t, const View& view) {
+    const std::vector<int>& dimMap = view.dimMap;
+    if (inputIndex_.count(t.get())) return load(t, view);
     auto pr = producer_.find(t.get());
     THUNDER_INTERNAL(pr != producer_.end(), "fusion: ", t->name, " has no producer in the region");
     const BoundSymbol& b = *pr->second;
@@ -417,6 +480,7 @@ class Lowering {
       if (x < 0 || op != "sum" || !isFloating(dt)) return x;
       return binary("add", x, constant(Value(0.0), dt), dt);
     }
+    if (op == "take" || op == "embedding") return gather(t, b, view);
     if (op == "transpose") {
       // t's dim j is the source's dim perm[j].
       const TensorPtr& src = b.args[0].toTensor();
@@ -941,7 +1005,70 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
         whyNot = "a cat or pad in a row kernel";
         return false;
       }
+    // A gather reads each row at one index (an embedding's rows, a table's at a position): the
+    // index is a load, the same along the row, of an input that gathers nothing.
+    for (const KInput& in : out.inputs) {
+      if (!in.gathers()) continue;
+      const KNode& g = out.nodes[in.gatherNode];
+      if (g.kind != KNode::Kind::Load || out.inputs[g.input].gathers() || out.inputs[g.input].dimMap[rank - 1] >= 0) {
+        whyNot = "a gather at an index that varies along a row kernel's rows";
+        return false;
+      }
+    }
   }
+  return true;
+}
+
+bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const TensorPtr& buffer, int64_t dim,
+                        const TensorPtr& index, const TensorPtr& result, bool keepFrom, std::string& whyNot) {
+  const Shape& iter = prog.iterShape;
+  const int64_t R = static_cast<int64_t>(iter.size());
+  auto it = std::find_if(prog.outputs.begin(), prog.outputs.end(), [&](const KOutput& o) { return o.tensor == from; });
+  if (prog.rowKernel()) whyNot = "a row kernel";
+  else if (it == prog.outputs.end()) whyNot = from->name + " is not an output";
+  else if (from->shape != iter) whyNot = from->name + " is not of the iteration shape";
+  else if (dim < 0 || dim >= R || static_cast<int64_t>(buffer->shape.size()) != R || buffer->dtype != from->dtype)
+    whyNot = "the buffer's rank or dtype differs";
+  else if (index->shape.size() != 1 || index->shape[0] != iter[dim] ||
+           (index->dtype != DType::Int64 && index->dtype != DType::Int32))
+    whyNot = "the index is not an integer vector of the updated dim's length";
+  if (!whyNot.empty()) return false;
+  for (int64_t d = 0; d < R; ++d)
+    if (d != dim && buffer->shape[d] != iter[d]) {
+      whyNot = "the buffer's shape differs outside the updated dim";
+      return false;
+    }
+  for (const KInput& in : prog.inputs)
+    if (in.tensor == buffer) {
+      whyNot = "the kernel reads the buffer it would store into";
+      return false;
+    }
+  // The index, read along the updated dim.
+  KInput k{index, std::vector<int>(R, -1), std::vector<int64_t>(R, 1), {0}, {}};
+  if (iter[dim] != 1) k.dimMap[dim] = 0;
+  int input = -1;
+  for (size_t i = 0; i < prog.inputs.size(); ++i) {
+    const KInput& o = prog.inputs[i];
+    if (o.tensor == index && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && !o.guarded() && !o.gathers())
+      input = static_cast<int>(i);
+  }
+  if (input < 0) {
+    prog.inputs.push_back(k);
+    input = static_cast<int>(prog.inputs.size()) - 1;
+  }
+  KNode n;
+  n.kind = KNode::Kind::Load;
+  n.input = input;
+  n.dtype = index->dtype;
+  prog.nodes.push_back(n);
+  KOutput o;
+  o.tensor = result;
+  o.node = it->node;
+  o.into = buffer;
+  o.scatterDim = static_cast<int>(dim);
+  o.scatterNode = static_cast<int>(prog.nodes.size()) - 1;
+  if (!keepFrom) prog.outputs.erase(it);
+  prog.outputs.push_back(o);
   return true;
 }
 

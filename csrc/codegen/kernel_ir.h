@@ -59,12 +59,25 @@ struct KInput {
       if (o != 0) return false;
     return true;
   }
+  /// A gather (an index_select or embedding of a region input): input dim `gatherDim` is read at
+  /// the index held by node `gatherNode` (an integer Load, checked against the dim's length: out
+  /// of range stops the kernel, as eager's device-side assert does); no iteration dim reads it
+  /// through dimMap. -1: none.
+  int gatherDim = -1;
+  int gatherNode = -1;
+  bool gathers() const { return gatherDim >= 0; }
 };
 
 /// A kernel output: the node whose value is stored, and whether it has the reduced shape (one
 /// value per row). A column output is a sum over every iteration dim but the last (a bias
 /// gradient): `node` is the full-size value summed, accumulated in `accDtype`, then converted
 /// through the `epilogue` dtypes in order.
+///
+/// A scattered output is stored into an existing tensor `into` (a region input: a KV cache that
+/// `buf.index_copy_(dim, pos, x)` updates in place), not a new one: element i of the iteration
+/// space goes to `into` at i, except along `scatterDim`, where the index is the value of node
+/// `scatterNode` (checked like a gather's). `tensor` is then the updated buffer's value, which
+/// the call returns (the buffer itself).
 struct KOutput {
   TensorPtr tensor;
   int node = -1;
@@ -72,6 +85,10 @@ struct KOutput {
   bool column = false;
   DType accDtype = DType::Float32;
   std::vector<DType> epilogue;
+  TensorPtr into;
+  int scatterDim = -1;
+  int scatterNode = -1;
+  bool scattered() const { return scatterDim >= 0; }
 };
 
 /// A whole fused region lowered to scalar code.
@@ -93,7 +110,25 @@ struct KernelProgram {
   }
   /// Row reductions or column outputs: the kernel walks rows (else it is pointwise).
   bool rowKernel() const { return hasReduction() || hasColumns(); }
+  /// Loads or stores at indices the kernel reads (gathers, scattered outputs): pointwise
+  /// kernels then take the element-per-thread form, whatever the strides.
+  bool indexed() const {
+    for (const KInput& in : inputs)
+      if (in.gathers()) return true;
+    for (const KOutput& o : outputs)
+      if (o.scattered()) return true;
+    return false;
+  }
 };
+
+/// Adds to `prog` (pointwise, element by element) an output that stores the values of its output
+/// `from` into `buffer` (a tensor of `from`'s shape except along `dim`), along `dim` at the
+/// positions `index` (an integer vector, one per element of that dim) holds, as
+/// `buffer.index_copy_(dim, index, from)`: `index` becomes a kernel input where it is not one,
+/// and `result` names the updated buffer. `from` stays an output when `keepFrom`. False (with a
+/// reason) where the program cannot: a row kernel, or `from` not of the iteration shape.
+bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const TensorPtr& buffer, int64_t dim,
+                        const TensorPtr& index, const TensorPtr& result, bool keepFrom, std::string& whyNot);
 
 /// A float sum over every dimension but the last (a bias gradient): fusible, but its value can
 /// only leave the region (through dtype conversions), not feed other ops in it.
@@ -108,6 +143,9 @@ bool isUnrolledSum(const BoundSymbol& b);
 
 /// Whether the code generators can compute a prim on a dtype.
 bool isFusiblePrim(const BoundSymbol& b);
+/// Whether a prim is a gather (take, embedding) that CUDA kernels compute, on any device (the
+/// fuser fuses them on CUDA devices only: isFusiblePrim).
+bool isFusibleGather(const BoundSymbol& b);
 
 /// Lowers the prims of a region to a kernel program; returns false (with a reason) when the
 /// region's shapes do not form one iteration space (then it is not fused).

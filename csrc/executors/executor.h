@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -45,6 +46,18 @@ class Executor {
   virtual bool isFusion() const { return false; }
   /// A fusion executor's pass over the calls not claimed by earlier executors.
   virtual Trace fusionPass(const Trace& trace) const { return trace; }
+  /// A fusion executor's pass after reinplacing: in-place updates (calls for which `inplace`
+  /// says true) that its kernels can store themselves join the kernel computing their values.
+  /// Nothing where no call changes.
+  virtual std::optional<Trace> fuseInplaceUpdates(const Trace&, const std::function<bool(const BoundSymbol&)>&) const {
+    return std::nullopt;
+  }
+  /// Whether `sym` is the in-place form of one of this executor's calls.
+  bool isInplaceVariant(const Symbol* sym) const {
+    for (const auto& [exec, in] : inplace_)
+      if (in == sym) return true;
+    return false;
+  }
   /// Makes `inplace` the in-place form of this executor's call symbol `exec` (same arguments;
   /// writes its first argument and returns it), for the reinplace pass.
   void addInplaceVariant(const Symbol* exec, const Symbol* inplace) { inplace_[exec] = inplace; }

@@ -1,5 +1,6 @@
 #include "executors/fusion_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,106 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
   if (timing)
     std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",
                  Executor::name().c_str(), since(start), counter, lowering, compiling);
+  return out;
+}
+
+std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
+    const Trace& trace, const std::function<bool(const BoundSymbol&)>& inplace) const {
+  const std::vector<BoundSymbol>& calls = trace.bsyms;
+  std::unordered_map<const TensorProxy*, size_t> producer;  // tensor -> call computing it
+  for (size_t i = 0; i < calls.size(); ++i)
+    for (const TensorPtr& t : calls[i].outputTensors()) producer.emplace(t.get(), i);
+  auto uses = [&](const TensorProxy* t, size_t except) {
+    size_t n = 0;
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (i != except)
+        for (const TensorPtr& a : calls[i].inputTensors()) n += a.get() == t;
+    return n;
+  };
+  // Per fused call that takes updates: its program (lowered again from its prims) and arguments.
+  struct Pending {
+    codegen::KernelProgram prog;
+    std::vector<TensorPtr> args, outputs;
+  };
+  std::unordered_map<size_t, Pending> pending;
+  std::unordered_set<size_t> dropped;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const BoundSymbol& u = calls[i];
+    if (!inplace(u) || u.subsymbols.size() != 1 || u.subsymbols[0].sym->id() != "ltorch.index_copy" ||
+        u.args.size() != 4 || !u.args[0].isTensor() || !u.args[2].isTensor() || !u.args[3].isTensor() ||
+        !u.output.isTensor())
+      continue;
+    const TensorPtr buf = u.args[0].toTensor(), index = u.args[2].toTensor(), x = u.args[3].toTensor();
+    const TensorPtr result = u.output.toTensor();
+    auto pr = producer.find(x.get());
+    if (pr == producer.end()) continue;
+    const size_t f = pr->second;
+    const BoundSymbol& fused = calls[f];
+    if (fused.sym->executor != Executor::name() || fused.subsymbols.empty() || x->device.type != DeviceType::CUDA ||
+        buf->device != x->device)
+      continue;
+    // The index exists when the kernel runs; nothing between the kernel and the update reads or
+    // writes the buffer (the kernel now writes it earlier), nor reads the update's result.
+    auto ix = producer.find(index.get());
+    if (ix != producer.end() && ix->second >= f) continue;
+    if (producer.count(buf.get())) continue;  // a buffer the trace computed: not an input the caller holds
+    bool touched = false;
+    for (size_t k = f; k < i && !touched; ++k)
+      for (const TensorPtr& a : calls[k].inputTensors()) touched |= a == buf;
+    if (touched) continue;
+    auto it = pending.find(f);
+    if (it == pending.end()) {
+      Pending p;
+      for (const Value& a : fused.args) p.args.push_back(a.toTensor());
+      p.outputs = fused.outputTensors();
+      std::string whyNot;
+      if (!codegen::lowerRegion("fusion", fused.subsymbols, p.args, p.outputs, p.prog, whyNot)) continue;
+      it = pending.emplace(f, std::move(p)).first;
+    }
+    Pending& p = it->second;
+    bool keep = uses(x.get(), i) > 0;
+    std::vector<TensorPtr> returned;
+    trace.output.collectTensors(returned);
+    keep |= std::find(returned.begin(), returned.end(), x) != returned.end();
+    codegen::KernelProgram prog = p.prog;
+    std::string whyNot;
+    int64_t dim = u.args[1].toInt();
+    if (dim < 0) dim += static_cast<int64_t>(buf->shape.size());
+    if (!codegen::addScatteredOutput(prog, x, buf, dim, index, result, keep, whyNot)) {
+      static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
+      if (debug) std::fprintf(stderr, "fuser: %s stays a call: %s\n", u.sym->id().c_str(), whyNot.c_str());
+      continue;
+    }
+    p.prog = std::move(prog);
+    if (std::find(p.args.begin(), p.args.end(), index) == p.args.end()) p.args.push_back(index);
+    p.args.push_back(buf);
+    if (!keep) p.outputs.erase(std::find(p.outputs.begin(), p.outputs.end(), x));
+    p.outputs.push_back(result);
+    dropped.insert(i);
+  }
+  if (dropped.empty()) return std::nullopt;
+  Trace out = trace.emptyCopy();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (dropped.count(i)) continue;
+    auto it = pending.find(i);
+    if (it == pending.end()) {
+      out.bsyms.push_back(calls[i]);
+      continue;
+    }
+    Pending& p = it->second;
+    BoundSymbol b = calls[i];
+    p.prog.name = b.sym->name;
+    std::shared_ptr<const Symbol> sym = compiler_(p.prog, p.outputs.front()->device, p.args, Executor::name());
+    if (!sym) return std::nullopt;
+    b.sym = sym.get();
+    b.owner = std::move(sym);
+    b.args.clear();
+    for (const TensorPtr& t : p.args) b.args.push_back(Value(t));
+    std::vector<Value> outs;
+    for (const TensorPtr& t : p.outputs) outs.push_back(Value(t));
+    b.output = Value::list(std::move(outs));
+    out.bsyms.push_back(std::move(b));
+  }
   return out;
 }
 

@@ -32,6 +32,13 @@ class FusionExecutor : public Executor {
   /// Replaces each region worth a kernel by one bound symbol printed as
   /// `[t2, t5] = cudaFusion0(t0, t1)`, its prims kept as nested comments.
   Trace fusionPass(const Trace& trace) const override;
+  /// `buf.index_copy_(dim, index, x)` (run in place by the reinplace pass) where x comes from a
+  /// CUDA kernel of this executor: the kernel stores x into buf itself, at the positions index
+  /// holds (a KV cache written by the RoPE kernel that computes the keys), and returns buf. Where
+  /// nothing between the kernel and the update reads or writes buf, the kernel is pointwise, and
+  /// index is known at the kernel.
+  std::optional<Trace> fuseInplaceUpdates(const Trace& trace,
+                                          const std::function<bool(const BoundSymbol&)>& inplace) const override;
 
  private:
   FusionCompiler compiler_;

@@ -724,6 +724,15 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   // Inference only: a training forward's saved tensors must not become the caller's buffers,
   // which the next call writes before this call's backward runs.
   step([&](const Trace& t) { return reinplace(t, reinplaceRules(exs)); }, "Reinplace");
+  auto inplace = [&exs](const BoundSymbol& b) {
+    for (const Executor* ex : exs)
+      if (ex->isInplaceVariant(b.sym)) return true;
+    return false;
+  };
+  for (const Executor* ex : exs)
+    if (ex->isFusion())
+      if (std::optional<Trace> fused = ex->fuseInplaceUpdates(*traces.back(), inplace))
+        step([&](const Trace&) { return std::move(*fused); }, "Fuse in-place updates");
   if (hasPrefetchCalls(*traces.back()))
     step([](const Trace& t) { return prefetch(t); }, "Prefetch");
   step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");

@@ -31,7 +31,11 @@ void init(py::module_& m) {
                        "generate_fusion_sources: target must be 'cuda' or 'cpp', got '", target, "'");
     std::vector<std::pair<std::string, std::string>> out;
     int counter = 0;
-    fusionPartition(*trace, codegen::isFusiblePrim, [&](const FusionRegion& r) -> std::optional<BoundSymbol> {
+    // CUDA sources of a trace on another device include the gathers the fuser fuses on CUDA.
+    auto fusible = [&](const BoundSymbol& b) {
+      return codegen::isFusiblePrim(b) || (target == "cuda" && codegen::isFusibleGather(b));
+    };
+    fusionPartition(*trace, fusible, [&](const FusionRegion& r) -> std::optional<BoundSymbol> {
       if (!worthFusing(r)) return std::nullopt;
       std::string name = (target == "cuda" ? "cudaFusion" : "cpuFusion") + std::to_string(counter);
       codegen::KernelProgram prog;

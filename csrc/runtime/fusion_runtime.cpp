@@ -681,6 +681,7 @@ struct CompiledRegion {
   KernelProgram prog;
   Device device;
   std::vector<int> argOf;  // kernel input -> call argument
+  std::vector<int> intoArg;  // output -> the call argument it is scattered into (-1: a new tensor)
   std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
@@ -692,10 +693,18 @@ struct CompiledRegion {
   std::string contiguousPattern;
 };
 
-std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Tensor>& ins) {
+std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Tensor>& ins,
+                              const std::vector<at::Tensor>& outs) {
   const KernelProgram& p = r.prog;
   size_t R = p.iterShape.size(), I = p.inputs.size();
-  std::vector<int64_t> g(codegen::Geometry::length(R, I), 0);
+  std::vector<int64_t> g(codegen::Geometry::length(p), 0);
+  if (p.indexed()) {
+    for (size_t k = 0; k < I; ++k)
+      if (p.inputs[k].gathers()) g[codegen::Geometry::gatherStride(R, I, k)] = ins[k].stride(p.inputs[k].gatherDim);
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.outputs[j].scattered())
+        for (size_t d = 0; d < R; ++d) g[codegen::Geometry::outputStride(R, I, j, d)] = outs[j].stride(d);
+  }
   int64_t numel = 1;
   for (size_t d = 0; d < R; ++d) {
     g[d] = p.iterShape[d];
@@ -789,10 +798,20 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   std::vector<at::Tensor> outs;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const codegen::KOutput& o = p.outputs[j];
+    if (o.scattered()) {
+      // Stored into the buffer, in place, which the call returns.
+      const at::Tensor& buf = a.t(r.intoArg[j]);
+      THUNDER_INTERNAL(buf.scalar_type() == toScalarType(o.into->dtype) && buf.sizes().equals(o.into->shape) &&
+                           buf.device() == dev,
+                       p.name, ": buffer ", o.into->name, " is ", c10::toString(buf.scalar_type()), c10::str(buf.sizes()),
+                       " at run time, the trace says ", o.into->typeString());
+      outs.push_back(buf);
+      continue;
+    }
     bool reuse = !into.empty() && into[j] >= 0;
     outs.push_back(reuse ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
   }
-  std::vector<int64_t> g = geometry(r, ins);
+  std::vector<int64_t> g = geometry(r, ins, outs);
   size_t R = p.iterShape.size(), I = p.inputs.size();
   int64_t numel = g[R + I * R];
   if (numel > 0) {
@@ -861,10 +880,11 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
         int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
         vec = reinterpret_cast<uintptr_t>(inPtrs[k]) % bytes == 0;
+        if (p.inputs[k].gathers()) vec = vec && ins[k].stride(p.inputs[k].gatherDim) % w == 0;
         for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
       }
       codegen::CudaVariant v;
-      v.vec = vec ? w : 1;
+      v.vec = vec && (p.rowKernel() || !p.indexed()) ? w : 1;  // pointwise gathers, scatters: element-wise
       unsigned blockX = 1, blockY = 1, gridX = 1, gridY = 1;
       int sms = deviceInfo(device).sms;
       std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
@@ -917,6 +937,16 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);
           fits = extent < (int64_t(1) << 31);
         }
+        // Gathered inputs and scattered buffers are read and written anywhere in them.
+        auto within = [](const at::Tensor& t) {
+          int64_t extent = 1;
+          for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
+          return extent < (int64_t(1) << 31);
+        };
+        for (size_t k = 0; k < I && fits; ++k)
+          if (p.inputs[k].gathers()) fits = within(ins[k]);
+        for (size_t j = 0; j < p.outputs.size() && fits; ++j)
+          if (p.outputs[j].scattered()) fits = within(outs[j]);
         v.idx32 = fits;
         if (unroll) v.unroll = unroll;
         codegen::fitSmallLaunch(v, numel, sms, unroll != 0);
@@ -1002,6 +1032,13 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
       if (inputs[i] == in.tensor) idx = static_cast<int>(i);
     THUNDER_INTERNAL(idx >= 0, "fuser: kernel input ", in.tensor->name, " is not an argument of the fusion");
     r->argOf.push_back(idx);
+  }
+  for (const codegen::KOutput& o : prog.outputs) {
+    int idx = -1;
+    for (size_t i = 0; o.scattered() && i < inputs.size(); ++i)
+      if (inputs[i] == o.into) idx = static_cast<int>(i);
+    THUNDER_INTERNAL(!o.scattered() || idx >= 0, "fuser: buffer ", o.into ? o.into->name : "", " is not an argument of the fusion");
+    r->intoArg.push_back(idx);
   }
   if (device.type == DeviceType::CUDA) {
     if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors

@@ -899,15 +899,13 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
         // Scattered: into the buffer at its strides, the index along the scattered dim.
         const KOutput& o = p.outputs[j];
         if (!o.scattered()) continue;
-        std::string at;
-        for (size_t d = 0; d < R; ++d) {
-          std::string i = static_cast<int>(d) == o.scatterDim
-                              ? "(IdxT)thunder_index((int64_t)v" + std::to_string(o.scatterNode) + ", " +
-                                    std::to_string(o.into->shape[d]) + ")"
-                              : "i" + std::to_string(d);
-          at += (at.empty() ? "" : " + ") + i + " * (IdxT)g.v[" + std::to_string(Geometry::outputStride(R, I, j, d)) + "]";
-        }
-        s << "    out" << j << "[" << (at.empty() ? "0" : at) << "] = "
+        std::string at = "(IdxT)thunder_index((int64_t)v" + std::to_string(o.scatterNode) + ", " +
+                         std::to_string(o.into->shape[o.scatterDim]) + ") * (IdxT)g.v[" +
+                         std::to_string(Geometry::outputStride(R, I, j, R)) + "]";
+        for (size_t d = 0; d < R; ++d)
+          if (o.dimMap[d] >= 0 && o.dimMap[d] != o.scatterDim)
+            at += " + i" + std::to_string(d) + " * (IdxT)g.v[" + std::to_string(Geometry::outputStride(R, I, j, d)) + "]";
+        s << "    out" << j << "[" << at << "] = "
           << Emitter::store(o.tensor->dtype, "v" + std::to_string(o.node)) << ";\n";
       }
       s << "  }\n}\n";

@@ -14,18 +14,19 @@ namespace thunder::codegen {
 /// shift (sizes divide 32-bit indices with a multiply-high, see `divisionMagic`).
 ///
 /// Indexed programs (KernelProgram::indexed) append per input its stride along the dim it gathers
-/// (0 where it gathers none), then per output its strides along the iteration dims (those of the
-/// buffer a scattered output is stored into; 0 for the others, stored in iteration order).
+/// (0 where it gathers none), then per output R + 1 strides: along the iteration dims, then along
+/// the scattered dim, of the buffer a scattered output is stored into (0 for other outputs,
+/// stored in iteration order).
 struct Geometry {
   static size_t length(size_t rank, size_t inputs) { return rank + inputs * rank + 3 + 2 * rank; }
   static size_t magic(size_t rank, size_t inputs, size_t dim) { return rank + inputs * rank + 3 + 2 * dim; }
   static size_t gatherStride(size_t rank, size_t inputs, size_t input) { return length(rank, inputs) + input; }
   static size_t outputStride(size_t rank, size_t inputs, size_t output, size_t dim) {
-    return length(rank, inputs) + inputs + output * rank + dim;
+    return length(rank, inputs) + inputs + output * (rank + 1) + dim;
   }
   static size_t length(const KernelProgram& p) {
     size_t R = p.iterShape.size(), I = p.inputs.size();
-    return length(R, I) + (p.indexed() ? I + p.outputs.size() * R : 0);
+    return length(R, I) + (p.indexed() ? I + p.outputs.size() * (R + 1) : 0);
   }
 };
 

@@ -1023,20 +1023,41 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
                         const TensorPtr& index, const TensorPtr& result, bool keepFrom, std::string& whyNot) {
   const Shape& iter = prog.iterShape;
   const int64_t R = static_cast<int64_t>(iter.size());
+  const int64_t rank = static_cast<int64_t>(from->shape.size());
   auto it = std::find_if(prog.outputs.begin(), prog.outputs.end(), [&](const KOutput& o) { return o.tensor == from; });
+  // Iteration dim d stores to dim map[d] of `from` (and of the buffer) with coefficient coef[d].
+  std::vector<int> map;
+  std::vector<int64_t> coef(R, 1);
+  if (from->shape == iter) {
+    for (int64_t d = 0; d < R; ++d) map.push_back(static_cast<int>(d));
+  } else if (sameUpToUnitDims(from->shape, iter)) {
+    map = unitDimMap(iter, from->shape);
+  } else if (!mergeMap(iter, from->shape, map, coef)) {
+    map.clear();
+  }
   if (prog.rowKernel()) whyNot = "a row kernel";
-  else if (it == prog.outputs.end()) whyNot = from->name + " is not an output";
-  else if (from->shape != iter) whyNot = from->name + " is not of the iteration shape";
-  else if (dim < 0 || dim >= R || static_cast<int64_t>(buffer->shape.size()) != R || buffer->dtype != from->dtype)
+  else if (it == prog.outputs.end() || it->reduced || it->column) whyNot = from->name + " is not a full-size output";
+  else if (map.empty() && R > 0) whyNot = from->name + " is not stored in the iteration order";
+  else if (dim < 0 || dim >= rank || static_cast<int64_t>(buffer->shape.size()) != rank || buffer->dtype != from->dtype)
     whyNot = "the buffer's rank or dtype differs";
-  else if (index->shape.size() != 1 || index->shape[0] != iter[dim] ||
+  else if (index->shape.size() != 1 || index->shape[0] != from->shape[dim] ||
            (index->dtype != DType::Int64 && index->dtype != DType::Int32))
     whyNot = "the index is not an integer vector of the updated dim's length";
   if (!whyNot.empty()) return false;
-  for (int64_t d = 0; d < R; ++d)
-    if (d != dim && buffer->shape[d] != iter[d]) {
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim && buffer->shape[d] != from->shape[d]) {
       whyNot = "the buffer's shape differs outside the updated dim";
       return false;
+    }
+  // The updated dim is indexed by one iteration dim (or none, when of length 1).
+  int reader = -1;
+  for (int64_t d = 0; d < R; ++d)
+    if (map[d] == dim) {
+      if (reader >= 0 || coef[d] != 1) {
+        whyNot = "the updated dim is merged with others";
+        return false;
+      }
+      reader = static_cast<int>(d);
     }
   for (const KInput& in : prog.inputs)
     if (in.tensor == buffer) {
@@ -1045,7 +1066,7 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
     }
   // The index, read along the updated dim.
   KInput k{index, std::vector<int>(R, -1), std::vector<int64_t>(R, 1), {0}, {}};
-  if (iter[dim] != 1) k.dimMap[dim] = 0;
+  if (reader >= 0 && iter[reader] != 1) k.dimMap[reader] = 0;
   int input = -1;
   for (size_t i = 0; i < prog.inputs.size(); ++i) {
     const KInput& o = prog.inputs[i];
@@ -1065,6 +1086,8 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
   o.tensor = result;
   o.node = it->node;
   o.into = buffer;
+  o.dimMap = map;
+  o.coef = coef;
   o.scatterDim = static_cast<int>(dim);
   o.scatterNode = static_cast<int>(prog.nodes.size()) - 1;
   if (!keepFrom) prog.outputs.erase(it);

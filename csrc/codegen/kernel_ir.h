@@ -74,10 +74,10 @@ struct KInput {
 /// through the `epilogue` dtypes in order.
 ///
 /// A scattered output is stored into an existing tensor `into` (a region input: a KV cache that
-/// `buf.index_copy_(dim, pos, x)` updates in place), not a new one: element i of the iteration
-/// space goes to `into` at i, except along `scatterDim`, where the index is the value of node
-/// `scatterNode` (checked like a gather's). `tensor` is then the updated buffer's value, which
-/// the call returns (the buffer itself).
+/// `buf.index_copy_(dim, pos, x)` updates in place), not a new one: iteration dim d indexes dim
+/// dimMap[d] of `into` (-1: none) with coefficient coef[d] (dims merged, as in KInput), except that
+/// `into`'s dim `scatterDim` is indexed by the value of node `scatterNode` (checked like a
+/// gather's). `tensor` is then the updated buffer's value, which the call returns (the buffer).
 struct KOutput {
   TensorPtr tensor;
   int node = -1;
@@ -86,6 +86,8 @@ struct KOutput {
   DType accDtype = DType::Float32;
   std::vector<DType> epilogue;
   TensorPtr into;
+  std::vector<int> dimMap;
+  std::vector<int64_t> coef;
   int scatterDim = -1;
   int scatterNode = -1;
   bool scattered() const { return scatterDim >= 0; }

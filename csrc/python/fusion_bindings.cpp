@@ -1,4 +1,6 @@
 // Bindings of the fusion executor: generated sources, NVRTC compilation, compile statistics.
+#include <cstdio>
+#include <cstdlib>
 #include <pybind11/stl.h>
 
 #include <set>
@@ -40,7 +42,11 @@ void init(py::module_& m) {
       std::string name = (target == "cuda" ? "cudaFusion" : "cpuFusion") + std::to_string(counter);
       codegen::KernelProgram prog;
       std::string why;
-      if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, why)) return std::nullopt;
+      if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, why)) {
+        static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
+        if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), why.c_str());
+        return std::nullopt;
+      }
       ++counter;
       if (target != "cuda" || !variants) {
         out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog)

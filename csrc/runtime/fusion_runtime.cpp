@@ -701,9 +701,13 @@ std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Ten
   if (p.indexed()) {
     for (size_t k = 0; k < I; ++k)
       if (p.inputs[k].gathers()) g[codegen::Geometry::gatherStride(R, I, k)] = ins[k].stride(p.inputs[k].gatherDim);
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      if (p.outputs[j].scattered())
-        for (size_t d = 0; d < R; ++d) g[codegen::Geometry::outputStride(R, I, j, d)] = outs[j].stride(d);
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      const codegen::KOutput& o = p.outputs[j];
+      if (!o.scattered()) continue;
+      for (size_t d = 0; d < R; ++d)
+        if (o.dimMap[d] >= 0) g[codegen::Geometry::outputStride(R, I, j, d)] = outs[j].stride(o.dimMap[d]) * o.coef[d];
+      g[codegen::Geometry::outputStride(R, I, j, R)] = outs[j].stride(o.scatterDim);
+    }
   }
   int64_t numel = 1;
   for (size_t d = 0; d < R; ++d) {

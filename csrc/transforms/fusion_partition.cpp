@@ -181,13 +181,33 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
     for (const BoundSymbol& p : c.prims)
       for (const TensorPtr& in : p.inputTensors())
         if (!made.count(in.get()) && seen.insert(in.get()).second) c.leaves.push_back(in.get());
+    // What reading a leaf costs: its bytes, or for a table only gathered from (take, embedding),
+    // the rows gathered.
+    std::unordered_map<const TensorProxy*, int64_t> cost;
+    for (const TensorProxy* in : c.leaves) cost[in] = 0;
+    std::unordered_set<const TensorProxy*> whole;
+    for (const BoundSymbol& p : c.prims) {
+      const bool gather = p.sym->name == "take" || p.sym->name == "embedding";
+      const size_t src = p.sym->name == "take" ? 0 : 1;
+      for (size_t k = 0; k < p.args.size(); ++k) {
+        if (!p.args[k].isTensor() || !cost.count(p.args[k].toTensor().get())) continue;
+        const TensorProxy* in = p.args[k].toTensor().get();
+        if (gather && k == src) {
+          const TensorProxy& o = *p.outputTensors().front();
+          cost[in] += o.numel() * dtypeItemSize(o.dtype);
+        } else {
+          whole.insert(in);
+        }
+      }
+    }
+    for (const TensorProxy* in : whole) cost[in] = in->numel() * dtypeItemSize(in->dtype);
     bool all = true;
     for (size_t b : readers) {
       std::unordered_set<const TensorProxy*> has;
       for (const TensorPtr& in : regions[b].second.inputs) has.insert(in.get());
       int64_t extra = 0;
       for (const TensorProxy* in : c.leaves)
-        if (!has.count(in)) extra += in->numel() * dtypeItemSize(in->dtype);
+        if (!has.count(in)) extra += cost[in];
       all &= extra <= t->numel() * dtypeItemSize(t->dtype);
     }
     if (all) chains.emplace(t, std::move(c));
@@ -379,10 +399,124 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
 
 }  // namespace
 
-Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
+namespace {
+
+/// Renames the tensors a call reads (its arguments and its decomposition's, recursively).
+void renameReads(BoundSymbol& b, const std::unordered_map<const TensorProxy*, TensorPtr>& to);
+
+Value renamed(const Value& v, const std::unordered_map<const TensorProxy*, TensorPtr>& to) {
+  if (v.isTensor()) {
+    auto it = to.find(v.toTensor().get());
+    return it == to.end() ? v : Value(it->second);
+  }
+  if (!v.isList() && !v.isTuple()) return v;
+  std::vector<Value> items;
+  for (const Value& x : v.items()) items.push_back(renamed(x, to));
+  return v.isList() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+}
+
+void renameReads(BoundSymbol& b, const std::unordered_map<const TensorProxy*, TensorPtr>& to) {
+  for (Value& a : b.args) a = renamed(a, to);
+  for (BoundSymbol& s : b.subsymbols) renameReads(s, to);
+}
+
+void renameOutput(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) {
+  if (b.output.isTensor() && b.output.toTensor().get() == from) b.output = Value(to);
+  for (BoundSymbol& s : b.subsymbols) renameOutput(s, from, to);
+}
+
+/// A gather (an index_select, an embedding: rows of a table read at indices) read by several
+/// fusible calls is taken again right before each of them, under a new name: each kernel then
+/// loads the rows at the index itself, where one gather at the top would join whatever kernel was
+/// open there and be stored for the others (a decoder's rotary rows, taken once and read by every
+/// layer's RoPE; its embedding, read by the first norm and the first residual add). The gather
+/// stays where it was for its other readers. Only calls whose decomposition is the one gather.
+std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible) {
+  std::unordered_set<const TensorProxy*> returned;
+  {
+    std::vector<TensorPtr> outs;
+    trace.output.collectTensors(outs);
+    for (const TensorPtr& t : outs) returned.insert(t.get());
+  }
+  auto fusibleCall = [&](const BoundSymbol& b) {
+    std::vector<BoundSymbol> prims;
+    return !b.sym->hasTag(kDel) && b.sym->executor.empty() && leafPrims(b, fusible, prims);
+  };
+  auto isGather = [&](const BoundSymbol& b) {
+    std::vector<BoundSymbol> prims;
+    if (b.sym->hasTag(kDel) || !b.sym->executor.empty() || !leafPrims(b, fusible, prims) || prims.size() != 1) return false;
+    const std::string& n = prims[0].sym->name;
+    return (n == "take" || n == "embedding") && b.output.isTensor() && b.outputTensors().size() == 1;
+  };
+  std::unordered_map<const TensorProxy*, size_t> gatherAt;  // output -> the gather computing it
+  for (size_t i = 0; i < trace.bsyms.size(); ++i)
+    if (isGather(trace.bsyms[i])) gatherAt[trace.bsyms[i].output.toTensor().get()] = i;
+  if (gatherAt.empty()) return std::nullopt;
+  // Per gather, its fusible readers and whether anything else reads it.
+  std::unordered_map<size_t, std::vector<size_t>> fusibleReaders;
+  std::unordered_set<size_t> otherReaders;
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    std::unordered_set<size_t> seen;
+    for (const TensorPtr& t : trace.bsyms[i].inputTensors()) {
+      auto g = gatherAt.find(t.get());
+      if (g == gatherAt.end() || !seen.insert(g->second).second) continue;
+      // (a gather reading another's result keeps reading the one it read)
+      if (fusibleCall(trace.bsyms[i]) && !isGather(trace.bsyms[i])) fusibleReaders[g->second].push_back(i);
+      else otherReaders.insert(g->second);
+    }
+  }
+  Trace work = trace.emptyCopy();
+  // (a trace made by a pass may not list every name its calls use)
+  std::function<void(const BoundSymbol&)> reserve = [&](const BoundSymbol& b) {
+    for (const TensorPtr& t : b.outputTensors()) work.names.insert(t->name);
+    for (const BoundSymbol& sub : b.subsymbols) reserve(sub);
+  };
+  for (const TensorPtr& t : trace.inputs) work.names.insert(t->name);
+  for (const BoundSymbol& b : trace.bsyms) reserve(b);
+  std::unordered_map<size_t, std::vector<size_t>> readsOf;  // reader -> gathers it reads
+  for (auto& [g, rs] : fusibleReaders) {
+    if (rs.size() < 2 && (rs.empty() || rs[0] == g + 1)) continue;  // one reader, right after it
+    for (size_t r : rs) readsOf[r].push_back(g);
+  }
+  if (readsOf.empty()) return std::nullopt;
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (fusibleReaders.count(i)) {
+      const TensorProxy* out = b.output.toTensor().get();
+      bool cloned = false;
+      for (size_t r : fusibleReaders.at(i)) cloned |= readsOf.count(r) > 0;
+      if (cloned && !otherReaders.count(i) && !returned.count(out)) continue;  // each reader takes its own
+    }
+    auto rd = readsOf.find(i);
+    if (rd == readsOf.end()) {
+      work.bsyms.push_back(b);
+      continue;
+    }
+    std::unordered_map<const TensorProxy*, TensorPtr> to;
+    for (size_t g : rd->second) {
+      BoundSymbol copy = trace.bsyms[g];
+      const TensorPtr orig = copy.output.toTensor();  // (a copy: renameOutput replaces it)
+      auto t = std::make_shared<TensorProxy>(*orig);
+      t->name = work.newName();
+      renameOutput(copy, orig.get(), t);
+      to[orig.get()] = t;
+      work.bsyms.push_back(std::move(copy));
+    }
+    BoundSymbol reader = b;
+    renameReads(reader, to);
+    work.bsyms.push_back(std::move(reader));
+  }
+  return work;
+}
+
+}  // namespace
+
+Trace fusionPartition(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
                       const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
                       const std::function<bool(const BoundSymbol&)>& terminal,
                       const std::function<bool(const BoundSymbol&)>& pointwise) {
+  const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible);
+  const Trace& trace = cloned ? *cloned : traceIn;
   std::vector<Unit> units;
   for (const BoundSymbol& b : trace.bsyms) {
     Unit u{&b, false, {}};
@@ -551,6 +685,13 @@ Trace fusionPartition(const Trace& trace, const std::function<bool(const BoundSy
       if (!target)
         for (size_t k = 0; k < subs.size(); ++k)
           if (!subs[k].closed && subs[k].shape == shape) {
+            target = k;
+            break;
+          }
+      // Else one whose shape covers its own (a norm weight's conversion, [N], next to [1, 1, N] rows).
+      if (!target && readsFrom.empty())
+        for (size_t k = 0; k < subs.size(); ++k)
+          if (!subs[k].closed && covers(subs[k].shape, shape) && fits(k)) {
             target = k;
             break;
           }

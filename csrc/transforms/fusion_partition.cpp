@@ -431,7 +431,10 @@ void renameOutput(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) 
 /// open there and be stored for the others (a decoder's rotary rows, taken once and read by every
 /// layer's RoPE; its embedding, read by the first norm and the first residual add). The gather
 /// stays where it was for its other readers. Only calls whose decomposition is the one gather.
-std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible) {
+/// `kept` receives the results of the gathers that stay for other readers: no kernel computes them
+/// (a kernel would store them at another shape than its own), an ATen call does.
+std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible,
+                                      std::unordered_set<const TensorProxy*>& kept) {
   std::unordered_set<const TensorProxy*> returned;
   {
     std::vector<TensorPtr> outs;
@@ -473,19 +476,21 @@ std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bo
   };
   for (const TensorPtr& t : trace.inputs) work.names.insert(t->name);
   for (const BoundSymbol& b : trace.bsyms) reserve(b);
-  std::unordered_map<size_t, std::vector<size_t>> readsOf;  // reader -> gathers it reads
+  std::unordered_map<size_t, std::vector<size_t>> readsOf;  // reader -> gathers taken again for it
+  std::unordered_set<size_t> taken;                          // gathers taken again for their readers
   for (auto& [g, rs] : fusibleReaders) {
     if (rs.size() < 2 && (rs.empty() || rs[0] == g + 1)) continue;  // one reader, right after it
+    taken.insert(g);
     for (size_t r : rs) readsOf[r].push_back(g);
   }
+  for (auto& [r, gs] : readsOf) std::sort(gs.begin(), gs.end());  // (a deterministic order)
   if (readsOf.empty()) return std::nullopt;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (fusibleReaders.count(i)) {
+    if (taken.count(i)) {
       const TensorProxy* out = b.output.toTensor().get();
-      bool cloned = false;
-      for (size_t r : fusibleReaders.at(i)) cloned |= readsOf.count(r) > 0;
-      if (cloned && !otherReaders.count(i) && !returned.count(out)) continue;  // each reader takes its own
+      if (!otherReaders.count(i) && !returned.count(out)) continue;  // each reader takes its own
+      kept.insert(out);
     }
     auto rd = readsOf.find(i);
     if (rd == readsOf.end()) {
@@ -515,12 +520,14 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
                       const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
                       const std::function<bool(const BoundSymbol&)>& terminal,
                       const std::function<bool(const BoundSymbol&)>& pointwise) {
-  const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible);
+  std::unordered_set<const TensorProxy*> keptGathers;
+  const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible, keptGathers);
   const Trace& trace = cloned ? *cloned : traceIn;
   std::vector<Unit> units;
   for (const BoundSymbol& b : trace.bsyms) {
     Unit u{&b, false, {}};
     if (!b.sym->hasTag(kDel) && b.sym->executor.empty()) u.fusible = leafPrims(b, fusible, u.prims);
+    if (u.fusible && b.output.isTensor() && keptGathers.count(b.output.toTensor().get())) u.fusible = false;
     if (u.fusible && terminal) {
       for (const BoundSymbol& p : u.prims) u.terminal |= terminal(p);
       if (u.terminal) u.fusible = terminalsOnlyConverted(u, terminal);

@@ -1040,9 +1040,9 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
   else if (map.empty() && R > 0) whyNot = from->name + " is not stored in the iteration order";
   else if (dim < 0 || dim >= rank || static_cast<int64_t>(buffer->shape.size()) != rank || buffer->dtype != from->dtype)
     whyNot = "the buffer's rank or dtype differs";
-  else if (index->shape.size() != 1 || index->shape[0] != from->shape[dim] ||
-           (index->dtype != DType::Int64 && index->dtype != DType::Int32))
-    whyNot = "the index is not an integer vector of the updated dim's length";
+  else if (index->shape.size() != 1 || index->shape[0] != from->shape[dim] || index->dtype != DType::Int64)
+    // (int64 only: eager's index_copy_ raises for other index dtypes, and so does the ATen call)
+    whyNot = "the index is not an int64 vector of the updated dim's length";
   if (!whyNot.empty()) return false;
   for (int64_t d = 0; d < rank; ++d)
     if (d != dim && buffer->shape[d] != from->shape[d]) {

@@ -125,7 +125,7 @@ struct KernelProgram {
 
 /// Adds to `prog` (pointwise, element by element) an output that stores the values of its output
 /// `from` into `buffer` (a tensor of `from`'s shape except along `dim`), along `dim` at the
-/// positions `index` (an integer vector, one per element of that dim) holds, as
+/// positions `index` (an int64 vector, one per element of that dim) holds, as
 /// `buffer.index_copy_(dim, index, from)`: `index` becomes a kernel input where it is not one,
 /// and `result` names the updated buffer. `from` stays an output when `keepFrom`. False (with a
 /// reason) where the program cannot: a row kernel, or `from` not of the iteration shape.

@@ -86,3 +86,133 @@ TEST(RowLaunch, WideColumnSumsTakeABlockPerRow) {
   EXPECT_EQ(narrow.items, 2);
   EXPECT_TRUE(chooseRowLaunch(2048, 8, 0, false).warp);  // no columns: a warp per row
 }
+
+// ---- loads and stores at indices (kernel_ir.h: KInput::gatherDim, KOutput::scatterDim) --------
+
+#include "codegen/kernel_ir.h"
+#include "ops/prims.h"
+#include "test_util.h"
+
+namespace {
+
+using thunder::DType;
+using thunder::Shape;
+using thunder::Trace;
+using thunder::TracingScope;
+using thunder::Value;
+namespace prims = thunder::prims;
+using thunder::testing::addInput;
+using thunder::testing::kCuda0;
+
+/// The prims of `t` as one region, lowered (inputs: the trace's inputs; outputs: `outs`).
+KernelProgram lower(const Trace& t, const std::vector<Value>& outs) {
+  std::vector<thunder::TensorPtr> outputs;
+  for (const Value& v : outs) outputs.push_back(v.toTensor());
+  KernelProgram p;
+  std::string why;
+  EXPECT_TRUE(lowerRegion("k", t.bsyms, t.inputs, outputs, p, why)) << why;
+  return p;
+}
+
+}  // namespace
+
+TEST(Gather, TableRowsAtAPositionAreLoadedThroughTheIndex) {
+  prims::registerPrims();
+  Trace t;
+  Value x = addInput(t, "x", {3, 8}, DType::Float32, kCuda0);
+  Value table = addInput(t, "table", {16, 8}, DType::Float32, kCuda0);
+  Value pos = addInput(t, "pos", {3}, DType::Int64, kCuda0);
+  Value y;
+  {
+    TracingScope scope(t);
+    y = prims::mul(x, prims::take(table, pos, 0));
+  }
+  KernelProgram p = lower(t, {y});
+  ASSERT_TRUE(p.indexed());
+  int gathers = 0;
+  for (const KInput& in : p.inputs) {
+    if (!in.gathers()) continue;
+    ++gathers;
+    EXPECT_EQ(in.tensor->name, "table");
+    EXPECT_EQ(in.gatherDim, 0);
+    EXPECT_EQ(in.dimMap, (std::vector<int>{-1, 1}));  // dim 0 is read at the index only
+    const KNode& index = p.nodes[in.gatherNode];
+    ASSERT_EQ(index.kind, KNode::Kind::Load);
+    EXPECT_EQ(p.inputs[index.input].tensor->name, "pos");
+    EXPECT_EQ(p.inputs[index.input].dimMap, (std::vector<int>{0, -1}));
+  }
+  EXPECT_EQ(gathers, 1);
+  // Element by element, each index checked against the table's 16 rows.
+  CudaVariant v = predictCudaVariant(p);
+  EXPECT_EQ(v.vec, 1);
+  std::string src = emitCuda(p, v);
+  EXPECT_NE(src.find("thunder_index((int64_t)v"), std::string::npos);
+  EXPECT_NE(src.find(", 16) * (IdxT)g.v["), std::string::npos);
+  EXPECT_NE(src.find("__trap()"), std::string::npos);
+}
+
+TEST(Gather, RowKernelsTakeTheIndexPerRow) {
+  // An embedding's rows normalized: the row kernel's base offset of the table adds the token's
+  // row; an index that varies along the row cannot be read that way.
+  prims::registerPrims();
+  Trace t;
+  Value idx = addInput(t, "idx", {2, 5}, DType::Int64, kCuda0);
+  Value w = addInput(t, "w", {50, 64}, DType::Float32, kCuda0);
+  Value y;
+  {
+    TracingScope scope(t);
+    Value e = prims::embedding(idx, w, std::nullopt);
+    Value s = prims::sum(prims::mul(e, e), {2});
+    y = prims::mul(e, prims::broadcast_in_dim(prims::rsqrt(s), {2, 5, 64}, {0, 1}));
+  }
+  KernelProgram p = lower(t, {y});
+  ASSERT_TRUE(p.rowKernel());
+  std::string src = emitCuda(p);
+  EXPECT_NE(src.find("thunder_index((int64_t)in"), std::string::npos) << src;
+}
+
+TEST(Scatter, AnOutputIsStoredIntoTheBufferAtTheIndex) {
+  prims::registerPrims();
+  Trace t;
+  Value x = addInput(t, "x", {1, 4, 1, 8}, DType::BFloat16, kCuda0);
+  Value cache = addInput(t, "cache", {1, 4, 64, 8}, DType::BFloat16, kCuda0);
+  Value pos = addInput(t, "pos", {1}, DType::Int64, kCuda0);
+  Value k;
+  {
+    TracingScope scope(t);
+    k = prims::convert_element_type(prims::mul(prims::convert_element_type(x, DType::Float32), 2.0), DType::BFloat16);
+  }
+  KernelProgram p = lower(t, {k});
+  auto updated = std::make_shared<thunder::TensorProxy>(cache.tensor());
+  updated->name = "updated";
+  std::string why;
+  ASSERT_TRUE(addScatteredOutput(p, k.toTensor(), cache.toTensor(), 2, pos.toTensor(), updated, false, why)) << why;
+  ASSERT_EQ(p.outputs.size(), 1u);  // k itself is not stored
+  const KOutput& o = p.outputs[0];
+  EXPECT_TRUE(o.scattered());
+  EXPECT_EQ(o.tensor, updated);
+  EXPECT_EQ(o.into, cache.toTensor());
+  std::string src = emitCuda(p);
+  EXPECT_NE(src.find(", 64) * (IdxT)g.v["), std::string::npos) << src;  // checked against 64 positions
+
+  // Refused: the buffer's shape differs elsewhere, the index has the wrong length, the buffer's
+  // dtype differs, the kernel reads the buffer (x, of one position: a race with its own stores).
+  KernelProgram q = lower(t, {k});
+  Value wide = thunder::testing::tensor({1, 5, 64, 8}, DType::BFloat16, kCuda0, "wide");
+  EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), wide.toTensor(), 2, pos.toTensor(), updated, false, why));
+  EXPECT_EQ(why, "the buffer's shape differs outside the updated dim");
+  why.clear();
+  Value two = thunder::testing::tensor({2}, DType::Int64, kCuda0, "two");
+  EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), cache.toTensor(), 2, two.toTensor(), updated, false, why));
+  EXPECT_EQ(why, "the index is not an int64 vector of the updated dim's length");
+  why.clear();
+  Value i32 = thunder::testing::tensor({1}, DType::Int32, kCuda0, "i32");  // eager raises for it
+  EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), cache.toTensor(), 2, i32.toTensor(), updated, false, why));
+  why.clear();
+  Value f32 = thunder::testing::tensor({1, 4, 64, 8}, DType::Float32, kCuda0, "f32");
+  EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), f32.toTensor(), 2, pos.toTensor(), updated, false, why));
+  EXPECT_EQ(why, "the buffer's rank or dtype differs");
+  why.clear();
+  EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), x.toTensor(), 2, pos.toTensor(), updated, false, why));
+  EXPECT_EQ(why, "the kernel reads the buffer it would store into");
+}

@@ -193,3 +193,54 @@ def test_llama_decode_stores_its_kv_cache_in_the_rope_kernel(graphs):
     decode = thunder.last_traces(tm)[-1]
     calls = _calls(decode)
     assert not [c for c in calls if "index_copy" in c or c.startswith(GATHER_CALLS)], str(decode)
+
+
+def _update_and_return(buf, pos, x):  # the stored value is also returned: the kernel stores it twice
+    y = torch.sin(x) * 2 + 1
+    buf.index_copy_(1, pos, y)
+    return y, buf.sum(1)
+
+
+@on_cuda
+def test_update_of_a_strided_buffer_whose_value_is_also_returned():
+    base = torch.randn(10, 2, 8, device=DEVICE)
+    buf, ref = base.transpose(0, 1), base.clone().transpose(0, 1)  # [2, 10, 8], not contiguous
+    pos, x = torch.tensor([3, 9], device=DEVICE), torch.randn(2, 2, 8, device=DEVICE)
+    jf = thunder.jit(_update_and_return, executors=["fuser"])
+    out = jf(buf, pos, x)
+    expected = _update_and_return(ref, pos, x)
+    for o, e in zip(out, expected):
+        torch.testing.assert_close(o, e)
+    torch.testing.assert_close(buf, ref)
+    assert not [c for c in _calls(thunder.last_traces(jf)[-1]) if "index_copy" in c]
+
+
+@on_cuda
+@pytest.mark.parametrize("what", ["gather", "update"])
+def test_an_index_out_of_range_stops_the_kernel(what):
+    # As eager's device-side assert: the launch fails (the CUDA context is lost, so in a process of
+    # its own), never a read or a write outside the tensor.
+    import subprocess
+    import sys
+    script = f"""
+import torch, thunder
+def gather(t, pos, x):
+    return torch.index_select(t, 0, pos) * x
+def update(buf, pos, x):
+    buf.index_copy_(0, pos, x.sin() * 2)
+    return buf.sum()
+t = torch.randn(16, 8, device="cuda")
+pos = torch.tensor([3, 16], device="cuda")
+x = torch.randn(2, 8, device="cuda")
+jf = thunder.jit({what}, executors=["fuser"])
+try:
+    jf(t, pos, x)
+    torch.cuda.synchronize()
+except RuntimeError as e:
+    print("raised:", str(e).splitlines()[0])
+else:
+    print("no error")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", "")] if p))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert "raised:" in r.stdout, (r.stdout, r.stderr[-2000:])

@@ -193,6 +193,29 @@ std::string storageType(DType d, bool cuda) {
 
 namespace {
 
+/// A Load node of kernel input `k`, which is added where no equal one is there yet; a gather's
+/// index node comes before the load.
+int addLoad(KernelProgram& prog, const KInput& k) {
+  int idx = -1;
+  for (size_t i = 0; i < prog.inputs.size() && idx < 0; ++i) {
+    const KInput& o = prog.inputs[i];
+    if (o.tensor == k.tensor && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && o.guard == k.guard &&
+        o.gatherDim == k.gatherDim && o.gatherNode == k.gatherNode)
+      idx = static_cast<int>(i);
+  }
+  if (idx < 0) {
+    prog.inputs.push_back(k);
+    idx = static_cast<int>(prog.inputs.size()) - 1;
+  }
+  KNode n;
+  n.kind = KNode::Kind::Load;
+  n.input = idx;
+  n.dtype = k.tensor->dtype;
+  if (k.gathers()) n.operands = {k.gatherNode};
+  prog.nodes.push_back(std::move(n));
+  return static_cast<int>(prog.nodes.size()) - 1;
+}
+
 /// How a tensor is read at an iteration index (see KInput): its index along dim j is the sum of
 /// coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus offset[j].
 struct View {
@@ -415,23 +438,7 @@ class Lowering {
           k.offset[j] = 0;
         }
       }
-      int idx = -1;
-      for (size_t i = 0; i < prog_.inputs.size(); ++i) {
-        const KInput& o = prog_.inputs[i];
-        if (o.tensor == t && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && o.guard == k.guard &&
-            o.gatherDim == k.gatherDim && o.gatherNode == k.gatherNode)
-          idx = static_cast<int>(i);
-      }
-      if (idx < 0) {
-        prog_.inputs.push_back(k);
-        idx = static_cast<int>(prog_.inputs.size()) - 1;
-      }
-      KNode n;
-      n.kind = KNode::Kind::Load;
-      n.input = idx;
-      n.dtype = t->dtype;
-      if (gatherNode >= 0) n.operands = {gatherNode};  // computed before the load
-      return add(std::move(n));
+      return addLoad(prog_, k);
     }
   }
 
@@ -1067,21 +1074,7 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
   // The index, read along the updated dim.
   KInput k{index, std::vector<int>(R, -1), std::vector<int64_t>(R, 1), {0}, {}};
   if (reader >= 0 && iter[reader] != 1) k.dimMap[reader] = 0;
-  int input = -1;
-  for (size_t i = 0; i < prog.inputs.size(); ++i) {
-    const KInput& o = prog.inputs[i];
-    if (o.tensor == index && o.dimMap == k.dimMap && o.coef == k.coef && o.offset == k.offset && !o.guarded() && !o.gathers())
-      input = static_cast<int>(i);
-  }
-  if (input < 0) {
-    prog.inputs.push_back(k);
-    input = static_cast<int>(prog.inputs.size()) - 1;
-  }
-  KNode n;
-  n.kind = KNode::Kind::Load;
-  n.input = input;
-  n.dtype = index->dtype;
-  prog.nodes.push_back(n);
+  const int indexNode = addLoad(prog, k);
   KOutput o;
   o.tensor = result;
   o.node = it->node;
@@ -1089,7 +1082,7 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
   o.dimMap = map;
   o.coef = coef;
   o.scatterDim = static_cast<int>(dim);
-  o.scatterNode = static_cast<int>(prog.nodes.size()) - 1;
+  o.scatterNode = indexNode;
   if (!keepFrom) prog.outputs.erase(it);
   prog.outputs.push_back(o);
   return true;

@@ -138,12 +138,13 @@ def _update_read_between(buf, pos, x):
 
 
 @on_cuda
+@pytest.mark.parametrize("graphs", [False, True], ids=["direct", "cudagraphs"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_update_is_stored_by_the_kernel(dtype):
+def test_update_is_stored_by_the_kernel(dtype, graphs):
     buf, ref = (torch.randn(2, 10, 8, device=DEVICE, dtype=dtype) for _ in range(2))
     ref.copy_(buf)
     pos, x = torch.tensor([7, 2, 4], device=DEVICE), torch.randn(2, 3, 8, device=DEVICE, dtype=dtype)
-    jf = thunder.jit(_update, executors=["fuser"])
+    jf = thunder.jit(_update, executors=["fuser"], plugins="reduce-overhead" if graphs else None)
     out = jf(buf, pos, x)
     expected = _update(ref, pos, x)
     torch.testing.assert_close(buf, ref)  # written in place, the same elements
@@ -244,3 +245,26 @@ else:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", "")] if p))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert "raised:" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def _gpt_fast_update(k_cache, v_cache, pos, k, v):  # gpt-fast's KVCache.update, after RoPE-like math
+    k_cache[:, :, pos] = (k.float() * 2).to(k_cache.dtype)
+    v_cache[:, :, pos] = v.sin()
+    return k_cache.sum(2), v_cache.sum(2)
+
+
+@on_cuda
+def test_cache_written_at_positions_by_setitem_is_stored_by_the_kernels():
+    caches = [torch.randn(1, 4, 16, 8, device=DEVICE, dtype=torch.bfloat16) for _ in range(2)]
+    refs = [c.clone() for c in caches]
+    pos = torch.tensor([3, -2], device=DEVICE)  # negative positions count from the end, as in eager
+    k, v = (torch.randn(1, 4, 2, 8, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    jf = thunder.jit(_gpt_fast_update)
+    out = jf(*caches, pos, k, v)
+    expected = _gpt_fast_update(*refs, pos, k, v)
+    for o, e in zip(out, expected):
+        torch.testing.assert_close(o, e)
+    for c, r in zip(caches, refs):
+        torch.testing.assert_close(c, r)
+    final = thunder.last_traces(jf)[-1]
+    assert not [c for c in _calls(final) if "index_copy" in c], str(final)

@@ -89,6 +89,18 @@ def _inplace_cases():
         cache[:, 2:4] = k
         return cache.mean()
 
+    def kv_cache_positions(cache, pos, k):  # gpt-fast's KVCache.update: k_out[:, :, input_pos] = k_val
+        cache[:, :, pos] = k
+        return cache.sum(2)
+
+    def setitem_positions_broadcast(x, pos):  # the value broadcast over the positions' rows
+        x[..., pos, :] = torch.arange(4.0)
+        return x * 2
+
+    def setitem_position_0d(x, pos, v):  # a 0-d index drops its dim from the value's shape
+        x[:, pos] = v
+        return x
+
     def zero_fill_copy(x, y):
         x.zero_()
         y.fill_(3)
@@ -126,6 +138,10 @@ def _inplace_cases():
         ("masked_fill_broadcast_mask", masked_fill_broadcast, (f32(3, 5), torch.rand(5) > 0.5)),
         ("kv_cache_index_copy_", kv_cache, (torch.zeros(2, 8, 4), torch.tensor([3]), f32(2, 1, 4))),
         ("kv_cache_slice", kv_cache_slice, (torch.zeros(2, 8, 4), f32(2, 2, 4))),
+        ("kv_cache_positions", kv_cache_positions, (torch.zeros(1, 2, 8, 4), torch.tensor([5, -1]), f32(1, 2, 2, 4))),
+        ("kv_cache_positions_int32", kv_cache_positions, (torch.zeros(1, 2, 8, 4), torch.tensor([3], dtype=torch.int32), f32(1, 2, 1, 4))),
+        ("setitem_positions_broadcast", setitem_positions_broadcast, (f32(2, 5, 4), torch.tensor([4, 0]))),
+        ("setitem_position_0d", setitem_position_0d, (f32(3, 6, 2), torch.tensor(2), f32(3, 2))),
         ("zero_fill_", zero_fill_copy, (f32(3), f32(3))),
         ("copy_", copy_, (f32(2, 3), f32(3))),
         ("out_kwarg", out_kwarg, (f32(3), f32(3), torch.empty(3))),
@@ -443,3 +459,22 @@ def test_update_through_a_view_of_an_updated_input_is_written_back():
     got, expected = thunder.jit(f)(x), f(x2)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(x, x2)
+
+
+def test_setitem_at_positions_errors_like_eager():
+    def positions(x, pos):
+        x[:, pos] = 1.0
+        return x
+
+    def two_after_slice(x, i, j):
+        x[:, i, j] = 1.0
+        return x
+
+    jf = thunder.jit(positions)
+    with pytest.raises(IndexError, match="index 6"):
+        jf(torch.zeros(2, 6), torch.tensor([6]))
+    with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):
+        jf(torch.zeros(2, 6), torch.tensor([1.0]))
+    with pytest.raises(NotImplementedError, match=r"one index tensor \(x\[:, idx\] = v\), not several"):
+        thunder.jit(two_after_slice)(torch.zeros(2, 3, 4), torch.tensor([0]), torch.tensor([1]))
+

@@ -425,8 +425,16 @@ def _expand_ellipsis(keys, ndim):
 
 
 def _index_put_value(x, keys, value):
+    expanded = _expand_ellipsis(keys, x.ndim)
+    tensors = [i for i, k in enumerate(expanded) if _is_tensor(k)]
+    if (len(tensors) == 1 and len(expanded) == x.ndim and tensors[0] > 0 and expanded[tensors[0]].ndim <= 1
+            and expanded[tensors[0]].dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
+            and all(isinstance(k, slice) and k == slice(None) for i, k in enumerate(expanded) if i != tensors[0])):
+        # x[:, :, pos] = v (a KV cache written at its positions): the rows of one dim, as
+        # x.index_copy(d, pos, v), which the fuser stores from the kernel computing v.
+        return _index_copy_value(x, tensors[0], expanded[tensors[0]], value)
     indices = []
-    for k in _expand_ellipsis(keys, x.ndim):
+    for k in expanded:
         if k is None:
             raise NotImplementedError("thunder.jit: Tensor.__setitem__ with None and tensor indices together is not supported")
         if isinstance(k, list):
@@ -442,9 +450,30 @@ def _index_put_value(x, keys, value):
             )
     while indices and indices[-1] is None:
         indices.pop()
+    for k in indices:
+        if k is not None and (k.dtype.is_floating_point or k.dtype.is_complex):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if any(k is None for k in indices):
+        raise NotImplementedError(
+            "thunder.jit: Tensor.__setitem__ with tensor indices after a full slice is supported for one "
+            "index tensor (x[:, idx] = v), not several")
     if not _is_tensor(value):
         value = _full((), value, x.dtype, x.device)
     return torch.index_put(x, tuple(indices), value.to(x.dtype))
+
+
+def _index_copy_value(x, d, index, value):
+    n, scalar = x.shape[d], index.ndim == 0
+    index = index.reshape(-1).long()
+    index = torch.where(index < 0, index + n, index)  # eager's negative positions count from the end
+    if not _is_tensor(value):
+        value = _full((), value, x.dtype, x.device)
+    value = value.to(x.dtype)
+    if scalar:  # x[:, i] with a 0-d i drops the dim: the value has x's shape without it
+        value = value.expand(tuple(x.shape[:d]) + tuple(x.shape[d + 1:])).unsqueeze(d)
+    else:
+        value = value.expand(tuple(x.shape[:d]) + (index.shape[0],) + tuple(x.shape[d + 1:]))
+    return torch.index_copy(x, d, index, value)
 
 
 def _basic_setitem_value(x, keys, value):

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -130,6 +132,10 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
   };
   std::unordered_map<size_t, Pending> pending;
   std::unordered_set<size_t> dropped;
+  // Calls computing an index after the kernel that stores at it, from what exists before the
+  // kernel (the wrap of negative positions of `x[:, :, pos] = v`): they move up to run before it.
+  std::unordered_map<size_t, std::set<size_t>> hoisted;
+  std::unordered_set<size_t> moved;
   for (size_t i = 0; i < calls.size(); ++i) {
     const BoundSymbol& u = calls[i];
     if (!inplace(u) || u.subsymbols.size() != 1 || u.subsymbols[0].sym->id() != "ltorch.index_copy" ||
@@ -147,8 +153,19 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
       continue;
     // The index exists when the kernel runs; nothing between the kernel and the update reads or
     // writes the buffer (the kernel now writes it earlier), nor reads the update's result.
+    std::optional<size_t> hoist;
     auto ix = producer.find(index.get());
-    if (ix != producer.end() && ix->second >= f) continue;
+    if (ix != producer.end() && ix->second >= f) {
+      const size_t q = ix->second;
+      const BoundSymbol& p = calls[q];
+      bool ok = q != f && q < i && !p.sym->hasTag(kDontDce) && !p.sym->hasTag(kRandomOp);
+      for (const TensorPtr& t : p.inputTensors()) {
+        auto pp = producer.find(t.get());
+        ok = ok && t != buf && (pp == producer.end() || pp->second < f);
+      }
+      if (!ok) continue;
+      hoist = q;
+    }
     if (producer.count(buf.get())) continue;  // a buffer the trace computed: not an input the caller holds
     bool touched = false;
     for (size_t k = f; k < i && !touched; ++k)
@@ -183,21 +200,28 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
     if (!keep) p.outputs.erase(std::find(p.outputs.begin(), p.outputs.end(), x));
     p.outputs.push_back(result);
     dropped.insert(i);
+    if (hoist) {
+      hoisted[f].insert(*hoist);
+      moved.insert(*hoist);
+    }
   }
   if (dropped.empty()) return std::nullopt;
   Trace out = trace.emptyCopy();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (dropped.count(i)) continue;
+  std::function<bool(size_t)> emit = [&](size_t i) {
+    auto h = hoisted.find(i);
+    if (h != hoisted.end())
+      for (size_t q : h->second)
+        if (!emit(q)) return false;
     auto it = pending.find(i);
     if (it == pending.end()) {
       out.bsyms.push_back(calls[i]);
-      continue;
+      return true;
     }
     Pending& p = it->second;
     BoundSymbol b = calls[i];
     p.prog.name = b.sym->name;
     std::shared_ptr<const Symbol> sym = compiler_(p.prog, p.outputs.front()->device, p.args, Executor::name());
-    if (!sym) return std::nullopt;
+    if (!sym) return false;
     b.sym = sym.get();
     b.owner = std::move(sym);
     b.args.clear();
@@ -206,7 +230,10 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
     for (const TensorPtr& t : p.outputs) outs.push_back(Value(t));
     b.output = Value::list(std::move(outs));
     out.bsyms.push_back(std::move(b));
-  }
+    return true;
+  };
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (!dropped.count(i) && !moved.count(i) && !emit(i)) return std::nullopt;
   return out;
 }
 

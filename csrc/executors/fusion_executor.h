@@ -36,7 +36,8 @@ class FusionExecutor : public Executor {
   /// CUDA kernel of this executor: the kernel stores x into buf itself, at the positions index
   /// holds (a KV cache written by the RoPE kernel that computes the keys), and returns buf. Where
   /// nothing between the kernel and the update reads or writes buf, the kernel is pointwise, and
-  /// index is known at the kernel.
+  /// index is known at the kernel (a call computing it from what is, the wrap of negative
+  /// positions, moves up before the kernel).
   std::optional<Trace> fuseInplaceUpdates(const Trace& trace,
                                           const std::function<bool(const BoundSymbol&)>& inplace) const override;
 

@@ -206,6 +206,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             else:
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
+        given = outputs.given_objects((args, kwargs))
         trace.set_provenance("Constructed by Trace acquisition")
         with functionalize.tracing_state(trace) as state, _compiling():
             with ThunderTorchMode():
@@ -214,7 +215,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                     on_exit(state)
             out = state.fresh(out)
             _write_back(state)
-        trace.set_output(outputs.prepare(out))
+        trace.set_output(outputs.prepare(out, given, state.fresh))
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     return trace, sources, closures

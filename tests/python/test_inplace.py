@@ -478,3 +478,28 @@ def test_setitem_at_positions_errors_like_eager():
     with pytest.raises(NotImplementedError, match=r"one index tensor \(x\[:, idx\] = v\), not several"):
         thunder.jit(two_after_slice)(torch.zeros(2, 3, 4), torch.tensor([0]), torch.tensor([1]))
 
+
+
+def test_tensors_set_on_a_given_object_are_real_after_the_call():
+    # A cache that creates its tensor on first use, inside the traced call, then updates it in
+    # place: after the call the caller's object holds the updated real tensor (not a proxy of the
+    # trace), and a later call that is traced again (another shape) reads it.
+    class Cache:
+        def __init__(self):
+            self.buf = None
+            self.steps = 0
+
+    def f(cache, x):
+        if cache.buf is None:
+            cache.buf = torch.zeros(4)
+        cache.buf.add_(x.sum(0))
+        return x * 2
+
+    cache, ref = Cache(), Cache()
+    jf = thunder.jit(f)
+    for rows in (3, 5):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(jf(cache, x), f(ref, x))
+        assert type(cache.buf) is torch.Tensor
+        torch.testing.assert_close(cache.buf, ref.buf)
+    assert thunder.cache_misses(jf) == 2

@@ -264,6 +264,45 @@ def test_hugging_face_model_trains_like_eager(name):
     assert report.failing == {}
 
 
+def test_hugging_face_static_cache_decoding_matches_eager():
+    # transformers' StaticCache creates its key and value tensors on its first update (inside the
+    # traced prefill) and writes each token at cache_position with index_copy_: the caller's cache
+    # object must hold real tensors afterwards (it held the prefill trace's proxies, and the first
+    # decoding step failed with an internal error), and decoding must match eager.
+    transformers = pytest.importorskip("transformers")
+    model, ref = _pair(_hf_models()["llama"])
+    model.eval(), ref.eval()
+    cfg = model.config
+    tm = thunder.jit(model)
+    cache = transformers.StaticCache(config=cfg, max_cache_len=32)
+    cache_ref = transformers.StaticCache(config=cfg, max_cache_len=32)
+    ids = _tokens(cfg.vocab_size, (1, 5))
+    with torch.no_grad():
+        pos = torch.arange(5, device=DEVICE)
+        out = tm(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True).logits
+        expected = ref(input_ids=ids, past_key_values=cache_ref, cache_position=pos, use_cache=True).logits
+        assert_close(out, expected, "prefill logits")
+        assert all(type(layer.keys) is torch.Tensor for layer in cache.layers)
+        token = expected[:, -1:].argmax(-1)
+        for step in range(5, 11):
+            pos = torch.tensor([step], device=DEVICE)
+            out = tm(input_ids=token, past_key_values=cache, cache_position=pos, use_cache=True).logits
+            expected = ref(input_ids=token, past_key_values=cache_ref, cache_position=pos, use_cache=True).logits
+            assert_close(out, expected, f"logits at position {step}")
+            token = expected[:, -1:].argmax(-1)
+    for layer, layer_ref in zip(cache.layers, cache_ref.layers):
+        assert_close(layer.keys, layer_ref.keys, "cached keys")
+        assert_close(layer.values, layer_ref.values, "cached values")
+    assert thunder.cache_misses(tm) == 2  # the prefill and one decoding step, replayed
+    # The caches are updated in place: on the GPU by the kernels computing the keys and values.
+    calls = [ln for ln in str(thunder.last_traces(tm)[-1]).splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    copies = [c for c in calls if "index_copy" in c]
+    if DEVICE == "cuda":
+        assert not copies, copies
+    else:
+        assert len(copies) == 2 * cfg.num_hidden_layers and all("Tensor.index_copy_(" in c for c in copies), copies
+
+
 def _diffusers_models():
     diffusers = pytest.importorskip("diffusers")
     g = torch.Generator().manual_seed(11)

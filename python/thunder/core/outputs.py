@@ -82,16 +82,50 @@ class _NamedTuple(_Spec):
 
 class _Object(_Spec):
     """Any other object: a shallow copy of the traced one, with its tensor-holding attributes
-    rebuilt."""
+    rebuilt; or, for an object the function was given (`inplace`), that object itself, updated
+    as the function updated it (a cache that creates its tensors on first use)."""
 
-    def __init__(self, template, attrs):
-        self.template, self.attrs = template, attrs
+    def __init__(self, template, attrs, inplace=False):
+        self.template, self.attrs, self.inplace = template, attrs, inplace
 
     def rebuild(self, it):
-        obj = copy.copy(self.template)
+        obj = self.template if self.inplace else copy.copy(self.template)
         for name, s in self.attrs.items():
             setattr(obj, name, s.rebuild(it))
         return obj
+
+
+class _Updates(_Spec):
+    """The output, after the objects the function was given and set tensors on (attributes that
+    now hold the trace's values) are updated in place: they must not keep this trace's proxies."""
+
+    def __init__(self, out, objects):
+        self.out, self.objects = out, objects
+
+    def rebuild(self, it):
+        out = self.out.rebuild(it)  # (its tensors come first)
+        for o in self.objects:
+            o.rebuild(it)
+        return out
+
+
+def given_objects(args, depth=0, seen=None) -> dict:
+    """The plain Python objects reachable from a call's arguments (through tuples, lists, dicts
+    and attributes), by id: those a function may set tensors on, as a cache that fills itself."""
+    seen = {} if seen is None else seen
+    if depth > 6 or isinstance(args, (torch.Tensor, type, torch.nn.Module) + _CONSTANT_TYPES):
+        return seen
+    if isinstance(args, (tuple, list)):
+        for y in args:
+            given_objects(y, depth + 1, seen)
+    elif isinstance(args, dict):
+        for y in args.values():
+            given_objects(y, depth + 1, seen)
+    elif hasattr(args, "__dict__") and id(args) not in seen and not callable(args):
+        seen[id(args)] = args
+        for y in vars(args).values():
+            given_objects(y, depth + 1, seen)
+    return seen
 
 
 def _contains_proxy(x, depth=0) -> bool:
@@ -108,23 +142,27 @@ def _contains_proxy(x, depth=0) -> bool:
     return False
 
 
-def _spec(x, leaves) -> _Spec:
+def _spec(x, leaves, given=None, fresh=None) -> _Spec:
     if isinstance(x, _C.TensorProxy):
         leaves.append(x)
         return _Leaf()
     if isinstance(x, _CONSTANT_TYPES) or isinstance(x, torch.Tensor):
         return _Const(x)
+    given = given or {}
+    fresh = fresh or (lambda v: v)
     if type(x) in (tuple, list):
-        return _Seq(type(x), [_spec(y, leaves) for y in x])
+        return _Seq(type(x), [_spec(y, leaves, given, fresh) for y in x])
     if type(x) is dict:
-        return _Dict(list(x), [_spec(y, leaves) for y in x.values()])
+        return _Dict(list(x), [_spec(y, leaves, given, fresh) for y in x.values()])
     if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return _NamedTuple(type(x), [_spec(y, leaves) for y in x])
+        return _NamedTuple(type(x), [_spec(y, leaves, given, fresh) for y in x])
     if type(x) in pytree.SUPPORTED_NODES:
         children, context = pytree.SUPPORTED_NODES[type(x)].flatten_fn(x)
-        return _Node(type(x), context, [_spec(y, leaves) for y in children])
+        return _Node(type(x), context, [_spec(y, leaves, given, fresh) for y in children])
     if _contains_proxy(x):
-        return _Object(x, {k: _spec(v, leaves) for k, v in vars(x).items() if _contains_proxy(v)})
+        # An attribute's latest value: a tensor the function updated in place after setting it.
+        attrs = {k: _spec(fresh(v), leaves, given, fresh) for k, v in vars(x).items() if _contains_proxy(v)}
+        return _Object(x, attrs, inplace=id(x) in given)
     return _Const(x)
 
 
@@ -139,13 +177,19 @@ def _plain(x) -> bool:
     return False
 
 
-def prepare(out):
+def prepare(out, given=None, fresh=None):
     """The value a trace returns for `out`: out itself when the trace can hold it, else
-    (MARK, key, tensors) with the spec that rebuilds out stored under key."""
-    if _plain(out):
+    (MARK, key, tensors) with the spec that rebuilds out stored under key. `given`: the objects
+    the function was given (given_objects); those it set tensors on are updated on every call.
+    `fresh`: a tensor's latest value (functionalize.TraceState.fresh)."""
+    given = {k: o for k, o in (given or {}).items() if any(_contains_proxy(v) for v in vars(o).values())}
+    if _plain(out) and not given:
         return out
     leaves: list = []
-    spec = _spec(out, leaves)
+    spec = _spec(out, leaves, given, fresh)
+    if given:
+        updates = [_spec(o, leaves, given, fresh) for o in given.values()]
+        spec = _Updates(spec, updates)
     with _lock:
         key = next(_keys)
         _specs[key] = spec

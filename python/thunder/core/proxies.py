@@ -102,6 +102,11 @@ def dispatch(func, args, kwargs):
         args, kwargs = st.fresh(args), st.fresh(kwargs)
     else:
         orig_first = args[0] if args else None
+    owner = getattr(func, "__self__", None)
+    if (getattr(func, "__name__", "") == "__get__" and type(owner).__name__ == "getset_descriptor" and args
+            and isinstance(args[0], _C.TensorProxy)):
+        # A property (x.shape) of a tensor the function updated in place, now its latest value.
+        return getattr(args[0], owner.__name__)
     special = _SPECIAL.get(func)
     if special is not None:
         out = special(*args, **kwargs)

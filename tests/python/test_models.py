@@ -299,13 +299,12 @@ def test_hugging_face_static_cache_decoding_matches_eager():
         assert_close(layer.keys, layer_ref.keys, "cached keys")
         assert_close(layer.values, layer_ref.values, "cached values")
     assert thunder.cache_misses(tm) == 2  # the prefill and one decoding step, replayed
-    # The caches are updated in place: on the GPU by the kernels computing the keys and values.
+    # The caches are updated in place; on the GPU the keys by the RoPE kernel that computes them
+    # (the values are a projection's output, which no kernel computes: their update stays a call).
     calls = [ln for ln in str(thunder.last_traces(tm)[-1]).splitlines() if ln.strip() and not ln.strip().startswith("#")]
     copies = [c for c in calls if "index_copy" in c]
-    if DEVICE == "cuda":
-        assert not copies, copies
-    else:
-        assert len(copies) == 2 * cfg.num_hidden_layers and all("Tensor.index_copy_(" in c for c in copies), copies
+    expected_copies = cfg.num_hidden_layers * (1 if DEVICE == "cuda" else 2)
+    assert len(copies) == expected_copies and all("Tensor.index_copy_(" in c for c in copies), copies
 
 
 def _diffusers_models():

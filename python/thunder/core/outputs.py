@@ -115,6 +115,8 @@ def given_objects(args, depth=0, seen=None) -> dict:
     seen = {} if seen is None else seen
     if depth > 6 or isinstance(args, (torch.Tensor, type, torch.nn.Module) + _CONSTANT_TYPES):
         return seen
+    if isinstance(args, (tuple, list, dict)) and len(args) > 1024:
+        return seen  # (a dataset's worth of items: no cache among them, and walking it would cost)
     if isinstance(args, (tuple, list)):
         for y in args:
             given_objects(y, depth + 1, seen)

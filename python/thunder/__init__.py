@@ -244,6 +244,7 @@ class ThunderFunction(_C.CompiledFunction):
         self.__doc__ = getattr(fn, "__doc__", None)
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
+        self._base_guard, self._state_guards = guard, []
         self._graphs = None
         if cudagraphs:
             # Weak references, as for the compile hook: the runner does not keep self alive.
@@ -264,7 +265,29 @@ class ThunderFunction(_C.CompiledFunction):
 
     def _compile(self, args, kwargs):
         trace, sources, closures = _trace(self._fn, args, kwargs, ())
+        _guard_updated_objects(self, self)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
+
+
+def _guard_updated_objects(owner, cfn) -> None:
+    """After a trace that set tensors on objects it was given, the kinds of those attributes join
+    the cache key (outputs.state_guard): the trace may have branched on them."""
+    updated = outputs.updated_objects()
+    if not updated:
+        return
+    owner._state_guards.append(outputs.state_guard(updated))
+    base, extra = owner._base_guard, tuple(owner._state_guards)
+
+    def guard():
+        values = base() if base is not None else ()
+        for g in extra:
+            values = values + g()
+        return values
+
+    cfn.set_guard(guard)
+    if owner._graphs is not None:
+        owner._graphs.guard = guard
+        owner._graphs.cache.set_guard(guard)
 
 
 def _sanitize(name: str) -> str:
@@ -281,6 +304,7 @@ class ThunderModule(pytorch.nn.Module):
         self._cfn = _C.CompiledFunction(_weak_hook(self._compile))
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
+        self._base_guard, self._state_guards = guard, []
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
                                         written=self._cfn.last_written_leaves) if cudagraphs else None)
@@ -371,6 +395,7 @@ class ThunderModule(pytorch.nn.Module):
                 functionalize.commit(fstate, f"assignment to {qual}", old, now)
 
         trace, sources, closures = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
+        _guard_updated_objects(self, self._cfn)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
@@ -109,6 +110,35 @@ class _Updates(_Spec):
         return out
 
 
+_tls = threading.local()
+
+
+def updated_objects() -> list:
+    """The objects the last trace prepared on this thread set tensors on, with those attributes."""
+    return getattr(_tls, "updated", [])
+
+
+def state_guard(updated):
+    """A guard reader for objects a trace set tensors on: the kinds their attributes hold. The
+    trace may have branched on them (a cache that creates its tensors when it holds none yet), so a
+    call finding them otherwise traces again instead of replaying that branch."""
+    refs = []
+    for obj, attrs in updated:
+        try:
+            refs.append((weakref.ref(obj), attrs))
+        except TypeError:  # (no weak references: the object stays with the guard)
+            refs.append(((lambda o: lambda: o)(obj), attrs))
+
+    def read():
+        out = []
+        for ref, attrs in refs:
+            obj = ref()
+            out.extend(type(getattr(obj, a, None)) if obj is not None else None for a in attrs)
+        return tuple(out)
+
+    return read
+
+
 def given_objects(args, depth=0, seen=None) -> dict:
     """The plain Python objects reachable from a call's arguments (through tuples, lists, dicts
     and attributes), by id: those a function may set tensors on, as a cache that fills itself."""
@@ -185,6 +215,7 @@ def prepare(out, given=None, fresh=None):
     the function was given (given_objects); those it set tensors on are updated on every call.
     `fresh`: a tensor's latest value (functionalize.TraceState.fresh)."""
     given = {k: o for k, o in (given or {}).items() if any(_contains_proxy(v) for v in vars(o).values())}
+    _tls.updated = [(o, tuple(k for k, v in vars(o).items() if _contains_proxy(v))) for o in given.values()]
     if _plain(out) and not given:
         return out
     leaves: list = []

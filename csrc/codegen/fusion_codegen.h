@@ -24,9 +24,11 @@ struct Geometry {
   static size_t outputStride(size_t rank, size_t inputs, size_t output, size_t dim) {
     return length(rank, inputs) + inputs + output * (rank + 1) + dim;
   }
+  static size_t length(size_t rank, size_t inputs, size_t outputs, bool indexed) {
+    return length(rank, inputs) + (indexed ? inputs + outputs * (rank + 1) : 0);
+  }
   static size_t length(const KernelProgram& p) {
-    size_t R = p.iterShape.size(), I = p.inputs.size();
-    return length(R, I) + (p.indexed() ? I + p.outputs.size() * (R + 1) : 0);
+    return length(p.iterShape.size(), p.inputs.size(), p.outputs.size(), p.indexed());
   }
 };
 

@@ -118,13 +118,15 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
   std::unordered_map<const TensorProxy*, size_t> producer;  // tensor -> call computing it
   for (size_t i = 0; i < calls.size(); ++i)
     for (const TensorPtr& t : calls[i].outputTensors()) producer.emplace(t.get(), i);
-  auto uses = [&](const TensorProxy* t, size_t except) {
-    size_t n = 0;
-    for (size_t i = 0; i < calls.size(); ++i)
-      if (i != except)
-        for (const TensorPtr& a : calls[i].inputTensors()) n += a.get() == t;
-    return n;
-  };
+  // How many calls read each tensor, the trace's output counting as one.
+  std::unordered_map<const TensorProxy*, size_t> readers;
+  for (const BoundSymbol& b : calls)
+    for (const TensorPtr& t : b.inputTensors()) ++readers[t.get()];
+  {
+    std::vector<TensorPtr> returned;
+    trace.output.collectTensors(returned);
+    for (const TensorPtr& t : returned) ++readers[t.get()];
+  }
   // Per fused call that takes updates: its program (lowered again from its prims) and arguments.
   struct Pending {
     codegen::KernelProgram prog;
@@ -181,10 +183,7 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
       it = pending.emplace(f, std::move(p)).first;
     }
     Pending& p = it->second;
-    bool keep = uses(x.get(), i) > 0;
-    std::vector<TensorPtr> returned;
-    trace.output.collectTensors(returned);
-    keep |= std::find(returned.begin(), returned.end(), x) != returned.end();
+    const bool keep = readers[x.get()] > 1;  // read by more than this update
     codegen::KernelProgram prog = p.prog;
     std::string whyNot;
     int64_t dim = u.args[1].toInt();

@@ -12,6 +12,25 @@ std::vector<TensorPtr> BoundSymbol::inputTensors() const {
   return out;
 }
 
+Value substitute(const Value& v, const TensorRenames& to) {
+  if (v.isTensor()) {
+    auto it = to.find(v.toTensor().get());
+    return it == to.end() ? v : Value(it->second);
+  }
+  if (!v.isSequence() && !v.isDict()) return v;
+  std::vector<Value> items;
+  items.reserve(v.items().size());
+  for (const Value& x : v.items()) items.push_back(substitute(x, to));
+  if (v.isTuple()) return Value::tuple(std::move(items));
+  if (v.isList()) return Value::list(std::move(items));
+  return Value::dict(v.keys(), std::move(items));
+}
+
+void substituteReads(BoundSymbol& b, const TensorRenames& to) {
+  for (Value& a : b.args) a = substitute(a, to);
+  for (BoundSymbol& s : b.subsymbols) substituteReads(s, to);
+}
+
 std::vector<TensorPtr> BoundSymbol::outputTensors() const {
   std::vector<TensorPtr> out;
   output.collectTensors(out);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -29,6 +30,13 @@ struct BoundSymbol {
   /// Tensor proxies made by this call.
   std::vector<TensorPtr> outputTensors() const;
 };
+
+/// Tensor proxies to replace, each by the proxy that stands for it.
+using TensorRenames = std::unordered_map<const TensorProxy*, TensorPtr>;
+/// v with every tensor in `to` replaced (through tuples, lists and dicts).
+Value substitute(const Value& v, const TensorRenames& to);
+/// Replaces the tensors b reads: its arguments and its decomposition's, recursively.
+void substituteReads(BoundSymbol& b, const TensorRenames& to);
 
 /// A straight-line program: named inputs, bound symbols, an output, and where it came from.
 struct Trace {

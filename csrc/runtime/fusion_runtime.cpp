@@ -682,6 +682,7 @@ struct CompiledRegion {
   Device device;
   std::vector<int> argOf;  // kernel input -> call argument
   std::vector<int> intoArg;  // output -> the call argument it is scattered into (-1: a new tensor)
+  bool indexed = false;      // prog.indexed(), asked at every launch
   std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
@@ -697,8 +698,8 @@ std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Ten
                               const std::vector<at::Tensor>& outs) {
   const KernelProgram& p = r.prog;
   size_t R = p.iterShape.size(), I = p.inputs.size();
-  std::vector<int64_t> g(codegen::Geometry::length(p), 0);
-  if (p.indexed()) {
+  std::vector<int64_t> g(codegen::Geometry::length(R, I, p.outputs.size(), r.indexed), 0);
+  if (r.indexed) {
     for (size_t k = 0; k < I; ++k)
       if (p.inputs[k].gathers()) g[codegen::Geometry::gatherStride(R, I, k)] = ins[k].stride(p.inputs[k].gatherDim);
     for (size_t j = 0; j < p.outputs.size(); ++j) {
@@ -888,7 +889,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
       }
       codegen::CudaVariant v;
-      v.vec = vec && (p.rowKernel() || !p.indexed()) ? w : 1;  // pointwise gathers, scatters: element-wise
+      v.vec = vec && (p.rowKernel() || !r.indexed) ? w : 1;  // pointwise gathers, scatters: element-wise
       unsigned blockX = 1, blockY = 1, gridX = 1, gridY = 1;
       int sms = deviceInfo(device).sms;
       std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
@@ -1030,6 +1031,7 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
     r->magic.push_back(shift);
   }
   r->vecWidth = codegen::cudaVecWidth(prog);
+  r->indexed = prog.indexed();
   for (const codegen::KInput& in : prog.inputs) {
     int idx = -1;
     for (size_t i = 0; i < inputs.size(); ++i)

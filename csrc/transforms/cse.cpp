@@ -8,8 +8,6 @@
 namespace thunder {
 namespace {
 
-using Renames = std::unordered_map<const TensorProxy*, TensorPtr>;
-
 /// A value as text that tells apart what computes differently: tensors by identity, numbers by
 /// kind and bits (0.0 and -0.0 differ, a NaN equals itself).
 void keyOf(const Value& v, std::string& out) {
@@ -51,23 +49,6 @@ void keyOf(const Value& v, std::string& out) {
   }
 }
 
-Value renamed(const Value& v, const Renames& renames) {
-  if (v.isTensor()) {
-    auto it = renames.find(v.toTensor().get());
-    return it == renames.end() ? v : Value(it->second);
-  }
-  if (!v.isSequence()) return v;
-  std::vector<Value> items;
-  items.reserve(v.items().size());
-  for (const Value& x : v.items()) items.push_back(renamed(x, renames));
-  return v.isTuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-}
-
-void rename(BoundSymbol& b, const Renames& renames) {
-  for (Value& a : b.args) a = renamed(a, renames);
-  for (BoundSymbol& s : b.subsymbols) rename(s, renames);
-}
-
 /// A call that only slices, broadcasts or converts: a view or a cheap copy.
 bool movesOnly(const BoundSymbol& b) {
   if (b.sym->isPrim()) return b.sym->hasTag(kShapeOp) || b.sym->name == "convert_element_type";
@@ -81,7 +62,7 @@ bool movesOnly(const BoundSymbol& b) {
 
 Trace cse(const Trace& trace) {
   Trace out = trace.emptyCopy();
-  Renames renames;
+  TensorRenames renames;
   // Values the trace reads, and what only slices, broadcasts or conversions make of them (a
   // rotary table's slice in float32): each use keeps its own copy, which the kernel reading it
   // computes for itself. Shared, they would be read as kernel inputs, made once for every layer.
@@ -90,7 +71,7 @@ Trace cse(const Trace& trace) {
   std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
-    if (!renames.empty()) rename(b, renames);
+    if (!renames.empty()) substituteReads(b, renames);
     const Symbol& s = *b.sym;
     std::vector<TensorPtr> outs = b.outputTensors();
     if (movesOnly(b)) {
@@ -124,7 +105,7 @@ Trace cse(const Trace& trace) {
     }
     for (size_t k = 0; k < outs.size(); ++k) renames.emplace(outs[k].get(), it->second[k]);
   }
-  out.output = renamed(trace.output, renames);
+  out.output = substitute(trace.output, renames);
   return out;
 }
 

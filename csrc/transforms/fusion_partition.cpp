@@ -401,25 +401,6 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
 
 namespace {
 
-/// Renames the tensors a call reads (its arguments and its decomposition's, recursively).
-void renameReads(BoundSymbol& b, const std::unordered_map<const TensorProxy*, TensorPtr>& to);
-
-Value renamed(const Value& v, const std::unordered_map<const TensorProxy*, TensorPtr>& to) {
-  if (v.isTensor()) {
-    auto it = to.find(v.toTensor().get());
-    return it == to.end() ? v : Value(it->second);
-  }
-  if (!v.isList() && !v.isTuple()) return v;
-  std::vector<Value> items;
-  for (const Value& x : v.items()) items.push_back(renamed(x, to));
-  return v.isList() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-}
-
-void renameReads(BoundSymbol& b, const std::unordered_map<const TensorProxy*, TensorPtr>& to) {
-  for (Value& a : b.args) a = renamed(a, to);
-  for (BoundSymbol& s : b.subsymbols) renameReads(s, to);
-}
-
 void renameOutput(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to) {
   if (b.output.isTensor() && b.output.toTensor().get() == from) b.output = Value(to);
   for (BoundSymbol& s : b.subsymbols) renameOutput(s, from, to);
@@ -452,19 +433,25 @@ std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bo
     return (n == "take" || n == "embedding") && b.output.isTensor() && b.outputTensors().size() == 1;
   };
   std::unordered_map<const TensorProxy*, size_t> gatherAt;  // output -> the gather computing it
-  for (size_t i = 0; i < trace.bsyms.size(); ++i)
-    if (isGather(trace.bsyms[i])) gatherAt[trace.bsyms[i].output.toTensor().get()] = i;
+  std::vector<bool> gatherCall(trace.bsyms.size(), false);
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    if (!isGather(trace.bsyms[i])) continue;
+    gatherCall[i] = true;
+    gatherAt[trace.bsyms[i].output.toTensor().get()] = i;
+  }
   if (gatherAt.empty()) return std::nullopt;
   // Per gather, its fusible readers and whether anything else reads it.
   std::unordered_map<size_t, std::vector<size_t>> fusibleReaders;
   std::unordered_set<size_t> otherReaders;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     std::unordered_set<size_t> seen;
+    std::optional<bool> fusibleReader;  // (asked once, of a call that reads a gather)
     for (const TensorPtr& t : trace.bsyms[i].inputTensors()) {
       auto g = gatherAt.find(t.get());
       if (g == gatherAt.end() || !seen.insert(g->second).second) continue;
       // (a gather reading another's result keeps reading the one it read)
-      if (fusibleCall(trace.bsyms[i]) && !isGather(trace.bsyms[i])) fusibleReaders[g->second].push_back(i);
+      if (!fusibleReader) fusibleReader = !gatherCall[i] && fusibleCall(trace.bsyms[i]);
+      if (*fusibleReader) fusibleReaders[g->second].push_back(i);
       else otherReaders.insert(g->second);
     }
   }
@@ -497,7 +484,7 @@ std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bo
       work.bsyms.push_back(b);
       continue;
     }
-    std::unordered_map<const TensorProxy*, TensorPtr> to;
+    TensorRenames to;
     for (size_t g : rd->second) {
       BoundSymbol copy = trace.bsyms[g];
       const TensorPtr orig = copy.output.toTensor();  // (a copy: renameOutput replaces it)
@@ -508,7 +495,7 @@ std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bo
       work.bsyms.push_back(std::move(copy));
     }
     BoundSymbol reader = b;
-    renameReads(reader, to);
+    substituteReads(reader, to);
     work.bsyms.push_back(std::move(reader));
   }
   return work;

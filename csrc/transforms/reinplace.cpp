@@ -9,22 +9,6 @@ namespace {
 
 using TensorSet = std::unordered_set<const TensorProxy*>;
 
-/// v with every tensor in `to` replaced by its image.
-Value substitute(const Value& v, const std::unordered_map<const TensorProxy*, TensorPtr>& to) {
-  if (v.isTensor()) {
-    auto it = to.find(v.toTensor().get());
-    return it == to.end() ? v : Value(it->second);
-  }
-  if (v.isSequence() || v.isDict()) {
-    std::vector<Value> items;
-    for (const Value& x : v.items()) items.push_back(substitute(x, to));
-    if (v.isTuple()) return Value::tuple(std::move(items));
-    if (v.isList()) return Value::list(std::move(items));
-    return Value::dict(v.keys(), std::move(items));
-  }
-  return v;
-}
-
 bool isCopyBack(const BoundSymbol& b) {
   // prims.copy_ itself, or an executor's call of it (torchex.copy_).
   if (b.sym->id() == "prims.copy_") return true;

@@ -187,7 +187,8 @@ def mutated_input_names() -> set:
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):
-    """Calls fn on proxies; returns (computation trace, input sources, closure tensors)."""
+    """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
+    objects the call set tensors on: outputs.updated)."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
     sources = []
@@ -215,10 +216,11 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                     on_exit(state)
             out = state.fresh(out)
             _write_back(state)
-        trace.set_output(outputs.prepare(out, given, state.fresh))
+        updated = outputs.updated(given)
+        trace.set_output(outputs.prepare(out, updated, state.fresh))
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
-    return trace, sources, closures
+    return trace, sources, closures, updated
 
 
 def _weak_hook(method):
@@ -264,15 +266,14 @@ class ThunderFunction(_C.CompiledFunction):
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
-        trace, sources, closures = _trace(self._fn, args, kwargs, ())
-        _guard_updated_objects(self, self)
+        trace, sources, closures, updated = _trace(self._fn, args, kwargs, ())
+        _guard_updated_objects(self, self, updated)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 
-def _guard_updated_objects(owner, cfn) -> None:
-    """After a trace that set tensors on objects it was given, the kinds of those attributes join
-    the cache key (outputs.state_guard): the trace may have branched on them."""
-    updated = outputs.updated_objects()
+def _guard_updated_objects(owner, cfn, updated) -> None:
+    """After a trace that set tensors on objects it was given (outputs.updated), the kinds of those
+    attributes join the cache key (outputs.state_guard): the trace may have branched on them."""
     if not updated:
         return
     owner._state_guards.append(outputs.state_guard(updated))
@@ -394,8 +395,8 @@ class ThunderModule(pytorch.nn.Module):
                     )
                 functionalize.commit(fstate, f"assignment to {qual}", old, now)
 
-        trace, sources, closures = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
-        _guard_updated_objects(self, self._cfn)
+        trace, sources, closures, updated = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
+        _guard_updated_objects(self, self._cfn, updated)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 

@@ -110,14 +110,6 @@ class _Updates(_Spec):
         return out
 
 
-_tls = threading.local()
-
-
-def updated_objects() -> list:
-    """The objects the last trace prepared on this thread set tensors on, with those attributes."""
-    return getattr(_tls, "updated", [])
-
-
 def state_guard(updated):
     """A guard reader for objects a trace set tensors on: the kinds their attributes hold. The
     trace may have branched on them (a cache that creates its tensors when it holds none yet), so a
@@ -209,20 +201,29 @@ def _plain(x) -> bool:
     return False
 
 
-def prepare(out, given=None, fresh=None):
+def updated(given) -> list:
+    """Of the objects a call was given (given_objects), those a trace set tensors on, each with
+    the names of those attributes (for state_guard)."""
+    out = []
+    for o in given.values():
+        attrs = tuple(k for k, v in vars(o).items() if _contains_proxy(v))
+        if attrs:
+            out.append((o, attrs))
+    return out
+
+
+def prepare(out, updated=(), fresh=None):
     """The value a trace returns for `out`: out itself when the trace can hold it, else
-    (MARK, key, tensors) with the spec that rebuilds out stored under key. `given`: the objects
-    the function was given (given_objects); those it set tensors on are updated on every call.
+    (MARK, key, tensors) with the spec that rebuilds out stored under key. `updated`: the objects
+    the call was given and set tensors on (outputs.updated), updated in place on every call.
     `fresh`: a tensor's latest value (functionalize.TraceState.fresh)."""
-    given = {k: o for k, o in (given or {}).items() if any(_contains_proxy(v) for v in vars(o).values())}
-    _tls.updated = [(o, tuple(k for k, v in vars(o).items() if _contains_proxy(v))) for o in given.values()]
-    if _plain(out) and not given:
+    if _plain(out) and not updated:
         return out
+    given = {id(o): o for o, _ in updated}
     leaves: list = []
     spec = _spec(out, leaves, given, fresh)
     if given:
-        updates = [_spec(o, leaves, given, fresh) for o in given.values()]
-        spec = _Updates(spec, updates)
+        spec = _Updates(spec, [_spec(o, leaves, given, fresh) for o in given.values()])
     with _lock:
         key = next(_keys)
         _specs[key] = spec

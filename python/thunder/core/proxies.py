@@ -102,11 +102,6 @@ def dispatch(func, args, kwargs):
         args, kwargs = st.fresh(args), st.fresh(kwargs)
     else:
         orig_first = args[0] if args else None
-    owner = getattr(func, "__self__", None)
-    if (getattr(func, "__name__", "") == "__get__" and type(owner).__name__ == "getset_descriptor" and args
-            and isinstance(args[0], _C.TensorProxy)):
-        # A property (x.shape) of a tensor the function updated in place, now its latest value.
-        return getattr(args[0], owner.__name__)
     special = _SPECIAL.get(func)
     if special is not None:
         out = special(*args, **kwargs)
@@ -123,6 +118,11 @@ def dispatch(func, args, kwargs):
         args = (args[0], _index_lists_as_tensors(args[0], args[1]))
     entry = _TORCH_MAP.get(func)
     if entry is None:
+        owner = getattr(func, "__self__", None)
+        if (type(owner).__name__ == "getset_descriptor" and getattr(func, "__name__", "") == "__get__" and args
+                and isinstance(args[0], _C.TensorProxy)):
+            # A property (x.shape) of a tensor the function updated in place, now its latest value.
+            return getattr(args[0], owner.__name__)
         if not _has_proxy(args) and not _has_proxy(kwargs):
             # Only real tensors and constants: run it as PyTorch would (e.g. a property of a
             # tensor the function closes over).

@@ -69,7 +69,7 @@ class _GradFunction:
     def _compile(self, args, kwargs):
         import thunder
 
-        trace, sources, closures = thunder._trace(self._fn, args, kwargs, ())
+        trace, sources, closures, _ = thunder._trace(self._fn, args, kwargs, ())
         num_args = sum(1 for s in sources if s >= 0)
         traces = _C.run_grad_pipeline(trace, self._executors, num_args, thunder._VERIFY)
         thunder._dump(traces)

@@ -630,14 +630,14 @@ void registerConversions() {
   def("to", "a, device=None, dtype=None, non_blocking=False, copy=False", {"torch.Tensor.to"},
       [](const Args& a) {
         const TensorProxy& t = T(a[0], "to");
-        if (!a[1].isNone()) {
-          Device d = a[1].toDevice();
-          THUNDER_CHECK_KIND(d == t.device, ErrorKind::NotImplemented, "ltorch.to: moving ", t.name,
-                             " from ", t.device.str(), " to ", d.str(),
-                             " inside a jitted function is not supported yet");
-        }
-        if (a[2].isNone()) return a[0];
-        return clang::maybeConvert(a[0], a[2].toDType());
+        Value r = a[0];
+        // Converted on the side where it is smaller, as a cast on the source's device first
+        // would move the wider values.
+        bool castFirst = !a[2].isNone() && dtypeItemSize(a[2].toDType()) < dtypeItemSize(t.dtype);
+        if (castFirst) r = clang::maybeConvert(r, a[2].toDType());
+        if (!a[1].isNone() && a[1].toDevice() != t.device) r = prims::device_put(r, a[1].toDevice());
+        if (!a[2].isNone() && !castFirst) r = clang::maybeConvert(r, a[2].toDType());
+        return r;
       });
   def("type_as", "a, other", {"torch.Tensor.type_as"}, [](const Args& a) {
     return clang::maybeConvert(a[0], T(a[1], "type_as", "other").dtype);

@@ -148,6 +148,13 @@ Value meta_convert_element_type(const std::vector<Value>& args) {
   return laidOut(newTensor(a.shape, args[1].toDType(), a.device), {&args[0]});
 }
 
+Value meta_device_put(const std::vector<Value>& args) {
+  const TensorProxy& a = tensorArg(args[0], "device_put", "a");
+  THUNDER_CHECK_KIND(args[1].isDevice(), ErrorKind::Type, "prims.device_put: expected 'device' to be a device, but got ",
+                     describe(args[1]));
+  return laidOut(newTensor(a.shape, a.dtype, args[1].toDevice()), {&args[0]});
+}
+
 Value meta_full(const std::vector<Value>& args) {
   Shape shape = args[0].toInts();
   checkValidShape(shape, "prims.full");
@@ -941,6 +948,7 @@ Value where(const Value& pred, const Value& a, const Value& b) {
 Value convert_element_type(const Value& a, DType dtype) {
   return call(symbol(PrimId::convert_element_type), {a, dtype});
 }
+Value device_put(const Value& a, Device device) { return call(symbol(PrimId::device_put), {a, device}); }
 Value full(const Shape& shape, const Value& fill, Device device, DType dtype) {
   return call(symbol(PrimId::full), {Value::ints(shape), fill, device, dtype});
 }

@@ -41,6 +41,8 @@ const Symbol& delSymbol();
 
 Value where(const Value& pred, const Value& a, const Value& b);
 Value convert_element_type(const Value& a, DType dtype);
+/// a's values on `device` (Tensor.to(device)).
+Value device_put(const Value& a, Device device);
 Value full(const Shape& shape, const Value& fill, Device device, DType dtype);
 Value iota(int64_t length, int64_t start, int64_t step, Device device, DType dtype);
 Value uniform(const Shape& shape, const Value& minval, const Value& maxval, Device device,

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -60,6 +61,8 @@ thread_local std::vector<Capture*> tlsCaptures;
 Device fromAtenDevice(const c10::Device& d) {
   if (d.is_cuda()) return {DeviceType::CUDA, d.has_index() ? d.index() : 0};
   if (d.is_meta()) return {DeviceType::Meta, 0};
+  THUNDER_CHECK_KIND(d.is_cpu(), ErrorKind::NotImplemented, "thunder supports the cpu, cuda and meta devices, not '",
+                     d.str(), "'");
   return {DeviceType::CPU, 0};
 }
 
@@ -392,6 +395,18 @@ class CompiledFunction {
     for (size_t k = 0; k < t.inputs.size() && k < last_->sources.size(); ++k)
       if (written.count(t.inputs[k].get()) && last_->sources[k] >= 0) leaves.push_back(last_->sources[k]);
     return leaves;
+  }
+  /// The devices ("cpu", "cuda:0", ...) of the tensors the last call's program reads and makes,
+  /// sorted: a program on one CUDA device can be recorded into a CUDA graph; one that moves
+  /// tensors to the host or computes there cannot.
+  std::vector<std::string> lastDevices() const {
+    std::set<std::string> devices;
+    if (!last_) return {};
+    const Trace& t = *last_->traces.front();
+    for (const TensorPtr& in : t.inputs) devices.insert(in->device.str());
+    for (const BoundSymbol& b : t.bsyms)
+      for (const TensorPtr& o : b.outputTensors()) devices.insert(o->device.str());
+    return {devices.begin(), devices.end()};
   }
   /// The training plan of the last call (thunder._C.TrainingPlan), or None.
   py::object lastTrainingPlan() const {
@@ -847,6 +862,8 @@ PYBIND11_MODULE(_C, m) {
       .def("last_training_plan", &CompiledFunction::lastTrainingPlan)
       .def("last_written_leaves", &CompiledFunction::lastWrittenLeaves,
            "Positions of the (args, kwargs) leaves the last call's program updates in place.")
+      .def("last_devices", &CompiledFunction::lastDevices,
+           "The devices of the tensors the last call's program reads and makes, sorted.")
       .def_property_readonly("cache_size", &CompiledFunction::cacheSize)
       .def_property_readonly("cache_evictions", &CompiledFunction::evictions)
       .def_property("cache_limit", &CompiledFunction::cacheLimit, &CompiledFunction::setCacheLimit)

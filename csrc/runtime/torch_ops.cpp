@@ -381,6 +381,8 @@ void registerPrimKernels() {
   });
   impl("prims.convert_element_type", "torchex", "convert_element_type",
        [](K& a) -> c10::IValue { return a.t(0).to(*a.dtype(1)); });
+  impl("prims.device_put", "torchex", "device_put",
+       [](K& a) -> c10::IValue { return a.t(0).to(a.outDevice); });
   impl("prims.full", "torchex", "full", [](K& a) -> c10::IValue { return fullTensor(a); });
   impl("prims.iota", "torchex", "iota", [](K& a) -> c10::IValue {
     int64_t n = a.i(0), start = a.i(1), step = a.i(2);
@@ -596,7 +598,7 @@ void registerLTorchKernels() {
   impl("ltorch.mish", F, "mish", [](K& a) -> c10::IValue { return at::mish(a.t(0)); });
 
   // Conversions.
-  impl("ltorch.to", "Tensor", "to", [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });
+  impl("ltorch.to", "Tensor", "to", [](K& a) -> c10::IValue { return a.t(0).to(a.outDevice, a.outDType); });
   impl("ltorch.type_as", "Tensor", "type_as", [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });
   for (const char* n : {"float", "double", "half", "bfloat16", "int", "long", "bool"})
     impl(std::string("ltorch.") + n, "Tensor", n, [](K& a) -> c10::IValue { return a.t(0).to(a.outDType); });

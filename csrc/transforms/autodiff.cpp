@@ -623,7 +623,7 @@ Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& un
           "ltorch.transpose", "ltorch.to", "ltorch.squeeze", "ltorch.unsqueeze", "ltorch.flip",
           "ltorch.view", "ltorch.contiguous", "ltorch.clone", "ltorch.real", "ltorch.conj",
           "prims.neg", "prims.sum", "prims.reshape", "prims.broadcast_in_dim", "prims.transpose",
-          "prims.squeeze", "prims.convert_element_type", "prims.flip", "prims.real",
+          "prims.squeeze", "prims.convert_element_type", "prims.device_put", "prims.flip", "prims.real",
           "prims.slice", "ltorch.getitem", "ltorch.narrow", "ltorch.select", "ltorch.movedim"};
       // Linear in each operand: zero when one is zero and the other no gradient.
       static const std::unordered_set<std::string> bilinear = {

@@ -252,6 +252,9 @@ void registerShapeRules() {
     putGrad(a[1], op("where", {a[0], g, 0.0}));
     putGrad(a[2], op("where", {a[0], 0.0, g}));
   });
+  rule(sym(PrimId::device_put), [](const Args& a, X, X g) {
+    putGrad(a[0], prims::device_put(g, a[0].tensor().device));
+  });
   rule(sym(PrimId::convert_element_type), [](const Args& a, X, X g) {
     DType from = a[0].tensor().dtype;
     if (!isFloating(from) && !isComplex(from)) return;

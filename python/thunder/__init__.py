@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import weakref
@@ -251,7 +252,9 @@ class ThunderFunction(_C.CompiledFunction):
         if cudagraphs:
             # Weak references, as for the compile hook: the runner does not keep self alive.
             call, written = weakref.WeakMethod(self._call_compiled), weakref.WeakMethod(self.last_written_leaves)
-            self._graphs = CUDAGraphRunner(lambda *a, **k: call()(*a, **k), guard=guard, written=lambda: written()())
+            devices = weakref.WeakMethod(self.last_devices)
+            self._graphs = CUDAGraphRunner(lambda *a, **k: call()(*a, **k), guard=guard, written=lambda: written()(),
+                                           devices=lambda: devices()())
 
     @property
     def _cfn(self):
@@ -308,7 +311,8 @@ class ThunderModule(pytorch.nn.Module):
         self._base_guard, self._state_guards = guard, []
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
-                                        written=self._cfn.last_written_leaves) if cudagraphs else None)
+                                        written=self._cfn.last_written_leaves, devices=self._cfn.last_devices)
+                        if cudagraphs else None)
         self._slots = self._collect_slots()
 
     def _collect_slots(self):
@@ -322,6 +326,23 @@ class ThunderModule(pytorch.nn.Module):
 
     def _state(self):
         return tuple(getattr(m, kind)[n] for m, kind, n, _ in self._slots)
+
+    def __deepcopy__(self, memo):
+        # A copy of the original module, jitted alike (compiled again on its first call).
+        return ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
+
+    def __getattr__(self, name):
+        # What the wrapper lacks is the original module's (its config, a submodule, a parameter,
+        # a method), as torch.compile's wrapper answers. A method runs as written: one that calls
+        # the module (transformers' generate) calls the original; jit its forward instead
+        # (`model.forward = thunder.jit(model.forward)`) to compile what it calls.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            model = self.__dict__["_modules"].get("_model")
+            if model is None or name == "_model":
+                raise
+            return getattr(model, name)
 
     def forward(self, *args, **kwargs):
         if self._graphs is not None:

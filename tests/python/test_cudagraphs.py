@@ -273,6 +273,24 @@ def test_fake_graphs_output_is_the_graph_buffer():
     torch.testing.assert_close(outs[4], _chain(x, y))
 
 
+def test_fake_graphs_program_on_another_device_runs_without_graph():
+    # A program that moves a tensor off the graph's device (here the stand-in's CPU to meta, as
+    # x.cpu() leaves CUDA) cannot be recorded: every call runs the program, none is captured.
+    def f(x):
+        return x * 2, x.to("meta")
+
+    jf = _fake_graphs(thunder.jit(f), f)
+    jf._graphs.devices = jf.last_devices
+    for _ in range(5):
+        x = torch.randn(3)
+        out, moved = jf(x)
+        torch.testing.assert_close(out, x * 2)
+        assert moved.device.type == "meta"
+    assert jf.last_devices() == ["cpu", "meta"]
+    (g,) = jf._graphs.graphs.values()
+    assert g.plain and g.graph is None and len(jf._graphs.cache) == 0
+
+
 def test_fake_graphs_new_shape_captures_again():
     jf = _fake_graphs(thunder.jit(_chain), _chain)
     for shape in [(4, 3), (4, 3), (4, 3), (4, 3), (2, 5), (2, 5), (2, 5), (2, 5), (4, 3)]:

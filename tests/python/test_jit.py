@@ -1,5 +1,6 @@
 """thunder.jit's front end: calling conventions, modules, the cache, printed traces, errors."""
 
+import copy
 import re
 
 import pytest
@@ -59,6 +60,35 @@ def test_cache_hit_does_not_retrace_and_new_metadata_misses():
     with torch.no_grad():  # grad mode is part of the key
         jf(a, b)
     assert thunder.cache_misses(jf) == 4
+
+
+def test_jitted_module_answers_for_the_original():
+    # Attributes the wrapper lacks are the original module's: its config, submodules, parameters
+    # and methods; a missing one raises AttributeError (hasattr works).
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    m.config = {"hidden": 4}
+    tm = thunder.jit(m)
+    assert tm.config == {"hidden": 4}
+    assert getattr(tm, "0") is m[0] and tm.get_submodule("_model.0").weight is m[0].weight
+    assert tm.training and tm.extra_repr() == ""
+    assert not hasattr(tm, "no_such_attribute")
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        tm.no_such_attribute
+
+
+def test_deepcopy_of_a_jitted_module_is_a_jitted_copy():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())
+    tm = thunder.jit(m)
+    x = torch.randn(2, 3)
+    tm(x)
+    tc = copy.deepcopy(tm)
+    assert isinstance(tc, thunder.ThunderModule) and tc._model[0].weight is not m[0].weight
+    torch.testing.assert_close(tc(x), m(x))
+    with torch.no_grad():
+        tc._model[0].weight.add_(1.0)  # the copy's parameters are its own
+    torch.testing.assert_close(tm(x), m(x))
+    assert not torch.allclose(tc(x), m(x))
 
 
 def test_module_parameters_and_buffers_are_inputs():

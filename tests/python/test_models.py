@@ -276,11 +276,8 @@ def test_hugging_face_static_cache_decoding_matches_eager():
     tm = thunder.jit(model)
     cache = transformers.StaticCache(config=cfg, max_cache_len=32)
     cache_ref = transformers.StaticCache(config=cfg, max_cache_len=32)
-    for layer in cache.layers:
-        # Its position counter starts on the CPU and moves to the keys' device on first use:
-        # a move between devices inside a jitted function is not supported (a NotImplementedError
-        # that says so), so on the GPU it starts there.
-        layer.cumulative_length = layer.cumulative_length.to(DEVICE)
+    # Its position counters start on the CPU and move to the keys' device on use: on the GPU a
+    # move between devices inside the traced program (prims.device_put).
     ids = _tokens(cfg.vocab_size, (1, 5))
     with torch.no_grad():
         pos = torch.arange(5, device=DEVICE)

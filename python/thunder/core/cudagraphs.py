@@ -14,8 +14,9 @@ tensor in their place (a different address) captures again. Outputs are the grap
 and are overwritten by the next replay, as with torch.compile's "reduce-overhead": clone what you
 keep. An input the program updates in place (other than a stable one) is updated in the graph's
 buffer and copied back into the caller's tensor after each replay, so the caller sees the update
-as in eager. Calls that need autograd (an input requires grad while grad mode is on), and calls
-with CPU tensors, run without graphs. The signature also holds grad and autocast modes and the
+as in eager. Calls that need autograd (an input requires grad while grad mode is on), calls
+with CPU tensors, and programs that move tensors to the host or compute there run without
+graphs. The signature also holds grad and autocast modes and the
 values the jitted function's guard reads (thunder/core/guards.py), so a changed global or a
 module's `training` flag captures again instead of replaying a stale program.
 
@@ -102,10 +103,14 @@ class _Graph:
     def __init__(self):
         self.calls = 0
         self.graph = None
+        self.plain = False
         # Whether a warm-up call drew random numbers from the default generator (unknown: True).
         self.draws = False
 
     def __call__(self, runner, key, leaves, unflatten, stable_at):
+        if self.plain:
+            args, kwargs = unflatten(leaves)
+            return runner.fn(*args, **kwargs)
         if self.calls < WARMUP_CALLS:
             self.calls += 1
             rng_offset = getattr(runner.backend, "rng_offset", None)
@@ -118,6 +123,10 @@ class _Graph:
             # every replay copies back (stable tensors are updated where they are).
             written = runner.written_leaves(args, kwargs)
             self.write_back = [i for i, x in enumerate(leaves) if id(x) in written and i not in stable_at]
+            # A program that moves tensors to the host or computes there (x.cpu(), a CPU buffer
+            # made inside) cannot be recorded: its calls run without a graph.
+            devices = runner.devices() if runner.devices is not None else ()
+            self.plain = any(not d.startswith(runner.backend.device) for d in devices)
             return out
         if self.graph is None:
             # Inputs copied on every call get buffers of their own; stable tensors are used in place.
@@ -151,8 +160,10 @@ class CUDAGraphRunner:
     it through `runner.cache` (the C++ per-call path); `runner.cache.fast = False` keys every
     call here instead (the path before the C++ one, kept for comparison)."""
 
-    def __init__(self, fn, stable_first: bool = False, guard=None, backend=CUDABackend, written=None):
+    def __init__(self, fn, stable_first: bool = False, guard=None, backend=CUDABackend, written=None, devices=None):
         self.fn = fn
+        # () -> the devices the last call of fn computed on (CompiledFunction.last_devices).
+        self.devices = devices
         # () -> positions of the (args, kwargs) leaves (thunder._C.tree_flatten's order) that the
         # last call of fn updated in place (CompiledFunction.last_written_leaves).
         self.written = written

@@ -656,7 +656,24 @@ def _to(self, *args, **kwargs):
             device = a
         elif a is not None and not isinstance(a, bool):
             raise TypeError(f"Tensor.to: unexpected argument {a!r}")
-    return _METHODS["to"][0](self, device, dtype)
+    return _METHODS["to"][0](self, _concrete_device(device), dtype)
+
+
+def _concrete_device(device):
+    """A device as eager resolves it: "cuda" (or an int) is the current CUDA device."""
+    if device is None or isinstance(device, devices.Device):
+        return device
+    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def _cuda(self, device=None, non_blocking=False, memory_format=None):
+    """Tensor.cuda(device=None): a copy on that CUDA device (the current one by default)."""
+    if device is None:
+        device = "cuda"
+    return _to(self, _concrete_device(device))
 
 
 def _unsupported(what):
@@ -742,6 +759,8 @@ _SPECIAL = {
     torch.Tensor.numel: lambda self: self.numel(),
     torch.numel: lambda self: self.numel(),
     torch.Tensor.to: _to,
+    torch.Tensor.cpu: lambda self, memory_format=None: _to(self, "cpu"),
+    torch.Tensor.cuda: _cuda,
     torch.Tensor.contiguous: _contiguous,
     torch.Tensor.where: _where,
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
 import os
 import threading
+import types
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -90,17 +92,20 @@ class _CompilingFlag:
     paths proxies can follow:
     - TorchScript functions (`@torch.jit.script`, as DeBERTa's helpers) called with proxies run
       their Python source, traced like the rest of the program;
-    - torch.is_tensor(proxy) is True, as for the tensor it stands for (diffusers' UNets test their
-      timestep with it); isinstance(proxy, torch.Tensor) stays False: torch.Tensor's metaclass
-      cannot be patched;
     - torch's associative_scan (a higher-order op for torch.compile, which Mamba takes when
-      is_compiling() is True) runs as a log-depth scan of proxies."""
+      is_compiling() is True) runs as a log-depth scan of proxies;
+    - isinstance(proxy, torch.Tensor) (and torch.is_tensor) is True in the user's program, as for
+      the tensor the proxy stands for: library code branches on it (transformers returns a 4D
+      attention mask it was given as it is only when it is a torch.Tensor; diffusers' UNets test
+      their timestep). Python's builtin is replaced, which Python code calls; C code's checks
+      (PyObject_IsInstance, torch's THPVariable_Check) are left alone: they would take a proxy
+      for the tensor object it is not. torch.Tensor's metaclass cannot be patched."""
 
     def __enter__(self):
         import importlib
 
         c = pytorch.compiler
-        patches = [(c, "is_compiling", _always_compiling), (pytorch, "is_tensor", _is_tensor_or_proxy)]
+        patches = [(c, "is_compiling", _always_compiling), (builtins, "isinstance", _isinstance_for_proxies)]
         if hasattr(c, "_is_compiling_flag"):
             patches.append((c, "_is_compiling_flag", True))
         script = getattr(pytorch.jit, "ScriptFunction", None)
@@ -121,6 +126,24 @@ class _CompilingFlag:
         for owner, name, value in reversed(self._old):
             setattr(owner, name, value)
         return False
+
+
+_builtin_isinstance = builtins.isinstance
+
+
+def _names_tensor(classinfo) -> bool:
+    """Whether isinstance's classinfo names torch.Tensor itself (a tuple or union including it)."""
+    if classinfo is pytorch.Tensor:
+        return True
+    if type(classinfo) is tuple or _builtin_isinstance(classinfo, types.UnionType):
+        return any(_names_tensor(c) for c in getattr(classinfo, "__args__", classinfo))
+    return False
+
+
+def _isinstance_for_proxies(obj, classinfo):
+    if type(obj) is _C.TensorProxy and _names_tensor(classinfo) and functionalize.user_code():
+        return True
+    return _builtin_isinstance(obj, classinfo)
 
 
 def _associative_scan_for(original):
@@ -147,10 +170,6 @@ def _associative_scan_for(original):
         return pytree.tree_unflatten(leaves, spec)
 
     return associative_scan
-
-
-def _is_tensor_or_proxy(obj) -> bool:
-    return isinstance(obj, (pytorch.Tensor, _C.TensorProxy))
 
 
 def _script_call_for(original):

@@ -312,8 +312,28 @@ def test_torch_is_tensor_is_true_for_traced_tensors():
 
     x = torch.randn(2)
     torch.testing.assert_close(thunder.jit(f)(x, torch.tensor([3.0])), f(x, torch.tensor([3.0])))
-    assert torch.is_tensor(x) and not torch.is_tensor(3)  # the trace's patch is undone
-    assert torch.is_tensor.__name__ == "is_tensor"
+    assert torch.is_tensor(x) and not torch.is_tensor(3)
+
+
+def test_traced_tensors_are_instances_of_torch_tensor():
+    # Library code branches on isinstance(x, torch.Tensor) (transformers returns a prepared 4D
+    # attention mask as it is only then): a proxy answers as the tensor it stands for, alone, in a
+    # tuple or a union, and is no Parameter; its type stays thunder's, and the builtin is restored.
+    seen, kinds = [], []
+
+    def f(x, mask, n):
+        kinds.append(type(x).__name__)
+        seen.append((isinstance(x, torch.Tensor), isinstance(mask, (list, torch.Tensor)), isinstance(x, torch.Tensor | None),
+                     torch.is_tensor(x), isinstance(x, torch.nn.Parameter), isinstance(n, torch.Tensor)))
+        y = x * 2
+        if isinstance(mask, torch.Tensor) and mask.ndim == 2:
+            return y.masked_fill(mask, 0.0)
+        return y
+
+    x, mask = torch.randn(3, 4), torch.rand(3, 4) > 0.5
+    torch.testing.assert_close(thunder.jit(f)(x, mask, 3), f(x, mask, 3))
+    assert seen[0] == (True, True, True, True, False, False) and kinds == ["TensorProxy", "Tensor"]
+    assert isinstance.__module__ == "builtins" and isinstance.__name__ == "isinstance"
 
 
 def test_axis_is_an_alias_of_dim():

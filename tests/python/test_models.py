@@ -304,6 +304,37 @@ def test_hugging_face_static_cache_decoding_matches_eager():
     assert len(copies) == expected_copies and all("Tensor.index_copy_(" in c for c in copies), copies
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_hugging_face_generate_with_jitted_forward_matches_eager(name):
+    # The way transformers' documentation compiles generation: the forward jitted in place, a
+    # static cache so that decoding steps keep their shapes. Prefill and decoding trace once
+    # each, replayed for every later token. Before, Llama's decoding steps failed: the 4D mask
+    # generate prepares was not seen as a torch.Tensor and was built again from it.
+    pytest.importorskip("transformers")
+    model, ref = _pair(_hf_models()[name])
+    model.eval(), ref.eval()
+    model.forward = thunder.jit(model.forward)
+    ids = _tokens(model.config.vocab_size, (1, 6))
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation="static")
+        expected = ref.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert torch.equal(out, expected)
+    assert thunder.cache_misses(model.forward) == 2
+
+
+def test_jitted_module_generates_through_the_original():
+    # thunder.jit(model).generate: an attribute of the original module (its forward runs eagerly
+    # there, as with torch.compile's wrapper).
+    pytest.importorskip("transformers")
+    model, ref = _pair(_hf_models()["llama"])
+    tm = thunder.jit(model.eval())
+    ids = _tokens(model.config.vocab_size, (1, 5))
+    with torch.no_grad():
+        assert torch.equal(tm.generate(ids, max_new_tokens=4, do_sample=False),
+                           ref.eval().generate(ids, max_new_tokens=4, do_sample=False))
+    assert tm.config is model.config
+
+
 def _diffusers_models():
     diffusers = pytest.importorskip("diffusers")
     g = torch.Generator().manual_seed(11)

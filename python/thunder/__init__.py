@@ -130,6 +130,28 @@ class _CompilingFlag:
 
 _builtin_isinstance = builtins.isinstance
 
+# A jitted function called in a program torch.compile traces (transformers compiles the forward
+# it decodes with when the cache is static) runs as it is: dynamo does not trace thunder's
+# tracing. The reference is taken here: while thunder traces, torch.compiler.is_compiling is
+# replaced (_CompilingFlag) and answers True.
+_dynamo_compiling = pytorch.compiler.is_compiling
+
+
+_opaque = None
+
+
+def _opaque_to_dynamo(call, *args, **kwargs):
+    # torch.compiler.disable imports dynamo (a second at `import thunder`): made on first use,
+    # when dynamo is running.
+    global _opaque
+    if _opaque is None:
+        _opaque = pytorch.compiler.disable(_call_through)
+    return _opaque(call, *args, **kwargs)
+
+
+def _call_through(call, *args, **kwargs):
+    return call(*args, **kwargs)
+
 
 def _names_tensor(classinfo) -> bool:
     """Whether isinstance's classinfo names torch.Tensor itself (a tuple or union including it)."""
@@ -280,6 +302,13 @@ class ThunderFunction(_C.CompiledFunction):
         return self
 
     def __call__(self, *args, **kwargs):
+        if _dynamo_compiling():
+            return _opaque_to_dynamo(self._call, *args, **kwargs)
+        if self._graphs is not None:
+            return self._graphs.cache(*args, **kwargs)
+        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
+
+    def _call(self, *args, **kwargs):
         if self._graphs is not None:
             return self._graphs.cache(*args, **kwargs)
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
@@ -364,6 +393,11 @@ class ThunderModule(pytorch.nn.Module):
             return getattr(model, name)
 
     def forward(self, *args, **kwargs):
+        if _dynamo_compiling():
+            return _opaque_to_dynamo(self._forward, *args, **kwargs)
+        return self._forward(*args, **kwargs)
+
+    def _forward(self, *args, **kwargs):
         if self._graphs is not None:
             return self._graphs.cache(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))

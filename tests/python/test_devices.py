@@ -89,7 +89,7 @@ def _grads(fn, *args):
         ("cuda_method", lambda x, y: x.cuda().tanh() * y, ("cpu", "cuda")),
         ("to_with_dtype", lambda x, y: x.to("cuda", torch.bfloat16).float() + y, ("cpu", "cuda")),
         ("to_other", lambda x, y: x.to(y) + y, ("cpu", "cuda")),
-        ("both_returned", lambda x, y: (x.cpu(), x * 2), ("cuda", "cpu")),
+        ("both_returned", lambda x, y: (x.cpu() * y, x * 2), ("cuda", "cpu")),
     ],
 )
 def test_moves_between_cpu_and_cuda_match_eager_with_gradients(name, fn, devices):

@@ -431,3 +431,16 @@ def test_cse_in_the_backward_removes_duplicate_fusion_outputs():
     # No prim is computed twice from the same arguments anywhere in the backward (fusions included).
     calls = re.findall(r"# t\w+ = (prims\.\w+\(.*?\))  #", str(thunder.last_backward_traces(jf)[-1]))
     assert calls and len(calls) == len(set(calls)), [c for c in calls if calls.count(c) > 1]
+
+
+def test_jitted_callables_run_as_they_are_inside_torch_compile():
+    # torch.compile over a program that calls a jitted function or module (transformers compiles
+    # the forward it decodes with when the cache is static): dynamo does not trace into thunder;
+    # the jitted callable runs as it is, traced once by thunder.
+    jf = thunder.jit(lambda x: torch.sin(x) * 2)
+    jm = thunder.jit(torch.nn.Linear(3, 2))
+    compiled = torch.compile(lambda x: jm(jf(x + 1)) - 1, backend="eager")
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(compiled(x), jm(jf(x + 1)) - 1)
+    assert thunder.cache_misses(jf) == 1 and thunder.cache_misses(jm) == 1

@@ -346,3 +346,86 @@ def test_fmin_fmax_give_a_tie_gradient_to_self(name, dtype):
     torch.testing.assert_close(out, eout, equal_nan=True)
     torch.testing.assert_close(ga, ra)
     torch.testing.assert_close(gb, rb)
+
+
+# ---- grad mode inside the program ------------------------------------------------------------
+# What a program computes with grad mode off records no graph in eager: the gradient does not flow
+# through it. Before, thunder differentiated through it (12 where eager gives 6: silently wrong).
+
+
+@torch.no_grad()
+def _scale_of(x):
+    return (x * 2).sum()
+
+
+def _nograd_block(x):
+    with torch.no_grad():
+        s = (x * 2).sum()
+    return (x * s).sum()
+
+
+def _inference_block(x):
+    with torch.inference_mode():
+        s = (x * 2).sum()
+    return (x * s.clone()).sum()
+
+
+def _set_grad_enabled_calls(x):
+    torch.set_grad_enabled(False)
+    s = (x * 2).sum()
+    torch.set_grad_enabled(True)
+    return (x * s).sum()
+
+
+def _structured_result(x):
+    with torch.no_grad():
+        m = torch.max(x, 1)
+        values, indices = m.values, m.indices
+        a, b = x.split(2, 1)
+    return (x * values[:, None]).sum() + indices.sum() + (x[:, :2] * a).sum() + b.sum()
+
+
+def _enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            s = (x * 2).sum()
+    return (x * s).sum()
+
+
+@pytest.mark.parametrize("fn", [
+    _nograd_block, lambda x: (x * _scale_of(x)).sum(), _inference_block, _set_grad_enabled_calls,
+    _structured_result, _enable_grad_inside_no_grad,
+], ids=["no_grad", "decorated", "inference_mode", "set_grad_enabled", "structured", "enable_inside"])
+def test_values_computed_without_grad_get_no_gradient(fn):
+    x = torch.randn(3, 4, requires_grad=True)
+    fn(x).backward()
+    expected, x.grad = x.grad, None
+    thunder.jit(fn)(x).backward()
+    torch.testing.assert_close(x.grad, expected)
+    assert torch.is_grad_enabled()
+
+
+def test_buffer_updated_under_no_grad_in_training():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.calls.add_(1)
+                scale = self.lin.weight.norm()
+            return self.lin(x) * scale
+
+    m = Counter()
+    ref = Counter()
+    ref.load_state_dict(m.state_dict())
+    tm = thunder.jit(m)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        tm(x).sum().backward()
+        ref(x).sum().backward()
+    assert m.calls.item() == ref.calls.item() == 2
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)

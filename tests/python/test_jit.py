@@ -444,3 +444,51 @@ def test_jitted_callables_run_as_they_are_inside_torch_compile():
         x = torch.randn(4, 3)
         torch.testing.assert_close(compiled(x), jm(jf(x + 1)) - 1)
     assert thunder.cache_misses(jf) == 1 and thunder.cache_misses(jm) == 1
+
+
+class _ConvertsItsLayer(torch.nn.Module):
+    # transformers' SwitchTransformers router: `self.classifier = self.classifier.to(self.dtype)`
+    # in forward, a conversion to the dtype it already has.
+    def __init__(self):
+        super().__init__()
+        self.classifier = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.classifier = self.classifier.to(torch.float32)
+        return self.classifier(x)
+
+
+def test_module_to_its_own_dtype_in_forward_trains_like_eager():
+    torch.manual_seed(0)
+    m = _ConvertsItsLayer()
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    out, expected = tm(x), ref(x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+@pytest.mark.parametrize("case", ["values", "shape", "grad"])
+def test_assigning_data_takes_the_values_or_says_why_not(case):
+    def values(x):
+        x.data = x * 3
+        return x * 2
+
+    def shape(x):
+        x.data = torch.zeros(5)
+        return x
+
+    if case == "values":
+        x, y = torch.ones(2), torch.ones(2)
+        torch.testing.assert_close(thunder.jit(values)(x), values(y))
+        torch.testing.assert_close(x, y)  # the caller's tensor updated, as in eager
+    elif case == "shape":
+        with pytest.raises(NotImplementedError, match=r"shape \(5,\).*t_0.data \(shape \(2,\)"):
+            thunder.jit(shape)(torch.ones(2))
+    else:
+        with pytest.raises(NotImplementedError, match="while its gradient is computed"):
+            thunder.jit(values)(torch.ones(2, requires_grad=True))

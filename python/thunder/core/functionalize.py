@@ -46,6 +46,9 @@ class TraceState:
         self.views: dict[int, list] = {}
         # id(stale proxy) -> message of why it may no longer be read
         self.stale: dict[int, str] = {}
+        # Grad mode of the call traced: a result the program computes with it off (under
+        # torch.no_grad() or inference_mode) gets no gradient (proxies.dispatch).
+        self.grad_enabled = torch.is_grad_enabled()
 
     def fresh(self, x):
         """x with every mutated tensor replaced by its latest value (through tuples, lists, dicts)."""

@@ -95,7 +95,32 @@ def _qualname(func) -> str:
 
 def dispatch(func, args, kwargs):
     """Runs a torch callable on proxies: the mapped ltorch symbol, an in-place op made functional,
-    or, for a callable with no thunder symbol, a fallback symbol that PyTorch runs."""
+    or, for a callable with no thunder symbol, a fallback symbol that PyTorch runs. In a call
+    traced with grad mode on, what the program computes with it off (torch.no_grad(),
+    inference_mode, a function decorated with either) is detached, as eager records no graph
+    for it: gradients do not flow through it."""
+    out = _dispatch(func, args, kwargs)
+    st = functionalize.current()
+    if st is not None and st.grad_enabled and not torch.is_grad_enabled() and functionalize.user_code():
+        out = _detached(out, args)
+    return out
+
+
+def _detached(out, args):
+    """out with each tensor proxy detached, except an argument returned as it is (an in-place op
+    returns the tensor it updated)."""
+    if isinstance(out, TensorProxy):
+        if any(out is a for a in args):
+            return out
+        return _C.get_symbol("ltorch.detach")(out)
+    if isinstance(out, (tuple, list)):
+        items = [_detached(o, args) for o in out]
+        # A namedtuple takes its fields one by one; a tuple, a list or torch.return_types a sequence.
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
+    return out
+
+
+def _dispatch(func, args, kwargs):
     st = functionalize.current()
     if st is not None and (st.latest or st.stale):
         orig_first = args[0] if args else None
@@ -599,7 +624,6 @@ _PROPERTIES = {
     "is_nested": lambda self: False,
     "itemsize": lambda self: torch.empty((), dtype=self.dtype).element_size(),
     "nbytes": lambda self: torch.empty((), dtype=self.dtype).element_size() * self.numel(),
-    "data": lambda self: dispatch(torch.Tensor.detach, (self,), {}),
     "real": lambda self: dispatch(torch.real, (self,), {}),
     "imag": lambda self: dispatch(torch.imag, (self,), {}),
     "grad": lambda self: None,
@@ -626,6 +650,32 @@ def _bound(attr, self):
         return dispatch(attr, (self, *args), kwargs)
 
     return method
+
+
+def _set_data(self, value):
+    """x.data = value: x takes value's values, with no gradient through the assignment. The
+    assignment nn.Module.to makes for each parameter (its own value when there is nothing to
+    convert) is nothing to trace."""
+    if value is self:
+        return
+    name = getattr(self, "name", "a tensor")
+    if not _is_tensor(value):
+        raise TypeError(f"Tensor.data: expected a tensor for {name}.data, but got {type(value).__name__}")
+    if tuple(value.shape) != tuple(self.shape) or value.dtype != self.dtype or str(value.device) != self._device_str:
+        raise NotImplementedError(
+            f"thunder.jit: assigning a value of shape {tuple(value.shape)} and dtype {value.dtype} on "
+            f"{value.device} to {name}.data (shape {tuple(self.shape)}, {self.dtype} on {self._device_str}) "
+            f"is not supported; only values like it can be assigned"
+        )
+    st = functionalize.current()
+    if st is None:
+        raise NotImplementedError("thunder.jit: Tensor.data can only be assigned while a function is traced")
+    if st.grad_enabled and self.requires_grad:
+        raise NotImplementedError(
+            f"thunder.jit: assigning {name}.data while its gradient is computed is not supported (eager keeps "
+            f"differentiating with respect to {name} with the new values)"
+        )
+    functionalize.commit(st, "Tensor.data =", self, dispatch(torch.Tensor.detach, (value,), {}))
 
 
 def _setitem(self, key, value):
@@ -737,6 +787,7 @@ def _install_methods():
         setattr(TensorProxy, name, _unsupported(f"Tensor.{name}"))
     TensorProxy.__bool__ = _bool
     TensorProxy.__setitem__ = _setitem
+    TensorProxy.data = property(lambda self: dispatch(torch.Tensor.detach, (self,), {}), _set_data)
     TensorProxy.__torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: dispatch(func, args, kwargs or {}))
 
 
@@ -759,6 +810,8 @@ _SPECIAL = {
     torch.Tensor.numel: lambda self: self.numel(),
     torch.numel: lambda self: self.numel(),
     torch.Tensor.to: _to,
+    # nn.Module.to asks it before assigning each converted parameter to .data.
+    torch._has_compatible_shallow_copy_type: lambda a, b: _is_tensor(a) and _is_tensor(b),
     torch.Tensor.cpu: lambda self, memory_format=None: _to(self, "cpu"),
     torch.Tensor.cuda: _cuda,
     torch.Tensor.contiguous: _contiguous,

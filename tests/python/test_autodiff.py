@@ -429,3 +429,37 @@ def test_buffer_updated_under_no_grad_in_training():
     assert m.calls.item() == ref.calls.item() == 2
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+class _RescalesInForward(torch.nn.Module):
+    # transformers' RWKV rescales its weights in place under no_grad inside forward; Gemma3n's
+    # AltUp clamps a weight through `.data` in training.
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.how == "no_grad":
+            with torch.no_grad():
+                self.lin.weight.mul_(2)
+        else:
+            self.lin.weight.data.clamp_(-0.1, 0.1)
+        return torch.tanh(self.lin(x))
+
+
+@pytest.mark.parametrize("how", ["no_grad", "data"])
+def test_parameter_updated_without_grad_in_forward_trains_like_eager(how):
+    # Eager keeps differentiating with respect to the parameter, at its new values.
+    torch.manual_seed(0)
+    m = _RescalesInForward(how)
+    ref = _RescalesInForward(how)
+    ref.load_state_dict(m.state_dict())
+    tm = thunder.jit(m)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        tm(x).sum().backward()
+        ref(x).sum().backward()
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, msg=name)
+            torch.testing.assert_close(p.grad, q.grad, msg=f"grad {name}")

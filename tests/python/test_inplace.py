@@ -506,3 +506,40 @@ def test_tensors_set_on_a_given_object_are_real_after_the_call():
     # the attributes a trace set join the cache key) instead of replaying that branch; the third
     # replays the second; rows 5 are another signature.
     assert thunder.cache_misses(jf) == 3
+
+
+# ---- in-place shape changes ---------------------------------------------------------------------
+# y.unsqueeze_(1) on a tensor the program made (BigBird's band mask): y has its new shape from then
+# on, for ops and for shape questions. Before: "output with shape [2, 3] doesn't match ...".
+
+_RESHAPING = ["unsqueeze_(1)", "squeeze_(0)", "transpose_(0, 1)", "t_()", "swapdims_(0, 1)", "swapaxes_(1, 0)",
+              "as_strided_((3, 2), (1, 3))"]
+
+
+@pytest.mark.parametrize("op", _RESHAPING)
+def test_shape_changed_in_place_on_a_made_tensor_matches_eager(op):
+    ns = {"torch": torch}
+    exec(f"def f(x):\n    y = x * 2\n    y.{op}\n    y.mul_(3)\n"
+         f"    return y + 1, tuple(y.shape), y.ndim, y.dim(), tuple(y.size())\n", ns)
+    f = ns["f"]
+    x = torch.randn(1, 3) if op.startswith("squeeze") else torch.randn(2, 3)
+    out, expected = thunder.jit(f)(x), f(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:]
+
+
+@pytest.mark.parametrize("case", ["input", "viewed"])
+def test_shape_changed_in_place_on_an_input_or_a_viewed_tensor_says_so(case):
+    def on_input(x):
+        x.unsqueeze_(0)
+        return x
+
+    def viewed(x):
+        y = x * 2
+        v = y[0]
+        y.t_()
+        return v
+
+    fn, what = (on_input, "an input") if case == "input" else (viewed, "a tensor with views")
+    with pytest.raises(NotImplementedError, match=f"changes the shape of .* in place, {what}"):
+        thunder.jit(fn)(torch.randn(2, 3))

@@ -172,6 +172,22 @@ def commit(state: TraceState, op_name: str, target, result):
     cur = state.fresh(proxy)
     if not isinstance(result, _C.TensorProxy):
         raise NotImplementedError(f"thunder.jit: {op_name} did not produce a tensor")
+    if tuple(result.shape) != tuple(cur.shape) and op_name in _RESHAPING_INPLACE:
+        # y.unsqueeze_(1) on a tensor the program made (BigBird's band mask): y is its new shape
+        # from here on. The caller's tensors and views keep their shapes, as thunder returns new
+        # tensors: changing those in place is refused.
+        # (the out-of-place op's result was noted as a view of proxy: it is proxy's new value)
+        if state.view_of.get(id(result), (None, None))[1] is proxy:
+            del state.view_of[id(result)]
+            state.views[id(proxy)] = [v for v in state.views.get(id(proxy), ()) if v is not result]
+        if state.is_input(state.root(proxy)) or state.view_of.get(id(proxy)) or state.views.get(id(proxy)):
+            raise NotImplementedError(
+                f"thunder.jit: {op_name} changes the shape of {proxy.name} in place, "
+                f"{'an input or a view of one' if state.is_input(state.root(proxy)) else 'a tensor with views'}; "
+                f"this is not supported: use the out-of-place op ({op_name[:-1]}) and the tensor it returns"
+            )
+        state.latest[id(proxy)] = (proxy, result)
+        return target
     if tuple(result.shape) != tuple(cur.shape):
         raise RuntimeError(
             f"{op_name}: output with shape {list(cur.shape)} doesn't match the broadcast shape {list(result.shape)}"
@@ -184,6 +200,24 @@ def commit(state: TraceState, op_name: str, target, result):
             )
         result = result.to(cur.dtype)
     view = state.view_of.get(id(proxy))
+    if view is not None and view[2] == "detach" and state.is_input(state.root(proxy)):
+        # `w.data.clamp_(...)` (x.data is x.detach()): an update of the input itself, recorded as
+        # eager records it, without a gradient.
+        root = state.root(proxy)
+        if not _same_layout(view[1], proxy):
+            raise NotImplementedError(f"thunder.jit: {op_name} updates {proxy.name}, a detached view of {root.name} "
+                                      f"of another shape; update {root.name} itself")
+        with torch.no_grad():
+            commit(state, op_name, root, result)
+        state.latest[id(proxy)] = (proxy, result)
+        return target
+    if (view is None and state.grad_enabled and not torch.is_grad_enabled() and proxy.requires_grad
+            and state.is_input(proxy)):
+        # An input that requires grad updated with grad mode off (`with torch.no_grad(): w.mul_(2)`
+        # in a forward): eager keeps differentiating with respect to it, at its new values. The new
+        # value passes the gradient to the old one unchanged (cur - cur.detach() is zero).
+        with torch.enable_grad():
+            result = result + (cur - cur.detach())
     if view is None and torch.is_grad_enabled() and proxy.requires_grad and state.is_input(proxy):
         raise RuntimeError(
             f"{op_name}: a leaf Variable that requires grad ({proxy.name}) is being used in an in-place operation."
@@ -209,6 +243,15 @@ def commit(state: TraceState, op_name: str, target, result):
     if real:
         state.latest[id(target)] = (target, result)
     return target
+
+
+# In-place ops that change a tensor's shape, not its values.
+_RESHAPING_INPLACE = {f"Tensor.{op}_" for op in ("unsqueeze", "squeeze", "transpose", "t", "swapdims", "swapaxes",
+                                                    "as_strided")}
+
+
+def _same_layout(a, b) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
 def _basic_key(key) -> bool:

@@ -683,8 +683,19 @@ def _setitem(self, key, value):
     dispatch(torch.Tensor.__setitem__, (self, key, value), {})
 
 
+def _latest(self):
+    """The proxy's value now: a tensor the program changed the shape of in place (y.unsqueeze_(1))
+    answers shape questions with its new value."""
+    st = functionalize.current()
+    if st is not None and st.latest:
+        e = st.latest.get(id(self))
+        if e is not None and e[0] is self:
+            return e[1]
+    return self
+
+
 def _size(self, dim=None):
-    shape = self._shape
+    shape = _latest(self)._shape
     if dim is None:
         return torch.Size(shape)
     return shape[dim]
@@ -767,8 +778,10 @@ def _install_methods():
     TensorProxy.contiguous = _contiguous
     TensorProxy.detach = _SPECIAL[torch.Tensor.detach]
     TensorProxy.where = _where
-    TensorProxy.shape = property(lambda self: torch.Size(self._shape))
+    TensorProxy.shape = property(lambda self: torch.Size(_latest(self)._shape))
     TensorProxy.size = _size
+    ndim = TensorProxy.ndim
+    TensorProxy.ndim = property(lambda self: ndim.__get__(_latest(self)))
     TensorProxy.dim = lambda self: self.ndim
     TensorProxy.ndimension = lambda self: self.ndim
     TensorProxy.nelement = lambda self: self.numel()

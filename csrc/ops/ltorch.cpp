@@ -884,7 +884,12 @@ void registerShapeOps() {
     }
     Value x = clang::reshape(a[0], inter, "ltorch.repeat");
     x = clang::expandTo(x, expanded, "ltorch.repeat");
-    return clang::reshape(x, final, "ltorch.repeat");
+    x = clang::reshape(x, final, "ltorch.repeat");
+    // A new tensor, contiguous as eager's (with every repeat 1 the reshapes keep the input's
+    // strides, and `x.t().repeat(1, 1).view(-1)` was refused).
+    std::vector<int64_t> order;
+    for (int64_t i = static_cast<int64_t>(final.size()) - 1; i >= 0; --i) order.push_back(i);
+    return prims::stride_order(x, order);
   });
   def("index_select", "a, dim, index", {"torch.index_select", "torch.Tensor.index_select"},
       [](const Args& a) {

@@ -116,3 +116,14 @@ def test_input_layout_is_part_of_the_cache_key():
     # a transposed input's legal view, then the contiguous one again: both right
     torch.testing.assert_close(jf(x.t().contiguous()), x.t().reshape(-1))
     torch.testing.assert_close(jf(x), x.view(-1))
+
+
+@pytest.mark.parametrize("reps", [(1, 1), (2, 1), (1, 1, 1)])
+def test_repeat_returns_a_contiguous_tensor_that_views(reps):
+    # Eager's repeat always makes a new contiguous tensor (WavLM views the repeat of a transpose);
+    # with every repeat 1 thunder's result kept the transpose's strides and the view was refused.
+    def f(x):
+        return x.t().repeat(*reps).view(-1) * 2
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(thunder.jit(f)(x), f(x))

@@ -228,9 +228,11 @@ def mutated_input_names() -> set:
     return getattr(_mutated, "names", set())
 
 
-def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None):
+def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
+           holders=()):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
-    objects the call set tensors on: outputs.updated)."""
+    objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
+    tensors on (a jitted module's submodules)."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
     sources = []
@@ -250,6 +252,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
+        given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         with functionalize.tracing_state(trace) as state, _compiling():
             with ThunderTorchMode():
@@ -484,7 +487,10 @@ class ThunderModule(pytorch.nn.Module):
                     )
                 functionalize.commit(fstate, f"assignment to {qual}", old, now)
 
-        trace, sources, closures, updated = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned)
+        # A tensor forward stores on a submodule where it held none (a table computed on the
+        # first call, as Wav2Vec2-Conformer's rotary embedding) is the module's after every call.
+        trace, sources, closures, updated = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned,
+                                                   holders=list(self._model.modules()))
         _guard_updated_objects(self, self._cfn, updated)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 

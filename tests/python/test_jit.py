@@ -506,3 +506,30 @@ def test_calls_under_autocast_are_refused_by_name():
             with pytest.raises(NotImplementedError, match=r"torch.autocast \(enabled for cpu\)"):
                 jitted(x)
     assert jf(x).dtype == torch.float32  # outside autocast the cached program runs
+
+
+def test_tensor_a_module_stores_on_its_first_call_is_real_afterwards():
+    # Wav2Vec2-Conformer's rotary embedding computes its table on the first call and keeps it on
+    # the module: it kept the trace's proxy, and the second call failed with an internal error.
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.cached = None
+
+        def forward(self, h):
+            if self.cached is None:
+                self.cached = torch.arange(h.shape[1], dtype=h.dtype).cos()
+            self.lin.last = h.sum(0)  # an activation kept on a submodule, new each call
+            return self.lin(h) * self.cached
+
+    m = Cache()
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(tm(x), ref(x))
+        assert type(m.cached) is torch.Tensor and type(m.lin.last) is torch.Tensor
+        torch.testing.assert_close(m.cached, ref.cached)
+        torch.testing.assert_close(m.lin.last, ref.lin.last)
+    assert thunder.cache_misses(tm) == 2  # without the table, then with it

@@ -183,7 +183,7 @@ def _spec(x, leaves, given=None, fresh=None) -> _Spec:
     if type(x) in pytree.SUPPORTED_NODES:
         children, context = pytree.SUPPORTED_NODES[type(x)].flatten_fn(x)
         return _Node(type(x), context, [_spec(y, leaves, given, fresh) for y in children])
-    if _contains_proxy(x):
+    if _contains_proxy(x) or (id(x) in given and isinstance(x, torch.nn.Module)):
         # An attribute's latest value: a tensor the function updated in place after setting it.
         attrs = {k: _spec(fresh(v), leaves, given, fresh) for k, v in vars(x).items() if _contains_proxy(v)}
         return _Object(x, attrs, inplace=id(x) in given)

@@ -306,12 +306,8 @@ class ThunderFunction(_C.CompiledFunction):
 
     def __call__(self, *args, **kwargs):
         if _dynamo_compiling():
-            return _opaque_to_dynamo(self._call, *args, **kwargs)
-        if self._graphs is not None:
-            return self._graphs.cache(*args, **kwargs)
-        return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
-
-    def _call(self, *args, **kwargs):
+            # (inside the disabled frame is_compiling() is False: this same call, run as it is)
+            return _opaque_to_dynamo(self, *args, **kwargs)
         if self._graphs is not None:
             return self._graphs.cache(*args, **kwargs)
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
@@ -411,10 +407,7 @@ class ThunderModule(pytorch.nn.Module):
 
     def forward(self, *args, **kwargs):
         if _dynamo_compiling():
-            return _opaque_to_dynamo(self._forward, *args, **kwargs)
-        return self._forward(*args, **kwargs)
-
-    def _forward(self, *args, **kwargs):
+            return _opaque_to_dynamo(self.forward, *args, **kwargs)
         if self._graphs is not None:
             return self._graphs.cache(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))

@@ -180,10 +180,11 @@ def commit(state: TraceState, op_name: str, target, result):
         if state.view_of.get(id(result), (None, None))[1] is proxy:
             del state.view_of[id(result)]
             state.views[id(proxy)] = [v for v in state.views.get(id(proxy), ()) if v is not result]
-        if state.is_input(state.root(proxy)) or state.view_of.get(id(proxy)) or state.views.get(id(proxy)):
+        of_input = state.is_input(state.root(proxy))
+        if of_input or state.view_of.get(id(proxy)) or state.views.get(id(proxy)):
             raise NotImplementedError(
                 f"thunder.jit: {op_name} changes the shape of {proxy.name} in place, "
-                f"{'an input or a view of one' if state.is_input(state.root(proxy)) else 'a tensor with views'}; "
+                f"{'an input or a view of one' if of_input else 'a tensor with views'}; "
                 f"this is not supported: use the out-of-place op ({op_name[:-1]}) and the tensor it returns"
             )
         state.latest[id(proxy)] = (proxy, result)

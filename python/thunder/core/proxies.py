@@ -732,9 +732,7 @@ def _concrete_device(device):
 
 def _cuda(self, device=None, non_blocking=False, memory_format=None):
     """Tensor.cuda(device=None): a copy on that CUDA device (the current one by default)."""
-    if device is None:
-        device = "cuda"
-    return _to(self, _concrete_device(device))
+    return _to(self, _concrete_device("cuda" if device is None else device))
 
 
 def _unsupported(what):

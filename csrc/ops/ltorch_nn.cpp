@@ -2,6 +2,7 @@
 // padding modes, dropout variants, activations, distances and losses. Heavy ops call the nn prims
 // (prims.def, "nn ops"); the rest decompose into other ltorch symbols, so they fuse and
 // differentiate through their decompositions.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -145,6 +146,20 @@ void updateRunning(const Value& running, const Value& batch, double momentum) {
   prims::copy_(clang::maybeConvert(updated, r.dtype), running);
 }
 
+/// Whether training-mode batch_norm runs as the batch_norm prim (ATen's kernels): float types,
+/// parameters and running statistics of the input's dtype (or float32 for a half-type input, the
+/// mixed types ATen takes) on the input's device. Other calls take the decomposition.
+bool atenBatchNorm(const Args& a, const TensorProxy& t) {
+  if (!isFloating(t.dtype)) return false;
+  for (int i = 1; i <= 4; ++i) {
+    if (a[i].isNone()) continue;
+    const TensorProxy& p = a[i].tensor();
+    bool ok = p.dtype == t.dtype || (isLowPrecision(t.dtype) && p.dtype == DType::Float32);
+    if (!ok || p.device != t.device) return false;
+  }
+  return true;
+}
+
 Value batchNorm(const Args& a) {
   // a, running_mean, running_var, weight, bias, training, momentum, eps
   const std::string name = "batch_norm";
@@ -170,6 +185,21 @@ Value batchNorm(const Args& a) {
   THUNDER_CHECK(training || !a[1].isNone(), opn(name),
                 ": running_mean and running_var must be given when training=False");
   double eps = a[7].toDouble();
+  if (training && atenBatchNorm(a, t)) {
+    // One prim that runs as ATen's kernels, forward and backward; the running statistics are
+    // updated from its new values, as eager updates them.
+    double momentum = a[6].isNone() ? 0.0 : a[6].toDouble();
+    THUNDER_CHECK_KIND(a[1].isNone() || !a[6].isNone(), ErrorKind::Value, opn(name),
+                       ": momentum=None must be resolved by the module (a cumulative average)");
+    int64_t n = t.numel() / std::max<int64_t>(c, 1);
+    THUNDER_CHECK_KIND(n > 1, ErrorKind::Value, opn(name),
+                       ": expected more than 1 value per channel when training, but got input of "
+                       "shape ", shapeStr(t.shape));
+    Value r = call(prims::symbol(PrimId::batch_norm), {a[0], a[3], a[4], a[1], a[2], momentum, eps});
+    for (int i = 1; i <= 2 && !a[1].isNone(); ++i)
+      prims::copy_(clang::maybeConvert(r.items()[2 + i], a[i].tensor().dtype), a[i]);
+    return r.items()[0];
+  }
   std::vector<int64_t> dims = {0};
   for (int64_t d = 2; d < t.ndim(); ++d) dims.push_back(d);
   int64_t n = t.numel() / std::max<int64_t>(c, 1);
@@ -367,7 +397,18 @@ std::vector<int64_t> adaptiveSize(const Value& v, const TensorProxy& t, size_t k
 
 Value adaptivePool(const Args& a, size_t k, bool isMax, const std::string& name) {
   PoolInput p = poolInput(a[0], k, name);
-  auto size = adaptiveSize(a[1], a[0].tensor(), k, name);
+  const TensorProxy& t = a[0].tensor();
+  auto size = adaptiveSize(a[1], t, k, name);
+  bool toOne = std::all_of(size.begin(), size.end(), [](int64_t s) { return s == 1; });
+  bool spatial = true;
+  for (size_t i = 0; i < k; ++i) spatial = spatial && t.shape[t.ndim() - k + i] > 0;
+  if (!isMax && toOne && spatial && isFloating(t.dtype)) {
+    // A global average (a classifier's pooling) is a mean, as eager computes it: ATen's adaptive
+    // pool kernels would scatter its gradient back with atomic adds.
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < k; ++i) dims.push_back(t.ndim() - k + i);
+    return op("mean", {a[0], ints(dims), true});
+  }
   Value r = call(prims::symbol(isMax ? PrimId::adaptive_max_pool : PrimId::adaptive_avg_pool),
                  {p.x, ints(as2d(size, p.oneD, 1))});
   if (!isMax) return poolOutput(r, p);

@@ -555,6 +555,26 @@ Value meta_embedding(const std::vector<Value>& args) {
   return newTensor(out, w.dtype, w.device);
 }
 
+Value meta_embedding_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.embedding_backward";
+  const TensorProxy& g = tensorArg(args[0], "embedding_backward", "grad");
+  const TensorProxy& idx = tensorArg(args[1], "embedding_backward", "indices");
+  checkIndexDType(idx, op);
+  THUNDER_CHECK(g.ndim() == idx.ndim() + 1, op, ": expected grad to have one more dim than indices ",
+                shapeStr(idx.shape), ", but got shape ", shapeStr(g.shape));
+  for (int64_t d = 0; d < idx.ndim(); ++d)
+    THUNDER_CHECK(g.shape[d] == idx.shape[d], op, ": expected grad's leading dims to be indices' ",
+                  shapeStr(idx.shape), ", but got shape ", shapeStr(g.shape));
+  int64_t n = args[2].toInt();
+  THUNDER_CHECK(n >= 0, op, ": expected num_weights to be non-negative, but got ", n);
+  if (!args[3].isNone()) {
+    int64_t pad = args[3].toInt();
+    THUNDER_CHECK(pad >= 0 && pad < n, op, ": expected padding_idx in [0, ", n, "), but got ", pad);
+  }
+  commonDevice({args[0], args[1]}, op);
+  return newTensor({n, g.shape.back()}, g.dtype, g.device);
+}
+
 // ---- nn ops ----
 
 /// Checks a per-spatial-dim list argument of an nn prim: `k` entries, each >= `min`.
@@ -694,6 +714,50 @@ Value meta_convolution_backward(const std::vector<Value>& args) {
   commonDevice({args[0], args[1], args[2]}, op);
   return Value::tuple(
       {newTensor(a.shape, a.dtype, a.device), newTensor(w.shape, w.dtype, w.device)});
+}
+
+/// The dtype batch_norm computes its statistics in: float32 for half types, else the input's.
+DType batchNormStatDType(DType d) { return isLowPrecision(d) ? DType::Float32 : d; }
+
+Value meta_batch_norm(const std::vector<Value>& args) {
+  const std::string op = "prims.batch_norm";
+  const TensorProxy& a = tensorArg(args[0], "batch_norm", "a");
+  THUNDER_CHECK(a.ndim() >= 2, op, ": expected an input with at least 2 dimensions, but got shape ",
+                shapeStr(a.shape));
+  THUNDER_CHECK_KIND(isFloating(a.dtype), ErrorKind::Type, op,
+                     ": expected a floating point input, but got ", dtypeName(a.dtype));
+  int64_t c = a.shape[1];
+  const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+  for (int i = 1; i <= 4; ++i) {
+    if (args[i].isNone()) continue;
+    const TensorProxy& p = tensorArg(args[i], "batch_norm", names[i - 1]);
+    THUNDER_CHECK(p.ndim() == 1 && p.shape[0] == c, op, ": expected ", names[i - 1], " of shape (",
+                  c, ",) for input of shape ", shapeStr(a.shape), ", but got ", shapeStr(p.shape));
+  }
+  THUNDER_CHECK(args[3].isNone() == args[4].isNone(), op,
+                ": running_mean and running_var must both be given or both be None");
+  commonDevice({args[0], args[1], args[2], args[3], args[4]}, op);
+  DType stat = batchNormStatDType(a.dtype);
+  std::vector<Value> outs = {newTensor(a.shape, a.dtype, a.device), newTensor({c}, stat, a.device),
+                             newTensor({c}, stat, a.device)};
+  for (int i = 3; i <= 4 && !args[3].isNone(); ++i)
+    outs.push_back(newTensor({c}, args[i].tensor().dtype, a.device));
+  return Value::tuple(outs);
+}
+
+Value meta_batch_norm_backward(const std::vector<Value>& args) {
+  const std::string op = "prims.batch_norm_backward";
+  const TensorProxy& g = tensorArg(args[0], "batch_norm_backward", "grad");
+  const TensorProxy& a = tensorArg(args[1], "batch_norm_backward", "a");
+  THUNDER_CHECK(g.shape == a.shape && a.ndim() >= 2, op,
+                ": expected grad of the input's shape ", shapeStr(a.shape), ", but got shape ",
+                shapeStr(g.shape));
+  commonDevice({args[0], args[1], args[2], args[3], args[4]}, op);
+  // The parameters' gradients in the weight's dtype (the statistics' without a weight).
+  DType pd = args[2].isNone() ? batchNormStatDType(a.dtype) : args[2].tensor().dtype;
+  int64_t c = a.shape[1];
+  return Value::tuple({newTensor(a.shape, a.dtype, a.device), newTensor({c}, pd, a.device),
+                       newTensor({c}, pd, a.device)});
 }
 
 Value meta_max_pool(const std::vector<Value>& args) {

@@ -55,7 +55,7 @@ Backend checkAttention(const std::vector<Value>& a, size_t qi, size_t maskIdx, s
   const Value& mask = a[maskIdx];
   if (!mask.isNone()) {
     const TensorProxy& m = expectTensor(mask, op, "attn_mask");
-    THUNDER_CHECK_KIND(b == Backend::FlashCpu, ErrorKind::Value, op, ": the '", backendName(b),
+    THUNDER_CHECK_KIND(b != Backend::Flash, ErrorKind::Value, op, ": the '", backendName(b),
                        "' kernel takes no attn_mask, but got ", m.typeString());
     THUNDER_CHECK_KIND(m.dtype == q.dtype, ErrorKind::Type, op, ": attn_mask must have the "
                        "query's dtype ", dtypeName(q.dtype), ", but got ", m.typeString());
@@ -73,6 +73,16 @@ Backend checkAttention(const std::vector<Value>& a, size_t qi, size_t maskIdx, s
   return b;
 }
 
+double dropoutArg(const Value& v, const std::string& op) {
+  if (v.isNone()) return 0.0;
+  THUNDER_CHECK_KIND(v.isFloat() || v.isInt(), ErrorKind::Type, op,
+                     ": argument 'dropout_p' must be a number, but got ", describe(v));
+  double p = v.toDouble();
+  THUNDER_CHECK_KIND(p >= 0.0 && p < 1.0, ErrorKind::Value, op,
+                     ": argument 'dropout_p' must be in [0, 1), but got ", p);
+  return p;
+}
+
 Value forwardMeta(const std::vector<Value>& a) {
   Backend b = checkAttention(a, 0, 3, 6, kForward);
   const TensorProxy& q = a[0].tensor();
@@ -80,7 +90,15 @@ Value forwardMeta(const std::vector<Value>& a) {
   TensorPtr out = ctx.newTensor(q.shape, q.dtype, q.device);
   TensorPtr lse = ctx.newTensor({q.shape[0], q.shape[1], logsumexpLength(b, q.shape[2])},
                                 DType::Float32, q.device);
-  return Value::tuple({Value(out), Value(lse)});
+  double p = dropoutArg(a[7], kForward);
+  THUNDER_CHECK_KIND(p == 0.0 || b != Backend::FlashCpu, ErrorKind::Value, kForward,
+                     ": the 'flash_cpu' kernel takes no dropout, but got dropout_p=", p);
+  if (p == 0.0) return Value::tuple({Value(out), Value(lse)});
+  // With dropout the kernel returns its random state (philox seed and offset), which the backward
+  // reads to drop the same elements.
+  Value seed(ctx.newTensor({}, DType::Int64, Device{}));
+  Value offset(ctx.newTensor({}, DType::Int64, Device{}));
+  return Value::tuple({Value(out), Value(lse), seed, offset});
 }
 
 Value backwardMeta(const std::vector<Value>& a) {
@@ -101,6 +119,9 @@ Value backwardMeta(const std::vector<Value>& a) {
                      ": logsumexp must be float32 of shape ", shapeStr(lseShape), " for the '", backendName(b),
                      "' kernel, but got ", lse.typeString());
   commonDevice({a[0], a[1], a[4], a[5]}, op);
+  double p = dropoutArg(a[10], op);
+  THUNDER_CHECK_KIND(p == 0.0 || (a[11].isTensor() && a[12].isTensor()), ErrorKind::Value, op,
+                     ": dropout_p=", p, " needs the forward's rng_seed and rng_offset");
   TraceContext& ctx = requireContext(op);
   std::vector<Value> grads;
   for (size_t i = 1; i <= 3; ++i) {
@@ -144,7 +165,9 @@ Backend chooseBackend(const std::vector<Value>& a, bool maskIsDifferentiable) {
   const TensorProxy &q = a[0].tensor(), &k = a[1].tensor(), &v = a[2].tensor();
   const Value& mask = a[3];
   bool causal = a[5].isBool() && a[5].toBool();
-  if (!(a[4].isInt() || a[4].isFloat()) || a[4].toDouble() != 0.0) return Backend::None;
+  if (!(a[4].isInt() || a[4].isFloat())) return Backend::None;
+  double dropout = a[4].toDouble();
+  if (dropout < 0.0 || dropout >= 1.0) return Backend::None;
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) return Backend::None;
   DType dt = q.dtype;
   if (k.dtype != dt || v.dtype != dt) return Backend::None;
@@ -169,11 +192,13 @@ Backend chooseBackend(const std::vector<Value>& a, bool maskIsDifferentiable) {
     }
   }
   switch (q.device.type) {
-    case DeviceType::CPU: return Backend::FlashCpu;
+    case DeviceType::CPU: return dropout == 0.0 ? Backend::FlashCpu : Backend::None;
     case DeviceType::CUDA: {
-      if (!mask.isNone()) return Backend::None;
       bool aligned = E % 8 == 0 && E <= 256;
       if (!aligned) return Backend::None;
+      // With a mask (an additive bias; BERT's padding mask, T5's position bias) half types take the
+      // memory-efficient kernel, as eager's sdpa does; flash takes no mask.
+      if (!mask.isNone()) return dt != DType::Float32 && E <= 128 ? Backend::Efficient : Backend::None;
       if (dt != DType::Float32 && (!causal || L == S)) return Backend::Flash;
       // The memory-efficient kernel's gradients disagreed with eager on an H200 (float32, L != S);
       // until that is understood, those calls are differentiated through the decomposition.
@@ -201,10 +226,11 @@ void registerSdpaSymbols() {
   static std::once_flag once;
   std::call_once(once, [] {
     ltorch::registerLTorch();
-    add("fused_attention_forward", "query, key, value, attn_mask, is_causal, scale, backend",
-        forwardMeta);
+    add("fused_attention_forward",
+        "query, key, value, attn_mask, is_causal, scale, backend, dropout_p=0.0", forwardMeta);
     add("fused_attention_backward",
-        "grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale, backend",
+        "grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale, backend, "
+        "dropout_p=0.0, rng_seed=None, rng_offset=None",
         backwardMeta);
   });
 }

@@ -41,13 +41,15 @@ Backend chooseBackend(const std::vector<Value>& sdpaArgs, bool maskIsDifferentia
 /// of 32 for memory-efficient attention.
 int64_t logsumexpLength(Backend b, int64_t queryLength);
 
-/// sdpaex.fused_attention_forward(query, key, value, attn_mask, is_causal, scale, backend) ->
-/// (output, logsumexp): q (B, H, L, E), k and v (B, H, S, E), attn_mask None or broadcastable
-/// to (B, H, L, S) of q's dtype, scale a float. Output (B, H, L, E) of q's dtype, logsumexp
-/// (B, H, logsumexpLength) float32.
+/// sdpaex.fused_attention_forward(query, key, value, attn_mask, is_causal, scale, backend,
+/// dropout_p=0.0) -> (output, logsumexp): q (B, H, L, E), k and v (B, H, S, E), attn_mask None or
+/// broadcastable to (B, H, L, S) of q's dtype, scale a float. Output (B, H, L, E) of q's dtype,
+/// logsumexp (B, H, logsumexpLength) float32. With dropout_p > 0 (CUDA kernels only) two more
+/// outputs: the kernel's random state (rng_seed, rng_offset), which the backward takes.
 const Symbol& forwardSymbol();
 /// sdpaex.fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_mask,
-/// is_causal, scale, backend) -> (grad_query, grad_key, grad_value) of q's, k's, v's metadata.
+/// is_causal, scale, backend, dropout_p=0.0, rng_seed=None, rng_offset=None) -> (grad_query,
+/// grad_key, grad_value) of q's, k's, v's metadata.
 const Symbol& backwardSymbol();
 
 /// Registers the two symbols (idempotent).

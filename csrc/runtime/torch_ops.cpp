@@ -101,6 +101,39 @@ at::Tensor fullTensor(const KernelArgs& a) {
   return newOutputTensor(a.ints(0), a.outDType, a.outDevice).fill_(a.s(1));
 }
 
+/// Whether batch_norm's parameters (arguments first..last, each a tensor or None) go to ATen as
+/// float32: a half-type input on the CPU always (its kernels keep half statistics otherwise), and
+/// on CUDA where the parameters' dtypes differ from each other (ATen takes the input's dtype or
+/// float32 for all of them).
+bool batchNormFloatParams(const KernelArgs& a, size_t first, size_t last) {
+  const at::Tensor& x = a.t(first == 1 ? 0 : 1);
+  if (!at::isReducedFloatingType(x.scalar_type())) return false;
+  if (!x.is_cuda()) return true;
+  std::optional<at::ScalarType> common;
+  for (size_t i = first; i <= last; ++i) {
+    if (a.none(i)) continue;
+    at::ScalarType d = a.t(i).scalar_type();
+    if (common && *common != d) return true;
+    common = d;
+  }
+  return false;
+}
+
+/// Whether a convolution runs in channels-last: a 2-D depthwise one (a group per input channel)
+/// of a half type on CUDA. Eager gets cuDNN's channels-last kernels for it when its input arrives
+/// channels-last (ConvNeXt's blocks permute into that layout), and ATen's own NCHW depthwise
+/// kernels otherwise, several times slower (a ConvNeXt-T step spent 17 of 42 ms in them); the
+/// fuser's outputs are row-major, so without this every such call took the slow kernels.
+bool depthwiseInChannelsLast(const at::Tensor& x, const at::Tensor& w, bool transposed,
+                             int64_t groups) {
+  return x.is_cuda() && x.dim() == 4 && !transposed && groups > 1 && x.size(1) == groups &&
+         at::isReducedFloatingType(x.scalar_type());
+}
+
+at::Tensor channelsLastIf(const at::Tensor& t, bool yes) {
+  return yes ? t.contiguous(at::MemoryFormat::ChannelsLast) : t;
+}
+
 /// Every executor symbol's kernel. Symbols made by makeExecSymbol live as long as the process;
 /// owned ones (makeOwnedExecSymbol: one per compiled fusion region) leave the table with their
 /// last owner, which may go on any thread (an autograd thread's backward): the mutex.
@@ -453,15 +486,52 @@ void registerPrimKernels() {
   });
   impl("prims.embedding", "torchex", "embedding",
        [](K& a) -> c10::IValue { return at::embedding(a.t(1), a.t(0)); });
+  impl("prims.batch_norm", "torchex", "batch_norm", [](K& a) -> c10::IValue {
+    const at::Tensor& x = a.t(0);
+    bool toFloat = batchNormFloatParams(a, 1, 4);
+    auto param = [&](size_t i) -> std::optional<at::Tensor> {
+      if (a.none(i)) return std::nullopt;
+      return toFloat ? a.t(i).to(at::kFloat) : a.t(i);
+    };
+    auto stat = [&](const at::Tensor& t) {
+      return at::isReducedFloatingType(x.scalar_type()) ? t.to(at::kFloat) : t;
+    };
+    if (a.none(3)) {
+      auto [out, mean, invstd] =
+          at::_native_batch_norm_legit(x, param(1), param(2), true, a.d(5), a.d(6));
+      return nnTuple({out, stat(mean), stat(invstd)});
+    }
+    auto [out, mean, invstd, rm, rv] = at::_native_batch_norm_legit_functional(
+        x, param(1), param(2), *param(3), *param(4), true, a.d(5), a.d(6));
+    return nnTuple({out, stat(mean), stat(invstd), rm.to(a.t(3).scalar_type()),
+                    rv.to(a.t(4).scalar_type())});
+  });
+  impl("prims.batch_norm_backward", "torchex", "batch_norm_backward", [](K& a) -> c10::IValue {
+    const at::Tensor& x = a.t(1);
+    std::optional<at::Tensor> w;
+    if (!a.none(2)) w = batchNormFloatParams(a, 2, 2) ? a.t(2).to(at::kFloat) : a.t(2);
+    auto [gx, gw, gb] = at::native_batch_norm_backward(a.t(0), x, w, std::nullopt, std::nullopt,
+                                                       a.t(3), a.t(4), true, a.d(5),
+                                                       {true, true, true});
+    if (w) return nnTuple({gx, gw.to(a.t(2).scalar_type()), gb.to(a.t(2).scalar_type())});
+    return nnTuple({gx, gw.to(at::kFloat), gb.to(at::kFloat)});
+  });
+  impl("prims.embedding_backward", "torchex", "embedding_backward", [](K& a) -> c10::IValue {
+    return at::embedding_dense_backward(a.t(0), a.t(1), a.i(2), a.none(3) ? -1 : a.i(3), false);
+  });
   // ---- nn ops ----
   impl("prims.convolution", "torchex", "convolution", [](K& a) -> c10::IValue {
-    return at::convolution(a.t(0), a.t(1),
+    bool nhwc = depthwiseInChannelsLast(a.t(0), a.t(1), a.b(6), a.i(8));
+    return at::convolution(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
                            a.none(2) ? std::optional<at::Tensor>() : std::optional(a.t(2)),
                            a.ints(3), a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8));
   });
   impl("prims.convolution_backward", "torchex", "convolution_backward", [](K& a) -> c10::IValue {
-    auto r = at::convolution_backward(a.t(0), a.t(1), a.t(2), std::nullopt, a.ints(3), a.ints(4),
-                                      a.ints(5), a.b(6), a.ints(7), a.i(8), {true, true, false});
+    bool nhwc = depthwiseInChannelsLast(a.t(1), a.t(2), a.b(6), a.i(8));
+    auto r = at::convolution_backward(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
+                                      channelsLastIf(a.t(2), nhwc), std::nullopt, a.ints(3),
+                                      a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8),
+                                      {true, true, false});
     return nnTuple({std::get<0>(r), std::get<1>(r)});
   });
   impl("prims.max_pool", "torchex", "max_pool", [](K& a) -> c10::IValue {

@@ -370,14 +370,18 @@ void registerIndexingRules() {
     putGrad(a[2], gv);
   });
   rule(sym(PrimId::embedding), [](const Args& a, X, X g) {
-    const TensorProxy &idx = a[0].tensor(), &w = a[1].tensor();
-    int64_t n = idx.numel(), dim = w.shape[1];
-    Value g2 = op("reshape", {g, Value::ints({n, dim})});
-    Value flat = asLong(op("reshape", {a[0], Value::ints({n})}));
-    if (!a[2].isNone())
-      g2 = op("where", {op("unsqueeze", {op("eq", {flat, a[2]}), 1}), 0.0, g2});
-    Value spread = op("expand", {op("unsqueeze", {flat, 1}), Value::ints({n, dim})});
-    putGrad(a[1], op("scatter_add", {zerosLike(a[1]), 0, spread, g2}));
+    int64_t rows = a[1].tensor().shape[0];
+    putGrad(a[1], call(sym(PrimId::embedding_backward), {g, a[0], rows, a[2]}));
+  });
+  // out[r] sums grad[i] over the i with indices[i] == r, except the padding row: grad[i]'s
+  // gradient is g's row indices[i], zero where that is the padding row.
+  rule(sym(PrimId::embedding_backward), [](const Args& a, X, X g) {
+    Value rows = call(sym(PrimId::embedding), {a[1], g, Value()});
+    if (!a[3].isNone()) {
+      Value isPad = op("unsqueeze", {op("eq", {a[1], a[3]}), -1});
+      rows = op("where", {isPad, 0.0, rows});
+    }
+    putGrad(a[0], rows);
   });
 }
 
@@ -543,6 +547,24 @@ void registerNNRules() {
       std::vector<int64_t> dims = {0};
       for (int64_t d = 2; d < y.tensor().ndim(); ++d) dims.push_back(d);
       putGrad(a[2], op("sum", {g, Value::ints(dims)}));
+    }
+    return y;
+  });
+  registerGradRule(sym(PrimId::batch_norm).id(), [](const Args& a) {
+    Value y = call(sym(PrimId::batch_norm), a);
+    Value g = getGrad(y.items()[0]);
+    Value grads = call(sym(PrimId::batch_norm_backward),
+                       {g, a[0], a[1], y.items()[1], y.items()[2], a[6]});
+    putGrad(a[0], grads.items()[0]);
+    if (!a[1].isNone()) {
+      putGrad(a[1], toDType(grads.items()[1], a[1].tensor().dtype));
+      if (!a[2].isNone()) putGrad(a[2], toDType(grads.items()[2], a[2].tensor().dtype));
+    } else if (!a[2].isNone()) {
+      // Without a weight ATen's CPU kernel sums the bias's gradient in float32 (2e-7 off in
+      // float64): the sum over every dim but the channels.
+      std::vector<int64_t> dims = {0};
+      for (int64_t d = 2; d < a[0].tensor().ndim(); ++d) dims.push_back(d);
+      putGrad(a[2], toDType(op("sum", {g, Value::ints(dims)}), a[2].tensor().dtype));
     }
     return y;
   });

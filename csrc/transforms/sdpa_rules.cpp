@@ -52,11 +52,18 @@ Value fusedRule(const Args& a) {
   double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(q.shape[3])) : a[6].toDouble();
   Value causal = a[5].toBool();
   Value name = sdpa::backendName(backend);
-  Value res = call(sdpa::forwardSymbol(), {a[0], key, value, mask, causal, scale, name});
+  double dropout = a[4].toDouble();
+  Value res = call(sdpa::forwardSymbol(), {a[0], key, value, mask, causal, scale, name, dropout});
   Value out = res.items()[0], lse = res.items()[1];
+  Value seed, offset;
+  if (dropout > 0.0) {
+    seed = res.items()[2];
+    offset = res.items()[3];
+  }
 
   Value g = getGrad(out);
-  Value grads = call(sdpa::backwardSymbol(), {g, a[0], key, value, out, lse, mask, causal, scale, name});
+  Value grads = call(sdpa::backwardSymbol(), {g, a[0], key, value, out, lse, mask, causal, scale,
+                                              name, dropout, seed, offset});
   Value dk = grads.items()[1], dv = grads.items()[2];
   if (rep != 1) {
     dk = sumRepeatedHeads(dk, rep);

@@ -55,6 +55,27 @@ TEST_F(SdpaTest, ForwardMetaPerKernel) {
     EXPECT_EQ(lse.device, dev);
   }
   EXPECT_EQ(trace_.bsyms.back().sym->id(), "sdpaex.fused_attention_forward");
+  // With dropout the CUDA kernels also return their random state; the CPU kernel takes none.
+  Value qb = tensor({2, 3, 8, 16}, DType::BFloat16, kCuda0);
+  Value bias = tensor({2, 1, 8, 8}, DType::BFloat16, kCuda0);
+  for (auto [mask, backend] : {std::pair{Value(), "flash"}, std::pair{bias, "efficient"}}) {
+    Value r = forward({qb, qb, qb, mask, false, 0.25, backend, 0.1});
+    ASSERT_EQ(r.items().size(), 4u) << backend;
+    EXPECT_EQ(r.items()[2].tensor().dtype, DType::Int64);
+    Value g = backward({r.items()[0], qb, qb, qb, r.items()[0], r.items()[1], mask, false, 0.25,
+                        backend, 0.1, r.items()[2], r.items()[3]});
+    EXPECT_EQ(g.items().size(), 3u);
+    expectError([&] { backward({r.items()[0], qb, qb, qb, r.items()[0], r.items()[1], mask, false,
+                                0.25, backend, 0.1}); },
+                ErrorKind::Value, "dropout_p=0.1 needs the forward's rng_seed and rng_offset");
+  }
+  expectError([&] { forward({qb, qb, qb, bias, false, 0.25, "flash"}); }, ErrorKind::Value,
+              "the 'flash' kernel takes no attn_mask");
+  Value q = tensor({2, 3, 8, 16});
+  expectError([&] { forward({q, q, q, Value(), false, 0.25, "flash_cpu", 0.1}); }, ErrorKind::Value,
+              "the 'flash_cpu' kernel takes no dropout, but got dropout_p=0.1");
+  expectError([&] { forward({q, q, q, Value(), false, 0.25, "flash_cpu", 1.0}); }, ErrorKind::Value,
+              "argument 'dropout_p' must be in [0, 1), but got 1");
 }
 
 TEST_F(SdpaTest, BackwardMetaGivesInputMetadata) {
@@ -107,7 +128,7 @@ TEST_F(SdpaTest, ChooseBackendMirrorsFusedSdpChoice) {
   // gradient, a mask of another dtype, head counts without enable_gqa.
   Value q64 = tensor({2, 4, 16, 64}, DType::Float64);
   EXPECT_EQ(choose(sdpaArgs(q64, q64, q64)), Backend::None);
-  EXPECT_EQ(choose(sdpaArgs(q, k, k, Value(), 0.1)), Backend::None);
+  EXPECT_EQ(choose(sdpaArgs(q, k, k, Value(), 0.1)), Backend::None);  // CPU: no dropout kernel
   EXPECT_EQ(choose(sdpaArgs(tensor({4, 16, 64}), tensor({4, 32, 64}), tensor({4, 32, 64}))), Backend::None);
   EXPECT_EQ(choose(sdpaArgs(q, k, tensor({2, 4, 32, 32}))), Backend::None);
   EXPECT_EQ(choose(sdpaArgs(q, k, k, tensor({16, 32}), 0.0, true)), Backend::None);
@@ -118,19 +139,25 @@ TEST_F(SdpaTest, ChooseBackendMirrorsFusedSdpChoice) {
   EXPECT_EQ(choose(sdpaArgs(q, kg, kg, Value(), 0.0, false, Value(), true)), Backend::FlashCpu);
   EXPECT_EQ(choose(sdpaArgs(q, tensor({2, 3, 32, 64}), tensor({2, 3, 32, 64}), Value(), 0.0, false, Value(), true)),
             Backend::None);
-  // CUDA: flash for half types; float32, causal non-square attention, a mask or an unaligned head
-  // dim go through the decomposition (the memory-efficient kernel is not used until verified).
+  // CUDA: flash for half types, the memory-efficient kernel for half types with a mask; float32,
+  // causal non-square attention or an unaligned head dim go through the decomposition.
   auto cuda = [](Shape s, DType d) { return tensor(std::move(s), d, kCuda0); };
   Value qb = cuda({2, 4, 16, 128}, DType::BFloat16), kb = cuda({2, 4, 16, 128}, DType::BFloat16);
   EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, Value(), 0.0, true)), Backend::Flash);
   Value kb2 = cuda({2, 4, 32, 128}, DType::BFloat16);
   EXPECT_EQ(choose(sdpaArgs(qb, kb2, kb2, Value(), 0.0, true)), Backend::None);
   EXPECT_EQ(choose(sdpaArgs(qb, kb2, kb2)), Backend::Flash);
+  EXPECT_EQ(choose(sdpaArgs(qb, kb2, kb2, Value(), 0.1)), Backend::Flash);  // dropout in the kernel
+  EXPECT_EQ(choose(sdpaArgs(qb, kb2, kb2, cuda({16, 32}, DType::BFloat16), 0.1)), Backend::Efficient);
   Value qf = cuda({2, 4, 16, 128}, DType::Float32);
   EXPECT_EQ(choose(sdpaArgs(qf, qf, qf, Value(), 0.0, true)), Backend::None);
   Value q12 = cuda({2, 4, 16, 12}, DType::Float16);
   EXPECT_EQ(choose(sdpaArgs(q12, q12, q12)), Backend::None);
-  EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({16, 16}, DType::Bool))), Backend::None);
+  EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({16, 16}, DType::Bool))), Backend::Efficient);
+  EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({2, 1, 1, 16}, DType::BFloat16))), Backend::Efficient);
+  EXPECT_EQ(choose(sdpaArgs(qf, qf, qf, cuda({16, 16}, DType::Float32))), Backend::None);
+  Value qwide = cuda({1, 1, 8, 256}, DType::BFloat16);
+  EXPECT_EQ(choose(sdpaArgs(qwide, qwide, qwide, cuda({8, 8}, DType::Bool))), Backend::None);
   Value qbig = cuda({1, 1, 8, 512}, DType::Float16);
   EXPECT_EQ(choose(sdpaArgs(qbig, qbig, qbig)), Backend::None);
 }

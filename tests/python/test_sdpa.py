@@ -328,3 +328,47 @@ def test_cudnn_backward_gets_the_output_gradient_in_the_output_layout(dtype):
     assert r.stride() == out.stride() and torch.equal(r, shifted)
     same = torch.randn_like(out)
     assert _grad_like_out(same, out) is same
+
+
+DROPOUT_CASES = [
+    # (name, backend eager is pinned to, mask, causal): thunder's kernel must drop the same elements
+    # as eager's given the same generator state, forward and backward.
+    ("flash", "FLASH_ATTENTION", False, False),
+    ("flash_causal", "FLASH_ATTENTION", False, True),
+    ("efficient_mask", "EFFICIENT_ATTENTION", True, False),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,backend,masked,causal", DROPOUT_CASES, ids=[c[0] for c in DROPOUT_CASES])
+def test_fused_dropout_drops_what_eager_drops(name, backend, masked, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from thunder.extend import get_default_executors
+
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.randn(2, 1, 64, 64, device="cuda", dtype=torch.bfloat16) if masked else None
+    ct = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.3, is_causal=causal)
+
+    tfn = thunder.jit(fn, executors=[e for e in get_default_executors() if e.name != "cudnn"])
+
+    def run(f):
+        ins = [t.clone().requires_grad_() for t in (q, k, v)]
+        torch.manual_seed(11)
+        out = f(*ins, mask)
+        return (out, *torch.autograd.grad(out, ins, ct))
+
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        expected = run(fn)
+    actual = run(tfn)
+    fwd, bwd = str(thunder.last_traces(tfn)[-1]), _backward_text(tfn)
+    assert "dropout_p=0.3" in fwd or ", 0.3)" in fwd, fwd
+    assert "sdpaex.fused_attention_backward(" in bwd, bwd
+    # Elements were dropped (not the no-dropout result), and the same ones as eager's.
+    undropped = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    assert (actual[0] - undropped).abs().max() > 0.1
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)

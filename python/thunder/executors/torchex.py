@@ -228,6 +228,11 @@ def embedding(a, weight, *, padding_idx=None):
     return torch.nn.functional.embedding(a, weight)
 
 
+def embedding_backward(grad, indices, num_weights, padding_idx=None):
+    pad = -1 if padding_idx is None else padding_idx
+    return _aten.embedding_dense_backward(grad, indices, num_weights, pad, False)
+
+
 # ---- nn ops ----
 
 _aten = torch.ops.aten
@@ -242,6 +247,32 @@ def convolution_backward(grad, a, weight, stride, padding, dilation, transposed,
         grad, a, weight, None, stride, padding, dilation, transposed, output_padding, groups, [True, True, False]
     )
     return gi, gw
+
+
+def _bn_float_params(a, params):
+    # As the C++ runtime: half-type inputs take float32 parameters on the CPU, and on CUDA where
+    # the parameters' dtypes differ.
+    if a.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    return not a.is_cuda or len({p.dtype for p in params if p is not None}) > 1
+
+
+def batch_norm(a, weight, bias, running_mean, running_var, momentum, eps):
+    up = _bn_float_params(a, (weight, bias, running_mean, running_var))
+    w, b, rm, rv = (t.float() if (up and t is not None) else t for t in (weight, bias, running_mean, running_var))
+    stat = (lambda t: t.float()) if a.dtype in (torch.bfloat16, torch.float16) else (lambda t: t)
+    if running_mean is None:
+        out, mean, invstd = _aten._native_batch_norm_legit.no_stats(a, w, b, True, momentum, eps)
+        return out, stat(mean), stat(invstd)
+    out, mean, invstd, nrm, nrv = _aten._native_batch_norm_legit_functional(a, w, b, rm, rv, True, momentum, eps)
+    return out, stat(mean), stat(invstd), nrm.to(running_mean.dtype), nrv.to(running_var.dtype)
+
+
+def batch_norm_backward(grad, a, weight, mean, invstd, eps):
+    w = weight.float() if (weight is not None and _bn_float_params(a, (weight,))) else weight
+    gx, gw, gb = _aten.native_batch_norm_backward(grad, a, w, None, None, mean, invstd, True, eps, [True, True, True])
+    dt = torch.float32 if weight is None else weight.dtype
+    return gx, gw.to(dt), gb.to(dt)
 
 
 def max_pool(a, kernel_size, stride, padding, dilation, ceil_mode):

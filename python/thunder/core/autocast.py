@@ -58,8 +58,12 @@ _POLICY = {
             "logsumexp upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d "
             "upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d"
         ),
-        fp32_unless_dtype="prod softmax log_softmax cumprod cumsum sum linalg_vector_norm vector_norm linalg_matrix_norm",
-        promote="addcdiv addcmul atan2 bilinear cross linalg_cross dot vdot grid_sample index_put tensordot scatter_add",
+        fp32_unless_dtype=(
+            "prod softmax log_softmax cumprod cumsum sum linalg_vector_norm vector_norm linalg_matrix_norm"
+        ),
+        promote=(
+            "addcdiv addcmul atan2 bilinear cross linalg_cross dot vdot grid_sample index_put tensordot scatter_add"
+        ),
         unsafe="binary_cross_entropy",
     ),
     "cpu": _classes(
@@ -159,11 +163,13 @@ def _promoted(name: str, tensors, device_type: str, lower: torch.dtype) -> torch
 def apply(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """(args, kwargs) of a call of op `name` cast as autocast would cast them now; the same
     objects when autocast is off for the op's device type or the op is not in its policy."""
+    if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        return args, kwargs
     tensors = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
     if not tensors:
         return args, kwargs
     device_type = "cuda" if any(_device_type(t) == "cuda" for t in tensors) else "cpu"
-    if device_type not in _POLICY or not torch.is_autocast_enabled(device_type):
+    if not torch.is_autocast_enabled(device_type):
         return args, kwargs
     rule = _MODE_RULES.get((device_type, name))
     cls = rule(args, kwargs) if rule is not None else _POLICY[device_type].get(name)

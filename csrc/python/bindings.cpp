@@ -302,6 +302,15 @@ struct Entry {
   uint64_t lastUse = 0;
 };
 
+/// Appends whether autocast is on for CUDA and for CPU, and each one's dtype, to a cache key: a
+/// trace applies the autocast policy that was in force while it was traced (thunder/core/autocast.py).
+void appendAutocastState(std::string& key) {
+  for (at::DeviceType d : {at::kCUDA, at::kCPU}) {
+    key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(d)));
+    key.push_back(static_cast<char>(at::autocast::get_autocast_dtype(d)));
+  }
+}
+
 /// The default bound on a compiled function's cache entries: THUNDER_CACHE_SIZE, else 256.
 size_t defaultCacheSize() {
   const char* env = std::getenv("THUNDER_CACHE_SIZE");
@@ -331,8 +340,7 @@ class CompiledFunction {
     key_.push_back(')');
     for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
-    key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
-    key_.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCPU)));
+    appendAutocastState(key_);
     if (guard_) {
       // The Python values the trace read (closure scalars, globals, module flags): a changed one
       // is another entry, never a stale result.
@@ -638,8 +646,7 @@ class GraphCache {
     if (!anyTensor || needsGrad) return Kind::Bypass;
     key.push_back('|');
     key.push_back(static_cast<char>(grad));
-    key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCUDA)));
-    key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(at::kCPU)));
+    appendAutocastState(key);
     if (guard_) {
       py::object values = guard_();
       for (py::handle v : values) describeLeaf(v, key);

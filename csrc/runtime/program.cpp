@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -152,6 +153,9 @@ c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs)
 std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputsHandedOver) const {
   THUNDER_INTERNAL(inputs.size() == trace_->inputs.size(), "runtime: expected ",
                    trace_->inputs.size(), " inputs, got ", inputs.size());
+  // A trace holds its own casts (the autocast policy was applied while it was traced): ATen must
+  // not apply autocast again, whether the call or its backward runs inside an autocast region.
+  c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
   std::vector<c10::IValue> regs(numRegs_);
   for (size_t i = 0; i < inputs.size(); ++i) regs[i] = std::move(inputs[i]);
   std::vector<c10::IValue> args;

@@ -316,23 +316,9 @@ class ThunderFunction(_C.CompiledFunction):
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
-        _refuse_autocast()
         trace, sources, closures, updated = _trace(self._fn, args, kwargs, ())
         _guard_updated_objects(self, self, updated)
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
-
-
-def _refuse_autocast() -> None:
-    """A call under torch.autocast is refused by name: its trace would have the dtypes of a call
-    without it, and ATen's autocast would change them again at run time (an internal error, or
-    results unlike eager's). Autocast's rules per op (lower precision for matmuls and
-    convolutions, float32 for softmax, norms and losses, ...) are not applied while tracing yet."""
-    on = [d for d in ("cuda", "cpu") if pytorch.is_autocast_enabled(d)]
-    if on:
-        raise NotImplementedError(
-            f"thunder.jit: calls under torch.autocast (enabled for {' and '.join(on)}) are not supported yet; "
-            f"cast the model and inputs instead (model.to(torch.bfloat16)), or call it outside autocast"
-        )
 
 
 def _guard_updated_objects(owner, cfn, updated) -> None:
@@ -416,7 +402,6 @@ class ThunderModule(pytorch.nn.Module):
         return outputs.finish(self._cfn(state, *args, **kwargs))
 
     def _compile(self, args, kwargs):
-        _refuse_autocast()
         state, user_args = args[0], args[1:]
         names = [_sanitize(qual) for _, _, _, qual in self._slots]
 

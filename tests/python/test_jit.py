@@ -494,20 +494,6 @@ def test_assigning_data_takes_the_values_or_says_why_not(case):
             thunder.jit(values)(torch.ones(2, requires_grad=True))
 
 
-def test_calls_under_autocast_are_refused_by_name():
-    # A trace takes the dtypes of a call without autocast and ATen's autocast changed them again
-    # at run time: an internal error (66 of 71 models under CPU autocast), or results unlike eager's.
-    lin = torch.nn.Linear(8, 8)
-    jf = thunder.jit(lambda x: torch.relu(lin(x)) * 2)
-    x = torch.randn(4, 8)
-    jf(x)
-    for jitted in (jf, thunder.jit(lin)):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            with pytest.raises(NotImplementedError, match=r"torch.autocast \(enabled for cpu\)"):
-                jitted(x)
-    assert jf(x).dtype == torch.float32  # outside autocast the cached program runs
-
-
 def test_tensor_a_module_stores_on_its_first_call_is_real_afterwards():
     # Wav2Vec2-Conformer's rotary embedding computes its table on the first call and keeps it on
     # the module: it kept the trace's proxy, and the second call failed with an internal error.

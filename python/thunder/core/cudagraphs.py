@@ -218,8 +218,7 @@ class CUDAGraphRunner:
                 str(spec),
                 _signature(leaves, stable_at),
                 torch.is_grad_enabled(),
-                torch.is_autocast_enabled("cuda"),
-                torch.is_autocast_enabled("cpu"),
+                tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cuda", "cpu")),
                 tuple(v if isinstance(v, _VALUE_TYPES) else id(v) for v in values),
             )
 

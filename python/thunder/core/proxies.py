@@ -10,7 +10,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from thunder import _C
-from thunder.core import devices, fallback, functionalize
+from thunder.core import autocast, devices, fallback, functionalize
 
 TensorProxy = _C.TensorProxy
 
@@ -153,7 +153,8 @@ def _dispatch(func, args, kwargs):
             # tensor the function closes over).
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
-        out = fallback.call(func, _qualname(func), args, kwargs)
+        cargs, ckwargs = autocast.apply(getattr(func, "__name__", ""), args, kwargs)
+        out = fallback.call(func, _qualname(func), cargs, ckwargs)
         _note_views(st, func, args, out)
         return out
     sym, swapped = entry
@@ -178,6 +179,8 @@ def _dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             skwargs = dict(skwargs, device=default)
+    # Under torch.autocast, the arguments cast as autocast casts them for this op.
+    sargs, skwargs = autocast.apply(sym.name, sargs, skwargs)
     try:
         out = sym(*sargs, **skwargs)
     except NotImplementedError as e:
@@ -185,7 +188,8 @@ def _dispatch(func, args, kwargs):
         if not _has_proxy(args) and not _has_proxy(kwargs):
             raise
         try:
-            out = fallback.call(func, _qualname(func), args, kwargs)
+            cargs, ckwargs = autocast.apply(sym.name, args, kwargs)
+            out = fallback.call(func, _qualname(func), cargs, ckwargs)
         except Exception:  # noqa: BLE001 - PyTorch (on meta tensors) cannot run it either:
             raise e from None  # the symbol's error names the case and has eager's type
     out = _named_result(func, out)

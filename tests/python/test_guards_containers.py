@@ -217,3 +217,49 @@ def test_a_tuple_in_a_global_is_keyed_by_value():
         torch.testing.assert_close(jfn(x), fn(x))
     finally:
         TUP = old
+
+
+def test_a_function_made_by_exec_is_guarded():
+    """Code run with exec in a namespace without __name__ (generated programs): its functions have
+    no module, and are the user's."""
+    ns = {}
+    exec("CFG = {'shift': 1.0}\nSCALE = 2.0\ndef fn(x):\n    return x * SCALE + CFG['shift']\n", ns)
+    fn, x = ns["fn"], torch.randn(3)
+    jfn = thunder.jit(fn)
+    torch.testing.assert_close(jfn(x), fn(x))
+    ns["CFG"]["shift"] = 4.0
+    torch.testing.assert_close(jfn(x), fn(x))
+    ns["SCALE"] = -1.0
+    torch.testing.assert_close(jfn(x), fn(x))
+
+
+def test_each_block_of_a_model_has_its_config_guarded():
+    """Blocks of one class share their forward's code: the second block's dict is guarded too."""
+    m = torch.nn.Sequential(_Scaled(), _Scaled())
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(jm(x), m(x))
+    m[1].cfg["scale"] = 3.0
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 2
+
+
+class _Indexed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 4))
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+
+    def forward(self, x):
+        return self.blocks[0](x) * self.weight[0]
+
+
+def test_indexing_a_tensor_or_a_module_list_is_not_a_container_read():
+    """self.weight[0] and self.blocks[0] make a new object per call: keyed, they would miss the
+    cache on every call."""
+    m = _Indexed()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 1 and thunder.cache_hits(jm) == 2

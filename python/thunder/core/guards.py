@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import dis
+import functools
 import os
 import sys
 import types
@@ -42,7 +43,9 @@ def _library(obj) -> bool:
     globals are not the user's program state."""
     mod = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
     if not isinstance(mod, str):
-        return True
+        # A Python function without a module is the user's, run with exec in globals without a
+        # __name__ (generated code); other objects without one are builtins.
+        return not isinstance(obj, types.FunctionType)
     root = mod.split(".")[0]
     return root in ("torch", "thunder", "builtins", "typing", "functools", "math", "operator") or (
         root in sys.stdlib_module_names
@@ -114,6 +117,8 @@ class _Collector:
                 root, value = ("obj", self_obj), self_obj
             else:
                 continue
+            if value is not _MISSING and not _container_path(value, steps, how):
+                continue
             if how == "value" and all(op == "attr" for op, _ in steps):
                 # Attribute chains: the first attribute of a plain object is obj_attrs' (a
                 # module's, guard_for_module's); a longer chain from a plain object is read here.
@@ -163,10 +168,15 @@ class _Collector:
             self.obj_attrs(value, code)
 
     def code(self, code, globals_: dict, closure, depth: int, self_obj=_MISSING) -> None:
+        if self_obj is not _MISSING and (code, id(self_obj)) not in self._seen_code:
+            # Each instance's own containers (self.cfg['eps'] of every block of a model)
+            self._seen_code.add((code, id(self_obj)))
+            self.container_reads(code, globals_, closure, self_obj)
         if code in self._seen_code:
             return
         self._seen_code.add(code)
-        self.container_reads(code, globals_, closure, self_obj)
+        if self_obj is _MISSING:
+            self.container_reads(code, globals_, closure, self_obj)
         for name, cell in zip(code.co_freevars, closure or ()):
             self.readers.append(("cell", cell))
             if _cell_full(cell):
@@ -205,13 +215,39 @@ def _cell_full(cell) -> bool:
         return False
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
+def _container_path(value, steps, how) -> bool:
+    """Whether the reads of `steps` from `value` go through containers and plain objects only:
+    an item of a dict, list or tuple, an attribute of the user's object; and the read at the end
+    (`how`) one of a container, len() excepted. Indexing a tensor (self.weight[0]) or a ModuleList
+    makes a new object per call, and a library object's attributes may be computed."""
+    for op, key in steps:
+        if op == "item":
+            if not isinstance(value, _CONTAINERS):
+                return False
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                return True  # missing now: read as _M until it is there
+        else:
+            if not (_user_data(value) or isinstance(value, types.ModuleType) and not _library(value)):
+                return False
+            value = getattr(value, key, _MISSING)
+            if value is _MISSING:
+                return True
+    return how in ("value", "len") or isinstance(value, _CONTAINERS)
+
+
 # Builtins whose result depends on every item of a container argument.
 _READ_ALL = frozenset({"sum", "list", "tuple", "sorted", "min", "max", "any", "all", "enumerate", "zip",
                        "reversed", "set", "dict", "map", "filter", "iter"})
 _MAX_CONTENTS = 64
 
 
-def _container_reads(code) -> list:
+@functools.lru_cache(maxsize=4096)  # once per code object: a model's blocks share their forward
+def _container_reads(code) -> tuple:
     """What `code` reads from containers it names, as (root, steps, how, arg): root ("global" |
     "deref" | "fast", name); steps a tuple of ("item", constant key) and ("attr", name); how
     "value" (arg None), "get" (dict.get of the key arg), "len", "in" (the constant arg) or
@@ -233,7 +269,7 @@ def _container_reads(code) -> list:
     try:
         instructions = list(dis.get_instructions(code))
     except Exception:  # an interpreter whose bytecode dis cannot read: nothing is guarded here
-        return []
+        return ()
     for ins in instructions:
         op, arg = ins.opname, ins.argval
         if ins.is_jump_target:
@@ -296,7 +332,7 @@ def _container_reads(code) -> list:
         else:
             forget()
     forget()
-    return reads
+    return tuple(reads)
 
 
 def _read_path(reader):

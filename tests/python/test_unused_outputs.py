@@ -30,6 +30,10 @@ CASES = [
     ("var_mean_all_len1_mean", lambda x: torch.var_mean(x, correction=1)[1], _x(1, 1)),
     ("var_mean_mean_then_gather", _gather_mean, _x(3, 1)),
     ("var_mean_var", lambda x: torch.var_mean(x, 1, correction=1)[0], _x(3, 4)),
+    # no degrees of freedom: NaN as eager's (the fuser's var divided by n - correction = -1)
+    ("var_mean_len1_corr2_var", lambda x: torch.var_mean(x, 1, correction=2)[0], _x(3, 1)),
+    ("var_mean_len2_corr3_var", lambda x: torch.var_mean(x, 1, correction=3)[0] * 2, _x(3, 2)),
+    ("std_mean_len1_corr2_std", lambda x: torch.std_mean(x, 1, correction=2)[0], _x(3, 1)),
     ("std_mean_len1_mean", lambda x: torch.std_mean(x, 1, correction=1)[1], _x(3, 1)),
     ("std_mean_len1_corr2_mean", lambda x: torch.std_mean(x, 0, correction=2)[1] * 2, _x(1, 3)),
     ("std_mean_std", lambda x: torch.std_mean(x, 1)[0], _x(3, 4)),

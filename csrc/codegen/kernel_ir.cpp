@@ -647,12 +647,14 @@ class Lowering {
       int x = lower(src, srcMap);
       if (x < 0) return -1;
       if (op != "var") return reduce(op, x, src->dtype);
-      // var = sum((x - mean)^2) / (N - correction), mean = sum(x) / N
+      // var = sum((x - mean)^2) / max(N - correction, 0), mean = sum(x) / N: as eager's, no
+      // degrees of freedom (N <= correction) give 0 / 0 = NaN or inf, not a value of flipped sign
       int n = rowLength(src->dtype);
       int mean = binary("div", reduce("sum", x, src->dtype), n, src->dtype);
       int d = binary("sub", x, mean, src->dtype);
       int ss = reduce("sum", binary("mul", d, d, src->dtype), src->dtype);
-      int denom = binary("sub", n, constant(Value(b.args[2].toDouble()), src->dtype), src->dtype);
+      int dof = binary("sub", n, constant(Value(b.args[2].toDouble()), src->dtype), src->dtype);
+      int denom = binary("maximum", dof, constant(Value(0.0), src->dtype), src->dtype);
       return binary("div", ss, denom, src->dtype);
     }
     KNode n;

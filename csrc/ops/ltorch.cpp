@@ -1201,6 +1201,14 @@ void registerReductions() {
         DType computation = isLowPrecision(result) ? DType::Float32 : result;
         Value x = clang::maybeConvert(a[0], computation);
         std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.logsumexp");
+        int64_t reduced = 1;
+        for (int64_t d : dims) reduced *= t.shape[d];
+        if (reduced == 0) {
+          // Over no element: log of an empty sum, -inf as eager's (amax of nothing has no value
+          // to shift by).
+          Value r = clang::maybeConvert(op("log", {prims::sum(op("exp", {x}), dims)}), result);
+          return a[2].toBool() ? clang::keepDims(r, t.shape, dims) : r;
+        }
         // Complex inputs shift by the largest real part.
         Value m = prims::amax(isComplex(computation) ? prims::real(x) : x, dims);
         // Where the max is infinite, shifting by it would make nan; shift by 0 there.

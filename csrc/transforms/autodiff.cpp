@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -128,6 +129,145 @@ Value sumToShape(const Value& g, const Shape& shape) {
 Value zerosLike(const TensorProxy& t) {
   return ltorch::op("full", {Value::ints(t.shape), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
 }
+
+/// Zero propagation through backward calls, for cotangents that are not given or never reached:
+/// eager runs no backward formula that only such cotangents reach, so a NaN or infinite local
+/// derivative there never meets them; with zeros in their place it did (0 * NaN). The values that
+/// only zero cotangents flow into are zero and are left out: a product or quotient of one and a
+/// value is zero, a sum with one is the other term, shape ops and reductions of one are zero, and
+/// so are all outputs of a call linear in its cotangents (a fallback's `vjp_*`, fused attention's
+/// backward) whose cotangent-derived arguments are all zero. Any other use reads zeros, made by
+/// `makeZeros` where that use is.
+class ZeroCotangents {
+ public:
+  explicit ZeroCotangents(std::function<Value(const TensorPtr&)> makeZeros)
+      : makeZeros_(std::move(makeZeros)) {}
+
+  /// A cotangent: computed from cotangents, and zero when `isZero`.
+  void mark(const TensorPtr& t, bool isZero) {
+    dep_.insert(t.get());
+    if (isZero) zero_.insert(t.get());
+  }
+
+  bool isZero(const Value& v) const { return v.isTensor() && zero_.count(v.toTensor().get()) > 0; }
+
+  /// `v` with the tensors the calls so far replaced (aliases, zeros made for a use).
+  Value subst(const Value& v) const { return thunder::subst(v, ren_); }
+
+  /// Zeros in place of the zero tensor `t` from here on.
+  Value materialize(const TensorPtr& t) {
+    Value made = makeZeros_(t);
+    ren_[t.get()] = made;
+    zero_.erase(t.get());
+    return made;
+  }
+
+  /// The call as it runs, or nothing when its outputs are zero or alias a term.
+  std::optional<BoundSymbol> step(const BoundSymbol& orig) {
+    BoundSymbol b = orig;
+    substInPlace(b, ren_);
+    std::vector<TensorPtr> ins = b.inputTensors();
+    bool anyZero = false, anyDep = false;
+    for (const TensorPtr& t : ins) {
+      anyZero |= zero_.count(t.get()) > 0;
+      anyDep |= dep_.count(t.get()) > 0;
+    }
+    std::vector<TensorPtr> outs = b.outputTensors();
+    if (anyZero && linearInCotangents(b, ins)) {
+      for (const TensorPtr& t : outs) mark(t, true);
+      return std::nullopt;
+    }
+    if (anyZero && outs.size() == 1) {
+      Value alias;
+      if (zeroResult(b, alias)) {
+        mark(outs[0], true);
+        return std::nullopt;
+      }
+      if (!alias.isNone()) {
+        ren_[outs[0].get()] = alias;
+        return std::nullopt;
+      }
+    }
+    if (anyZero) {
+      for (const TensorPtr& t : ins)
+        if (zero_.count(t.get())) materialize(t);
+      substInPlace(b, ren_);
+    }
+    if (anyDep)
+      for (const TensorPtr& t : outs) dep_.insert(t.get());
+    return b;
+  }
+
+ private:
+  bool isDep(const Value& v) const { return v.isTensor() && dep_.count(v.toTensor().get()) > 0; }
+
+  static bool isNumber(const Value& v, double x) {
+    return (v.isInt() || v.isFloat()) && v.toDouble() == x;
+  }
+
+  /// Linear in the cotangents it reads (a fallback call's VJP, `vjp_<name>(inputs...,
+  /// cotangents...)`, fused attention's backward), each of them zero.
+  bool linearInCotangents(const BoundSymbol& b, const std::vector<TensorPtr>& ins) const {
+    if (b.sym->name.rfind("vjp_", 0) != 0 && b.sym->id() != "sdpaex.fused_attention_backward")
+      return false;
+    for (const TensorPtr& t : ins)
+      if (dep_.count(t.get()) && !zero_.count(t.get())) return false;
+    return true;
+  }
+
+  /// Whether the single output of a call reading a zero tensor is zero; else sets `alias` where
+  /// it equals one term (a sum with a zero).
+  bool zeroResult(const BoundSymbol& b, Value& alias) const {
+    const std::string id = b.sym->id();
+    const std::vector<Value>& a = b.args;
+    const TensorPtr o = b.outputTensors()[0];
+    // Other tensor arguments than the first read from cotangents.
+    bool restDep = false;
+    for (size_t i = 1; i < a.size(); ++i) restDep |= isDep(a[i]);
+    static const std::unordered_set<std::string> linearInFirst = {
+        "ltorch.neg", "ltorch.sum", "ltorch.reshape", "ltorch.expand", "ltorch.permute",
+        "ltorch.transpose", "ltorch.to", "ltorch.squeeze", "ltorch.unsqueeze", "ltorch.flip",
+        "ltorch.view", "ltorch.contiguous", "ltorch.clone", "ltorch.real", "ltorch.conj",
+        "prims.neg", "prims.sum", "prims.reshape", "prims.broadcast_in_dim", "prims.transpose",
+        "prims.squeeze", "prims.convert_element_type", "prims.device_put", "prims.flip", "prims.real",
+        "prims.slice", "ltorch.getitem", "ltorch.narrow", "ltorch.select", "ltorch.movedim"};
+    // Linear in each operand: zero when one is zero and the other no gradient.
+    static const std::unordered_set<std::string> bilinear = {
+        "ltorch.mul", "prims.mul", "ltorch.matmul", "prims.matmul", "ltorch.mm", "ltorch.bmm"};
+    bool isAdd = id == "ltorch.add" || id == "prims.add", isSub = id == "ltorch.sub" || id == "prims.sub";
+    bool unitAlpha = a.size() < 3 || a[2].isNone() || isNumber(a[2], 1.0);
+    if (linearInFirst.count(id) && isZero(a[0]) && !restDep) return true;
+    if ((id == "prims.pad" && a.size() == 3 && isZero(a[0]) && isNumber(a[1], 0.0)) ||
+        (id == "ltorch.pad" && a.size() == 4 && isZero(a[0]) && a[2].isString() &&
+         a[2].toString() == "constant" && (a[3].isNone() || isNumber(a[3], 0.0))))
+      return true;
+    if ((id == "ltorch.cat" || id == "prims.cat") && !a.empty() && a[0].isSequence() &&
+        std::all_of(a[0].items().begin(), a[0].items().end(), [&](const Value& v) { return isZero(v); }))
+      return true;
+    if (bilinear.count(id) && a.size() >= 2 &&
+        ((isZero(a[0]) && !isDep(a[1])) || (isZero(a[1]) && !isDep(a[0])) || (isZero(a[0]) && isZero(a[1]))))
+      return true;
+    if ((id == "ltorch.div" || id == "prims.div") && a.size() >= 2 && isZero(a[0]) && !isDep(a[1]) &&
+        (a.size() < 3 || a[2].isNone()))
+      return true;
+    if ((id == "ltorch.where" || id == "prims.where") && a.size() == 3 && !isDep(a[0]) &&
+        (isZero(a[1]) || isNumber(a[1], 0.0)) && (isZero(a[2]) || isNumber(a[2], 0.0)))
+      return true;
+    if ((isAdd || isSub) && a.size() >= 2 && unitAlpha) {
+      if (isZero(a[0]) && isZero(a[1])) return true;
+      // One term zero, the other a gradient of the output's type: the sum is that term.
+      const Value& other = isZero(a[0]) ? a[1] : a[0];
+      bool keepsType = other.isTensor() && other.tensor().shape == o->shape &&
+                       other.tensor().dtype == o->dtype && isDep(other);
+      if (keepsType && (isAdd || isZero(a[1]))) alias = other;
+    }
+    return false;
+  }
+
+  std::function<Value(const TensorPtr&)> makeZeros_;
+  std::unordered_set<const TensorProxy*> dep_, zero_;  // computed from cotangents; from zero ones only
+  Subst ren_;
+};
 
 /// Replaces composite calls whose internal (non-output) tensors are read elsewhere by their
 /// subsymbols: an executor running the composite as one call would not make them.
@@ -392,20 +532,32 @@ class Differentiator {
     if (!any) return;
     THUNDER_CHECK_KIND(!block.noRule, ErrorKind::NotImplemented, "thunder cannot differentiate ",
                        block.noRule->id(), ": it has no grad rule (a gradient reaches its output)");
+    // An output no gradient reaches (the variance of var_mean when only its mean is used) gives
+    // none: its cotangent is zero and left out of the rule's backward (ZeroCotangents), as eager
+    // runs no formula for it.
     Subst m;
+    ZeroCotangents z([&](const TensorPtr& t) { return emit(block.key, [&] { return zerosLike(*t); }); });
     for (const auto& [ph, out] : block.cotangents) {
       auto it = cot_.find(out.get());
-      m[ph.get()] = it != cot_.end() ? it->second
-                                     : emit(block.key, [&] { return zerosLike(*out); });
+      if (it == cot_.end()) {
+        z.mark(ph, true);
+      } else {
+        m[ph.get()] = it->second;
+        if (it->second.isTensor()) z.mark(it->second.toTensor(), false);
+      }
     }
     for (const BoundSymbol& b : block.bsyms) {
       BoundSymbol c = b;
       substInPlace(c, m);
-      bwd_.push_back(std::move(c));
+      std::optional<BoundSymbol> kept = z.step(c);
+      if (!kept) continue;
+      bwd_.push_back(std::move(*kept));
+      keys_.resize(bwd_.size(), block.key);
     }
-    keys_.resize(bwd_.size(), block.key);
-    for (const auto& [in, g] : block.grads)
-      if (in.isTensor()) accumulate(in.toTensor(), subst(g, m), block.key);
+    for (const auto& [in, g] : block.grads) {
+      Value gv = z.subst(subst(g, m));
+      if (in.isTensor() && !z.isZero(gv)) accumulate(in.toTensor(), gv, block.key);
+    }
   }
 
   const Trace& comp_;
@@ -565,132 +717,23 @@ Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& un
   THUNDER_INTERNAL(undefined.size() <= backward.inputs.size(), "withUndefinedCotangents: ",
                    undefined.size(), " cotangents of ", backward.inputs.size(), " inputs");
   Trace out = backward.emptyCopy();
-  std::unordered_set<const TensorProxy*> dep, zero;  // computed from cotangents; from undefined ones only
+  ZeroCotangents z([&](const TensorPtr& t) {
+    TracingScope scope(out);
+    return zerosLike(*t);
+  });
   size_t first = backward.inputs.size() - undefined.size();
-  for (size_t i = 0; i < undefined.size(); ++i) {
-    dep.insert(backward.inputs[first + i].get());
-    if (undefined[i]) zero.insert(backward.inputs[first + i].get());
+  for (size_t i = 0; i < undefined.size(); ++i) z.mark(backward.inputs[first + i], undefined[i]);
+  for (const BoundSymbol& b : backward.bsyms) {
+    std::optional<BoundSymbol> kept = z.step(b);
+    if (kept) out.bsyms.push_back(std::move(*kept));
   }
-  Subst ren;
-  auto isZero = [&](const Value& v) { return v.isTensor() && zero.count(v.toTensor().get()) > 0; };
-  auto isDep = [&](const Value& v) { return v.isTensor() && dep.count(v.toTensor().get()) > 0; };
-  auto isNumber = [](const Value& v, double x) {
-    return (v.isInt() || v.isFloat()) && v.toDouble() == x;
-  };
-  // Zeros in place of a zero tensor, for a use the rules below do not cover.
-  auto zerosFor = [&](const TensorPtr& z) {
-    Value made;
-    {
-      TracingScope scope(out);
-      made = ltorch::op("full", {Value::ints(z->shape), 0.0}, {{"device", z->device}, {"dtype", z->dtype}});
-    }
-    ren[z.get()] = made;
-    zero.erase(z.get());
-  };
-  for (const BoundSymbol& orig : backward.bsyms) {
-    BoundSymbol b = orig;
-    substInPlace(b, ren);
-    std::vector<TensorPtr> ins = b.inputTensors();
-    bool anyZero = false, anyDep = false;
-    for (const TensorPtr& t : ins) {
-      anyZero |= zero.count(t.get()) > 0;
-      anyDep |= dep.count(t.get()) > 0;
-    }
-    std::vector<TensorPtr> outs = b.outputTensors();
-    // Linear in the cotangents it reads (a fallback call's VJP, `vjp_<name>(inputs...,
-    // cotangents...)`, fused attention's backward): when every argument computed from cotangents
-    // is zero, so is every output.
-    if (anyZero && (b.sym->name.rfind("vjp_", 0) == 0 || b.sym->id() == "sdpaex.fused_attention_backward")) {
-      bool allZero = true;
-      for (const TensorPtr& t : ins) allZero &= !dep.count(t.get()) || zero.count(t.get());
-      if (allZero) {
-        for (const TensorPtr& t : outs) {
-          zero.insert(t.get());
-          dep.insert(t.get());
-        }
-        continue;
-      }
-    }
-    if (anyZero && outs.size() == 1) {
-      const std::string id = b.sym->id();
-      const std::vector<Value>& a = b.args;
-      const TensorPtr& o = outs[0];
-      // Other tensor arguments than the first read from cotangents.
-      bool restDep = false;
-      for (size_t i = 1; i < a.size(); ++i) restDep |= isDep(a[i]);
-      static const std::unordered_set<std::string> linearInFirst = {
-          "ltorch.neg", "ltorch.sum", "ltorch.reshape", "ltorch.expand", "ltorch.permute",
-          "ltorch.transpose", "ltorch.to", "ltorch.squeeze", "ltorch.unsqueeze", "ltorch.flip",
-          "ltorch.view", "ltorch.contiguous", "ltorch.clone", "ltorch.real", "ltorch.conj",
-          "prims.neg", "prims.sum", "prims.reshape", "prims.broadcast_in_dim", "prims.transpose",
-          "prims.squeeze", "prims.convert_element_type", "prims.device_put", "prims.flip", "prims.real",
-          "prims.slice", "ltorch.getitem", "ltorch.narrow", "ltorch.select", "ltorch.movedim"};
-      // Linear in each operand: zero when one is zero and the other no gradient.
-      static const std::unordered_set<std::string> bilinear = {
-          "ltorch.mul", "prims.mul", "ltorch.matmul", "prims.matmul", "ltorch.mm", "ltorch.bmm"};
-      bool isAdd = id == "ltorch.add" || id == "prims.add", isSub = id == "ltorch.sub" || id == "prims.sub";
-      bool unitAlpha = a.size() < 3 || a[2].isNone() || isNumber(a[2], 1.0);
-      bool drop = false;
-      Value alias;
-      if (linearInFirst.count(id) && isZero(a[0]) && !restDep) {
-        drop = true;
-      } else if ((id == "prims.pad" && a.size() == 3 && isZero(a[0]) && isNumber(a[1], 0.0)) ||
-                 (id == "ltorch.pad" && a.size() == 4 && isZero(a[0]) && a[2].isString() &&
-                  a[2].toString() == "constant" && (a[3].isNone() || isNumber(a[3], 0.0)))) {
-        drop = true;
-      } else if ((id == "ltorch.cat" || id == "prims.cat") && !a.empty() && a[0].isSequence() &&
-                 std::all_of(a[0].items().begin(), a[0].items().end(), isZero)) {
-        drop = true;
-      } else if (bilinear.count(id) && a.size() >= 2 &&
-                 ((isZero(a[0]) && !isDep(a[1])) || (isZero(a[1]) && !isDep(a[0])) ||
-                  (isZero(a[0]) && isZero(a[1])))) {
-        drop = true;
-      } else if ((id == "ltorch.div" || id == "prims.div") && a.size() >= 2 && isZero(a[0]) &&
-                 !isDep(a[1]) && (a.size() < 3 || a[2].isNone())) {
-        drop = true;
-      } else if ((id == "ltorch.where" || id == "prims.where") && a.size() == 3 && !isDep(a[0]) &&
-                 (isZero(a[1]) || isNumber(a[1], 0.0)) && (isZero(a[2]) || isNumber(a[2], 0.0))) {
-        drop = true;
-      } else if ((isAdd || isSub) && a.size() >= 2 && unitAlpha) {
-        if (isZero(a[0]) && isZero(a[1])) {
-          drop = true;
-        } else {
-          // One term zero, the other a gradient of the output's type: the sum is that term.
-          const Value& other = isZero(a[0]) ? a[1] : a[0];
-          bool keepsType = other.isTensor() && other.tensor().shape == o->shape &&
-                           other.tensor().dtype == o->dtype && isDep(other);
-          if (keepsType && (isAdd || isZero(a[1]))) alias = other;
-        }
-      }
-      if (drop) {
-        zero.insert(o.get());
-        dep.insert(o.get());
-        continue;
-      }
-      if (!alias.isNone()) {
-        ren[o.get()] = alias;
-        continue;
-      }
-    }
-    if (anyZero) {
-      for (const TensorPtr& t : ins)
-        if (zero.count(t.get())) zerosFor(t);
-      substInPlace(b, ren);
-    }
-    if (anyDep)
-      for (const TensorPtr& t : outs) dep.insert(t.get());
-    out.bsyms.push_back(std::move(b));
-  }
-  out.output = subst(backward.output, ren);
+  out.output = z.subst(backward.output);
   std::vector<TensorPtr> finals;
   out.output.collectTensors(finals);
   std::unordered_set<const TensorProxy*> zeroFinals;
-  for (const TensorPtr& t : finals) {
-    if (!zero.count(t.get())) continue;
-    zerosFor(t);
-    zeroFinals.insert(ren.at(t.get()).toTensor().get());
-  }
-  out.output = subst(out.output, ren);
+  for (const TensorPtr& t : finals)
+    if (z.isZero(Value(t))) zeroFinals.insert(z.materialize(t).toTensor().get());
+  out.output = z.subst(out.output);
   if (zeroOutputs != nullptr) {
     std::vector<TensorPtr> returned;
     out.output.collectTensors(returned);

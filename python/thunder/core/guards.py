@@ -9,14 +9,21 @@ objects by identity), so a changed value traces again instead of returning a sta
 What is read: the closure cells and the globals named by the function's code (and by the code of
 the user functions, methods and nested functions it names, a few levels deep); attributes named
 by that code on global modules and plain objects; and for an nn.Module, every submodule's
-`training` and its scalar attributes. Mutating a list or dict in place is not seen (containers
-are keyed by identity).
+`training` and its scalar attributes. Containers are keyed by identity, so what the code reads
+from them is guarded on its own (`_container_reads`, as torch.compile's guards do): items with
+constant keys (`cfg['scale']`, `s[0]`, `cfg['a']['b']`, `cfg.get('k', d)`), reached from a
+global, a closure cell, `self` or attributes of them (`cfg.sub.lr`, `self.cfg['eps']`), the
+length of a container passed to `len`, a constant key tested with `in`, and the contents of a
+container the code iterates (`for v in s`, `cfg.items()`, `sum(s)`, up to 64 items). An item
+read with a key the code computes is not seen.
 """
 
 from __future__ import annotations
 
+import argparse
 import builtins
 import dis
+import functools
 import os
 import sys
 import types
@@ -36,11 +43,20 @@ def _library(obj) -> bool:
     globals are not the user's program state."""
     mod = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else obj.__name__
     if not isinstance(mod, str):
-        return True
+        # A Python function without a module is the user's, run with exec in globals without a
+        # __name__ (generated code); other objects without one are builtins.
+        return not isinstance(obj, types.FunctionType)
     root = mod.split(".")[0]
     return root in ("torch", "thunder", "builtins", "typing", "functools", "math", "operator") or (
         root in sys.stdlib_module_names
     )
+
+
+def _user_data(value) -> bool:
+    """Whether `value` is an object of the user's program whose attributes are its state: an
+    instance of a class outside the libraries, or a namespace of the standard library (a
+    SimpleNamespace or argparse.Namespace config)."""
+    return isinstance(value, (types.SimpleNamespace, argparse.Namespace)) or not _library(type(value))
 
 
 def _normalize(value, out: list) -> None:
@@ -75,13 +91,46 @@ class _Collector:
         self._seen_attr.add(key)
         self.readers.append(("attr", obj, name))
 
-    def function(self, fn, depth: int = 0) -> None:
+    def function(self, fn, depth: int = 0, self_obj=_MISSING) -> None:
         if isinstance(fn, types.MethodType):
             self.obj_attrs(fn.__self__, fn.__func__.__code__)
-            fn = fn.__func__
+            fn, self_obj = fn.__func__, fn.__self__
         if not isinstance(fn, types.FunctionType) or _library(fn) or depth > _MAX_DEPTH:
             return
-        self.code(fn.__code__, fn.__globals__, fn.__closure__, depth)
+        self.code(fn.__code__, fn.__globals__, fn.__closure__, depth, self_obj)
+
+    def container_reads(self, code, globals_: dict, closure, self_obj) -> None:
+        """Readers of what `code` reads from containers held in globals, closure cells or `self`
+        (its first argument, when the object is known)."""
+        cells = dict(zip(code.co_freevars, closure or ()))
+        self_name = code.co_varnames[0] if self_obj is not _MISSING and code.co_argcount else None
+        for (kind, name), steps, how, arg in _container_reads(code):
+            if kind == "global":
+                if name not in globals_ and name in builtins.__dict__:
+                    continue
+                root = ("global", globals_, name)
+                value = globals_.get(name, _MISSING)
+            elif kind == "deref" and name in cells:
+                root = ("cell", cells[name])
+                value = cells[name].cell_contents if _cell_full(cells[name]) else _MISSING
+            elif kind == "fast" and name == self_name:
+                root, value = ("obj", self_obj), self_obj
+            else:
+                continue
+            if value is not _MISSING and not _container_path(value, steps, how):
+                continue
+            if how == "value" and all(op == "attr" for op, _ in steps):
+                # Attribute chains: the first attribute of a plain object is obj_attrs' (a
+                # module's, guard_for_module's); a longer chain from a plain object is read here.
+                if len(steps) < 2 or kind == "fast" or isinstance(value, (types.ModuleType, type, types.FunctionType)):
+                    continue
+                if not _user_data(value) or isinstance(value, torch.nn.Module):
+                    continue
+            key = ("path", id(root[1]), root[2] if root[0] == "global" else None, steps, how, arg)
+            if key in self._seen_attr:
+                continue
+            self._seen_attr.add(key)
+            self.readers.append(("path", root, steps, how, arg))
 
     def obj_attrs(self, obj, code) -> None:
         """The scalar attributes of `obj` that `code` names (self.flag, cfg.eps)."""
@@ -115,13 +164,19 @@ class _Collector:
                         self.attr(value, name)
                     elif isinstance(v, (types.FunctionType, staticmethod, classmethod)):
                         self.function(getattr(value, name), depth + 1)
-        elif not isinstance(value, _SCALARS + (tuple, torch.Tensor)) and not _library(type(value)):
+        elif not isinstance(value, _SCALARS + (tuple, torch.Tensor)) and _user_data(value):
             self.obj_attrs(value, code)
 
-    def code(self, code, globals_: dict, closure, depth: int) -> None:
+    def code(self, code, globals_: dict, closure, depth: int, self_obj=_MISSING) -> None:
+        if self_obj is not _MISSING and (code, id(self_obj)) not in self._seen_code:
+            # Each instance's own containers (self.cfg['eps'] of every block of a model)
+            self._seen_code.add((code, id(self_obj)))
+            self.container_reads(code, globals_, closure, self_obj)
         if code in self._seen_code:
             return
         self._seen_code.add(code)
+        if self_obj is _MISSING:
+            self.container_reads(code, globals_, closure, self_obj)
         for name, cell in zip(code.co_freevars, closure or ()):
             self.readers.append(("cell", cell))
             if _cell_full(cell):
@@ -160,9 +215,171 @@ def _cell_full(cell) -> bool:
         return False
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
+def _container_path(value, steps, how) -> bool:
+    """Whether the reads of `steps` from `value` go through containers and plain objects only:
+    an item of a dict, list or tuple, an attribute of the user's object; and the read at the end
+    (`how`) one of a container, len() excepted. Indexing a tensor (self.weight[0]) or a ModuleList
+    makes a new object per call, and a library object's attributes may be computed."""
+    for op, key in steps:
+        if op == "item":
+            if not isinstance(value, _CONTAINERS):
+                return False
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                return True  # missing now: read as _M until it is there
+        else:
+            if not (_user_data(value) or isinstance(value, types.ModuleType) and not _library(value)):
+                return False
+            value = getattr(value, key, _MISSING)
+            if value is _MISSING:
+                return True
+    return how in ("value", "len") or isinstance(value, _CONTAINERS)
+
+
+# Builtins whose result depends on every item of a container argument.
+_READ_ALL = frozenset({"sum", "list", "tuple", "sorted", "min", "max", "any", "all", "enumerate", "zip",
+                       "reversed", "set", "dict", "map", "filter", "iter"})
+_MAX_CONTENTS = 64
+
+
+@functools.lru_cache(maxsize=4096)  # once per code object: a model's blocks share their forward
+def _container_reads(code) -> tuple:
+    """What `code` reads from containers it names, as (root, steps, how, arg): root ("global" |
+    "deref" | "fast", name); steps a tuple of ("item", constant key) and ("attr", name); how
+    "value" (arg None), "get" (dict.get of the key arg), "len", "in" (the constant arg) or
+    "contents" (every item). A scan of the bytecode with a model of the stack that knows only
+    these patterns: any other instruction forgets what the stack holds (after recording the
+    values it consumes), and so does a jump target."""
+    reads = []
+    stack: list = []  # ("path", root, steps) | ("const", v) | ("builtin", name) | ("method", path, name) | None
+
+    def consumed(entry) -> None:
+        if entry is not None and entry[0] == "path" and entry[2]:
+            reads.append((entry[1], entry[2], "value", None))
+
+    def forget() -> None:
+        for entry in stack:
+            consumed(entry)
+        stack.clear()
+
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:  # an interpreter whose bytecode dis cannot read: nothing is guarded here
+        return ()
+    for ins in instructions:
+        op, arg = ins.opname, ins.argval
+        if ins.is_jump_target:
+            forget()
+        if op in ("RESUME", "NOP", "PRECALL", "CACHE", "PUSH_NULL", "EXTENDED_ARG"):
+            continue
+        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            stack.append(("builtin", arg) if arg == "len" or arg in _READ_ALL else ("path", ("global", arg), ()))
+        elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            stack.append(("path", ("deref", arg), ()))
+        elif op == "LOAD_FAST":
+            stack.append(("path", ("fast", arg), ()))
+        elif op == "LOAD_CONST":
+            stack.append(("const", arg))
+        elif op == "BINARY_SUBSCR" and len(stack) >= 2 and stack[-1] is not None and stack[-1][0] == "const" \
+                and stack[-2] is not None and stack[-2][0] == "path" and isinstance(stack[-1][1], (int, str, bool)):
+            key, path = stack.pop()[1], stack.pop()
+            stack.append(("path", path[1], path[2] + (("item", key),)))
+        elif op == "LOAD_ATTR" and stack and stack[-1] is not None and stack[-1][0] == "path":
+            path = stack.pop()
+            stack.append(("path", path[1], path[2] + (("attr", arg),)))
+        elif op == "LOAD_METHOD" and stack and stack[-1] is not None and stack[-1][0] == "path":
+            path = stack.pop()
+            if arg in ("get", "keys", "values", "items"):
+                stack.append(("method", path, arg))
+            else:
+                consumed(path)
+                stack.append(None)
+        elif op == "CONTAINS_OP" and len(stack) >= 2 and stack[-2] is not None and stack[-2][0] == "const" \
+                and stack[-1] is not None and stack[-1][0] == "path":
+            path, key = stack.pop(), stack.pop()[1]
+            reads.append((path[1], path[2], "in", key))
+            stack.append(None)
+        elif op == "GET_ITER" and stack and stack[-1] is not None and stack[-1][0] == "path":
+            path = stack.pop()
+            reads.append((path[1], path[2], "contents", None))
+            stack.append(None)
+        elif op == "CALL" and len(stack) > arg:
+            fn, args = stack[-arg - 1], stack[len(stack) - arg:]
+            del stack[len(stack) - arg - 1:]
+            paths = [a for a in args if a is not None and a[0] == "path"]
+            if fn is not None and fn[0] == "builtin" and fn[1] == "len" and arg == 1 and paths:
+                reads.append((paths[0][1], paths[0][2], "len", None))
+            elif fn is not None and fn[0] == "builtin" and fn[1] in _READ_ALL:
+                for a in paths:
+                    reads.append((a[1], a[2], "contents", None))
+            elif fn is not None and fn[0] == "method":
+                path = fn[1]
+                if fn[2] == "get" and 1 <= arg <= 2 and args[0] is not None and args[0][0] == "const":
+                    reads.append((path[1], path[2], "get", args[0][1]))
+                    for a in args[1:]:
+                        consumed(a)
+                else:
+                    reads.append((path[1], path[2], "contents", None))
+            else:
+                consumed(fn)
+                for a in args:
+                    consumed(a)
+            stack.append(None)
+        else:
+            forget()
+    forget()
+    return tuple(reads)
+
+
+def _read_path(reader):
+    """A container reader's value, _MISSING where a step finds nothing (the general path, and
+    the reference for the generated one)."""
+    _, root, steps, how, arg = reader
+    obj = reader[1][1] if root[0] == "obj" else _read(root)
+    try:
+        for op, key in steps:
+            if obj is _MISSING:
+                return _MISSING
+            obj = getattr(obj, key) if op == "attr" else obj[key]
+        if how == "value":
+            return obj
+        if how == "get":
+            return obj.get(arg, _MISSING)
+        if how == "len":
+            return len(obj)
+        if how == "in":
+            return arg in obj
+        return _contents(obj)
+    except Exception:
+        return _MISSING
+
+
+def _read_paths(paths) -> tuple:
+    """The key items of container readers, as the generated guard appends them."""
+    out = ()
+    for r in paths:
+        value = _read_path(r)
+        out += value if r[3] == "contents" and value is not _MISSING else (value,)
+    return out
+
+
+def _contents(obj) -> tuple:
+    """The key of a container the code iterates: its length and items (a dict's keys and values),
+    or the object (by identity) past _MAX_CONTENTS items or for other iterables."""
+    if isinstance(obj, (list, tuple)) and len(obj) <= _MAX_CONTENTS:
+        return (len(obj),) + tuple(obj)
+    if isinstance(obj, dict) and len(obj) <= _MAX_CONTENTS:
+        return (len(obj),) + tuple(x for kv in obj.items() for x in kv)
+    return (obj,)
+
+
 # Values whose key item is the value itself (_normalize appends them as they are): the guard
 # appends them without the walk through _normalize's cases. It runs before every call.
-_AS_IS = frozenset(_SCALARS + (types.ModuleType, types.FunctionType, type, object))
+_AS_IS = frozenset(_SCALARS + (types.ModuleType, types.FunctionType, type, object, dict, list))
 
 
 def _read(reader):
@@ -204,6 +421,28 @@ def _make_guard(readers) -> Callable[[], tuple] | None:
         values.append(obj)
         return names[-1]
 
+    paths = tuple(r for r in readers if r[0] == "path")
+    readers = tuple(r for r in readers if r[0] != "path")
+    path_items = []
+    for _, root, steps, how, arg in paths:
+        if root[0] == "global":
+            expr = f"{bind(root[1])}[{root[2]!r}]"
+        elif root[0] == "cell":
+            expr = f"{bind(root[1])}.cell_contents"
+        else:
+            expr = bind(root[1])
+        for op, key in steps:
+            expr += f".{key}" if op == "attr" else f"[{key!r}]"
+        if how == "contents":
+            path_items.append(f"_contents({expr})")
+            continue
+        if how == "get":
+            expr = f"{expr}.get({arg!r}, _M)"
+        elif how == "len":
+            expr = f"len({expr})"
+        elif how == "in":
+            expr = f"({arg!r} in {expr})"
+        path_items.append(f"({expr},)")
     for r in readers:
         if r[0] == "attr" and _instance_attr(r[1], r[2]):
             items.append(f"{bind(vars(r[1]))}.get({r[2]!r}, _M)")
@@ -215,12 +454,26 @@ def _make_guard(readers) -> Callable[[], tuple] | None:
             items.append(f"{bind(r[1])}.cell_contents")
     params = ", ".join(f"{n}={n}" for n in names)
     body = ",\n        ".join(items)
-    source = (
-        f"def guard({params}):\n"
-        f"    try:\n"
-        f"        v = ({body},)\n"
-        f"    except ValueError:  # an empty closure cell\n"
-        f"        v = tuple(_read(r) for r in _readers)\n"
+    source = f"def guard({params}):\n"
+    if items:
+        source += (
+            f"    try:\n"
+            f"        v = ({body},)\n"
+            f"    except ValueError:  # an empty closure cell\n"
+            f"        v = tuple(_read(r) for r in _readers)\n"
+        )
+    else:
+        source += "    v = ()\n"
+    if path_items:
+        # Reads from containers: a missing key, index or attribute anywhere takes the general
+        # path, which reads it as _M.
+        source += (
+            f"    try:\n"
+            f"        v += {' + '.join(path_items)}\n"
+            f"    except Exception:\n"
+            f"        v += _read_paths(_paths)\n"
+        )
+    source += (
         f"    if _as_is.issuperset(map(type, v)):\n"
         f"        return v\n"
         f"    out = []\n"
@@ -229,10 +482,11 @@ def _make_guard(readers) -> Callable[[], tuple] | None:
         f"    return tuple(out)\n"
     )
     namespace = dict(zip(names, values), _M=_MISSING, _getattr=getattr, _read=_read, _readers=readers,
-                     _as_is=_AS_IS, _normalize=_normalize)
+                     _as_is=_AS_IS, _normalize=_normalize, _contents=_contents, _read_paths=_read_paths,
+                     _paths=paths)
     exec(compile(source, "<thunder guard>", "exec"), namespace)
     guard = namespace["guard"]
-    guard.readers = readers
+    guard.readers = readers + paths
     return guard
 
 
@@ -259,11 +513,11 @@ def guard_for_module(module: torch.nn.Module) -> Callable[[], tuple] | None:
                 c.attr(mod, name)
         fwd = type(mod).forward
         if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
-            c.function(fwd)
+            c.function(fwd, self_obj=mod)
             for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
                 m = getattr(type(mod), name, None)
                 if isinstance(m, types.FunctionType):
-                    c.function(m, 1)
+                    c.function(m, 1, self_obj=mod)
     return _make_guard(c.readers)
 
 

@@ -141,6 +141,8 @@ def _dispatch(func, args, kwargs):
             return r
     if func is torch.Tensor.__getitem__ and len(args) == 2:
         args = (args[0], _index_lists_as_tensors(args[0], args[1]))
+    if func is torch.where and len(args) + len(kwargs) == 1:
+        _refuse_where_of_condition(args, kwargs)
     entry = _TORCH_MAP.get(func)
     if entry is None:
         owner = getattr(func, "__self__", None)
@@ -196,6 +198,18 @@ def _dispatch(func, args, kwargs):
     _note_views(st, func, args, out)
     _note_range(sym.name, sargs, skwargs, out)
     return out
+
+
+def _refuse_where_of_condition(args, kwargs):
+    """torch.where(condition) is torch.nonzero(condition, as_tuple=True): its output's length is
+    the count of true elements, known only from the data."""
+    cond = args[0] if args else next(iter(kwargs.values()))
+    shape = list(cond.shape) if isinstance(cond, (TensorProxy, torch.Tensor)) else cond
+    raise NotImplementedError(
+        f"thunder.jit: torch.where(condition) with one argument (condition of shape {shape}) is "
+        f"torch.nonzero(condition, as_tuple=True), whose output's shape depends on the tensor's values "
+        f"(data-dependent); it cannot be traced. torch.where(condition, input, other) is supported"
+    )
 
 
 # ---- values known while tracing -------------------------------------------------------------
@@ -758,6 +772,25 @@ def _mT(self):
     return self if self.ndim == 0 else self.transpose(-2, -1)
 
 
+def _T(self):
+    # Eager's x.T reverses the dims; on a 0-D or 1-D tensor that is x itself (a view of it)
+    return self.permute(tuple(reversed(range(self.ndim))))
+
+
+def _H(self):
+    # As eager's: the conjugate transpose of a matrix, the conjugate of a 0-D tensor, and a
+    # RuntimeError on other ranks
+    if self.ndim not in (0, 2):
+        raise RuntimeError(f"thunder: tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.")
+    return self.conj() if self.ndim == 0 else self.transpose(0, 1).conj()
+
+
+def _mH(self):
+    if self.ndim == 1:
+        raise RuntimeError("thunder: tensor.mH is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    return self.conj() if self.ndim == 0 else self.transpose(-2, -1).conj()
+
+
 def _contiguous(self, memory_format=None):
     return _METHODS["contiguous"][0](self)
 
@@ -793,8 +826,10 @@ def _install_methods():
     TensorProxy.is_floating_point = lambda self: self.dtype.is_floating_point
     TensorProxy.is_complex = lambda self: self.dtype.is_complex
     TensorProxy.element_size = lambda self: torch.empty((), dtype=self.dtype).element_size()
-    TensorProxy.T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+    TensorProxy.T = property(_T)
     TensorProxy.mT = property(_mT)
+    TensorProxy.H = property(_H)
+    TensorProxy.mH = property(_mH)
     TensorProxy.__len__ = lambda self: self._shape[0] if self._shape else _raise_len()
     TensorProxy.__iter__ = lambda self: iter(self.unbind(0))
     TensorProxy.__hash__ = object.__hash__

@@ -74,13 +74,22 @@ class Program:
     inputs: list  # (name, construction expression)
     body: list  # (target, expression)
     outputs: list  # names returned
+    # Containers the body reads (name, literal): globals that make_inputs() resets in place, and
+    # the statements of change(), which the fuzzer runs before the second call.
+    containers: list = dataclasses.field(default_factory=list)
+    change: list = dataclasses.field(default_factory=list)
 
     def source(self, body=None, outputs=None) -> str:
         body = self.body if body is None else body
         outputs = self.outputs if outputs is None else outputs
         names = [n for n, _ in self.inputs]
-        lines = ["import torch", "import torch.nn.functional as F", "", "",
-                 "def make_inputs():", f"    g = torch.Generator().manual_seed({self.seed})"]
+        lines = ["import torch", "import torch.nn.functional as F", ""]
+        lines += [f"{n} = {lit}" for n, lit in self.containers]
+        if self.change:
+            lines += ["", "", "def change():"] + [f"    {c}" for c in self.change]
+        lines += ["", "", "def make_inputs():", f"    g = torch.Generator().manual_seed({self.seed})"]
+        for n, lit in self.containers:  # in place: the program keeps reading the same objects
+            lines += [f"    {n}.clear()", f"    {n}.update({lit})"] if lit.startswith("{") else [f"    {n}[:] = {lit}"]
         for n, e in self.inputs:
             lines.append(f"    {n} = {e}")
         lines += [f"    return [{', '.join(names)}]", "", "", f"def prog({', '.join(names)}):"]
@@ -124,7 +133,12 @@ def _eval(expr: str, env: dict):
     return eval(expr, {"torch": torch, "F": F, "math": math}, env)  # noqa: S307 - generated code
 
 
-def generate(seed: int, max_steps: int = 6) -> Program:
+def generate(seed: int, max_steps: int = 6, families: bool = True) -> Program:
+    """The program of a seed: one of FAMILIES' for their share of the seeds, else a straight-line
+    program (`families=False`: the straight-line program of every seed, as before the families)."""
+    family = _family(seed) if families else None
+    if family is not None:
+        return family(seed)
     rng = random.Random(seed)
     n_inputs = rng.choice([1, 2, 2, 3])
     base = _shape(rng)
@@ -180,3 +194,98 @@ def generate(seed: int, max_steps: int = 6) -> Program:
     outs = [body[-1][0]]
     extra = [t for t, _ in body[:-1] if rng.random() < 0.3]
     return Program(seed, inputs, body, outs + extra[:2])
+
+
+# ---- program families ---------------------------------------------------------------------------
+# Besides the straight-line programs, a share of the seeds goes to each family below, chosen by a
+# hash of the seed (not by `generate`'s own draws), so the other seeds keep their programs.
+
+
+def _family(seed: int):
+    r = random.Random(f"family {seed}").random()
+    for fn, share in FAMILIES:
+        if r < share:
+            return fn
+        r -= share
+    return None
+
+
+# Multi-output ops with one output used: {0} the input, {d} a dim, {c} a correction. The unused
+# outputs (a NaN variance over a dim of length 1, indices) must give the used one no gradient.
+ONE_OUTPUT = [
+    "torch.var_mean({0}, {d}, correction={c})[1]", "torch.var_mean({0}, {d}, correction={c})[0]",
+    "torch.var_mean({0}, {d}, correction={c}, keepdim=True)[1]", "torch.std_mean({0}, {d}, correction={c})[1]",
+    "torch.std_mean({0}, {d}, correction={c})[0]", "torch.var_mean({0}, correction={c})[1]",
+    "torch.max({0}, {d})[0]", "torch.max({0}, {d}).indices", "torch.min({0}, {d}).values",
+    "torch.sort({0}, {d})[0]", "torch.sort({0}, {d}, descending=True).values", "torch.topk({0}, 1, {d})[0]",
+    "torch.aminmax({0}, dim={d}).min", "torch.aminmax({0}, dim={d}).max", "torch.median({0}, {d}).values",
+    "torch.cummax({0}, {d})[0]", "torch.kthvalue({0}, 1, {d})[0]",
+    "torch.native_layer_norm({0}, {0}.shape[-1:], None, None, 1e-5)[0]",
+    "torch.native_layer_norm({0}, {0}.shape[-1:], None, None, 1e-5)[1]",
+    "torch.native_layer_norm({0}, {0}.shape[-1:], None, None, 1e-5)[2]",
+    "F.batch_norm({0}, None, None, training=True)",
+]
+# What the program does with the output: {0} the output, {1} the input.
+ONE_OUTPUT_AFTER = [
+    "{0}", "{0} * 2", "torch.exp({0})", "{0}.sum()", "{0}.reshape(-1)[:1]", "{0}[..., :1]",
+    "torch.gather({0}.reshape(-1), 0, torch.zeros(1, dtype=torch.int64))", "{0}.unsqueeze(0) + 1",
+]
+
+
+def one_output_program(seed: int) -> Program:
+    """A program that uses one output of a multi-output op (then maybe an op after it)."""
+    rng = random.Random(seed)
+    for _ in range(100):
+        shape = [rng.choice([1, 1, 2, 3, 4]) for _ in range(rng.choice([1, 2, 3, 3]))]
+        dtype = rng.choice([torch.float32, torch.float32, torch.float64])
+        inputs = [("a", _input_expr(rng, shape, dtype))]
+        ns = {"g": torch.Generator().manual_seed(seed)}
+        env = {"a": _eval(inputs[0][1], ns)}
+        d = rng.randrange(-len(shape), len(shape))
+        op = rng.choice(ONE_OUTPUT).format("a", d=d, c=rng.choice([0, 1, 1, 2]))
+        after = rng.choice(ONE_OUTPUT_AFTER).format("t0", "a")
+        try:
+            env["t0"] = _eval(op, dict(env))
+            out = _eval(after, dict(env))
+        except Exception:  # noqa: BLE001 - eager rejects it (a batch norm of one value): draw again
+            continue
+        if not isinstance(out, torch.Tensor):
+            continue
+        return Program(seed, inputs, [("t0", op), ("t1", after)], ["t1"])
+    return Program(seed, inputs, [("t0", "a + 1")], ["t0"])
+
+
+# Reads of the containers below: {x} a tensor, {y} another.
+CONTAINER_READS = [
+    "{x} * CFG['scale']", "{x} + CFG['nested']['shift']", "{x} * LST[0] + LST[-1]", "{x} * len(LST)",
+    "{x} + sum(LST)", "{x} * CFG.get('extra', 1.5)", "({x} if 'extra' in CFG else {y})",
+    "({x}.relu() if CFG['flag'] else {x}.sigmoid())", "{x} * CFG['pair'][1]", "{x}.clamp(max=CFG['scale'])",
+    "{x} + LST[1] * CFG['nested']['shift']",
+]
+CONTAINER_CHANGES = [
+    "CFG['scale'] = -0.5", "CFG['nested']['shift'] = 4.0", "CFG['nested'] = {'shift': -2.0}",
+    "LST[0] = 3.0", "LST.append(5.0)", "LST.pop()", "CFG['extra'] = 2.5", "CFG['flag'] = False",
+    "LST[1] = -1.0", "LST.insert(0, 0.25)", "CFG['pair'] = (1.0, -3.0)",
+]
+
+
+def container_program(seed: int) -> Program:
+    """A program that reads a dict (holding a dict and a tuple) and a list held in globals;
+    change() updates them in place before the second call, which must compute with the new
+    values."""
+    rng = random.Random(seed)
+    shape = _shape(rng, rng.choice([1, 2]))
+    inputs = [("a", _input_expr(rng, shape, rng.choice([torch.float32, torch.float64])))]
+    names = ["a"]
+    body = []
+    for i in range(rng.randint(1, 4)):
+        t = f"t{i}"
+        body.append((t, rng.choice(CONTAINER_READS).format(x=rng.choice(names), y=rng.choice(names))))
+        names.append(t)
+    containers = [("CFG", "{'scale': 2.0, 'nested': {'shift': 1.0}, 'flag': True, 'pair': (1.0, 2.0)}"),
+                  ("LST", "[1.5, -0.5, 2.0]")]
+    change = rng.sample(CONTAINER_CHANGES, rng.choice([1, 1, 2]))
+    return Program(seed, inputs, body, [names[-1]], containers, change)
+
+
+FAMILIES = [(one_output_program, 0.05), (container_program, 0.05)]

@@ -1,0 +1,88 @@
+"""Valid programs at the edges of an op's domain (issue 33): x.T, x.mT, x.H and x.mH on tensors of
+every rank, logsumexp over an empty dim, and torch.where with one argument. Each row runs as eager
+runs it (values, dtypes, gradients), or raises eager's exception type, or, for torch.where(cond),
+a NotImplementedError that names it and says why."""
+
+import warnings
+
+import pytest
+import torch
+
+import thunder
+
+
+def _x(*shape, dtype=torch.float64):
+    return torch.randn(shape, dtype=dtype)
+
+
+def _complex(*shape):
+    return torch.randn(shape, dtype=torch.complex128)
+
+
+CASES = [
+    ("T_0d", lambda x: x.T * 2, _x()),
+    ("T_1d", lambda x: x.T * 2, _x(3)),
+    ("T_2d", lambda x: x.T * 2, _x(2, 3)),
+    ("T_3d", lambda x: x.T * 2, _x(2, 3, 4)),
+    ("T_1d_updated_in_place", lambda x: (x * 1).T.add_(1), _x(3)),
+    ("mT_0d", lambda x: x.mT * 2, _x()),
+    ("mT_3d", lambda x: x.mT * 2, _x(2, 3, 4)),
+    ("H_0d", lambda x: x.H * 2, _x()),
+    ("H_2d", lambda x: x.H * 2, _x(2, 3)),
+    ("H_2d_complex", lambda x: x.H, _complex(2, 3)),
+    ("mH_0d", lambda x: x.mH * 2, _x()),
+    ("mH_3d", lambda x: x.mH * 2, _x(2, 3, 4)),
+    ("logsumexp_empty_dim", lambda x: torch.logsumexp(x, 1), _x(2, 0, 3)),
+    ("logsumexp_empty_dim_keepdim", lambda x: torch.logsumexp(x, 1, keepdim=True), _x(2, 0, 3)),
+    ("logsumexp_all_dims_empty", lambda x: torch.logsumexp(x, (0, 1)), _x(0, 3)),
+    ("logsumexp_other_dim_empty", lambda x: torch.logsumexp(x, 1), _x(0, 3)),
+    ("logsumexp_empty_dim_float32", lambda x: torch.logsumexp(x, -1), _x(4, 0, dtype=torch.float32)),
+    ("logsumexp_empty_dim_int", lambda x: torch.logsumexp(x, 0), torch.zeros(0, 2, dtype=torch.int64)),
+]
+
+
+@pytest.mark.parametrize("executors", [None, ["fuser"]], ids=["default", "fuser"])
+@pytest.mark.parametrize("name,fn,x", CASES, ids=[c[0] for c in CASES])
+def test_edge_programs_run_as_eager(name, fn, x, executors):
+    grad = x.is_floating_point() or x.is_complex()
+    xe, xt = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager's deprecation warnings of x.T, x.mT, x.H on 0-D and 1-D
+        want = fn(xe)
+        got = thunder.jit(fn, executors=executors)(xt)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want)
+    if not want.requires_grad or want.numel() == 0 and x.numel() == 0:
+        return
+    cot = torch.randn_like(want)
+    (ge,) = torch.autograd.grad(want, xe, cot)
+    (gt,) = torch.autograd.grad(got, xt, cot)
+    torch.testing.assert_close(gt, ge)
+
+
+ERRORS = [
+    ("H_1d", lambda x: x.H, _x(3), RuntimeError, "2-D"),
+    ("H_3d", lambda x: x.H, _x(2, 3, 4), RuntimeError, "2-D"),
+    ("mH_1d", lambda x: x.mH, _x(3), RuntimeError, "1-D"),
+    ("mT_1d", lambda x: x.mT, _x(3), RuntimeError, "1-D"),
+]
+
+
+@pytest.mark.parametrize("name,fn,x,exc,match", ERRORS, ids=[c[0] for c in ERRORS])
+def test_edge_programs_raise_as_eager(name, fn, x, exc, match):
+    with pytest.raises(exc):
+        fn(x)
+    with pytest.raises(exc, match=match):
+        thunder.jit(fn)(x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.where(x > 0),
+    lambda x: torch.where(condition=x > 0),
+    lambda x: torch.where(x > 0)[0] * 2,
+], ids=["positional", "keyword", "used"])
+def test_where_of_a_condition_alone_is_refused_by_name(fn):
+    x = torch.tensor([1.0, -1.0, 2.0])
+    fn(x)  # eager: torch.nonzero(x > 0, as_tuple=True)
+    with pytest.raises(NotImplementedError, match=r"torch\.where\(condition\).*data-dependent"):
+        thunder.jit(fn)(x)

@@ -1,0 +1,265 @@
+"""Guards on what a jitted program reads from containers (issue 33): a value read from a dict, a
+list or a tuple held in a global, a closure cell, a module or an object is part of the cache key.
+Each row changes one such value between calls: the jitted call must compute what eager computes
+with the new value (it traces again), and a call with nothing changed must hit the cache."""
+
+import argparse
+import types
+
+import pytest
+import torch
+
+import thunder
+
+CFG = {"scale": 2.0, "a": {"b": 3.0}, "flag": True}
+SEQ = [1.5, 2.5]
+TUP = (1.0, (2.0, 3.0))
+OBJ = types.SimpleNamespace(sub=types.SimpleNamespace(lr=0.5), table={"w": 4.0})
+SHIFTS = [0.5, 1.0]
+OPTS = {"mode": "add"}
+ARGS = argparse.Namespace(lr=0.1)
+
+
+def _reset():
+    CFG.clear()
+    CFG.update({"scale": 2.0, "a": {"b": 3.0}, "flag": True})
+    SEQ[:] = [1.5, 2.5]
+    OBJ.sub.lr = 0.5
+    OBJ.table = {"w": 4.0}
+    SHIFTS[:] = [0.5, 1.0]
+    OPTS.clear()
+    OPTS["mode"] = "add"
+    ARGS.lr = 0.1
+
+
+def global_dict_item(x):
+    return x * CFG["scale"]
+
+
+def global_nested_dict_item(x):
+    return x + CFG["a"]["b"]
+
+
+def global_list_item(x):
+    return x * SEQ[0] + SEQ[-1]
+
+
+def global_list_length(x):
+    return x * len(SEQ)
+
+
+def global_list_iterated(x):
+    for s in SHIFTS:
+        x = x + s
+    return x
+
+
+def global_dict_key_tested(x):
+    if "extra" in CFG:
+        return x + CFG["extra"]
+    return x - 1
+
+
+def global_dict_get(x):
+    return x * CFG.get("extra", 1.0)
+
+
+def global_dict_items(x):
+    out = x
+    for k, v in OPTS.items():
+        out = out + len(k) if v == "add" else out * len(k)
+    return out
+
+
+def global_branch_on_item(x):
+    return x.relu() if CFG["flag"] else x.sigmoid()
+
+
+def object_attribute_chain(x):
+    return x * OBJ.sub.lr
+
+
+def namespace_attribute(x):
+    return x * ARGS.lr
+
+
+def object_dict_attribute(x):
+    return x + OBJ.table["w"]
+
+
+def _closure_dict():
+    cfg = {"scale": 2.0}
+
+    def fn(x):
+        return x * cfg["scale"]
+
+    return fn, lambda: cfg.__setitem__("scale", 5.0)
+
+
+def _closure_list():
+    s = [1.0, 2.0]
+
+    def fn(x):
+        return x + s[0] * s[1]
+
+    return fn, lambda: s.__setitem__(1, -3.0)
+
+
+def _closure_list_appended():
+    s = [1.0, 2.0]
+
+    def fn(x):
+        return x * len(s) + sum(s)
+
+    return fn, lambda: s.append(4.0)
+
+
+def _global(fn, change):
+    return lambda: (fn, change)
+
+
+CASES = [
+    ("global_dict_item", _global(global_dict_item, lambda: CFG.__setitem__("scale", 7.0))),
+    ("global_nested_dict_item", _global(global_nested_dict_item, lambda: CFG["a"].__setitem__("b", -1.0))),
+    ("global_nested_dict_replaced", _global(global_nested_dict_item, lambda: CFG.__setitem__("a", {"b": 9.0}))),
+    ("global_list_item", _global(global_list_item, lambda: SEQ.__setitem__(0, 4.0))),
+    ("global_list_last_item_by_append", _global(global_list_item, lambda: SEQ.append(10.0))),
+    ("global_list_length", _global(global_list_length, lambda: SEQ.append(3.0))),
+    ("global_list_length_by_pop", _global(global_list_length, lambda: SEQ.pop())),
+    ("global_list_iterated_item_changed", _global(global_list_iterated, lambda: SHIFTS.__setitem__(1, -2.0))),
+    ("global_list_iterated_appended", _global(global_list_iterated, lambda: SHIFTS.append(3.0))),
+    ("global_dict_key_added", _global(global_dict_key_tested, lambda: CFG.__setitem__("extra", 2.0))),
+    ("global_dict_get_key_added", _global(global_dict_get, lambda: CFG.__setitem__("extra", 3.0))),
+    ("global_dict_items_value_changed", _global(global_dict_items, lambda: OPTS.__setitem__("mode", "mul"))),
+    ("global_dict_items_key_added", _global(global_dict_items, lambda: OPTS.__setitem__("extra_key", "add"))),
+    ("global_branch_on_item", _global(global_branch_on_item, lambda: CFG.__setitem__("flag", False))),
+    ("object_attribute_chain", _global(object_attribute_chain, lambda: setattr(OBJ.sub, "lr", 0.25))),
+    ("namespace_attribute", _global(namespace_attribute, lambda: setattr(ARGS, "lr", 0.3))),
+    ("object_dict_attribute", _global(object_dict_attribute, lambda: OBJ.table.__setitem__("w", -4.0))),
+    ("closure_dict_item", _closure_dict),
+    ("closure_list_item", _closure_list),
+    ("closure_list_appended", _closure_list_appended),
+]
+
+
+@pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
+def test_a_changed_container_value_retraces_and_an_unchanged_one_hits(name, make):
+    _reset()
+    try:
+        fn, change = make()
+        x = torch.randn(3, 4)
+        jfn = thunder.jit(fn)
+        torch.testing.assert_close(jfn(x), fn(x))
+        torch.testing.assert_close(jfn(x), fn(x))
+        assert thunder.cache_misses(jfn) == 1 and thunder.cache_hits(jfn) == 1
+        change()
+        torch.testing.assert_close(jfn(x), fn(x))
+        assert thunder.cache_misses(jfn) == 2
+        torch.testing.assert_close(jfn(x), fn(x))
+        assert thunder.cache_hits(jfn) == 2
+    finally:
+        _reset()
+
+
+def test_a_removed_key_raises_as_eager():
+    _reset()
+    try:
+        jfn = thunder.jit(global_dict_item)
+        x = torch.randn(2)
+        torch.testing.assert_close(jfn(x), global_dict_item(x))
+        del CFG["scale"]
+        with pytest.raises(KeyError, match="scale"):
+            global_dict_item(x)
+        with pytest.raises(KeyError, match="scale"):
+            jfn(x)
+    finally:
+        _reset()
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.cfg = {"scale": 2.0, "shifts": [1.0]}
+
+    def forward(self, x):
+        return self.linear(x) * self.cfg["scale"] + self.cfg["shifts"][0]
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.cfg.__setitem__("scale", -1.0),
+    lambda m: m.cfg["shifts"].__setitem__(0, 5.0),
+], ids=["module_dict_item", "module_nested_list_item"])
+def test_a_module_config_dict_is_guarded(change):
+    m = _Scaled()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(jm(x), m(x))
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 1
+    change(m)
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 2
+
+
+def test_a_tuple_in_a_global_is_keyed_by_value():
+    global TUP
+
+    def fn(x):
+        return x * TUP[1][0]
+
+    x = torch.randn(3)
+    jfn = thunder.jit(fn)
+    torch.testing.assert_close(jfn(x), fn(x))
+    old = TUP
+    try:
+        TUP = (1.0, (-2.0, 3.0))
+        torch.testing.assert_close(jfn(x), fn(x))
+    finally:
+        TUP = old
+
+
+def test_a_function_made_by_exec_is_guarded():
+    """Code run with exec in a namespace without __name__ (generated programs): its functions have
+    no module, and are the user's."""
+    ns = {}
+    exec("CFG = {'shift': 1.0}\nSCALE = 2.0\ndef fn(x):\n    return x * SCALE + CFG['shift']\n", ns)
+    fn, x = ns["fn"], torch.randn(3)
+    jfn = thunder.jit(fn)
+    torch.testing.assert_close(jfn(x), fn(x))
+    ns["CFG"]["shift"] = 4.0
+    torch.testing.assert_close(jfn(x), fn(x))
+    ns["SCALE"] = -1.0
+    torch.testing.assert_close(jfn(x), fn(x))
+
+
+def test_each_block_of_a_model_has_its_config_guarded():
+    """Blocks of one class share their forward's code: the second block's dict is guarded too."""
+    m = torch.nn.Sequential(_Scaled(), _Scaled())
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(jm(x), m(x))
+    m[1].cfg["scale"] = 3.0
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 2
+
+
+class _Indexed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 4))
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+
+    def forward(self, x):
+        return self.blocks[0](x) * self.weight[0]
+
+
+def test_indexing_a_tensor_or_a_module_list_is_not_a_container_read():
+    """self.weight[0] and self.blocks[0] make a new object per call: keyed, they would miss the
+    cache on every call."""
+    m = _Indexed()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 1 and thunder.cache_hits(jm) == 2

@@ -1,0 +1,78 @@
+"""Multi-output ops with one output used (issue 33): an output no gradient reaches gives none. Eager
+runs no backward formula for it; thunder's rules read a zero cotangent for it, and a local
+derivative that is infinite or NaN there (var_mean's variance over a dim of length 1 with
+correction=1: 2 / (n - correction) is inf) made 0 * inf = NaN in the used output's gradient.
+Each row compares values and gradients with eager's."""
+
+import warnings
+
+import pytest
+import torch
+
+import thunder
+
+
+def _x(*shape, dtype=torch.float64):
+    return torch.randn(*shape, dtype=dtype)
+
+
+def _gather_mean(x):
+    return torch.gather(torch.var_mean(x, 1)[1], 0, torch.tensor([0, 0, 2]))
+
+
+CASES = [
+    # var_mean and std_mean over a dim of length 1 (the variance is NaN or inf), each output alone
+    ("var_mean_len1_corr1_mean", lambda x: torch.var_mean(x, 1, correction=1)[1], _x(3, 1)),
+    ("var_mean_len1_corr2_mean", lambda x: torch.var_mean(x, 1, correction=2)[1], _x(3, 1)),
+    ("var_mean_len1_corr0_mean", lambda x: torch.var_mean(x, 1, correction=0)[1], _x(3, 1)),
+    ("var_mean_len1_keepdim_mean", lambda x: torch.var_mean(x, 1, correction=1, keepdim=True)[1], _x(3, 1, 2)),
+    ("var_mean_len2_corr2_mean", lambda x: torch.var_mean(x, -1, correction=2)[1], _x(3, 2)),
+    ("var_mean_all_len1_mean", lambda x: torch.var_mean(x, correction=1)[1], _x(1, 1)),
+    ("var_mean_mean_then_gather", _gather_mean, _x(3, 1)),
+    ("var_mean_var", lambda x: torch.var_mean(x, 1, correction=1)[0], _x(3, 4)),
+    # no degrees of freedom: NaN as eager's (the fuser's var divided by n - correction = -1)
+    ("var_mean_len1_corr2_var", lambda x: torch.var_mean(x, 1, correction=2)[0], _x(3, 1)),
+    ("var_mean_len2_corr3_var", lambda x: torch.var_mean(x, 1, correction=3)[0] * 2, _x(3, 2)),
+    ("std_mean_len1_corr2_std", lambda x: torch.std_mean(x, 1, correction=2)[0], _x(3, 1)),
+    ("std_mean_len1_mean", lambda x: torch.std_mean(x, 1, correction=1)[1], _x(3, 1)),
+    ("std_mean_len1_corr2_mean", lambda x: torch.std_mean(x, 0, correction=2)[1] * 2, _x(1, 3)),
+    ("std_mean_std", lambda x: torch.std_mean(x, 1)[0], _x(3, 4)),
+    # values or indices alone
+    ("max_values", lambda x: torch.max(x, 1)[0], _x(3, 4)),
+    ("max_indices_then_values_of_x", lambda x: x * torch.max(x, 1, keepdim=True).indices, _x(3, 4)),
+    ("min_values", lambda x: torch.min(x, 0).values, _x(3, 4)),
+    ("sort_values", lambda x: torch.sort(x, 1, descending=True)[0], _x(3, 4)),
+    ("topk_values", lambda x: torch.topk(x, 2, 1)[0], _x(3, 4)),
+    ("aminmax_min", lambda x: torch.aminmax(x, dim=1).min, _x(3, 4)),
+    ("aminmax_max", lambda x: torch.aminmax(x, dim=0).max, _x(1, 4)),
+    ("median_values", lambda x: torch.median(x, 1).values, _x(3, 5)),
+    ("kthvalue_values", lambda x: torch.kthvalue(x, 2, 1)[0], _x(3, 4)),
+    ("cummax_values", lambda x: torch.cummax(x, 1)[0], _x(3, 4)),
+    # normalization outputs alone: the output, the mean, the inverse std
+    ("native_layer_norm_out", lambda x: torch.native_layer_norm(x, [1], None, None, 1e-5)[0], _x(3, 1)),
+    ("native_layer_norm_mean", lambda x: torch.native_layer_norm(x, [4], None, None, 1e-5)[1], _x(3, 4)),
+    ("native_layer_norm_rstd", lambda x: torch.native_layer_norm(x, [4], None, None, 1e-5)[2], _x(3, 4)),
+    ("native_batch_norm_out", lambda x: torch.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[0],
+     _x(4, 3)),
+    ("native_batch_norm_mean", lambda x: torch.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[1],
+     _x(4, 3)),
+    ("batch_norm_one_per_channel", lambda x: torch.nn.functional.batch_norm(x, None, None, training=True),
+     _x(2, 3, 1)),
+]
+
+
+@pytest.mark.parametrize("executors", [None, ["fuser"]], ids=["default", "fuser"])
+@pytest.mark.parametrize("name,fn,x", CASES, ids=[c[0] for c in CASES])
+def test_an_unused_output_gives_no_gradient(name, fn, x, executors):
+    xe, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager's degrees-of-freedom warning
+        want = fn(xe)
+        got = thunder.jit(fn, executors=executors)(xt)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    if not want.requires_grad:
+        return
+    cot = torch.randn_like(want)
+    (ge,) = torch.autograd.grad(want, xe, cot)
+    (gt,) = torch.autograd.grad(got, xt, cot)
+    torch.testing.assert_close(gt, ge, equal_nan=True)

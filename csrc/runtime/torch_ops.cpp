@@ -510,11 +510,15 @@ void registerPrimKernels() {
     const at::Tensor& x = a.t(1);
     std::optional<at::Tensor> w;
     if (!a.none(2)) w = batchNormFloatParams(a, 2, 2) ? a.t(2).to(at::kFloat) : a.t(2);
+    // Without a weight the CUDA kernel computes no parameter gradients (nothing reads them: the
+    // grad rule sums a bias's own); zeros keep the prim's outputs.
+    bool affine = w.has_value();
     auto [gx, gw, gb] = at::native_batch_norm_backward(a.t(0), x, w, std::nullopt, std::nullopt,
                                                        a.t(3), a.t(4), true, a.d(5),
-                                                       {true, true, true});
-    if (w) return nnTuple({gx, gw.to(a.t(2).scalar_type()), gb.to(a.t(2).scalar_type())});
-    return nnTuple({gx, gw.to(at::kFloat), gb.to(at::kFloat)});
+                                                       {true, affine, affine});
+    if (affine) return nnTuple({gx, gw.to(a.t(2).scalar_type()), gb.to(a.t(2).scalar_type())});
+    at::Tensor z = at::zeros({x.size(1)}, x.options().dtype(a.t(3).scalar_type()));
+    return nnTuple({gx, z, z});
   });
   impl("prims.embedding_backward", "torchex", "embedding_backward", [](K& a) -> c10::IValue {
     return at::embedding_dense_backward(a.t(0), a.t(1), a.i(2), a.none(3) ? -1 : a.i(3), false);

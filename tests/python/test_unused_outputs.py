@@ -73,6 +73,11 @@ def test_an_unused_output_gives_no_gradient(name, fn, x, executors):
     if not want.requires_grad:
         return
     cot = torch.randn_like(want)
-    (ge,) = torch.autograd.grad(want, xe, cot)
+    try:
+        (ge,) = torch.autograd.grad(want, xe, cot)
+    except RuntimeError as e:
+        if "is not implemented" not in str(e):
+            raise
+        pytest.skip(f"eager has no gradient here in torch {torch.__version__}: {e}")  # aminmax before 2.13
     (gt,) = torch.autograd.grad(got, xt, cot)
     torch.testing.assert_close(gt, ge, equal_nan=True)

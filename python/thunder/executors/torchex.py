@@ -270,9 +270,13 @@ def batch_norm(a, weight, bias, running_mean, running_var, momentum, eps):
 
 def batch_norm_backward(grad, a, weight, mean, invstd, eps):
     w = weight.float() if (weight is not None and _bn_float_params(a, (weight,))) else weight
-    gx, gw, gb = _aten.native_batch_norm_backward(grad, a, w, None, None, mean, invstd, True, eps, [True, True, True])
-    dt = torch.float32 if weight is None else weight.dtype
-    return gx, gw.to(dt), gb.to(dt)
+    affine = weight is not None
+    gx, gw, gb = _aten.native_batch_norm_backward(grad, a, w, None, None, mean, invstd, True, eps,
+                                                  [True, affine, affine])
+    if not affine:
+        z = torch.zeros(a.shape[1], dtype=mean.dtype, device=a.device)
+        return gx, z, z
+    return gx, gw.to(weight.dtype), gb.to(weight.dtype)
 
 
 def max_pool(a, kernel_size, stride, padding, dilation, ceil_mode):

@@ -118,6 +118,12 @@ class Inputs:
         return torch.rand(*shape, generator=self.g).to(self.device)
 
 
+def _upcast(t):
+    """A loss's input in float32, as training code computes losses (float64, --check's reference,
+    stays float64)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def _causal_lm(make, inp, vocab, B, T):
     ids = inp.ints(vocab, (B, T))
     return Case(make, f"B {B}, T {T}",
@@ -140,7 +146,7 @@ def _seq2seq(make, inp, src, tgt, vocab, B, setting):
 def _classifier(make, inp, B, res, classes, logits=lambda out: out):
     x, y = inp.floats(B, 3, res, res), inp.ints(classes, (B,))
     return Case(make, f"B {B}, {res}²",
-                lambda m, x, y: F.cross_entropy(logits(m(x)).float(), y), {"x": x, "y": y},
+                lambda m, x, y: F.cross_entropy(_upcast(logits(m(x))), y), {"x": x, "y": y},
                 lambda m, x: logits(m(x)), {"x": x})
 
 
@@ -289,8 +295,8 @@ def unet(lib, inp, big, dropout):
     x, noise, text = inp.floats(B, 4, size, size), inp.floats(B, 4, size, size), inp.floats(B, ctx, width)
     t = inp.ints(1000, (B,))
     return Case(lambda: lib.UNet2DConditionModel(**cfg), f"B {B}, {size}² latents",
-                lambda m, x, t, text, noise: F.mse_loss(m(x, t, encoder_hidden_states=text).sample.float(),
-                                                        noise.float()),
+                lambda m, x, t, text, noise: F.mse_loss(_upcast(m(x, t, encoder_hidden_states=text).sample),
+                                                        _upcast(noise)),
                 {"x": x, "t": t, "text": text, "noise": noise},
                 lambda m, x, t, text: m(x, t, encoder_hidden_states=text).sample, {"x": x, "t": t, "text": text})
 

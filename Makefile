@@ -8,11 +8,16 @@ export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
 
 setup: deps build develop
 
-# Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, GoogleTest.
+# Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, transformers,
+# GoogleTest.
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest || echo "pytest could not be installed"
 	@$(PYTHON) -c "import numpy" 2>/dev/null || $(PYTHON) -m pip install -q numpy || echo "numpy could not be installed (seed 001's tests need it)"
+	@# The model suite's tests (benchmarks/models.py) and the Hugging Face models of test_models.py.
+	@# transformers requires no torch: the pin installs without touching the one above.
+	@$(PYTHON) -c "import transformers" 2>/dev/null || $(PYTHON) -m pip install -q transformers==5.17.0 || \
+	  echo "transformers could not be installed (the model suite's tests will be skipped)"
 	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
 	@# NVRTC compiles the fuser's CUDA kernels (no GPU needed); the wheel is used where the
 	@# CUDA toolkit has none. Machines without network access skip it.

@@ -41,6 +41,7 @@ alike. `--sequential` keeps the old order (all steps of one contender, then the 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -311,6 +312,11 @@ GRAPH_CONTENDERS = (COMPILE_GRAPHS, THUNDER_GRAPHS)
 GRAPH_WORKLOADS = {"gpt_infer", "gpt_decode", "overhead"}
 
 
+def error_text(e: BaseException) -> str:
+    """The class and first line of an exception, for a table cell."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
 def measure(name, device, contender, repeats):
     timer = Timer(device)
     if device == "cuda":
@@ -324,7 +330,7 @@ def measure(name, device, contender, repeats):
         first = time.perf_counter() - t0
         t = timer(step, repeats)
     except Exception as e:  # a contender that fails is reported, not hidden
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        return {"error": error_text(e)}
     per = getattr(step, "per", 1)
     out = {"median_s": t / per, "first_call_s": first}
     if device == "cuda":
@@ -332,21 +338,25 @@ def measure(name, device, contender, repeats):
     return out
 
 
-def measure_interleaved(name, device, contenders=CONTENDERS, repeats=20, warmup=2):
-    """The contenders built and warmed up one by one (first-call time; on CUDA the peak memory,
-    above what was allocated before the contender was built), then timed in rounds of one step
-    each, so that each median sees the same load (a shared CPU) or the same clocks and heat (a
-    GPU). CUDA steps are synchronized and timed with events."""
+def time_interleaved(builders, device, repeats=20, warmup=2):
+    """builders: {contender: a callable that builds its step}. The contenders are built and
+    warmed up one by one (first-call time; on CUDA the peak memory, above what was allocated
+    before the contender was built), then timed in rounds of one step each, so that each median
+    sees the same load (a shared CPU) or the same clocks and heat (a GPU). CUDA steps are
+    synchronized and timed with events. A contender that fails, when built or in any round, gets
+    its error instead of a time and drops out of the later rounds."""
     cuda = device == "cuda"
     steps, out = {}, {}
-    for c in contenders:
+    for c, build in builders.items():
+        step = None  # a contender that failed keeps nothing alive while the next one is measured
         if cuda:
+            gc.collect()
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         try:
-            step = WORKLOADS[name](device, c)
+            step = build()
             t0 = time.perf_counter()
             step()
             if cuda:
@@ -359,24 +369,33 @@ def measure_interleaved(name, device, contenders=CONTENDERS, repeats=20, warmup=
                 out[c]["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
             steps[c] = step
         except Exception as e:  # a contender that fails is reported, not hidden
-            out[c] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+            out[c] = {"error": error_text(e)}
     times = {c: [] for c in steps}
     for _ in range(repeats):
-        for c, step in steps.items():
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                step()
-                end.record()
-                torch.cuda.synchronize()
-                times[c].append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                step()
-                times[c].append(time.perf_counter() - t0)
+        for c, step in list(steps.items()):
+            try:
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    step()
+                    end.record()
+                    torch.cuda.synchronize()
+                    times[c].append(start.elapsed_time(end) / 1e3)
+                else:
+                    t0 = time.perf_counter()
+                    step()
+                    times[c].append(time.perf_counter() - t0)
+            except Exception as e:
+                out[c]["error"] = error_text(e)
+                del steps[c], times[c]
     for c, ts in times.items():
         out[c]["median_s"] = statistics.median(ts) / getattr(steps[c], "per", 1)
     return out
+
+
+def measure_interleaved(name, device, contenders=CONTENDERS, repeats=20, warmup=2):
+    """time_interleaved over the contenders of one workload."""
+    return time_interleaved({c: (lambda c=c: WORKLOADS[name](device, c)) for c in contenders}, device, repeats, warmup)
 
 
 def main(argv=None):

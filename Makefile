@@ -3,6 +3,10 @@ PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
+# The CPU kernels' -march for the fuser and the tests (native where empty): x86-64-v3 tests what
+# a CPU with AVX2 and no AVX-512 runs.
+THUNDER_CPU_MARCH ?=
+export THUNDER_CPU_MARCH
 
 .PHONY: setup deps build develop demo test test-cpp test-python fuzz asan bench clean
 

@@ -201,113 +201,19 @@ THUNDER_MATH float thunder_erfcf(float x) {
 // sin and cos: x = N pi/2 + r with |r| <= pi/4 (+ rounding), evaluated in double and rounded
 // once to float (under 0.51 ulp). |x| < 2^28: r = x - k pi/2 in double with pi/2 split in three
 // (x - k P1 is exact: both are multiples of 2^-52 where x is not below 2^-29, k = 0 where it is).
-// Above: |x| = M 2^e with an integer M < 2^24, and x 2/pi mod 4 = M G(e) mod 4 with G(e) =
-// 2^e 2/pi mod 4 from a table (e = 5...104), 24 bits per double in four parts: each M G_j is
-// exact, so is its remainder mod 4, and r keeps about 2^-47 of relative precision where it is
-// smallest (a float lies at least about 2^-29 from a multiple of pi/2).
-static const double thunder_two_over_pi_mod4[4 * 100] = {  // row e - 5: the four parts
-    0x1.7cc1b00000000p-2, 0x1.c9c8800000000p-24, 0x1.529fc20000000p-47, 0x1.d5f4780000000p-73,
-    0x1.7cc1b00000000p-1, 0x1.c9c8820000000p-23, 0x1.4a7f080000000p-48, 0x1.d5f47c0000000p-72,
-    0x1.7cc1b40000000p+0, 0x1.9391040000000p-23, 0x1.4a7f080000000p-47, 0x1.d5f47c0000000p-71,
-    0x1.7cc1b60000000p+1, 0x1.27220a0000000p-23, 0x1.29fc240000000p-48, 0x1.abe8fa0000000p-71,
-    0x1.f306dc0000000p+0, 0x1.3910500000000p-25, 0x1.29fc260000000p-47, 0x1.57d1f40000000p-71,
-    0x1.f306dc0000000p+1, 0x1.3910540000000p-24, 0x1.4fe1380000000p-49, 0x1.5f47d40000000p-72,
-    0x1.e60db80000000p+1, 0x1.3910540000000p-23, 0x1.4fe1380000000p-48, 0x1.5f47d40000000p-71,
-    0x1.cc1b720000000p+1, 0x1.c882a00000000p-25, 0x1.4fe13a0000000p-47, 0x1.7d1f500000000p-72,
-    0x1.9836e40000000p+1, 0x1.c882a40000000p-24, 0x1.3f84e80000000p-48, 0x1.7d1f520000000p-71,
-    0x1.306dc80000000p+1, 0x1.c882a40000000p-23, 0x1.3f84ea0000000p-47, 0x1.f47d4c0000000p-72,
-    0x1.836e480000000p-1, 0x1.91054a0000000p-23, 0x1.fc27500000000p-49, 0x1.f47d4c0000000p-71,
-    0x1.836e4c0000000p+0, 0x1.220a940000000p-23, 0x1.fc27540000000p-48, 0x1.e8fa9a0000000p-71,
-    0x1.836e4e0000000p+1, 0x1.1054a00000000p-25, 0x1.fc27560000000p-47, 0x1.d1f5340000000p-71,
-    0x1.06dc9c0000000p+1, 0x1.1054a40000000p-24, 0x1.f84eae0000000p-47, 0x1.a3ea680000000p-71,
-    0x1.b727000000000p-4, 0x1.1054a60000000p-23, 0x1.f09d5e0000000p-47, 0x1.47d4d20000000p-71,
-    0x1.b727200000000p-3, 0x1.054a700000000p-26, 0x1.e13abe0000000p-47, 0x1.1f534c0000000p-72,
-    0x1.b727200000000p-2, 0x1.054a780000000p-25, 0x1.c2757c0000000p-47, 0x1.1f534c0000000p-71,
-    0x1.b727200000000p-1, 0x1.054a7c0000000p-24, 0x1.84eafa0000000p-47, 0x1.f534d00000000p-74,
-    0x1.b727200000000p+0, 0x1.054a7e0000000p-23, 0x1.09d5f40000000p-47, 0x1.f534d80000000p-73,
-    0x1.b727220000000p+1, 0x1.529fc00000000p-28, 0x1.3abe800000000p-51, 0x1.f534dc0000000p-72,
-    0x1.6e4e440000000p+1, 0x1.529fc00000000p-27, 0x1.3abe800000000p-50, 0x1.f534dc0000000p-71,
-    0x1.b939100000000p+0, 0x1.529fc00000000p-26, 0x1.3abe880000000p-49, 0x1.ea69ba0000000p-71,
-    0x1.b939100000000p+1, 0x1.529fc00000000p-25, 0x1.3abe8c0000000p-48, 0x1.d4d3760000000p-71,
-    0x1.7272200000000p+1, 0x1.529fc00000000p-24, 0x1.3abe8e0000000p-47, 0x1.a9a6ee0000000p-71,
-    0x1.c9c8800000000p+0, 0x1.529fc20000000p-23, 0x1.d5f4780000000p-49, 0x1.534ddc0000000p-71,
-    0x1.c9c8820000000p+1, 0x1.4a7f080000000p-24, 0x1.d5f47c0000000p-48, 0x1.4d37700000000p-72,
-    0x1.9391040000000p+1, 0x1.4a7f080000000p-23, 0x1.d5f47c0000000p-47, 0x1.4d37700000000p-71,
-    0x1.27220a0000000p+1, 0x1.29fc240000000p-24, 0x1.abe8fa0000000p-47, 0x1.34ddc00000000p-72,
-    0x1.3910500000000p-1, 0x1.29fc260000000p-23, 0x1.57d1f40000000p-47, 0x1.34ddc00000000p-71,
-    0x1.3910540000000p+0, 0x1.4fe1380000000p-25, 0x1.5f47d40000000p-48, 0x1.a6ee000000000p-73,
-    0x1.3910540000000p+1, 0x1.4fe1380000000p-24, 0x1.5f47d40000000p-47, 0x1.a6ee040000000p-72,
-    0x1.c882a00000000p-1, 0x1.4fe13a0000000p-23, 0x1.7d1f500000000p-48, 0x1.a6ee060000000p-71,
-    0x1.c882a40000000p+0, 0x1.3f84e80000000p-24, 0x1.7d1f520000000p-47, 0x1.4ddc0c0000000p-71,
-    0x1.c882a40000000p+1, 0x1.3f84ea0000000p-23, 0x1.f47d4c0000000p-48, 0x1.3770340000000p-72,
-    0x1.91054a0000000p+1, 0x1.fc27500000000p-25, 0x1.f47d4c0000000p-47, 0x1.3770360000000p-71,
-    0x1.220a940000000p+1, 0x1.fc27540000000p-24, 0x1.e8fa9a0000000p-47, 0x1.bb81b00000000p-73,
-    0x1.1054a00000000p-1, 0x1.fc27560000000p-23, 0x1.d1f5340000000p-47, 0x1.bb81b40000000p-72,
-    0x1.1054a40000000p+0, 0x1.f84eae0000000p-23, 0x1.a3ea680000000p-47, 0x1.bb81b60000000p-71,
-    0x1.1054a60000000p+1, 0x1.f09d5e0000000p-23, 0x1.47d4d20000000p-47, 0x1.77036c0000000p-71,
-    0x1.054a700000000p-2, 0x1.e13abe0000000p-23, 0x1.1f534c0000000p-48, 0x1.dc0db40000000p-72,
-    0x1.054a780000000p-1, 0x1.c2757c0000000p-23, 0x1.1f534c0000000p-47, 0x1.dc0db60000000p-71,
-    0x1.054a7c0000000p+0, 0x1.84eafa0000000p-23, 0x1.f534d00000000p-50, 0x1.b81b6c0000000p-71,
-    0x1.054a7e0000000p+1, 0x1.09d5f40000000p-23, 0x1.f534d80000000p-49, 0x1.7036d80000000p-71,
-    0x1.529fc00000000p-4, 0x1.3abe800000000p-27, 0x1.f534dc0000000p-48, 0x1.c0db600000000p-72,
-    0x1.529fc00000000p-3, 0x1.3abe800000000p-26, 0x1.f534dc0000000p-47, 0x1.c0db620000000p-71,
-    0x1.529fc00000000p-2, 0x1.3abe880000000p-25, 0x1.ea69ba0000000p-47, 0x1.81b6c40000000p-71,
-    0x1.529fc00000000p-1, 0x1.3abe8c0000000p-24, 0x1.d4d3760000000p-47, 0x1.036d8a0000000p-71,
-    0x1.529fc00000000p+0, 0x1.3abe8e0000000p-23, 0x1.a9a6ee0000000p-47, 0x1.b6c5000000000p-77,
-    0x1.529fc20000000p+1, 0x1.d5f4780000000p-25, 0x1.534ddc0000000p-47, 0x1.b6c5000000000p-76,
-    0x1.4a7f080000000p+0, 0x1.d5f47c0000000p-24, 0x1.4d37700000000p-48, 0x1.b6c5200000000p-75,
-    0x1.4a7f080000000p+1, 0x1.d5f47c0000000p-23, 0x1.4d37700000000p-47, 0x1.b6c5200000000p-74,
-    0x1.29fc240000000p+0, 0x1.abe8fa0000000p-23, 0x1.34ddc00000000p-48, 0x1.b6c5280000000p-73,
-    0x1.29fc260000000p+1, 0x1.57d1f40000000p-23, 0x1.34ddc00000000p-47, 0x1.b6c5280000000p-72,
-    0x1.4fe1380000000p-1, 0x1.5f47d40000000p-24, 0x1.a6ee000000000p-49, 0x1.b6c52a0000000p-71,
-    0x1.4fe1380000000p+0, 0x1.5f47d40000000p-23, 0x1.a6ee040000000p-48, 0x1.6d8a560000000p-71,
-    0x1.4fe13a0000000p+1, 0x1.7d1f500000000p-24, 0x1.a6ee060000000p-47, 0x1.b629580000000p-72,
-    0x1.3f84e80000000p+0, 0x1.7d1f520000000p-23, 0x1.4ddc0c0000000p-47, 0x1.b629580000000p-71,
-    0x1.3f84ea0000000p+1, 0x1.f47d4c0000000p-24, 0x1.3770340000000p-48, 0x1.6c52b20000000p-71,
-    0x1.fc27500000000p-1, 0x1.f47d4c0000000p-23, 0x1.3770360000000p-47, 0x1.b14acc0000000p-72,
-    0x1.fc27540000000p+0, 0x1.e8fa9a0000000p-23, 0x1.bb81b00000000p-49, 0x1.b14acc0000000p-71,
-    0x1.fc27560000000p+1, 0x1.d1f5340000000p-23, 0x1.bb81b40000000p-48, 0x1.6295980000000p-71,
-    0x1.f84eae0000000p+1, 0x1.a3ea680000000p-23, 0x1.bb81b60000000p-47, 0x1.8a56640000000p-72,
-    0x1.f09d5e0000000p+1, 0x1.47d4d20000000p-23, 0x1.77036c0000000p-47, 0x1.8a56640000000p-71,
-    0x1.e13abe0000000p+1, 0x1.1f534c0000000p-24, 0x1.dc0db40000000p-48, 0x1.14acc80000000p-71,
-    0x1.c2757c0000000p+1, 0x1.1f534c0000000p-23, 0x1.dc0db60000000p-47, 0x1.4acc900000000p-74,
-    0x1.84eafa0000000p+1, 0x1.f534d00000000p-26, 0x1.b81b6c0000000p-47, 0x1.4acc980000000p-73,
-    0x1.09d5f40000000p+1, 0x1.f534d80000000p-25, 0x1.7036d80000000p-47, 0x1.4acc9c0000000p-72,
-    0x1.3abe800000000p-3, 0x1.f534dc0000000p-24, 0x1.c0db600000000p-48, 0x1.4acc9e0000000p-71,
-    0x1.3abe800000000p-2, 0x1.f534dc0000000p-23, 0x1.c0db620000000p-47, 0x1.2b32780000000p-72,
-    0x1.3abe880000000p-1, 0x1.ea69ba0000000p-23, 0x1.81b6c40000000p-47, 0x1.2b32780000000p-71,
-    0x1.3abe8c0000000p+0, 0x1.d4d3760000000p-23, 0x1.036d8a0000000p-47, 0x1.5993c00000000p-73,
-    0x1.3abe8e0000000p+1, 0x1.a9a6ee0000000p-23, 0x1.b6c5000000000p-53, 0x1.5993c40000000p-72,
-    0x1.d5f4780000000p-1, 0x1.534ddc0000000p-23, 0x1.b6c5000000000p-52, 0x1.5993c40000000p-71,
-    0x1.d5f47c0000000p+0, 0x1.4d37700000000p-24, 0x1.b6c5200000000p-51, 0x1.664f100000000p-72,
-    0x1.d5f47c0000000p+1, 0x1.4d37700000000p-23, 0x1.b6c5200000000p-50, 0x1.664f100000000p-71,
-    0x1.abe8fa0000000p+1, 0x1.34ddc00000000p-24, 0x1.b6c5280000000p-49, 0x1.993c400000000p-72,
-    0x1.57d1f40000000p+1, 0x1.34ddc00000000p-23, 0x1.b6c5280000000p-48, 0x1.993c420000000p-71,
-    0x1.5f47d40000000p+0, 0x1.a6ee000000000p-25, 0x1.b6c52a0000000p-47, 0x1.3278860000000p-71,
-    0x1.5f47d40000000p+1, 0x1.a6ee040000000p-24, 0x1.6d8a560000000p-47, 0x1.93c4380000000p-73,
-    0x1.7d1f500000000p+0, 0x1.a6ee060000000p-23, 0x1.b629580000000p-48, 0x1.93c4380000000p-72,
-    0x1.7d1f520000000p+1, 0x1.4ddc0c0000000p-23, 0x1.b629580000000p-47, 0x1.93c4380000000p-71,
-    0x1.f47d4c0000000p+0, 0x1.3770340000000p-24, 0x1.6c52b20000000p-47, 0x1.2788720000000p-71,
-    0x1.f47d4c0000000p+1, 0x1.3770360000000p-23, 0x1.b14acc0000000p-48, 0x1.3c43900000000p-73,
-    0x1.e8fa9a0000000p+1, 0x1.bb81b00000000p-25, 0x1.b14acc0000000p-47, 0x1.3c43900000000p-72,
-    0x1.d1f5340000000p+1, 0x1.bb81b40000000p-24, 0x1.6295980000000p-47, 0x1.3c43900000000p-71,
-    0x1.a3ea680000000p+1, 0x1.bb81b60000000p-23, 0x1.8a56640000000p-48, 0x1.e21c800000000p-73,
-    0x1.47d4d20000000p+1, 0x1.77036c0000000p-23, 0x1.8a56640000000p-47, 0x1.e21c800000000p-72,
-    0x1.1f534c0000000p+0, 0x1.dc0db40000000p-24, 0x1.14acc80000000p-47, 0x1.e21c820000000p-71,
-    0x1.1f534c0000000p+1, 0x1.dc0db60000000p-23, 0x1.4acc900000000p-50, 0x1.c439040000000p-71,
-    0x1.f534d00000000p-2, 0x1.b81b6c0000000p-23, 0x1.4acc980000000p-49, 0x1.8872080000000p-71,
-    0x1.f534d80000000p-1, 0x1.7036d80000000p-23, 0x1.4acc9c0000000p-48, 0x1.10e4100000000p-71,
-    0x1.f534dc0000000p+0, 0x1.c0db600000000p-24, 0x1.4acc9e0000000p-47, 0x1.0e41000000000p-74,
-    0x1.f534dc0000000p+1, 0x1.c0db620000000p-23, 0x1.2b32780000000p-48, 0x1.0e41000000000p-73,
-    0x1.ea69ba0000000p+1, 0x1.81b6c40000000p-23, 0x1.2b32780000000p-47, 0x1.0e41040000000p-72,
-    0x1.d4d3760000000p+1, 0x1.036d8a0000000p-23, 0x1.5993c00000000p-49, 0x1.0e41060000000p-71,
-    0x1.a9a6ee0000000p+1, 0x1.b6c5000000000p-29, 0x1.5993c40000000p-48, 0x1.c820e00000000p-75,
-    0x1.534ddc0000000p+1, 0x1.b6c5000000000p-28, 0x1.5993c40000000p-47, 0x1.c820f00000000p-74,
-    0x1.4d37700000000p+0, 0x1.b6c5200000000p-27, 0x1.664f100000000p-48, 0x1.c820f80000000p-73,
-    0x1.4d37700000000p+1, 0x1.b6c5200000000p-26, 0x1.664f100000000p-47, 0x1.c820fc0000000p-72,
-    0x1.34ddc00000000p+0, 0x1.b6c5280000000p-25, 0x1.993c400000000p-48, 0x1.c820fe0000000p-71,
-};
+// Above: |x| = M 2^e with an integer M < 2^24 and 5 <= e <= 104, written e = 5 + 24 j + b with
+// 0 <= b < 24, and x 2/pi mod 4 = M 2^b G_j mod 4 with G_j = 2^(5 + 24 j) 2/pi mod 4. The five
+// G_j are constants picked by selects, not rows of a table: a table lookup is a gather, and GCC
+// keeps the loop scalar where it does not use the gather instruction (tuned for generic x86-64
+// or AMD Zen) or has none (NEON). Each G_j is held in five parts of 24 bits (bits 2^1...2^-22,
+// 2^-23...2^-46, ...): each product of a part with M 2^b (24 significant bits) is exact, and so
+// is its remainder mod 4; r keeps about 2^-47 of relative precision where it is smallest (a
+// float lies at least about 2^-29 from a multiple of pi/2).
 THUNDER_MATH double thunder_mod4(double v) { return v - 4.0 * __builtin_floor(v * 0.25); }
+// g_j for j = 0...4; j is a double so that GCC does not turn the selects into a switch (a table).
+THUNDER_MATH double thunder_pick(double j, double g0, double g1, double g2, double g3, double g4) {
+  return j < 0.5 ? g0 : (j < 1.5 ? g1 : (j < 2.5 ? g2 : (j < 3.5 ? g3 : g4)));
+}
 // r and the quadrant N mod 4 of a = |x| (finite).
 THUNDER_MATH double thunder_trig_reduce(float a, double& q) {
   const double ad = static_cast<double>(a);
@@ -315,16 +221,29 @@ THUNDER_MATH double thunder_trig_reduce(float a, double& q) {
   double r = __builtin_fma(-k, 0x1.921fb54442d18p+0, ad);
   r = __builtin_fma(-k, 0x1.1a62633145c07p-54, r);
   r = __builtin_fma(-k, -0x1.f1976b7ed8fbcp-110, r);
-  const uint32_t b = thunder_bits(a);
-  int32_t idx = static_cast<int32_t>(b >> 23) - 127 - 23 - 5;
-  idx = idx < 0 ? 0 : (idx > 99 ? 99 : idx);
-  const double m = static_cast<double>(static_cast<int32_t>((b & 0x7fffffu) | 0x800000u));
-  const double* g = thunder_two_over_pi_mod4;  // indexed flat: GCC gathers g[4 idx + j]
-  // M G_0 < 2^26 and M G_1 < 4 (G_1 < 2^-22): their sum, exact, is below 8.
-  const double hi = thunder_mod4(thunder_mod4(m * g[4 * idx]) + m * g[4 * idx + 1]);
-  const double lo = m * g[4 * idx + 2] + m * g[4 * idx + 3];
-  const double n = __builtin_rint(hi + lo);
-  const double rl = ((hi - n) + lo) * 0x1.921fb54442d18p+0;
+  const uint32_t bits = thunder_bits(a);
+  int32_t i = static_cast<int32_t>(bits >> 23) - 127 - 23 - 5;  // e - 5
+  i = i < 0 ? 0 : (i > 99 ? 99 : i);
+  const int32_t j = (i >= 24) + (i >= 48) + (i >= 72) + (i >= 96);
+  const double m = static_cast<double>(static_cast<int32_t>((bits & 0x7fffffu) | 0x800000u)) *
+                   static_cast<double>(thunder_pow2(i - 24 * j));  // M 2^b < 2^47
+  const double jd = static_cast<double>(j);
+  // Parts 0...4 of G_j.
+  const double g0 = thunder_pick(jd, 0x1.7cc1bp-2, 0x1.c9c88p+0, 0x1.529fc2p+1, 0x1.d5f478p-1,
+                                  0x1.534ddcp+1);
+  const double g1 = thunder_pick(jd, 0x1.c9c88p-24, 0x1.529fc2p-23, 0x1.d5f478p-25, 0x1.534ddcp-23,
+                                  0x1.b6c5p-28);
+  const double g2 = thunder_pick(jd, 0x1.529fc2p-47, 0x1.d5f478p-49, 0x1.534ddcp-47, 0x1.b6c5p-52,
+                                  0x1.5993c4p-47);
+  const double g3 = thunder_pick(jd, 0x1.d5f478p-73, 0x1.534ddcp-71, 0x1.b6c5p-76, 0x1.5993c4p-71,
+                                  0x1.c820fp-74);
+  const double g4 = thunder_pick(jd, 0x1.534ddcp-95, 0x1.b6c5p-100, 0x1.5993c4p-95, 0x1.c820fp-98,
+                                  0x1.e5163ap-95);
+  // M 2^b g0 < 2^49 and M 2^b g1 < 2^25, each reduced mod 4: their sum is exact.
+  const double hi = thunder_mod4(thunder_mod4(m * g0) + thunder_mod4(m * g1));
+  const double t2 = m * g2, t3 = m * g3, t4 = m * g4;  // below 2, 2^-23 and 2^-47
+  const double n = __builtin_rint(hi + t2);
+  const double rl = ((((hi - n) + t2) + t3) + t4) * 0x1.921fb54442d18p+0;
   const bool large = a >= 0x1p28f;
   q = thunder_mod4(large ? n : k);
   return large ? rl : r;

@@ -116,6 +116,8 @@ void init(py::module_& m) {
   m.def("nvrtc_available", &runtime::nvrtcAvailable);
   m.def("cpu_compiler_available", &runtime::cpuCompilerAvailable,
         "Whether the system C++ compiler builds the fuser's CPU kernels (probed once per process).");
+  m.def("cpu_compile_flags", &runtime::cpuCompileFlags,
+        "The flags the fuser's CPU kernels are compiled with (-march=$THUNDER_CPU_MARCH, native where unset).");
   m.def("nvrtc_compile", &runtime::nvrtcCompile, py::arg("source"), py::arg("arch"),
         "Compiles CUDA source with NVRTC; returns the CUBIN's size. Needs no GPU.");
   m.def(

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <deque>
 #include <mutex>
@@ -375,11 +377,46 @@ struct CpuLibrary {
 };
 using CpuKernel = std::shared_ptr<const CpuLibrary>;
 
+/// The kernels' instruction set: -march=$THUNDER_CPU_MARCH, native where unset (x86-64-v3 builds
+/// for AVX2 CPUs on a machine with AVX-512, so that a test runs what those CPUs run). Read once
+/// per process.
+const std::string& cpuMarch() {
+  static const std::string march = [] {
+    const char* env = std::getenv("THUNDER_CPU_MARCH");
+    return std::string(env && *env ? env : "native");
+  }();
+  return march;
+}
+
 // -ffp-contract=off: no fused multiply-adds the source does not ask for, as eager's CPU kernels
 // (a contracted g / b - g * q keeps the rounding error of g * q where eager's gradient of a / a
 // is exactly 0: fuzzer seed 11357).
-const char* const kCpuFlags =
-    " -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -ffp-contract=off -std=c++17 -fPIC";
+const std::string& cpuFlags() {
+  static const std::string flags = " -O3 -march=" + cpuMarch() +
+                                   " -fopenmp -fno-math-errno -fno-trapping-math -ffp-contract=off -std=c++17 -fPIC";
+  return flags;
+}
+
+/// What the kernels' -march resolves to: the compiler's predefined macros with it (the instruction
+/// set extensions such as __AVX512F__, the tuning, the compiler's version), computed once per
+/// process; "" where the compiler does not run. Part of every kernel's cache key: -march=native
+/// names another instruction set on each machine, and a cache shared between machines (a home
+/// directory on NFS, a container image) handed a library built for AVX-512 to a CPU without it.
+std::string cpuTarget(const std::string& cxx) {
+  static Job<std::string>& target = *new Job<std::string>([cxx]() -> std::string {
+    const std::string& march = cpuMarch();
+    auto plain = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._+-", c); };
+    THUNDER_CHECK_KIND(std::all_of(march.begin(), march.end(), plain), ErrorKind::Value, "THUNDER_CPU_MARCH: '",
+                       march, "' is not a value of -march= (letters, digits and . _ + - only)");
+    std::string macros;
+    if (runCommand(cxx + " -march=" + march + " -dM -E -x c++ /dev/null", &macros) == 0) return macros;
+    // A compiler that runs but rejects the value: say so (the kernels would silently not compile).
+    THUNDER_CHECK_KIND(runCommand(cxx + " --version", nullptr) != 0, ErrorKind::Value,
+                       "THUNDER_CPU_MARCH: the C++ compiler (", cxx, ") rejects -march=", march, ":\n", macros);
+    return "";
+  });
+  return target.get();
+}
 
 /// A header of the kernels' standard includes (codegen::kCppIncludes), precompiled once per
 /// compiler and flags into the cache (a kernel then parses no system header: its compile takes
@@ -389,12 +426,12 @@ std::string cpuPrelude(const std::string& cxx, const std::string& dir) {
   // A Job, not a function-local static or call_once: a fork while another thread builds it
   // would leave the child waiting for that thread.
   static Job<std::string>& prelude = *new Job<std::string>([cxx, dir]() -> std::string {
-    std::string h = dir + "/prelude-" + hashHex(cxx + kCpuFlags + codegen::kCppIncludes) + ".h";
+    std::string h = dir + "/prelude-" + hashHex(cxx + cpuFlags() + cpuTarget(cxx) + codegen::kCppIncludes) + ".h";
     try {
       if (!fileExists(h)) writeAtomically(h, codegen::kCppIncludes);
       if (!fileExists(h + ".gch")) {
         std::string tmp = uniqueTemp(h + ".gch");
-        std::string cmd = cxx + kCpuFlags + " -x c++-header -o " + tmp + " " + h;
+        std::string cmd = cxx + cpuFlags() + " -x c++-header -o " + tmp + " " + h;
         if (runCommand(cmd, nullptr) != 0) {
           std::remove(tmp.c_str());
           return "";
@@ -415,10 +452,11 @@ CpuKernel compileCpu(const std::string& source, const std::string& entry) {
   std::mutex& mu = ForkSafe::get().libraries;
   static auto& memory = *new std::unordered_map<std::string, std::weak_ptr<const CpuLibrary>>;
   static size_t mark = 64;
-  // The compiler and its flags are part of the key: a library built with others is not reused.
+  // The compiler, its flags and the instruction set they resolve to are part of the key: a library
+  // built with others is not reused.
   const char* cxxEnv = std::getenv("CXX");
   std::string cxx = cxxEnv ? cxxEnv : "c++";
-  std::string h = hashHex(cxx + kCpuFlags + "\n" + source);
+  std::string h = hashHex(cxx + cpuFlags() + cpuTarget(cxx) + "\n" + source);
   auto loaded = [&]() -> CpuKernel {
     std::lock_guard<std::mutex> lock(mu);
     auto it = memory.find(h);
@@ -443,7 +481,7 @@ CpuKernel compileCpu(const std::string& source, const std::string& entry) {
     writeAtomically(src, source);
     std::string prelude = cpuPrelude(cxx, dir);
     std::string tmpSo = uniqueTemp(so);
-    std::string cmd = cxx + kCpuFlags + (prelude.empty() ? "" : " -include " + prelude) + " -shared -o " +
+    std::string cmd = cxx + cpuFlags() + (prelude.empty() ? "" : " -include " + prelude) + " -shared -o " +
                       tmpSo + " " + src;
     std::string log;
     int rc = runCommand(cmd, &log);
@@ -471,6 +509,8 @@ bool cpuCompiler() {
   // A Job, not a function-local static: a fork while another thread runs the probe would leave
   // the child waiting for that thread.
   static Job<bool>& probe = *new Job<bool>([] {
+    const char* cxxEnv = std::getenv("CXX");
+    cpuTarget(cxxEnv ? cxxEnv : "c++");  // a THUNDER_CPU_MARCH the compiler rejects raises
     try {
       return compileCpu("extern \"C\" void thunder_probe(void* const*, void* const*, const long*) {}\n",
                         "thunder_probe") != nullptr;
@@ -1123,6 +1163,8 @@ bool cudaGraphLaunchAsync(uintptr_t exec, int device) {
 }
 
 bool cpuCompilerAvailable() { return cpuCompiler(); }
+
+std::string cpuCompileFlags() { return cpuFlags().substr(1); }
 
 FusionStats fusionStats() {
   FusionStats s{gCompiled.load(), gDiskHits.load()};

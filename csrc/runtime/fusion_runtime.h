@@ -32,6 +32,9 @@ bool cudaGraphLaunchAsync(uintptr_t exec, int device);
 /// Whether the system C++ compiler ($CXX, else c++) builds the fuser's CPU kernels; probed once
 /// per process.
 bool cpuCompilerAvailable();
+/// The flags the CPU kernels are compiled with: -march=$THUNDER_CPU_MARCH (native where unset)
+/// and the rest, read once per process.
+std::string cpuCompileFlags();
 /// Kernel compile statistics: kernels compiled in this process and loaded from the disk cache;
 /// and what is alive now: CPU kernel libraries loaded, compiled regions, and executor kernels
 /// (of every executor: a released region's kernel leaves the table).

@@ -3,6 +3,7 @@
 import math
 import os
 import pathlib
+import platform
 import re
 import subprocess
 import sys
@@ -427,7 +428,7 @@ def _simd_loops_vectorized(source: str, tmp_path) -> list:
     path = tmp_path / "k.cpp"
     path.write_text(source)
     cxx = os.environ.get("CXX", "c++")
-    flags = "-O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -std=c++17 -fPIC -c -fopt-info-vec-optimized"
+    flags = thunder._C.cpu_compile_flags() + " -c -fopt-info-vec-optimized"
     out = subprocess.run([cxx, *flags.split(), "-o", str(tmp_path / "k.o"), str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     lines = source.splitlines()
@@ -438,6 +439,17 @@ def _simd_loops_vectorized(source: str, tmp_path) -> list:
         last = next(j for j in range(first, len(lines)) if lines[j] == "    }") + 1
         found.append(any(first <= line <= last for line in reported))  # GCC names a line of the loop
     return found
+
+
+def _target_has_fma() -> bool:
+    """Whether the kernels' target (-march of the runtime's flags) has a fused multiply-add
+    instruction: without one (x86-64 up to v2) the vectorizable math calls the C library's fma and
+    its loops stay scalar, with the same results (tests/cpp/test_cpu_math.cpp checks the bounds)."""
+    march = [f for f in thunder._C.cpu_compile_flags().split() if f.startswith("-march=")]
+    cxx = os.environ.get("CXX", "c++")
+    out = subprocess.run([cxx, *march, "-dM", "-E", "-x", "c++", "/dev/null"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return "#define __FMA__ " in out.stdout or "#define __ARM_FEATURE_FMA " in out.stdout
 
 
 def test_cpu_one_hot_kernel_vectorizes(tmp_path):
@@ -466,12 +478,30 @@ def test_cpu_transcendental_kernel_vectorizes(tmp_path):
     jf = thunder.jit(f, executors=["fuser"])
     x = torch.randn(64, 64)
     torch.testing.assert_close(jf(x), f(x), equal_nan=True)
+    if not _target_has_fma():
+        pytest.skip("the kernels' target has no fused multiply-add: the math is scalar there")
     source = thunder.last_fusion_sources(jf)["cpuFusion0"]
     # Both loops: the one computing four interleaved parts of a chunk (a loop body four times as
     # long, whose calls must all be inlined) and the plain one for the rest.
     assert "m3 = n + 3 * h" in source, source
     assert _simd_loops_vectorized(source, tmp_path) == [True, True], source
     assert not re.search(r"(?<![\w])(expf|expm1f|logf|log1pf|tanhf|erff|erfcf)\(", source)
+
+
+
+def test_cpu_trig_kernel_vectorizes(tmp_path):
+    # sin and cos reduce arguments from 2^28 up with constants picked by selects: a table of them
+    # was a gather, which GCC leaves scalar when it tunes for generic x86-64 (x86-64-v3, -v4) or
+    # AMD Zen, and on NEON (the loops of sin and cos stayed scalar on an AVX2 EPYC).
+    f = lambda x: torch.sin(x) * torch.cos(x * 3)
+    jf = thunder.jit(f, executors=["fuser"])
+    x = torch.cat([torch.randn(64, 64) * 10, torch.randn(64, 64) * 1e30])
+    torch.testing.assert_close(jf(x), f(x))
+    if not _target_has_fma():
+        pytest.skip("the kernels' target has no fused multiply-add: the math is scalar there")
+    source = thunder.last_fusion_sources(jf)["cpuFusion0"]
+    assert "thunder_sinf(" in source and "thunder_cosf(" in source, source
+    assert _simd_loops_vectorized(source, tmp_path) == [True, True], source
 
 
 POW_EXPONENTS = [2, 3, 0.5, -0.5, -1, -2, 1, 2.5, 0]
@@ -684,6 +714,63 @@ def test_new_process_reuses_the_disk_cache(tmp_path):
     # A new process compiles nothing: everything comes from the disk cache.
     compiled, hits = map(int, run())
     assert compiled == 0 and hits >= 1
+
+
+_CACHE_SCRIPT = (
+    "import torch, thunder\n"
+    "from thunder import _C\n"
+    "f = lambda a: (a * 3).sin() + a.exp()\n"
+    "jf = thunder.jit(f, executors=['fuser'])\n"
+    "x = torch.randn(10, 10)\n"
+    "torch.testing.assert_close(jf(x), f(x))\n"
+    "assert 'cpuFusion0' in thunder.last_traces(jf)[-1].bound_symbol_names\n"
+    "s = _C.fusion_stats(); print(s['compiled'], s['disk_hits'], _C.cpu_compile_flags())\n"
+)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 targets")
+def test_cpu_kernel_cache_is_keyed_by_the_instruction_set(tmp_path):
+    # The disk cache's key holds the instruction set -march resolves to, not the flag's text: two
+    # machines sharing a cache (a home directory on NFS, a container image), each compiling with
+    # -march=native, get a library for their own CPU (it handed an AVX-512 library to a CPU
+    # without AVX-512). A compiler wrapper plays both machines: the same name and flags, with
+    # -march=native meaning x86-64 or x86-64-v2 (both run on any x86-64 CPU) as FAKE_NATIVE says.
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec {os.environ.get("CXX", "c++")} "$@" -march="$FAKE_NATIVE"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path / "cache"), CXX=str(wrapper), THUNDER_CPU_MARCH="")
+
+    def run(native):
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=dict(env, FAKE_NATIVE=native),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        compiled, hits, *flags = out.stdout.split()
+        assert "-march=native" in flags
+        return int(compiled), int(hits)
+
+    assert run("x86-64")[1] == 0
+    compiled, hits = run("x86-64-v2")  # another CPU: compiles its own
+    assert compiled >= 1 and hits == 0
+    compiled, hits = run("x86-64")  # the first again: from the cache
+    assert compiled == 0 and hits >= 1
+
+
+def test_cpu_march_from_the_environment(tmp_path):
+    # THUNDER_CPU_MARCH sets the kernels' -march (x86-64-v3: what an AVX2 CPU runs, on any machine
+    # that runs it); a value the compiler rejects is a clear error, not CPU regions silently left
+    # unfused; a value that is not a plain word is refused before it reaches a shell.
+    env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path))
+    run = lambda march: subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=dict(env, THUNDER_CPU_MARCH=march),
+                                       capture_output=True, text=True, timeout=300)
+    march = {"x86_64": "x86-64-v2", "aarch64": "armv8-a"}.get(platform.machine())
+    if march:
+        out = run(march)
+        assert out.returncode == 0, out.stderr
+        assert f"-march={march}" in out.stdout.split()
+    for bad, message in [("no-such-cpu", "THUNDER_CPU_MARCH: the C++ compiler"),
+                         ("native;true", "THUNDER_CPU_MARCH: 'native;true' is not a value of -march=")]:
+        out = run(bad)
+        assert out.returncode != 0 and "ValueError" in out.stderr and message in out.stderr, out.stderr
 
 
 # ---- CUDA (run on the GPU machine; skipped elsewhere) ------------------------------------------

@@ -6,10 +6,11 @@ each mutated input of the trace (an argument, a module parameter or buffer, a te
 function closes over) gets `prims.copy_(latest, input)`, so the caller's tensor holds what eager
 PyTorch would have written. `x[key] = v` becomes a functional scatter of v into x.
 
-Views are where functionalization could go silently wrong: eager PyTorch writes through a view
-into its base and sees a base's update through its views. Thunder does not model storage, so it
-refuses what it cannot represent, with an error naming the op: an in-place update of a view of
-an input, and any use of a view (or base) after the other was updated in place.
+Views (aliasing.py owns which ops return their input, a view of it, or a new tensor): an update
+of a base is seen by its views, which are recomputed from its new value at their next read; an
+update of a view is written into its base where the view is a one-to-one image of part of it. What
+thunder cannot represent is refused with an error naming the op: an in-place update of a view of
+an input, and a read of a base changed through a view with no write-back.
 """
 
 from __future__ import annotations
@@ -20,14 +21,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from thunder import _C
-
-# Ops whose result may share storage with their first argument (as PyTorch's views do).
-VIEW_OPS = frozenset(
-    """view view_as reshape reshape_as flatten unflatten squeeze unsqueeze permute transpose t T mT
-    swapaxes swapdims movedim moveaxis expand expand_as broadcast_to narrow select split chunk
-    unbind tensor_split diagonal detach __getitem__ as_strided contiguous real imag unfold
-    view_as_real view_as_complex to type float double half bfloat16 int long bool""".split()
-)
+from thunder.core import aliasing
 
 _tls = threading.local()
 
@@ -40,10 +34,14 @@ class TraceState:
         self.trace = trace
         # id(original) -> (original, latest): original is a proxy or a real (closure) tensor.
         self.latest: dict[int, tuple] = {}
-        # id(view proxy) -> (view, base proxy, op name)
-        self.view_of: dict[int, tuple] = {}
-        # id(base proxy) -> [view proxies]
+        # id(view) -> aliasing.View, for each view the program holds
+        self.view_of: dict[int, aliasing.View] = {}
+        # id(base) -> [views the program took of it]
         self.views: dict[int, list] = {}
+        # ids of views whose base changed since they were computed: recomputed at their next read
+        self.pending: set[int] = set()
+        # True while thunder recomputes views and write-backs: the ops it runs take no views
+        self.replaying = False
         # id(stale proxy) -> message of why it may no longer be read
         self.stale: dict[int, str] = {}
         # Grad mode of the call traced: a result the program computes with it off (under
@@ -52,9 +50,13 @@ class TraceState:
 
     def fresh(self, x):
         """x with every mutated tensor replaced by its latest value (through tuples, lists, dicts)."""
-        if not self.latest and not self.stale:
+        if not self.latest and not self.stale and not self.pending:
             return x
         return self._fresh(x)
+
+    def replay(self):
+        """Context manager: ops run inside compute values for thunder, not views for the program."""
+        return _Replay(self)
 
     def _fresh(self, x, depth=0):
         """Containers keep their type: a Hugging Face ModelOutput (a dict subclass registered with
@@ -64,7 +66,10 @@ class TraceState:
             msg = self.stale.get(id(x))
             if msg is not None:
                 raise NotImplementedError(msg)
-            return self._latest_value(x)
+            if id(x) in self.pending:
+                return aliasing.refresh(self, x)
+            e = self.latest.get(id(x))
+            return x if e is None else e[1]
         if depth > 8:
             return x
         if type(x) in (tuple, torch.Size, list):
@@ -80,42 +85,30 @@ class TraceState:
             return x if all(a is b for a, b in zip(fresh, children)) else node.unflatten_fn(fresh, context)
         return x
 
-    def _latest_value(self, x):
-        """x's latest value. A value updated through a view after it became another's latest
-        (x.add_(1), then x[:, 0] *= 2 updates x's new value) has a latest of its own."""
-        v = x
-        for _ in range(64):
-            e = self.latest.get(id(v))
-            if e is None or e[1] is v:
-                break
-            v = e[1]
-        return v
-
     def root(self, p):
-        e = self.view_of.get(id(p))
-        while e is not None:
-            p = e[1]
-            e = self.view_of.get(id(p))
+        """The tensor p is a view of (through views of views), or p."""
+        while (rec := self.view_of.get(id(p))) is not None:
+            p = rec.base
         return p
 
     def is_input(self, p) -> bool:
         return self.trace is not None and any(q is p for q in self.trace.inputs)
 
-    def record_views(self, op_name: str, base, out, key=None):
-        """`key`: the index of a __getitem__ view (an update of the view is written through to
-        its base when it is basic: ints, slices, None, ...)."""
-        if not isinstance(base, _C.TensorProxy):
-            return
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        for o in outs:
-            if isinstance(o, _C.TensorProxy) and o is not base and id(o) not in self.view_of:
-                self.view_of[id(o)] = (o, base, op_name, key)
-                self.views.setdefault(id(base), []).append(o)
-
     def mutated_inputs(self):
         """(input proxy, latest value) for every input of the trace updated in place."""
-        return [(o, v) for o, _ in self.latest.values()
-                if isinstance(o, _C.TensorProxy) and self.is_input(o) and (v := self._latest_value(o)) is not o]
+        return [(o, v) for o, v in self.latest.values() if isinstance(o, _C.TensorProxy) and self.is_input(o) and v is not o]
+
+
+class _Replay:
+    def __init__(self, state):
+        self.state = state
+
+    def __enter__(self):
+        self.prev, self.state.replaying = self.state.replaying, True
+
+    def __exit__(self, *exc):
+        self.state.replaying = self.prev
+        return False
 
 
 def user_code() -> bool:
@@ -172,14 +165,11 @@ def commit(state: TraceState, op_name: str, target, result):
     cur = state.fresh(proxy)
     if not isinstance(result, _C.TensorProxy):
         raise NotImplementedError(f"thunder.jit: {op_name} did not produce a tensor")
+    result = state.fresh(result)  # a tensor the program holds (`self.buf = y` in forward): its value now
     if tuple(result.shape) != tuple(cur.shape) and op_name in _RESHAPING_INPLACE:
         # y.unsqueeze_(1) on a tensor the program made (BigBird's band mask): y is its new shape
         # from here on. The caller's tensors and views keep their shapes, as thunder returns new
         # tensors: changing those in place is refused.
-        # (the out-of-place op's result was noted as a view of proxy: it is proxy's new value)
-        if state.view_of.get(id(result), (None, None))[1] is proxy:
-            del state.view_of[id(result)]
-            state.views[id(proxy)] = [v for v in state.views.get(id(proxy), ()) if v is not result]
         of_input = state.is_input(state.root(proxy))
         if of_input or state.view_of.get(id(proxy)) or state.views.get(id(proxy)):
             raise NotImplementedError(
@@ -201,11 +191,11 @@ def commit(state: TraceState, op_name: str, target, result):
             )
         result = result.to(cur.dtype)
     view = state.view_of.get(id(proxy))
-    if view is not None and view[2] == "detach" and state.is_input(state.root(proxy)):
+    if view is not None and view.op == "detach" and state.is_input(state.root(proxy)):
         # `w.data.clamp_(...)` (x.data is x.detach()): an update of the input itself, recorded as
         # eager records it, without a gradient.
         root = state.root(proxy)
-        if not _same_layout(view[1], proxy):
+        if not _same_layout(view.base, proxy):
             raise NotImplementedError(f"thunder.jit: {op_name} updates {proxy.name}, a detached view of {root.name} "
                                       f"of another shape; update {root.name} itself")
         with torch.no_grad():
@@ -225,22 +215,21 @@ def commit(state: TraceState, op_name: str, target, result):
         )
     if view is not None:
         root = state.root(proxy)
-        if state.is_input(root):
+        # An input already updated in place is written back at the end anyway (x.add_(1), then
+        # x[:, 0] *= 2): a view of it is written through as a view of a tensor the program made.
+        if state.is_input(root) and (id(root) not in state.latest or root.requires_grad):
             raise NotImplementedError(
                 f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
-                f"(made by {view[2]}); writing through a view of an input is not supported: update {root.name} itself"
+                f"(made by {view.op}); writing through a view of an input is not supported: update {root.name} itself"
             )
-        if not _write_through(state, proxy, result, op_name):
+        if not aliasing.write_through(state, proxy, result):
             state.stale[id(root)] = (
-                f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name}; reading it "
-                f"again is not supported (update it directly, or clone the view first)"
+                f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name} (made by "
+                f"{view.op}), which thunder cannot write back; reading {root.name} again is not supported "
+                f"(update it directly, or clone the view first)"
             )
-    for v in state.views.get(id(proxy), ()):
-        state.stale[id(v)] = (
-            f"thunder.jit: {v.name} is a view of {proxy.name}, which {op_name} updated in place after the view "
-            f"was taken; reading the view again is not supported (clone it before the update, or take it after)"
-        )
     state.latest[id(proxy)] = (proxy, result)
+    aliasing.invalidate(state, proxy)
     if real:
         state.latest[id(target)] = (target, result)
     return target
@@ -253,51 +242,6 @@ _RESHAPING_INPLACE = {f"Tensor.{op}_" for op in ("unsqueeze", "squeeze", "transp
 
 def _same_layout(a, b) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
-
-
-def _basic_key(key) -> bool:
-    keys = key if isinstance(key, tuple) else (key,)
-    for k in keys:
-        if k is None or k is Ellipsis:
-            continue
-        if isinstance(k, slice):
-            if all(x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in (k.start, k.stop, k.step)):
-                continue
-            return False
-        if not isinstance(k, int) or isinstance(k, bool):
-            return False
-    return True
-
-
-def _write_through(state: TraceState, proxy, result, op_name: str) -> bool:
-    """An in-place update of `proxy`, a chain of basic-index views (x[:, :, 0] += 1) of a tensor
-    made while tracing: each base up the chain gets the updated view scattered into it, as eager
-    PyTorch writes through the view. Other views taken of those bases before the update read
-    stale values: they may no longer be read. False (nothing changed) for other views."""
-    chain = []
-    p = proxy
-    while (e := state.view_of.get(id(p))) is not None:
-        if e[2] != "__getitem__" or e[3] is None or not _basic_key(e[3]):
-            return False
-        chain.append(e)
-        p = e[1]
-    from thunder.core.proxies import _setitem_value
-
-    value, updates = result, []
-    for view, base, _, key in chain:
-        value = _setitem_value(state.fresh(base), key, value)
-        updates.append((base, value))
-    members = {id(view) for view, *_ in chain} | {id(base) for _, base, *_ in chain}
-    for base, value in updates:
-        state.latest[id(base)] = (base, value)
-        for v in state.views.get(id(base), ()):
-            if id(v) not in members:
-                state.stale[id(v)] = (
-                    f"thunder.jit: {v.name} is a view of {base.name}, which {op_name} updated through another "
-                    f"view ({proxy.name}) after {v.name} was taken; reading {v.name} again is not supported "
-                    f"(take it after the update)"
-                )
-    return True
 
 
 def _dtype_title(dt) -> str:

@@ -10,7 +10,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from thunder import _C
-from thunder.core import autocast, devices, fallback, functionalize
+from thunder.core import aliasing, autocast, devices, fallback, functionalize
 
 TensorProxy = _C.TensorProxy
 
@@ -98,12 +98,26 @@ def dispatch(func, args, kwargs):
     or, for a callable with no thunder symbol, a fallback symbol that PyTorch runs. In a call
     traced with grad mode on, what the program computes with it off (torch.no_grad(),
     inference_mode, a function decorated with either) is detached, as eager records no graph
-    for it: gradients do not flow through it."""
-    out = _dispatch(func, args, kwargs)
+    for it: gradients do not flow through it. The result aliases its input as eager's does
+    (aliasing.result)."""
     st = functionalize.current()
-    if st is not None and st.grad_enabled and not torch.is_grad_enabled() and functionalize.user_code():
+    if st is None:
+        return _dispatch(func, args, kwargs)
+    held, held_kwargs = args, kwargs
+    if st.latest or st.stale or st.pending:
+        # A tensor the program updated in place is a name: its value now is what the op reads.
+        args, kwargs = st.fresh(args), st.fresh(kwargs)
+    if "_stacklevel" in kwargs:
+        # torch.nn.functional.softmax and friends pass their warning stack level along.
+        kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
+    if func not in _SPECIAL:
+        r = _maybe_inplace(st, func, (held[0] if held else None, held_kwargs.get("out")), args, kwargs)
+        if r is not _NOT_INPLACE:
+            return r
+    out = _dispatch(func, args, kwargs)
+    if st.grad_enabled and not torch.is_grad_enabled() and functionalize.user_code():
         out = _detached(out, args)
-    return out
+    return aliasing.result(st, func, held, args, kwargs, out, dispatch)
 
 
 def _detached(out, args):
@@ -121,24 +135,13 @@ def _detached(out, args):
 
 
 def _dispatch(func, args, kwargs):
-    st = functionalize.current()
-    if st is not None and (st.latest or st.stale):
-        orig_first = args[0] if args else None
-        args, kwargs = st.fresh(args), st.fresh(kwargs)
-    else:
-        orig_first = args[0] if args else None
+    """The value of func(*args, **kwargs) on values (no in-place op): a special case, the
+    mapped ltorch symbol, or the fallback."""
     special = _SPECIAL.get(func)
     if special is not None:
-        out = special(*args, **kwargs)
-        _note_views(st, func, args, out)
-        return out
-    # torch.nn.functional.softmax and friends pass their warning stack level along.
+        return special(*args, **kwargs)
     if "_stacklevel" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
-    if st is not None:
-        r = _maybe_inplace(st, func, orig_first, args, kwargs)
-        if r is not _NOT_INPLACE:
-            return r
     if func is torch.Tensor.__getitem__ and len(args) == 2:
         args = (args[0], _index_lists_as_tensors(args[0], args[1]))
     if func is torch.where and len(args) + len(kwargs) == 1:
@@ -156,9 +159,7 @@ def _dispatch(func, args, kwargs):
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
         cargs, ckwargs = autocast.apply(getattr(func, "__name__", ""), args, kwargs)
-        out = fallback.call(func, _qualname(func), cargs, ckwargs)
-        _note_views(st, func, args, out)
-        return out
+        return fallback.call(func, _qualname(func), cargs, ckwargs)
     sym, swapped = entry
     if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
         # A result's values do not depend on the memory format it is laid out in.
@@ -195,7 +196,6 @@ def _dispatch(func, args, kwargs):
         except Exception:  # noqa: BLE001 - PyTorch (on meta tensors) cannot run it either:
             raise e from None  # the symbol's error names the case and has eager's type
     out = _named_result(func, out)
-    _note_views(st, func, args, out)
     _note_range(sym.name, sargs, skwargs, out)
     return out
 
@@ -319,25 +319,6 @@ def _index_lists_as_tensors(x, key):
     return conv(key)
 
 
-def _note_views(st, func, args, out):
-    if st is None or not args:
-        return
-    name = getattr(func, "__name__", "")
-    if name not in functionalize.VIEW_OPS:
-        return
-    if name == "__getitem__" and len(args) > 1 and _has_tensor_index(args[1]):
-        return  # advanced indexing copies
-    st.record_views(name, args[0], out, args[1] if name == "__getitem__" and len(args) > 1 else None)
-
-
-def _has_tensor_index(key) -> bool:
-    if isinstance(key, (TensorProxy, torch.Tensor, list)):
-        return True
-    if isinstance(key, tuple):
-        return any(_has_tensor_index(k) for k in key)
-    return False
-
-
 _NOT_INPLACE = object()
 
 # Python's augmented assignments and the out-of-place operator each stands for.
@@ -403,170 +384,49 @@ def _signature(func):
     return inspect.signature(func)
 
 
-def _maybe_inplace(st, func, orig_first, args, kwargs):
+def _maybe_inplace(st, func, held, args, kwargs):
+    """An in-place op (x.add_(y), x[k] = v, out=, inplace=True) as its functional value committed
+    to the tensor it updates; _NOT_INPLACE for other ops. `held`: the call's first argument and
+    its out= as the program passed them."""
     if func is torch.Tensor.__setitem__:
         x, key, value = args
-        result = _setitem_value(x, key, value)
-        functionalize.commit(st, "Tensor.__setitem__", orig_first, result)
+        with st.replay():
+            result = aliasing.setitem_value(x, key, value)
+        functionalize.commit(st, "Tensor.__setitem__", held[0], _own_value(result, args, kwargs))
         return None
     out = kwargs.get("out") if kwargs else None
     if out is not None and isinstance(out, (TensorProxy, torch.Tensor)):
         rest = {k: v for k, v in kwargs.items() if k != "out"}
-        result = dispatch(func, args, rest)
-        return functionalize.commit(st, f"{_qualname(func)}(out=)", kwargs["out"], result)
+        with st.replay():
+            result = dispatch(func, args, rest)
+        return functionalize.commit(st, f"{_qualname(func)}(out=)", held[1], _own_value(result, args, rest, out))
     hit = _inplace_functional(func)
     if hit is not None:
         qual, functional = hit
         if functional is _RETURN_SELF:
-            return orig_first
-        result = functional.rule(*args, **kwargs) if isinstance(functional, _Rule) else dispatch(functional, args, kwargs)
-        return functionalize.commit(st, qual, orig_first, result)
+            return held[0]
+        with st.replay():
+            result = functional.rule(*args, **kwargs) if isinstance(functional, _Rule) else dispatch(functional, args, kwargs)
+        return functionalize.commit(st, qual, held[0], _own_value(result, args, kwargs))
     redo = _inplace_kwarg(func, args, kwargs)
     if redo is not None:
-        result = dispatch(func, redo[0], redo[1])
-        return functionalize.commit(st, f"{_qualname(func)}(inplace=True)", orig_first, result)
+        with st.replay():
+            result = dispatch(func, redo[0], redo[1])
+        return functionalize.commit(st, f"{_qualname(func)}(inplace=True)", held[0], _own_value(result, args, kwargs))
     return _NOT_INPLACE
+
+
+def _own_value(result, args, kwargs, target=None):
+    """The new value of an in-place op's target, never another operand's value: y.copy_(z) (z of
+    y's dtype and shape) computes z itself, and y must not follow z's later updates."""
+    target = args[0] if target is None else target
+    if result is not target and any(result is a for a in (*args, *kwargs.values())):
+        return torch.clone(result)
+    return result
 
 
 def _is_tensor(x) -> bool:
     return isinstance(x, (TensorProxy, torch.Tensor))
-
-
-def _setitem_value(x, key, value):
-    """The value of x after x[key] = value, computed without mutation."""
-    if isinstance(value, (list, tuple)):
-        with torch._C.DisableTorchFunction():
-            value = torch.tensor(value, dtype=x.dtype, device=str(x.device))
-    keys = key if isinstance(key, tuple) else (key,)
-    if len(keys) == 1 and _is_tensor(keys[0]) and keys[0].dtype == torch.bool:
-        mask = keys[0]
-        if mask.ndim < x.ndim:
-            mask = mask.reshape(tuple(mask.shape) + (1,) * (x.ndim - mask.ndim))
-        if _is_tensor(value):
-            if value.ndim > 0 and value.numel() != 1:
-                raise NotImplementedError(
-                    "thunder.jit: Tensor.__setitem__ with a boolean mask and a value of shape "
-                    f"{list(value.shape)} depends on how many elements the mask selects; use torch.where"
-                )
-            value = value.reshape(()).to(x.dtype)
-        return torch.where(mask, value, x)
-    if any(_is_tensor(k) or isinstance(k, list) for k in keys):
-        return _index_put_value(x, keys, value)
-    return _basic_setitem_value(x, keys, value)
-
-
-def _full(shape, value, dtype, device):
-    return _C.get_symbol("ltorch.full")(shape, value, device=device, dtype=dtype)
-
-
-def _expand_ellipsis(keys, ndim):
-    n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
-    out = []
-    for k in keys:
-        if k is Ellipsis:
-            out.extend([slice(None)] * (ndim - n_real))
-        else:
-            out.append(k)
-    if not any(k is Ellipsis for k in keys):
-        out.extend([slice(None)] * (ndim - n_real))
-    return out
-
-
-def _index_put_value(x, keys, value):
-    expanded = _expand_ellipsis(keys, x.ndim)
-    tensors = [i for i, k in enumerate(expanded) if _is_tensor(k)]
-    if (len(tensors) == 1 and len(expanded) == x.ndim and tensors[0] > 0 and expanded[tensors[0]].ndim <= 1
-            and expanded[tensors[0]].dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
-            and all(isinstance(k, slice) and k == slice(None) for i, k in enumerate(expanded) if i != tensors[0])):
-        # x[:, :, pos] = v (a KV cache written at its positions): the rows of one dim, as
-        # x.index_copy(d, pos, v), which the fuser stores from the kernel computing v.
-        return _index_copy_value(x, tensors[0], expanded[tensors[0]], value)
-    indices = []
-    for k in expanded:
-        if k is None:
-            raise NotImplementedError("thunder.jit: Tensor.__setitem__ with None and tensor indices together is not supported")
-        if isinstance(k, list):
-            with torch._C.DisableTorchFunction():
-                k = torch.tensor(k, device=str(x.device))
-        if _is_tensor(k):
-            indices.append(k)
-        elif isinstance(k, slice) and k == slice(None):
-            indices.append(None)
-        else:
-            raise NotImplementedError(
-                f"thunder.jit: Tensor.__setitem__ mixing tensor indices with {k!r} is not supported"
-            )
-    while indices and indices[-1] is None:
-        indices.pop()
-    for k in indices:
-        if k is not None and (k.dtype.is_floating_point or k.dtype.is_complex):
-            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-    if any(k is None for k in indices):
-        raise NotImplementedError(
-            "thunder.jit: Tensor.__setitem__ with tensor indices after a full slice is supported for one "
-            "index tensor (x[:, idx] = v), not several")
-    if not _is_tensor(value):
-        value = _full((), value, x.dtype, x.device)
-    return torch.index_put(x, tuple(indices), value.to(x.dtype))
-
-
-def _index_copy_value(x, d, index, value):
-    n, scalar = x.shape[d], index.ndim == 0
-    index = index.reshape(-1).long()
-    index = torch.where(index < 0, index + n, index)  # eager's negative positions count from the end
-    if not _is_tensor(value):
-        value = _full((), value, x.dtype, x.device)
-    value = value.to(x.dtype)
-    if scalar:  # x[:, i] with a 0-d i drops the dim: the value has x's shape without it
-        value = value.expand(tuple(x.shape[:d]) + tuple(x.shape[d + 1:])).unsqueeze(d)
-    else:
-        value = value.expand(tuple(x.shape[:d]) + (index.shape[0],) + tuple(x.shape[d + 1:]))
-    return torch.index_copy(x, d, index, value)
-
-
-def _basic_setitem_value(x, keys, value):
-    from thunder.core import prims
-
-    shape = tuple(x.shape)
-    dims = []  # per dim of x: (start, length, step, is_int)
-    view_shape = []  # the shape of x[key]
-    d = 0
-    for k in _expand_ellipsis(keys, x.ndim):
-        if k is None:
-            view_shape.append(1)
-            continue
-        if d >= len(shape):
-            raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
-        n = shape[d]
-        if isinstance(k, slice):
-            start, stop, step = k.indices(n)
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            length = len(range(start, stop, step))
-            dims.append((start, length, step, False))
-            view_shape.append(length)
-        else:
-            i = int(k)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
-            dims.append((i % n, 1, 1, True))
-        d += 1
-    region = [length for _, length, _, _ in dims]
-    if _is_tensor(value):
-        v = value.to(x.dtype)
-        if tuple(v.shape) != tuple(view_shape):
-            v = v.expand(tuple(view_shape))
-        v = v.reshape(tuple(region))
-    else:
-        v = _full(tuple(region), value, x.dtype, x.device)
-    if any(length == 0 for length in region):
-        return x
-    if all(start == 0 and length == n and step == 1 for (start, length, step, _), n in zip(dims, shape)):
-        return v
-    config = [(start, n - (start + (length - 1) * step + 1), step - 1) for (start, length, step, _), n in zip(dims, shape)]
-    padded = prims.pad(v, 0, config)
-    mask = prims.pad(_full(tuple(region), True, torch.bool, x.device), False, config)
-    return torch.where(mask, padded, x)
 
 
 class _Rule:
@@ -802,17 +662,14 @@ def _where(self, condition, other):
 
 def _install_methods():
     for name in _METHODS:
-        if name in ("to", "contiguous", "where"):
-            continue
         setattr(TensorProxy, name, _make_method(name))
     for name in _IOPS:
         if hasattr(torch.Tensor, name):
             setattr(TensorProxy, name, _make_method(name))
     TensorProxy.__getattr__ = _getattr
-    TensorProxy.to = _to
-    TensorProxy.contiguous = _contiguous
-    TensorProxy.detach = _SPECIAL[torch.Tensor.detach]
-    TensorProxy.where = _where
+    # Through dispatch, as every method: they read a tensor's value now and alias as eager's.
+    for name in ("to", "contiguous", "detach", "where"):
+        setattr(TensorProxy, name, _make_method(name))
     TensorProxy.shape = property(lambda self: torch.Size(_latest(self)._shape))
     TensorProxy.size = _size
     ndim = TensorProxy.ndim

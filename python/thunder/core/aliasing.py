@@ -1,0 +1,539 @@
+"""Aliasing: which torch ops return their input itself, a view of it, or a new tensor, as eager
+PyTorch decides it, and how thunder keeps a view and its base consistent through in-place updates.
+
+`TABLE` is the one list of aliasing ops. Each entry says what eager returns:
+- SELF: the input object itself (`x.contiguous()` of a contiguous x, `x.to(x.dtype)`,
+  `x.float()` of a float32 x, dropout in eval). The program gets the very tensor it passed, so an
+  in-place update through either name is one update, seen by both.
+- VIEW: a new tensor sharing the input's storage (`view`, `reshape` where the layout allows,
+  `transpose`, `x[0]`, `detach`, ...). A view whose op returned its input unchanged (`reshape` to
+  the same shape, `expand_as` of the same shape) covers the whole tensor in its own order: it is
+  given the input itself, as SELF. Otherwise thunder records how to compute the view from its base
+  (the op, run again) and, where the view is a one-to-one image of part of its base, how to write
+  an update of the view into the base (`View.write_back`).
+- NEW: a tensor of its own (`clone`, `contiguous` of a non-contiguous tensor, `to` another dtype,
+  `to(copy=True)`). Every op not in the table is NEW: where its thunder decomposition returns an
+  input as it is (`torch.cat` of one tensor, a pad by zero), the program gets a copy.
+Where eager's answer depends on the input's layout (`contiguous`, `reshape`), eager itself decides
+it, on a meta tensor of the proxy's shape, strides and dtype.
+
+Proxies are immutable values, so a tensor that the program updates in place is a name whose value
+changes (functionalize.TraceState.latest). An update of a base makes its views recomputed from the
+base's new value at their next read; an update of a view is written into its base (and the base's
+base...), after which the base's other views are recomputed too, as eager's share the storage. A
+view with no write-back (`diagonal`, `unfold`, `as_strided`) updated in place makes its base
+unreadable (a NotImplementedError naming both).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunder import _C
+from thunder.core import prims
+
+SELF, VIEW, NEW = "self", "view", "new"
+
+
+class View:
+    """A view the program holds: its base (the tensor the program took it of), how eager computes
+    it from the base's value (`forward`), and how an update of the view changes the base's value
+    (`write_back(base value, view value) -> base value`; None: not representable)."""
+
+    __slots__ = ("view", "base", "op", "forward", "write_back", "grad_enabled")
+
+    def __init__(self, view, base, op, forward, write_back):
+        self.view, self.base, self.op = view, base, op
+        self.forward, self.write_back = forward, write_back
+        # The grad mode the view was taken in: recomputed in it (a view taken under no_grad stays detached).
+        self.grad_enabled = torch.is_grad_enabled()
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, (_C.TensorProxy, torch.Tensor))
+
+
+def _meta(x):
+    """A meta tensor of x's shape, strides and dtype: eager's layout decisions, without data."""
+    if isinstance(x, _C.TensorProxy):
+        return torch.empty_strided(x._shape, x._strides, dtype=x.dtype, device="meta")
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_meta(y) for y in x)
+    return x
+
+
+def _shares_storage(func, args, kwargs) -> bool:
+    """Whether eager's func(*args, **kwargs) returns a tensor sharing args[0]'s storage."""
+    with torch._C.DisableTorchFunction():
+        m = _meta(args[0])
+        try:
+            r = func(m, *_meta(args[1:]), **kwargs)
+        except Exception:  # noqa: BLE001 - eager rejects it: thunder's symbol has already said why
+            return False
+        return isinstance(r, torch.Tensor) and r.untyped_storage()._cdata == m.untyped_storage()._cdata
+
+
+# ---- what eager returns: rules of the table ------------------------------------------------
+# A rule takes (func, the fresh input, the symbol's result, args, kwargs) and returns SELF, VIEW or NEW.
+
+def _converted(func, x, out, args, kwargs):
+    """to / type / float / ...: x itself where nothing changes (dtype, device, and a memory format
+    x is already in), else a converted copy; to(copy=True) always copies."""
+    if kwargs.get("copy"):
+        return NEW
+    fmt = kwargs.get("memory_format")
+    if out is x and (fmt in (None, torch.preserve_format) or _meta(x).is_contiguous(memory_format=fmt)):
+        return SELF
+    return NEW
+
+
+def _contiguous(func, x, out, args, kwargs):
+    fmt = args[1] if len(args) > 1 else kwargs.get("memory_format") or torch.contiguous_format
+    return SELF if _meta(x).is_contiguous(memory_format=fmt) else NEW
+
+
+def _unchanged(func, x, out, args, kwargs):
+    """Ops that eager skips where they would change nothing (dropout in eval, conj of a real
+    tensor): thunder's symbols return their input exactly then."""
+    return SELF if out is x else NEW
+
+
+def _reshaped(func, x, out, args, kwargs):
+    """reshape / reshape_as / flatten: a view where x's layout allows one, else a copy."""
+    return VIEW if _shares_storage(func, args, kwargs) else NEW
+
+
+def _indexed(func, x, out, args, kwargs):
+    """x[key]: a view for ints, slices, None and Ellipsis; tensor (advanced) indices copy."""
+    return NEW if len(args) > 1 and _has_tensor_index(args[1]) else VIEW
+
+
+def _has_tensor_index(key) -> bool:
+    if isinstance(key, (_C.TensorProxy, torch.Tensor, list)):
+        return True
+    if isinstance(key, tuple):
+        return any(_has_tensor_index(k) for k in key)
+    return False
+
+
+# ---- how an update of a view changes its base --------------------------------------------
+# A write-back maker takes (the fresh base, the view, the index of the view among the op's
+# results, all results, args, kwargs) and returns write_back(base value, view value) or None.
+
+def _arg(args, kwargs, i, name, default=None):
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _dims(args, kwargs, i, name):
+    """A dims argument given as a sequence or spread out (x.permute(1, 0) or x.permute((1, 0)))."""
+    rest = args[i:]
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        return tuple(rest[0])
+    return tuple(rest) if rest else tuple(kwargs.get(name, ()))
+
+
+def _wb_reshape(x, v, i, outs, args, kwargs):
+    # A view of the same elements in the same order: the base is the update reshaped back.
+    shape = tuple(x.shape)
+    return lambda b, nv: nv.reshape(shape)
+
+
+def _wb_expand(x, v, i, outs, args, kwargs):
+    if v.numel() == x.numel():  # only dims of length 1 added: the same elements
+        return _wb_reshape(x, v, i, outs, args, kwargs)
+    return _overlapping
+
+
+def _overlapping(b, nv):
+    raise RuntimeError(
+        "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+        "location. Please clone() the tensor before performing the operation."
+    )
+
+
+def _wb_transpose(x, v, i, outs, args, kwargs):
+    d0, d1 = _arg(args, kwargs, 1, "dim0"), _arg(args, kwargs, 2, "dim1")
+    return lambda b, nv: nv.transpose(d0, d1)
+
+
+def _wb_t(x, v, i, outs, args, kwargs):
+    return lambda b, nv: nv.transpose(-2, -1) if nv.ndim == 2 else nv
+
+
+def _wb_permute(x, v, i, outs, args, kwargs):
+    dims = [d % x.ndim for d in _dims(args, kwargs, 1, "dims")]
+    inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+    return lambda b, nv: nv.permute(inverse)
+
+
+def _wb_movedim(x, v, i, outs, args, kwargs):
+    src, dst = _arg(args, kwargs, 1, "source"), _arg(args, kwargs, 2, "destination")
+    return lambda b, nv: nv.movedim(dst, src)
+
+
+def _key_at(x, dim, k):
+    """The basic index that takes k (an int or a slice) along dim of x."""
+    return (slice(None),) * (dim % x.ndim) + (k,)
+
+
+def _wb_index(key):
+    return lambda b, nv: setitem_value(b, key, nv)
+
+
+def _wb_getitem(x, v, i, outs, args, kwargs):
+    key = args[1]
+    return _wb_index(key) if _basic_key(key) else None
+
+
+def _wb_narrow(x, v, i, outs, args, kwargs):
+    dim, start = _arg(args, kwargs, 1, "dim"), _arg(args, kwargs, 2, "start")
+    if not isinstance(start, int):
+        return None
+    n = x.shape[dim]
+    start = start % n if n else 0
+    return _wb_index(_key_at(x, dim, slice(start, start + v.shape[dim])))
+
+
+def _wb_select(x, v, i, outs, args, kwargs):
+    dim, index = _arg(args, kwargs, 1, "dim"), _arg(args, kwargs, 2, "index")
+    return _wb_index(_key_at(x, dim, index)) if isinstance(index, int) else None
+
+
+def _wb_unbind(x, v, i, outs, args, kwargs):
+    return _wb_index(_key_at(x, _arg(args, kwargs, 1, "dim", 0), i))
+
+
+def _wb_split(x, v, i, outs, args, kwargs):
+    # split, chunk, tensor_split: consecutive pieces along dim, at the sum of the pieces before.
+    dim = _arg(args, kwargs, 2, "dim", 0)
+    start = sum(o.shape[dim] for o in outs[:i])
+    return _wb_index(_key_at(x, dim, slice(start, start + v.shape[dim])))
+
+
+def _wb_detach(x, v, i, outs, args, kwargs):
+    # x.detach() shares x's storage outside autograd: an update through it changes x's values, and
+    # x keeps its gradient path (the difference passes no gradient; x - x.detach() is zero).
+    # Intermediate proxies do not say whether they require grad: every floating x keeps its path.
+    if not (torch.is_grad_enabled() and x.dtype.is_floating_point):
+        return lambda b, nv: nv
+    return lambda b, nv: nv.detach() + (b - b.detach())
+
+
+# ---- the table ---------------------------------------------------------------------------
+# op name (torch callable's __name__) -> (rule or constant kind, write-back maker or None).
+
+_CONVERSIONS = ("to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
+                "byte", "bool", "cpu", "cuda")
+_SKIPPED_WHEN_NOOP = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d",
+                      "real", "conj", "resolve_conj", "resolve_neg", "atleast_1d", "atleast_2d", "atleast_3d",
+                      "sum_to_size")
+
+TABLE = {
+    **dict.fromkeys(_CONVERSIONS, (_converted, None)),
+    "contiguous": (_contiguous, None),
+    **dict.fromkeys(_SKIPPED_WHEN_NOOP, (_unchanged, None)),
+    # views of the same elements in the same order
+    **dict.fromkeys(("view", "view_as", "unflatten", "squeeze", "unsqueeze"), (VIEW, _wb_reshape)),
+    **dict.fromkeys(("reshape", "reshape_as", "flatten"), (_reshaped, _wb_reshape)),
+    **dict.fromkeys(("expand", "expand_as", "broadcast_to"), (VIEW, _wb_expand)),
+    # permutations of the dims
+    **dict.fromkeys(("transpose", "swapaxes", "swapdims"), (VIEW, _wb_transpose)),
+    "t": (VIEW, _wb_t),
+    "permute": (VIEW, _wb_permute),
+    **dict.fromkeys(("movedim", "moveaxis"), (VIEW, _wb_movedim)),
+    # parts
+    "__getitem__": (_indexed, _wb_getitem),
+    "narrow": (VIEW, _wb_narrow),
+    "select": (VIEW, _wb_select),
+    "unbind": (VIEW, _wb_unbind),
+    **dict.fromkeys(("split", "chunk", "tensor_split"), (VIEW, _wb_split)),
+    "detach": (VIEW, _wb_detach),
+    # views an update cannot be written back through (several elements share a place, or another dtype)
+    **dict.fromkeys(("diagonal", "as_strided", "unfold", "imag", "view_as_real", "view_as_complex", "adjoint",
+                     "hsplit", "vsplit", "dsplit", "split_with_sizes"), (VIEW, None)),
+    "clone": (NEW, None),
+}
+
+
+def kind_of(func, x, out, args, kwargs) -> str:
+    """What eager's func(*args, **kwargs) returns with x = args[0]: SELF, VIEW or NEW."""
+    entry = TABLE.get(getattr(func, "__name__", ""))
+    if entry is None:
+        return NEW
+    rule = entry[0]
+    return rule if isinstance(rule, str) else rule(func, x, out, args, kwargs)
+
+
+def result(state, func, held, args, kwargs, out, call):
+    """The value the program gets from func: `out` (the symbol's result on the fresh `args`), with
+    eager's aliasing. `held`: the arguments as the program passed them (a tensor it updated in
+    place is a name; args holds its value now). Records the views the program takes, each
+    recomputed later as call(func, args, kwargs) with its base's new value."""
+    if state is None or not args or state.replaying:
+        return out
+    x = args[0]
+    if not isinstance(x, _C.TensorProxy):
+        return _copies_of_inputs(out, args, kwargs) if _has_input(out, args, kwargs) else out
+    kind = kind_of(func, x, out, args, kwargs)
+    if kind == SELF or (kind == VIEW and out is x):
+        return held[0]
+    if kind == NEW:
+        return _copies_of_inputs(out, args, kwargs) if _has_input(out, args, kwargs) else out
+    base = held[0]
+    if not isinstance(base, _C.TensorProxy):
+        return out  # a view of a tensor the function closes over: its update is refused where it is made
+    make = TABLE[func.__name__][1]
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    for i, v in enumerate(outs):
+        if not isinstance(v, _C.TensorProxy):
+            continue
+        if v is x:  # one piece that is the whole tensor (x.split(n) with n >= len)
+            outs[i] = base
+            continue
+        write_back = make(x, v, i, outs, args, kwargs) if make is not None else None
+        rest = args[1:]
+        if isinstance(out, (tuple, list)):
+            forward = (lambda j: lambda b: call(func, (b, *rest), kwargs)[j])(i)
+        else:
+            forward = lambda b: call(func, (b, *rest), kwargs)  # noqa: E731
+        state.view_of[id(v)] = View(v, base, func.__name__, forward, write_back)
+        state.views.setdefault(id(base), []).append(v)
+    if isinstance(out, (tuple, list)) and any(a is not b for a, b in zip(outs, out)):
+        return type(out)(*outs) if hasattr(out, "_fields") else type(out)(outs)
+    return out
+
+
+def _leaves(x, depth=0):
+    if isinstance(x, _C.TensorProxy):
+        yield x
+    elif isinstance(x, (tuple, list)) and depth < 4:
+        for y in x:
+            yield from _leaves(y, depth + 1)
+    elif isinstance(x, dict) and depth < 4:
+        for y in x.values():
+            yield from _leaves(y, depth + 1)
+
+
+def _has_input(out, args, kwargs) -> bool:
+    inputs = {id(a) for a in _leaves((args, kwargs))}
+    return any(id(o) in inputs for o in _leaves(out))
+
+
+def _copies_of_inputs(out, args, kwargs):
+    """out with each tensor that is one of the inputs replaced by a copy of it: eager's op made a
+    new tensor where thunder's decomposition had nothing to compute."""
+    inputs = {id(a) for a in _leaves((args, kwargs))}
+
+    def copy(o):
+        if isinstance(o, _C.TensorProxy) and id(o) in inputs:
+            return torch.clone(o)
+        if isinstance(o, (tuple, list)):
+            items = [copy(y) for y in o]
+            return type(o)(*items) if hasattr(o, "_fields") else type(o)(items)
+        return o
+
+    return copy(out)
+
+
+# ---- keeping views and bases consistent -------------------------------------------------
+
+def refresh(state, v):
+    """Recomputes the view v from its base's value now (its base, or a sibling, changed)."""
+    rec = state.view_of[id(v)]
+    state.pending.discard(id(v))
+    base = state.fresh(rec.base)
+    with torch.set_grad_enabled(rec.grad_enabled), state.replay():
+        value = rec.forward(base)
+    state.latest[id(v)] = (v, value)
+    return value
+
+
+def write_through(state, proxy, value) -> bool:
+    """The update of `proxy` (now `value`), a view, written into its base and up the chain of
+    bases. False (nothing changed) where some view of the chain has no write-back."""
+    chain = []
+    p = proxy
+    while (rec := state.view_of.get(id(p))) is not None:
+        if rec.write_back is None:
+            return False
+        chain.append(rec)
+        p = rec.base
+    updates = []
+    with state.replay():
+        for rec in chain:
+            value = rec.write_back(state.fresh(rec.base), value)
+            updates.append((rec.base, value))
+    for base, value in updates:
+        state.latest[id(base)] = (base, value)
+    return True
+
+
+def invalidate(state, proxy):
+    """After an update of proxy (and, written through, of its bases): every other view in its
+    tree of views is recomputed at its next read, as eager's share the storage."""
+    path = {id(proxy)}
+    root = proxy
+    while (rec := state.view_of.get(id(root))) is not None:
+        root = rec.base
+        path.add(id(root))
+    stack = [root]
+    while stack:
+        for v in state.views.get(id(stack.pop()), ()):
+            if id(v) not in path:
+                state.pending.add(id(v))
+            stack.append(v)
+
+
+def _basic_key(key) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    for k in keys:
+        if k is None or k is Ellipsis:
+            continue
+        if isinstance(k, slice):
+            if all(x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in (k.start, k.stop, k.step)):
+                continue
+            return False
+        if not isinstance(k, int) or isinstance(k, bool):
+            return False
+    return True
+
+
+# ---- the value of x after x[key] = value -------------------------------------------------
+
+def setitem_value(x, key, value):
+    """The value of x after x[key] = value, computed without mutation."""
+    if isinstance(value, (list, tuple)):
+        with torch._C.DisableTorchFunction():
+            value = torch.tensor(value, dtype=x.dtype, device=str(x.device))
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) == 1 and _is_tensor(keys[0]) and keys[0].dtype == torch.bool:
+        mask = keys[0]
+        if mask.ndim < x.ndim:
+            mask = mask.reshape(tuple(mask.shape) + (1,) * (x.ndim - mask.ndim))
+        if _is_tensor(value):
+            if value.ndim > 0 and value.numel() != 1:
+                raise NotImplementedError(
+                    "thunder.jit: Tensor.__setitem__ with a boolean mask and a value of shape "
+                    f"{list(value.shape)} depends on how many elements the mask selects; use torch.where"
+                )
+            value = value.reshape(()).to(x.dtype)
+        return torch.where(mask, value, x)
+    if any(_is_tensor(k) or isinstance(k, list) for k in keys):
+        return _index_put_value(x, keys, value)
+    return _basic_setitem_value(x, keys, value)
+
+
+def _full(shape, value, dtype, device):
+    return _C.get_symbol("ltorch.full")(shape, value, device=device, dtype=dtype)
+
+
+def _expand_ellipsis(keys, ndim):
+    n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
+    out = []
+    for k in keys:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - n_real))
+        else:
+            out.append(k)
+    if not any(k is Ellipsis for k in keys):
+        out.extend([slice(None)] * (ndim - n_real))
+    return out
+
+
+def _index_put_value(x, keys, value):
+    expanded = _expand_ellipsis(keys, x.ndim)
+    tensors = [i for i, k in enumerate(expanded) if _is_tensor(k)]
+    if (len(tensors) == 1 and len(expanded) == x.ndim and tensors[0] > 0 and expanded[tensors[0]].ndim <= 1
+            and expanded[tensors[0]].dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
+            and all(isinstance(k, slice) and k == slice(None) for i, k in enumerate(expanded) if i != tensors[0])):
+        # x[:, :, pos] = v (a KV cache written at its positions): the rows of one dim, as
+        # x.index_copy(d, pos, v), which the fuser stores from the kernel computing v.
+        return _index_copy_value(x, tensors[0], expanded[tensors[0]], value)
+    indices = []
+    for k in expanded:
+        if k is None:
+            raise NotImplementedError("thunder.jit: Tensor.__setitem__ with None and tensor indices together is not supported")
+        if isinstance(k, list):
+            with torch._C.DisableTorchFunction():
+                k = torch.tensor(k, device=str(x.device))
+        if _is_tensor(k):
+            indices.append(k)
+        elif isinstance(k, slice) and k == slice(None):
+            indices.append(None)
+        else:
+            raise NotImplementedError(
+                f"thunder.jit: Tensor.__setitem__ mixing tensor indices with {k!r} is not supported"
+            )
+    while indices and indices[-1] is None:
+        indices.pop()
+    for k in indices:
+        if k is not None and (k.dtype.is_floating_point or k.dtype.is_complex):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if any(k is None for k in indices):
+        raise NotImplementedError(
+            "thunder.jit: Tensor.__setitem__ with tensor indices after a full slice is supported for one "
+            "index tensor (x[:, idx] = v), not several")
+    if not _is_tensor(value):
+        value = _full((), value, x.dtype, x.device)
+    return torch.index_put(x, tuple(indices), value.to(x.dtype))
+
+
+def _index_copy_value(x, d, index, value):
+    n, scalar = x.shape[d], index.ndim == 0
+    index = index.reshape(-1).long()
+    index = torch.where(index < 0, index + n, index)  # eager's negative positions count from the end
+    if not _is_tensor(value):
+        value = _full((), value, x.dtype, x.device)
+    value = value.to(x.dtype)
+    if scalar:  # x[:, i] with a 0-d i drops the dim: the value has x's shape without it
+        value = value.expand(tuple(x.shape[:d]) + tuple(x.shape[d + 1:])).unsqueeze(d)
+    else:
+        value = value.expand(tuple(x.shape[:d]) + (index.shape[0],) + tuple(x.shape[d + 1:]))
+    return torch.index_copy(x, d, index, value)
+
+
+def _basic_setitem_value(x, keys, value):
+    shape = tuple(x.shape)
+    dims = []  # per dim of x: (start, length, step, is_int)
+    view_shape = []  # the shape of x[key]
+    d = 0
+    for k in _expand_ellipsis(keys, x.ndim):
+        if k is None:
+            view_shape.append(1)
+            continue
+        if d >= len(shape):
+            raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+        n = shape[d]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            length = len(range(start, stop, step))
+            dims.append((start, length, step, False))
+            view_shape.append(length)
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
+            dims.append((i % n, 1, 1, True))
+        d += 1
+    region = [length for _, length, _, _ in dims]
+    if _is_tensor(value):
+        v = value.to(x.dtype)
+        if tuple(v.shape) != tuple(view_shape):
+            v = v.expand(tuple(view_shape))
+        v = v.reshape(tuple(region))
+    else:
+        v = _full(tuple(region), value, x.dtype, x.device)
+    if any(length == 0 for length in region):
+        return x
+    if all(start == 0 and length == n and step == 1 for (start, length, step, _), n in zip(dims, shape)):
+        return v
+    config = [(start, n - (start + (length - 1) * step + 1), step - 1) for (start, length, step, _), n in zip(dims, shape)]
+    padded = prims.pad(v, 0, config)
+    mask = prims.pad(_full(tuple(region), True, torch.bool, x.device), False, config)
+    return torch.where(mask, padded, x)

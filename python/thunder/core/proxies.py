@@ -104,8 +104,9 @@ def dispatch(func, args, kwargs):
     if st is None:
         return _dispatch(func, args, kwargs)
     held, held_kwargs = args, kwargs
-    if st.latest or st.stale or st.pending:
+    if (st.latest or st.stale or st.pending) and not st.replaying:
         # A tensor the program updated in place is a name: its value now is what the op reads.
+        # Ops thunder replays (an in-place op's functional value, a view recomputed) get values.
         args, kwargs = st.fresh(args), st.fresh(kwargs)
     if "_stacklevel" in kwargs:
         # torch.nn.functional.softmax and friends pass their warning stack level along.
@@ -417,11 +418,16 @@ def _maybe_inplace(st, func, held, args, kwargs):
 
 
 def _own_value(result, args, kwargs, target=None):
-    """The new value of an in-place op's target, never another operand's value: y.copy_(z) (z of
-    y's dtype and shape) computes z itself, and y must not follow z's later updates."""
+    """The new value of an in-place op's target: y.copy_(z) (z of y's dtype and shape) makes y's
+    value z's, shared while neither changes (a later update of either is a new value). Only a
+    buffer the trace writes itself is copied: an input (written back at the end of the trace)
+    or a view (of one, maybe). A copy of a computed tensor would keep the reinplace pass from
+    turning `buf.copy_(buf.index_copy(...))` back into one in-place update."""
     target = args[0] if target is None else target
     if result is not target and any(result is a for a in (*args, *kwargs.values())):
-        return torch.clone(result)
+        st = functionalize.current()
+        if st is None or st.is_input(result) or id(result) in st.view_of:
+            return torch.clone(result)
     return result
 
 

@@ -1090,4 +1090,30 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
   return true;
 }
 
+bool permutableIteration(const KernelProgram& prog) {
+  if (prog.iterShape.size() < 2 || prog.rowKernel() || prog.indexed()) return false;
+  for (const KInput& in : prog.inputs)
+    if (in.guarded() || in.dimMap.size() != prog.iterShape.size() ||
+        (!in.coef.empty() && in.coef.size() != prog.iterShape.size()))
+      return false;
+  for (const KNode& n : prog.nodes)
+    if (n.kind == KNode::Kind::InRange) return false;
+  for (const KOutput& o : prog.outputs)
+    if (o.reduced || o.column || o.tensor->shape != prog.iterShape) return false;
+  return true;
+}
+
+KernelProgram permuteIteration(const KernelProgram& prog, const std::vector<int>& perm) {
+  KernelProgram out = prog;
+  for (size_t k = 0; k < perm.size(); ++k) out.iterShape[k] = prog.iterShape[perm[k]];
+  for (size_t i = 0; i < prog.inputs.size(); ++i) {
+    const KInput& in = prog.inputs[i];
+    for (size_t k = 0; k < perm.size(); ++k) {
+      out.inputs[i].dimMap[k] = in.dimMap[perm[k]];
+      if (!in.coef.empty()) out.inputs[i].coef[k] = in.coef[perm[k]];
+    }
+  }
+  return out;
+}
+
 }  // namespace thunder::codegen

@@ -132,6 +132,16 @@ struct KernelProgram {
 bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const TensorPtr& buffer, int64_t dim,
                         const TensorPtr& index, const TensorPtr& result, bool keepFrom, std::string& whyNot);
 
+/// Whether `prog` can iterate its dims in another order (permuteIteration): a pointwise program
+/// without gathers, scatters, guarded inputs or index ranges (cat, pad), whose outputs all have
+/// the iteration shape. Its outputs are then stored in the new order: a kernel whose inputs are
+/// channels-last (a convolution's output) writes channels-last outputs, at unit stride.
+bool permutableIteration(const KernelProgram& prog);
+
+/// `prog` iterating its dims in the order `perm` (its dim k is prog's dim perm[k]): the same
+/// values, the outputs stored contiguously in that order.
+KernelProgram permuteIteration(const KernelProgram& prog, const std::vector<int>& perm);
+
 /// A float sum over every dimension but the last (a bias gradient): fusible, but its value can
 /// only leave the region (through dtype conversions), not feed other ops in it.
 bool isColumnSum(const BoundSymbol& b);

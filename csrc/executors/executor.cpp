@@ -201,6 +201,10 @@ ReinplaceRules reinplaceRules(const std::vector<Executor*>& executors) {
     const Executor* ex = b.sym->executor.empty() ? nullptr : byName(b.sym->executor);
     return ex ? ex->inplaceVariant(b.sym) : nullptr;
   };
+  rules.updatingVariant = [byName](const BoundSymbol& b) -> const UpdatingVariant* {
+    const Executor* ex = b.sym->executor.empty() ? nullptr : byName(b.sym->executor);
+    return ex ? ex->updatingVariant(b.sym) : nullptr;
+  };
   rules.freshOutputs = [byName](const BoundSymbol& b) {
     const Executor* ex = b.sym->executor.empty() ? nullptr : byName(b.sym->executor);
     if (ex == nullptr) return false;

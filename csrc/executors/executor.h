@@ -61,6 +61,14 @@ class Executor {
   /// Makes `inplace` the in-place form of this executor's call symbol `exec` (same arguments;
   /// writes its first argument and returns it), for the reinplace pass.
   void addInplaceVariant(const Symbol* exec, const Symbol* inplace) { inplace_[exec] = inplace; }
+  /// Makes `form` the updating form of this executor's call symbol `exec` (several outputs, some
+  /// written into its arguments), for the reinplace pass.
+  void addUpdatingVariant(const Symbol* exec, UpdatingVariant form) { updating_[exec] = std::move(form); }
+  /// The updating form of `exec`, or nullptr.
+  const UpdatingVariant* updatingVariant(const Symbol* exec) const {
+    auto it = updating_.find(exec);
+    return it == updating_.end() ? nullptr : &it->second;
+  }
   /// The in-place form of `exec`, or nullptr.
   const Symbol* inplaceVariant(const Symbol* exec) const {
     auto it = inplace_.find(exec);
@@ -71,6 +79,7 @@ class Executor {
   std::string name_, version_;
   std::unordered_map<std::string, std::vector<Implementation>> impls_;
   std::unordered_map<const Symbol*, const Symbol*> inplace_;
+  std::unordered_map<const Symbol*, UpdatingVariant> updating_;
 };
 
 /// Every executor by name, and the default list.

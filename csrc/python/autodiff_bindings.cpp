@@ -89,9 +89,19 @@ void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEac
     traces.push_back(timed([&] { return std::move(*biased); }, "Attention masks to bias", verifyEach));
 }
 
-/// Appends the claiming and delete-last-used passes of traces.back().
+/// Whether two traces run the same calls.
+bool sameCalls(const Trace& a, const Trace& b) {
+  if (a.bsyms.size() != b.bsyms.size()) return false;
+  for (size_t i = 0; i < a.bsyms.size(); ++i)
+    if (a.bsyms[i].sym != b.bsyms[i].sym) return false;
+  return true;
+}
+
+/// Appends the claiming and delete-last-used passes of traces.back(); a training forward's
+/// write-backs of inputs (BatchNorm's running statistics, its batch counter) run in place where
+/// nothing can tell (transforms/reinplace.h).
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
-                       const std::vector<Executor*>& exs, bool verifyEach) {
+                       const std::vector<Executor*>& exs, bool verifyEach, bool forward = false) {
   std::shared_ptr<Trace> t = traces.back();
   if (std::optional<Trace> cat = padSumsToCat(*t)) {
     traces.push_back(timed([&] { return std::move(*cat); }, "Pad sums to cat", verifyEach));
@@ -102,6 +112,13 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   traces.push_back(
       timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
   t = traces.back();
+  if (forward) {
+    Trace in = reinplace(*t, reinplaceRules(exs), /*training=*/true);
+    if (!sameCalls(in, *t)) {
+      traces.push_back(timed([&] { return std::move(in); }, "Reinplace", verifyEach));
+      t = traces.back();
+    }
+  }
   if (hasPrefetchCalls(*t)) {
     traces.push_back(timed([&] { return prefetch(*t); }, "Prefetch", verifyEach));
     t = traces.back();
@@ -151,7 +168,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   }
   plan->forwardTraces.push_back(forward);
   plan->backwardTraces.push_back(backward);
-  lowerForExecution(plan->forwardTraces, exs, verifyEach);
+  lowerForExecution(plan->forwardTraces, exs, verifyEach, /*forward=*/true);
   lowerForExecution(plan->backwardTraces, exs, verifyEach);
   std::vector<TensorPtr> outs;
   plan->fb.userOutput.collectTensors(outs);

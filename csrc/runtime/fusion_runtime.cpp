@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -732,7 +733,41 @@ struct CompiledRegion {
   std::unordered_map<std::string, std::shared_ptr<Job<CpuKernel>>> cpuFns;
   std::shared_ptr<Job<CpuKernel>> contiguousCpu;       // CPU: the '1...' pattern, compiled early
   std::string contiguousPattern;
+  // CUDA: whether the program may iterate in its inputs' memory order (permutableIteration),
+  // and the region of each order used so far (under mu), keyed by the order.
+  bool permutable = false;
+  std::map<std::vector<int>, std::shared_ptr<CompiledRegion>> permuted;
+  // A permuted region: the order its outputs are stored in (outputs are views of that order).
+  std::vector<int> order;
 };
+
+std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
+                                           std::vector<int> intoArg);
+
+/// The order (outermost first) to iterate a permutable CUDA program in: its first input of the
+/// iteration shape read element for element, if that input is dense in another order (a
+/// channels-last tensor); empty for the program's own order. Dims of length 1 go first.
+std::vector<int> memoryOrder(const CompiledRegion& r, const std::vector<at::Tensor>& ins) {
+  const KernelProgram& p = r.prog;
+  const int R = static_cast<int>(p.iterShape.size());
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const codegen::KInput& in = p.inputs[k];
+    if (in.tensor->shape != p.iterShape || !in.unshifted()) continue;
+    bool identity = true;
+    for (int d = 0; d < R; ++d)
+      identity &= in.dimMap[d] == d && (in.coef.empty() || in.coef[d] == 1);
+    if (!identity) continue;
+    const at::Tensor& x = ins[k];
+    if (x.is_contiguous() || !x.is_non_overlapping_and_dense()) return {};
+    std::vector<int> order, big;
+    for (int d = 0; d < R; ++d) (x.size(d) == 1 ? order : big).push_back(d);
+    std::stable_sort(big.begin(), big.end(), [&](int a, int b) { return x.stride(a) > x.stride(b); });
+    if (std::is_sorted(big.begin(), big.end())) return {};
+    order.insert(order.end(), big.begin(), big.end());
+    return order;
+  }
+  return {};
+}
 
 std::vector<int64_t> geometry(const CompiledRegion& r, const std::vector<at::Tensor>& ins,
                               const std::vector<at::Tensor>& outs) {
@@ -829,6 +864,25 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   const std::vector<int> into = outputsIntoInputs(r, a);
   std::vector<at::Tensor> ins;
   for (int arg : r.argOf) ins.push_back(a.t(arg));
+  if (r.permutable) {
+    std::vector<int> order = memoryOrder(r, ins);
+    if (!order.empty()) {
+      std::shared_ptr<CompiledRegion> variant;
+      {
+        std::lock_guard<std::mutex> lock(r.mu);
+        std::shared_ptr<CompiledRegion>& v = r.permuted[order];
+        if (!v) {
+          if (debugFusion())
+            std::fprintf(stderr, "fuser: %s compiles an iteration in its inputs' memory order at its first call\n",
+                         p.name.c_str());
+          v = makeRegion(codegen::permuteIteration(p, order), r.device, r.argOf, r.intoArg);
+          v->order = order;
+        }
+        variant = v;
+      }
+      return runRegion(*variant, a);
+    }
+  }
   // The kernel reads each input as the trace typed it: a tensor of another dtype or shape (an
   // op whose meta function disagrees with the kernel that made it) would be read out of bounds.
   for (size_t k = 0; k < ins.size(); ++k) {
@@ -854,6 +908,17 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       continue;
     }
     bool reuse = !into.empty() && into[j] >= 0;
+    if (!r.order.empty()) {
+      // Stored in iteration order: the tensor is that order's contiguous buffer, seen in the
+      // trace's dim order.
+      std::vector<int64_t> shape, back(r.order.size());
+      for (size_t k = 0; k < r.order.size(); ++k) {
+        shape.push_back(o.tensor->shape[r.order[k]]);
+        back[r.order[k]] = static_cast<int64_t>(k);
+      }
+      outs.push_back(newOutputTensor(shape, toScalarType(o.tensor->dtype), dev).permute(back));
+      continue;
+    }
     outs.push_back(reuse ? a.t(into[j]) : newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev));
   }
   std::vector<int64_t> g = geometry(r, ins, outs);
@@ -1059,11 +1124,13 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
 std::mutex gSourcesMu;
 std::unordered_map<const Symbol*, std::shared_ptr<CompiledRegion>> gRegions;
 
-std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs,
-                            const std::string& executor) {
+std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
+                                           std::vector<int> intoArg) {
   auto r = std::make_shared<CompiledRegion>();
   r->prog = prog;
   r->device = device;
+  r->argOf = std::move(argOf);
+  r->intoArg = std::move(intoArg);
   for (int64_t size : prog.iterShape) {
     int64_t magic, shift;
     codegen::divisionMagic(std::max<int64_t>(1, std::min<int64_t>(size, int64_t(1) << 31)), magic, shift);
@@ -1072,22 +1139,7 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
   }
   r->vecWidth = codegen::cudaVecWidth(prog);
   r->indexed = prog.indexed();
-  for (const codegen::KInput& in : prog.inputs) {
-    int idx = -1;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i] == in.tensor) idx = static_cast<int>(i);
-    THUNDER_INTERNAL(idx >= 0, "fuser: kernel input ", in.tensor->name, " is not an argument of the fusion");
-    r->argOf.push_back(idx);
-  }
-  for (const codegen::KOutput& o : prog.outputs) {
-    int idx = -1;
-    for (size_t i = 0; o.scattered() && i < inputs.size(); ++i)
-      if (inputs[i] == o.into) idx = static_cast<int>(i);
-    THUNDER_INTERNAL(!o.scattered() || idx >= 0, "fuser: buffer ", o.into ? o.into->name : "", " is not an argument of the fusion");
-    r->intoArg.push_back(idx);
-  }
   if (device.type == DeviceType::CUDA) {
-    if (!nvrtc()) return nullptr;  // no NVRTC: leave the region to the other executors
     // The variant predicted from the traced shapes compiles on the compile pool, so a cold start
     // compiles many kernels at once; other variants compile when a call first needs them.
     codegen::CudaVariant v = codegen::predictCudaVariant(prog, deviceInfo(device.index).sms);
@@ -1097,11 +1149,34 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
     r->modules[v.entry(prog.name)] =
         CompilePool::get().submit<CUmodule>([src, dev] { return loadCudaModule(src, dev); });
   } else {
-    if (!cpuCompiler()) return nullptr;  // no C++ compiler: leave the region to the other executors
     r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
     r->contiguousCpu = CompilePool::get().submit<CpuKernel>([src, name] { return compileCpu(src, name); });
   }
+  return r;
+}
+
+std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device device, const std::vector<TensorPtr>& inputs,
+                            const std::string& executor) {
+  std::vector<int> argOf, intoArg;
+  for (const codegen::KInput& in : prog.inputs) {
+    int idx = -1;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] == in.tensor) idx = static_cast<int>(i);
+    THUNDER_INTERNAL(idx >= 0, "fuser: kernel input ", in.tensor->name, " is not an argument of the fusion");
+    argOf.push_back(idx);
+  }
+  for (const codegen::KOutput& o : prog.outputs) {
+    int idx = -1;
+    for (size_t i = 0; o.scattered() && i < inputs.size(); ++i)
+      if (inputs[i] == o.into) idx = static_cast<int>(i);
+    THUNDER_INTERNAL(!o.scattered() || idx >= 0, "fuser: buffer ", o.into ? o.into->name : "", " is not an argument of the fusion");
+    intoArg.push_back(idx);
+  }
+  if (device.type == DeviceType::CUDA && !nvrtc()) return nullptr;  // no NVRTC: left to the other executors
+  if (device.type != DeviceType::CUDA && !cpuCompiler()) return nullptr;  // no C++ compiler: likewise
+  std::shared_ptr<CompiledRegion> r = makeRegion(prog, device, std::move(argOf), std::move(intoArg));
+  r->permutable = device.type == DeviceType::CUDA && codegen::permutableIteration(prog);
   std::shared_ptr<const Symbol> sym = makeOwnedExecSymbol(executor, prog.name, [](const Symbol* s) {
     std::shared_ptr<CompiledRegion> region;  // released outside the lock
     std::lock_guard<std::mutex> lock(gSourcesMu);

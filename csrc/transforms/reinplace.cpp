@@ -18,7 +18,8 @@ bool isCopyBack(const BoundSymbol& b) {
 
 class Reinplacer {
  public:
-  Reinplacer(const Trace& trace, const ReinplaceRules& rules) : trace_(trace), rules_(rules) {
+  Reinplacer(const Trace& trace, const ReinplaceRules& rules, bool training)
+      : trace_(trace), rules_(rules), training_(training) {
     for (size_t i = 0; i < trace.bsyms.size(); ++i) {
       for (const TensorPtr& t : trace.bsyms[i].outputTensors()) producer_[t.get()] = i;
       for (const TensorPtr& t : trace.bsyms[i].inputTensors()) readers_[t.get()].push_back(i);
@@ -51,6 +52,19 @@ class Reinplacer {
       drop.insert(c);
       for (const TensorPtr& t : cp.outputTensors()) rename[t.get()] = cp.args[0].toTensor();
     }
+    std::unordered_map<size_t, const Symbol*> updating;
+    for (size_t i = 0; rules_.updatingVariant && i < trace_.bsyms.size(); ++i) {
+      if (inplace.count(i) || drop.count(i)) continue;
+      const UpdatingVariant* form = rules_.updatingVariant(trace_.bsyms[i]);
+      std::vector<size_t> copies;
+      if (form == nullptr || !updatesFor(i, *form, copies)) continue;
+      updating[i] = form->sym;
+      for (size_t c : copies) {
+        drop.insert(c);
+        const BoundSymbol& cp = trace_.bsyms[c];
+        for (const TensorPtr& t : cp.outputTensors()) rename[t.get()] = cp.args[0].toTensor();
+      }
+    }
     Trace out = trace_.emptyCopy();
     auto emit = [&](size_t i) {
       BoundSymbol b = trace_.bsyms[i];
@@ -62,6 +76,12 @@ class Reinplacer {
         BoundSymbol semantic = b.subsymbols.empty() ? b : b.subsymbols.front();
         b.subsymbols = {semantic};
         b.sym = it->second;
+      }
+      auto up = updating.find(i);
+      if (up != updating.end()) {
+        BoundSymbol semantic = b.subsymbols.empty() ? b : b.subsymbols.front();
+        b.subsymbols = {semantic};
+        b.sym = up->second;
       }
       out.bsyms.push_back(std::move(b));
     };
@@ -105,6 +125,7 @@ class Reinplacer {
       if (rs.size() != 1 || rs[0] != p->second) return false;
       cur = first;
     }
+    if (training_ && readers_[x] != std::vector<size_t>{c}) return false;
     // Everything that may share b's storage: b, and what reads it (or such a tensor) through a
     // call whose outputs may be views. The chain's own outputs become b and are checked above.
     TensorSet chainOut;
@@ -146,8 +167,57 @@ class Reinplacer {
     return true;
   }
 
+  /// Whether call i can run as its updating form: each written output o_k read only by its
+  /// write-back copy_(o_k, b_k) (their positions into `copies`), b_k an input of the trace with
+  /// that one write-back, read by call i in that argument only, and neither b_k nor anything that
+  /// may alias it returned or read after call i.
+  bool updatesFor(size_t i, const UpdatingVariant& form, std::vector<size_t>& copies) {
+    const BoundSymbol& b = trace_.bsyms[i];
+    std::vector<TensorPtr> outs = b.outputTensors();
+    TensorSet written;
+    for (auto [o, a] : form.outputToArg) {
+      if (o >= outs.size() || a >= b.args.size() || !b.args[a].isTensor()) return false;
+      const TensorProxy* out = outs[o].get();
+      const TensorProxy* base = b.args[a].toTensor().get();
+      if (!inputs_.count(base) || writeBacks_[base] != 1 || returned_.count(out) || returned_.count(base))
+        return false;
+      if (out->shape != base->shape || out->dtype != base->dtype) return false;
+      const std::vector<size_t>& rs = readers_[out];
+      if (rs.size() != 1) return false;
+      const BoundSymbol& cp = trace_.bsyms[rs[0]];
+      if (!isCopyBack(cp) || cp.args[0].toTensor().get() != out || cp.args[1].toTensor().get() != base)
+        return false;
+      for (size_t k = 0; k < b.args.size(); ++k) {
+        if (k == a) continue;
+        std::vector<TensorPtr> ts;
+        b.args[k].collectTensors(ts);
+        for (const TensorPtr& t : ts)
+          if (t.get() == base) return false;
+      }
+      copies.push_back(rs[0]);
+      written.insert(base);
+    }
+    // Nothing reads a written buffer (or what may alias it) after the call but its write-back.
+    std::unordered_set<size_t> skip(copies.begin(), copies.end());
+    TensorSet alias = written;
+    for (size_t k = 0; k < trace_.bsyms.size(); ++k) {
+      const BoundSymbol& r = trace_.bsyms[k];
+      if (k == i || skip.count(k)) continue;
+      bool readsAlias = false;
+      for (const TensorPtr& t : r.inputTensors()) readsAlias |= alias.count(t.get()) > 0;
+      if (!readsAlias) continue;
+      if (k > i) return false;
+      if (!rules_.freshOutputs || !rules_.freshOutputs(r))
+        for (const TensorPtr& t : r.outputTensors()) alias.insert(t.get());
+    }
+    for (const TensorProxy* t : alias)
+      if (returned_.count(t)) return false;
+    return !copies.empty();
+  }
+
   const Trace& trace_;
   const ReinplaceRules& rules_;
+  bool training_;
   std::unordered_map<const TensorProxy*, size_t> producer_;
   std::unordered_map<const TensorProxy*, std::vector<size_t>> readers_;
   std::unordered_map<const TensorProxy*, int> writeBacks_;
@@ -156,8 +226,8 @@ class Reinplacer {
 
 }  // namespace
 
-Trace reinplace(const Trace& trace, const ReinplaceRules& rules) {
-  return Reinplacer(trace, rules).run();
+Trace reinplace(const Trace& trace, const ReinplaceRules& rules, bool training) {
+  return Reinplacer(trace, rules, training).run();
 }
 
 }  // namespace thunder

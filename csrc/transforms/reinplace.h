@@ -2,10 +2,20 @@
 #pragma once
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "ir/trace.h"
 
 namespace thunder {
+
+/// A call with several outputs whose other form writes some of them into its own arguments
+/// instead (ATen's training-mode batch_norm updating the running statistics it is given).
+struct UpdatingVariant {
+  const Symbol* sym = nullptr;
+  /// (output index, argument index): each output the form writes into that argument and returns.
+  std::vector<std::pair<size_t, size_t>> outputToArg;
+};
 
 /// What the pass needs to know about the calls of an execution trace; the executors provide it.
 struct ReinplaceRules {
@@ -16,6 +26,8 @@ struct ReinplaceRules {
   /// which it says false (views, conversions that may return their input) are assumed to alias
   /// every tensor they read.
   std::function<bool(const BoundSymbol&)> freshOutputs;
+  /// The updating form of a call with several outputs, or nullptr.
+  std::function<const UpdatingVariant*(const BoundSymbol&)> updatingVariant;
 };
 
 /// Finds each write-back `copy_(x, b)` of an input b (the end of a functionalized in-place
@@ -32,6 +44,14 @@ struct ReinplaceRules {
 ///   - no call of the chain reads b (or an alias of it) through another argument;
 ///   - x is not returned (a functional update returns a new tensor, not the caller's).
 /// Readers of x after the chain see b, which holds x's value from then on.
-Trace reinplace(const Trace& trace, const ReinplaceRules& rules);
+///
+/// A call with an updating form (outputs o_k written into arguments b_k) becomes that form where,
+/// for every k, o_k is read only by its write-back `copy_(o_k, b_k)`, b_k is an input with no
+/// other write-back, neither b_k nor an alias of it is returned or read after the call.
+///
+/// `training`: the trace is a training forward, whose returned tensors include what the
+/// backward saves, and the caller's buffers change before that backward runs: a chain's result
+/// may then be read by nothing but its write-back.
+Trace reinplace(const Trace& trace, const ReinplaceRules& rules, bool training = false);
 
 }  // namespace thunder

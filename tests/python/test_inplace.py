@@ -163,7 +163,8 @@ def test_mutated_input_is_written_back_in_the_trace():
     jf = thunder.jit(f)
     jf(torch.randn(3), torch.randn(3))
     src = str(thunder.last_traces(jf)[-1])
-    assert "copy_(" in src
+    # A copy back into x, or (the reinplace pass) the update run in place on x.
+    assert "copy_(" in src or "Tensor.add_(t_0, t_1" in src, src
 
 
 def test_module_buffer_updated_in_forward():

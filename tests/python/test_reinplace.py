@@ -186,3 +186,107 @@ def test_kv_cache_decode_updates_the_cache_in_place(rope):
     assert sum("Tensor.index_copy_(" in c for c in calls) == 2 * cfg.n_layer, calls
     assert not any("copy_(" in c and "index_copy_(" not in c for c in calls), calls
     assert not any("scatter" in c for c in calls), calls
+
+
+def _conv_bn(momentum):
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8, momentum=momentum), torch.nn.ReLU(inplace=True)
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("momentum", [0.1, 0.5])
+def test_batch_norm_training_updates_running_statistics_in_place(dtype, momentum):
+    # The training forward runs ATen's batch_norm that updates the statistics it is given (as
+    # eager does) and adds to the batch counter in place: no functional copies written back.
+    # bfloat16 on the CPU: the parameters go to ATen as float32 and the statistics come back.
+    torch.manual_seed(0)
+    model = _conv_bn(momentum).to(dtype)
+    ref = _conv_bn(momentum).to(dtype)
+    ref.load_state_dict(model.state_dict())
+    bn = model[1]
+    ptrs = {n: b.data_ptr() for n, b in bn.named_buffers()}
+    tm = thunder.jit(model)
+    x = torch.randn(4, 3, 10, 10, dtype=dtype)
+    for _ in range(3):
+        tm(x).float().square().mean().backward()
+        ref(x).float().square().mean().backward()
+    for (n, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=f"state {n}")
+    if dtype == torch.float32:  # bfloat16's: the fused backward rounds once where eager rounds per op
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=f"gradient of {n}")
+    assert {n: b.data_ptr() for n, b in bn.named_buffers()} == ptrs
+    calls = _calls(thunder.last_traces(tm)[-1])
+    assert any("torchex.batch_norm_(" in c for c in calls), calls
+    assert any("Tensor.add_(" in c for c in calls), calls
+    assert not any("copy_(" in c for c in calls), calls
+
+
+def test_running_statistic_read_after_the_update_is_written_back():
+    # The forward reads the updated running mean: the functional value is read by more than its
+    # write-back, so the statistics are copied back as before, and the values are eager's.
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm1d(5)
+
+        def forward(self, x):
+            return self.bn(x) * self.bn.running_mean
+
+    torch.manual_seed(0)
+    model, ref = M(), M()
+    ref.load_state_dict(model.state_dict())
+    tm = thunder.jit(model)
+    x = torch.randn(6, 5, requires_grad=True)
+    for _ in range(2):
+        torch.testing.assert_close(tm(x), ref(x))
+    torch.testing.assert_close(model.state_dict(), ref.state_dict())
+    assert "copy_(" in str(thunder.last_traces(tm)[-1])
+
+
+def test_first_convolution_computes_no_input_gradient():
+    # The model's input needs no gradient: the first convolution's backward computes the
+    # weight's gradient alone (the input's is the most expensive part at a network's stem).
+    torch.manual_seed(0)
+    model, ref = _conv_bn(0.1), _conv_bn(0.1)
+    ref.load_state_dict(model.state_dict())
+    tm = thunder.jit(model)
+    x = torch.randn(2, 3, 9, 9)
+    tm(x).sum().backward()
+    ref(x).sum().backward()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=f"gradient of {n}")
+    calls = str(thunder.last_backward_traces(tm)[-1])
+    assert "torchex.convolution_backward_weight(" in calls, calls
+    # With an input that needs its gradient, both are computed.
+    xg = x.clone().requires_grad_()
+    tm(xg).sum().backward()
+    assert xg.grad is not None and xg.grad.abs().sum() > 0
+    calls = str(thunder.last_backward_traces(tm)[-1])
+    assert "torchex.convolution_backward(" in calls and "convolution_backward_weight" not in calls, calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_printed_forms_compute_what_the_runtime_computes(dtype):
+    # The Python functions the printed traces call (thunder.executors.torchex) for the forms above.
+    from thunder.executors import torchex
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, dtype=dtype)
+    w, b = torch.rand(3, dtype=dtype) + 0.5, torch.randn(3, dtype=dtype)
+    rm, rv = torch.randn(3, dtype=dtype), torch.rand(3, dtype=dtype) + 0.5
+    erm, erv = rm.clone(), rv.clone()
+    out, mean, invstd, nrm, nrv = torchex.batch_norm_(x, w, b, rm, rv, 0.1, 1e-5)
+    expected = torch.nn.functional.batch_norm(x, erm, erv, w, b, training=True, momentum=0.1, eps=1e-5)
+    assert nrm is rm and nrv is rv
+    torch.testing.assert_close(rm, erm)
+    torch.testing.assert_close(rv, erv)
+    # bfloat16: thunder's CPU kernels take float32 parameters (the C++ runtime does the same)
+    torch.testing.assert_close(out, expected, **({"atol": 1e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}))
+    g, weight = torch.randn(4, 2, 3, 3, dtype=dtype), torch.randn(2, 3, 3, 3, dtype=dtype)
+    args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1)
+    gi, gw = torchex.convolution_backward(g, x, weight, *args)
+    none, gw_only = torchex.convolution_backward_weight(g, x, weight, *args)
+    assert none is None
+    torch.testing.assert_close(gw_only, gw)

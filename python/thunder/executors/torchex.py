@@ -249,6 +249,14 @@ def convolution_backward(grad, a, weight, stride, padding, dilation, transposed,
     return gi, gw
 
 
+def convolution_backward_weight(grad, a, weight, stride, padding, dilation, transposed, output_padding, groups):
+    """convolution_backward where nothing reads the input's gradient: the weight's alone."""
+    _, gw, _ = _aten.convolution_backward(
+        grad, a, weight, None, stride, padding, dilation, transposed, output_padding, groups, [False, True, False]
+    )
+    return None, gw
+
+
 def _bn_float_params(a, params):
     # As the C++ runtime: half-type inputs take float32 parameters on the CPU, and on CUDA where
     # the parameters' dtypes differ.
@@ -266,6 +274,18 @@ def batch_norm(a, weight, bias, running_mean, running_var, momentum, eps):
         return out, stat(mean), stat(invstd)
     out, mean, invstd, nrm, nrv = _aten._native_batch_norm_legit_functional(a, w, b, rm, rv, True, momentum, eps)
     return out, stat(mean), stat(invstd), nrm.to(running_mean.dtype), nrv.to(running_var.dtype)
+
+
+def batch_norm_(a, weight, bias, running_mean, running_var, momentum, eps):
+    """batch_norm updating running_mean and running_var in place (the reinplace pass's form)."""
+    up = _bn_float_params(a, (weight, bias, running_mean, running_var))
+    w, b, rm, rv = (t.float() if (up and t is not None) else t for t in (weight, bias, running_mean, running_var))
+    out, mean, invstd = _aten._native_batch_norm_legit(a, w, b, rm, rv, True, momentum, eps)
+    if rm is not running_mean:
+        running_mean.copy_(rm)
+        running_var.copy_(rv)
+    stat = (lambda t: t.float()) if a.dtype in (torch.bfloat16, torch.float16) else (lambda t: t)
+    return out, stat(mean), stat(invstd), running_mean, running_var
 
 
 def batch_norm_backward(grad, a, weight, mean, invstd, eps):

@@ -1,0 +1,162 @@
+"""Channels-last on CUDA: half-type 2-D convolutions run in channels-last (cuDNN's tensor-core
+kernels read NHWC), and the fuser's pointwise kernels iterate in their inputs' memory order, so
+the layout holds from one convolution to the next without transposes. Values against eager
+(outputs and gradients), and the layouts the kernels write. Skipped without a GPU."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import thunder
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CL = torch.channels_last
+
+
+def _bias_relu(x, b):
+    return torch.relu(x * 2 + b.view(1, -1, 1, 1))
+
+
+def _two_outputs(x, y):
+    s = x + y
+    return s * 0.5, torch.sigmoid(s) * y
+
+
+def _mixed(x, y):
+    return torch.tanh(x) - y * 3
+
+
+def _residual(x, y, s, t):
+    return torch.relu(x * s.view(1, -1, 1, 1) + t.view(1, -1, 1, 1) + y)
+
+
+def _inputs(shape, x_cl, y_cl, dtype, extra=0):
+    torch.manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    y = torch.randn(shape, device="cuda", dtype=dtype)
+    x = x.contiguous(memory_format=CL) if x_cl else x
+    y = y.contiguous(memory_format=CL) if y_cl else y
+    vecs = [torch.randn(shape[1], device="cuda", dtype=dtype) for _ in range(extra)]
+    return x, y, vecs
+
+
+CASES = [
+    # name, fn, x channels-last, y channels-last, vectors, outputs channels-last
+    ("bias_relu", lambda x, y, v: _bias_relu(x, v[0]), True, None, 1, True),
+    ("two_outputs", lambda x, y, v: _two_outputs(x, y), True, True, 0, True),
+    ("mixed_layouts", lambda x, y, v: _mixed(x, y), True, False, 0, None),
+    ("contiguous_stays", lambda x, y, v: _mixed(x, y), False, False, 0, False),
+    ("residual", lambda x, y, v: _residual(x, y, v[0], v[1]), True, True, 2, True),
+]
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 7, 9), (1, 8, 1, 5), (2, 32, 1, 1)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,fn,x_cl,y_cl,extra,out_cl", CASES, ids=[c[0] for c in CASES])
+def test_pointwise_kernels_follow_their_inputs_layout(name, fn, x_cl, y_cl, extra, out_cl, dtype, shape):
+    x, y, vecs = _inputs(shape, x_cl, y_cl if y_cl is not None else False, dtype, extra)
+    jf = thunder.jit(fn)
+    actual, expected = jf(x, y, vecs), fn(x, y, vecs)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    # bfloat16: the kernel computes in float32 and rounds once, eager rounds after every op.
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, **tol)
+        assert a.shape == e.shape
+        # (With dims of length 1 the fuser may iterate a smaller shape: the layout is its own.)
+        if out_cl is True and 1 not in shape:
+            assert a.is_contiguous(memory_format=CL), (name, a.stride())
+        if out_cl is False:
+            assert a.is_contiguous(), (name, a.stride())
+    assert "cudaFusion" in str(thunder.last_traces(jf)[-1])
+
+
+class _Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False), nn.BatchNorm2d(c)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        y = self.act(self.bn1(self.conv1(x)))
+        return self.act(self.bn2(self.conv2(y)) + x)
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.blocks = nn.Sequential(_Block(32), nn.MaxPool2d(2), _Block(32))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+def _step(model, x, y):
+    model.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x).float(), y)
+    loss.backward()
+    return loss.detach(), {n: p.grad.detach().double() for n, p in model.named_parameters()}
+
+
+def test_cnn_training_in_channels_last_matches_eager_against_float64():
+    # A bfloat16 CNN (stem, residual blocks with a depthwise conv, BatchNorm, pooling) trained by
+    # thunder (its convolutions in channels-last) and by eager: thunder's loss, gradients and
+    # running statistics are as close to a float64 run of the same model as eager's, within
+    # twice eager's error plus one bfloat16 step of the value's size.
+    torch.manual_seed(0)
+    ref = _Net().cuda().double()
+    x64 = torch.randn(8, 3, 32, 32, device="cuda", dtype=torch.float64)
+    y = torch.randint(0, 10, (8,), device="cuda")
+    eager = copy.deepcopy(ref).to(torch.bfloat16)
+    model = copy.deepcopy(ref).to(torch.bfloat16)
+    tm = thunder.jit(model)
+    x = x64.to(torch.bfloat16)
+    l64, g64 = _step(ref, x64, y)
+    le, ge = _step(eager, x, y)
+    lt, gt = _step(tm, x, y)
+    eps = torch.finfo(torch.bfloat16).eps
+
+    def err(a, b):
+        return (a.double() - b.double()).abs().max().item()
+
+    assert err(lt, l64) <= 2 * err(le, l64) + eps * abs(l64.item()), (lt, le, l64)
+    for n in g64:
+        bound = 2 * err(ge[n], g64[n]) + eps * g64[n].abs().max().item()
+        assert err(gt[n], g64[n]) <= bound, (n, err(gt[n], g64[n]), err(ge[n], g64[n]))
+    for (n, b), be, b64 in zip(model.named_buffers(), eager.buffers(), ref.buffers()):
+        if b.is_floating_point():
+            assert err(b, b64) <= 2 * err(be, b64) + eps * b64.abs().max().item(), n
+        else:
+            assert torch.equal(b, be), n
+    # Two more steps with an optimizer: the parameters stay with eager's.
+    opt_t = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for _ in range(2):
+        _step(tm, x, y)
+        opt_t.step()
+        _step(eager, x, y)
+        opt_e.step()
+    for (n, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, atol=5e-2, rtol=5e-2, msg=n)
+
+
+def test_first_convolution_gets_a_contiguous_input_and_the_weights_keep_their_layout():
+    # The caller's tensors are converted for the kernels, never changed: the input stays as it
+    # was, and the parameters' gradients have the parameters' layout (autograd's contract).
+    torch.manual_seed(0)
+    model = _Net().cuda().to(torch.bfloat16)
+    tm = thunder.jit(model)
+    x = torch.randn(4, 3, 16, 16, device="cuda", dtype=torch.bfloat16)
+    before = x.clone()
+    tm(x).float().sum().backward()
+    assert torch.equal(x, before) and x.is_contiguous()
+    for n, p in model.named_parameters():
+        assert p.grad.stride() == p.stride(), (n, p.grad.stride(), p.stride())

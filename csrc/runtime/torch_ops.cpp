@@ -132,6 +132,20 @@ bool convInChannelsLast(const at::Tensor& x, bool transposed) {
   return !off && x.is_cuda() && x.dim() == 4 && !transposed && at::isReducedFloatingType(x.scalar_type());
 }
 
+/// prims.batch_norm's arguments as ATen takes them: the parameters (arguments 1 to 4) in float32
+/// where batchNormFloatParams says so, the saved statistics in float32 for half-type inputs.
+struct BatchNormArgs {
+  const KernelArgs& a;
+  const at::Tensor& x;
+  bool toFloat;
+  explicit BatchNormArgs(const KernelArgs& args) : a(args), x(args.t(0)), toFloat(batchNormFloatParams(args, 1, 4)) {}
+  std::optional<at::Tensor> param(size_t i) const {
+    if (a.none(i)) return std::nullopt;
+    return toFloat ? a.t(i).to(at::kFloat) : a.t(i);
+  }
+  at::Tensor stat(const at::Tensor& t) const { return at::isReducedFloatingType(x.scalar_type()) ? t.to(at::kFloat) : t; }
+};
+
 at::Tensor channelsLastIf(const at::Tensor& t, bool yes) {
   return yes ? t.contiguous(at::MemoryFormat::ChannelsLast) : t;
 }
@@ -261,6 +275,15 @@ void implUpdate(const std::string& semanticId, const std::string& module, const 
 
 c10::IValue nnTuple(std::vector<c10::IValue> items) {
   return c10::ivalue::Tuple::create(std::move(items));
+}
+
+/// prims.convolution_backward: the input's gradient (None where `input` is false) and the weight's.
+c10::IValue convolutionBackward(K& a, bool input) {
+  bool nhwc = convInChannelsLast(a.t(1), a.b(6));
+  auto r = at::convolution_backward(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
+                                    channelsLastIf(a.t(2), nhwc), std::nullopt, a.ints(3), a.ints(4),
+                                    a.ints(5), a.b(6), a.ints(7), a.i(8), {input, true, false});
+  return nnTuple({input ? c10::IValue(std::get<0>(r)) : c10::IValue(), std::get<1>(r)});
 }
 
 /// The scales of prims.upsample: None or one factor per spatial dim.
@@ -498,41 +521,24 @@ void registerPrimKernels() {
   impl("prims.embedding", "torchex", "embedding",
        [](K& a) -> c10::IValue { return at::embedding(a.t(1), a.t(0)); });
   const Symbol* batchNorm = impl("prims.batch_norm", "torchex", "batch_norm", [](K& a) -> c10::IValue {
-    const at::Tensor& x = a.t(0);
-    bool toFloat = batchNormFloatParams(a, 1, 4);
-    auto param = [&](size_t i) -> std::optional<at::Tensor> {
-      if (a.none(i)) return std::nullopt;
-      return toFloat ? a.t(i).to(at::kFloat) : a.t(i);
-    };
-    auto stat = [&](const at::Tensor& t) {
-      return at::isReducedFloatingType(x.scalar_type()) ? t.to(at::kFloat) : t;
-    };
+    BatchNormArgs p(a);
     if (a.none(3)) {
-      auto [out, mean, invstd] =
-          at::_native_batch_norm_legit(x, param(1), param(2), true, a.d(5), a.d(6));
-      return nnTuple({out, stat(mean), stat(invstd)});
+      auto [out, mean, invstd] = at::_native_batch_norm_legit(p.x, p.param(1), p.param(2), true, a.d(5), a.d(6));
+      return nnTuple({out, p.stat(mean), p.stat(invstd)});
     }
     auto [out, mean, invstd, rm, rv] = at::_native_batch_norm_legit_functional(
-        x, param(1), param(2), *param(3), *param(4), true, a.d(5), a.d(6));
-    return nnTuple({out, stat(mean), stat(invstd), rm.to(a.t(3).scalar_type()),
-                    rv.to(a.t(4).scalar_type())});
+        p.x, p.param(1), p.param(2), *p.param(3), *p.param(4), true, a.d(5), a.d(6));
+    return nnTuple({out, p.stat(mean), p.stat(invstd), rm.to(a.t(3).scalar_type()), rv.to(a.t(4).scalar_type())});
   });
   // The form eager runs: the running statistics updated in place (two copies and their
   // write-backs fewer per BatchNorm: ResNet-50's training step made 265 such copies).
   updating(batchNorm, "torchex", "batch_norm_", {{3, 3}, {4, 4}}, [](K& a) -> c10::IValue {
-    const at::Tensor& x = a.t(0);
-    bool toFloat = batchNormFloatParams(a, 1, 4);
-    auto param = [&](size_t i) -> std::optional<at::Tensor> {
-      if (a.none(i)) return std::nullopt;
-      return toFloat ? a.t(i).to(at::kFloat) : a.t(i);
-    };
-    at::Tensor rm = a.t(3), rv = a.t(4);
-    at::Tensor m = toFloat ? rm.to(at::kFloat) : rm, v = toFloat ? rv.to(at::kFloat) : rv;
-    auto [out, mean, invstd] = at::_native_batch_norm_legit(x, param(1), param(2), m, v, true, a.d(5), a.d(6));
-    if (!m.is_same(rm)) rm.copy_(m);
+    BatchNormArgs p(a);
+    at::Tensor rm = a.t(3), rv = a.t(4), m = *p.param(3), v = *p.param(4);
+    auto [out, mean, invstd] = at::_native_batch_norm_legit(p.x, p.param(1), p.param(2), m, v, true, a.d(5), a.d(6));
+    if (!m.is_same(rm)) rm.copy_(m);  // statistics updated in float32 for the CPU's half types
     if (!v.is_same(rv)) rv.copy_(v);
-    bool half = at::isReducedFloatingType(x.scalar_type());
-    return nnTuple({out, half ? mean.to(at::kFloat) : mean, half ? invstd.to(at::kFloat) : invstd, rm, rv});
+    return nnTuple({out, p.stat(mean), p.stat(invstd), rm, rv});
   });
   impl("prims.batch_norm_backward", "torchex", "batch_norm_backward", [](K& a) -> c10::IValue {
     const at::Tensor& x = a.t(1);
@@ -558,24 +564,13 @@ void registerPrimKernels() {
                            a.none(2) ? std::optional<at::Tensor>() : std::optional(a.t(2)),
                            a.ints(3), a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8));
   });
-  impl("prims.convolution_backward", "torchex", "convolution_backward", [](K& a) -> c10::IValue {
-    bool nhwc = convInChannelsLast(a.t(1), a.b(6));
-    auto r = at::convolution_backward(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
-                                      channelsLastIf(a.t(2), nhwc), std::nullopt, a.ints(3),
-                                      a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8),
-                                      {true, true, false});
-    return nnTuple({std::get<0>(r), std::get<1>(r)});
-  });
+  impl("prims.convolution_backward", "torchex", "convolution_backward",
+       [](K& a) -> c10::IValue { return convolutionBackward(a, true); });
   // Where nothing reads the input's gradient (a network's first convolution, whose input needs
   // none), only the weight's is computed: ResNet-50's stem spent 0.8 ms of a 30 ms step on it.
-  impl("prims.convolution_backward", "torchex", "convolution_backward_weight", [](K& a) -> c10::IValue {
-    bool nhwc = convInChannelsLast(a.t(1), a.b(6));
-    auto r = at::convolution_backward(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
-                                      channelsLastIf(a.t(2), nhwc), std::nullopt, a.ints(3),
-                                      a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8),
-                                      {false, true, false});
-    return nnTuple({c10::IValue(), std::get<1>(r)});
-  }, [](const BoundSymbol& b) { return b.output.isSequence() && b.output.items()[0].isNone(); });
+  impl("prims.convolution_backward", "torchex", "convolution_backward_weight",
+       [](K& a) -> c10::IValue { return convolutionBackward(a, false); },
+       [](const BoundSymbol& b) { return b.output.isSequence() && b.output.items()[0].isNone(); });
   impl("prims.max_pool", "torchex", "max_pool", [](K& a) -> c10::IValue {
     auto r = a.ints(1).size() == 2 ? at::max_pool2d_with_indices(a.t(0), a.ints(1), a.ints(2),
                                                                  a.ints(3), a.ints(4), a.b(5))

@@ -172,6 +172,19 @@ py::object fromValue(const Value& v) {
 
 namespace {
 
+/// The caller's results in the layout eager gives them: a half-type CUDA convolution runs in
+/// channels-last (torch_ops.cpp), and the kernels after it keep that layout, where eager's
+/// results of NCHW inputs are contiguous (`out.view(n, -1)` on one works). A returned input is
+/// left as it is.
+void eagerLayouts(std::vector<at::Tensor>& outs, const std::function<bool(const at::Tensor&)>& isInput) {
+  for (at::Tensor& t : outs) {
+    if (!t.defined() || t.dim() != 4 || !t.is_cuda() || !at::isReducedFloatingType(t.scalar_type()) ||
+        t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast) || isInput(t))
+      continue;
+    t = t.contiguous();
+  }
+}
+
 // ---- pytrees ---------------------------------------------------------------------------------
 
 /// The structure of a flattened Python value: containers and leaf positions.
@@ -385,6 +398,13 @@ class CompiledFunction {
       outs = entry->training ? runTraining(entry->training, std::move(inputs))
                              : entry->program->run(std::move(inputs));
     }
+    eagerLayouts(outs, [&](const at::Tensor& t) {
+      for (int s : entry->sources) {
+        const at::Tensor& x = s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1];
+        if (x.defined() && x.is_alias_of(t)) return true;
+      }
+      return false;
+    });
     size_t pos = 0;
     return buildOutput(entry->training ? trainingOutput(*entry->training)
                                        : entry->traces.back()->output,

@@ -163,3 +163,19 @@ def test_first_convolution_gets_a_contiguous_input_and_the_weights_keep_their_la
         # (autograd's layout contract: strides agree on every dim longer than 1)
         same = all(g == s for g, s, d in zip(p.grad.stride(), p.stride(), p.shape) if d > 1)
         assert same, (n, p.grad.stride(), p.stride())
+
+
+def test_results_have_eager_layouts():
+    # A feature map thunder computed in channels-last is returned as eager returns it
+    # (contiguous for an NCHW input), so that the caller's `.view(n, -1)` works as with eager.
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()).cuda().to(torch.bfloat16)
+    x = torch.randn(2, 3, 8, 8, device="cuda", dtype=torch.bfloat16)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            out = thunder.jit(conv)(x)
+            assert out.is_contiguous(), out.stride()
+            torch.testing.assert_close(out.view(2, -1), conv(x).view(2, -1), atol=2e-2, rtol=2e-2)
+    # A channels-last input returned as it is stays the caller's tensor.
+    y = x.contiguous(memory_format=CL)
+    assert thunder.jit(lambda t: t)(y) is y or thunder.jit(lambda t: t)(y).data_ptr() == y.data_ptr()

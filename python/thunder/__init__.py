@@ -293,7 +293,7 @@ class ThunderFunction(_C.CompiledFunction):
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
-        self._trace_scopes = []
+        self._trace_scopes, self._jit_options = [], {}
         self._graphs = None
         if cudagraphs:
             # Weak references, as for the compile hook: the runner does not keep self alive.
@@ -370,7 +370,7 @@ class ThunderModule(pytorch.nn.Module):
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
-        self._trace_scopes = []
+        self._trace_scopes, self._jit_options = [], {}
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
                                         written=self._cfn.last_written_leaves, devices=self._cfn.last_devices)
@@ -391,7 +391,9 @@ class ThunderModule(pytorch.nn.Module):
 
     def __deepcopy__(self, memo):
         # A copy of the original module, jitted alike (compiled again on its first call).
-        return ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
+        new = ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
+        _attach_executors(new, new._model, self._jit_options)
+        return new
 
     def __getattr__(self, name):
         # What the wrapper lacks is the original module's (its config, a submodule, a parameter,
@@ -543,6 +545,7 @@ def _attach_executors(jfn, fn, options: dict) -> None:
     scaling buffers) take it, with the jit options they declare (`jit_options`), by `attach`."""
     from thunder.extend import get_executor
 
+    jfn._jit_options = dict(options)
     options = dict(options)
     for name in jfn._executors:
         ex = get_executor(name)

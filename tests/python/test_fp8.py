@@ -375,6 +375,22 @@ def test_scaling_state_saved_and_restored(cpu_fp8):
     assert not torch.equal(_train(jm3, m3, opt3, xs[3:4])[0], want[0])
 
 
+def test_deepcopy_keeps_recipe_and_state(cpu_fp8):
+    torch.manual_seed(0)
+    m = MLP()
+    jm = jit_fp8(m, fp8_recipe=DelayedScaling(amax_history_len=4))
+    x = torch.randn(32, 64)
+    jm(x)
+    jc = copy.deepcopy(jm)
+    assert jc._model.up.fp8_amax_history is not m.up.fp8_amax_history
+    torch.testing.assert_close(jc(2 * x), jm(2 * x), rtol=0, atol=0)
+    assert "'delayed:4:max:0'" in linear_calls(jc)[0]
+    # (the copy casts its weights again: one more weight amax in its history)
+    for r in (fp8ex.INPUT, fp8ex.GRAD):
+        torch.testing.assert_close(jc._model.up.fp8_amax_history[:, r], m.up.fp8_amax_history[:, r])
+    assert jc._model.up.fp8_amax_history[1, 0] == x.abs().max()
+
+
 def test_function_of_parameters_keeps_state_by_weight(cpu_fp8):
     torch.manual_seed(0)
     w = torch.randn(64, 64, requires_grad=True)

@@ -223,12 +223,16 @@ def _state(w: torch.Tensor, recipe: DelayedScaling) -> tuple[torch.Tensor, torch
     return state
 
 
+def _read_state(module) -> None:
+    # A role whose history holds an amax has had its first cast (reads the device once).
+    info = _info(module.weight)
+    info.fresh = [not bool(module.fp8_amax_history[:, r].any()) for r in range(3)]
+    info.cache_key = None
+
+
 def _after_load(module, incompatible_keys) -> None:
-    # A role whose loaded history holds an amax has had its first cast (reads the device once).
-    info = _INFO.get(id(module.weight))
-    if info is not None and info.ref() is module.weight:
-        info.fresh = [not bool(module.fp8_amax_history[:, r].any()) for r in range(3)]
-        info.cache_key = None
+    if isinstance(getattr(module, "fp8_amax_history", None), torch.Tensor):
+        _read_state(module)
 
 
 def _static_reason(in_features: int, out_features: int, name: str, recipe: Recipe) -> str | None:
@@ -263,6 +267,8 @@ def prepare_module(module: torch.nn.Module, recipe: Recipe) -> None:
             mod.register_buffer("fp8_amax_history", hist)
             mod.register_buffer("fp8_scale", scale)
             info.fresh, info.cache_key = [True, True, True], None
+        else:  # jitted again, or a deep copy of a jitted module: the state goes on
+            _read_state(mod)
         if info.owner is None or info.owner() is not mod:
             mod.register_load_state_dict_post_hook(_after_load)
             info.owner = weakref.ref(mod)

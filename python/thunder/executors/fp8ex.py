@@ -292,8 +292,9 @@ def _amax(x: torch.Tensor) -> torch.Tensor:
 
 def _cast_eager(x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype, with_amax: bool):
     fp8_max = torch.finfo(fp8).max
-    # Saturating: out of range values would become inf (e5m2) or nan (e4m3 on CUDA).
-    x8 = (x * scale).clamp_(-fp8_max, fp8_max).to(fp8)
+    # In float32: a bfloat16 product would round twice. Saturating: values out of range would
+    # become inf (e5m2) or nan (e4m3 on CUDA).
+    x8 = (x.float() * scale).clamp_(-fp8_max, fp8_max).to(fp8)
     return (x8, _amax(x)) if with_amax else x8
 
 

@@ -169,14 +169,15 @@ def loss_config(smoke: bool):
 
 
 def markov_batches(vocab: int, B: int, T: int, steps: int, successors: int = 4, seed: int = 1234):
-    """`steps` batches of (tokens, next tokens) from one stream of a fixed random Markov chain:
-    each token is followed by one of `successors` tokens, with weights from a Dirichlet(1): the
-    best possible loss is the chain's entropy rate (under log(successors) nats)."""
+    """`steps` batches of (tokens, next tokens) from one stream of a fixed random Markov chain, and
+    the chain's entropy rate in nats (the lowest loss a model can reach on it). Each token is
+    followed by one of `successors` tokens, with weights from a Dirichlet(1)."""
     import bisect
 
     g = torch.Generator().manual_seed(seed)
     nxt = torch.randint(0, vocab, (vocab, successors), generator=g).tolist()
-    cum = torch.distributions.Dirichlet(torch.ones(successors)).sample((vocab,)).cumsum(1).tolist()
+    probs = torch.distributions.Dirichlet(torch.ones(successors)).sample((vocab,))
+    cum = probs.cumsum(1).tolist()
     n = steps * B * (T + 1)
     u = torch.rand(n, generator=g, dtype=torch.float64).tolist()
     out = [0] * n
@@ -185,8 +186,15 @@ def markov_batches(vocab: int, B: int, T: int, steps: int, successors: int = 4, 
         out[i] = tok
         tok = nxt[tok][min(bisect.bisect_right(cum[tok], u[i]), successors - 1)]
     stream = torch.tensor(out, dtype=torch.long)
+    # Entropy of each token's successor distribution (successors that coincide merged), weighted
+    # by how often the stream visits the token.
+    row = torch.zeros(vocab, vocab, dtype=torch.float64)
+    row.scatter_add_(1, torch.tensor(nxt), probs.double())
+    row_entropy = -(row * row.clamp_min(1e-300).log()).sum(1)
+    visits = torch.bincount(stream, minlength=vocab).double()
+    entropy_rate = float((visits * row_entropy).sum() / visits.sum())
     seqs = stream.view(steps, B, T + 1)
-    return [(s[:, :-1].contiguous(), s[:, 1:].contiguous()) for s in seqs]
+    return [(s[:, :-1].contiguous(), s[:, 1:].contiguous()) for s in seqs], entropy_rate
 
 
 def loss_curve(contender, device, smoke, recipe, steps, batches, lr=1e-3):
@@ -278,7 +286,7 @@ def main(argv=None):
 
     if "loss" in parts:
         cfg, B, T = loss_config(smoke)
-        batches = markov_batches(cfg.vocab_size, B, T, steps)
+        batches, entropy_rate = markov_batches(cfg.vocab_size, B, T, steps)
         curves, linears = {}, {}
         for c in ("thunder bf16", "thunder fp8"):
             curves[c], linears[c] = loss_curve(c, device, smoke, recipe, steps, batches)
@@ -288,7 +296,8 @@ def main(argv=None):
         doc["loss"] = {"config": {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "vocab": cfg.vocab_size, "batch": B,
                                   "seq": T, "steps": steps, "optimizer": "AdamW lr 1e-3"},
                        "curves": curves, "final_mean_last": tail, "final": final, "gap_percent": gap,
-                       "fp8_linears": linears["thunder fp8"], "initial_loss_uniform": math.log(cfg.vocab_size)}
+                       "fp8_linears": linears["thunder fp8"], "initial_loss_uniform": math.log(cfg.vocab_size),
+                       "entropy_rate": entropy_rate}
         print(f"\n## (b) loss, {steps} AdamW steps of a {cfg.n_layer}-layer Llama (n_embd {cfg.n_embd}, vocabulary "
               f"{cfg.vocab_size}) on a Markov-chain token stream, batch {B} x {T}\n")
         marks = sorted({0, steps // 4, steps // 2, 3 * steps // 4, steps - 1})
@@ -296,7 +305,8 @@ def main(argv=None):
         print("|---" * (len(marks) + 2) + "|")
         for c, v in curves.items():
             print(f"| {c} | " + " | ".join(f"{v[s]:.4f}" for s in marks) + f" | {final[c]:.4f} |")
-        print(f"\nFP8 final loss gap: {gap:+.2f}% of bf16's (fp8 linears: {linears['thunder fp8']})")
+        print(f"\nFP8 final loss gap: {gap:+.2f}% of bf16's (fp8 linears: {linears['thunder fp8']}); uniform guess "
+              f"{math.log(cfg.vocab_size):.3f}, the chain's entropy rate (best possible) {entropy_rate:.3f}")
 
     if args.out:
         with open(args.out, "w") as f:

@@ -507,11 +507,11 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
         **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original.
 
-    Other keyword arguments are options of the executors that declare them (`fp8_recipe=` of
-    the "fp8" executor, thunder/executors/fp8ex.py). plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
+    plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
     graphs (thunder/core/cudagraphs.py). cache_size bounds the compiled entries kept (one per input
     signature and guarded Python values; least recently used evicted first); default
-    THUNDER_CACHE_SIZE, else 256."""
+    THUNDER_CACHE_SIZE, else 256. Other keyword arguments are options of the executors that
+    declare them: `fp8_recipe=` of the "fp8" executor (thunder/executors/fp8ex.py)."""
     if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0):
         raise ValueError(f"thunder.jit: cache_size must be a positive int, but got {cache_size!r}")
     plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])

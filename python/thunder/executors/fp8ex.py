@@ -101,7 +101,7 @@ class Recipe:
 
     @property
     def key(self) -> str:
-        """The recipe as the printed trace names it."""
+        """The recipe's scaling as the printed trace names it (min_features and skip act when tracing)."""
         raise NotImplementedError
 
 

@@ -3,8 +3,8 @@
 (a) step: the 4-layer Llama training workload (Llama-3.2-1B's width: n_embd 2048, 32 heads over
     8 KV groups, SwiGLU 8192, vocabulary 128256; batch 8, sequence 2048, bfloat16): one training
     step (forward, loss, backward, an in-place SGD update so that each step's weights are new and
-    FP8 casts them again) for thunder FP8, thunder bf16 and torch.compile bf16. Median step ms
-    (CUDA events) and peak memory allocated.
+    FP8 casts them again) for thunder FP8 (--recipe, and current scaling), thunder bf16 and
+    torch.compile bf16. Median step ms (CUDA events) and peak memory allocated.
 (b) loss: 200 AdamW steps of a small Llama on a fixed synthetic token stream (a random Markov chain
     whose rows put their weight on a few successors, so there is something to learn) from one
     initialization, bf16 and FP8: both loss curves and the gap of the final loss (mean of the
@@ -66,7 +66,9 @@ class WithLoss(torch.nn.Module):
 
 
 def wrap(module, contender: str, recipe):
-    if contender == "thunder fp8":
+    if contender in ("thunder fp8", "thunder fp8 current"):
+        if contender.endswith("current"):
+            recipe = fp8ex.CurrentScaling(skip=recipe.skip)
         return thunder.jit(module, executors=["fp8", *thunder.get_default_executors()], fp8_recipe=recipe)
     if contender == "thunder bf16":
         return thunder.jit(module)
@@ -232,7 +234,8 @@ def main(argv=None):
     ap.add_argument("--parts", default="step,loss", help="comma-separated: step, loss")
     ap.add_argument("--recipe", default="delayed", choices=["delayed", "current"])
     ap.add_argument("--skip", default="", help="comma-separated weight names kept out of FP8 (e.g. lm_head)")
-    ap.add_argument("--contenders", default="thunder fp8,thunder bf16,torch.compile bf16")
+    ap.add_argument("--contenders", default="thunder fp8,thunder fp8 current,thunder bf16,torch.compile bf16",
+                    help="'thunder fp8' uses --recipe, 'thunder fp8 current' current scaling")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200, help="training steps of the loss comparison")

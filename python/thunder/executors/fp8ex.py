@@ -26,7 +26,12 @@ Scaling state: thunder.jit(module) with DelayedScaling gives each nn.Linear that
 buffers, `fp8_amax_history` (float32 [amax_history_len, 3]: input, weight, gradient) and
 `fp8_scale` (float32 [3]), so the module's state_dict saves them and load_state_dict restores
 them. Linears called with tensors that are not a jitted module's Linear weights (a jitted function
-of its own parameters) keep their state by the weight tensor, not in any state_dict.
+of its own parameters) keep their state by the weight tensor, not in any state_dict. Under
+torch.autocast the weight a linear sees is a new bfloat16 copy at each call: it is cast to FP8 at
+each call and every scale comes from its tensor's own amax (current scaling, whatever the recipe);
+train bfloat16 parameters for the delayed recipe and the once-per-step weight cast.
+DDP/FSDP modules (thunder.distributed) get no recipe or state buffers from here: their linears use
+the default recipe with state kept by weight.
 
 Calls it cannot run in FP8 stay in the usual precision and say why in the trace:
 

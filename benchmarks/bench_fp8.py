@@ -277,7 +277,8 @@ def main(argv=None):
         fp8_ms = base.get("thunder fp8")
         print(f"\n## (a) training step: {cfg.n_layer}-layer Llama, n_embd {cfg.n_embd}, batch {B}, sequence {T}, "
               f"{str(dtype).removeprefix('torch.')}\n")
-        print("| contender | median ms | min ms | thunder fp8's speedup over it | peak GiB | first call s | fp8 linears |")
+        print("| contender | median ms | min ms | thunder fp8's speedup over it | peak GiB | first call s "
+              "| fp8 linears |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             if "error" in r:

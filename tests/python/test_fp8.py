@@ -150,7 +150,8 @@ def test_declined_linears_train_like_eager():
 def test_recipe_objects():
     d = DelayedScaling(amax_history_len=16, amax_compute_algo="max", margin=0)
     assert d == DelayedScaling() and d.key == "delayed:16:max:0"
-    assert DelayedScaling(amax_history_len=4, amax_compute_algo="most_recent", margin=1).key == "delayed:4:most_recent:1"
+    most_recent = DelayedScaling(amax_history_len=4, amax_compute_algo="most_recent", margin=1)
+    assert most_recent.key == "delayed:4:most_recent:1"
     assert CurrentScaling().key == "current:0" and CurrentScaling(margin=2).key == "current:2"
     with pytest.raises(ValueError, match="amax_history_len"):
         DelayedScaling(amax_history_len=0)

@@ -56,7 +56,6 @@ import dataclasses
 import os
 import threading
 import weakref
-from typing import Any
 
 import torch
 

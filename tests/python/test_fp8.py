@@ -272,14 +272,26 @@ def test_matches_emulation(cpu_fp8, name, lead, bias, dtype):
 
 @pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=["e4m3", "e5m2"])
 def test_compiled_cast_is_the_eager_cast(fp8):
-    # The one-kernel cast (torch.compile; on CUDA by default) rounds and saturates as the eager ops.
+    # The cast and state update torch.compile makes (on CUDA by default) round, saturate and update
+    # the history and scale as the eager ops.
     torch.manual_seed(0)
     x = torch.randn(40, 64, dtype=torch.bfloat16) * 10
-    scale = torch.tensor(torch.finfo(fp8).max / 20.0)  # some values saturate
-    want8, want_amax = fp8ex._cast_eager(x, scale, fp8, with_amax=True)
-    got8, got_amax = fp8ex._compiled_cast(fp8, with_amax=True)(x, scale)
-    assert got8.dtype == fp8 and torch.equal(got8.view(torch.uint8), want8.view(torch.uint8))
-    assert got_amax.dtype == torch.float32 and got_amax == want_amax
+    results = []
+    for compiled in (False, True):
+        hist = torch.tensor([[0.0, 3.0, 0.0], [0.0, 2.0, 0.0], [0.0, 1.0, 0.0]])
+        scales = torch.tensor([1.0, torch.finfo(fp8).max / 20.0, 1.0])  # some values saturate
+        run = torch.compile(fp8ex._delayed_cast, dynamic=True, fullgraph=True) if compiled else fp8ex._delayed_cast
+        x8, inv = run(x, hist[:, 1], scales[1:2], fp8, False, 0)
+        results.append((x8.view(torch.uint8), inv, hist, scales))
+    (e8, einv, ehist, escales), (c8, cinv, chist, cscales) = results
+    assert c8.dtype == torch.uint8 and torch.equal(c8, e8)
+    assert torch.equal(cinv, einv)
+    torch.testing.assert_close(einv, torch.tensor([20.0 / torch.finfo(fp8).max]))
+    assert torch.equal(chist, ehist) and torch.equal(cscales, escales)
+    amax = x.abs().max().float()
+    assert ehist[:, 1].tolist() == [amax.item(), 3.0, 2.0]
+    one = torch.tensor(1.0)
+    torch.testing.assert_close(escales, torch.stack([one, torch.finfo(fp8).max / amax, one]))
 
 
 def test_delayed_first_step_is_current_then_follows_history(cpu_fp8):

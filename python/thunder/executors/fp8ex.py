@@ -44,9 +44,10 @@ least the recipe's min_features (smaller layers gain nothing from FP8 and lose a
 weight not named by the recipe's `skip`. Token counts that are not multiples of 16 are padded
 with zero rows. THUNDER_FP8_CPU=1 also runs FP8 on CPU (torch's reference _scaled_mm: for tests).
 
-On CUDA the cast of a tensor (and the amax of its pass, for delayed scaling) runs as one kernel
-that torch.compile makes (THUNDER_FP8_COMPILED_CASTS=0: eager ops, =1: compiled on CPU too);
-current scaling reads the tensor once more for its amax. Thunder has no float8 dtype, so its
+On CUDA a delayed-scaling cast (the cast, the tensor's amax, the history and scale update) runs
+as the kernels torch.compile makes of it, one pass over the tensor instead of a dozen eager ops
+(THUNDER_FP8_COMPILED_CASTS=0: eager ops, =1: compiled on CPU too); current scaling reads the
+tensor once more for its amax. Thunder has no float8 dtype, so its
 fuser cannot yet fuse the casts into the kernels that produce their inputs (RMSNorm, SwiGLU).
 """
 
@@ -294,32 +295,31 @@ def _amax(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, float("inf")).float()
 
 
-def _cast_eager(x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype, with_amax: bool):
+def _delayed_cast(x, column, scale, fp8: torch.dtype, most_recent: bool, margin: int):
+    """Delayed scaling's cast: x times `scale` (a one-element view of the layer's scales) in fp8,
+    then x's amax first in the history `column` (a view of the layer's history) and the next scale
+    into `scale`. Returns (x in fp8, the reciprocal of the scale it was cast with)."""
+    fp8_max = torch.finfo(fp8).max
+    used_inv = scale.reciprocal()
+    x8 = (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8)
+    amax = x.abs().amax().float()
+    column.copy_(torch.cat([amax.reshape(1), column[:-1]]))
+    latest = amax if most_recent else column.amax()
+    nxt = (fp8_max / 2.0 ** margin) / latest
+    scale.copy_(torch.where((latest > 0) & torch.isfinite(latest), nxt, scale))
+    return x8, used_inv
+
+
+def _jit_cast(x, scale, fp8: torch.dtype):
+    """Current scaling's cast: x times `scale` in fp8 (the scale comes from x's amax)."""
     fp8_max = torch.finfo(fp8).max
     # In float32: a bfloat16 product would round twice. Saturating: values out of range would
     # become inf (e5m2) or nan (e4m3 on CUDA).
-    x8 = (x.float() * scale).clamp_(-fp8_max, fp8_max).to(fp8)
-    return (x8, _amax(x)) if with_amax else x8
+    return (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8)
 
 
 _COMPILED: dict = {}
 _compiled_ok = True
-
-
-def _compiled_cast(fp8: torch.dtype, with_amax: bool):
-    """The cast (and the amax) as one torch.compile'd function: one pass over x instead of the
-    three or four of the eager ops (product, clamp, conversion, norm). Dynamic shapes: one graph
-    per fp8 dtype serves every layer."""
-    f = _COMPILED.get((fp8, with_amax))
-    if f is None:
-        fp8_max = torch.finfo(fp8).max
-
-        def cast(x, scale):
-            x8 = (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8)
-            return (x8, x.abs().amax().float()) if with_amax else x8
-
-        f = _COMPILED[(fp8, with_amax)] = torch.compile(cast, dynamic=True, fullgraph=True)
-    return f
 
 
 def _use_compiled(x: torch.Tensor) -> bool:
@@ -337,42 +337,46 @@ def _use_compiled(x: torch.Tensor) -> bool:
     return True
 
 
-def _cast(x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype, with_amax: bool):
-    """x * scale in fp8, saturated at its largest finite value, and (with_amax) max |x|."""
+def _run(fn, *args):
+    """fn(*args) compiled by torch.compile where _use_compiled says so: the cast, the amax and the
+    state update in one or two kernels instead of a dozen eager ops. Dynamic shapes: one graph per
+    function and fp8 dtype serves every layer. Where the compile fails, the eager ops compute the
+    same."""
     global _compiled_ok
-    if _use_compiled(x):
+    if _use_compiled(args[0]):
+        compiled = _COMPILED.get(fn)
+        if compiled is None:
+            compiled = _COMPILED[fn] = torch.compile(fn, dynamic=True, fullgraph=True)
         try:
-            return _compiled_cast(fp8, with_amax)(x, scale)
-        except Exception as e:  # no working compiler here: the eager ops compute the same
+            return compiled(*args)
+        except Exception as e:
             import warnings
 
             warnings.warn(f"thunder fp8 executor: torch.compile of the FP8 casts failed ({type(e).__name__}: {e}); "
                           "casting with eager ops")
             _compiled_ok = False
-    return _cast_eager(x, scale, fp8, with_amax)
+    return fn(*args)
 
 
 def _quantize(x: torch.Tensor, role: int, fp8: torch.dtype, recipe: Recipe, w: torch.Tensor):
     """(x in fp8, the float32 reciprocal of its scale); records x's amax in w's layer's state."""
-    fp8_max = torch.finfo(fp8).max
     info = _info(w)
-    if isinstance(recipe, CurrentScaling) or info.fresh[role]:
-        # The scale from x's own amax (a pass before the cast).
-        amax = _amax(x)
-        scale = _scale_from(amax, fp8_max, recipe.margin, None)
-        x8 = _cast(x, scale, fp8, with_amax=False)
-    else:
-        # The scale from the history; x's amax comes out of the cast's pass.
-        _, scales = _state(w, recipe)
-        scale = scales[role].clone()
-        x8, amax = _cast(x, scale, fp8, with_amax=True)
+    if isinstance(recipe, DelayedScaling) and not info.fresh[role]:
+        hist, scales = _state(w, recipe)
+        x8, scale_inv = _run(_delayed_cast, x, hist[:, role], scales[role:role + 1], fp8,
+                             recipe.amax_compute_algo == "most_recent", recipe.margin)
+        return x8, scale_inv.reshape(())
+    # The scale from x's own amax (a pass before the cast): current scaling, and a delayed
+    # role's first cast, whose history is empty.
+    fp8_max = torch.finfo(fp8).max
+    amax = _amax(x)
+    scale = _scale_from(amax, fp8_max, recipe.margin, None)
+    x8 = _run(_jit_cast, x, scale, fp8)
     if isinstance(recipe, DelayedScaling):
         hist, scales = _state(w, recipe)
-        column = hist[:, role]
-        column.copy_(column.roll(1))
-        column[0] = amax
-        latest = column.amax() if recipe.amax_compute_algo == "max" else column[0]
-        scales[role] = _scale_from(latest, fp8_max, recipe.margin, scales[role])
+        hist[:, role] = 0
+        hist[0, role] = amax
+        scales[role] = scale
         info.fresh[role] = False
     return x8, scale.reciprocal()
 

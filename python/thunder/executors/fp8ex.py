@@ -1,7 +1,7 @@
 """The fp8 executor: linear layers trained in FP8 through cuBLASLt (`torch._scaled_mm`), with
 per-tensor scaling as TransformerEngine's recipes do it.
 
-    tmodel = thunder.jit(model, executors=["fp8", *thunder.extend.get_default_executors()])
+    tmodel = thunder.jit(model, executors=["fp8", *thunder.get_default_executors()])
     tmodel = thunder.jit(model, executors=["fp8"], fp8_recipe=DelayedScaling(amax_history_len=16))
     tmodel = thunder.jit(model, executors=["fp8"], fp8_recipe=CurrentScaling())
 
@@ -35,8 +35,12 @@ the default recipe with state kept by weight.
 
 Calls it cannot run in FP8 stay in the usual precision and say why in the trace:
 
-    t3 = fp8_linear(t_0, t_fc1_weight, t_fc1_bias, 't_fc1_weight', 'delayed:16:max:0')
-    t7 = linear_not_fp8(t3, t_head_weight, None, 'out_features 10 is not a multiple of 16')
+    (t0, t5, t6) = fp8_linear(t_0, t_fc1_weight, t_fc1_bias, 't_fc1_weight', 'delayed:16:max:0')
+    t3 = linear_not_fp8(t2, t_head_weight, t_head_bias, 'out_features 10 is not a multiple of 16')
+    (t19, t20, t21) = fp8_linear_backward(t25, t16, t17, t_fc2_weight, 't_fc2_weight', 'delayed:16:max:0', True)
+
+fp8_linear returns the output, the e4m3 input as bytes (u8: thunder has no float8 dtype) and its
+scale's reciprocal, which the backward reads instead of the input.
 
 FP8 needs a CUDA device of compute capability 8.9 or more (Ada, Hopper), an input and a weight of
 one dtype (bfloat16, float16 or float32), in_features and out_features multiples of 16 and at
@@ -47,8 +51,8 @@ with zero rows. THUNDER_FP8_CPU=1 also runs FP8 on CPU (torch's reference _scale
 On CUDA a delayed-scaling cast (the cast, the tensor's amax, the history and scale update) runs
 as the kernels torch.compile makes of it, one pass over the tensor instead of a dozen eager ops
 (THUNDER_FP8_COMPILED_CASTS=0: eager ops, =1: compiled on CPU too); current scaling reads the
-tensor once more for its amax. Thunder has no float8 dtype, so its
-fuser cannot yet fuse the casts into the kernels that produce their inputs (RMSNorm, SwiGLU).
+tensor once more for its amax. Thunder has no float8 dtype, so its fuser cannot yet fuse the
+casts into the kernels that produce their inputs (RMSNorm, SwiGLU).
 """
 
 from __future__ import annotations

@@ -458,7 +458,7 @@ def test_gpu_linear_and_mlp_vs_float32(recipe, dtype):
         jm = jit_fp8(m, fp8_recipe=recipe)
         for step in range(3):  # delayed scaling: the first step is current, the next ones delayed
             x = torch.randn(4, 128, 256, device="cuda")
-            xd = x.to(dtype).requires_grad_()
+            xd = x.to(dtype, copy=True).requires_grad_()
             xr = x.clone().requires_grad_()
             out, out_ref = jm(xd), ref(xr)
             assert out.dtype == dtype

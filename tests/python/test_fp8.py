@@ -437,7 +437,8 @@ def test_function_of_parameters_keeps_state_by_weight(cpu_fp8):
 # for e5m2. A product of two rounded factors errs by the root sum of squares of both (5.1% forward,
 # 8.1% for the gradients, e5m2 x e4m3), and a sum of such products with independent errors keeps
 # that relative RMS. Per-tensor scaling puts the amax at the top of the range, so values within 2**14
-# (e4m3) of it stay normal. The bounds are twice those RMS errors, on the relative Frobenius norm.
+# (e4m3) of it stay normal. The bounds are twice those RMS errors, on the relative Frobenius norm
+# (torch's CPU reference kernels measure 5.3% and 8.6% for this test's MLP).
 _REL_FWD = 0.10
 _REL_BWD = 0.16
 

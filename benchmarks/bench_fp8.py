@@ -178,7 +178,10 @@ def markov_batches(vocab: int, B: int, T: int, steps: int, successors: int = 4, 
 
     g = torch.Generator().manual_seed(seed)
     nxt = torch.randint(0, vocab, (vocab, successors), generator=g).tolist()
-    probs = torch.distributions.Dirichlet(torch.ones(successors)).sample((vocab,))
+    # Dirichlet(1) weights: normalized exponential draws, from the generator (the stream does not
+    # depend on the global random state).
+    e = -torch.rand(vocab, successors, generator=g, dtype=torch.float64).log()
+    probs = (e / e.sum(1, keepdim=True)).float()
     cum = probs.cumsum(1).tolist()
     n = steps * B * (T + 1)
     u = torch.rand(n, generator=g, dtype=torch.float64).tolist()

@@ -24,7 +24,7 @@ from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
 from thunder.core.cudagraphs import PLUGIN_NAMES as CUDA_GRAPH_PLUGINS, CUDAGraphRunner
 
-__all__ = ["jit", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
+__all__ = ["jit", "get_default_executors", "examine", "last_traces", "last_backward_traces", "cache_hits", "cache_misses", "compile_stats"]
 
 _C.set_hooks(Device)
 
@@ -52,6 +52,7 @@ _find_nvrtc()
 _PYTHON_EXECUTOR_MODULES = {
     "apex": "thunder.executors.apexex",
     "cudnn": "thunder.executors.cudnnex",
+    "fp8": "thunder.executors.fp8ex",
     "torchcompile": "thunder.executors.torch_compile",
     "triton": "thunder.executors.triton_crossentropy",
 }
@@ -292,6 +293,7 @@ class ThunderFunction(_C.CompiledFunction):
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
+        self._trace_scopes, self._jit_options = [], {}
         self._graphs = None
         if cudagraphs:
             # Weak references, as for the compile hook: the runner does not keep self alive.
@@ -316,9 +318,21 @@ class ThunderFunction(_C.CompiledFunction):
         return outputs.finish(_C.CompiledFunction.__call__(self, *args, **kwargs))
 
     def _compile(self, args, kwargs):
-        trace, sources, closures, updated = _trace(self._fn, args, kwargs, ())
-        _guard_updated_objects(self, self, updated)
-        return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
+        with _trace_scopes(self):
+            trace, sources, closures, updated = _trace(self._fn, args, kwargs, ())
+            _guard_updated_objects(self, self, updated)
+            return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
+
+
+def _trace_scopes(owner):
+    """The context managers executors attached to a jitted object (its fp8 recipe), entered
+    while it traces and transforms a call."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    for make in owner._trace_scopes:
+        stack.enter_context(make())
+    return stack
 
 
 def _guard_updated_objects(owner, cfn, updated) -> None:
@@ -356,6 +370,7 @@ class ThunderModule(pytorch.nn.Module):
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
+        self._trace_scopes, self._jit_options = [], {}
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
                                         written=self._cfn.last_written_leaves, devices=self._cfn.last_devices)
@@ -376,7 +391,9 @@ class ThunderModule(pytorch.nn.Module):
 
     def __deepcopy__(self, memo):
         # A copy of the original module, jitted alike (compiled again on its first call).
-        return ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
+        new = ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
+        _attach_executors(new, new._model, self._jit_options)
+        return new
 
     def __getattr__(self, name):
         # What the wrapper lacks is the original module's (its config, a submodule, a parameter,
@@ -402,6 +419,10 @@ class ThunderModule(pytorch.nn.Module):
         return outputs.finish(self._cfn(state, *args, **kwargs))
 
     def _compile(self, args, kwargs):
+        with _trace_scopes(self):
+            return self._compile_in_scope(args, kwargs)
+
+    def _compile_in_scope(self, args, kwargs):
         state, user_args = args[0], args[1:]
         names = [_sanitize(qual) for _, _, _, qual in self._slots]
 
@@ -489,9 +510,8 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
     plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
     graphs (thunder/core/cudagraphs.py). cache_size bounds the compiled entries kept (one per input
     signature and guarded Python values; least recently used evicted first); default
-    THUNDER_CACHE_SIZE, else 256."""
-    if kwargs:
-        raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(kwargs)}")
+    THUNDER_CACHE_SIZE, else 256. Other keyword arguments are options of the executors that
+    declare them: `fp8_recipe=` of the "fp8" executor (thunder/executors/fp8ex.py)."""
     if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0):
         raise ValueError(f"thunder.jit: cache_size must be a positive int, but got {cache_size!r}")
     plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
@@ -504,7 +524,7 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
         executors = [e for e, n in zip(executors, names) if n != "cudagraphs"]
     if isinstance(fn, ThunderModule):
         # Already jitted (by thunder.jit, thunder.distributed.ddp or fsdp): returned as it is.
-        if cudagraphs or (executors is not None and _executor_names(executors) != fn._executors):
+        if cudagraphs or kwargs or (executors is not None and _executor_names(executors) != fn._executors):
             raise TypeError("thunder.jit: the module is already jitted with other executors or plugins; give them "
                             "to the first thunder.jit (or to thunder.distributed.ddp/fsdp)")
         return fn
@@ -514,9 +534,36 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
         raise TypeError(f"thunder.jit: expected a function or an nn.Module, but got {type(fn).__name__}")
     else:
         jfn = ThunderFunction(fn, executors, cudagraphs)
+    _attach_executors(jfn, fn, kwargs)
     if cache_size is not None:
         jfn._cfn.cache_limit = cache_size
     return jfn
+
+
+def _attach_executors(jfn, fn, options: dict) -> None:
+    """Executors with state of their own in the jitted object (the fp8 executor's recipe and
+    scaling buffers) take it, with the jit options they declare (`jit_options`), by `attach`."""
+    from thunder.extend import get_executor
+
+    jfn._jit_options = dict(options)
+    options = dict(options)
+    for name in jfn._executors:
+        ex = get_executor(name)
+        attach = getattr(ex, "attach", None)
+        if attach is None:
+            continue
+        attach(jfn, fn, **{k: options.pop(k) for k in list(options) if k in getattr(ex, "jit_options", ())})
+    if options:
+        raise TypeError(f"thunder.jit: unexpected keyword arguments {sorted(options)} (an executor's options, such "
+                        f"as fp8_recipe=, need that executor among executors=)")
+
+
+def get_default_executors() -> tuple:
+    """The executors thunder.jit uses when given none (thunder.extend.get_default_executors), for
+    lists that put one first: `executors=["fp8", *thunder.get_default_executors()]`."""
+    from thunder.extend import get_default_executors as defaults
+
+    return defaults()
 
 
 def _cfn(f):

@@ -282,7 +282,9 @@ class _Plan:
         return out if bias is None else out + bias
 
 
-_plans: "weakref.WeakKeyDictionary[torch.nn.Module, _Plan]" = weakref.WeakKeyDictionary()
+# root module -> its plan, both weakly: the root's hooks hold the plan, so that a dropped module
+# and its plan are garbage together.
+_plans: "weakref.WeakKeyDictionary[torch.nn.Module, weakref.ref[_Plan]]" = weakref.WeakKeyDictionary()
 
 
 # ---- sharding at transform time -----------------------------------------------------------------------
@@ -340,7 +342,7 @@ def _parallelize(style: str, jitted_module, target_modules, process_group):
         raise TypeError(f"{api}: target_modules must be a list of module names, got {target_modules!r}")
     root = jitted_module._model
     modules = dict(root.named_modules())
-    plan = _plans.get(root)
+    plan = _plans[root]() if root in _plans else None
     targets = []
     for name in target_modules:
         mod = modules.get(name)
@@ -368,7 +370,8 @@ def _parallelize(style: str, jitted_module, target_modules, process_group):
     for t in targets:
         _shard_module(api, t, owners)
     if plan is None:
-        plan = _plans[root] = _Plan(root)
+        plan = _Plan(root)
+        _plans[root] = weakref.ref(plan)
     for t in targets:
         plan.targets[id(t.module)] = t
         t.module.register_forward_pre_hook(plan.pre_hook)

@@ -23,11 +23,13 @@ tp_copy (identity) -> all-reduce of the cotangent (each rank's input gradient is
 its output features); tp_all_gather -> this rank's slice of the cotangent; tp_split -> all-gather
 of the cotangent; tp_all_reduce -> identity.
 
-A column-parallel output that reaches a row-parallel layer only through elementwise ops (an
-activation, SwiGLU's product) is not gathered: the ops run on the shards and the row-parallel layer
-takes the shard as its input (no split), so an MLP or attention projection pair communicates once
-in the forward (the all-reduce) and once in the backward. The gather recorded for the column
-output is then unused and removed by dead-code elimination.
+A column-parallel output that reaches a row-parallel layer only through ops that compute on
+shards (elementwise ops such as an activation or SwiGLU's product; a reshape that splits the
+features into heads, transposes, attention over the heads: _SHARD_RULES) is not gathered: the ops
+run on the shards and the row-parallel layer takes the shard as its input (no split), so an MLP or
+an attention block communicates once in the forward (the all-reduce) and once in the backward.
+The gathers recorded for the intermediate results are then unused and removed by dead-code
+elimination.
 
 The collectives are not the data-parallel all_gather / reduce_scatter of fsdp: those work on flat
 shards and average the gradient over the ranks (each rank saw other data), where here the ranks of
@@ -156,11 +158,104 @@ _ex.register_implementation(tp_split, grad_transform=_split_grad)
 # ---- the plan: which submodules are parallel, and the hooks that trace them -----------------------
 
 
-# The torch-language symbols that act elementwise on their tensor arguments (of one shape): on
-# tensors sharded along their last dimension they compute the shards of the result.
-_ELEMENTWISE = frozenset({
-    "gelu", "relu", "silu", "tanh", "sigmoid", "mul", "add", "sub", "div", "neg", "exp", "true_divide",
-})
+# How an op on tensors sharded along one dimension (all of them over one group) is computed on
+# their shards, by the torch-language symbol's name: rule(args, kwargs, dims, world) gives the
+# dimension along which the result is sharded and the arguments to call it with (a shard where a
+# tensor was, shapes of shards), or None where the shards do not make the result's shards.
+
+
+def _elementwise_rule(args, kwargs, dims, world):
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, TensorProxy)]
+    if len({tuple(t.shape) for t in tensors}) != 1 or len(set(dims)) != 1:
+        return None
+    return dims[0], args, kwargs
+
+
+def _shape_arg(args, kwargs):
+    if set(kwargs) - {"shape", "size"}:
+        return None
+    shape = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:] or \
+        kwargs.get("shape", kwargs.get("size"))
+    return tuple(shape) if shape is not None and all(type(n) is int for n in shape) else None
+
+
+def _on_first(rule):
+    """A rule for ops of one tensor, given first."""
+    def checked(args, kwargs, dims, world):
+        return rule(args, kwargs, dims, world) if args and isinstance(args[0], TensorProxy) else None
+
+    return checked
+
+
+@_on_first
+def _reshape_rule(args, kwargs, dims, world):
+    """A reshape that keeps the sharded dimension's chunks contiguous blocks of one new dimension:
+    the elements before it number the same, and the new dimension divides by the world size
+    ((B, T, C) -> (B, T, H, D) with C sharded: H is)."""
+    full, (d,) = args[0], dims
+    shape = _shape_arg(args, kwargs)
+    if shape is None:
+        return None
+    if -1 in shape:
+        known = 1
+        for n in shape:
+            known *= n if n != -1 else 1
+        shape = tuple(full.numel() // known if n == -1 else n for n in shape)
+    before = 1
+    for n in full.shape[:d]:
+        before *= n
+    prefix = 1
+    for i, n in enumerate(shape):
+        if prefix == before and n % world == 0 and n > 1:
+            return i, (None, shape[:i] + (n // world,) + shape[i + 1:]), {}
+        prefix *= n
+    return None
+
+
+@_on_first
+def _transpose_rule(args, kwargs, dims, world):
+    if len(args) != 3 or kwargs or not all(type(a) is int for a in args[1:]):
+        return None
+    ndim, (d,) = args[0].ndim, dims
+    d0, d1 = (a % ndim for a in args[1:])
+    return (d1 if d == d0 else d0 if d == d1 else d), args, kwargs
+
+
+@_on_first
+def _permute_rule(args, kwargs, dims, world):
+    perm = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:]
+    if kwargs or not all(type(a) is int for a in perm) or len(perm) != args[0].ndim:
+        return None
+    return [a % args[0].ndim for a in perm].index(dims[0]), args, kwargs
+
+
+@_on_first
+def _same_rule(args, kwargs, dims, world):
+    return dims[0], args, kwargs
+
+
+def _attention_rule(args, kwargs, dims, world):
+    """Attention over heads sharded alike (no mask, no dropout: each head is computed alone)."""
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, TensorProxy)]
+    q = tensors[0]
+    heads = q.ndim - 3
+    if (len(tensors) != 3 or q.ndim < 3 or any(d != heads for d in dims) or kwargs.get("dropout_p", 0.0) != 0.0
+            or len(args) > 5 or (len(args) > 4 and args[4] != 0.0) or kwargs.get("enable_gqa")
+            or len({t.shape[heads] for t in tensors}) != 1):
+        return None
+    return heads, args, kwargs
+
+
+_SHARD_RULES = {
+    **dict.fromkeys(("gelu", "relu", "silu", "tanh", "sigmoid", "mul", "add", "sub", "div", "neg", "exp",
+                     "true_divide"), _elementwise_rule),
+    "reshape": _reshape_rule,
+    "view": _reshape_rule,
+    "transpose": _transpose_rule,
+    "permute": _permute_rule,
+    "contiguous": _same_rule,
+    "scaled_dot_product_attention": _attention_rule,
+}
 
 
 @dataclass
@@ -223,20 +318,27 @@ class _Plan:
 
     def on_shards(self, func, args, kwargs):
         entry = proxies._TORCH_MAP.get(func)
-        if entry is None or entry[0].name not in _ELEMENTWISE:
+        rule = _SHARD_RULES.get(entry[0].name) if entry is not None else None
+        if rule is None:
             return None
         tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, TensorProxy)]
         if not tensors or any(id(t) not in self.sharded for t in tensors):
             return None
-        layouts = {(tuple(t.shape), self.sharded[id(t)][1], self.sharded[id(t)][2]) for t in tensors}
-        if len(layouts) != 1:
+        groups = {self.sharded[id(t)][2] for t in tensors}
+        if len(groups) != 1:
             return None
-        _, dim, group = layouts.pop()
+        group = groups.pop()
+        found = rule(args, kwargs, [self.sharded[id(t)][1] for t in tensors], _world(group))
+        if found is None:
+            return None
+        dim, args, kwargs = found
 
         def shard(v):
             return self.sharded[id(v)][0] if isinstance(v, TensorProxy) else v
 
-        out = self.inner(func, tuple(shard(v) for v in args), {k: shard(v) for k, v in kwargs.items()})
+        # A rule's None first argument stands for the (only) tensor's shard.
+        args = (shard(tensors[0]), *args[1:]) if args[0] is None else tuple(shard(v) for v in args)
+        out = self.inner(func, args, {k: shard(v) for k, v in kwargs.items()})
         return self.gathered(out, dim, group) if isinstance(out, TensorProxy) else None
 
     def pre_hook(self, mod, args):

@@ -274,8 +274,8 @@ class _Target:
 
 class _Plan:
     """The parallel submodules of one root module, and the state of the call being traced: the
-    gathered column-parallel outputs (and what is computed from them elementwise) by the id of
-    their proxy, with their shards, so that a row-parallel layer takes the shard."""
+    gathered column-parallel outputs (and what ops with a shard rule compute from them) by the id
+    of their proxy, with their shards, so that a row-parallel layer takes the shard."""
 
     def __init__(self, root: torch.nn.Module):
         self.targets: dict[int, _Target] = {}  # id(module) -> target
@@ -311,8 +311,8 @@ class _Plan:
         return full
 
     def dispatch(self, func, args, kwargs):
-        """An elementwise op on gathered tensors runs on their shards (its result gathered as
-        well, which dead-code elimination removes where only shards are used)."""
+        """An op with a shard rule, on gathered tensors, runs on their shards (its result gathered
+        as well, which dead-code elimination removes where only shards are used)."""
         out = self.on_shards(func, args, kwargs) if self.sharded else None
         return self.inner(func, args, kwargs) if out is None else out
 
@@ -337,7 +337,7 @@ class _Plan:
             return self.sharded[id(v)][0] if isinstance(v, TensorProxy) else v
 
         # A rule's None first argument stands for the (only) tensor's shard.
-        args = (shard(tensors[0]), *args[1:]) if args[0] is None else tuple(shard(v) for v in args)
+        args = (shard(tensors[0]), *args[1:]) if args and args[0] is None else tuple(shard(v) for v in args)
         out = self.inner(func, args, {k: shard(v) for k, v in kwargs.items()})
         return self.gathered(out, dim, group) if isinstance(out, TensorProxy) else None
 

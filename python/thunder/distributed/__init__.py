@@ -63,7 +63,8 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
 
-__all__ = ["ddp", "DDPModule", "fsdp", "FSDPModule", "FSDPType", "all_reduce", "wait", "all_gather", "reduce_scatter"]
+__all__ = ["ddp", "DDPModule", "fsdp", "FSDPModule", "FSDPType", "all_reduce", "wait", "all_gather", "reduce_scatter",
+           "column_parallel", "row_parallel"]
 
 
 # ---- process groups and buckets, by the ids the traces print ----------------------------------
@@ -781,3 +782,6 @@ def fsdp(model, sharding_strategy: FSDPType = FSDPType.ZERO2, *, process_group=N
         for t in itertools.chain(model.parameters(), model.buffers()):
             tdist.broadcast(t.detach(), src=src, group=process_group)
     return FSDPModule(model, executors, sharding_strategy, process_group)
+
+
+from thunder.distributed.tensor_parallel import column_parallel, row_parallel  # noqa: E402  (uses the above)

@@ -26,6 +26,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, optimization_hint
 from torch.fx.passes.split_module import split_module
+from torch.multiprocessing.reductions import StorageWeakRef
 
 _STATE_NODES = (torch.amp._enter_autocast, torch.amp._exit_autocast, torch._C._set_grad_enabled)
 
@@ -63,7 +64,12 @@ def _concrete(value):
         shape = [_hint(s) for s in value.shape]
         stride = [_hint(s) for s in value.stride()]
         t = torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device)
-        return t.requires_grad_(value.requires_grad) if t.is_floating_point() or t.is_complex() else t
+        if value.requires_grad:
+            t.requires_grad_(True)
+            if not value.is_leaf:
+                # A computed tensor, as in the graph: an in-place update of it is legal.
+                t = t.clone()
+        return t
     return _hint(value)
 
 
@@ -132,6 +138,13 @@ def _is_scalar_node(node: Node) -> bool:
     return bool(node.all_input_nodes) and not any(isinstance(v, torch.Tensor) for v in leaves)
 
 
+def _on_a_copy(call):
+    def on_a_copy(target, *args, **kwargs):
+        return call(target.clone(), *args, **kwargs)
+
+    return on_a_copy
+
+
 def node_support(node: Node, gm: GraphModule) -> NodeSupport:
     """Whether thunder takes node, asked by tracing its call with thunder."""
     import thunder
@@ -145,6 +158,10 @@ def node_support(node: Node, gm: GraphModule) -> NodeSupport:
     except _NoExample as e:
         return NodeSupport(False, f"dynamo recorded no example value for {e.args[0]}, an input of {name}")
     call = _call_of(node, gm)
+    if _updates_in_place(node) and args and isinstance(args[0], torch.Tensor):
+        # The tensor it updates is made in the same piece (split() keeps it so, or sends both to
+        # PyTorch): thunder is asked about an update of a tensor the trace made, not of an input.
+        call = _on_a_copy(call)
     try:
         with torch.enable_grad():
             thunder._trace(call, args, kwargs, ())
@@ -185,18 +202,78 @@ def _size_queries_as_methods(gm: GraphModule) -> None:
     gm.recompile()
 
 
-def split(gm: GraphModule) -> Split:
-    """gm split into maximal runs of consecutive nodes that thunder takes or PyTorch runs."""
-    _size_queries_as_methods(gm)
-    partition: dict = {}
-    kinds: list = []  # kinds[i]: whether thunder runs piece i
-    reasons: dict = {}
+_INPLACE_OPERATORS = {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                       operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+                       operator.ixor, operator.ilshift, operator.irshift, operator.imatmul}
+
+
+def _updates_in_place(node: Node) -> bool:
+    """Whether node updates its first argument in place (x[i] = v, x += y, x.add_(y), relu_)."""
+    if node.op == "call_function" and node.target in _INPLACE_OPERATORS:
+        return True
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op in ("call_function", "call_method") and isinstance(name, str):
+        if name.endswith("_") and not name.endswith("__") and name != "requires_grad_":
+            return True
+    return node.kwargs.get("inplace") is True
+
+
+def _storage(value):
+    if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except Exception:  # noqa: BLE001 - a tensor without storage (sparse) aliases nothing here
+            return None
+    return None
+
+
+def _decide(gm: GraphModule) -> dict:
+    """node -> NodeSupport for each node that starts or joins a piece by its kind (not the nodes
+    that stay in the piece they are in: state, size and scalar nodes)."""
     decided: dict = {}
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "output", "get_attr"):
+        if node.op in ("placeholder", "output", "get_attr") or _stays(node):
             continue
-        if (node.op == "call_function" and node.target in _STATE_NODES) or _is_scalar_node(node):
-            partition[node] = max(len(kinds) - 1, 0)
+        if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], Node) \
+                and not isinstance(_example(node.args[0]), torch.Tensor) and node.args[0] in decided:
+            # An element of a call's tuple output goes where the call went (the call's reason holds).
+            decided[node] = NodeSupport(decided[node.args[0]].thunder, "")
+        else:
+            decided[node] = node_support(node, gm)
+    return decided
+
+
+def _alias_classes(gm: GraphModule) -> list:
+    """For each node that updates a tensor in place: the nodes whose outputs share that tensor's
+    storage (the tensor, its base, its views, the update itself). An update and the views it goes
+    through must run in one piece: thunder updates a tensor in place only if its trace made it
+    (an input that requires grad, or a view of an input, it refuses), and a thunder piece returns
+    new tensors (outputs of its autograd function), not views of one another."""
+    by_storage: dict = {}
+    for node in gm.graph.nodes:
+        storage = _storage(_example(node))
+        if storage is not None:
+            by_storage.setdefault(storage.cdata, []).append(node)
+    classes = []
+    for node in gm.graph.nodes:
+        if _updates_in_place(node) and isinstance(node.args[0], Node):
+            storage = _storage(_example(node.args[0]))
+            if storage is not None:
+                classes.append((node, by_storage.get(storage.cdata, []) + [node]))
+    return classes
+
+
+def _stays(node: Node) -> bool:
+    return (node.op == "call_function" and node.target in _STATE_NODES) or _is_scalar_node(node) or (
+        node.op == "call_method" and node.target in _SIZE_METHODS)
+
+
+def _partition(gm: GraphModule, decided: dict):
+    """node -> piece index, and whether thunder runs each piece."""
+    partition: dict = {}
+    kinds: list = []
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
             continue
         if node.op == "call_method" and node.target in _SIZE_METHODS and node.args[0] in partition:
             # The size of a tensor is read where the tensor is made: a size known only from the data
@@ -204,18 +281,39 @@ def split(gm: GraphModule) -> Split:
             # every piece that uses it depend on that node's piece.
             partition[node] = partition[node.args[0]]
             continue
-        if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], Node) \
-                and not isinstance(_example(node.args[0]), torch.Tensor) and node.args[0] in decided:
-            # An element of a call's tuple output goes where the call went (the call's reason holds).
-            support = decided[node.args[0]]
-        else:
-            support = node_support(node, gm)
-            if not support.thunder:
-                reasons[node.name] = (_target_name(node), support.reason)
-        decided[node] = support
-        if not kinds or kinds[-1] != support.thunder:
-            kinds.append(support.thunder)
+        if node not in decided:
+            partition[node] = max(len(kinds) - 1, 0)
+            continue
+        thunder_runs = decided[node].thunder
+        if not kinds or kinds[-1] != thunder_runs:
+            kinds.append(thunder_runs)
         partition[node] = len(kinds) - 1
+    return partition, kinds
+
+
+def split(gm: GraphModule) -> Split:
+    """gm split into maximal runs of consecutive nodes that thunder takes or PyTorch runs."""
+    _size_queries_as_methods(gm)
+    decided = _decide(gm)
+    classes = _alias_classes(gm)
+    while True:
+        partition, kinds = _partition(gm, decided)
+        moved = False
+        for update, nodes in classes:
+            pieces = {partition.get(n) for n in nodes}
+            if len(pieces) == 1 and None not in pieces and kinds[pieces.pop()]:
+                continue  # one thunder piece holds the tensor, its views and the update
+            for n in nodes:
+                if n in decided and decided[n].thunder:
+                    target = update.args[0].name
+                    what = (f"updates {target} in place" if n is update else
+                            f"shares storage with {target}, which {update.name} updates in place")
+                    decided[n] = NodeSupport(False, f"{what}: the tensor, its views and its updates run in one "
+                                                    f"piece, and some of them cannot run in thunder")
+                    moved = True
+        if not moved:
+            break
+    reasons = {node.name: (_target_name(node), s.reason) for node, s in decided.items() if s.reason}
     if not kinds:
         kinds.append(True)
     split_gm = split_module(gm, None, lambda n: partition.get(n, 0), keep_original_order=True)

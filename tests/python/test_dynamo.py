@@ -119,6 +119,17 @@ def test_data_dependent(fn, make_args, config):
         # A second call with new data takes the compiled path again, and stays right.
         _check_values_and_grads(fn, make_args, compiled=f)
     assert any(traces for traces in f.last_traces), "no thunder piece ran"
+    if not config:
+        # dynamo broke the graph where the data decides: the report says why (dynamo counts a
+        # branch on a tensor's value among its graph breaks only in its logs).
+        assert len(f.subgraph_infos) >= 2
+        assert fn is data_branch or "dynamo's graph breaks" in f.report()
+
+
+def test_report_names_dynamo_graph_breaks():
+    f = _check_values_and_grads(item_in_middle, lambda: (torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)))
+    text = f.report()
+    assert "Tensor.item()" in text and "(x1)" in text, text
 
 
 def test_captured_data_dependent_nodes_run_in_pytorch_with_reason():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch._dynamo.utils import counters
 
 from thunder.dynamo.report import Piece, SplitReason, SubgraphInfo, report
 from thunder.dynamo.splitter import split
@@ -55,6 +56,13 @@ class ThunderCompiler:
         return report(self.subgraph_infos)
 
 
+def _short(reason: str) -> str:
+    """dynamo's graph break message in a line: its title and explanation."""
+    lines = [line.strip() for line in reason.strip().splitlines()]
+    why = next((line[len("Explanation:"):].strip() for line in lines if line.startswith("Explanation:")), "")
+    return f"{lines[0]}: {why}" if why else lines[0]
+
+
 class ThunderFX:
     """A function or module compiled by torch.compile with a ThunderCompiler backend (thunderfx)."""
 
@@ -63,9 +71,20 @@ class ThunderFX:
         self._fn = fn
         self._compiled = torch.compile(fn, backend=self._backend, dynamic=dynamic)
         self.__wrapped__ = fn
+        # dynamo's reasons for the graph breaks between the graphs it compiled -> how many
+        self.graph_breaks: dict[str, int] = {}
 
     def __call__(self, *args, **kwargs) -> Any:
-        return self._compiled(*args, **kwargs)
+        # dynamo counts the graph breaks it makes, by reason, while it compiles: those new during
+        # this call are this function's.
+        breaks = counters["graph_break"]
+        before = breaks.copy()
+        try:
+            return self._compiled(*args, **kwargs)
+        finally:
+            if breaks != before:
+                for reason, n in (breaks - before).items():
+                    self.graph_breaks[_short(reason)] = self.graph_breaks.get(_short(reason), 0) + n
 
     @property
     def backend(self) -> ThunderCompiler:
@@ -92,8 +111,9 @@ class ThunderFX:
         return [thunder.last_backward_traces(m) for m in self._backend.thunder_pieces]
 
     def report(self) -> str:
-        """A readable account of the graphs dynamo compiled, their pieces and the split reasons."""
-        return self._backend.report()
+        """A readable account of the graphs dynamo compiled, dynamo's graph breaks between them,
+        their pieces and the reasons for the splits."""
+        return report(self._backend.subgraph_infos, self.graph_breaks)
 
 
 def thunderfx(fn: Callable, dynamic: bool | None = None, **thunder_options) -> ThunderFX:

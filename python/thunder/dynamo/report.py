@@ -52,12 +52,16 @@ def _names(nodes: list, limit: int = 12) -> str:
     return shown + (f", ... ({len(nodes) - limit} more)" if len(nodes) > limit else "")
 
 
-def report(infos: list) -> str:
-    """The graphs dynamo compiled, their pieces (where each ran, which nodes it holds) and why
-    each node PyTorch runs was not taken by thunder."""
+def report(infos: list, graph_breaks: dict | None = None) -> str:
+    """The graphs dynamo compiled, dynamo's graph breaks between them (reason -> count), the
+    pieces of each graph (where each ran, which nodes it holds) and why each node PyTorch runs was
+    not taken by thunder."""
     if not infos:
         return "thunder.dynamo: no graph compiled yet (the function has not been called)"
-    lines = [f"thunder.dynamo: {len(infos)} graph(s) from dynamo (dynamo's own graph breaks lie between them)"]
+    lines = [f"thunder.dynamo: {len(infos)} graph(s) from dynamo"]
+    if graph_breaks:
+        lines.append("dynamo's graph breaks (Python runs between the graphs):")
+        lines += [f"  {reason} (x{n})" for reason, n in graph_breaks.items()]
     for info in infos:
         n_thunder = sum(p.thunder for p in info.pieces)
         lines.append(f"graph {info.index}: {len(info.pieces)} piece(s), {n_thunder} in thunder, "

@@ -189,6 +189,27 @@ def test_custom_autograd_function_runs_in_pytorch():
     assert [r.target for r in info.split_reasons] == ["torch.ops.higher_order.autograd_function_apply"]
 
 
+def regions_across_a_split(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        z = torch.cond(y.sum() > 0, lambda t: t.exp(), lambda t: t.cos(), (y,))
+        u = z @ w  # bfloat16 @ float32: legal under autocast only
+    with torch.no_grad():
+        s = (u * 2).sum()
+    return u.float() * s
+
+
+def test_autocast_and_grad_regions_across_a_split():
+    f = _check_values_and_grads(regions_across_a_split,
+                                lambda: (torch.randn(4, 4) * 0.3, (torch.randn(4, 4) * 0.3).requires_grad_()),
+                                atol=2e-2, rtol=2e-2)
+    (info,) = f.subgraph_infos
+    # The piece after the split runs in the regions: thunder takes the matmul under autocast.
+    assert [p.thunder for p in info.pieces] == [True, False, True]
+    assert "u" in info.pieces[2].nodes and [r.node for r in info.split_reasons] == ["cond"]
+    assert "bf16" in str(f.last_traces[1][-1])
+
+
 # ---- modules and training -----------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ piece under the state its region sets, as eager runs it.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass
 
@@ -145,8 +146,37 @@ def _on_a_copy(call):
     return on_a_copy
 
 
-def node_support(node: Node, gm: GraphModule) -> NodeSupport:
-    """Whether thunder takes node, asked by tracing its call with thunder."""
+class _State:
+    """PyTorch's global state at a node of the graph, as the graph's state nodes set it: the
+    autocast regions it is in and grad mode. thunder is asked about a node in that state (under
+    autocast, a matmul of a float32 and a bfloat16 tensor is legal)."""
+
+    def __init__(self):
+        self.autocasts: list = []  # the arguments of each _enter_autocast in force
+        self.grad = torch.is_grad_enabled()
+
+    def update(self, node: Node) -> None:
+        if node.target is torch.amp._enter_autocast:
+            self.autocasts.append(node.args)
+        elif node.target is torch.amp._exit_autocast and self.autocasts:
+            self.autocasts.pop()
+        elif node.target is torch._C._set_grad_enabled:
+            self.grad = bool(node.args[0])
+
+    def key(self) -> tuple:
+        return (tuple(self.autocasts), self.grad)
+
+    def enter(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.set_grad_enabled(self.grad))
+        for device_type, dtype, enabled, cache_enabled in self.autocasts:
+            stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled))
+        return stack
+
+
+def node_support(node: Node, gm: GraphModule, state: _State | None = None) -> NodeSupport:
+    """Whether thunder takes node, asked by tracing its call with thunder (in the autocast and grad
+    state the graph sets at node)."""
     import thunder
 
     name = _target_name(node)
@@ -163,7 +193,7 @@ def node_support(node: Node, gm: GraphModule) -> NodeSupport:
         # PyTorch): thunder is asked about an update of a tensor the trace made, not of an input.
         call = _on_a_copy(call)
     try:
-        with torch.enable_grad():
+        with (state or _State()).enter():
             thunder._trace(call, args, kwargs, ())
     except Exception as e:  # noqa: BLE001 - whatever thunder refuses runs in PyTorch
         return NodeSupport(False, f"thunder cannot trace {name}: {_first_line(e)}")
@@ -227,11 +257,34 @@ def _storage(value):
     return None
 
 
+def _meta_of(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype, value.device, value.requires_grad,
+                value.is_leaf)
+    return value
+
+
+def _signature(node: Node, gm: GraphModule) -> str:
+    """What thunder's answer for node depends on: its call and its inputs' metadata (the layers of
+    a model repeat the same calls on the same shapes; thunder is asked once for each)."""
+    def arg(a):
+        if a.op == "get_attr":
+            return ("attr", id(getattr(gm, a.target)))
+        return pytree.tree_map(_meta_of, _example(a))
+
+    target = id(gm.get_submodule(node.target)) if node.op == "call_module" else node.target
+    return repr((node.op, target, map_arg(node.args, arg), map_arg(node.kwargs, arg), _introduces_unbacked(node)))
+
+
 def _decide(gm: GraphModule) -> dict:
     """node -> NodeSupport for each node that starts or joins a piece by its kind (not the nodes
     that stay in the piece they are in: state, size and scalar nodes)."""
     decided: dict = {}
+    answers: dict = {}
+    state = _State()
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _STATE_NODES:
+            state.update(node)
         if node.op in ("placeholder", "output", "get_attr") or _stays(node):
             continue
         if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], Node) \
@@ -239,7 +292,10 @@ def _decide(gm: GraphModule) -> dict:
             # An element of a call's tuple output goes where the call went (the call's reason holds).
             decided[node] = NodeSupport(decided[node.args[0]].thunder, "")
         else:
-            decided[node] = node_support(node, gm)
+            key = (_signature(node, gm), state.key())
+            if key not in answers:
+                answers[key] = node_support(node, gm, state)
+            decided[node] = answers[key]
     return decided
 
 

@@ -76,14 +76,18 @@ class ThunderFX:
 
     def __call__(self, *args, **kwargs) -> Any:
         # dynamo counts the graph breaks it makes, by reason, while it compiles: those new during
-        # this call are this function's.
-        breaks = counters["graph_break"]
-        before = breaks.copy()
+        # this call are this function's. (A break where the frame then returns, as after `if
+        # t.max() > k:`, it counts as "unimplemented" only.)
+        breaks, unimplemented = counters["graph_break"], counters["unimplemented"]
+        before, before_unimplemented = breaks.copy(), unimplemented.copy()
         try:
             return self._compiled(*args, **kwargs)
         finally:
-            if breaks != before:
-                for reason, n in (breaks - before).items():
+            if breaks != before or unimplemented != before_unimplemented:
+                new = breaks - before
+                for reason, n in (unimplemented - before_unimplemented).items():
+                    new.setdefault(reason, n)
+                for reason, n in new.items():
                     self.graph_breaks[_short(reason)] = self.graph_breaks.get(_short(reason), 0) + n
 
     @property

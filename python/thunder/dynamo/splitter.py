@@ -348,7 +348,9 @@ def _partition(gm: GraphModule, decided: dict):
 
 
 def split(gm: GraphModule) -> Split:
-    """gm split into maximal runs of consecutive nodes that thunder takes or PyTorch runs."""
+    """gm split into maximal runs of consecutive nodes that thunder takes or PyTorch runs. gm's
+    ATen size queries (aten.sym_size.int, ...) become the tensor methods that answer them, in
+    place: thunder's proxies answer x.size(d), not the ATen op."""
     _size_queries_as_methods(gm)
     decided = _decide(gm)
     classes = _alias_classes(gm)

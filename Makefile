@@ -22,6 +22,9 @@ deps:
 	@# transformers requires no torch: the pin installs without touching the one above.
 	@$(PYTHON) -c "import transformers" 2>/dev/null || $(PYTHON) -m pip install -q transformers==5.17.0 || \
 	  echo "transformers could not be installed (the model suite's tests will be skipped)"
+	@# torch_geometric (GCNConv, GATConv in test_dynamo.py) is pure Python and requires no torch.
+	@$(PYTHON) -c "import torch_geometric" 2>/dev/null || $(PYTHON) -m pip install -q torch_geometric==2.8.1 || \
+	  echo "torch_geometric could not be installed (its tests in test_dynamo.py will be skipped)"
 	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
 	@# NVRTC compiles the fuser's CUDA kernels (no GPU needed); the wheel is used where the
 	@# CUDA toolkit has none. Machines without network access skip it.

@@ -25,7 +25,15 @@ import torch
 import torch.utils._pytree as pytree
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, optimization_hint
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # torch < 2.12 (the GPU machine's 2.11): the size dynamo recorded, if any
+
+    def optimization_hint(s, fallback=None):
+        hint = s.node.hint
+        return int(hint) if hint is not None else fallback
 from torch.fx.passes.split_module import split_module
 from torch.multiprocessing.reductions import StorageWeakRef
 

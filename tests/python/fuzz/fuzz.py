@@ -605,12 +605,22 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", type=float, default=None, help="print the counts every this many seconds")
     ap.add_argument("--recycle", type=int, default=0,
                     help="programs per worker process before a fresh one (default 0: the worker lives on)")
+    ap.add_argument("--family", default=None,
+                    help="give every seed to this program family of programs.FAMILIES (default: each its share)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
         worker([(n, EXECUTOR_SETS[n]) for n in a.worker.split(",")])
         return 0
     names = a.executors.split(",")
+    if a.family:
+        sys.path.insert(0, HERE)
+        import programs
+
+        known = [fn.__name__ for fn, _ in programs.FAMILIES]
+        if a.family not in known:
+            ap.error(f"unknown family {a.family!r}; choose from {known}")
+        os.environ["THUNDER_FUZZ_FAMILY"] = a.family  # the workers inherit it
     for n in names:
         if n not in EXECUTOR_SETS:
             ap.error(f"unknown executor set {n!r}; choose from {sorted(EXECUTOR_SETS)}")

@@ -1027,6 +1027,18 @@ def test_add_float_alpha_with_integer_tensors_raises_like_eager(executors):
 
 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("args", [
+    (torch.zeros(()).double(), torch.ones(3), 0.3), (torch.zeros(3), torch.ones(3).double(), 0.3),
+    (torch.zeros(3).bfloat16(), torch.ones(3), 0.7), (torch.zeros(3), torch.ones(3), torch.full((3,), 0.3).double()),
+    (torch.zeros(3), torch.ones(3), torch.tensor(0.3).double()), (torch.zeros(3).half(), torch.ones(3).half(), 0.3),
+], ids=["f64_0d_start", "f64_end", "bf16_start", "f64_weight", "f64_0d_weight", "f16"])
+def test_lerp_of_other_dtypes_raises_like_eager(args, executors):
+    # Fuzzer seed 40841: lerp(a float64 0-d var, a float32 tensor, 0.3): eager's lerp does not
+    # promote (RuntimeError: expected dtype double for `end`), thunder computed in float64
+    assert_same(torch.lerp, *args, executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
 @pytest.mark.parametrize("which", ["max", "min"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_max_min_with_dim_gradient_goes_to_the_index(which, keepdim, executors):

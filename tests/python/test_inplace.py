@@ -271,6 +271,22 @@ def test_a_tensor_overwritten_in_place_keeps_its_gradient(update):
             torch.testing.assert_close(x, y)
 
 
+def test_a_tensor_overwritten_through_setitem_keeps_its_gradient():
+    # Fuzzer seeds 40691, 40710: t[0] = 2.0 on a tensor whose first dim has length 1 writes every
+    # element; eager's result still requires grad (a zero gradient), thunder's had none.
+    def f(a):
+        t = a.sin()
+        t[0] = 2.0
+        return t.permute(2, 1, 0)
+
+    a = torch.randn(1, 5, 2, requires_grad=True)
+    got, want = thunder.jit(f)(a), f(a)
+    assert got.requires_grad and want.requires_grad
+    torch.testing.assert_close(got, want)
+    cot = torch.randn(want.shape)
+    torch.testing.assert_close(torch.autograd.grad(got, a, cot)[0], torch.autograd.grad(want, a, cot)[0])
+
+
 def test_closure_tensor_mutated():
     state = torch.zeros(3)
     ref_state = torch.zeros(3)

@@ -392,7 +392,8 @@ def _maybe_inplace(st, func, held, args, kwargs):
     if func is torch.Tensor.__setitem__:
         x, key, value = args
         with st.replay():
-            result = aliasing.setitem_value(x, key, value)
+            # A key that covers the whole tensor (x[0] = v of a dim of length 1) overwrites it
+            result = _overwritten(x, aliasing.setitem_value(x, key, value))
         functionalize.commit(st, "Tensor.__setitem__", held[0], _own_value(result, args, kwargs))
         return None
     out = kwargs.get("out") if kwargs else None
@@ -446,8 +447,8 @@ _RETURN_SELF = object()
 
 
 def _overwritten(self, value):
-    """The value of an in-place op that writes every element of self without reading it (copy_,
-    fill_, zero_, uniform_, normal_). In a training call eager's result stays differentiable with
+    """The value of an in-place op that may write every element of self without reading it
+    (copy_, fill_, zero_, uniform_, normal_, x[k] = v). In a training call eager's result stays differentiable with
     respect to self, with a zero gradient (`y = x * 1; y.zero_(); y.sum().backward()` runs); as
     value alone it depended on no input, so thunder returned a tensor without a gradient and the
     caller's backward raised. where(True, value, self) is value, and passes self a zero gradient."""

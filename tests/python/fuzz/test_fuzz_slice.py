@@ -127,8 +127,10 @@ def test_outputs_rounded_to_a_coarser_dtype_get_its_tolerance():
     assert fuzz._close(torch.tensor([0.5004]), torch.tensor([0.5])) is not None  # 0.5004: no bfloat16
 
 
-@pytest.mark.parametrize("seed", [30649, 25723, 25923, 33661, 35140, 36352, 37737, 38820, 39324])
+@pytest.mark.parametrize("seed", [30649, 25723, 25923, 33661, 35140, 36352, 37737, 38820, 39324,
+                                  40402, 40691, 40710, 40841])
 def test_fixed_seeds_pass(seed):
-    # open after session 7 (30649, 25723, 25923) and found by this session's run (the others)
+    # open after session 7 (30649, 25723, 25923), found by session 8's run (33661 to 39324) and by
+    # the run of 2026-11-28 (40402 on): see README.md
     counts, failures = fuzz.run([seed], ["default", "fuser"], timeout=300, jobs=1, out_dir=None, quiet=True)
     assert not failures, failures[0]["detail"]

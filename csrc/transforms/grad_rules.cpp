@@ -1025,6 +1025,21 @@ void registerLowPrecisionPowRule() {
       });
 }
 
+/// hypot: eager's hypot_backward, g * a / y and g * b / y. Through the decomposition's where
+/// (an infinite operand gives inf) an infinite operand's gradient would be 0, eager's is
+/// inf / inf = NaN.
+void registerHypotRule() {
+  const Symbol* s = SymbolRegistry::get().find("ltorch.hypot");
+  if (s == nullptr) return;
+  registerGradRule(s->id(), [s](const Args& a) {
+    Value y = call(*s, a);
+    Value g = getGrad(y);
+    putGrad(a[0], div(mul(g, a[0]), y));
+    putGrad(a[1], div(mul(g, a[1]), y));
+    return y;
+  });
+}
+
 void registerGradRules() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -1043,6 +1058,7 @@ void registerGradRules() {
     registerCrossEntropyRule();
     registerLowPrecisionUnaryRules();
     registerLowPrecisionPowRule();
+    registerHypotRule();
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

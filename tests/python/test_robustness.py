@@ -1027,6 +1027,23 @@ def test_add_float_alpha_with_integer_tensors_raises_like_eager(executors):
 
 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hypot_of_an_infinity_and_a_nan_is_inf_like_eager(dtype, executors):
+    # Fuzzer seed 43267: hypot(NaN, -inf) is inf in eager (C's hypot), thunder's sqrt(p^2 + q^2)
+    # was NaN. The gradients stay eager's g * a / y and g * b / y (NaN at an infinite operand).
+    inf, nan = float("inf"), float("nan")
+    a0 = torch.tensor([nan, -inf, inf, 3.0, nan, 0.0, -inf], dtype=dtype)
+    b0 = torch.tensor([-inf, nan, 2.0, 4.0, 1.0, 0.0, -inf], dtype=dtype)
+    res = []
+    for jit in (False, True):
+        a, b = a0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        y = (thunder.jit(torch.hypot, executors=executors) if jit else torch.hypot)(a, b)
+        res.append([y.detach(), *torch.autograd.grad(y, (a, b), torch.full_like(y, 0.5))])
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
 @pytest.mark.parametrize("args", [
     (torch.zeros(()).double(), torch.ones(3), 0.3), (torch.zeros(3), torch.ones(3).double(), 0.3),
     (torch.zeros(3).bfloat16(), torch.ones(3), 0.7), (torch.zeros(3), torch.ones(3), torch.full((3,), 0.3).double()),

@@ -505,6 +505,14 @@ void registerElementwise() {
                          "ltorch.lerp: not implemented for ", dtypeName(d),
                          " inputs (floating point or complex tensors are expected)");
     }
+    // Nor do they promote: end, and a weight tensor of one or more dims, have the input's dtype
+    // (fuzzer seed 40841: a float64 0-dim start and a float32 end, which eager refuses).
+    DType d = T(a[0], "lerp").dtype;
+    THUNDER_CHECK_KIND(T(a[1], "lerp").dtype == d, ErrorKind::Runtime, "ltorch.lerp: expected dtype ",
+                       dtypeName(d), " for `end` but got dtype ", dtypeName(T(a[1], "lerp").dtype));
+    THUNDER_CHECK_KIND(!a[2].isTensor() || a[2].tensor().ndim() == 0 || a[2].tensor().dtype == d,
+                       ErrorKind::Runtime, "ltorch.lerp: expected dtype ", dtypeName(d),
+                       " for `weight` but got dtype ", dtypeName(a[2].isTensor() ? a[2].tensor().dtype : d));
     // Eager's formula (ATen's lerp): a + w * (end - a) for |w| < 0.5, else
     // end - (end - a) * (1 - w), computed in the computation dtype and rounded once. One formula
     // for all weights differs at infinities (lerp(inf, 1, 0.7): inf + 0.7 * -inf is NaN, eager's

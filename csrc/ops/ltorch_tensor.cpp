@@ -1306,8 +1306,11 @@ void registerElementwiseTensorOps() {
         // seed 15465) and overflowed past 1.8e19
         DType comp = DType::Float64;
         Value p = clang::maybeConvert(a[0], comp), q = clang::maybeConvert(a[1], comp);
-        return clang::maybeConvert(op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})}),
-                                   dt);
+        Value r = op("sqrt", {op("add", {op("mul", {p, p}), op("mul", {q, q})})});
+        // An infinite operand gives inf even with a NaN beside it, as C's hypot (fuzzer seed
+        // 43267: hypot(NaN, -inf) was NaN)
+        r = op("where", {op("logical_or", {op("isinf", {p}), op("isinf", {q})}), INFINITY, r});
+        return clang::maybeConvert(r, dt);
       },
       kElementwise);
   for (bool two : {false, true}) {

@@ -215,8 +215,18 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     ctx->save_for_backward(variable_list(all.begin() + n, all.end()));
     ctx->saved_data["thunder"] = c10::IValue::make_capsule(ref);
     variable_list nondiff;
-    for (size_t i = 0; i < n; ++i)
-      if (!p.fb.differentiableOutputs[i]) nondiff.push_back(outs[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (p.fb.differentiableOutputs[i]) continue;
+      // The same tensor as an input or another output (`return a, a.detach()`: detach ran as
+      // nothing): marked as it is, the other one would lose its gradient too. Eager's detach
+      // returns a tensor of its own sharing the storage, as this alias does.
+      const c10::TensorImpl* impl = outs[i].unsafeGetTensorImpl();
+      bool shared = false;
+      for (size_t j = 0; j < n && !shared; ++j) shared = j != i && outs[j].unsafeGetTensorImpl() == impl;
+      for (const at::Tensor& x : inputs) shared |= x.unsafeGetTensorImpl() == impl;
+      if (shared) outs[i] = outs[i].detach();
+      nondiff.push_back(outs[i]);
+    }
     if (!nondiff.empty()) ctx->mark_non_differentiable(nondiff);
     // An output the backward does not reach gets an undefined gradient, not zeros (see backward).
     ctx->set_materialize_grads(false);

@@ -58,6 +58,21 @@ bool movesOnly(const BoundSymbol& b) {
   return true;
 }
 
+/// The outputs of a call by position: a tensor, or null where dce pruned an unused output (or
+/// the output is not a tensor). Two calls' outputs correspond position by position; their
+/// tensors alone do not (the first split's unused second part and the second's unused first
+/// part pruned, each had one tensor, and the second's second part was renamed to the first's
+/// first part).
+void slotsOf(const Value& v, std::vector<TensorPtr>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isSequence()) {
+    for (const Value& x : v.items()) slotsOf(x, out);
+  } else {
+    out.push_back(nullptr);
+  }
+}
+
 }  // namespace
 
 Trace cse(const Trace& trace) {
@@ -68,7 +83,7 @@ Trace cse(const Trace& trace) {
   // computes for itself. Shared, they would be read as kernel inputs, made once for every layer.
   std::unordered_set<const TensorProxy*> tables;
   for (const TensorPtr& t : trace.inputs) tables.insert(t.get());
-  std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs
+  std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs (slotsOf)
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
     if (!renames.empty()) substituteReads(b, renames);
@@ -95,15 +110,23 @@ Trace cse(const Trace& trace) {
       keyOf(a, key);
       key += ';';
     }
-    auto [it, first] = seen.emplace(std::move(key), outs);
-    bool same = !first && it->second.size() == outs.size();
-    for (size_t k = 0; same && k < outs.size(); ++k)
-      same = it->second[k]->shape == outs[k]->shape && it->second[k]->dtype == outs[k]->dtype;
+    std::vector<TensorPtr> slots;
+    slotsOf(b.output, slots);
+    auto [it, first] = seen.emplace(std::move(key), slots);
+    // The same call again: each output the later call uses is read from the first's, which must
+    // have kept that output (not pruned) with the same shape and dtype.
+    bool same = !first && it->second.size() == slots.size();
+    for (size_t k = 0; same && k < slots.size(); ++k) {
+      if (slots[k] == nullptr) continue;
+      const TensorPtr& was = it->second[k];
+      same = was != nullptr && was->shape == slots[k]->shape && was->dtype == slots[k]->dtype;
+    }
     if (!same) {
       out.bsyms.push_back(std::move(b));
       continue;
     }
-    for (size_t k = 0; k < outs.size(); ++k) renames.emplace(outs[k].get(), it->second[k]);
+    for (size_t k = 0; k < slots.size(); ++k)
+      if (slots[k] != nullptr) renames.emplace(slots[k].get(), it->second[k]);
   }
   out.output = substitute(trace.output, renames);
   return out;

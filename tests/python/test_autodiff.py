@@ -172,6 +172,27 @@ def test_detach_stops_the_gradient():
     torch.testing.assert_close(g, a)
 
 
+@pytest.mark.parametrize("outputs", ["a, a.reshape(-1), a.detach()", "a.detach(), a", "a.detach(), a * 2",
+                                     "a, a.detach(), a.detach()"])
+def test_an_output_detached_from_another_keeps_the_others_gradient(outputs):
+    # Fuzzer family inplace_alias_program, seed 40: `return a, a.detach()` with a requiring grad.
+    # The detach runs as nothing, so both outputs were one tensor, and marking the detached one
+    # as not differentiable took the gradient from the other too (its backward raised).
+    def f(a):
+        return eval(outputs)
+
+    a = torch.randn(3, requires_grad=True)
+    got, want = thunder.jit(f)(a), f(a)
+    assert [x.requires_grad for x in got] == [x.requires_grad for x in want]
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
+    pick = [i for i, y in enumerate(want) if y.requires_grad]
+    cots = [torch.randn(want[i].shape) for i in pick]
+    (gt,) = torch.autograd.grad([got[i] for i in pick], [a], cots)
+    (ge,) = torch.autograd.grad([want[i] for i in pick], [a], cots)
+    torch.testing.assert_close(gt, ge)
+
+
 # ---- seed 001: the grad cells, as written -----------------------------------------------------
 
 def _calls(trace):

@@ -246,6 +246,48 @@ def test_inplace_in_training_matches_eager_gradients():
     torch.testing.assert_close(g, w.grad)
 
 
+@pytest.mark.parametrize("update", ["t.fill_(1.5)", "t.zero_()", "t.copy_(b)", "t.copy_(c)", "t.fill_(c.sum())",
+                                    "t.normal_()", "t.uniform_()"])
+def test_a_tensor_overwritten_in_place_keeps_its_gradient(update):
+    # Fuzzer family inplace_alias_program, seeds 2, 35, 41, 43: eager's y.fill_(v) (zero_, copy_ of
+    # a tensor without a gradient) on a tensor that requires grad returns a tensor that still does,
+    # with a zero gradient. Thunder's value depended on no input: its result had no gradient and
+    # the caller's backward raised "element 0 of tensors does not require grad".
+    def f(a, b, c):
+        t = a * 1
+        return eval(update)
+
+    a, c = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    b = torch.ones(3)
+    jf = thunder.jit(f)
+    got, want = jf(a, b, c), f(a, b, c)
+    assert got.requires_grad and want.requires_grad
+    if "normal_" not in update and "uniform_" not in update:  # the random fills draw other numbers
+        torch.testing.assert_close(got, want)
+    gt = torch.autograd.grad(got.sum(), [a, c], allow_unused=True)
+    ge = torch.autograd.grad(want.sum(), [a, c], allow_unused=True)
+    for x, y in zip(gt, ge):
+        assert (x is None) == (y is None)
+        if y is not None:
+            torch.testing.assert_close(x, y)
+
+
+def test_a_tensor_overwritten_through_setitem_keeps_its_gradient():
+    # Fuzzer seeds 40691, 40710: t[0] = 2.0 on a tensor whose first dim has length 1 writes every
+    # element; eager's result still requires grad (a zero gradient), thunder's had none.
+    def f(a):
+        t = a.sin()
+        t[0] = 2.0
+        return t.permute(2, 1, 0)
+
+    a = torch.randn(1, 5, 2, requires_grad=True)
+    got, want = thunder.jit(f)(a), f(a)
+    assert got.requires_grad and want.requires_grad
+    torch.testing.assert_close(got, want)
+    cot = torch.randn(want.shape)
+    torch.testing.assert_close(torch.autograd.grad(got, a, cot)[0], torch.autograd.grad(want, a, cot)[0])
+
+
 def test_closure_tensor_mutated():
     state = torch.zeros(3)
     ref_state = torch.zeros(3)

@@ -410,6 +410,26 @@ def test_cse_keeps_calls_that_differ():
     assert len(_calls(final, "torch.mul")) == 4, str(final)
 
 
+@pytest.mark.parametrize("executors", [["torch"], ["fuser"]])
+@pytest.mark.parametrize("parts", ["split", "chunk", "unbind", "var_mean"])
+def test_cse_matches_the_outputs_of_repeated_multi_output_calls_by_position(parts, executors):
+    # Fuzzer family blocks_program, seed 0 (a ShuffleNet block): the same split of a computed tensor
+    # taken twice, the first call's second part and the second call's first part unused. Dead code
+    # elimination pruned those, and CSE matched the calls' remaining tensors by count: the second
+    # call's second part was read as the first call's first part (cat([x1, x1]) for cat([x2, x1])).
+    take = {"split": lambda y: y.split(3, dim=1), "chunk": lambda y: y.chunk(2, dim=1),
+            "unbind": lambda y: y.unbind(1), "var_mean": lambda y: torch.var_mean(y, 1)}[parts]
+
+    def f(x):
+        y = x.relu()
+        first = take(y)[0]
+        second = take(y)[1]
+        return torch.cat([second.reshape(-1), first.reshape(-1)]) * 2
+
+    x = torch.randn(2, 6, dtype=torch.float64)
+    torch.testing.assert_close(thunder.jit(f, executors=executors)(x), f(x))
+
+
 def test_cse_in_the_backward_removes_duplicate_fusion_outputs():
     # RMSNorm's input gradient is converted to bfloat16 once per consumer by the autodiff (the
     # residual branch and the matmul before it); one conversion, one output of the fused kernel.

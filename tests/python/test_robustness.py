@@ -789,6 +789,43 @@ def test_unary_gradients_round_like_eager(name, fn, domain, dtype, executors):
         torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
 
 
+POW_GRAD_CASES = [  # (name, fn of (base, exponent)): base and exponent as the test makes them
+    ("tensor_tensor", lambda a, b: a ** b), ("tensor_2", lambda a, b: a ** 2), ("tensor_3", lambda a, b: a ** 3),
+    ("tensor_half", lambda a, b: a ** 0.5), ("tensor_-1.5", lambda a, b: a ** -1.5),
+    ("tensor_-2", lambda a, b: torch.pow(a, -2)), ("number_tensor", lambda a, b: 1.3 ** b),
+    ("f32_0d_base", lambda a, b: a ** b), ("f32_0d_exponent", lambda a, b: a ** b),
+]
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name,fn", POW_GRAD_CASES, ids=[c[0] for c in POW_GRAD_CASES])
+def test_pow_gradients_of_16_bit_powers_round_like_eager(name, fn, dtype, executors):
+    # Fuzzer seed 40402: b ** c, b a float32 0-d tensor of 0.77, c bfloat16 exponents to -300.
+    # Eager's pow_backward runs in the power's dtype, each step rounded, c - 1 included (-301 is
+    # -300 in bfloat16); thunder computed b^(c - 1) in float32, 30% from eager's gradient of b.
+    # With eager's formula on the call's own operands, bit for bit.
+    gen = torch.Generator().manual_seed(3)
+    a0 = (torch.rand(64, generator=gen, dtype=torch.float64) * 1.5 + 0.5).to(dtype)
+    b0 = (torch.randn(64, generator=gen, dtype=torch.float64) * 3).to(dtype)
+    if name in ("tensor_tensor", "f32_0d_base"):
+        b0[:4] = torch.tensor([0.0, -301.0, -299.0, 181.0]).to(dtype)
+    if name == "f32_0d_base":
+        a0 = torch.tensor(0.7749)
+    if name == "f32_0d_exponent":
+        b0 = torch.tensor(-1.7)
+    grads = []
+    for jit in (False, True):
+        a, b = a0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        y = (thunder.jit(fn, executors=executors) if jit else fn)(a, b)
+        cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(y.dtype)
+        grads.append([g if g is not None else torch.zeros(()) for g in torch.autograd.grad(y, (a, b), cot,
+                                                                                          allow_unused=True)])
+    for got, want in zip(*reversed(grads)):
+        same = (got == want) | (got.isnan() & want.isnan())
+        assert bool(same.all()), (got[~same][:4], want[~same][:4])
+
+
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
 @pytest.mark.parametrize("value", [float("nan"), 2.0, float("inf")])
 @pytest.mark.parametrize("fn", [lambda x: torch.amax(x, 0), lambda x: torch.amin(x, 0), lambda x: torch.amax(x, ())],
@@ -987,6 +1024,35 @@ def test_add_alpha_computes_in_the_promoted_dtype(a_dtype, b_dtype, alpha, sub, 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
 def test_add_float_alpha_with_integer_tensors_raises_like_eager(executors):
     assert_same(lambda a, b: torch.add(a, b, alpha=0.5), torch.arange(3), torch.arange(3), executors=executors)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hypot_of_an_infinity_and_a_nan_is_inf_like_eager(dtype, executors):
+    # Fuzzer seed 43267: hypot(NaN, -inf) is inf in eager (C's hypot), thunder's sqrt(p^2 + q^2)
+    # was NaN. The gradients stay eager's g * a / y and g * b / y (NaN at an infinite operand).
+    inf, nan = float("inf"), float("nan")
+    a0 = torch.tensor([nan, -inf, inf, 3.0, nan, 0.0, -inf], dtype=dtype)
+    b0 = torch.tensor([-inf, nan, 2.0, 4.0, 1.0, 0.0, -inf], dtype=dtype)
+    res = []
+    for jit in (False, True):
+        a, b = a0.clone().requires_grad_(True), b0.clone().requires_grad_(True)
+        y = (thunder.jit(torch.hypot, executors=executors) if jit else torch.hypot)(a, b)
+        res.append([y.detach(), *torch.autograd.grad(y, (a, b), torch.full_like(y, 0.5))])
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("args", [
+    (torch.zeros(()).double(), torch.ones(3), 0.3), (torch.zeros(3), torch.ones(3).double(), 0.3),
+    (torch.zeros(3).bfloat16(), torch.ones(3), 0.7), (torch.zeros(3), torch.ones(3), torch.full((3,), 0.3).double()),
+    (torch.zeros(3), torch.ones(3), torch.tensor(0.3).double()), (torch.zeros(3).half(), torch.ones(3).half(), 0.3),
+], ids=["f64_0d_start", "f64_end", "bf16_start", "f64_weight", "f64_0d_weight", "f16"])
+def test_lerp_of_other_dtypes_raises_like_eager(args, executors):
+    # Fuzzer seed 40841: lerp(a float64 0-d var, a float32 tensor, 0.3): eager's lerp does not
+    # promote (RuntimeError: expected dtype double for `end`), thunder computed in float64
+    assert_same(torch.lerp, *args, executors=executors)
 
 
 @pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)

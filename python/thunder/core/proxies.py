@@ -392,7 +392,8 @@ def _maybe_inplace(st, func, held, args, kwargs):
     if func is torch.Tensor.__setitem__:
         x, key, value = args
         with st.replay():
-            result = aliasing.setitem_value(x, key, value)
+            # A key that covers the whole tensor (x[0] = v of a dim of length 1) overwrites it
+            result = _overwritten(x, aliasing.setitem_value(x, key, value))
         functionalize.commit(st, "Tensor.__setitem__", held[0], _own_value(result, args, kwargs))
         return None
     out = kwargs.get("out") if kwargs else None
@@ -445,24 +446,39 @@ class _Rule:
 _RETURN_SELF = object()
 
 
+def _overwritten(self, value):
+    """The value of an in-place op that may write every element of self without reading it
+    (copy_, fill_, zero_, uniform_, normal_, x[k] = v). In a training call eager's result stays differentiable with
+    respect to self, with a zero gradient (`y = x * 1; y.zero_(); y.sum().backward()` runs); as
+    value alone it depended on no input, so thunder returned a tensor without a gradient and the
+    caller's backward raised. where(True, value, self) is value, and passes self a zero gradient."""
+    st = functionalize.current()
+    if (st is None or not isinstance(self, TensorProxy) or not (st.grad_enabled and torch.is_grad_enabled())
+            or st.trace is None or not any(p.requires_grad for p in st.trace.inputs)):
+        return value
+    return torch.where(torch.ones((), dtype=torch.bool, device=self.device), value, self)
+
+
 def _copy_rule(self, src, non_blocking=False):
     if not isinstance(src, (TensorProxy, torch.Tensor)):
-        return torch.full_like(self, src)
-    return src.to(self.dtype).expand(self.shape)
+        return _overwritten(self, torch.full_like(self, src))
+    return _overwritten(self, src.to(self.dtype).expand(self.shape))
 
 
 def _fill_rule(self, value):
     if isinstance(value, (TensorProxy, torch.Tensor)):
-        return value.to(self.dtype).expand(self.shape)
-    return torch.full_like(self, value)
+        return _overwritten(self, value.to(self.dtype).expand(self.shape))
+    return _overwritten(self, torch.full_like(self, value))
 
 
 _INPLACE_RULES = {
     "copy_": _Rule(_copy_rule),
     "fill_": _Rule(_fill_rule),
-    "zero_": _Rule(lambda self: torch.zeros_like(self)),
-    "uniform_": _Rule(lambda self, a=0.0, b=1.0, generator=None: torch.rand_like(self) * (b - a) + a),
-    "normal_": _Rule(lambda self, mean=0.0, std=1.0, generator=None: torch.randn_like(self) * std + mean),
+    "zero_": _Rule(lambda self: _overwritten(self, torch.zeros_like(self))),
+    "uniform_": _Rule(lambda self, a=0.0, b=1.0, generator=None:
+                      _overwritten(self, torch.rand_like(self) * (b - a) + a)),
+    "normal_": _Rule(lambda self, mean=0.0, std=1.0, generator=None:
+                     _overwritten(self, torch.randn_like(self) * std + mean)),
     "requires_grad_": _RETURN_SELF,
     "retain_grad": _RETURN_SELF,
     "share_memory_": _RETURN_SELF,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 
 import torch
@@ -72,7 +73,7 @@ SCALARS = ["2", "0.5", "-1.5", "3", "0", "-2", "1e-3", "float('inf')", "float('n
 class Program:
     seed: int
     inputs: list  # (name, construction expression)
-    body: list  # (target, expression)
+    body: list  # (target, expression), or (None, statement)
     outputs: list  # names returned
     # Containers the body reads (name, literal): globals that make_inputs() resets in place, and
     # the statements of change(), which the fuzzer runs before the second call.
@@ -94,7 +95,7 @@ class Program:
             lines.append(f"    {n} = {e}")
         lines += [f"    return [{', '.join(names)}]", "", "", f"def prog({', '.join(names)}):"]
         for t, e in body:
-            lines.append(f"    {t} = {e}")
+            lines.append(f"    {t} = {e}" if t is not None else f"    {e}")  # None: a statement (t[0] = v)
         ret = outputs[0] if len(outputs) == 1 else "(" + ", ".join(outputs) + ",)"
         lines.append(f"    return {ret}")
         return "\n".join(lines) + "\n"
@@ -202,6 +203,9 @@ def generate(seed: int, max_steps: int = 6, families: bool = True) -> Program:
 
 
 def _family(seed: int):
+    only = os.environ.get("THUNDER_FUZZ_FAMILY")  # fuzz.py --family: every seed to that family
+    if only:
+        return next(fn for fn, _ in FAMILIES if fn.__name__ == only)
     r = random.Random(f"family {seed}").random()
     for fn, share in FAMILIES:
         if r < share:
@@ -288,4 +292,222 @@ def container_program(seed: int) -> Program:
     return Program(seed, inputs, body, [names[-1]], containers, change)
 
 
-FAMILIES = [(one_output_program, 0.05), (container_program, 0.05)]
+# In-place updates: {0} the tensor updated, {v} a tensor of its shape (or broadcastable to it).
+INPLACE = [
+    "{0}.add_(1)", "{0}.add_({v})", "{0}.mul_(2)", "{0}.sub_({v}, alpha=0.5)", "{0}.div_(4)", "{0}.relu_()",
+    "{0}.clamp_(min=-0.5)", "{0}.clamp_(-1.0, 1.0)", "{0}.sigmoid_()", "{0}.tanh_()", "{0}.exp_()",
+    "{0}.neg_()", "{0}.abs_()", "{0}.masked_fill_({0} > 0, 0.5)", "{0}.copy_({v})", "{0}.zero_()",
+    "{0}.fill_(1.5)", "F.relu({0}, inplace=True)", "F.leaky_relu({0}, 0.1, inplace=True)",
+    "F.hardtanh({0}, inplace=True)", "F.silu({0}, inplace=True)", "{0}.addcmul_({v}, {v}, value=0.5)",
+    "{0}.lerp_({v}, 0.25)", "{0}.square_()",
+]
+# Updates written as statements or into a part of the tensor (needs ndim >= 1 where it indexes).
+INPLACE_STATEMENTS = ["{0}[0] = 2.0", "{0}[..., :1] = -1.0", "{0}[0].mul_(3)", "{0}[..., -1:].add_(1)",
+                      "{0} += 1", "{0} *= {v}"]
+# Ops that return their input itself, a view of it, or (controls) a new tensor as eager decides:
+# {0} the tensor, {x} another tensor of its shape and dtype.
+ALIASING = [
+    "{0}.contiguous()", "{0}.float()", "{0}.to({0}.dtype)", "{0}.to(torch.float32)", "{0}.type_as({x})",
+    "{0}.reshape({0}.shape)", "{0}.reshape(-1)", "{0}.view_as({x})", "{0}.view({0}.shape)", "{0}.expand_as({x})",
+    "{0}.detach()", "{0}[0]", "{0}[...]", "{0}[:]", "{0}.flatten()", "{0}.squeeze()", "{0}.unsqueeze(0)",
+    "{0}.transpose(0, -1)", "{0}.narrow(-1, 0, 1)", "{0}.split(1)[0]", "{0}.chunk(2, -1)[-1]", "{0}.clone()",
+    "{0}.double()", "{0}.unbind()[0]", "{0}.mT", "{0}.permute(*reversed(range({0}.ndim)))",
+]
+# How the updated tensor is made: {a} the input.
+INPLACE_BASES = ["{a} * 1", "{a} + 0", "{a}.clone()", "{a}.exp()", "({a} * 2)[..., :2]", "({a} * 1).mT",
+                 "{a}.sin()", "({a} + 1).contiguous()"]
+
+
+def inplace_alias_program(seed: int) -> Program:
+    """In-place updates before and after ops that alias their input (contiguous, to the same
+    dtype, reshape to the same shape, detach, view_as, expand_as, x[k]...), the aliases and the
+    updated tensor returned: each must show every update made to the storage it shares, as in
+    eager. Sometimes an alias is updated instead of the tensor, or the input itself."""
+    rng = random.Random(seed)
+    for _ in range(100):
+        shape = [rng.choice([1, 2, 3, 3, 4, 5]) for _ in range(rng.choice([1, 2, 2, 3]))]
+        dtype = rng.choice([torch.float32, torch.float32, torch.float64])
+        inputs = [("a", _input_expr(rng, shape, dtype)), ("b", _input_expr(rng, shape, dtype))]
+        ns = {"g": torch.Generator().manual_seed(seed)}
+        env = {}
+        for n, e in inputs:
+            env[n] = ns[n] = _eval(e, ns)
+        base = rng.choice(INPLACE_BASES + ["{a}"]).format(a="a")
+        body = [("t0", base)]
+        k = 1
+        tensors = ["t0"]
+        for step in range(rng.randint(2, 5)):
+            if rng.random() < 0.5:  # an alias of one of the tensors so far
+                op = rng.choice(ALIASING).format(rng.choice(tensors), x=rng.choice(tensors))
+                target = f"t{k}"
+                k += 1
+                stmt = (target, op)
+                tensors.append(target)
+            else:  # an update of one of them (mostly the first)
+                t = "t0" if rng.random() < 0.6 else rng.choice(tensors)
+                v = rng.choice(["b", "t0"] + tensors)
+                if rng.random() < 0.25:
+                    stmt = (None, rng.choice(INPLACE_STATEMENTS).format(t, v=v))
+                else:
+                    stmt = (f"t{k}", rng.choice(INPLACE).format(t, v=v))
+                    k += 1
+            try:
+                trial = dict(env)
+                exec(compile("\n".join(f"{s[0]} = {s[1]}" if s[0] else s[1] for s in body + [stmt]), "<g>", "exec"),
+                     {"torch": torch, "F": F}, trial)
+            except Exception:  # noqa: BLE001 - eager rejects it (a shape, an expand's overlap): skip
+                continue
+            body.append(stmt)
+        try:
+            final = dict(env)
+            exec(compile("\n".join(f"{s[0]} = {s[1]}" if s[0] else s[1] for s in body), "<g>", "exec"),
+                 {"torch": torch, "F": F}, final)
+        except Exception:  # noqa: BLE001
+            continue
+        outs = [t for t in tensors if isinstance(final.get(t), torch.Tensor)]
+        outs = rng.sample(outs, min(len(outs), rng.choice([1, 2, 3])))
+        if base == "a" and rng.random() < 0.5:
+            outs.append("a")  # the input, updated in place, returned
+        if not outs or sum(final[t].numel() for t in outs if t != "a") > 4096:
+            continue
+        return Program(seed, inputs, body, outs)
+    return Program(seed, inputs, [("t0", "a + 1")], ["t0"])
+
+
+# Models assembled from library blocks, written with torch.nn.functional so that the parameters are
+# inputs (their gradients are compared, and the float64 rerun converts them): conv-BatchNorm-act
+# with in-place activations, depthwise convolutions, splits and chunks, cats, residual adds,
+# channel shuffles, pooling, and a linear head. BatchNorm runs in training mode with running
+# statistics made in the program and returned (their in-place update is compared too).
+ACTS = ["F.relu({0}, inplace=True)", "F.relu({0})", "F.leaky_relu({0}, 0.1, inplace=True)",
+        "F.hardtanh({0}, 0.0, 6.0, inplace=True)", "F.silu({0}, inplace=True)", "F.gelu({0})",
+        "{0}.relu_()", "F.hardswish({0}, inplace=True)", "{0}"]
+
+
+class _Blocks:
+    """Builds the statements of a block model, tracking each tensor's channel count."""
+
+    def __init__(self, rng, dtype):
+        self.rng, self.dtype = rng, dtype
+        self.inputs, self.body, self.stats, self.k = [], [], [], 0
+
+    def tmp(self):
+        self.k += 1
+        return f"t{self.k}"
+
+    def param(self, shape, scale=None):
+        name = f"w{len(self.inputs)}"
+        fan = math.prod(shape[1:]) if len(shape) > 1 else 1
+        s = scale if scale is not None else 1 / math.sqrt(fan)
+        self.inputs.append((name, f"(torch.randn({tuple(shape)}, generator=g, dtype=torch.float64) * {s:.4g})"
+                                  f".to({self.dtype})"))
+        return name
+
+    def emit(self, expr):
+        t = self.tmp()
+        self.body.append((t, expr))
+        return t
+
+    def conv_bn_act(self, x, cin, cout, k=1, stride=1, groups=1, act=True):
+        rng = self.rng
+        w = self.param([cout, cin // groups, k, k])
+        bias = self.param([cout], 0.1) if rng.random() < 0.3 else "None"
+        y = self.emit(f"F.conv2d({x}, {w}, {bias}, {stride}, {k // 2}, 1, {groups})")
+        if rng.random() < 0.85:
+            gamma = self.param([cout], 1.0) if rng.random() < 0.5 else "None"
+            beta = self.param([cout], 0.1) if gamma != "None" else "None"
+            if rng.random() < 0.5:
+                rm, rv = f"rm{len(self.stats)}", f"rv{len(self.stats)}"
+                self.body.append((rm, f"torch.zeros({cout}, dtype={self.dtype})"))
+                self.body.append((rv, f"torch.ones({cout}, dtype={self.dtype})"))
+                self.stats += [rm, rv]
+            else:
+                rm = rv = "None"
+            y = self.emit(f"F.batch_norm({y}, {rm}, {rv}, {gamma}, {beta}, True, 0.1, 1e-5)")
+        if act:
+            y = self.emit(rng.choice(ACTS).format(y))
+        return y
+
+    def block(self, x, c):
+        """One block on x (c channels): (output, its channels)."""
+        rng = self.rng
+        kind = rng.choice(["residual", "shuffle", "split_cat", "bottleneck", "dense", "contiguous", "pool", "se"])
+        if kind == "residual":  # ResNet basic block
+            y = self.conv_bn_act(x, c, c, 3)
+            y = self.conv_bn_act(y, c, c, 3, act=False)
+            y = self.emit(rng.choice([f"{y} + {x}", f"{y}.add_({x})", f"torch.add({y}, {x})"]))
+            return self.emit(rng.choice(ACTS).format(y)), c
+        if kind == "shuffle":  # ShuffleNetV2, stride 1: chunk, a branch, cat, channel shuffle
+            x1, x2 = self.emit(f"{x}.chunk(2, dim=1)[0]"), self.emit(f"{x}.chunk(2, dim=1)[1]")
+            h = c // 2
+            y = self.conv_bn_act(x2, h, h)
+            y = self.conv_bn_act(y, h, h, 3, groups=h, act=False)
+            y = self.conv_bn_act(y, h, h)
+            y = self.emit(f"torch.cat(({x1}, {y}), dim=1)")
+            return self.emit(f"{y}.view({y}.shape[0], 2, {h}, *{y}.shape[2:]).transpose(1, 2)"
+                             f".contiguous().view({y}.shape[0], {c}, *{y}.shape[2:])"), c
+        if kind == "split_cat":  # CSP-like: split, one part through convs, cat, a 1x1 conv
+            x1, x2 = self.emit(f"{x}.split({c // 2}, dim=1)[0]"), self.emit(f"{x}.split({c // 2}, dim=1)[1]")
+            y = self.conv_bn_act(x2, c - c // 2, c - c // 2, 3)
+            y = self.emit(f"torch.cat([{y}, {x1}], 1)")
+            return self.conv_bn_act(y, c, c), c
+        if kind == "bottleneck":  # 1x1 down, 3x3, 1x1 up, residual
+            m = max(1, c // 2)
+            y = self.conv_bn_act(x, c, m)
+            y = self.conv_bn_act(y, m, m, 3)
+            y = self.conv_bn_act(y, m, c, act=False)
+            y = self.emit(f"{y} + {x}")
+            return self.emit(rng.choice(ACTS).format(y)), c
+        if kind == "dense":  # DenseNet: cat the input with new features
+            y = self.conv_bn_act(x, c, 2, 3)
+            return self.emit(f"torch.cat([{x}, {y}], 1)"), c + 2
+        if kind == "contiguous":  # timm's CSP blocks end in act(bn(conv(x))).contiguous()
+            y = self.conv_bn_act(x, c, c, 3)
+            return self.emit(rng.choice([f"{y}.contiguous()", f"{y}.float()", f"{y}.reshape({y}.shape)"])), c
+        if kind == "pool":
+            return self.emit(rng.choice([f"F.max_pool2d({x}, 2, 1)", f"F.avg_pool2d({x}, 3, 1, 1)",
+                                         f"F.adaptive_avg_pool2d({x}, 2)"])), c
+        # squeeze-and-excitation
+        s = self.emit(f"{x}.mean((2, 3), keepdim=True)")
+        w1, w2 = self.param([max(1, c // 2), c, 1, 1]), self.param([c, max(1, c // 2), 1, 1])
+        s = self.emit(f"F.conv2d({s}, {w1}).relu_()")
+        s = self.emit(f"torch.sigmoid(F.conv2d({s}, {w2}))")
+        return self.emit(rng.choice([f"{x} * {s}", f"{x}.mul_({s})"])), c
+
+
+def blocks_program(seed: int) -> Program:
+    """A small CNN assembled from the blocks of _Blocks, in training mode: a stem, one to three
+    blocks, a head (global pooling, a linear layer), and the BatchNorm running statistics."""
+    rng = random.Random(seed)
+    dtype = rng.choice([torch.float32, torch.float32, torch.float32, torch.float64])
+    for _ in range(20):
+        bl = _Blocks(rng, dtype)
+        n, cin, hw = rng.choice([2, 3]), rng.choice([1, 3]), rng.choice([4, 5, 6, 8])
+        c = rng.choice([2, 4, 6])
+        x = "x"
+        bl.inputs.append(("x", f"(torch.randn({(n, cin, hw, hw)}, generator=g, dtype=torch.float64)"
+                               f"{rng.choice(['', ' + 4', ' * 3'])}).to({dtype})"))
+        y = bl.conv_bn_act(x, cin, c, 3, stride=rng.choice([1, 1, 2]))
+        for _b in range(rng.randint(1, 3)):
+            y, c = bl.block(y, c)
+        outs = []
+        if rng.random() < 0.7:
+            classes = rng.choice([3, 5])
+            w = bl.param([classes, c])
+            y = bl.emit(f"F.linear({y}.mean((2, 3)), {w})")
+            if rng.random() < 0.5:
+                y = bl.emit(f"F.cross_entropy({y}, torch.arange({n}) % {classes})")
+        outs = [y] + bl.stats[:2 * rng.choice([0, 1, 2])]
+        program = Program(seed, bl.inputs, bl.body, outs)
+        try:
+            ns: dict = {}
+            exec(compile(program.source(), "<g>", "exec"), ns)  # noqa: S102 - generated program
+            ns["prog"](*ns["make_inputs"]())
+        except Exception:  # noqa: BLE001 - a shape the blocks do not take: draw again
+            continue
+        return program
+    return Program(seed, [("a", "torch.ones(2)")], [("t0", "a + 1")], ["t0"])
+
+
+FAMILIES = [(one_output_program, 0.05), (container_program, 0.05), (inplace_alias_program, 0.05),
+            (blocks_program, 0.05)]

@@ -573,6 +573,8 @@ def test_checkpoint_across_world_sizes(strategy, tmp_path):
     # into the plain module in this process.
     import torch.distributed.checkpoint as dcp
 
+    if DEVICE == "cuda" and torch.cuda.device_count() < 4:
+        pytest.skip("saving on 4 ranks needs 4 GPUs")
     spawn(_checkpoint_save, str(tmp_path), strategy, world=4)
     spawn(_checkpoint_load, str(tmp_path), strategy, world=2)
     full = torch.load(tmp_path / (strategy + ".full.pt"))

@@ -1,32 +1,44 @@
 """Data-parallel training step on 2 GPUs (NCCL): thunder.distributed vs PyTorch's
-DistributedDataParallel and FSDP2 (fully_shard), side by side in one run. For each contender:
-median step time (forward, cross-entropy, backward, AdamW step), the per-GPU peak memory, the
-memory held between steps (parameters and optimizer states), and for thunder the peaks its traces
-predict (thunder.core.transforms.live_bytes). First, the per-GPU memory by kind from the model's
-shapes (memory_model): what sharding divides by the world size and what it does not (activations).
+DistributedDataParallel and FSDP2 (fully_shard), eager and torch.compile'd, side by side in one
+run. For each contender: median step time (forward, cross-entropy, backward, AdamW step), tokens/s
+per GPU, the per-GPU peak memory, the memory held between steps (parameters and optimizer states)
+beside what the contender's own model should hold (its parameters on this rank and AdamW's two
+states), and for thunder the peaks its traces predict (thunder.core.transforms.live_bytes). First,
+the per-GPU memory by kind from the model's shapes (memory_model): what sharding divides by the
+world size and what it does not (activations).
 
     python benchmarks/bench_distributed.py [--world 2] [--steps 10] [--only ddp,fsdp2,...] [--json out.json]
+        [--scaling] [--order given|reverse] [--device cuda|cpu] [--small | --tiny]
     (or under torchrun: torchrun --nproc-per-node 2 benchmarks/bench_distributed.py)
+
+--scaling first runs every contender on one GPU (a world of 1, same per-GPU batch) and reports the
+scaling efficiency: tokens/s per GPU at --world against that. --order reverse runs the contenders
+in reverse order: each builds and frees its own model, so its between-step memory must not depend
+on which contenders ran before it (a model an earlier contender left alive would show there).
 
 Workload: the 4-layer Llama of benchmarks/run.py's gpt_train (Llama-3.2-1B-shaped: vocab 128256,
 width 2048, 32 heads, 8 KV heads, MLP 8192), bf16 weights, batch 2 x 2048 tokens per GPU, logits
 in float32 for the cross-entropy. `--small` runs a small model (and works on CPU with gloo).
 
 Contenders: torch_ddp (torch.nn.parallel.DistributedDataParallel over the eager model),
-thunder_ddp (thunder.distributed.ddp), torch_fsdp2 (torch.distributed.fsdp.fully_shard per block
-and on the model), thunder_fsdp_zero2 / thunder_fsdp_zero3 (thunder.distributed.fsdp; run only
-when thunder.distributed has fsdp).
+torch_ddp_compiled (torch.compile of that DistributedDataParallel: compiled with DDPOptimizer's
+graph breaks at the buckets), thunder_ddp (thunder.distributed.ddp), torch_fsdp2
+(torch.distributed.fsdp.fully_shard per block and on the model), torch_fsdp2_compiled (the same,
+then torch.compile), thunder_fsdp_zero2 / thunder_fsdp_zero3 (thunder.distributed.fsdp).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -42,7 +54,8 @@ from models import llama  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, ".."))
 from benchmarks.run import _WithLoss  # noqa: E402
 
-CONTENDERS = ["torch_ddp", "thunder_ddp", "torch_fsdp2", "thunder_fsdp_zero2", "thunder_fsdp_zero3"]
+CONTENDERS = ["torch_ddp", "torch_ddp_compiled", "thunder_ddp", "torch_fsdp2", "torch_fsdp2_compiled",
+              "thunder_fsdp_zero2", "thunder_fsdp_zero3"]
 GIB = 2**30
 
 
@@ -74,8 +87,11 @@ def memory_model(cfg, B: int, T: int, world: int, param_bytes: int = 2) -> list[
     ]
 
 
-def _config(small: bool):
-    if small:
+def _config(size: str):
+    if size == "tiny":  # CPU smoke runs of the whole script
+        return llama.Config(block_size=32, vocab_size=256, n_layer=2, n_head=4, n_query_groups=2, n_embd=64,
+                            intermediate_size=128), 2, 32
+    if size == "small":
         return llama.Config(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_query_groups=2, n_embd=256,
                             intermediate_size=688), 2, 128
     return llama.Config(block_size=2048, vocab_size=128256, n_layer=4, n_head=32, n_query_groups=8, n_embd=2048,
@@ -84,21 +100,21 @@ def _config(small: bool):
 
 def _wrap(name, model):
     """The callable of a training forward and the module whose parameters the optimizer steps."""
-    if name == "torch_ddp":
+    if name in ("torch_ddp", "torch_ddp_compiled"):
         from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
-        m = DistributedDataParallel(model, device_ids=device_ids)
-        return m, model
+        cuda = next(model.parameters()).is_cuda
+        m = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if cuda else None)
+        return (torch.compile(m) if name.endswith("_compiled") else m), model
     if name == "thunder_ddp":
         return thunder.distributed.ddp(model), model
-    if name == "torch_fsdp2":
+    if name in ("torch_fsdp2", "torch_fsdp2_compiled"):
         from torch.distributed.fsdp import fully_shard
 
         for block in model.model.transformer.h:
             fully_shard(block)
         fully_shard(model)
-        return model, model
+        return (torch.compile(model) if name.endswith("_compiled") else model), model
     if name.startswith("thunder_fsdp"):
         strategy = getattr(thunder.distributed.FSDPType, name.rsplit("_", 1)[1].upper())
         m = thunder.distributed.fsdp(model, sharding_strategy=strategy)
@@ -106,8 +122,18 @@ def _wrap(name, model):
     raise ValueError(f"unknown contender {name}")
 
 
+def _own_bytes(owner) -> int:
+    """The bytes this rank holds between steps for the contender's own model: its parameters (the
+    local shards of sharded ones) and AdamW's two states of each."""
+    total = 0
+    for p in owner.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        total += local.numel() * local.element_size()
+    return 3 * total
+
+
 def _measure(name, args, device, dtype):
-    cfg, B, T = _config(args.small)
+    cfg, B, T = _config(args.size)
     torch.manual_seed(0)
     with torch.device(device):
         model = llama.GPT(cfg).to(dtype)
@@ -124,7 +150,6 @@ def _measure(name, args, device, dtype):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
 
     cuda = device.type == "cuda"
     t0 = time.perf_counter()
@@ -147,10 +172,12 @@ def _measure(name, args, device, dtype):
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
-    # Between steps: parameters and optimizer states (gradients are set to None).
-    static = torch.cuda.memory_allocated() / 2**30 if cuda else float("nan")
-    # The slowest rank's median and the largest peak: what the job sees.
+    peak = torch.cuda.max_memory_allocated() / GIB if cuda else float("nan")
+    # Between steps: parameters and optimizer states (gradients are set to None); what the
+    # allocator holds beyond that in use at the start (the process's own buffers) is the
+    # contender's, and must match its own model's parameters and AdamW states.
+    static = (torch.cuda.memory_allocated() - args.baseline_bytes) / GIB if cuda else float("nan")
+    own = _own_bytes(owner) / GIB
     # thunder's own estimate, from its traces: the peak bytes of live tensors in the forward and
     # in the backward (each counting its inputs), and of live gathered parameters (ZeRO-3).
     traced = [float("nan")] * 3
@@ -160,15 +187,28 @@ def _measure(name, args, device, dtype):
         f, b = thunder.last_traces(fwd)[-1], thunder.last_backward_traces(fwd)[-1]
         traced = [live_bytes(f)["peak"] / GIB, live_bytes(b)["peak"] / GIB,
                   max(live_bytes(t, "all_gather_zero3")["peak"] for t in (f, b)) / GIB]
-    stats = torch.tensor([statistics.median(times), peak, first, static, *traced], dtype=torch.float64,
+    # The slowest rank's median and the largest peak: what the job sees.
+    stats = torch.tensor([statistics.median(times), peak, first, static, own, *traced], dtype=torch.float64,
                          device=device)
     dist.all_reduce(stats, op=dist.ReduceOp.MAX)
-    del fwd, owner, opt, model
+    # Each contender frees its own model before the next builds one: checked, since a model left
+    # alive would count in the next contender's memory.
+    freed = weakref.ref(model)
+    del fwd, owner, opt, model, step
+    if name.endswith("_compiled"):
+        torch._dynamo.reset()  # the compiled graphs and their guards hold the module
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    median, peak, first, static, fpeak, bpeak, gathered = stats.tolist()
-    return {"contender": name, "median_s": median, "peak_gib": peak, "first_call_s": first, "static_gib": static,
+    median, peak, first, static, own, fpeak, bpeak, gathered = stats.tolist()
+    return {"contender": name, "median_s": median, "tokens_per_s_per_gpu": B * T / median, "peak_gib": peak,
+            "first_call_s": first, "static_gib": static, "own_model_gib": own, "model_freed": freed() is None,
             "trace_forward_peak_gib": fpeak, "trace_backward_peak_gib": bpeak, "trace_gathered_peak_gib": gathered}
+
+
+def _names(args) -> list[str]:
+    names = [n for n in CONTENDERS if not args.only or any(n.startswith(o) or n == o for o in args.only.split(","))]
+    return names[::-1] if args.order == "reverse" else names
 
 
 def _worker(rank, world, port, args):
@@ -177,48 +217,76 @@ def _worker(rank, world, port, args):
     # NVLink multicast stays off (the shared machines require it).
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    cuda = torch.cuda.is_available() and not args.cpu
+    cuda = args.device == "cuda"
     if cuda:
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
-    names = [n for n in CONTENDERS if not args.only or any(n.startswith(o) or n == o for o in args.only.split(","))]
-    if not hasattr(thunder.distributed, "fsdp"):
-        names = [n for n in names if not n.startswith("thunder_fsdp")]
+    if cuda:
+        dist.barrier()  # NCCL's own buffers, allocated before the first contender
+        args.baseline_bytes = torch.cuda.memory_allocated()
     results = []
-    for name in names:
+    for name in _names(args):
         try:
             results.append(_measure(name, args, device, dtype))
         except Exception as e:  # one contender failing does not hide the others
             results.append({"contender": name, "error": f"{type(e).__name__}: {e}"})
+            gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
     if rank == 0:
-        base = {r["contender"]: r for r in results if "error" not in r}
-        print(f"# {world} x {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, "
-              f"{'small model' if args.small else '4-layer Llama-3.2-1B shape'}, {args.steps} steps")
-        cfg, B, T = _config(args.small)
-        print(f"# per-GPU memory by kind (GiB, from the shapes; B={B}, T={T}, world {world}):")
-        for what, gib in memory_model(cfg, B, T, world, torch.tensor([], dtype=dtype).element_size()):
-            print(f"#   {what:62} {gib:7.2f}")
-        print(f"{'contender':22} {'step ms':>9} {'vs torch':>9} {'peak GiB/GPU':>13} {'between steps':>14} "
-              f"{'peak - between':>15} {'first s':>8}  traces: fwd / bwd / gathered peak GiB")
-        for r in results:
-            if "error" in r:
-                print(f"{r['contender']:22} error: {r['error']}")
-                continue
-            ref = base.get("torch_fsdp2" if "fsdp" in r["contender"] else "torch_ddp")
-            ratio = f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-"
-            ms = r["median_s"] * 1e3
-            print(f"{r['contender']:22} {ms:9.1f} {ratio:>9} {r['peak_gib']:13.2f} {r['static_gib']:14.2f} "
-                  f"{r['peak_gib'] - r['static_gib']:15.2f} {r['first_call_s']:8.1f}  "
-                  f"{r['trace_forward_peak_gib']:.2f} / {r['trace_backward_peak_gib']:.2f} / "
-                  f"{r['trace_gathered_peak_gib']:.2f}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"world": world, "torch": torch.__version__, "results": results}, f, indent=1)
+        _report(results, world, args, cuda, dtype)
     dist.destroy_process_group()
+
+
+def _report(results, world, args, cuda, dtype):
+    base = {r["contender"]: r for r in results if "error" not in r}
+    one = {}
+    if args.single:
+        with open(args.single) as f:
+            one = {r["contender"]: r for r in json.load(f)["results"] if "error" not in r}
+    print(f"# {world} x {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, "
+          f"{ {'tiny': 'tiny model', 'small': 'small model'}.get(args.size, '4-layer Llama-3.2-1B shape')}, "
+          f"{args.steps} steps, contenders in {args.order} order")
+    cfg, B, T = _config(args.size)
+    print(f"# per-GPU memory by kind (GiB, from the shapes; B={B}, T={T}, world {world}):")
+    for what, gib in memory_model(cfg, B, T, world, torch.tensor([], dtype=dtype).element_size()):
+        print(f"#   {what:62} {gib:7.2f}")
+    print("# vs torch: against the same kind of torch contender (compiled against compiled); scaling: tokens/s per "
+          "GPU against the same contender's on one GPU; own model: its parameters and AdamW states on this rank")
+    print(f"{'contender':22} {'step ms':>9} {'tok/s/GPU':>10} {'vs torch':>9} {'vs compiled':>12} {'scaling':>8} "
+          f"{'peak GiB/GPU':>13} {'between steps':>14} {'own model':>10} {'freed':>6} {'first s':>8}  "
+          "traces: fwd / bwd / gathered peak GiB")
+    for r in results:
+        if "error" in r:
+            print(f"{r['contender']:22} error: {r['error']}")
+            continue
+        name = r["contender"]
+        kind = "torch_fsdp2" if "fsdp" in name else "torch_ddp"
+        ratios = []
+        for ref in (base.get(kind), base.get(kind + "_compiled")):
+            ratios.append(f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-")
+        single = one.get(name)
+        scaling = f"{100 * r['tokens_per_s_per_gpu'] / single['tokens_per_s_per_gpu']:.0f}%" if single else "-"
+        print(f"{name:22} {r['median_s'] * 1e3:9.1f} {r['tokens_per_s_per_gpu']:10.0f} {ratios[0]:>9} "
+              f"{ratios[1]:>12} {scaling:>8} {r['peak_gib']:13.2f} {r['static_gib']:14.2f} "
+              f"{r['own_model_gib']:10.2f} {'yes' if r['model_freed'] else 'NO':>6} {r['first_call_s']:8.1f}  "
+              f"{r['trace_forward_peak_gib']:.2f} / {r['trace_backward_peak_gib']:.2f} / "
+              f"{r['trace_gathered_peak_gib']:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"world": world, "torch": torch.__version__, "order": args.order, "results": results,
+                       "single_gpu": list(one.values())}, f, indent=1)
+
+
+def _spawn(world, args):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_worker, args=(world, port, args), nprocs=world)
 
 
 def main():
@@ -227,16 +295,30 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
-    ap.add_argument("--small", action="store_true", help="a small model (CPU smoke runs)")
-    ap.add_argument("--cpu", action="store_true", help="gloo on CPU even where GPUs exist")
+    ap.add_argument("--order", choices=["given", "reverse"], default="given",
+                    help="the order the contenders run in (their between-step memory must not depend on it)")
+    ap.add_argument("--scaling", action="store_true",
+                    help="first run the contenders on one GPU, for the scaling efficiency")
+    ap.add_argument("--single", default="", help="a JSON of a world-1 run of this script, for the scaling efficiency")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--small", dest="size", action="store_const", const="small", help="a small model")
+    size.add_argument("--tiny", dest="size", action="store_const", const="tiny", help="a tiny model (CPU smoke runs)")
+    ap.add_argument("--cpu", dest="device", action="store_const", const="cpu", help="the same as --device cpu")
+    ap.set_defaults(size="llama")
     args = ap.parse_args()
-    if "RANK" in os.environ:  # under torchrun
+    args.baseline_bytes = 0
+    if "RANK" in os.environ:  # under torchrun (--scaling: give --single a world-1 run's JSON instead)
         _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, args)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch.multiprocessing.spawn(_worker, args=(args.world, port, args), nprocs=args.world)
+    if args.scaling and args.world > 1:
+        with tempfile.TemporaryDirectory() as tmp:
+            single = argparse.Namespace(**{**vars(args), "json": os.path.join(tmp, "single.json")})
+            _spawn(1, single)
+            args.single = single.json
+            _spawn(args.world, args)
+        return
+    _spawn(args.world, args)
 
 
 if __name__ == "__main__":

@@ -485,7 +485,10 @@ def _make_guard(readers) -> Callable[[], tuple] | None:
                      _as_is=_AS_IS, _normalize=_normalize, _contents=_contents, _read_paths=_read_paths,
                      _paths=paths)
     exec(compile(source, "<thunder guard>", "exec"), namespace)
-    guard = namespace["guard"]
+    # Taken out of the namespace that is its globals: left there, guard and namespace would be a
+    # cycle that only the garbage collector frees, and the guard holds the module (a dropped
+    # jitted model kept its parameters until a full collection ran).
+    guard = namespace.pop("guard")
     guard.readers = readers + paths
     return guard
 

@@ -8,6 +8,8 @@ to PyTorch with the reason.
 
 import copy
 
+import sys
+
 import pytest
 import torch
 import torch._dynamo.config as dynamo_config
@@ -361,6 +363,11 @@ def _graph(n=6):
 @pytest.mark.parametrize("conv", ["GCNConv", "GATConv"])
 def test_torch_geometric(conv):
     pyg_nn = pytest.importorskip("torch_geometric.nn")
+    # Importing torch_geometric replaces torch.select process-wide (a wrapper for its HashTensor),
+    # which the rest of the suite would then trace instead of torch's own op: put torch's back.
+    hash_tensor = sys.modules.get("torch_geometric.hash_tensor")
+    if hash_tensor is not None and hasattr(hash_tensor, "_old_select"):
+        torch.select = hash_tensor._old_select
     layer = getattr(pyg_nn, conv)(5, 4)
     x, edges = _graph()
     compiled = _check_module(layer, (x, edges))

@@ -717,6 +717,33 @@ CUmodule loadCudaModule(const std::string& source, int device) {
 
 // ---- compiled regions -----------------------------------------------------------------------
 
+/// A CUDA kernel shared by the regions whose programs differ only in names (the fusions of a
+/// model's repeated layers): compiled once, named after the first region that needed it.
+struct SharedModule {
+  std::string entry;  // the kernel's name in the module
+  std::shared_ptr<Job<CUmodule>> job;
+};
+
+/// The module of `p`'s variant `v` on `device`, compiled (on the compile pool) by the first
+/// region of the same program but for its name and tensor names: a 12-layer transformer's
+/// first call compiled each of its layers' kernels twelve times.
+SharedModule sharedModule(const codegen::KernelProgram& p, const codegen::CudaVariant& v, int device) {
+  static std::mutex& mu = *new std::mutex;
+  static auto& shared = *new std::unordered_map<std::string, SharedModule>;
+  codegen::KernelProgram anonymous = p;
+  anonymous.name = "thunder_kernel";
+  std::string text = codegen::emitCuda(anonymous, v);
+  for (int line = 0; line < 3; ++line) text.erase(0, text.find('\n') + 1);  // the header names tensors
+  std::string key = hashHex(text) + "-" + std::to_string(device);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = shared.find(key);
+  if (it != shared.end()) return it->second;
+  std::string src = codegen::emitCuda(p, v);
+  SharedModule m{v.entry(p.name), CompilePool::get().submit<CUmodule>([src, device] { return loadCudaModule(src, device); })};
+  shared.emplace(key, m);
+  return m;
+}
+
 /// One region: its program, the argument each kernel input reads, and its compiled code.
 struct CompiledRegion {
   KernelProgram prog;
@@ -727,7 +754,7 @@ struct CompiledRegion {
   std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
-  std::unordered_map<std::string, std::shared_ptr<Job<CUmodule>>> modules;  // CUDA: by entry point
+  std::unordered_map<std::string, SharedModule> modules;  // CUDA: by entry point of this region's name
   std::mutex mu;  // modules
   // inner-stride pattern -> library (under ForkSafe::patterns)
   std::unordered_map<std::string, std::shared_ptr<Job<CpuKernel>>> cpuFns;
@@ -1082,7 +1109,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
       }
       std::string entry = v.entry(p.name);
-      std::shared_ptr<Job<CUmodule>> pending;
+      SharedModule module;
       {
         std::lock_guard<std::mutex> lock(r.mu);
         auto it = r.modules.find(entry);
@@ -1090,14 +1117,13 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           if (debugFusion())
             std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
                          entry.c_str());
-          std::string src = codegen::emitCuda(p, v);
-          it = r.modules.emplace(entry, std::make_shared<Job<CUmodule>>([src, device] { return loadCudaModule(src, device); })).first;
+          it = r.modules.emplace(entry, sharedModule(p, v, device)).first;
         }
-        pending = it->second;
+        module = it->second;
       }
-      CUmodule mod = pending->get();
+      CUmodule mod = module.job->get();
       CUfunction fn = nullptr;
-      THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry.c_str()) == 0, "fuser: no kernel ", entry);
+      THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, module.entry.c_str()) == 0, "fuser: no kernel ", module.entry);
       std::vector<void*> params;
       for (auto& ptr : inPtrs) params.push_back(&ptr);
       for (auto& ptr : outPtrs) params.push_back(&ptr);
@@ -1144,10 +1170,7 @@ std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device dev
     // compiles many kernels at once; other variants compile when a call first needs them.
     codegen::CudaVariant v = codegen::predictCudaVariant(prog, deviceInfo(device.index).sms);
     r->cudaSource = codegen::emitCuda(prog, v);
-    std::string src = r->cudaSource;
-    int dev = device.index;
-    r->modules[v.entry(prog.name)] =
-        CompilePool::get().submit<CUmodule>([src, dev] { return loadCudaModule(src, dev); });
+    r->modules[v.entry(prog.name)] = sharedModule(prog, v, device.index);
   } else {
     r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;

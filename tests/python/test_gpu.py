@@ -341,3 +341,28 @@ def test_xent_backward_twice_with_retain_graph():
     torch.testing.assert_close(w2.grad, 2 * gref, rtol=1e-4, atol=1e-6)
     with pytest.raises(RuntimeError, match="second time"):
         loss.backward()
+
+
+def test_identical_fusions_share_one_compiled_kernel():
+    # The fusions of repeated layers are the same program under other names: compiled once per
+    # process, not once per layer (a transformer's first call compiled each kernel per layer).
+    from thunder import _C
+
+    def block(x):
+        return F.gelu(x * 1.5 + 0.5)
+
+    def one(x, w):
+        return block(x) @ w
+
+    def two(x, w):
+        return block(block(x) @ w) @ w
+
+    x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, 256, device="cuda")
+    torch.testing.assert_close(thunder.jit(one)(x, w), one(x, w))
+    s = _C.fusion_stats()
+    before = s["compiled"] + s["disk_hits"]
+    jf = thunder.jit(two)
+    torch.testing.assert_close(jf(x, w), two(x, w))
+    assert str(thunder.last_traces(jf)[-1]).count("cudaFusion1(") == 1  # two fusions
+    s = _C.fusion_stats()
+    assert s["compiled"] + s["disk_hits"] == before

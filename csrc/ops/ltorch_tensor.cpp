@@ -602,7 +602,14 @@ void registerMatmulFamily() {
       [](const Args& a) {
         checkDims(T(a[1], "addmm", "mat1"), 2, "addmm", "mat1");
         checkDims(T(a[2], "addmm", "mat2"), 2, "addmm", "mat2");
-        T(a[0], "addmm");
+        const TensorProxy& in = T(a[0], "addmm");
+        const TensorProxy &m1 = a[1].tensor(), &m2 = a[2].tensor();
+        // bias + x @ w with a row of biases is a linear layer (GPT-2's Conv1D): one matmul whose
+        // epilogue adds the bias, as eager's addmm runs it, not a matmul and an add.
+        auto one = [](const Value& s) { return s.isNumber() && !s.isBool() && s.toDouble() == 1.0; };
+        if (one(a[3]) && one(a[4]) && in.ndim() == 1 && isFloating(in.dtype) && in.dtype == m1.dtype &&
+            in.dtype == m2.dtype && m1.shape[1] == m2.shape[0] && in.shape[0] == m2.shape[1])
+          return op("linear", {a[1], clang::transpose(a[2], 0, 1, "ltorch.addmm"), a[0]});
         Value p = op("mm", {a[1], a[2]});
         Value r = addScaled(a[0], p, a[3], a[4]);
         return clang::expandTo(r, p.tensor().shape, "ltorch.addmm");

@@ -22,6 +22,7 @@
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
+#include "transforms/pad_matmuls.h"
 #include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
 #include "transforms/remat.h"
@@ -89,6 +90,12 @@ void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEac
     traces.push_back(timed([&] { return std::move(*biased); }, "Attention masks to bias", verifyEach));
 }
 
+/// Appends the padding of unaligned linear layers (transforms/pad_matmuls.h) when there is one.
+void padMatmulsInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEach) {
+  if (std::optional<Trace> aligned = padMatmuls(*traces.back()))
+    traces.push_back(timed([&] { return std::move(*aligned); }, "Pad matmuls", verifyEach));
+}
+
 /// Whether two traces run the same calls.
 bool sameCalls(const Trace& a, const Trace& b) {
   if (a.bsyms.size() != b.bsyms.size()) return false;
@@ -134,6 +141,7 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
   traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
   foldUpcastsInto(traces, exs, verifyEach);
   masksToBiasInto(traces, verifyEach);
+  padMatmulsInto(traces, verifyEach);
   std::shared_ptr<Trace> pruned = traces.back();
   traces.push_back(
       timed([&] { return gradTransform(*pruned, numArgs, exs); }, "Grad", verifyEach));
@@ -153,6 +161,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
       timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
   foldUpcastsInto(plan->forwardTraces, exs, verifyEach);
   masksToBiasInto(plan->forwardTraces, verifyEach);
+  padMatmulsInto(plan->forwardTraces, verifyEach);
   const Trace& pruned = *plan->forwardTraces.back();
   auto t0 = Clock::now();
   plan->fb = forwardBackward(pruned, exs);

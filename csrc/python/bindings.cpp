@@ -25,6 +25,7 @@
 #include "transforms/cse.h"
 #include "transforms/dce.h"
 #include "transforms/del_last_used.h"
+#include "transforms/pad_matmuls.h"
 #include "transforms/pad_sums.h"
 #include "transforms/prefetch.h"
 #include "transforms/sdpa_rules.h"
@@ -759,6 +760,8 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   }
   if (std::optional<Trace> biased = sdpaMasksToBias(*traces.back()))
     step([&](const Trace&) { return std::move(*biased); }, "Attention masks to bias");
+  if (std::optional<Trace> aligned = padMatmuls(*traces.back()))
+    step([&](const Trace&) { return std::move(*aligned); }, "Pad matmuls");
   step([](const Trace& t) { return cse(t); }, "Common subexpression elimination");
   if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
     step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");

@@ -1,0 +1,26 @@
+// Linear layers whose output rows are not 16-byte aligned get a padded weight. cuBLAS picks its
+// fast kernels only when every matrix's leading dimension is a multiple of 16 bytes; a vocabulary
+// projection of 50257 (GPT-2) or 30522 (BERT) columns in bfloat16 runs an unaligned kernel 4-5x
+// slower, forward and in both backward matmuls. With the weight's rows padded with zeros to the
+// next multiple of 8, the matmul writes rows of aligned length and the result is a slice of them;
+// its gradient arrives padded the same way, so the backward's matmuls are aligned too.
+#pragma once
+
+#include <optional>
+
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// Rewrites each `ltorch.linear(x, w, bias)` on CUDA in bfloat16 or float16 whose weight has a
+/// row count N not a multiple of 8 (and a column count K that is), whose input's rows are
+/// contiguous, and whose matmul is large (M * N * K >= 2^30, so that the padding's copy of the
+/// weight is small beside it), into
+///   wp = pad(w, rows to N'), bp = pad(bias, to N'), yp = linear(x, wp, bp), y = yp[..., :N]
+/// with N' the next multiple of 8. The values are the same: the padded rows are zeros and are cut
+/// off. y keeps yp's strides (rows N' apart); a returned y is copied to eager's contiguous layout.
+/// THUNDER_PAD_MATMULS=0 turns the rewrite off; =all applies it on every device and floating
+/// dtype at any size (for tests). Returns nothing when no call matches.
+std::optional<Trace> padMatmuls(const Trace& trace);
+
+}  // namespace thunder

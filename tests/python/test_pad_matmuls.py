@@ -1,0 +1,127 @@
+"""Padding of unaligned linear layers (csrc/transforms/pad_matmuls.h): a weight whose row count is
+not a multiple of 8 (a vocabulary projection of 50257 or 30522 rows) is padded with zero rows so
+that cuBLAS runs its aligned kernels, and the result is a slice of the padded one. The rewrite
+applies by default to large bfloat16 / float16 matmuls on CUDA; THUNDER_PAD_MATMULS=all applies it
+everywhere, which is how these CPU tests check its values, gradients and layouts against eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+CUDA = torch.cuda.is_available()
+
+
+def _final(jf) -> str:
+    return str(thunder.last_traces(jf)[-1])
+
+
+def returned(x, w, b):
+    return F.linear(x, w, b)
+
+
+def viewed_and_returned(x, w, b):
+    y = F.linear(x, w, b)
+    return y.view(-1, y.shape[-1])
+
+
+def consumed(x, w, b):
+    y = F.linear(x, w, b)
+    return F.cross_entropy(y.reshape(-1, y.shape[-1]).float(), torch.zeros(y.numel() // y.shape[-1], dtype=torch.long,
+                                                                           device=y.device))
+
+
+def both(x, w, b):
+    y = F.linear(x, w, b)
+    return y, torch.log_softmax(y, -1).sum(0), y[..., :5] * 2
+
+
+def tied(x, w, b):
+    # GPT-2's tied embedding: the weight is read by the embedding and by the projection.
+    e = F.embedding(torch.tensor([[1, 2, 3]], device=x.device), w)
+    return F.linear(e + x[:1, :3], w, b)
+
+
+CASES = [
+    # (name, fn, x shape, (N, K), bias)
+    ("returned_2d", returned, (6, 64), (1001, 64), True),
+    ("returned_3d_nobias", returned, (2, 3, 64), (1001, 64), False),
+    ("viewed_and_returned", viewed_and_returned, (2, 3, 64), (1001, 64), True),
+    ("consumed", consumed, (2, 3, 64), (1001, 64), False),
+    ("both", both, (4, 32), (77, 32), True),
+    ("tied", tied, (2, 3, 16), (13, 16), False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,fn,xs,ws,bias", CASES, ids=[c[0] for c in CASES])
+def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, dtype):
+    monkeypatch.setenv("THUNDER_PAD_MATMULS", "all")
+    torch.manual_seed(0)
+    x = torch.randn(*xs, dtype=dtype, requires_grad=True)
+    w = torch.randn(*ws, dtype=dtype, requires_grad=True)
+    b = torch.randn(ws[0], dtype=dtype, requires_grad=True) if bias else None
+    args = [x, w, b]
+    jf = thunder.jit(fn)
+    out, ref = jf(*args), fn(*args)
+    outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    for o, r in zip(outs, refs):
+        torch.testing.assert_close(o, r, **tol)
+        # Eager's layout: a returned result is contiguous, whatever thunder computed it in.
+        assert o.stride() == r.stride(), (o.stride(), r.stride())
+    assert "pad" in _final(jf) and "slice" in _final(jf)
+    leaves = [a for a in args if a is not None]
+    seeds = [torch.randn_like(r) for r in refs]
+    g = torch.autograd.grad(outs, leaves, seeds)
+    gr = torch.autograd.grad(refs, leaves, seeds)
+    for a, e in zip(g, gr):
+        torch.testing.assert_close(a, e, **tol)
+
+
+@pytest.mark.parametrize(
+    "ws,why",
+    [((1000, 64), "rows aligned"), ((1001, 63), "columns unaligned"), ((1001, 64), "off")],
+    ids=["aligned", "k_unaligned", "turned_off"],
+)
+def test_not_padded(monkeypatch, ws, why):
+    monkeypatch.setenv("THUNDER_PAD_MATMULS", "0" if why == "off" else "all")
+    x, w = torch.randn(6, ws[1]), torch.randn(*ws)
+    jf = thunder.jit(returned)
+    torch.testing.assert_close(jf(x, w, None), returned(x, w, None))
+    assert "torchex.pad(" not in _final(jf) and "torchex.slice(" not in _final(jf), why
+
+
+def test_default_leaves_cpu_alone(monkeypatch):
+    # By default the rewrite is for CUDA's half-precision kernels only.
+    monkeypatch.delenv("THUNDER_PAD_MATMULS", raising=False)
+    x, w = torch.randn(512, 768, dtype=torch.bfloat16), torch.randn(50257, 768, dtype=torch.bfloat16)
+    jf = thunder.jit(returned)
+    jf(x[:8], w[:1001], None)
+    assert "torchex.pad(" not in _final(jf)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_vocabulary_projection_on_cuda(monkeypatch):
+    # GPT-2's head, as a user runs it: bfloat16, 50257 rows, large enough for the default rule.
+    monkeypatch.delenv("THUNDER_PAD_MATMULS", raising=False)
+    torch.manual_seed(0)
+    x = torch.randn(4, 512, 768, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(50257, 768, device="cuda", dtype=torch.bfloat16, requires_grad=True) * 0.02
+    w = w.detach().requires_grad_()
+    tgt = torch.randint(0, 50257, (4 * 512,), device="cuda")
+
+    def head(x, w):
+        logits = F.linear(x, w)
+        return logits, F.cross_entropy(logits.view(-1, 50257).float(), tgt)
+
+    jf = thunder.jit(head)
+    (lo, loss), (lr, lossr) = jf(x, w), head(x, w)
+    assert "pad" in _final(jf) and lo.is_contiguous()
+    torch.testing.assert_close(lo, lr)
+    torch.testing.assert_close(loss, lossr, rtol=1e-3, atol=1e-3)
+    g = torch.autograd.grad(loss, (x, w))
+    gr = torch.autograd.grad(lossr, (x, w))
+    for a, e in zip(g, gr):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=1e-4)

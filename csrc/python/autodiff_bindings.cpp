@@ -83,8 +83,11 @@ void foldUpcastsInto(std::vector<std::shared_ptr<Trace>>& traces, const std::vec
   traces.push_back(std::make_shared<Trace>(std::move(*folded)));
 }
 
-/// Appends the bool-mask rewrite of scaled_dot_product_attention calls when it changes something.
+/// Appends the rewrites of scaled_dot_product_attention masks (causal patterns to is_causal, bool
+/// masks to additive ones) where they change something.
 void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEach) {
+  if (std::optional<Trace> causal = sdpaCausalMasks(*traces.back()))
+    traces.push_back(timed([&] { return std::move(*causal); }, "Causal attention masks", verifyEach));
   std::shared_ptr<Trace> t = traces.back();
   if (std::optional<Trace> biased = sdpaMasksToBias(*t))
     traces.push_back(timed([&] { return std::move(*biased); }, "Attention masks to bias", verifyEach));

@@ -758,6 +758,8 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
     if (verifyEach) verify(*folded);
     traces.push_back(std::make_shared<Trace>(std::move(*folded)));
   }
+  if (std::optional<Trace> causal = sdpaCausalMasks(*traces.back()))
+    step([&](const Trace&) { return std::move(*causal); }, "Causal attention masks");
   if (std::optional<Trace> biased = sdpaMasksToBias(*traces.back()))
     step([&](const Trace&) { return std::move(*biased); }, "Attention masks to bias");
   if (std::optional<Trace> aligned = padMatmuls(*traces.back()))

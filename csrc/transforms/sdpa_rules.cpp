@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include "ir/error.h"
 #include "ops/ltorch.h"
 #include "ops/sdpa.h"
 #include "transforms/autodiff.h"
+#include "transforms/dce.h"
 
 namespace thunder {
 namespace {
@@ -119,6 +121,158 @@ std::optional<Trace> sdpaMasksToBias(const Trace& trace) {
     }, b.output.toTensor(), "sdpa masks to bias");
   }
   return out;
+}
+
+}  // namespace thunder
+
+namespace thunder {
+namespace {
+
+/// An integer tensor whose element at index i is c + sum_d coef[d] * i[d].
+struct Affine {
+  Shape shape;
+  std::vector<int64_t> coef;
+  int64_t c = 0;
+};
+
+enum class Cmp { LE, LT, GE, GT };
+
+/// A boolean tensor whose element at index i is `d(i) cmp 0`.
+struct Predicate {
+  Affine d;
+  Cmp cmp;
+};
+
+/// Reads tensors computed from positions alone as Affine / Predicate forms, from the leaf prims
+/// of a trace. Anything else (an input, a data-dependent op) reads as nothing.
+class PositionReader {
+ public:
+  explicit PositionReader(const Trace& t) {
+    for (const BoundSymbol& b : t.bsyms) index(b);
+  }
+
+  std::optional<Affine> affine(const Value& v, const Shape& like) {
+    if (v.isInt()) return Affine{like, std::vector<int64_t>(like.size(), 0), v.toInt()};
+    if (!v.isTensor() || !isIntegral(v.tensor().dtype)) return std::nullopt;
+    auto it = producer_.find(v.toTensor().get());
+    if (it == producer_.end()) return std::nullopt;
+    const BoundSymbol& p = *it->second;
+    const std::string& n = p.sym->name;
+    const Shape& out = v.tensor().shape;
+    if (n == "iota") return Affine{out, {p.args[2].toInt()}, p.args[1].toInt()};
+    if (n == "convert_element_type") return affine(p.args[0], out);
+    if (n == "broadcast_in_dim") {
+      std::optional<Affine> a = affine(p.args[0], out);
+      if (!a) return std::nullopt;
+      std::vector<int64_t> dims = p.args[2].toInts();
+      Affine r{out, std::vector<int64_t>(out.size(), 0), a->c};
+      for (size_t k = 0; k < dims.size(); ++k)
+        if (a->shape[k] == out[dims[k]]) r.coef[dims[k]] = a->coef[k];
+      return r;
+    }
+    if (n == "add" || n == "sub") {
+      std::optional<Affine> a = affine(p.args[0], out), b = affine(p.args[1], out);
+      if (!a || !b || a->shape != out || b->shape != out) return std::nullopt;
+      int64_t s = n == "add" ? 1 : -1;
+      for (size_t d = 0; d < out.size(); ++d) a->coef[d] += s * b->coef[d];
+      a->c += s * b->c;
+      return a;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Predicate> predicate(const Value& v) {
+    if (!v.isTensor() || v.tensor().dtype != DType::Bool) return std::nullopt;
+    auto it = producer_.find(v.toTensor().get());
+    if (it == producer_.end()) return std::nullopt;
+    const BoundSymbol& p = *it->second;
+    const std::string& n = p.sym->name;
+    const Shape& out = v.tensor().shape;
+    if (n == "broadcast_in_dim") {
+      std::optional<Predicate> a = predicate(p.args[0]);
+      if (!a) return std::nullopt;
+      std::vector<int64_t> dims = p.args[2].toInts();
+      Predicate r{{out, std::vector<int64_t>(out.size(), 0), a->d.c}, a->cmp};
+      for (size_t k = 0; k < dims.size(); ++k)
+        if (a->d.shape[k] == out[dims[k]]) r.d.coef[dims[k]] = a->d.coef[k];
+      return r;
+    }
+    static const std::map<std::string, Cmp> cmps = {{"le", Cmp::LE}, {"lt", Cmp::LT}, {"ge", Cmp::GE}, {"gt", Cmp::GT}};
+    auto c = cmps.find(n);
+    if (c == cmps.end()) return std::nullopt;
+    std::optional<Affine> a = affine(p.args[0], out), b = affine(p.args[1], out);
+    if (!a || !b || a->shape != out || b->shape != out) return std::nullopt;
+    for (size_t d = 0; d < out.size(); ++d) a->coef[d] -= b->coef[d];
+    a->c -= b->c;
+    return Predicate{*a, c->second};
+  }
+
+ private:
+  void index(const BoundSymbol& b) {
+    if (b.sym->isPrim() || b.subsymbols.empty()) {
+      for (const TensorPtr& o : b.outputTensors()) producer_[o.get()] = &b;
+      return;
+    }
+    for (const BoundSymbol& s : b.subsymbols) index(s);
+  }
+  std::unordered_map<const TensorProxy*, const BoundSymbol*> producer_;
+};
+
+/// Whether `m` over [..., T, T] is true exactly where the key position is at most the query's.
+bool isCausal(const Predicate& m) {
+  size_t n = m.d.shape.size();
+  if (n < 2 || m.d.shape[n - 1] != m.d.shape[n - 2]) return false;
+  for (size_t d = 0; d + 2 < n; ++d)
+    if (m.d.coef[d] != 0) return false;
+  int64_t t = m.d.shape[n - 1], pi = m.d.coef[n - 2], pj = m.d.coef[n - 1];
+  auto holds = [&](int64_t i, int64_t j) {
+    int64_t x = m.d.c + pi * i + pj * j;
+    switch (m.cmp) {
+      case Cmp::LE: return x <= 0;
+      case Cmp::LT: return x < 0;
+      case Cmp::GE: return x >= 0;
+      case Cmp::GT: return x > 0;
+    }
+    return false;
+  };
+  // Linear in j, the row's true set is a half-line: with 0 and i in it and i + 1 not, it is
+  // exactly [0, i].
+  for (int64_t i = 0; i < t; ++i)
+    if (!holds(i, 0) || !holds(i, i) || (i + 1 < t && holds(i, i + 1))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Trace> sdpaCausalMasks(const Trace& trace) {
+  const Symbol* sdpa = SymbolRegistry::get().find("ltorch.scaled_dot_product_attention");
+  if (sdpa == nullptr) return std::nullopt;
+  PositionReader reader(trace);
+  auto causal = [&](const BoundSymbol& b) {
+    if (b.sym != sdpa || b.args.size() < 6 || !b.args[3].isTensor() || b.args[5].toBool() || !b.output.isTensor())
+      return false;
+    const TensorProxy &q = b.args[0].tensor(), &k = b.args[1].tensor();
+    if (q.ndim() < 2 || k.ndim() < 2 || q.shape[q.ndim() - 2] != k.shape[k.ndim() - 2]) return false;
+    std::optional<Predicate> m = reader.predicate(b.args[3]);
+    return m && m->d.shape.back() == k.shape[k.ndim() - 2] && isCausal(*m);
+  };
+  bool any = false;
+  for (const BoundSymbol& b : trace.bsyms) any = any || causal(b);
+  if (!any) return std::nullopt;
+  Trace out = trace.emptyCopy();
+  for (const BoundSymbol& b : trace.bsyms) {
+    if (!causal(b)) {
+      out.bsyms.push_back(b);
+      continue;
+    }
+    appendTraced(out, [&] {
+      std::vector<Value> args = b.args;
+      args[3] = Value();
+      args[5] = Value(true);
+      return call(*sdpa, std::move(args));
+    }, b.output.toTensor(), "sdpa causal masks");
+  }
+  return dce(out);
 }
 
 }  // namespace thunder

@@ -21,4 +21,14 @@ void registerSdpaGradRule();
 /// when no call has a bool mask.
 std::optional<Trace> sdpaMasksToBias(const Trace& trace);
 
+/// Attention masks that are the causal pattern become `is_causal=True`: each
+/// ltorch.scaled_dot_product_attention call whose `attn_mask` is a boolean tensor computed from
+/// positions alone (iotas, additions of constants, broadcasts and one comparison: what
+/// transformers' mask functions trace to when the program is compiled) and equal to
+/// `key position <= query position` over a square [..., T, T] drops the mask and sets
+/// is_causal. The values are the same; the fused kernels then skip the masked blocks instead of
+/// reading a T x T bias. Calls whose masks depend on an input (padding) are left as they are.
+/// Returns nothing when no call changes.
+std::optional<Trace> sdpaCausalMasks(const Trace& trace);
+
 }  // namespace thunder

@@ -357,7 +357,9 @@ def test_identical_fusions_share_one_compiled_kernel():
     def two(x, w):
         return block(block(x) @ w) @ w
 
-    x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, 256, device="cuda")
+    # w scaled so that values stay near 1 through both blocks: the comparison is then one of
+    # rounding, not of float32 noise grown by two unscaled 256-term products.
+    x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, 256, device="cuda") / 16
     torch.testing.assert_close(thunder.jit(one)(x, w), one(x, w))
     s = _C.fusion_stats()
     before = s["compiled"] + s["disk_hits"]

@@ -1,0 +1,108 @@
+"""Causal attention masks computed from positions become is_causal=True
+(csrc/transforms/sdpa_rules.h, sdpaCausalMasks). transformers builds its decoders' masks from
+aranges when the program is compiled (torch.compiler.is_compiling() is True under thunder.jit, as
+under torch.compile), and a mask makes the fused kernels read a T x T bias instead of skipping the
+masked blocks. Each case compares with eager and checks whether the final trace still reads a mask."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+
+def _sdpa_calls(jf) -> list[str]:
+    text = str(thunder.last_traces(jf)[-1])
+    return [ln.strip() for ln in text.splitlines() if "fused_attention_forward(" in ln and not ln.strip().startswith("#")]
+
+
+def _attend(mask_fn):
+    def f(q, k, v):
+        t = q.shape[-2]
+        mask = mask_fn(torch.arange(t, device=q.device), torch.arange(k.shape[-2], device=q.device))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    return f
+
+
+CASES = [
+    # (name, mask from (query positions i, key positions j), rewritten)
+    ("le", lambda i, j: j[None, :] <= i[:, None], True),
+    ("ge", lambda i, j: i[:, None] >= j[None, :], True),
+    ("lt_next", lambda i, j: j[None, :] < i[:, None] + 1, True),
+    ("offset_arange", lambda i, j: (j + 3)[None, None, None, :] <= (i + 3)[None, None, :, None], True),
+    ("sub_form", lambda i, j: (j[None, :] - i[:, None]) <= 0, True),
+    ("one_ahead", lambda i, j: j[None, :] <= i[:, None] + 1, False),
+    ("anti_causal", lambda i, j: j[None, :] >= i[:, None], False),
+    ("window", lambda i, j: (j[None, :] <= i[:, None]) & (j[None, :] > i[:, None] - 4), False),
+]
+
+
+@pytest.mark.parametrize("name,mask_fn,rewritten", CASES, ids=[c[0] for c in CASES])
+def test_position_masks(name, mask_fn, rewritten):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+    f = _attend(mask_fn)
+    jf = thunder.jit(f)
+    out, ref = jf(q, k, v), f(q, k, v)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    for a, e in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, e)
+    calls = _sdpa_calls(jf)
+    if calls:  # the fused kernel ran: its mask argument is None exactly when rewritten
+        assert all((", None, True," in c) == rewritten for c in calls), calls
+    else:
+        assert not rewritten, str(thunder.last_traces(jf)[-1])
+
+
+def test_mask_from_an_input_is_kept():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    keep = torch.ones(16, dtype=torch.bool)
+
+    def f(q, k, v, keep):
+        t = torch.arange(16)
+        mask = (t[None, :] <= t[:, None]) & keep[None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(q, k, v, keep), f(q, k, v, keep))
+    keep[3] = False  # a padded key: the mask read from the input must follow it
+    torch.testing.assert_close(jf(q, k, v, keep), f(q, k, v, keep))
+    assert all(", None, True," not in c for c in _sdpa_calls(jf))
+
+
+def test_non_square_is_kept():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 8, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
+    f = _attend(lambda i, j: j[None, :] <= i[:, None])
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(q, k, v), f(q, k, v))
+    assert all(", None, True," not in c for c in _sdpa_calls(jf))
+
+
+def _hf(name):
+    transformers = pytest.importorskip("transformers")
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64,
+                                      attn_implementation="sdpa")
+        return transformers.GPT2LMHeadModel(cfg)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=1000, attn_implementation="sdpa")
+    return transformers.LlamaForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_transformers_decoders_attend_causally(name):
+    torch.manual_seed(0)
+    m = _hf(name).eval()
+    x = torch.randint(0, 1000, (2, 24))
+    jm = thunder.jit(m)
+    torch.testing.assert_close(jm(input_ids=x).logits, m(input_ids=x).logits)
+    calls = _sdpa_calls(jm)
+    assert calls and all(", None, True," in c for c in calls), calls
+    # With a padding mask the mask reads the input and stays.
+    am = torch.ones(2, 24, dtype=torch.long)
+    am[0, :5] = 0
+    torch.testing.assert_close(jm(input_ids=x, attention_mask=am).logits, m(input_ids=x, attention_mask=am).logits)

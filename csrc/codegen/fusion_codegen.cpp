@@ -505,7 +505,8 @@ class Emitter {
 
   std::string describe(const KNode& n) const {
     switch (n.kind) {
-      case KNode::Kind::Load: return "load " + p_.inputs[n.input].tensor->name;
+      // By position (the header names the tensors): same-program kernels share one source.
+      case KNode::Kind::Load: return "load in" + std::to_string(n.input);
       case KNode::Kind::Const: return "constant";
       case KNode::Kind::InRange: return "index range";
       default: return n.op;

@@ -406,22 +406,22 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     #pragma omp simd
     for (int64_t n = n0; n < n0 + h; ++n) {
       const int64_t m0 = n, m1 = n + 1 * h, m2 = n + 2 * h, m3 = n + 3 * h;
-      const float v0_0 = in0[base0 + m0];  // load t_0
-      const float v0_1 = in0[base0 + m1];  // load t_0
-      const float v0_2 = in0[base0 + m2];  // load t_0
-      const float v0_3 = in0[base0 + m3];  // load t_0
-      const float v1_0 = in1[base1 + m0];  // load t_1
-      const float v1_1 = in1[base1 + m1];  // load t_1
-      const float v1_2 = in1[base1 + m2];  // load t_1
-      const float v1_3 = in1[base1 + m3];  // load t_1
+      const float v0_0 = in0[base0 + m0];  // load in0
+      const float v0_1 = in0[base0 + m1];  // load in0
+      const float v0_2 = in0[base0 + m2];  // load in0
+      const float v0_3 = in0[base0 + m3];  // load in0
+      const float v1_0 = in1[base1 + m0];  // load in1
+      const float v1_1 = in1[base1 + m1];  // load in1
+      const float v1_2 = in1[base1 + m2];  // load in1
+      const float v1_3 = in1[base1 + m3];  // load in1
       const float v2_0 = (v0_0 * v1_0);  // mul
       const float v2_1 = (v0_1 * v1_1);  // mul
       const float v2_2 = (v0_2 * v1_2);  // mul
       const float v2_3 = (v0_3 * v1_3);  // mul
-      const float v3_0 = in2[base2 + m0];  // load t_2
-      const float v3_1 = in2[base2 + m1];  // load t_2
-      const float v3_2 = in2[base2 + m2];  // load t_2
-      const float v3_3 = in2[base2 + m3];  // load t_2
+      const float v3_0 = in2[base2 + m0];  // load in2
+      const float v3_1 = in2[base2 + m1];  // load in2
+      const float v3_2 = in2[base2 + m2];  // load in2
+      const float v3_3 = in2[base2 + m3];  // load in2
       const float v4_0 = (v2_0 + v3_0);  // add
       const float v4_1 = (v2_1 + v3_1);  // add
       const float v4_2 = (v2_2 + v3_2);  // add
@@ -477,10 +477,10 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     }
     #pragma omp simd
     for (int64_t n = n0 + 4 * h; n < n1; ++n) {
-      const float v0 = in0[base0 + n];  // load t_0
-      const float v1 = in1[base1 + n];  // load t_1
+      const float v0 = in0[base0 + n];  // load in0
+      const float v1 = in1[base1 + n];  // load in1
       const float v2 = (v0 * v1);  // mul
-      const float v3 = in2[base2 + n];  // load t_2
+      const float v3 = in2[base2 + n];  // load in2
       const float v4 = (v2 + v3);  // add
       const float v5 = static_cast<float>(0.5);  // constant
       const float v6 = static_cast<float>(1.0);  // constant

@@ -171,10 +171,10 @@ __device__ __forceinline__ void cudaFusion0_tile_body(const float* __restrict__ 
       alignas(16) float b0[VEC];
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float v0 = a0[u][k];  // load t_0
-        const float v1 = a1[k];  // load t_1
+        const float v0 = a0[u][k];  // load in0
+        const float v1 = a1[k];  // load in1
         const float v2 = (v0 * v1);  // mul
-        const float v3 = a2[k];  // load t_2
+        const float v3 = a2[k];  // load in2
         const float v4 = (v2 + v3);  // add
         const float v5 = static_cast<float>(0.5);  // constant
         const float v6 = static_cast<float>(1.0);  // constant

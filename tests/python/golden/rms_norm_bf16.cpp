@@ -130,13 +130,13 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     float v3 = static_cast<float>(0);
     #pragma omp simd reduction(+:v3)
     for (int64_t n = 0; n < L; ++n) {
-      const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load t_0
+      const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0
       const float v1 = static_cast<float>(v0);  // convert_element_type
       const float v2 = (v1 * v1);  // mul
       v3 = v3 + v2;
     }
     for (int64_t n = 0; n < L; ++n) {
-      const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load t_0
+      const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0
       const float v1 = static_cast<float>(v0);  // convert_element_type
       const float v4 = static_cast<float>(64.0);  // constant
       const float v5 = (v3 / v4);  // div
@@ -144,7 +144,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
       const float v7 = (v5 + v6);  // add
       const float v8 = (static_cast<float>(1) / sqrtf(v7));  // rsqrt
       const float v9 = (v1 * v8);  // mul
-      const float v10 = thunder_bf16_to_float(in1[base1 + n]);  // load t_1
+      const float v10 = thunder_bf16_to_float(in1[base1 + n]);  // load in1
       const float v11 = static_cast<float>(v10);  // convert_element_type
       const float v12 = (v9 * v11);  // mul
       const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type

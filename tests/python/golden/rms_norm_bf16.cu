@@ -180,7 +180,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = thunder_bf16_to_float(X0[v]);  // load t_0
+            const float v0 = thunder_bf16_to_float(X0[v]);  // load in0
             const float v1 = static_cast<float>(v0);  // convert_element_type
             const float v2 = (v1 * v1);  // mul
             acc3 = acc3 + v2;
@@ -197,7 +197,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = thunder_bf16_to_float(X0[v]);  // load t_0
+            const float v0 = thunder_bf16_to_float(X0[v]);  // load in0
             const float v1 = static_cast<float>(v0);  // convert_element_type
             const float v2 = (v1 * v1);  // mul
             acc3 = acc3 + v2;
@@ -220,7 +220,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = thunder_bf16_to_float(X0[v]);  // load t_0
+            const float v0 = thunder_bf16_to_float(X0[v]);  // load in0
             const float v1 = static_cast<float>(v0);  // convert_element_type
             const float v4 = static_cast<float>(64.0);  // constant
             const float v5 = (v3 / v4);  // div
@@ -228,7 +228,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v7 = (v5 + v6);  // add
             const float v8 = rsqrtf(v7);  // rsqrt
             const float v9 = (v1 * v8);  // mul
-            const float v10 = thunder_bf16_to_float(X1[v]);  // load t_1
+            const float v10 = thunder_bf16_to_float(X1[v]);  // load in1
             const float v11 = static_cast<float>(v10);  // convert_element_type
             const float v12 = (v9 * v11);  // mul
             const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
@@ -251,7 +251,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = thunder_bf16_to_float(X0[v]);  // load t_0
+            const float v0 = thunder_bf16_to_float(X0[v]);  // load in0
             const float v1 = static_cast<float>(v0);  // convert_element_type
             const float v4 = static_cast<float>(64.0);  // constant
             const float v5 = (v3 / v4);  // div
@@ -259,7 +259,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v7 = (v5 + v6);  // add
             const float v8 = rsqrtf(v7);  // rsqrt
             const float v9 = (v1 * v8);  // mul
-            const float v10 = thunder_bf16_to_float(X1[v]);  // load t_1
+            const float v10 = thunder_bf16_to_float(X1[v]);  // load in1
             const float v11 = static_cast<float>(v10);  // convert_element_type
             const float v12 = (v9 * v11);  // mul
             const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type

@@ -396,19 +396,19 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     float v1 = -THUNDER_INF;
     for (int64_t n = 0; n < L; ++n) {
-      const float v0 = in0[base0 + n];  // load t_0
+      const float v0 = in0[base0 + n];  // load in0
       v1 = (v0 != v0 || v0 > v1) ? v0 : v1;
     }
     float v4 = static_cast<float>(0);
     #pragma omp simd reduction(+:v4)
     for (int64_t n = 0; n < L; ++n) {
-      const float v0 = in0[base0 + n];  // load t_0
+      const float v0 = in0[base0 + n];  // load in0
       const float v2 = (v0 - v1);  // sub
       const float v3 = thunder_expf(v2);  // exp
       v4 = v4 + v3;
     }
     for (int64_t n = 0; n < L; ++n) {
-      const float v0 = in0[base0 + n];  // load t_0
+      const float v0 = in0[base0 + n];  // load in0
       const float v2 = (v0 - v1);  // sub
       const float v3 = thunder_expf(v2);  // exp
       const float v5 = (v3 / v4);  // div

@@ -178,7 +178,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
           }
         }
@@ -193,7 +193,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             acc1 = (v0 != v0 || v0 > acc1) ? v0 : acc1;
           }
         }
@@ -211,7 +211,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             const float v2 = (v0 - v1);  // sub
             const float v3 = expf(v2);  // exp
             acc4 = acc4 + v3;
@@ -228,7 +228,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             const float v2 = (v0 - v1);  // sub
             const float v3 = expf(v2);  // exp
             acc4 = acc4 + v3;
@@ -248,7 +248,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             const float v2 = (v0 - v1);  // sub
             const float v3 = expf(v2);  // exp
             const float v5 = (v3 / v4);  // div
@@ -268,7 +268,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
           for (int v = 0; v < VEC; ++v) {
             const int64_t i1 = col + v;
             (void)i1;
-            const float v0 = X0[v];  // load t_0
+            const float v0 = X0[v];  // load in0
             const float v2 = (v0 - v1);  // sub
             const float v3 = expf(v2);  // exp
             const float v5 = (v3 / v4);  // div

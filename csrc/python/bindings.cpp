@@ -177,11 +177,16 @@ namespace {
 /// channels-last (torch_ops.cpp), and the kernels after it keep that layout, where eager's
 /// results of NCHW inputs are contiguous (`out.view(n, -1)` on one works). A returned input is
 /// left as it is.
-void eagerLayouts(std::vector<at::Tensor>& outs, const std::function<bool(const at::Tensor&)>& isInput) {
+void eagerLayouts(std::vector<at::Tensor>& outs, const std::function<bool(const at::Tensor&)>& isInput,
+                  const std::function<bool()>& channelsLastInputs) {
+  bool checked = false;
   for (at::Tensor& t : outs) {
     if (!t.defined() || t.dim() != 4 || !t.is_cuda() || !at::isReducedFloatingType(t.scalar_type()) ||
         t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast) || isInput(t))
       continue;
+    // Eager keeps channels-last where its inputs are: their results stay as they are.
+    if (!checked && channelsLastInputs()) return;
+    checked = true;
     t = t.contiguous();
   }
 }
@@ -403,6 +408,13 @@ class CompiledFunction {
       for (int s : entry->sources) {
         const at::Tensor& x = s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1];
         if (x.defined() && x.is_alias_of(t)) return true;
+      }
+      return false;
+    }, [&] {
+      for (int s : entry->sources) {
+        const at::Tensor& x = s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1];
+        if (x.defined() && x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast))
+          return true;
       }
       return false;
     });

@@ -240,7 +240,8 @@ class MLP(nn.Module):
 
 
 def _grads(model, x, out, seed):
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype, device=out.device)
+    # Drawn on the CPU (a CPU generator cannot fill a CUDA tensor), the same values on any device.
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype).to(out.device)
     out.backward(g)
     return [x.grad] + [p.grad for p in model.parameters()]
 

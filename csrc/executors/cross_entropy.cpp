@@ -108,13 +108,15 @@ __device__ __forceinline__ void thunder_merge(float& m, float& s, float m2, floa
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 thunder_xent_fwd(const T* __restrict__ logits, const L* __restrict__ labels, float* __restrict__ loss,
-                 float* __restrict__ mlse, long long classes, float smoothing, long long ignoreIndex) {
+                 float* __restrict__ mlse, long long classes, long long stride, float smoothing,
+                 long long ignoreIndex) {
   const long long row = blockIdx.x;
-  const T* x = logits + row * classes;
+  const T* x = logits + row * stride;
   float m = THUNDER_NEG_INF, s = 0.f, total = 0.f;
   long long j = threadIdx.x;
 #if VEC > 1
-  // Two 16-byte loads in flight per thread; one rescale per 2 * VEC elements. classes % VEC == 0.
+  // Two 16-byte loads in flight per thread; one rescale per 2 * VEC elements. Rows start 16-byte
+  // aligned (stride % VEC == 0); the scalar loops below take the last classes % VEC.
   for (long long jv = threadIdx.x; jv < classes / VEC; jv += 2 * BLOCK) {
     float v[2 * VEC];
     const int n = jv + BLOCK < classes / VEC ? 2 : 1;
@@ -136,7 +138,7 @@ thunder_xent_fwd(const T* __restrict__ logits, const L* __restrict__ labels, flo
     for (int k = 0; k < 2 * VEC; ++k)
       if (k < n * VEC) total += v[k];
   }
-  j = classes;  // the scalar loops below have nothing left
+  j = classes / VEC * VEC + threadIdx.x;
 #endif
   // Four loads in flight per thread; one rescale per four elements.
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {
@@ -197,18 +199,19 @@ thunder_xent_fwd(const T* __restrict__ logits, const L* __restrict__ labels, flo
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 thunder_xent_bwd(const float* __restrict__ grad, const T* logits, const L* __restrict__ labels,
-                 const float* __restrict__ mlse, T* out, long long classes, float smoothing) {
+                 const float* __restrict__ mlse, T* out, long long classes, long long stride,
+                 long long outStride, float smoothing) {
   // `out` may be `logits` (the gradient written over dead logits): each element is read, then
   // written, by one thread.
   const long long row = blockIdx.x;
-  const T* x = logits + row * classes;
-  T* o = out + row * classes;
+  const T* x = logits + row * stride;
+  T* o = out + row * outStride;
   const long long y = static_cast<long long>(labels[row]);
   const float g = y < 0 ? 0.f : grad[row], lse = mlse[row];  // negative labels are ignored rows
   const float hit = g * (1.f - smoothing), base = g * smoothing / classes;
   long long j = threadIdx.x;
 #if VEC > 1
-  // Two 16-byte loads in flight per thread; classes % VEC == 0.
+  // Two 16-byte loads in flight per thread; rows 16-byte aligned, the last classes % VEC below.
   for (long long jv = threadIdx.x; jv < classes / VEC; jv += 2 * BLOCK) {
     float v[2][VEC];
     const int n = jv + BLOCK < classes / VEC ? 2 : 1;
@@ -224,7 +227,7 @@ thunder_xent_bwd(const float* __restrict__ grad, const T* logits, const L* __res
       thunder_store_vec(o + c0, v[u]);
     }
   }
-  j = classes;
+  j = classes / VEC * VEC + threadIdx.x;
 #endif
   for (; j + 3 * BLOCK < classes; j += 4 * BLOCK) {
     float v[4];

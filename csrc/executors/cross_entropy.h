@@ -19,18 +19,20 @@ int blockSize(int64_t classes);
 /// label dtype (int32 or int64) and one block size:
 ///
 ///   thunder_xent_fwd(const T* logits, const L* labels, float* loss, float* mlse, int64_t classes,
-///                    float smoothing, int64_t ignoreIndex)
+///                    int64_t stride, float smoothing, int64_t ignoreIndex)
 ///     loss[r] = (1 - s) * (lse_r - x[r, y_r]) + s * (lse_r - mean_j x[r, j]), with lse_r the
 ///     row's log-sum-exp (written to mlse[r]); 0 for ignored rows (a label equal to ignoreIndex, or
 ///     negative); NaN for a label >= classes.
 ///   thunder_xent_bwd(const float* grad, const T* logits, const L* labels, const float* mlse,
-///                    T* out, int64_t classes, float smoothing)
+///                    T* out, int64_t classes, int64_t stride, int64_t outStride, float smoothing)
 ///     out[r, j] = grad[r] * (exp(x[r, j] - mlse[r]) - (1 - s) * [j == y_r] - s / classes), and 0
 ///     for rows with a negative label (rows ignored for another label get grad[r] = 0).
 ///
-/// `vec` is 1 (scalar loads) or vectorWidth(logits): then every thread moves 16 bytes per load and
-/// store, which needs `classes % vec == 0` and 16-byte aligned logits and output (the launcher
-/// checks).
+/// Row r of the logits starts at logits + r * stride, of the output at out + r * outStride (a
+/// padded matmul's logits are rows of a wider tensor). `vec` is 1 (scalar loads) or
+/// vectorWidth(logits): then every thread moves 16 bytes per load and store, which needs strides
+/// that are multiples of `vec` and 16-byte aligned logits and output (the launcher checks); the
+/// last `classes % vec` of a row are scalar.
 ///
 /// A user error for another dtype, a block size that is not a power of two in [32, 1024], or
 /// another vector width.

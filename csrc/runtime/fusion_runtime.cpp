@@ -1299,7 +1299,9 @@ void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& l
   // 16-byte loads and stores when every row starts 16-byte aligned.
   const int vw = xent::vectorWidth(dt);
   auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  const int vec = classes % vw == 0 && aligned(logits) && (!out || aligned(*out)) ? vw : 1;
+  const int vec = logits.stride(0) % vw == 0 && aligned(logits) && (!out || (out->stride(0) % vw == 0 && aligned(*out)))
+                      ? vw
+                      : 1;
   std::string src = xent::cudaSource(dt, fromScalarType(labels.scalar_type()), block, vec);
   const int device = logits.get_device();
   CUmodule mod = loadCudaModule(src, device);
@@ -1317,6 +1319,13 @@ void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& l
   THUNDER_CHECK(driver().launch(fn, static_cast<unsigned>(rows), 1, 1, static_cast<unsigned>(block),
                                 1, 1, 0, stream, params, nullptr) == 0,
                 "apex_cross_entropy: launching ", entry, " failed");
+}
+
+/// The logits as the kernels read them: rows of contiguous classes, each `stride(0)` apart (a
+/// padded matmul's rows are wider than its classes); other layouts are copied.
+at::Tensor rowsOf(const at::Tensor& logits) {
+  if (logits.size(1) <= 1 || (logits.stride(1) == 1 && logits.stride(0) >= logits.size(1))) return logits;
+  return logits.contiguous();
 }
 
 void checkXentArgs(const char* op, const at::Tensor& logits, const at::Tensor& labels) {
@@ -1338,7 +1347,7 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsI
   THUNDER_CHECK_KIND(
       reduction == "none" || reduction == "mean" || reduction == "sum", ErrorKind::Value,
       "apex_cross_entropy: reduction must be 'none', 'mean' or 'sum', but got '", reduction, "'");
-  at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
+  at::Tensor logits = rowsOf(logitsIn), labels = labelsIn.contiguous();
   const int64_t rows = logits.size(0);
   at::Tensor loss = at::empty({rows}, logits.options().dtype(at::kFloat));
   at::Tensor mlse = at::empty({rows}, logits.options().dtype(at::kFloat));
@@ -1346,9 +1355,9 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logitsI
   void* pLabels = labels.data_ptr();
   void* pLoss = loss.data_ptr();
   void* pMlse = mlse.data_ptr();
-  long long classes = logits.size(1), ii = ignoreIndex;
+  long long classes = logits.size(1), stride = logits.stride(0), ii = ignoreIndex;
   float s = static_cast<float>(smoothing);
-  void* params[] = {&pLogits, &pLabels, &pLoss, &pMlse, &classes, &s, &ii};
+  void* params[] = {&pLogits, &pLabels, &pLoss, &pMlse, &classes, &stride, &s, &ii};
   launchXent("thunder_xent_fwd", logits, labels, params);
   at::Tensor out;
   if (reduction == "none") {
@@ -1371,7 +1380,7 @@ at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logi
   THUNDER_CHECK(gradIn.numel() == rows && mlseIn.numel() == rows,
                 "apex_cross_entropy_backward: expected grad and max_log_sum_exp of ", rows,
                 " elements, but got ", c10::str(gradIn.sizes()), " and ", c10::str(mlseIn.sizes()));
-  at::Tensor logits = logitsIn.contiguous(), labels = labelsIn.contiguous();
+  at::Tensor logits = rowsOf(logitsIn), labels = labelsIn.contiguous();
   at::Tensor grad = gradIn.to(at::kFloat).contiguous(), mlse = mlseIn.to(at::kFloat).contiguous();
   at::Tensor out = inPlace && logitsIn.is_contiguous() ? logits
                                                        : at::empty_like(logits, at::MemoryFormat::Contiguous);
@@ -1380,9 +1389,9 @@ at::Tensor crossEntropyBackward(const at::Tensor& gradIn, const at::Tensor& logi
   void* pLabels = labels.data_ptr();
   void* pMlse = mlse.data_ptr();
   void* pOut = out.data_ptr();
-  long long classes = logits.size(1);
+  long long classes = logits.size(1), stride = logits.stride(0), outStride = out.stride(0);
   float s = static_cast<float>(smoothing);
-  void* params[] = {&pGrad, &pLogits, &pLabels, &pMlse, &pOut, &classes, &s};
+  void* params[] = {&pGrad, &pLogits, &pLabels, &pMlse, &pOut, &classes, &stride, &outStride, &s};
   launchXent("thunder_xent_bwd", logits, labels, params, &out);
   return out;
 }

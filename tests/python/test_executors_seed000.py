@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import thunder
 from thunder import _C
 from thunder.executors import triton_crossentropy
+from thunder.executors import apexex  # noqa: F401  (registers the "apex" executor the tests look up by name)
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

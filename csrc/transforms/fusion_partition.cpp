@@ -501,6 +501,62 @@ std::optional<Trace> gathersPerReader(const Trace& trace, const std::function<bo
   return work;
 }
 
+/// A sum over every dim but the last: the column sum of a bias gradient.
+bool sumsLeadingDims(const BoundSymbol& p) {
+  if (!p.sym->isPrim() || p.sym->name != "sum" || p.args.size() < 2 || !p.args[0].isTensor()) return false;
+  std::vector<int64_t> dims = p.args[1].toInts();
+  int64_t rank = p.args[0].tensor().ndim();
+  if (rank < 2 || static_cast<int64_t>(dims.size()) != rank - 1) return false;
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d] != static_cast<int64_t>(d)) return false;
+  return true;
+}
+
+/// Each fusible call that sums one value over its leading dims, moved to right after that
+/// value's fusible producer. A backward computes a bias gradient after the matmuls that read
+/// the same gradient, so the sum began a run of its own and ran as a kernel of its own (an ATen
+/// reduction per linear layer); next to its producer it is a column output of that kernel.
+/// Returns nothing when no call moves.
+std::optional<Trace> columnSumsAfterProducers(const Trace& t, const std::function<bool(const BoundSymbol&)>& fusible,
+                                              const std::function<bool(const BoundSymbol&)>& pointwise) {
+  size_t n = t.bsyms.size();
+  std::unordered_map<const TensorProxy*, size_t> producer;
+  std::vector<bool> fusibleCall(n, false), moved(n, false);
+  // The shape each fusible call iterates over (unitShape): the sum joins a producer that
+  // iterates over the summed value itself, not one that makes it by a reshape of other dims.
+  std::vector<Shape> shapes(n);
+  std::vector<std::vector<size_t>> after(n);
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    const BoundSymbol& b = t.bsyms[i];
+    std::vector<BoundSymbol> prims;
+    fusibleCall[i] = !b.sym->hasTag(kDel) && b.sym->executor.empty() && leafPrims(b, fusible, prims);
+    if (fusibleCall[i]) shapes[i] = unitShape(Unit{&b, true, prims}, pointwise);
+    std::vector<TensorPtr> ins = b.inputTensors();
+    bool sums = false;
+    for (const BoundSymbol& p : prims) sums |= sumsLeadingDims(p);
+    if (fusibleCall[i] && sums && ins.size() == 1) {
+      auto it = producer.find(ins[0].get());
+      size_t p = it == producer.end() ? n : it->second;
+      if (p < n && fusibleCall[p] && p + 1 < i && !t.bsyms[p].sym->hasTag(kShapeOp) &&
+          withoutUnitDims(shapes[p]) == withoutUnitDims(ins[0]->shape)) {
+        after[p].push_back(i);
+        moved[i] = any = true;
+      }
+    }
+    for (const TensorPtr& o : b.outputTensors()) producer[o.get()] = i;
+  }
+  if (!any) return std::nullopt;
+  Trace out = t.emptyCopy();
+  out.bsyms.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (moved[i]) continue;
+    out.bsyms.push_back(t.bsyms[i]);
+    for (size_t j : after[i]) out.bsyms.push_back(t.bsyms[j]);
+  }
+  return out;
+}
+
 }  // namespace
 
 Trace fusionPartition(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
@@ -509,7 +565,8 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
                       const std::function<bool(const BoundSymbol&)>& pointwise) {
   std::unordered_set<const TensorProxy*> keptGathers;
   const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible, keptGathers);
-  const Trace& trace = cloned ? *cloned : traceIn;
+  const std::optional<Trace> hoisted = columnSumsAfterProducers(cloned ? *cloned : traceIn, fusible, pointwise);
+  const Trace& trace = hoisted ? *hoisted : cloned ? *cloned : traceIn;
   std::vector<Unit> units;
   for (const BoundSymbol& b : trace.bsyms) {
     Unit u{&b, false, {}};

@@ -540,6 +540,11 @@ def run(seeds, names, timeout: float, jobs: int, out_dir: str | None, quiet: boo
                 os.makedirs(out_dir, exist_ok=True)
                 with open(os.path.join(out_dir, f"seed{r['seed']}_{r['executors']}_{r['outcome']}.py"), "w") as f:
                     f.write(f"# {r['outcome']}: {r['detail']}\n" + (r["repro"] or ""))
+        elif r["outcome"] == "clear_error" and out_dir:
+            # not a failure, but each refusal's message is kept, to read that it is clear
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, "clear_errors.txt"), "a") as f:
+                f.write(f"seed {r['seed']} [{r['executors']}]: {r['detail']}\n")
 
     def start():
         if not pending:

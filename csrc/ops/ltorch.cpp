@@ -777,15 +777,20 @@ void registerShapeOps() {
         std::vector<Value> kept;
         for (size_t i = 0; i < ts.size(); ++i) {
           const TensorProxy& t = expectTensor(ts[i], "ltorch.cat", "tensors[" + std::to_string(i) + "]");
+          // Eager checks every tensor, the skipped ones and a lone one too (fuzzer seed 45915)
+          THUNDER_CHECK(t.ndim() > 0, "ltorch.cat: zero-dimensional tensor (at position ", i,
+                        ") cannot be concatenated");
           // PyTorch skips 1-D empty tensors in cat.
           if (!(t.ndim() == 1 && t.shape[0] == 0)) kept.push_back(ts[i]);
         }
+        // dim is checked against the first tensor not skipped, even when it is the only one; with
+        // every tensor skipped eager checks no dim.
+        int64_t dim = kept.empty() ? 0 : canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
         if (kept.empty()) kept.push_back(ts[0]);
         // The skipped tensors take part in the type promotion, as in eager (fuzzer seed 12315)
         DType dt = resultType(ts);
         for (auto& k : kept) k = clang::maybeConvert(k, dt);
         if (kept.size() == 1) return kept[0];
-        int64_t dim = canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
         return prims::cat(kept, dim);
       });
   def("stack", "tensors, dim=0", {"torch.stack"}, [](const Args& a) {

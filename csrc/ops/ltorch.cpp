@@ -1630,7 +1630,14 @@ void registerNN() {
         auto expandTo = [&](const Value& x) {
           return x.tensor().shape == shape ? x : op("expand", {x, Value::ints(shape)});
         };
-        Value d = op("sub", {expandTo(a[0]), expandTo(a[1])});
+        Value x = expandTo(a[0]), y = expandTo(a[1]);
+        // Eager's kernel computes (x - y)^2 in the promoted dtype, of floats only: a bool target
+        // (or input) is a number there, where thunder's sub refuses bool (fuzzer seed 48432).
+        DType dt = resultType(std::vector<Value>{x, y});
+        THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.mse_loss: not implemented for ",
+                           dtypeName(dt), " (input ", dtypeName(t.dtype), ", target ",
+                           dtypeName(a[1].tensor().dtype), ")");
+        Value d = op("sub", {clang::maybeConvert(x, dt), clang::maybeConvert(y, dt)});
         Value sq = op("mul", {d, d});
         const std::string& r = a[4].toString();
         THUNDER_CHECK_KIND(r == "none" || r == "sum" || r == "mean", ErrorKind::Value,

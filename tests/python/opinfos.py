@@ -1337,11 +1337,18 @@ def _mse_samples(dtype):
     yield (make((), dtype), make((), dtype)), {}
     yield (transposed((2, 3), dtype), make((2, 3), dtype, noncontig=True)), {}
     yield (make((0, 3), dtype), make((0, 3), dtype)), dict(reduction="sum")
+    # A bool or integer operand is a number of the promoted float dtype (fuzzer seed 48432).
+    yield (make((2, 3), dtype), make((2, 3), b8)), dict(reduction="none")
+    yield (make((2, 3), b8), make((3,), dtype)), {}
+    yield (make((2, 3), dtype), make((2, 3), i64)), dict(reduction="sum")
 
 
 def _mse_errors():
     yield ErrorInput((make((2, 3)), make((2, 3))), dict(reduction="avg"), ValueError,
                      r"mse_loss: reduction must be 'none', 'mean' or 'sum', but got 'avg'")
+    # Eager's kernel has no bool or integer version.
+    yield ErrorInput((make((2, 3), b8), make((2, 3), b8)), {}, NotImplementedError, r"mse_loss: not implemented for bool")
+    yield ErrorInput((make((2, 3), i64), make((3,), b8)), {}, NotImplementedError, r"mse_loss: not implemented for int64")
 
 
 def _sdpa_samples(dtype):

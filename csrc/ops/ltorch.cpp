@@ -777,15 +777,20 @@ void registerShapeOps() {
         std::vector<Value> kept;
         for (size_t i = 0; i < ts.size(); ++i) {
           const TensorProxy& t = expectTensor(ts[i], "ltorch.cat", "tensors[" + std::to_string(i) + "]");
+          // Eager checks every tensor, the skipped ones and a lone one too (fuzzer seed 45915)
+          THUNDER_CHECK(t.ndim() > 0, "ltorch.cat: zero-dimensional tensor (at position ", i,
+                        ") cannot be concatenated");
           // PyTorch skips 1-D empty tensors in cat.
           if (!(t.ndim() == 1 && t.shape[0] == 0)) kept.push_back(ts[i]);
         }
+        // dim is checked against the first tensor not skipped, even when it is the only one; with
+        // every tensor skipped eager checks no dim.
+        int64_t dim = kept.empty() ? 0 : canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
         if (kept.empty()) kept.push_back(ts[0]);
         // The skipped tensors take part in the type promotion, as in eager (fuzzer seed 12315)
         DType dt = resultType(ts);
         for (auto& k : kept) k = clang::maybeConvert(k, dt);
         if (kept.size() == 1) return kept[0];
-        int64_t dim = canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
         return prims::cat(kept, dim);
       });
   def("stack", "tensors, dim=0", {"torch.stack"}, [](const Args& a) {
@@ -1625,7 +1630,14 @@ void registerNN() {
         auto expandTo = [&](const Value& x) {
           return x.tensor().shape == shape ? x : op("expand", {x, Value::ints(shape)});
         };
-        Value d = op("sub", {expandTo(a[0]), expandTo(a[1])});
+        Value x = expandTo(a[0]), y = expandTo(a[1]);
+        // Eager's kernel computes (x - y)^2 in the promoted dtype, of floats only: a bool target
+        // (or input) is a number there, where thunder's sub refuses bool (fuzzer seed 48432).
+        DType dt = resultType(std::vector<Value>{x, y});
+        THUNDER_CHECK_KIND(isFloating(dt), ErrorKind::NotImplemented, "ltorch.mse_loss: not implemented for ",
+                           dtypeName(dt), " (input ", dtypeName(t.dtype), ", target ",
+                           dtypeName(a[1].tensor().dtype), ")");
+        Value d = op("sub", {clang::maybeConvert(x, dt), clang::maybeConvert(y, dt)});
         Value sq = op("mul", {d, d});
         const std::string& r = a[4].toString();
         THUNDER_CHECK_KIND(r == "none" || r == "sum" || r == "mean", ErrorKind::Value,

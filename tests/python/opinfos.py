@@ -713,11 +713,20 @@ def _cat_samples(dtype):
     yield ([make((0, 3), dtype), make((2, 3), dtype)],), {}
     yield ([make((3,), dtype)],), {}
     yield ([make((2, 3), dtype), make((1, 3), promote_to(dtype))],), {}
+    yield ([make((0,), dtype), make((0,), dtype)], 5), {}  # every tensor skipped: eager checks no dim
 
 
 def _cat_errors():
     yield ErrorInput(([],), {}, ValueError, r"cat: expected a non-empty list")  # eager's type
     yield ErrorInput(([make((2, 3)), make((2, 4))],), {}, RuntimeError, r"cat.*[\[(]2, 3,?[\])].*[\[(]2, 4,?[\])]")
+    # Every tensor is checked for a dim, a skipped 1-D empty one's neighbour and a lone one too, and
+    # dim against the first tensor not skipped, even the only one (fuzzer seed 45915).
+    yield ErrorInput(([make((0,)), make(())],), {}, RuntimeError,
+                     r"cat: zero-dimensional tensor \(at position 1\) cannot be concatenated")
+    yield ErrorInput(([make(())],), {}, RuntimeError, r"cat: zero-dimensional tensor \(at position 0\)")
+    yield ErrorInput(([make((3,)), make(())],), {}, RuntimeError, r"cat: zero-dimensional tensor \(at position 1\)")
+    yield ErrorInput(([make((3,))], 1), {}, IndexError, r"cat: dimension out of range")
+    yield ErrorInput(([make((0,)), make((2, 3))], 5), {}, IndexError, r"cat: dimension out of range")
 
 
 def _stack_samples(dtype):
@@ -1328,11 +1337,18 @@ def _mse_samples(dtype):
     yield (make((), dtype), make((), dtype)), {}
     yield (transposed((2, 3), dtype), make((2, 3), dtype, noncontig=True)), {}
     yield (make((0, 3), dtype), make((0, 3), dtype)), dict(reduction="sum")
+    # A bool or integer operand is a number of the promoted float dtype (fuzzer seed 48432).
+    yield (make((2, 3), dtype), make((2, 3), b8)), dict(reduction="none")
+    yield (make((2, 3), b8), make((3,), dtype)), {}
+    yield (make((2, 3), dtype), make((2, 3), i64)), dict(reduction="sum")
 
 
 def _mse_errors():
     yield ErrorInput((make((2, 3)), make((2, 3))), dict(reduction="avg"), ValueError,
                      r"mse_loss: reduction must be 'none', 'mean' or 'sum', but got 'avg'")
+    # Eager's kernel has no bool or integer version.
+    yield ErrorInput((make((2, 3), b8), make((2, 3), b8)), {}, NotImplementedError, r"mse_loss: not implemented for bool")
+    yield ErrorInput((make((2, 3), i64), make((3,), b8)), {}, NotImplementedError, r"mse_loss: not implemented for int64")
 
 
 def _sdpa_samples(dtype):

@@ -1521,3 +1521,47 @@ def test_pow_zero_exponent_gradient_is_zero_for_a_nan_cotangent(executors, expon
     thunder.jit(f, executors=executors)(b).sum().backward()
     f(b2).sum().backward()
     torch.testing.assert_close(b.grad, b2.grad, equal_nan=True)
+
+
+def _wrapped_select(input, dim, index):
+    # torch_geometric.hash_tensor's replacement of torch.select (installed process-wide when
+    # torch_geometric is imported), reduced to what a plain tensor meets: its own range check of
+    # dim, then torch's select.
+    if isinstance(dim, int) and (dim < -input.dim() or dim >= input.dim()):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-input.dim()}, {input.dim() - 1}], but got {dim})")
+    return _TORCH_SELECT(input, dim, index)
+
+
+_TORCH_SELECT = torch.select
+
+
+@pytest.mark.parametrize("executors", EXECUTORS, ids=IDS)
+@pytest.mark.parametrize("shape,dim,index", [((), 0, 0), ((2, 3), 2, 0), ((2, 3), -3, 0), ((2, 3), 1, 5),
+                                             ((2, 3), 1, -1), ((2, 3), -2, 1)])
+def test_a_python_wrapper_of_torch_select_traces_as_eager_runs_it(monkeypatch, shape, dim, index, executors):
+    # A library that replaces torch.select with a Python function (torch_geometric does, at its
+    # import): the program calls the wrapper, eager and thunder alike, so thunder traces the
+    # wrapper's Python and torch's select inside it. Values, gradients and the exception type are
+    # eager's, and so is the message where the wrapper raises (a 0-dim input, a dim out of range).
+    monkeypatch.setattr(torch, "select", _wrapped_select)
+    f = lambda x: torch.select(x * 2, dim, index)
+    x = torch.randn(shape)
+    try:
+        want, eager_err = f(x), None
+    except Exception as e:  # noqa: BLE001
+        want, eager_err = None, e
+    jf = thunder.jit(f, executors=executors)
+    if eager_err is not None:
+        with pytest.raises(type(eager_err)) as info:
+            jf(x)
+        if not -len(shape) <= dim < len(shape):  # the wrapper's check: its message
+            assert str(info.value) == str(eager_err)
+        else:  # torch's select: thunder's message names the op and the index
+            assert "select" in str(info.value) and str(index) in str(info.value)
+        return
+    xe, xt = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    got = jf(xt)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    g = torch.randn(want.shape)
+    torch.testing.assert_close(torch.autograd.grad(got, xt, g)[0], torch.autograd.grad(f(xe), xe, g)[0],
+                               rtol=0, atol=0)

@@ -128,10 +128,10 @@ def test_outputs_rounded_to_a_coarser_dtype_get_its_tolerance():
 
 
 @pytest.mark.parametrize("seed", [30649, 25723, 25923, 33661, 35140, 36352, 37737, 38820, 39324,
-                                  40402, 40691, 40710, 40841, 42403, 43248, 43267])
+                                  40402, 40691, 40710, 40841, 42403, 43248, 43267, 44143, 44752, 45915, 49251])
 def test_fixed_seeds_pass(seed):
     # open after session 7 (30649, 25723, 25923), found by session 8's run (33661 to 39324) and by
-    # the run of 2026-11-28 (40402 on): see README.md
+    # the runs of 2026-11-28 (40402 on): see README.md
     counts, failures = fuzz.run([seed], ["default", "fuser"], timeout=300, jobs=1, out_dir=None, quiet=True)
     assert not failures, failures[0]["detail"]
 
@@ -152,3 +152,112 @@ def test_the_mean_of_var_mean_over_infinities_is_torch_means():
     assert fuzz.check(FRAC_OF_NORM.replace("torch.frac(torch.norm(a * 1e4))",
                                            "torch.std_mean(a.float() * float('inf'), 0)[1]").format(scale=1),
                       ["fuser"], 0)[0] == "ok"
+
+
+VAR_MEAN_THEN_EXP = """import torch
+
+
+def make_inputs():
+    return [torch.full((1, 3, 1), {value}, dtype=torch.float64)]
+
+
+def prog(a):
+    return torch.exp(torch.var_mean(a, -2, correction=1, keepdim=True)[1])
+"""
+
+
+def test_the_gradient_after_var_mean_over_infinities_reads_torch_means():
+    # Seed 44143: exp of var_mean's mean over [-inf, -inf, -inf]. Eager's mean is NaN (Welford),
+    # so exp's gradient g * exp(mean) is NaN, in float64 too; thunder's mean is -inf and its
+    # gradient 0. Eager's gradient runs read torch.mean's value as its forward runs do; var_mean's
+    # own gradient of the mean is g / n in eager (not NaN), and stays that through the rule.
+    import torch
+
+    x = torch.full((1, 3, 1), float("-inf"), dtype=torch.float64, requires_grad=True)
+    with fuzz._plain_means():
+        m = torch.var_mean(x, -2, correction=1, keepdim=True)[1]
+    assert torch.autograd.grad(m, x, torch.ones_like(m))[0].flatten().tolist() == [1 / 3] * 3
+    assert torch.autograd.grad(torch.var_mean(x, -2, correction=1, keepdim=True)[1].sum(), x)[0].flatten().tolist() == [1 / 3] * 3
+    with fuzz._plain_means():
+        y = torch.exp(torch.var_mean(x, -2, correction=1, keepdim=True)[1])
+    assert torch.autograd.grad(y, x, torch.ones_like(y))[0].flatten().tolist() == [0.0] * 3
+    assert fuzz.check(VAR_MEAN_THEN_EXP.format(value="-float('inf')"), ["fuser"], 0)[0] == "ok"
+    # A finite input: the rule changes nothing.
+    x = torch.tensor([[[1.0], [2.0], [4.0]]], dtype=torch.float64, requires_grad=True)
+    with fuzz._plain_means():
+        y = torch.exp(torch.var_mean(x, -2, correction=1, keepdim=True)[1])
+    g = torch.autograd.grad(y, x, torch.ones_like(y))[0]
+    assert torch.equal(g, torch.autograd.grad(torch.exp(x.mean(-2, keepdim=True)).sum(), x)[0])
+    assert fuzz.check(VAR_MEAN_THEN_EXP.format(value=2.0), ["fuser"], 0)[0] == "ok"
+
+
+INPLACE_MUL_FLOAT32_BY_FLOAT64 = """import torch
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(44752)
+    return [torch.randn((5, 2), generator=g, dtype=torch.float64) * 100]
+
+
+def prog(a):
+    t1 = a.to(torch.float32)
+    t1 *= a
+    return t1
+"""
+
+
+def test_float64_gradients_of_programs_computing_in_float32_get_its_tolerance():
+    # Seed 44752: eager's mul_ of a float32 tensor by a float64 one takes a float32 gradient and
+    # computes the operand's gradient grad * self as a float32 product; thunder's product is a
+    # float64 one (the more precise), 2e-8 apart, where float64's tolerance is 1e-9.
+    import torch
+    import thunder
+
+    prog, make_inputs = fuzz._load(INPLACE_MUL_FLOAT32_BY_FLOAT64)
+    cot = torch.randn(5, 2, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for f in (prog, thunder.jit(prog)):
+        a = make_inputs()[0].requires_grad_(True)
+        grads.append(torch.autograd.grad(f(a), a, cot)[0])
+    assert not torch.allclose(grads[0], grads[1], rtol=1e-9, atol=1e-9)
+    assert fuzz._close(grads[1], grads[0], floor=torch.float32) is None
+    assert fuzz.check(INPLACE_MUL_FLOAT32_BY_FLOAT64, ["fuser"], 44752)[0] == "ok"
+    # float64 gradients of programs that do not compute in float32 keep float64's tolerance.
+    assert fuzz._close(grads[1], grads[0]) is not None
+
+
+HARDTANH_OF_NANS = """import torch
+import torch.nn.functional as F
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(49251)
+    return [(torch.randn((3, 10), generator=g, dtype=torch.float64)).to(torch.float32)[..., ::2]]
+
+
+def prog(a):
+    t1 = torch.cat([a + float('nan'), a + float('nan')])
+    return F.hardtanh(torch.neg(t1))
+"""
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_the_gradient_of_hardtanh_at_nan_passes_in_eagers_runs(inplace):
+    # Seed 49251: eager's CPU hardtanh_backward gives 0 at a NaN input in its vectorized loop and
+    # passes the gradient in its scalar tail (of 30 float32 NaNs, the first 16 get 0). Eager's
+    # gradient runs read it as passing everywhere, thunder's choice; forward values are unchanged.
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.full((30,), float("nan"))
+    eager = torch.ops.aten.hardtanh_backward(torch.ones(30), x, -1.0, 1.0)
+    assert eager[:16].eq(0).all() and eager[16:].eq(1).all()  # the premise: eager's own
+    for f in (lambda t: F.hardtanh(t, -1.0, 1.0, inplace=inplace), lambda t: F.relu6(t, inplace=inplace)):
+        a = torch.tensor([float("nan")] * 29 + [7.0], requires_grad=True)
+        with fuzz._nan_passes_hardtanh():
+            t = a * 1
+            y = f(t)
+        assert (y is t) == inplace
+        assert y[:29].isnan().all() and y[29].item() == f(torch.tensor([7.0])).item()
+        assert torch.autograd.grad(y, a, torch.ones(30))[0].tolist() == [1.0] * 29 + [0.0]
+    assert fuzz.check(HARDTANH_OF_NANS, ["fuser"], 49251)[0] == "ok"

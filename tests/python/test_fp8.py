@@ -403,6 +403,49 @@ def test_weight_cast_once_per_version(cpu_fp8, monkeypatch):
     assert thunder.cache_misses(jm) == 1
 
 
+def test_inference_then_training_with_one_weight_version(cpu_fp8):
+    # Without grad fp8_linear returns the output alone and casts the weight row-major only; a
+    # training call with the same weights then casts it in both layouts (dgrad reads the transpose).
+    torch.manual_seed(0)
+    m = MLP()
+    ref = copy.deepcopy(m)
+    jm = jit_fp8(m, fp8_recipe=CurrentScaling())
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        out = jm(x)
+    calls = linear_calls(jm)
+    assert len(calls) == 2 and all(c.startswith("fp8_linear(") and c.endswith(", False)") for c in calls), calls
+    assert fp8ex._info(m.up.weight).w8_t is None
+    xg = x.clone().requires_grad_()
+    xr = x.clone().requires_grad_()
+    out2, out_ref = jm(xg), ref.emulated(xr)
+    torch.testing.assert_close(out2, out, rtol=0, atol=0)
+    torch.testing.assert_close(out2, out_ref, rtol=1e-3, atol=1e-3)
+    for got, want in zip(_grads(m, xg, out2, 0), _grads(ref, xr, out_ref, 0)):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    assert fp8ex._info(m.up.weight).w8_t.shape == (64, 128)
+
+
+def test_failing_triton_cast_falls_back_to_torch_ops(cpu_fp8, monkeypatch):
+    # A Triton that cannot compile the cast kernel: a warning, then torch's casts (the same numbers).
+    monkeypatch.setattr(fp8ex, "_triton_ok", True)
+    monkeypatch.setattr(fp8ex, "_use_triton", lambda x: fp8ex._triton_ok)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(fp8ex.fp8_triton, "cast", broken)
+    torch.manual_seed(0)
+    m = MLP()
+    ref = copy.deepcopy(m)
+    jm = jit_fp8(m, fp8_recipe=CurrentScaling())
+    x = torch.randn(32, 64)
+    with pytest.warns(UserWarning, match="the Triton FP8 cast failed"):
+        out = jm(x)
+    torch.testing.assert_close(out, ref.emulated(x), rtol=1e-3, atol=1e-3)
+    assert not fp8ex._triton_ok
+
+
 def _train(jm, model, opt, xs):
     losses = []
     for x in xs:

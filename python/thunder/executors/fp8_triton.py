@@ -57,11 +57,12 @@ if triton is not None:
             # In float32 (a bfloat16 product would round twice), saturating: out of range an e5m2
             # value would become inf and an e4m3 one nan. NaN stays nan, as in torch's clamp.
             y = tl.clamp(x * scale, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL).to(OUT)
-            stored = (rows[:, None] < M_PAD) & (cols[None, :] < K)
             if ROW:
-                tl.store(y_ptr + rows[:, None] * K + cols[None, :], y, mask=stored)
+                tl.store(y_ptr + rows[:, None] * K + cols[None, :], y,
+                         mask=(rows[:, None] < M_PAD) & (cols[None, :] < K))
             if COL:
-                tl.store(yt_ptr + cols[:, None] * M_PAD + rows[None, :], tl.trans(y), mask=tl.trans(stored))
+                tl.store(yt_ptr + cols[:, None] * M_PAD + rows[None, :], tl.trans(y),
+                         mask=(cols[:, None] < K) & (rows[None, :] < M_PAD))
             if AMAX:
                 # nan counts as inf: either way the scale computed from this amax is not used.
                 top = tl.maximum(top, tl.where(x == x, tl.abs(x), float("inf")))

@@ -342,8 +342,12 @@ def _use_compiled(x: torch.Tensor) -> bool:
     return x.device.type == "cuda" and fp8_triton.available()  # torch.compile's CUDA kernels are Triton's
 
 
+_triton_ok = True
+
+
 def _use_triton(x: torch.Tensor) -> bool:
-    return x.device.type == "cuda" and fp8_triton.available() and os.environ.get("THUNDER_FP8_TRITON") != "0"
+    return (x.device.type == "cuda" and _triton_ok and fp8_triton.available()
+            and os.environ.get("THUNDER_FP8_TRITON") != "0")
 
 
 def _run(fn, *args):
@@ -370,8 +374,16 @@ def _cast(x2: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype, m_pad: int, r
     """x2 [M, K] times `scale` in fp8, padded with zero rows to m_pad: (row-major [m_pad, K] or
     None, the transpose [K, m_pad] row-major or None, a float32 tensor whose largest element is
     max |x2| or None). On CUDA one Triton kernel reads x2 once for all three (fp8_triton.py)."""
+    global _triton_ok
     if _use_triton(x2):
-        return fp8_triton.cast(x2, scale, fp8, torch.finfo(fp8).max, m_pad, row, col, amax)
+        try:
+            return fp8_triton.cast(x2, scale, fp8, torch.finfo(fp8).max, m_pad, row, col, amax)
+        except Exception as e:  # a Triton that cannot compile the kernel: torch ops compute the same
+            import warnings
+
+            warnings.warn(f"thunder fp8 executor: the Triton FP8 cast failed ({type(e).__name__}: {e}); "
+                          "casting with torch ops")
+            _triton_ok = False
     x8 = _run(_saturated, _padded_rows(x2, m_pad), scale, fp8)
     return x8 if row else None, x8.t().contiguous() if col else None, _amax(x2) if amax else None
 

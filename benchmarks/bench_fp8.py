@@ -239,6 +239,9 @@ def cast_shapes(smoke: bool) -> list[tuple[str, int, int]]:
             ("weight [intermediate, n_embd]", H, C), ("logits gradient [tokens, vocab]", M, V)]
 
 
+CAST_CONFIGS = [(64, 128, 4, 8), (128, 64, 4, 8), (64, 64, 8, 4), (128, 128, 2, 8), (32, 128, 4, 4)]
+
+
 def time_casts(device, smoke, repeats):
     from thunder.executors import fp8_triton
 
@@ -253,7 +256,10 @@ def time_casts(device, smoke, repeats):
 
         ways = [("torch ops", with_torch)]
         if device == "cuda" and fp8_triton.available():
-            ways.append(("triton", lambda: fp8_triton.cast(x, scale, torch.float8_e4m3fn, 448.0, m, True, True, True)))
+            # The executor's tiles, then others (BLOCK_M, BLOCK_K, TILES, warps) to choose from.
+            for config in dict.fromkeys([fp8_triton.CONFIG, *CAST_CONFIGS]):
+                ways.append((f"triton {config}", lambda config=config: fp8_triton.cast(
+                    x, scale, torch.float8_e4m3fn, 448.0, m, True, True, True, config)))
         for name, fn in ways:
             fn()
             _sync(device)

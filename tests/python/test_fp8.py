@@ -301,7 +301,7 @@ def test_compiled_cast_and_record_are_the_eager_ones(fp8):
 # Triton's interpreter with float32 output (the interpreter's own float8 rounding is not the
 # hardware's; test_gpu_triton_cast_is_torchs checks the FP8 bits): the row-major copy, the
 # transposed one, the zero rows and the partial amaxes, for tiles cut at both edges, several
-# programs along K, padded token counts and strided inputs.
+# programs along K, padded token counts, strided inputs and another tiling.
 _INTERPRETED_CAST = r"""
 import importlib.util, sys
 import torch
@@ -309,20 +309,22 @@ spec = importlib.util.spec_from_file_location("fp8_triton", sys.argv[1])
 ft = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ft)
 torch.manual_seed(0)
-for m, k, m_pad, strided in [(40, 70, 48, False), (130, 600, 144, True), (64, 64, 64, False), (3, 1100, 16, True)]:
+cases = [(40, 70, 48, False), (130, 600, 144, True), (64, 64, 64, False), (3, 1100, 16, True)]
+for (m, k, m_pad, strided), config in [(c, ft.CONFIG) for c in cases] + [(cases[1], (32, 64, 3, 4))]:
+    cast = lambda *args: ft.cast(*args, config=config)
     x = torch.randn((k, m) if strided else (m, k), dtype=torch.bfloat16) * 100
     x = x.t() if strided else x
     scale = torch.tensor([2.5])
     want = torch.nn.functional.pad((x.float() * scale).clamp(-448.0, 448.0), (0, 0, 0, m_pad - m))
-    y, yt, parts = ft.cast(x, scale, torch.float32, 448.0, m_pad, True, True, True)
+    y, yt, parts = cast(x, scale, torch.float32, 448.0, m_pad, True, True, True)
     assert torch.equal(y, want) and torch.equal(yt, want.t()) and yt.is_contiguous(), (m, k)
     assert parts.max() == x.float().abs().max(), (m, k)
-    y, yt, parts = ft.cast(x, scale, torch.float32, 448.0, m_pad, False, True, False)
+    y, yt, parts = cast(x, scale, torch.float32, 448.0, m_pad, False, True, False)
     assert y is None and parts is None and torch.equal(yt, want.t()), (m, k)
     # nan stays nan and counts as inf in the amax (the next scale is then not taken from it)
     x = x.clone()
     x[m // 2, k // 3] = float("nan")
-    y, _, parts = ft.cast(x, scale, torch.float32, 448.0, m_pad, True, False, True)
+    y, _, parts = cast(x, scale, torch.float32, 448.0, m_pad, True, False, True)
     assert y.isnan().sum() == 1 and y[m // 2, k // 3].isnan() and parts.max() == float("inf"), (m, k)
 print("cast ok")
 """

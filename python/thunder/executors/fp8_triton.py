@@ -25,10 +25,11 @@ except ImportError:  # the fp8 executor then casts with torch ops
 
 __all__ = ["available", "cast"]
 
-# Tiles of BLOCK_M x BLOCK_K elements, TILES of them along K per program: the transposed store
-# writes BLOCK_M bytes per row of the tile (two 32-byte sectors), and a program's amaxes of TILES
-# tiles become one partial amax (a [16384, 128256] gradient has 64k of them, not 256k).
-BLOCK_M, BLOCK_K, TILES = 64, 128, 4
+# (BLOCK_M, BLOCK_K, TILES, warps): tiles of BLOCK_M x BLOCK_K elements, TILES of them along K per
+# program: the transposed store writes BLOCK_M bytes per row of the tile (two 32-byte sectors),
+# and a program's amaxes of TILES tiles become one partial amax (a [16384, 128256] gradient has
+# 64k of them, not 256k). `benchmarks/bench_fp8.py --parts casts` times others.
+CONFIG = (64, 128, 4, 4)
 
 
 def available() -> bool:
@@ -73,18 +74,19 @@ if triton is not None:
 
 
 def cast(x: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype, fp8_max: float, m_pad: int, row: bool,
-         col: bool, amax: bool):
+         col: bool, amax: bool, config: tuple[int, int, int, int] = CONFIG):
     """x [M, K] (M, K > 0, any strides) times `scale` (one float32 element), clamped to [-fp8_max, fp8_max],
     in out_dtype and padded with zero rows to m_pad >= M: (the result [m_pad, K] row-major or None,
     its transpose [K, m_pad] row-major or None, float32 partial amaxes whose largest is max |x|
     (nan counted as inf) or None). out_dtype float32 (no rounding) serves tests of the layouts."""
     M, K = x.shape
-    grid = (triton.cdiv(m_pad, BLOCK_M), triton.cdiv(K, BLOCK_K * TILES))
+    block_m, block_k, tiles, warps = config
+    grid = (triton.cdiv(m_pad, block_m), triton.cdiv(K, block_k * tiles))
     y = torch.empty(m_pad, K, dtype=out_dtype, device=x.device) if row else None
     yt = torch.empty(K, m_pad, dtype=out_dtype, device=x.device) if col else None
     parts = torch.empty(grid[0] * grid[1], dtype=torch.float32, device=x.device) if amax else None
     # Pointers the kernel does not use (its flags say so) are given some tensor of the call.
     _cast_kernel[grid](x, y if row else yt, yt if col else y, scale, parts if amax else scale, M, K, m_pad,
                        x.stride(0), x.stride(1), fp8_max, OUT=_OUT[out_dtype], ROW=row, COL=col, AMAX=amax,
-                       BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, TILES=TILES)
+                       BLOCK_M=block_m, BLOCK_K=block_k, TILES=tiles, num_warps=warps)
     return y, yt, parts

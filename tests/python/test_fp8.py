@@ -125,10 +125,10 @@ def test_training_trace_names_both_halves(cpu_fp8):
     fwd = str(thunder.last_traces(jm)[-1])
     bwd = str(thunder.last_backward_traces(jm)[-1])
     assert fwd.count("fp8_linear(") == 1 and fwd.count("linear_not_fp8(") == 4
-    # The backward reads the forward's e4m3 input as bytes (u8), not the input itself.
+    # The backward reads the forward's e4m3 input, transposed, not the input itself.
     assert re.search(r"fp8_linear_backward\(t\d+, t\d+, t\d+, t_fc_weight, 't_fc_weight', 'delayed:16:max:0', True\)",
                      bwd), bwd
-    assert re.search(r'# t\d+: "cpu u8\[64, 64\]"', bwd)
+    assert re.search(r'# t\d+: "cpu f8e4m3fn\[64, 64\]"', bwd), bwd
 
 
 def test_declined_linears_train_like_eager():
@@ -142,6 +142,31 @@ def test_declined_linears_train_like_eager():
     torch.testing.assert_close(x.grad, xr.grad)
     for (name, p), pr in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, pr.grad, msg=name)
+
+
+# ---- float8 tensors in traces -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fp8, short", [(E4M3, "f8e4m3fn"), (E5M2, "f8e5m2")], ids=["e4m3", "e5m2"])
+def test_float8_tensors_trace_and_run_as_eager(fp8, short):
+    # Traced and printed as thunder dtypes, computed by ATen as eager computes them (the fuser
+    # leaves float8 tensors alone), values beyond the format's range and nan included.
+    x = torch.tensor([1.0, 300.0, -1000.0, 232.0, 1e-3, 1e-9, float("nan"), float("inf"), 7e4])
+
+    def cast(x):
+        return (x * 2).to(fp8)
+
+    jcast = thunder.jit(cast)
+    got, want = jcast(x), cast(x)
+    assert got.dtype == fp8 and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert f'"cpu {short}[9]"' in str(thunder.last_traces(jcast)[-1])
+    jback = thunder.jit(lambda y: y.float() * 2)
+    torch.testing.assert_close(jback(want), want.float() * 2, equal_nan=True)
+    # Promotion with another dtype raises, as in eager.
+    with pytest.raises(RuntimeError, match="Promotion for Float8 Types is not supported"):
+        want + x
+    with pytest.raises(RuntimeError, match=f"promotion of float8 dtypes is not supported: {fp8}".replace("torch.", "")):
+        thunder.jit(lambda a, b: a + b)(want, x)
 
 
 # ---- recipes and options -----------------------------------------------------------------------

@@ -46,7 +46,7 @@ Calls it cannot run in FP8 stay in the usual precision and say why in the trace:
     (t19, t20, t21) = fp8_linear_backward(t25, t16, t17, t_fc2_weight, 't_fc2_weight', 'delayed:16:max:0', True)
 
 fp8_linear's last argument says whether a backward follows. Then it returns the output, the e4m3
-input transposed ([in_features, tokens]) as bytes (u8: thunder has no float8 dtype) and its
+input transposed ([in_features, tokens], a float8_e4m3fn tensor: f8e4m3fn in the trace) and its
 scale's reciprocal, which the backward reads instead of the input; else the output alone.
 
 FP8 needs a CUDA device of compute capability 8.9 or more (Ada, Hopper), an input and a weight of
@@ -60,9 +60,9 @@ writes the layouts asked for and, for delayed scaling, the tensor's amax (the pr
 known before the pass); the history and scale update is one kernel that torch.compile makes of
 it. Current scaling reads the tensor once more for its amax first. THUNDER_FP8_TRITON=0 casts with
 torch ops (compiled by torch.compile where THUNDER_FP8_COMPILED_CASTS says: by default on CUDA,
-=0 eager ops, =1 on CPU too). Thunder has no float8 dtype, so its fuser cannot yet fuse the casts
-into the kernels that produce their inputs (RMSNorm, SwiGLU): each cast still reads its bfloat16
-tensor once more.
+=0 eager ops, =1 on CPU too). The fuser does not yet fuse the casts into the kernels that produce
+their inputs (RMSNorm, SwiGLU; it leaves float8 tensors to ATen): each cast still reads its
+bfloat16 tensor once more.
 """
 
 from __future__ import annotations
@@ -462,7 +462,7 @@ def _fwd_meta(a, w, bias, layer, recipe, for_backward):
     m = 1
     for d in a.shape[:-1]:
         m *= d
-    a8_t = TensorProxy(like=a, shape=(a.shape[-1], _padded(m)), dtype=dtypes.uint8)
+    a8_t = TensorProxy(like=a, shape=(a.shape[-1], _padded(m)), dtype=dtypes.float8_e4m3fn)
     a_scale_inv = TensorProxy(like=a, shape=(), dtype=dtypes.float32)
     return out, a8_t, a_scale_inv
 
@@ -478,8 +478,7 @@ def _fwd_impl(a, w, bias, layer, recipe, for_backward):
     out = out[:m].reshape(*a.shape[:-1], w.shape[0])
     if not for_backward:
         return out
-    # The transposed e4m3 input travels to the backward as bytes: thunder has no float8 dtype.
-    return out, a8_t.view(torch.uint8), a_scale_inv
+    return out, a8_t, a_scale_inv
 
 
 def _bwd_meta(g, a8_t, a_scale_inv, w, layer, recipe, has_bias):
@@ -497,7 +496,7 @@ def _bwd_impl(g, a8_t, a_scale_inv, w, layer, recipe, has_bias):
     # transpose, .t()): dgrad g [M, N] @ w [N, K] reads w's transpose, wgrad g^T [N, M] @ a [M, K]
     # the transposes of g and a. Every operand was cast in its layout; none is copied here.
     ga = _mm(g8, w8_t.t(), g_scale_inv, w_scale_inv, g.dtype)[:m].reshape(*g.shape[:-1], w.shape[1])
-    gw = _mm(g8_t, a8_t.view(E4M3).t(), g_scale_inv, a_scale_inv, w.dtype)
+    gw = _mm(g8_t, a8_t.t(), g_scale_inv, a_scale_inv, w.dtype)
     if has_bias:
         return ga, gw, g2.sum(0, dtype=torch.float32).to(w.dtype)
     return ga, gw

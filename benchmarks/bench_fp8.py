@@ -5,6 +5,9 @@
     step (forward, loss, backward, an in-place SGD update so that each step's weights are new and
     FP8 casts them again) for thunder FP8 (--recipe, and current scaling), thunder bf16 and
     torch.compile bf16. Median step ms (CUDA events) and peak memory allocated.
+(c) casts (not by default): the FP8 casts of one step's tensor shapes alone, each to both layouts
+    with its amax: the Triton kernel the fp8 executor runs on CUDA, and torch's ops (the cast, the
+    amax and a transposed copy); ms and GB/s (bytes read and written).
 (b) loss: 200 AdamW steps of a small Llama on a fixed synthetic token stream (a random Markov chain
     whose rows put their weight on a few successors, so there is something to learn) from one
     initialization, bf16 and FP8: both loss curves and the gap of the final loss (mean of the
@@ -226,6 +229,54 @@ def loss_curve(contender, device, smoke, recipe, steps, batches, lr=1e-3):
 # ---- report ------------------------------------------------------------------------------------
 
 
+def cast_shapes(smoke: bool) -> list[tuple[str, int, int]]:
+    """(what, rows, columns) of the tensors one Llama step casts to FP8."""
+    cfg, B, T, _ = step_config("cuda", smoke)
+    M, C, H, V = B * T, cfg.n_embd, cfg.intermediate_size, cfg.vocab_size
+    qkv = (cfg.n_head + 2 * cfg.n_query_groups) * cfg.head_size
+    return [("activation [tokens, n_embd]", M, C), ("activation [tokens, intermediate]", M, H),
+            ("gradient [tokens, qkv]", M, qkv), ("gradient [tokens, intermediate]", M, H),
+            ("weight [intermediate, n_embd]", H, C), ("logits gradient [tokens, vocab]", M, V)]
+
+
+CAST_CONFIGS = [(64, 128, 4, 8), (128, 64, 4, 8), (64, 64, 8, 4), (128, 128, 2, 8), (32, 128, 4, 4)]
+
+
+def time_casts(device, smoke, repeats):
+    from thunder.executors import fp8_triton
+
+    rows = []
+    for what, m, k in cast_shapes(smoke):
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        scale = torch.tensor([2.0], device=device)
+
+        def with_torch():
+            x8 = fp8ex._saturated(x, scale, torch.float8_e4m3fn)
+            return x8, x8.t().contiguous(), x.abs().amax()
+
+        ways = [("torch ops", with_torch)]
+        if device == "cuda" and fp8_triton.available():
+            # The executor's tiles, then others (BLOCK_M, BLOCK_K, TILES, warps) to choose from.
+            for config in dict.fromkeys([fp8_triton.CONFIG, *CAST_CONFIGS]):
+                ways.append((f"triton {config}", lambda config=config: fp8_triton.cast(
+                    x, scale, torch.float8_e4m3fn, 448.0, m, True, True, True, config)))
+        for name, fn in ways:
+            fn()
+            _sync(device)
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                fn()
+                _sync(device)
+                times.append((time.perf_counter() - t) * 1e3)
+            ms = statistics.median(times)
+            rows.append({"tensor": what, "shape": [m, k], "way": name, "median_ms": ms,
+                         "gb_s": 4 * m * k / ms / 1e6})  # 2 bytes read, 2 written per element
+        del x
+        _release()
+    return rows
+
+
 def _fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
@@ -234,7 +285,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--smoke", action="store_true", help="toy sizes (checks the script end to end)")
-    ap.add_argument("--parts", default="step,loss", help="comma-separated: step, loss")
+    ap.add_argument("--parts", default="step,loss", help="comma-separated: step, loss, casts")
     ap.add_argument("--recipe", default="delayed", choices=["delayed", "current"])
     ap.add_argument("--skip", default="", help="comma-separated weight names kept out of FP8 (e.g. lm_head)")
     ap.add_argument("--contenders", default="thunder fp8,thunder fp8 current,thunder bf16,torch.compile bf16",
@@ -290,6 +341,16 @@ def main(argv=None):
             speed = fp8_ms and r["median_ms"] / fp8_ms
             print(f"| {r['contender']} | {r['median_ms']:.2f} | {r['min_ms']:.2f} | {_fmt(speed, '.3f')}x | "
                   f"{_fmt(r['peak_gib'], '.2f')} | {r['first_call_s']:.1f} | {r['fp8_linears']} |")
+
+    if "casts" in parts:
+        rows = time_casts(device, smoke, args.repeats)
+        doc["casts"] = rows
+        print("\n## (c) FP8 casts to both layouts with the amax, bfloat16 in\n")
+        print("| tensor | shape | way | median ms | GB/s |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['tensor']} | {r['shape'][0]} x {r['shape'][1]} | {r['way']} | {r['median_ms']:.3f} | "
+                  f"{r['gb_s']:.0f} |")
 
     if "loss" in parts:
         cfg, B, T = loss_config(smoke)

@@ -16,7 +16,7 @@ enum class DType : uint8_t {
 };
 
 /// Number of dtypes in the closed list.
-constexpr int kNumDTypes = 12;
+constexpr int kNumDTypes = 14;
 
 /// Category used by type promotion, ordered: bool < integer < float < complex.
 enum class DTypeKind : uint8_t { Bool = 0, Integer = 1, Float = 2, Complex = 3 };
@@ -38,6 +38,8 @@ inline bool isFloating(DType d) { return dtypeKind(d) == DTypeKind::Float; }
 inline bool isComplex(DType d) { return dtypeKind(d) == DTypeKind::Complex; }
 inline bool isIntegral(DType d) { return dtypeKind(d) == DTypeKind::Integer; }
 inline bool isBoolean(DType d) { return d == DType::Bool; }
+/// float8_e4m3fn and float8_e5m2.
+inline bool isFloat8(DType d) { return d == DType::Float8E4M3FN || d == DType::Float8E5M2; }
 /// bfloat16 and float16: computed in float32 by the prims' decompositions.
 inline bool isLowPrecision(DType d) { return d == DType::BFloat16 || d == DType::Float16; }
 /// The real dtype of a complex dtype's parts (complex64 -> float32).

@@ -8,6 +8,9 @@ namespace thunder {
 
 DType promoteTypes(DType a, DType b) {
   if (a == b) return a;
+  // As PyTorch (a RuntimeError there too): FP8 values are converted explicitly.
+  THUNDER_CHECK(!isFloat8(a) && !isFloat8(b), "promotion of float8 dtypes is not supported: ",
+                dtypeName(a), " and ", dtypeName(b), " (convert one explicitly)");
   if (a == DType::Bool) return b;
   if (b == DType::Bool) return a;
   DTypeKind ka = dtypeKind(a), kb = dtypeKind(b);

@@ -68,6 +68,8 @@ at::ScalarType toScalarType(DType d) {
     case DType::Float64: return at::kDouble;
     case DType::Complex64: return at::kComplexFloat;
     case DType::Complex128: return at::kComplexDouble;
+    case DType::Float8E4M3FN: return at::kFloat8_e4m3fn;
+    case DType::Float8E5M2: return at::kFloat8_e5m2;
   }
   return at::kFloat;
 }
@@ -86,6 +88,8 @@ DType fromScalarType(at::ScalarType s) {
     case at::kDouble: return DType::Float64;
     case at::kComplexFloat: return DType::Complex64;
     case at::kComplexDouble: return DType::Complex128;
+    case at::kFloat8_e4m3fn: return DType::Float8E4M3FN;
+    case at::kFloat8_e5m2: return DType::Float8E5M2;
     default:
       throw Error(ErrorKind::Type, std::string("thunder does not support tensors of dtype ") +
                                        c10::toString(s));

@@ -28,6 +28,8 @@ TEST(IR, DTypesMatchTorch) {
       {DType::BFloat16, "bfloat16", 2, true, false},  {DType::Float16, "float16", 2, true, false},
       {DType::Float32, "float32", 4, true, false},    {DType::Float64, "float64", 8, true, false},
       {DType::Complex64, "complex64", 8, false, true}, {DType::Complex128, "complex128", 16, false, true},
+      {DType::Float8E4M3FN, "float8_e4m3fn", 1, true, false},
+      {DType::Float8E5M2, "float8_e5m2", 1, true, false},
   };
   ASSERT_EQ(static_cast<int>(std::size(facts)), kNumDTypes);
   for (const auto& f : facts) {

@@ -98,11 +98,13 @@ constexpr DType b8 = DType::Bool, u8 = DType::UInt8, i8 = DType::Int8, i16 = DTy
 // complex32 dtype, so those cells are skipped.
 constexpr DType c32 = static_cast<DType>(255);
 
-// Rows and columns follow dtypes.def: b8 u8 i8 i16 i32 i64 bf16 f16 f32 f64 c64 c128.
-const DType kAll[kNumDTypes] = {b8, u8, i8, i16, i32, i64, bf16, f16, f32, f64, c64, c128};
+// Rows and columns follow dtypes.def: b8 u8 i8 i16 i32 i64 bf16 f16 f32 f64 c64 c128; the float8
+// dtypes after them promote with nothing (TypePromotion.Float8PromotesWithNothing).
+constexpr int kPromoting = 12;
+const DType kAll[kPromoting] = {b8, u8, i8, i16, i32, i64, bf16, f16, f32, f64, c64, c128};
 
 // torch.promote_types(row, column).
-const DType kPromoteTable[kNumDTypes][kNumDTypes] = {
+const DType kPromoteTable[kPromoting][kPromoting] = {
     {b8, u8, i8, i16, i32, i64, bf16, f16, f32, f64, c64, c128},
     {u8, u8, i16, i16, i32, i64, bf16, f16, f32, f64, c64, c128},
     {i8, i16, i8, i16, i32, i64, bf16, f16, f32, f64, c64, c128},
@@ -118,7 +120,7 @@ const DType kPromoteTable[kNumDTypes][kNumDTypes] = {
 };
 
 // torch.result_type(zeros(2, dtype=row), zeros((), dtype=column)).
-const DType kDimVsZeroDimTable[kNumDTypes][kNumDTypes] = {
+const DType kDimVsZeroDimTable[kPromoting][kPromoting] = {
     {b8, u8, i8, i16, i32, i64, bf16, f16, f32, f64, c64, c128},
     {u8, u8, u8, u8, u8, u8, bf16, f16, f32, f64, c64, c128},
     {i8, i8, i8, i8, i8, i8, bf16, f16, f32, f64, c64, c128},
@@ -135,23 +137,23 @@ const DType kDimVsZeroDimTable[kNumDTypes][kNumDTypes] = {
 
 // torch.result_type(tensor of dtype row, Python scalar) for True, 2, 2.5 and 1+1j; the same table
 // holds for a dimensioned and for a 0-dim tensor.
-const DType kScalarTable[kNumDTypes][4] = {
+const DType kScalarTable[kPromoting][4] = {
     {b8, i64, f32, c64},   {u8, u8, f32, c64},     {i8, i8, f32, c64},   {i16, i16, f32, c64},
     {i32, i32, f32, c64},  {i64, i64, f32, c64},   {bf16, bf16, bf16, c64}, {f16, f16, f16, c32},
     {f32, f32, f32, c64},  {f64, f64, f64, c128},  {c64, c64, c64, c64}, {c128, c128, c128, c128},
 };
 
 TEST(TypePromotion, PromoteTypesFullTable) {
-  for (int r = 0; r < kNumDTypes; ++r)
-    for (int c = 0; c < kNumDTypes; ++c)
+  for (int r = 0; r < kPromoting; ++r)
+    for (int c = 0; c < kPromoting; ++c)
       EXPECT_EQ(promoteTypes(kAll[r], kAll[c]), kPromoteTable[r][c])
           << dtypeName(kAll[r]) << " + " << dtypeName(kAll[c]);
 }
 
 TEST(TypePromotion, ResultTypeDimVsZeroDimFullTable) {
   int checked = 0;
-  for (int r = 0; r < kNumDTypes; ++r) {
-    for (int c = 0; c < kNumDTypes; ++c) {
+  for (int r = 0; r < kPromoting; ++r) {
+    for (int c = 0; c < kPromoting; ++c) {
       if (kDimVsZeroDimTable[r][c] == c32) continue;
       Value dim = tensor(kAll[r], {2}), zero = tensor(kAll[c], {});
       EXPECT_EQ(resultType({dim, zero}), kDimVsZeroDimTable[r][c])
@@ -163,19 +165,40 @@ TEST(TypePromotion, ResultTypeDimVsZeroDimFullTable) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, kNumDTypes * kNumDTypes - 2);
+  EXPECT_EQ(checked, kPromoting * kPromoting - 2);
 }
 
 TEST(TypePromotion, ResultTypeWithScalarsFullTable) {
   const Value scalars[4] = {Value(true), Value(int64_t{2}), Value(2.5),
                             Value(std::complex<double>(1, 1))};
-  for (int r = 0; r < kNumDTypes; ++r) {
+  for (int r = 0; r < kPromoting; ++r) {
     for (int s = 0; s < 4; ++s) {
       if (kScalarTable[r][s] == c32) continue;
       for (const Shape& shape : {Shape{2}, Shape{}}) {
         EXPECT_EQ(resultType({tensor(kAll[r], shape), scalars[s]}), kScalarTable[r][s])
             << dtypeName(kAll[r]) << " (ndim " << shape.size() << ") + " << describe(scalars[s]);
         EXPECT_EQ(resultType({scalars[s], tensor(kAll[r], shape)}), kScalarTable[r][s]);
+      }
+    }
+  }
+}
+
+TEST(TypePromotion, Float8PromotesWithNothing) {
+  for (DType f8 : {DType::Float8E4M3FN, DType::Float8E5M2}) {
+    EXPECT_EQ(promoteTypes(f8, f8), f8);
+    EXPECT_EQ(resultType({tensor(f8, {2}), Value(2.5)}), f8);
+    for (int i = 0; i < kNumDTypes; ++i) {
+      DType other = static_cast<DType>(i);
+      if (other == f8) continue;
+      for (auto [a, b] : {std::pair{f8, other}, std::pair{other, f8}}) {
+        try {
+          promoteTypes(a, b);
+          ADD_FAILURE() << dtypeName(a) << " + " << dtypeName(b) << ": expected an error";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+          EXPECT_NE(std::string(e.what()).find("promotion of float8 dtypes is not supported"),
+                    std::string::npos);
+        }
       }
     }
   }

@@ -16,6 +16,8 @@ _ORDER = [
     ("float64", torch.float64),
     ("complex64", torch.complex64),
     ("complex128", torch.complex128),
+    ("float8_e4m3fn", torch.float8_e4m3fn),
+    ("float8_e5m2", torch.float8_e5m2),
 ]
 
 

@@ -22,6 +22,12 @@ The weight is cast once per value it takes: the FP8 copy (and the transposed cop
 kept until the weight's version counter changes (the optimizer's in-place step), so micro-batches
 of one step share it.
 
+Layouts: _scaled_mm takes its first operand row-major and its second column-major. The forward
+reads the input and the weight row-major; dgrad reads the output gradient row-major and the
+weight transposed; wgrad reads the transposes of the output gradient and of the input. So each
+tensor a backward follows is cast in both layouts by one kernel, and the forward saves the
+transposed input (the only layout the backward reads): no FP8 tensor is copied into another layout.
+
 Scaling state: thunder.jit(module) with DelayedScaling gives each nn.Linear that can run in FP8 two
 buffers, `fp8_amax_history` (float32 [amax_history_len, 3]: input, weight, gradient) and
 `fp8_scale` (float32 [3]), so the module's state_dict saves them and load_state_dict restores
@@ -35,12 +41,13 @@ the default recipe with state kept by weight.
 
 Calls it cannot run in FP8 stay in the usual precision and say why in the trace:
 
-    (t0, t5, t6) = fp8_linear(t_0, t_fc1_weight, t_fc1_bias, 't_fc1_weight', 'delayed:16:max:0')
+    (t0, t5, t6) = fp8_linear(t_0, t_fc1_weight, t_fc1_bias, 't_fc1_weight', 'delayed:16:max:0', True)
     t3 = linear_not_fp8(t2, t_head_weight, t_head_bias, 'out_features 10 is not a multiple of 16')
     (t19, t20, t21) = fp8_linear_backward(t25, t16, t17, t_fc2_weight, 't_fc2_weight', 'delayed:16:max:0', True)
 
-fp8_linear returns the output, the e4m3 input as bytes (u8: thunder has no float8 dtype) and its
-scale's reciprocal, which the backward reads instead of the input.
+fp8_linear's last argument says whether a backward follows. Then it returns the output, the e4m3
+input transposed ([in_features, tokens], a float8_e4m3fn tensor: f8e4m3fn in the trace) and its
+scale's reciprocal, which the backward reads instead of the input; else the output alone.
 
 FP8 needs a CUDA device of compute capability 8.9 or more (Ada, Hopper), an input and a weight of
 one dtype (bfloat16, float16 or float32), in_features and out_features multiples of 16 and at
@@ -48,11 +55,14 @@ least the recipe's min_features (smaller layers gain nothing from FP8 and lose a
 weight not named by the recipe's `skip`. Token counts that are not multiples of 16 are padded
 with zero rows. THUNDER_FP8_CPU=1 also runs FP8 on CPU (torch's reference _scaled_mm: for tests).
 
-On CUDA a delayed-scaling cast (the cast, the tensor's amax, the history and scale update) runs
-as the kernels torch.compile makes of it, one pass over the tensor instead of a dozen eager ops
-(THUNDER_FP8_COMPILED_CASTS=0: eager ops, =1: compiled on CPU too); current scaling reads the
-tensor once more for its amax. Thunder has no float8 dtype, so its fuser cannot yet fuse the
-casts into the kernels that produce their inputs (RMSNorm, SwiGLU).
+On CUDA with Triton a cast is one Triton kernel (fp8_triton.py) that reads the tensor once and
+writes the layouts asked for and, for delayed scaling, the tensor's amax (the previous scale is
+known before the pass); the history and scale update is one kernel that torch.compile makes of
+it. Current scaling reads the tensor once more for its amax first. THUNDER_FP8_TRITON=0 casts with
+torch ops (compiled by torch.compile where THUNDER_FP8_COMPILED_CASTS says: by default on CUDA,
+=0 eager ops, =1 on CPU too). The fuser does not yet fuse the casts into the kernels that produce
+their inputs (RMSNorm, SwiGLU; it leaves float8 tensors to ATen): each cast still reads its
+bfloat16 tensor once more.
 """
 
 from __future__ import annotations
@@ -69,6 +79,7 @@ from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
 from thunder.core.transforms import get_grad, put_grads
+from thunder.executors import fp8_triton
 from thunder.extend import OperatorExecutor, register_executor
 
 __all__ = [
@@ -299,27 +310,23 @@ def _amax(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x, float("inf")).float()
 
 
-def _delayed_cast(x, column, scale, fp8: torch.dtype, most_recent: bool, margin: int):
-    """Delayed scaling's cast: x times `scale` (a one-element view of the layer's scales) in fp8,
-    then x's amax first in the history `column` (a view of the layer's history) and the next scale
-    into `scale`. Returns (x in fp8, the reciprocal of the scale it was cast with)."""
-    fp8_max = torch.finfo(fp8).max
-    used_inv = scale.reciprocal()
-    x8 = (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8)
-    amax = x.abs().amax().float()
-    column.copy_(torch.cat([amax.reshape(1), column[:-1]]))
-    latest = amax if most_recent else column.amax()
-    nxt = (fp8_max / 2.0 ** margin) / latest
-    scale.copy_(torch.where((latest > 0) & torch.isfinite(latest), nxt, scale))
-    return x8, used_inv
-
-
-def _jit_cast(x, scale, fp8: torch.dtype):
-    """Current scaling's cast: x times `scale` in fp8 (the scale comes from x's amax)."""
+def _saturated(x, scale, fp8: torch.dtype):
+    """x times `scale` in fp8, with torch ops."""
     fp8_max = torch.finfo(fp8).max
     # In float32: a bfloat16 product would round twice. Saturating: values out of range would
     # become inf (e5m2) or nan (e4m3 on CUDA).
     return (x.float() * scale).clamp(-fp8_max, fp8_max).to(fp8)
+
+
+def _record(amaxes, column, scale, fp8_max: float, most_recent: bool, margin: int):
+    """Delayed scaling's state update after a cast: the tensor's amax (the largest of `amaxes`)
+    first in the history `column` (a view of the layer's history), and the next scale into `scale`
+    (a one-element view of the layer's scales)."""
+    amax = amaxes.amax().float()
+    column.copy_(torch.cat([amax.reshape(1), column[:-1]]))
+    latest = amax if most_recent else column.amax()
+    nxt = (fp8_max / 2.0 ** margin) / latest
+    scale.copy_(torch.where((latest > 0) & torch.isfinite(latest), nxt, scale))
 
 
 _COMPILED: dict = {}
@@ -332,20 +339,21 @@ def _use_compiled(x: torch.Tensor) -> bool:
         return False
     if flag == "1":
         return True
-    if x.device.type != "cuda":
-        return False
-    try:
-        import triton  # noqa: F401  (torch.compile's CUDA kernels)
-    except ImportError:
-        return False
-    return True
+    return x.device.type == "cuda" and fp8_triton.available()  # torch.compile's CUDA kernels are Triton's
+
+
+_triton_ok = True
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    return (x.device.type == "cuda" and _triton_ok and fp8_triton.available()
+            and os.environ.get("THUNDER_FP8_TRITON") != "0")
 
 
 def _run(fn, *args):
-    """fn(*args) compiled by torch.compile where _use_compiled says so: the cast, the amax and the
-    state update in one or two kernels instead of a dozen eager ops. Dynamic shapes: one graph per
-    function and fp8 dtype serves every layer. Where the compile fails, the eager ops compute the
-    same."""
+    """fn(*args) compiled by torch.compile where _use_compiled says so: one kernel instead of a
+    dozen eager ops. Dynamic shapes: one graph per function and fp8 dtype serves every layer.
+    Where the compile fails, the eager ops compute the same."""
     global _compiled_ok
     if _use_compiled(args[0]):
         compiled = _COMPILED.get(fn)
@@ -362,42 +370,65 @@ def _run(fn, *args):
     return fn(*args)
 
 
-def _quantize(x: torch.Tensor, role: int, fp8: torch.dtype, recipe: Recipe, w: torch.Tensor):
-    """(x in fp8, the float32 reciprocal of its scale); records x's amax in w's layer's state."""
+def _cast(x2: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype, m_pad: int, row: bool, col: bool, amax: bool):
+    """x2 [M, K] times `scale` in fp8, padded with zero rows to m_pad: (row-major [m_pad, K] or
+    None, the transpose [K, m_pad] row-major or None, a float32 tensor whose largest element is
+    max |x2| or None). On CUDA one Triton kernel reads x2 once for all three (fp8_triton.py)."""
+    global _triton_ok
+    if _use_triton(x2):
+        try:
+            return fp8_triton.cast(x2, scale, fp8, torch.finfo(fp8).max, m_pad, row, col, amax)
+        except Exception as e:  # a Triton that cannot compile the kernel: torch ops compute the same
+            import warnings
+
+            warnings.warn(f"thunder fp8 executor: the Triton FP8 cast failed ({type(e).__name__}: {e}); "
+                          "casting with torch ops")
+            _triton_ok = False
+    x8 = _run(_saturated, _padded_rows(x2, m_pad), scale, fp8)
+    return x8 if row else None, x8.t().contiguous() if col else None, _amax(x2) if amax else None
+
+
+def _quantize(x2: torch.Tensor, role: int, fp8: torch.dtype, recipe: Recipe, w: torch.Tensor, m_pad: int,
+              row: bool = True, col: bool = False):
+    """x2 [M, K] in fp8 padded with zero rows to m_pad (see _cast: the row-major copy where `row`,
+    the transposed one where `col`) and the float32 reciprocal of its scale; records x2's amax in
+    w's layer's state."""
     info = _info(w)
+    fp8_max = torch.finfo(fp8).max
     if isinstance(recipe, DelayedScaling) and not info.fresh[role]:
+        # The previous casts' scale: the amax and the cast are independent, one pass over x2.
         hist, scales = _state(w, recipe)
-        x8, scale_inv = _run(_delayed_cast, x, hist[:, role], scales[role:role + 1], fp8,
-                             recipe.amax_compute_algo == "most_recent", recipe.margin)
-        return x8, scale_inv.reshape(())
+        scale = scales[role:role + 1]
+        scale_inv = scale.reciprocal().reshape(())
+        x8, x8_t, amaxes = _cast(x2, scale, fp8, m_pad, row, col, amax=True)
+        _run(_record, amaxes, hist[:, role], scale, fp8_max, recipe.amax_compute_algo == "most_recent",
+             recipe.margin)
+        return x8, x8_t, scale_inv
     # The scale from x's own amax (a pass before the cast): current scaling, and a delayed
     # role's first cast, whose history is empty.
-    fp8_max = torch.finfo(fp8).max
-    amax = _amax(x)
+    amax = _amax(x2)
     scale = _scale_from(amax, fp8_max, recipe.margin, None)
-    x8 = _run(_jit_cast, x, scale, fp8)
+    x8, x8_t, _ = _cast(x2, scale, fp8, m_pad, row, col, amax=False)
     if isinstance(recipe, DelayedScaling):
         hist, scales = _state(w, recipe)
         hist[:, role] = 0
         hist[0, role] = amax
         scales[role] = scale
         info.fresh[role] = False
-    return x8, scale.reciprocal()
+    return x8, x8_t, scale.reciprocal()
 
 
 def _weight_fp8(w: torch.Tensor, recipe: Recipe, transposed: bool):
-    """w in e4m3 (or its transpose, contiguous) and its scale's reciprocal, cast once per version of w."""
+    """(w in e4m3, its transpose in e4m3 where cast, its scale's reciprocal), cast once per version
+    of w: a forward that a backward follows casts both layouts in one pass, the backward's dgrad
+    reads the transpose."""
     info = _info(w)
     key = (w._version, w.data_ptr(), recipe.key)
-    if info.cache_key != key:
-        info.w8, info.w_scale_inv = _quantize(w.detach(), WEIGHT, E4M3, recipe, w)
-        info.w8_t = None
+    if info.cache_key != key or (transposed and info.w8_t is None):
+        info.w8, info.w8_t, info.w_scale_inv = _quantize(w.detach(), WEIGHT, E4M3, recipe, w, w.shape[0],
+                                                         col=transposed)
         info.cache_key = key
-    if transposed:
-        if info.w8_t is None:
-            info.w8_t = info.w8.t().contiguous()
-        return info.w8_t, info.w_scale_inv
-    return info.w8, info.w_scale_inv
+    return info.w8, info.w8_t, info.w_scale_inv
 
 
 def _mm(a8, b8, a_scale_inv, b_scale_inv, out_dtype, bias=None, fast_accum=False):
@@ -411,57 +442,61 @@ def _mm(a8, b8, a_scale_inv, b_scale_inv, out_dtype, bias=None, fast_accum=False
     return out
 
 
-def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """t as a matrix of rows padded with zero rows to a multiple of 16, and its number of rows."""
-    t2 = t.reshape(-1, t.shape[-1])
-    m = t2.shape[0]
-    pad = -m % _ALIGN
-    return (torch.nn.functional.pad(t2, (0, 0, 0, pad)) if pad else t2), m
-
-
 def _padded(m: int) -> int:
+    """m rounded up to a multiple of 16."""
     return m + (-m % _ALIGN)
+
+
+def _padded_rows(t2: torch.Tensor, m_pad: int) -> torch.Tensor:
+    """The matrix t2 with zero rows appended up to m_pad rows."""
+    return torch.nn.functional.pad(t2, (0, 0, 0, m_pad - t2.shape[0])) if m_pad > t2.shape[0] else t2
 
 
 # ---- operators ---------------------------------------------------------------------------------
 
 
-def _fwd_meta(a, w, bias, layer, recipe):
+def _fwd_meta(a, w, bias, layer, recipe, for_backward):
+    out = TensorProxy(like=a, shape=(*a.shape[:-1], w.shape[0]))
+    if not for_backward:
+        return out
     m = 1
     for d in a.shape[:-1]:
         m *= d
-    out = TensorProxy(like=a, shape=(*a.shape[:-1], w.shape[0]))
-    a8 = TensorProxy(like=a, shape=(_padded(m), a.shape[-1]), dtype=dtypes.uint8)
+    a8_t = TensorProxy(like=a, shape=(a.shape[-1], _padded(m)), dtype=dtypes.float8_e4m3fn)
     a_scale_inv = TensorProxy(like=a, shape=(), dtype=dtypes.float32)
-    return out, a8, a_scale_inv
+    return out, a8_t, a_scale_inv
 
 
-def _fwd_impl(a, w, bias, layer, recipe):
+def _fwd_impl(a, w, bias, layer, recipe, for_backward):
     recipe = _RECIPES[recipe]
-    a2, m = _rows(a)
-    a8, a_scale_inv = _quantize(a2, INPUT, E4M3, recipe, w)
-    w8, w_scale_inv = _weight_fp8(w, recipe, transposed=False)
+    a2 = a.reshape(-1, a.shape[-1])
+    m = a2.shape[0]
+    # The backward's wgrad reads the input transposed: cast in both layouts in one pass.
+    a8, a8_t, a_scale_inv = _quantize(a2, INPUT, E4M3, recipe, w, _padded(m), col=for_backward)
+    w8, _, w_scale_inv = _weight_fp8(w, recipe, transposed=for_backward)
     out = _mm(a8, w8.t(), a_scale_inv, w_scale_inv, a.dtype, bias, fast_accum=True)
     out = out[:m].reshape(*a.shape[:-1], w.shape[0])
-    # The e4m3 input travels to the backward as bytes: thunder has no float8 dtype.
-    return out, a8.view(torch.uint8), a_scale_inv
+    if not for_backward:
+        return out
+    return out, a8_t, a_scale_inv
 
 
-def _bwd_meta(g, a8, a_scale_inv, w, layer, recipe, has_bias):
+def _bwd_meta(g, a8_t, a_scale_inv, w, layer, recipe, has_bias):
     ga, gw = TensorProxy(like=g, shape=(*g.shape[:-1], w.shape[1])), TensorProxy(like=w)
     return (ga, gw, TensorProxy(like=w, shape=(w.shape[0],))) if has_bias else (ga, gw)
 
 
-def _bwd_impl(g, a8, a_scale_inv, w, layer, recipe, has_bias):
+def _bwd_impl(g, a8_t, a_scale_inv, w, layer, recipe, has_bias):
     recipe = _RECIPES[recipe]
-    g2, m = _rows(g)
-    g8, g_scale_inv = _quantize(g2, GRAD, E5M2, recipe, w)
-    w8_t, w_scale_inv = _weight_fp8(w, recipe, transposed=True)
-    # dgrad: g [M, N] @ w [N, K], w column-major is its transpose's rows.
+    g2 = g.reshape(-1, g.shape[-1])
+    m = g2.shape[0]
+    g8, g8_t, g_scale_inv = _quantize(g2, GRAD, E5M2, recipe, w, _padded(m), col=True)
+    _, w8_t, w_scale_inv = _weight_fp8(w, recipe, transposed=True)
+    # _scaled_mm takes its first operand row-major and its second column-major (a row-major
+    # transpose, .t()): dgrad g [M, N] @ w [N, K] reads w's transpose, wgrad g^T [N, M] @ a [M, K]
+    # the transposes of g and a. Every operand was cast in its layout; none is copied here.
     ga = _mm(g8, w8_t.t(), g_scale_inv, w_scale_inv, g.dtype)[:m].reshape(*g.shape[:-1], w.shape[1])
-    # wgrad: g^T [N, M] @ a [M, K]; both operands transposed in FP8 (one byte per element).
-    a8_t = a8.view(E4M3).t().contiguous()
-    gw = _mm(g8.t().contiguous(), a8_t.t(), g_scale_inv, a_scale_inv, w.dtype)
+    gw = _mm(g8_t, a8_t.t(), g_scale_inv, a_scale_inv, w.dtype)
     if has_bias:
         return ga, gw, g2.sum(0, dtype=torch.float32).to(w.dtype)
     return ga, gw
@@ -550,7 +585,7 @@ def _execution_transform(a, w, bias=None):
     why = _reason(a, w, bias, recipe)
     if why is not None:
         return linear_not_fp8(a, w, bias, why)
-    return fp8_linear(a, w, bias, w.name, recipe.key)[0]
+    return fp8_linear(a, w, bias, w.name, recipe.key, False)
 
 
 def _grad_transform(a, w, bias=None):
@@ -565,9 +600,9 @@ def _grad_transform(a, w, bias=None):
         gb = ltorch.sum(g2, 0) if bias is not None else None
         put_grads((a, w, bias), (ga, gw, gb))
         return out
-    out, a8, a_scale_inv = fp8_linear(a, w, bias, w.name, recipe.key)
+    out, a8_t, a_scale_inv = fp8_linear(a, w, bias, w.name, recipe.key, True)
     g = get_grad(out)
-    grads = fp8_linear_backward(g, a8, a_scale_inv, w, w.name, recipe.key, bias is not None)
+    grads = fp8_linear_backward(g, a8_t, a_scale_inv, w, w.name, recipe.key, bias is not None)
     put_grads((a, w, bias)[: len(grads)], grads)
     return out
 

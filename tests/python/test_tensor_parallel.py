@@ -4,7 +4,6 @@ a free port), over gloo on CPU, or over NCCL with one GPU each (the cuda variant
 fewer GPUs than processes)."""
 
 import os
-import socket
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import thunder
+from test_distributed import _free_port, _run  # the ranks' setup and teardown
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
@@ -22,31 +22,15 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason="needs at least 2 GPUs"))]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(rank, world, device, port, body, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    if device == "cuda":
-        torch.cuda.set_device(rank)
-        torch.set_default_device(f"cuda:{rank}")
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=world)
-    try:
-        body(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
+def _with_world(rank, world, body, args):
+    body(rank, world, *args)
 
 
 def spawn(world, device, body, *args):
     """Runs body(rank, world, *args) in `world` processes of one group; a failure in any is raised."""
     if device == "cuda" and torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs")
-    mp.spawn(_run, args=(world, device, _free_port(), body, args), nprocs=world)
+    mp.spawn(_run, args=(_free_port(), _with_world, (world, body, args), world, device), nprocs=world)
 
 
 # ---- models ---------------------------------------------------------------------------------------------

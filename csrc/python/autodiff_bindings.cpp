@@ -19,14 +19,12 @@
 #include "runtime/program.h"
 #include "transforms/autodiff.h"
 #include "transforms/cse.h"
-#include "transforms/dce.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
-#include "transforms/pad_matmuls.h"
 #include "transforms/pad_sums.h"
+#include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
 #include "transforms/remat.h"
-#include "transforms/sdpa_rules.h"
 
 namespace thunder::python {
 
@@ -58,47 +56,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
-/// Runs a pass, names it in the provenance, verifies it if asked.
-template <typename F>
-std::shared_ptr<Trace> timed(F&& pass, const std::string& name, bool verifyEach) {
-  auto t0 = Clock::now();
-  Trace next = pass();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-  next.provenance = "Constructed by " + name + " (took " + std::to_string(ms) + " milliseconds)";
-  if (verifyEach) verify(next);
-  return std::make_shared<Trace>(std::move(next));
-}
-
-/// Appends the cross-entropy upcast fold of traces.back() when it changes something.
-void foldUpcastsInto(std::vector<std::shared_ptr<Trace>>& traces, const std::vector<Executor*>& exs,
-                     bool verifyEach) {
-  auto t0 = Clock::now();
-  std::optional<Trace> folded = foldUpcasts(*traces.back(), exs);
-  if (!folded) return;
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-  folded->provenance =
-      "Constructed by Cross-entropy upcast fold (took " + std::to_string(ms) + " milliseconds)";
-  if (verifyEach) verify(*folded);
-  traces.push_back(std::make_shared<Trace>(std::move(*folded)));
-}
-
-/// Appends the rewrites of scaled_dot_product_attention masks (causal patterns to is_causal, bool
-/// masks to additive ones) where they change something.
-void masksToBiasInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEach) {
-  if (std::optional<Trace> causal = sdpaCausalMasks(*traces.back()))
-    traces.push_back(timed([&] { return std::move(*causal); }, "Causal attention masks", verifyEach));
-  std::shared_ptr<Trace> t = traces.back();
-  if (std::optional<Trace> biased = sdpaMasksToBias(*t))
-    traces.push_back(timed([&] { return std::move(*biased); }, "Attention masks to bias", verifyEach));
-}
-
-/// Appends the padding of unaligned linear layers (transforms/pad_matmuls.h) when there is one.
-void padMatmulsInto(std::vector<std::shared_ptr<Trace>>& traces, bool verifyEach) {
-  if (std::optional<Trace> aligned = padMatmuls(*traces.back()))
-    traces.push_back(timed([&] { return std::move(*aligned); }, "Pad matmuls", verifyEach));
-}
-
 /// Whether two traces run the same calls.
 bool sameCalls(const Trace& a, const Trace& b) {
   if (a.bsyms.size() != b.bsyms.size()) return false;
@@ -112,28 +69,19 @@ bool sameCalls(const Trace& a, const Trace& b) {
 /// nothing can tell (transforms/reinplace.h).
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach, bool forward = false) {
-  std::shared_ptr<Trace> t = traces.back();
-  if (std::optional<Trace> cat = padSumsToCat(*t)) {
-    traces.push_back(timed([&] { return std::move(*cat); }, "Pad sums to cat", verifyEach));
-    t = traces.back();
-  }
-  traces.push_back(timed([&] { return cse(*t); }, "Common subexpression elimination", verifyEach));
-  t = traces.back();
-  traces.push_back(
-      timed([&] { return transformForExecution(*t, exs); }, "Transform for execution", verifyEach));
-  t = traces.back();
+  PassLog log(traces, verifyEach);
+  log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
+  log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
+  log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {
-    Trace in = reinplace(*t, reinplaceRules(exs), /*training=*/true);
-    if (!sameCalls(in, *t)) {
-      traces.push_back(timed([&] { return std::move(in); }, "Reinplace", verifyEach));
-      t = traces.back();
-    }
+    log.runIfChanged("Reinplace", [&](const Trace& t) -> std::optional<Trace> {
+      Trace in = reinplace(t, reinplaceRules(exs), /*training=*/true);
+      if (sameCalls(in, t)) return std::nullopt;
+      return in;
+    });
   }
-  if (hasPrefetchCalls(*t)) {
-    traces.push_back(timed([&] { return prefetch(*t); }, "Prefetch", verifyEach));
-    t = traces.back();
-  }
-  traces.push_back(timed([&] { return delLastUsed(*t); }, "Delete Last Used", verifyEach));
+  if (hasPrefetchCalls(log.last())) log.run("Prefetch", [](const Trace& t) { return prefetch(t); });
+  log.run("Delete Last Used", [](const Trace& t) { return delLastUsed(t); });
 }
 
 std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> computation,
@@ -141,13 +89,9 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
                                                     size_t numArgs, bool verifyEach) {
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   std::vector<std::shared_ptr<Trace>> traces{computation};
-  traces.push_back(timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
-  foldUpcastsInto(traces, exs, verifyEach);
-  masksToBiasInto(traces, verifyEach);
-  padMatmulsInto(traces, verifyEach);
-  std::shared_ptr<Trace> pruned = traces.back();
-  traces.push_back(
-      timed([&] { return gradTransform(*pruned, numArgs, exs); }, "Grad", verifyEach));
+  PassLog log(traces, verifyEach);
+  beforeAutodiff(log, exs);
+  log.run("Grad", [&](const Trace& t) { return gradTransform(t, numArgs, exs); });
   lowerForExecution(traces, exs, verifyEach);
   return traces;
 }
@@ -160,11 +104,8 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   plan->executors = exs;
   plan->verify = verifyEach;
   plan->forwardTraces = {computation};
-  plan->forwardTraces.push_back(
-      timed([&] { return dce(*computation); }, "Dead Code Elimination", verifyEach));
-  foldUpcastsInto(plan->forwardTraces, exs, verifyEach);
-  masksToBiasInto(plan->forwardTraces, verifyEach);
-  padMatmulsInto(plan->forwardTraces, verifyEach);
+  PassLog log(plan->forwardTraces, verifyEach);
+  beforeAutodiff(log, exs);
   const Trace& pruned = *plan->forwardTraces.back();
   auto t0 = Clock::now();
   plan->fb = forwardBackward(pruned, exs);

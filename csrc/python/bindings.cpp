@@ -23,13 +23,10 @@
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
 #include "transforms/cse.h"
-#include "transforms/dce.h"
 #include "transforms/del_last_used.h"
-#include "transforms/pad_matmuls.h"
 #include "transforms/pad_sums.h"
+#include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
-#include "transforms/sdpa_rules.h"
-#include "transforms/xent_upcast.h"
 #include "python/autodiff_bindings.h"
 #include "python/module.h"
 
@@ -736,53 +733,23 @@ class TracingContext {
   Capture capture_;
 };
 
-
 }  // namespace
 
-std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors) {
-  for (const Executor* ex : executors)
-    if (ex->implements("ltorch.cross_entropy_upcast")) return foldCrossEntropyUpcast(trace);
-  return std::nullopt;
-}
-
-/// The pipeline after acquisition: dce, the upcast fold where it applies, claiming,
-/// del_last_used. Returns every trace, in order.
+/// The inference pipeline after acquisition: the rewrites before autodiff (transforms/pipeline.h),
+/// cse, claiming, in-place updates, del_last_used. Returns every trace, in order.
 std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computation,
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach) {
-  using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<Trace>> traces{computation};
-  auto step = [&](auto&& pass, const char* name) {
-    auto t0 = Clock::now();
-    Trace next = pass(*traces.back());
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-    next.provenance = std::string("Constructed by ") + name + " (took " + std::to_string(ms) + " milliseconds)";
-    if (verifyEach) verify(next);
-    traces.push_back(std::make_shared<Trace>(std::move(next)));
-  };
+  PassLog log(traces, verifyEach);
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
-  step([](const Trace& t) { return dce(t); }, "Dead Code Elimination");
-  auto t0 = Clock::now();
-  if (std::optional<Trace> folded = foldUpcasts(*traces.back(), exs)) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-    folded->provenance =
-        "Constructed by Cross-entropy upcast fold (took " + std::to_string(ms) + " milliseconds)";
-    if (verifyEach) verify(*folded);
-    traces.push_back(std::make_shared<Trace>(std::move(*folded)));
-  }
-  if (std::optional<Trace> causal = sdpaCausalMasks(*traces.back()))
-    step([&](const Trace&) { return std::move(*causal); }, "Causal attention masks");
-  if (std::optional<Trace> biased = sdpaMasksToBias(*traces.back()))
-    step([&](const Trace&) { return std::move(*biased); }, "Attention masks to bias");
-  if (std::optional<Trace> aligned = padMatmuls(*traces.back()))
-    step([&](const Trace&) { return std::move(*aligned); }, "Pad matmuls");
-  step([](const Trace& t) { return cse(t); }, "Common subexpression elimination");
-  if (std::optional<Trace> cat = padSumsToCat(*traces.back()))
-    step([&](const Trace&) { return std::move(*cat); }, "Pad sums to cat");
-  step([&](const Trace& t) { return transformForExecution(t, exs); }, "Transform for execution");
+  beforeAutodiff(log, exs);
+  log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
+  log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
+  log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,
   // which the next call writes before this call's backward runs.
-  step([&](const Trace& t) { return reinplace(t, reinplaceRules(exs)); }, "Reinplace");
+  log.run("Reinplace", [&](const Trace& t) { return reinplace(t, reinplaceRules(exs)); });
   auto inplace = [&exs](const BoundSymbol& b) {
     for (const Executor* ex : exs)
       if (ex->isInplaceVariant(b.sym)) return true;
@@ -790,11 +757,9 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   };
   for (const Executor* ex : exs)
     if (ex->isFusion())
-      if (std::optional<Trace> fused = ex->fuseInplaceUpdates(*traces.back(), inplace))
-        step([&](const Trace&) { return std::move(*fused); }, "Fuse in-place updates");
-  if (hasPrefetchCalls(*traces.back()))
-    step([](const Trace& t) { return prefetch(t); }, "Prefetch");
-  step([](const Trace& t) { return delLastUsed(t); }, "Delete Last Used");
+      log.runIfChanged("Fuse in-place updates", [&](const Trace& t) { return ex->fuseInplaceUpdates(t, inplace); });
+  if (hasPrefetchCalls(log.last())) log.run("Prefetch", [](const Trace& t) { return prefetch(t); });
+  log.run("Delete Last Used", [](const Trace& t) { return delLastUsed(t); });
   return traces;
 }
 

@@ -30,10 +30,6 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
                                                 const std::vector<std::string>& executors,
                                                 bool verifyEach);
 
-/// The cross-entropy upcast fold (transforms/xent_upcast.h) of a DCE'd computation trace, when an
-/// active executor implements ltorch.cross_entropy_upcast and a call matches; else nothing.
-std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors);
-
 /// Functions that add bindings to thunder._C; a translation unit registers its own with a static
 /// initializer: `static const bool registered = (moduleInits().push_back(init), true);`.
 std::vector<std::function<void(py::module_&)>>& moduleInits();

@@ -778,6 +778,15 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
 
 std::string emitCuda(const KernelProgram& p) { return emitCuda(p, predictCudaVariant(p)); }
 
+std::string cudaCodeKey(const std::string& src, const std::string& name) {
+  static const std::string kAnonymous = "thunder_kernel";
+  std::string text = src;
+  for (int line = 0; line < 3; ++line) text.erase(0, text.find('\n') + 1);  // header(): 3 lines
+  for (size_t at = text.find(name); !name.empty() && at != std::string::npos; at = text.find(name, at + kAnonymous.size()))
+    text.replace(at, name.size(), kAnonymous);
+  return text;
+}
+
 std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
   const bool cuda = true;
   Emitter e(p, cuda);

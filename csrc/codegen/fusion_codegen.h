@@ -104,6 +104,10 @@ bool columnsPerBlock(const KernelProgram& prog, const CudaVariant& variant);
 std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);
 /// CUDA source of the predicted variant.
 std::string emitCuda(const KernelProgram& prog);
+/// What identifies the code of `src` (emitted by emitCuda for a program named `name`) whatever the
+/// program and its tensors are called: the source without its header, `name` replaced by one name
+/// for all. Programs that differ only in names (a model's repeated layers) have the same key.
+std::string cudaCodeKey(const std::string& src, const std::string& name);
 
 /// C++ source of a kernel program with entry point `extern "C" void <name>(void* const* inputs,
 /// void* const* outputs, const int64_t* geometry)`. `innerStrides` has one character per input:

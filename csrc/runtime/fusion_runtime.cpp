@@ -724,22 +724,18 @@ struct SharedModule {
   std::shared_ptr<Job<CUmodule>> job;
 };
 
-/// The module of `p`'s variant `v` on `device`, compiled (on the compile pool) by the first
-/// region of the same program but for its name and tensor names: a 12-layer transformer's
-/// first call compiled each of its layers' kernels twelve times.
-SharedModule sharedModule(const codegen::KernelProgram& p, const codegen::CudaVariant& v, int device) {
+/// The module of the variant `v` whose source is `src` (emitted for a program named `name`) on
+/// `device`, compiled (on the compile pool) by the first region of the same program but for its
+/// name and tensor names: a 12-layer transformer's first call compiled each of its layers'
+/// kernels twelve times.
+SharedModule sharedModule(const std::string& name, const codegen::CudaVariant& v, const std::string& src, int device) {
   static std::mutex& mu = *new std::mutex;
   static auto& shared = *new std::unordered_map<std::string, SharedModule>;
-  codegen::KernelProgram anonymous = p;
-  anonymous.name = "thunder_kernel";
-  std::string text = codegen::emitCuda(anonymous, v);
-  for (int line = 0; line < 3; ++line) text.erase(0, text.find('\n') + 1);  // the header names tensors
-  std::string key = hashHex(text) + "-" + std::to_string(device);
+  std::string key = hashHex(codegen::cudaCodeKey(src, name)) + "-" + std::to_string(device);
   std::lock_guard<std::mutex> lock(mu);
   auto it = shared.find(key);
   if (it != shared.end()) return it->second;
-  std::string src = codegen::emitCuda(p, v);
-  SharedModule m{v.entry(p.name), CompilePool::get().submit<CUmodule>([src, device] { return loadCudaModule(src, device); })};
+  SharedModule m{v.entry(name), CompilePool::get().submit<CUmodule>([src, device] { return loadCudaModule(src, device); })};
   shared.emplace(key, m);
   return m;
 }
@@ -1117,7 +1113,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           if (debugFusion())
             std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
                          entry.c_str());
-          it = r.modules.emplace(entry, sharedModule(p, v, device)).first;
+          it = r.modules.emplace(entry, sharedModule(p.name, v, codegen::emitCuda(p, v), device)).first;
         }
         module = it->second;
       }
@@ -1170,7 +1166,7 @@ std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device dev
     // compiles many kernels at once; other variants compile when a call first needs them.
     codegen::CudaVariant v = codegen::predictCudaVariant(prog, deviceInfo(device.index).sms);
     r->cudaSource = codegen::emitCuda(prog, v);
-    r->modules[v.entry(prog.name)] = sharedModule(prog, v, device.index);
+    r->modules[v.entry(prog.name)] = sharedModule(prog.name, v, r->cudaSource, device.index);
   } else {
     r->contiguousPattern = codegen::contiguousPattern(prog);
     std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;

@@ -216,3 +216,35 @@ TEST(Scatter, AnOutputIsStoredIntoTheBufferAtTheIndex) {
   EXPECT_FALSE(addScatteredOutput(q, k.toTensor(), x.toTensor(), 2, pos.toTensor(), updated, false, why));
   EXPECT_EQ(why, "the kernel reads the buffer it would store into");
 }
+
+TEST(CudaCodeKey, ProgramsDifferingOnlyInNamesShareOneModule) {
+  // A layer's kernel traced twice (other tensor and program names) has one key, which is the
+  // source emitted for the program under one name for all; another computation has another key.
+  prims::registerPrims();
+  auto program = [](const std::string& in, const std::string& kernel, double scale) {
+    Trace t;
+    Value x = addInput(t, in + "x", {4, 64}, DType::BFloat16, kCuda0);
+    Value w = addInput(t, in + "w", {64}, DType::BFloat16, kCuda0);
+    Value y;
+    {
+      TracingScope scope(t);
+      Value xf = prims::convert_element_type(x, DType::Float32);
+      Value wf = prims::broadcast_in_dim(prims::convert_element_type(w, DType::Float32), {4, 64}, {1});
+      y = prims::convert_element_type(prims::mul(prims::mul(xf, wf), scale), DType::BFloat16);
+    }
+    KernelProgram p = lower(t, {y});
+    p.name = kernel;
+    return p;
+  };
+  KernelProgram a = program("layer0_", "nvFusion3", 2.0), b = program("layer7_", "nvFusion31", 2.0);
+  KernelProgram c = program("layer0_", "nvFusion4", 3.0);
+  std::string ka = cudaCodeKey(emitCuda(a), a.name);
+  EXPECT_EQ(ka, cudaCodeKey(emitCuda(b), b.name));
+  EXPECT_NE(ka, cudaCodeKey(emitCuda(c), c.name));
+  KernelProgram anonymous = b;
+  anonymous.name = "thunder_kernel";
+  std::string unnamed = emitCuda(anonymous);
+  for (int line = 0; line < 3; ++line) unnamed.erase(0, unnamed.find('\n') + 1);
+  EXPECT_EQ(ka, unnamed);
+  EXPECT_EQ(ka.find("nvFusion"), std::string::npos);
+}

@@ -174,17 +174,22 @@ namespace {
 /// channels-last (torch_ops.cpp), and the kernels after it keep that layout, where eager's
 /// results of NCHW inputs are contiguous (`out.view(n, -1)` on one works). A returned input is
 /// left as it is.
-void eagerLayouts(std::vector<at::Tensor>& outs, const std::function<bool(const at::Tensor&)>& isInput,
-                  const std::function<bool()>& channelsLastInputs) {
-  bool checked = false;
+void eagerLayouts(std::vector<at::Tensor>& outs, const std::function<std::vector<at::Tensor>()>& callInputs) {
+  std::optional<std::vector<at::Tensor>> inputs;  // asked for only where an output may change
   for (at::Tensor& t : outs) {
     if (!t.defined() || t.dim() != 4 || !t.is_cuda() || !at::isReducedFloatingType(t.scalar_type()) ||
-        t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast) || isInput(t))
+        t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast))
       continue;
-    // Eager keeps channels-last where its inputs are: their results stay as they are.
-    if (!checked && channelsLastInputs()) return;
-    checked = true;
-    t = t.contiguous();
+    if (!inputs) {
+      inputs = callInputs();
+      // Eager keeps channels-last where its inputs are: their results stay as they are.
+      for (const at::Tensor& x : *inputs)
+        if (x.defined() && x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast))
+          return;
+    }
+    bool returned = false;
+    for (const at::Tensor& x : *inputs) returned = returned || (x.defined() && x.is_alias_of(t));
+    if (!returned) t = t.contiguous();
   }
 }
 
@@ -401,19 +406,11 @@ class CompiledFunction {
       outs = entry->training ? runTraining(entry->training, std::move(inputs))
                              : entry->program->run(std::move(inputs));
     }
-    eagerLayouts(outs, [&](const at::Tensor& t) {
-      for (int s : entry->sources) {
-        const at::Tensor& x = s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1];
-        if (x.defined() && x.is_alias_of(t)) return true;
-      }
-      return false;
-    }, [&] {
-      for (int s : entry->sources) {
-        const at::Tensor& x = s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1];
-        if (x.defined() && x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast))
-          return true;
-      }
-      return false;
+    eagerLayouts(outs, [&] {
+      std::vector<at::Tensor> xs;
+      for (int s : entry->sources)
+        xs.push_back(s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1]);
+      return xs;
     });
     size_t pos = 0;
     return buildOutput(entry->training ? trainingOutput(*entry->training)

@@ -512,16 +512,30 @@ bool sumsLeadingDims(const BoundSymbol& p) {
   return true;
 }
 
-/// Each fusible call that sums one value over its leading dims, moved to right after that
-/// value's fusible producer. A backward computes a bias gradient after the matmuls that read
-/// the same gradient, so the sum began a run of its own and ran as a kernel of its own (an ATen
-/// reduction per linear layer); next to its producer it is a column output of that kernel.
-/// Returns nothing when no call moves.
-std::optional<Trace> columnSumsAfterProducers(const Trace& t, const std::function<bool(const BoundSymbol&)>& fusible,
-                                              const std::function<bool(const BoundSymbol&)>& pointwise) {
+/// Each call's prims where the fuser can take all of them (a call not deleting, claimed by no
+/// executor, whose decomposition is fusible prims); nothing for the others.
+std::vector<std::optional<std::vector<BoundSymbol>>> fusiblePrims(const Trace& t,
+                                                                  const std::function<bool(const BoundSymbol&)>& fusible) {
+  std::vector<std::optional<std::vector<BoundSymbol>>> out(t.bsyms.size());
+  for (size_t i = 0; i < t.bsyms.size(); ++i) {
+    const BoundSymbol& b = t.bsyms[i];
+    std::vector<BoundSymbol> prims;
+    if (!b.sym->hasTag(kDel) && b.sym->executor.empty() && leafPrims(b, fusible, prims)) out[i] = std::move(prims);
+  }
+  return out;
+}
+
+/// The order of t's calls with each fusible call that sums one value over its leading dims moved
+/// to right after that value's fusible producer. A backward computes a bias gradient after the
+/// matmuls that read the same gradient, so the sum began a run of its own and ran as a kernel of
+/// its own (an ATen reduction per linear layer); next to its producer it is a column output of
+/// that kernel. Returns nothing when no call moves.
+std::vector<size_t> columnSumsAfterProducers(const Trace& t,
+                                             const std::vector<std::optional<std::vector<BoundSymbol>>>& prims,
+                                             const std::function<bool(const BoundSymbol&)>& pointwise) {
   size_t n = t.bsyms.size();
   std::unordered_map<const TensorProxy*, size_t> producer;
-  std::vector<bool> fusibleCall(n, false), moved(n, false);
+  std::vector<bool> moved(n, false);
   // The shape each fusible call iterates over (unitShape): the sum joins a producer that
   // iterates over the summed value itself, not one that makes it by a reshape of other dims.
   std::vector<Shape> shapes(n);
@@ -529,16 +543,14 @@ std::optional<Trace> columnSumsAfterProducers(const Trace& t, const std::functio
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const BoundSymbol& b = t.bsyms[i];
-    std::vector<BoundSymbol> prims;
-    fusibleCall[i] = !b.sym->hasTag(kDel) && b.sym->executor.empty() && leafPrims(b, fusible, prims);
-    if (fusibleCall[i]) shapes[i] = unitShape(Unit{&b, true, prims}, pointwise);
-    std::vector<TensorPtr> ins = b.inputTensors();
-    bool sums = false;
-    for (const BoundSymbol& p : prims) sums |= sumsLeadingDims(p);
-    if (fusibleCall[i] && sums && ins.size() == 1) {
-      auto it = producer.find(ins[0].get());
+    if (prims[i]) {
+      shapes[i] = unitShape(Unit{&b, true, *prims[i]}, pointwise);
+      std::vector<TensorPtr> ins = b.inputTensors();
+      bool sums = false;
+      for (const BoundSymbol& p : *prims[i]) sums |= sumsLeadingDims(p);
+      auto it = sums && ins.size() == 1 ? producer.find(ins[0].get()) : producer.end();
       size_t p = it == producer.end() ? n : it->second;
-      if (p < n && fusibleCall[p] && p + 1 < i && !t.bsyms[p].sym->hasTag(kShapeOp) &&
+      if (p < n && prims[p] && p + 1 < i && !t.bsyms[p].sym->hasTag(kShapeOp) &&
           withoutUnitDims(shapes[p]) == withoutUnitDims(ins[0]->shape)) {
         after[p].push_back(i);
         moved[i] = any = true;
@@ -546,15 +558,15 @@ std::optional<Trace> columnSumsAfterProducers(const Trace& t, const std::functio
     }
     for (const TensorPtr& o : b.outputTensors()) producer[o.get()] = i;
   }
-  if (!any) return std::nullopt;
-  Trace out = t.emptyCopy();
-  out.bsyms.reserve(n);
+  std::vector<size_t> order;
+  if (!any) return order;
+  order.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (moved[i]) continue;
-    out.bsyms.push_back(t.bsyms[i]);
-    for (size_t j : after[i]) out.bsyms.push_back(t.bsyms[j]);
+    order.push_back(i);
+    for (size_t j : after[i]) order.push_back(j);
   }
-  return out;
+  return order;
 }
 
 }  // namespace
@@ -565,12 +577,16 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
                       const std::function<bool(const BoundSymbol&)>& pointwise) {
   std::unordered_set<const TensorProxy*> keptGathers;
   const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible, keptGathers);
-  const std::optional<Trace> hoisted = columnSumsAfterProducers(cloned ? *cloned : traceIn, fusible, pointwise);
-  const Trace& trace = hoisted ? *hoisted : cloned ? *cloned : traceIn;
+  const Trace& trace = cloned ? *cloned : traceIn;
+  std::vector<std::optional<std::vector<BoundSymbol>>> prims = fusiblePrims(trace, fusible);
+  std::vector<size_t> order = columnSumsAfterProducers(trace, prims, pointwise);
+  if (order.empty())
+    for (size_t i = 0; i < trace.bsyms.size(); ++i) order.push_back(i);
   std::vector<Unit> units;
-  for (const BoundSymbol& b : trace.bsyms) {
-    Unit u{&b, false, {}};
-    if (!b.sym->hasTag(kDel) && b.sym->executor.empty()) u.fusible = leafPrims(b, fusible, u.prims);
+  for (size_t i : order) {
+    const BoundSymbol& b = trace.bsyms[i];
+    Unit u{&b, prims[i].has_value(), {}};
+    if (u.fusible) u.prims = std::move(*prims[i]);
     if (u.fusible && b.output.isTensor() && keptGathers.count(b.output.toTensor().get())) u.fusible = false;
     if (u.fusible && terminal) {
       for (const BoundSymbol& p : u.prims) u.terminal |= terminal(p);

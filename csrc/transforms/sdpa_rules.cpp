@@ -143,6 +143,15 @@ struct Predicate {
   Cmp cmp;
 };
 
+/// `a` broadcast to `out`, its dims at `dims` (prims.broadcast_in_dim): a dim of length 1 that
+/// broadcasts reads its one element at every index.
+Affine broadcast(const Affine& a, const Shape& out, const std::vector<int64_t>& dims) {
+  Affine r{out, std::vector<int64_t>(out.size(), 0), a.c};
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (a.shape[k] == out[dims[k]]) r.coef[dims[k]] = a.coef[k];
+  return r;
+}
+
 /// Reads tensors computed from positions alone as Affine / Predicate forms, from the leaf prims
 /// of a trace. Anything else (an input, a data-dependent op) reads as nothing.
 class PositionReader {
@@ -164,11 +173,7 @@ class PositionReader {
     if (n == "broadcast_in_dim") {
       std::optional<Affine> a = affine(p.args[0], out);
       if (!a) return std::nullopt;
-      std::vector<int64_t> dims = p.args[2].toInts();
-      Affine r{out, std::vector<int64_t>(out.size(), 0), a->c};
-      for (size_t k = 0; k < dims.size(); ++k)
-        if (a->shape[k] == out[dims[k]]) r.coef[dims[k]] = a->coef[k];
-      return r;
+      return broadcast(*a, out, p.args[2].toInts());
     }
     if (n == "add" || n == "sub") {
       std::optional<Affine> a = affine(p.args[0], out), b = affine(p.args[1], out);
@@ -191,11 +196,7 @@ class PositionReader {
     if (n == "broadcast_in_dim") {
       std::optional<Predicate> a = predicate(p.args[0]);
       if (!a) return std::nullopt;
-      std::vector<int64_t> dims = p.args[2].toInts();
-      Predicate r{{out, std::vector<int64_t>(out.size(), 0), a->d.c}, a->cmp};
-      for (size_t k = 0; k < dims.size(); ++k)
-        if (a->d.shape[k] == out[dims[k]]) r.d.coef[dims[k]] = a->d.coef[k];
-      return r;
+      return Predicate{broadcast(a->d, out, p.args[2].toInts()), a->cmp};
     }
     static const std::map<std::string, Cmp> cmps = {{"le", Cmp::LE}, {"lt", Cmp::LT}, {"ge", Cmp::GE}, {"gt", Cmp::GT}};
     auto c = cmps.find(n);

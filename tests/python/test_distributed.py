@@ -49,7 +49,7 @@ def _run(rank, port, body, args, world=WORLD, device=None):
     # Every check of the body has run. A rank leaves without the interpreter's teardown, where
     # gloo's and the checkpoint writer's threads meet C++ static destructors: twice in CI (2 cores,
     # the whole suite running) a rank of test_checkpoint_across_world_sizes aborted there with
-    # "terminate called without an active exception" after passing, which 40 local repeats of the
+    # "terminate called without an active exception" after passing, which 39 local repeats of the
     # test under load did not reproduce. A failure still raises above, through spawn's error file.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -778,8 +778,8 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
 
 std::string emitCuda(const KernelProgram& p) { return emitCuda(p, predictCudaVariant(p)); }
 
-std::string cudaCodeKey(const std::string& src, const std::string& name) {
-  static const std::string kAnonymous = "thunder_kernel";
+std::string anonymousSource(const std::string& src, const std::string& name) {
+  static const std::string kAnonymous = kAnonymousEntry;
   std::string text = src;
   for (int line = 0; line < 3; ++line) text.erase(0, text.find('\n') + 1);  // header(): 3 lines
   for (size_t at = text.find(name); !name.empty() && at != std::string::npos; at = text.find(name, at + kAnonymous.size()))

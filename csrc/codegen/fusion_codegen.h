@@ -104,10 +104,13 @@ bool columnsPerBlock(const KernelProgram& prog, const CudaVariant& variant);
 std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);
 /// CUDA source of the predicted variant.
 std::string emitCuda(const KernelProgram& prog);
-/// What identifies the code of `src` (emitted by emitCuda for a program named `name`) whatever the
-/// program and its tensors are called: the source without its header, `name` replaced by one name
-/// for all. Programs that differ only in names (a model's repeated layers) have the same key.
-std::string cudaCodeKey(const std::string& src, const std::string& name);
+/// The entry point of an anonymousSource.
+inline constexpr const char* kAnonymousEntry = "thunder_kernel";
+/// `src` (emitted by emitCuda or emitCpp for a program named `name`) as code of no program: the
+/// source without its header (which names the tensors), `name` (its entry points) replaced by
+/// kAnonymousEntry. Programs that differ only in names (a model's repeated layers) have the same
+/// anonymous source, which the runtime compiles once for all of them.
+std::string anonymousSource(const std::string& src, const std::string& name);
 
 /// C++ source of a kernel program with entry point `extern "C" void <name>(void* const* inputs,
 /// void* const* outputs, const int64_t* geometry)`. `innerStrides` has one character per input:

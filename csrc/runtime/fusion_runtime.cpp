@@ -731,7 +731,7 @@ struct SharedModule {
 SharedModule sharedModule(const std::string& name, const codegen::CudaVariant& v, const std::string& src, int device) {
   static std::mutex& mu = *new std::mutex;
   static auto& shared = *new std::unordered_map<std::string, SharedModule>;
-  std::string key = hashHex(codegen::cudaCodeKey(src, name)) + "-" + std::to_string(device);
+  std::string key = hashHex(codegen::anonymousSource(src, name)) + "-" + std::to_string(device);
   std::lock_guard<std::mutex> lock(mu);
   auto it = shared.find(key);
   if (it != shared.end()) return it->second;
@@ -976,8 +976,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           if (debugFusion())
             std::fprintf(stderr, "fuser: %s compiles inner-stride pattern %s at its first call (predicted %s)\n",
                          p.name.c_str(), pat.c_str(), r.contiguousPattern.c_str());
-          std::string src = codegen::emitCpp(p, pat), name = p.name;
-          auto made = std::make_shared<Job<CpuKernel>>([src, name] { return compileCpu(src, name); });
+          std::string src = codegen::anonymousSource(codegen::emitCpp(p, pat), p.name);
+          auto made = std::make_shared<Job<CpuKernel>>([src] { return compileCpu(src, codegen::kAnonymousEntry); });
           std::lock_guard<std::mutex> lock(ForkSafe::get().patterns);
           job = r.cpuFns.emplace(pat, made).first->second;  // another thread's, if it came first
         }
@@ -1169,8 +1169,10 @@ std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device dev
     r->modules[v.entry(prog.name)] = sharedModule(prog.name, v, r->cudaSource, device.index);
   } else {
     r->contiguousPattern = codegen::contiguousPattern(prog);
-    std::string src = codegen::emitCpp(prog, r->contiguousPattern), name = prog.name;
-    r->contiguousCpu = CompilePool::get().submit<CpuKernel>([src, name] { return compileCpu(src, name); });
+    // Compiled as code of no program: the regions of a model's repeated layers share one library
+    // (compileCpu's key is the source), in memory and in the disk cache.
+    std::string src = codegen::anonymousSource(codegen::emitCpp(prog, r->contiguousPattern), prog.name);
+    r->contiguousCpu = CompilePool::get().submit<CpuKernel>([src] { return compileCpu(src, codegen::kAnonymousEntry); });
   }
   return r;
 }

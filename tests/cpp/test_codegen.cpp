@@ -217,7 +217,7 @@ TEST(Scatter, AnOutputIsStoredIntoTheBufferAtTheIndex) {
   EXPECT_EQ(why, "the kernel reads the buffer it would store into");
 }
 
-TEST(CudaCodeKey, ProgramsDifferingOnlyInNamesShareOneModule) {
+TEST(AnonymousSource, ProgramsDifferingOnlyInNamesShareOneModule) {
   // A layer's kernel traced twice (other tensor and program names) has one key, which is the
   // source emitted for the program under one name for all; another computation has another key.
   prims::registerPrims();
@@ -238,13 +238,19 @@ TEST(CudaCodeKey, ProgramsDifferingOnlyInNamesShareOneModule) {
   };
   KernelProgram a = program("layer0_", "nvFusion3", 2.0), b = program("layer7_", "nvFusion31", 2.0);
   KernelProgram c = program("layer0_", "nvFusion4", 3.0);
-  std::string ka = cudaCodeKey(emitCuda(a), a.name);
-  EXPECT_EQ(ka, cudaCodeKey(emitCuda(b), b.name));
-  EXPECT_NE(ka, cudaCodeKey(emitCuda(c), c.name));
+  std::string ka = anonymousSource(emitCuda(a), a.name);
+  EXPECT_EQ(ka, anonymousSource(emitCuda(b), b.name));
+  EXPECT_NE(ka, anonymousSource(emitCuda(c), c.name));
   KernelProgram anonymous = b;
   anonymous.name = "thunder_kernel";
   std::string unnamed = emitCuda(anonymous);
   for (int line = 0; line < 3; ++line) unnamed.erase(0, unnamed.find('\n') + 1);
   EXPECT_EQ(ka, unnamed);
   EXPECT_EQ(ka.find("nvFusion"), std::string::npos);
+  // The C++ kernels alike, with the one entry point the runtime looks up.
+  std::string pattern(a.inputs.size(), '1');
+  std::string ca = anonymousSource(emitCpp(a, pattern), a.name);
+  EXPECT_EQ(ca, anonymousSource(emitCpp(b, pattern), b.name));
+  EXPECT_NE(ca, anonymousSource(emitCpp(c, pattern), c.name));
+  EXPECT_NE(ca.find(std::string("void ") + kAnonymousEntry + "("), std::string::npos);
 }

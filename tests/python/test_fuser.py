@@ -716,6 +716,28 @@ def test_new_process_reuses_the_disk_cache(tmp_path):
     assert compiled == 0 and hits >= 1
 
 
+def test_repeated_layers_share_one_cpu_kernel(tmp_path):
+    # Two layers of the same shapes make two regions that differ only in names: they are compiled
+    # once (a 12-layer model's first call compiled each layer's kernels twelve times).
+    script = (
+        "import torch, thunder\n"
+        "from thunder import _C\n"
+        "thunder.jit(lambda a: a.exp() * 2, executors=['fuser'])(torch.randn(3))  # the compiler probe\n"
+        "before = _C.fusion_stats()['compiled']\n"
+        "w1, w2 = torch.randn(8, 8), torch.randn(8, 8)\n"
+        "layer = lambda x, w: torch.tanh(x @ w) * 2 + 1\n"
+        "f = lambda x: layer(layer(x, w1), w2)\n"
+        "jf = thunder.jit(f, executors=['torch', 'fuser'])\n"
+        "x = torch.randn(4, 8)\n"
+        "torch.testing.assert_close(jf(x), f(x))\n"
+        "names = thunder.last_traces(jf)[-1].bound_symbol_names\n"
+        "print(sum(n.startswith('cpuFusion') for n in names), _C.fusion_stats()['compiled'] - before)\n"
+    )
+    env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path))
+    regions, compiled = map(int, subprocess.check_output([sys.executable, "-c", script], env=env, text=True).split())
+    assert regions == 2 and compiled == 1, (regions, compiled)
+
+
 _CACHE_SCRIPT = (
     "import torch, thunder\n"
     "from thunder import _C\n"

@@ -197,6 +197,37 @@ bool readIn(const KInput& in, const Region& region) {
   return true;
 }
 
+/// Where the index ranges of a program (its InRange nodes, its guarded inputs' ranges) sit in the
+/// list rangeBounds returns: two entries each, lo then hi; InRange nodes in node order, then the
+/// guarded inputs in order, each over its iteration dims.
+class RangeSlots {
+ public:
+  explicit RangeSlots(const KernelProgram& p) {
+    int next = 0;
+    for (size_t id = 0; id < p.nodes.size(); ++id)
+      if (p.nodes[id].kind == KNode::Kind::InRange) {
+        node_[static_cast<int>(id)] = next;
+        next += 2;
+      }
+    for (size_t k = 0; k < p.inputs.size(); ++k)
+      for (size_t d = 0; d < p.inputs[k].guard.size(); ++d) {
+        guard_[{static_cast<int>(k), static_cast<int>(d)}] = next;
+        next += 2;
+      }
+  }
+  int node(int id) const { return find(node_, id); }
+  int guard(int input, int dim) const { return find(guard_, std::make_pair(input, dim)); }
+
+ private:
+  template <class M, class K>
+  static int find(const M& m, const K& k) {
+    auto it = m.find(k);
+    return it == m.end() ? -1 : it->second;
+  }
+  std::map<int, int> node_;
+  std::map<std::pair<int, int>, int> guard_;
+};
+
 class Emitter {
  public:
   Emitter(const KernelProgram& p, bool cuda) : p_(p), cuda_(cuda) {}
@@ -248,7 +279,7 @@ class Emitter {
       auto [lo, hi] = in.guard[d];
       if (lo <= 0 && hi >= p_.iterShape[d]) continue;
       std::string i = groupStart && d + 1 == R ? std::string("col") : indexVar(static_cast<int>(d));
-      std::string t = dimTest(static_cast<int>(d), i, lo, hi);
+      std::string t = dimTest(static_cast<int>(d), i, lo, hi, slots_.guard(input, static_cast<int>(d)));
       if (t == "true") continue;
       if (t == "false") return "false";
       if (!c.empty()) c += " && ";
@@ -266,23 +297,31 @@ class Emitter {
   int groupVec = 1;
 
   /// rangeTest(i, lo, hi) for iteration dim d: "true" or "false" where the region decides it.
-  std::string dimTest(int d, const std::string& i, int64_t lo, int64_t hi) const {
+  /// `slot`: where the kernel reads lo (and hi after it) at run time (RangeSlots), -1: nowhere.
+  std::string dimTest(int d, const std::string& i, int64_t lo, int64_t hi, int slot = -1) const {
     auto r = region.find(d);
     if (r != region.end()) {
       auto [rlo, rhi] = r->second;
       if (lo <= rlo && rhi <= hi) return "true";
       if (hi <= rlo || lo >= rhi) return "false";
     }
-    return rangeTest(i, lo, hi);
+    if (slot < 0 || cuda_) return rangeTest(i, lo, hi);
+    return rangeTest(i, lo, hi, boundRef(slot), boundRef(slot + 1));
   }
 
   /// lo <= i < hi for an iteration index i >= 0, which may be unsigned (32-bit CUDA indices): a
-  /// bound below 0 is never compared.
-  static std::string rangeTest(const std::string& i, int64_t lo, int64_t hi) {
+  /// bound below 0 is never compared. The bounds are printed as `loText` and `hiText` where given
+  /// (the geometry entries C++ kernels read them from); which comparisons are made is decided
+  /// by their values here, so that kernels sharing a source make the same ones.
+  static std::string rangeTest(const std::string& i, int64_t lo, int64_t hi, const std::string& loText = "",
+                               const std::string& hiText = "") {
     if (hi <= lo || hi <= 0) return "false";
-    std::string upper = "(" + i + " < " + std::to_string(hi) + ")";
-    return lo > 0 ? "(" + i + " >= " + std::to_string(lo) + " && " + upper + ")" : upper;
+    std::string upper = "(" + i + " < " + (hiText.empty() ? std::to_string(hi) : hiText) + ")";
+    return lo > 0 ? "(" + i + " >= " + (loText.empty() ? std::to_string(lo) : loText) + " && " + upper + ")" : upper;
   }
+
+  /// The geometry entry of run-time bound `slot` (C++ kernels: after the geometry proper).
+  std::string boundRef(int slot) const { return "g[" + std::to_string(Geometry::length(p_) + slot) + "]"; }
 
   /// The iteration index of dim d in the code being emitted (set per kernel form).
   std::function<std::string(int)> indexVar = [](int d) { return "i" + std::to_string(d); };
@@ -493,7 +532,7 @@ class Emitter {
           bool group = static_cast<size_t>(n.dim) + 1 == R && groupVec > 1 && n.lo % groupVec == 0 &&
                        (n.hi % groupVec == 0 || n.hi >= p_.iterShape[R - 1]);
           std::string i = group ? std::string("col") : indexVar(n.dim);
-          line = "const bool " + v + " = " + dimTest(n.dim, i, n.lo, n.hi) + ";";
+          line = "const bool " + v + " = " + dimTest(n.dim, i, n.lo, n.hi, slots_.node(id)) + ";";
           break;
         }
         case KNode::Kind::Reduce:
@@ -515,6 +554,7 @@ class Emitter {
 
   const KernelProgram& p_;
   bool cuda_;
+  RangeSlots slots_{p_};
 };
 
 /// Store statements for the outputs of one kind (row values when `reduced`, else full-size):
@@ -1305,6 +1345,15 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
     << params << ") { " << p.name << "_row<" << variant.items << ", " << variant.vec << ", "
     << (variant.warp ? "true" : "false") << ", " << variant.threads << ">(" << argNames << "); }\n";
   return s.str();
+}
+
+std::vector<int64_t> rangeBounds(const KernelProgram& p) {
+  std::vector<int64_t> b;
+  for (const KNode& n : p.nodes)
+    if (n.kind == KNode::Kind::InRange) b.insert(b.end(), {n.lo, n.hi});
+  for (const KInput& in : p.inputs)
+    for (const auto& [lo, hi] : in.guard) b.insert(b.end(), {lo, hi});
+  return b;
 }
 
 std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {

@@ -112,6 +112,14 @@ inline constexpr const char* kAnonymousEntry = "thunder_kernel";
 /// anonymous source, which the runtime compiles once for all of them.
 std::string anonymousSource(const std::string& src, const std::string& name);
 
+/// The bounds of a program's index ranges (the pieces of a cat, a pad's source, a guarded
+/// input's range), lo and hi of each: C++ kernels read them at run time from the geometry block,
+/// after its Geometry::length(prog) entries, so that programs that differ only in where a piece
+/// ends (a KV cache one token longer) share one compiled kernel. Which comparisons a kernel makes
+/// is decided by the values at emission (a range covering its whole dim is not tested), so equal
+/// sources imply the same decisions. CUDA kernels print them as constants.
+std::vector<int64_t> rangeBounds(const KernelProgram& prog);
+
 /// C++ source of a kernel program with entry point `extern "C" void <name>(void* const* inputs,
 /// void* const* outputs, const int64_t* geometry)`. `innerStrides` has one character per input:
 /// '1' (unit stride along the last dimension), '0' (broadcast along it) or 'g' (general); it is

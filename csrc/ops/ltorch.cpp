@@ -1091,8 +1091,12 @@ Value softmaxImpl(const Value& a, const Value& dimV, const Value& dtypeV, bool l
   THUNDER_CHECK(!dimV.isNone(), opn(name), ": dim must be given");
   int64_t dim = dimArg(dimV, t.ndim(), name);
   DType result = optDType(dtypeV).value_or(t.dtype);
-  // RuntimeError: eager raises its subclass NotImplementedError ("softmax_kernel_impl not
-  // implemented for 'Long'"), which thunder keeps for ops it hands to eager (fallback.py).
+  // Eager dispatches no kernel for an empty tensor: an empty result of any dtype, bool and
+  // integers too. Otherwise its kernels exist for floats only; it raises NotImplementedError
+  // ("softmax_lastdim_kernel_impl not implemented for 'Long'"), a RuntimeError here: thunder
+  // keeps NotImplementedError for ops it hands to eager (fallback.py).
+  if (t.numel() == 0 && !isFloating(result) && !isComplex(result))
+    return prims::full(t.shape, clang::maybeConvert(Value(0), result), t.device, result);
   THUNDER_CHECK_KIND(isFloating(result) || isComplex(result), ErrorKind::Runtime, opn(name),
                      ": expected a floating point tensor, but got ", dtypeName(result));
   DType computation = isLowPrecision(result) ? DType::Float32 : result;

@@ -748,6 +748,7 @@ struct CompiledRegion {
   std::vector<int> intoArg;  // output -> the call argument it is scattered into (-1: a new tensor)
   bool indexed = false;      // prog.indexed(), asked at every launch
   std::vector<int64_t> magic;  // the iteration sizes' division magic numbers (sizes are fixed)
+  std::vector<int64_t> bounds;  // C++: the index ranges' bounds, after the geometry (rangeBounds)
   int vecWidth = 1;            // CUDA: elements per 16-byte access
   std::string cudaSource;      // the predicted variant's source
   std::unordered_map<std::string, SharedModule> modules;  // CUDA: by entry point of this region's name
@@ -983,6 +984,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
         fn = job->get()->fn;
       }
+      g.insert(g.end(), r.bounds.begin(), r.bounds.end());
       fn(inPtrs.data(), outPtrs.data(), g.data());
     } else {
       int device = dev.index();
@@ -1169,6 +1171,7 @@ std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device dev
     r->modules[v.entry(prog.name)] = sharedModule(prog.name, v, r->cudaSource, device.index);
   } else {
     r->contiguousPattern = codegen::contiguousPattern(prog);
+    r->bounds = codegen::rangeBounds(prog);
     // Compiled as code of no program: the regions of a model's repeated layers share one library
     // (compileCpu's key is the source), in memory and in the disk cache.
     std::string src = codegen::anonymousSource(codegen::emitCpp(prog, r->contiguousPattern), prog.name);

@@ -56,6 +56,11 @@ def _run(rank, port, body, args, world=WORLD, device=None):
     os._exit(0)
 
 
+def spawn(body, *args, world=WORLD):
+    """Runs body(rank, *args) in `world` processes of one group; a failure in any is raised."""
+    mp.spawn(_run, args=(_free_port(), body, args, world), nprocs=world)
+
+
 def _gpt():
     from models import nanogpt
 

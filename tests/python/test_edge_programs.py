@@ -1,5 +1,5 @@
 """Valid programs at the edges of an op's domain (issue 33): x.T, x.mT, x.H and x.mH on tensors of
-every rank, logsumexp over an empty dim, and torch.where with one argument. Each row runs as eager
+every rank, logsumexp over an empty dim, softmax of an empty integer tensor, and torch.where with one argument. Each row runs as eager
 runs it (values, dtypes, gradients), or raises eager's exception type, or, for torch.where(cond),
 a NotImplementedError that names it and says why."""
 
@@ -38,6 +38,11 @@ CASES = [
     ("logsumexp_other_dim_empty", lambda x: torch.logsumexp(x, 1), _x(0, 3)),
     ("logsumexp_empty_dim_float32", lambda x: torch.logsumexp(x, -1), _x(4, 0, dtype=torch.float32)),
     ("logsumexp_empty_dim_int", lambda x: torch.logsumexp(x, 0), torch.zeros(0, 2, dtype=torch.int64)),
+    # eager runs no kernel on an empty tensor: an empty result of the input's dtype, ints and bools too
+    ("softmax_empty_int", lambda x: torch.softmax(x, 1), torch.zeros(0, 3, dtype=torch.int64)),
+    ("log_softmax_empty_int32", lambda x: torch.log_softmax(x, 0), torch.zeros(0, dtype=torch.int32)),
+    ("softmax_empty_bool", lambda x: x.softmax(-1), torch.zeros(2, 0, dtype=torch.bool)),
+    ("softmax_empty_int_to_float", lambda x: torch.softmax(x, 1, dtype=torch.float32), torch.zeros(0, 3, dtype=torch.int64)),
 ]
 
 

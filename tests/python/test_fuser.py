@@ -738,6 +738,38 @@ def test_repeated_layers_share_one_cpu_kernel(tmp_path):
     assert regions == 2 and compiled == 1, (regions, compiled)
 
 
+def test_kernels_read_index_ranges_at_run_time(tmp_path):
+    # A KV cache one token longer at each call (a cat along the sequence, then pointwise ops), a
+    # pad of a growing row, a cat along an outer dim: programs that differ only in
+    # where a piece ends. Their C++ kernels read those bounds at run time, so the first length
+    # compiles them and the later ones compile nothing (before, every length compiled its own).
+    script = (
+        "import torch, thunder\n"
+        "import torch.nn.functional as F\n"
+        "from thunder import _C\n"
+        "f = lambda past, new: (torch.cat([past, new], 1) * 2).relu() + 1\n"
+        "g = lambda x: F.pad(x.exp(), (1, 2)) * 3\n"
+        "h = lambda a, b: (torch.cat([a, b], 0) * 2).exp()\n"
+        "jf, jg, jh = (thunder.jit(fn, executors=['fuser']) for fn in (f, g, h))\n"
+        "counts = []\n"
+        "for n in range(2, 8):\n"
+        "    past, new = torch.randn(2, n, 4), torch.randn(2, 1, 4)\n"
+        "    torch.testing.assert_close(jf(past, new), f(past, new))\n"
+        "    x = torch.randn(3, n)\n"
+        "    torch.testing.assert_close(jg(x), g(x))\n"
+        "    a, b = torch.randn(n, 5), torch.randn(2, 5)\n"
+        "    torch.testing.assert_close(jh(a, b), h(a, b))\n"
+        "    counts.append(_C.fusion_stats()['compiled'])\n"
+        "fused = [sum(n.startswith('cpuFusion') for n in thunder.last_traces(j)[-1].bound_symbol_names) for j in (jf, jg, jh)]\n"
+        "print(*fused, *counts)\n"
+    )
+    env = dict(os.environ, THUNDER_CACHE_DIR=str(tmp_path))
+    out = list(map(int, subprocess.check_output([sys.executable, "-c", script], env=env, text=True).split()))
+    fused, counts = out[:3], out[3:]
+    assert fused == [1, 1, 1], fused
+    assert counts[0] > 0 and counts[-1] == counts[0], counts
+
+
 _CACHE_SCRIPT = (
     "import torch, thunder\n"
     "from thunder import _C\n"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import builtins
+import gc
 import copy
 import os
 import threading
@@ -275,7 +276,21 @@ def _weak_hook(method):
     collector cannot see references held in C++, so a strong one would make a cycle it never
     frees (a discarded jitted module kept its parameters alive)."""
     ref = weakref.WeakMethod(method)
-    return lambda *args: ref()(*args)
+
+    def hook(*args):
+        # Tracing makes hundreds of thousands of short-lived objects, and the cyclic collector,
+        # run every few hundred of them, walked the whole heap: 14% of a decoding loop that
+        # traced each new length (a 4-layer Llama) went to gc_collect_main. Paused while a call
+        # is traced and compiled; what became garbage is collected at the next collection after.
+        if not gc.isenabled():
+            return ref()(*args)
+        gc.disable()
+        try:
+            return ref()(*args)
+        finally:
+            gc.enable()
+
+    return hook
 
 
 class ThunderFunction(_C.CompiledFunction):

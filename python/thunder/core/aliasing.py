@@ -27,6 +27,8 @@ unreadable (a NotImplementedError naming both).
 
 from __future__ import annotations
 
+import builtins
+
 import torch
 
 from thunder import _C
@@ -276,7 +278,7 @@ def result(state, func, held, args, kwargs, out, call):
     if state is None or not args or state.replaying:
         return out
     x = args[0]
-    if not isinstance(x, _C.TensorProxy):
+    if not _isinstance(x, _C.TensorProxy):
         return _copies_of_inputs(out, args, kwargs) if _has_input(out, args, kwargs) else out
     kind = kind_of(func, x, out, args, kwargs)
     if kind == SELF or (kind == VIEW and out is x):
@@ -284,49 +286,62 @@ def result(state, func, held, args, kwargs, out, call):
     if kind == NEW:
         return _copies_of_inputs(out, args, kwargs) if _has_input(out, args, kwargs) else out
     base = held[0]
-    if not isinstance(base, _C.TensorProxy):
+    if not _isinstance(base, _C.TensorProxy):
         return out  # a view of a tensor the function closes over: its update is refused where it is made
     make = TABLE[func.__name__][1]
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    outs = list(out) if _isinstance(out, (tuple, list)) else [out]
     for i, v in enumerate(outs):
-        if not isinstance(v, _C.TensorProxy):
+        if not _isinstance(v, _C.TensorProxy):
             continue
         if v is x:  # one piece that is the whole tensor (x.split(n) with n >= len)
             outs[i] = base
             continue
         write_back = make(x, v, i, outs, args, kwargs) if make is not None else None
         rest = args[1:]
-        if isinstance(out, (tuple, list)):
+        if _isinstance(out, (tuple, list)):
             forward = (lambda j: lambda b: call(func, (b, *rest), kwargs)[j])(i)
         else:
             forward = lambda b: call(func, (b, *rest), kwargs)  # noqa: E731
         state.view_of[id(v)] = View(v, base, func.__name__, forward, write_back)
         state.views.setdefault(id(base), []).append(v)
-    if isinstance(out, (tuple, list)) and any(a is not b for a, b in zip(outs, out)):
+    if _isinstance(out, (tuple, list)) and any(a is not b for a, b in zip(outs, out)):
         return type(out)(*outs) if hasattr(out, "_fields") else type(out)(outs)
     return out
 
 
-def _leaves(x, depth=0):
-    if isinstance(x, _C.TensorProxy):
-        yield x
-    elif isinstance(x, (tuple, list)) and depth < 4:
-        for y in x:
-            yield from _leaves(y, depth + 1)
-    elif isinstance(x, dict) and depth < 4:
-        for y in x.values():
-            yield from _leaves(y, depth + 1)
+# These run for every op traced (hundreds of thousands of checks for a model): the interpreter's
+# own isinstance, not the one tracing installs (thunder.__init__), which costs a Python call.
+_isinstance = builtins.isinstance
+
+
+def _leaves(x, out, depth=0):
+    """Appends the tensor proxies in x (nested tuples, lists and dict values, four levels) to out."""
+    if type(x) is _C.TensorProxy:
+        out.append(x)
+    elif depth < 4:
+        if _isinstance(x, (tuple, list)):
+            for y in x:
+                if type(y) is _C.TensorProxy:
+                    out.append(y)
+                elif _isinstance(y, (tuple, list, dict)):
+                    _leaves(y, out, depth + 1)
+        elif _isinstance(x, dict):
+            _leaves(tuple(x.values()), out, depth)
+    return out
 
 
 def _has_input(out, args, kwargs) -> bool:
-    inputs = {id(a) for a in _leaves((args, kwargs))}
-    return any(id(o) in inputs for o in _leaves(out))
+    outs = _leaves(out, [])
+    if not outs:
+        return False
+    inputs = {id(a) for a in _leaves(kwargs, _leaves(args, []))}
+    return any(id(o) in inputs for o in outs)
 
 
 def _copies_of_inputs(out, args, kwargs):
     """out with each tensor that is one of the inputs replaced by a copy of it: eager's op made a
     new tensor where thunder's decomposition had nothing to compute."""
-    inputs = {id(a) for a in _leaves((args, kwargs))}
+    inputs = {id(a) for a in _leaves(kwargs, _leaves(args, []))}
 
     def copy(o):
         if isinstance(o, _C.TensorProxy) and id(o) in inputs:

@@ -13,6 +13,7 @@ from thunder import _C
 from thunder.core import aliasing, autocast, devices, fallback, functionalize
 
 TensorProxy = _C.TensorProxy
+_isinstance = isinstance  # the interpreter's own: tracing replaces builtins.isinstance (thunder.__init__)
 
 # torch callable -> (ltorch symbol, swapped); built from the C++ table of mapped names.
 _TORCH_MAP: dict = {}
@@ -43,12 +44,15 @@ def _build_maps():
 
 
 def _has_proxy(x) -> bool:
-    if isinstance(x, TensorProxy):
+    if type(x) is TensorProxy:
         return True
-    if isinstance(x, (tuple, list)):
-        return any(_has_proxy(y) for y in x)
-    if isinstance(x, dict):
-        return any(_has_proxy(y) for y in x.values())
+    if _isinstance(x, (tuple, list)):
+        for y in x:
+            if type(y) is TensorProxy or (_isinstance(y, (tuple, list, dict)) and _has_proxy(y)):
+                return True
+        return False
+    if _isinstance(x, dict):
+        return _has_proxy(tuple(x.values()))
     return False
 
 
@@ -241,11 +245,11 @@ def comparison_answer(name, a, b, range_of):
 
 
 def _value_range(x):
-    return getattr(x, "_value_range", None) if isinstance(x, TensorProxy) else None
+    return getattr(x, "_value_range", None) if type(x) is TensorProxy else None
 
 
 def _note_range(name, args, kwargs, out):
-    if not isinstance(out, TensorProxy):
+    if type(out) is not TensorProxy:
         return
     if name in ("rand", "rand_like"):
         out._value_range = uniform_range(out.dtype)

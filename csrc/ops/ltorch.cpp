@@ -1183,7 +1183,9 @@ void registerReductions() {
           }
           int64_t d = dimArg(a[1], t.ndim(), name);
           if (t.ndim() == 0 || t.shape[d] == 0) {  // amax/amin check and raise as eager does
-            Value values = op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
+            // A 0-d tensor's value is its one element, its gradient passes through (amax's,
+            // shared among the elements equal to the result, is NaN at a NaN: fuzzer seed 60560)
+            Value values = t.ndim() == 0 ? op("clone", {a[0]}) : op(isMax ? "amax" : "amin", {a[0], a[1], a[2]});
             Value x = t.dtype == DType::Bool ? clang::maybeConvert(a[0], DType::UInt8) : a[0];
             return Value::tuple({values, op(isMax ? "argmax" : "argmin", {x, a[1], a[2]})});
           }

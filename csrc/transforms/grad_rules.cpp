@@ -391,23 +391,53 @@ void registerReductionRules() {
     putGrad(a[0], expandBack(g, a[0].tensor().shape, a[1].toInts()));
   });
   rule(sym(PrimId::prod), [](const Args& a, X y, X g) {
-    // d prod / d a_i is the product of the other elements. Dividing the product by a_i is wrong
-    // at zeros, so: with no zero in the group it is prod / a_i; with exactly one zero, the zero
-    // gets the product of the nonzero elements and the others 0; with more zeros, all get 0.
+    // Eager's formula (prod_backward), so that infinities and NaNs give what eager's give (a
+    // zero next to an infinity: inf * 0 is NaN in the product of the others, fuzzer seed 60560):
+    // with no zero anywhere in the input, prod / a_i; otherwise the product of the others
+    // computed without division, as exclusive cumulative products from both ends along the
+    // reduced dim (the input flattened where every dim is reduced; two or more zeros then give
+    // 0 everywhere, as eager's backward does).
     const TensorProxy& t = a[0].tensor();
     std::vector<int64_t> dims = a[1].toInts();
     if (dims.empty()) {
       putGrad(a[0], g);
       return;
     }
-    Value isZero = op("eq", {a[0], 0});
-    Value nonzero = op("where", {isZero, 1, a[0]});
-    Value prodNonzero = expandBack(call(sym(PrimId::prod), {nonzero, a[1]}), t.shape, dims);
-    Value zeros = expandBack(call(sym(PrimId::sum), {toDType(isZero, t.dtype), a[1]}), t.shape, dims);
-    Value lone = op("logical_and", {op("eq", {zeros, 1}), isZero});
-    Value others = op("where", {op("eq", {zeros, 0}), div(prodNonzero, nonzero),
-                                op("where", {lone, prodNonzero, 0})});
-    putGrad(a[0], mul(expandBack(g, t.shape, dims), others));
+    Value ge = expandBack(g, t.shape, dims);
+    const bool all = dims.size() == static_cast<size_t>(t.ndim());
+    if (t.numel() == 0 || (!all && dims.size() > 1)) {
+      // (no prims.prod over some but not all of several dims comes from ltorch)
+      Value isZero = op("eq", {a[0], 0});
+      Value nonzero = op("where", {isZero, 1, a[0]});
+      Value prodNonzero = expandBack(call(sym(PrimId::prod), {nonzero, a[1]}), t.shape, dims);
+      Value zeros = expandBack(call(sym(PrimId::sum), {toDType(isZero, t.dtype), a[1]}), t.shape, dims);
+      Value lone = op("logical_and", {op("eq", {zeros, 1}), isZero});
+      putGrad(a[0], mul(ge, op("where", {op("eq", {zeros, 0}), div(prodNonzero, nonzero),
+                                         op("where", {lone, prodNonzero, 0})})));
+      return;
+    }
+    Value x = all ? op("reshape", {a[0], Value::ints({t.numel()})}) : a[0];
+    Shape xs = all ? Shape{t.numel()} : t.shape;
+    const int64_t d = all ? 0 : dims[0], n = xs[d];
+    Value others;
+    if (n == 1) {
+      others = ltorch::op("full", {Value::ints(xs), 1.0}, {{"device", t.device}, {"dtype", t.dtype}});
+    } else {
+      Shape os = xs;
+      os[d] = 1;
+      auto ones = [&] { return ltorch::op("full", {Value::ints(os), 1.0}, {{"device", t.device}, {"dtype", t.dtype}}); };
+      Value before = op("cumprod", {op("cat", {Value::list({ones(), op("narrow", {x, d, 0, n - 1})}), d}), d});
+      Value rest = op("flip", {op("narrow", {x, d, 1, n - 1}), Value::ints({d})});
+      Value after = op("flip", {op("cumprod", {op("cat", {Value::list({ones(), rest}), d}), d}), Value::ints({d})});
+      others = mul(before, after);
+    }
+    Value zeroCount = op("sum", {toDType(op("eq", {a[0], 0}), DType::Int64)});
+    if (all) {
+      others = op("where", {op("gt", {zeroCount, 1}), 0, others});
+      others = op("reshape", {others, Value::ints(t.shape)});
+    }
+    Value divided = div(expandBack(y, t.shape, dims), a[0]);
+    putGrad(a[0], mul(ge, op("where", {op("eq", {zeroCount, 0}), divided, others})));
   });
   // amax and amin share the gradient evenly among the elements equal to the result. The result
   // is taken again in the backward, from the input the mask compares: the backward may compute

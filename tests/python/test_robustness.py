@@ -1240,6 +1240,19 @@ GRAD_CASES = [
     ("var_0d_of_nan", lambda a: torch.var(torch.log2(a), 0, keepdim=True), lambda: [torch.tensor(-28.6)]),
     ("var_0d_finite", lambda a: torch.var(a * 2, 0), lambda: [torch.tensor(3.0)]),
     ("var_0d_correction_0", lambda a: torch.var(torch.log2(a), correction=0), lambda: [torch.tensor(-2.0)]),
+    # seed 60560: prod's gradient is the product of the other elements, which eager computes
+    # without division once the input holds a zero: next to an infinity that product is
+    # inf * 0 = NaN, where thunder's per-group rule gave 0 (and its division inf / inf elsewhere)
+    ("prod_of_relu_with_inf", lambda a: torch.prod(torch.relu(a), -1),
+     lambda: [torch.tensor([float("inf"), 0.39, -0.15, 0.86])]),
+    ("prod_all_with_inf_and_zero", lambda a: torch.prod(a), lambda: [torch.tensor([[0.0, 2.0], [float("inf"), 3.0]])]),
+    ("prod_all_two_zeros_and_inf", lambda a: torch.prod(a), lambda: [torch.tensor([0.0, float("inf"), 0.0, 2.0])]),
+    ("prod_rows_zero_and_inf", lambda a: torch.prod(a, 1),
+     lambda: [torch.tensor([[0.0, 2.0, 0.0], [float("inf"), 3.0, 1.0], [float("nan"), 1.0, 2.0]])]),
+    ("prod_rows_inf_no_zero", lambda a: a.prod(0), lambda: [torch.tensor([[float("inf"), 2.0], [3.0, -1.0]])]),
+    # seed 60560 too: max over dim 0 of a 0-d NaN passes its gradient through, as eager's
+    ("max_dim_of_0d_nan", lambda a: torch.max(a * 2, 0).values, lambda: [torch.tensor(float("nan"))]),
+    ("min_dim_of_0d_nan_keepdim", lambda a: torch.min(a * 2, 0, keepdim=True)[0], lambda: [torch.tensor(float("nan"))]),
     # seed 21329: amin's gradient compares its input with the result taken again in the backward
     # (the backward computed atan(a) again in another kernel, an ulp off the forward's: no element
     # equal to the saved result, 0 / 0)

@@ -322,13 +322,70 @@ def test_inplace_on_leaf_requiring_grad_raises_like_eager():
         thunder.jit(f)(w)
 
 
-def test_inplace_through_view_of_input_is_refused():
-    def f(x):
+def _view_updates():
+    def flat_fill(x):
         x.view(-1)[:2].fill_(0)
         return x
 
-    with pytest.raises(NotImplementedError, match=r"Tensor.fill_ updates .* a view of the input t_0"):
-        thunder.jit(f)(torch.randn(2, 3))
+    def row_mul(x):
+        x[0].mul_(3)
+        return x.sum(1)
+
+    def column_add_then_read_view(x):
+        v = x[:, 1]
+        v.add_(1)
+        return v * 2
+
+    def transposed_zero(x):
+        x.t()[1].zero_()
+        return x + 1
+
+    def unsqueezed_masked_fill(x):
+        x.unsqueeze(0).masked_fill_(x.unsqueeze(0) > 0, -1.0)
+        return x.clone()
+
+    def piece_of_split(x):
+        a, b = x.split(1, 0)
+        b.add_(a)
+        return x
+
+    def after_an_update_of_the_input(x):
+        x.add_(1)
+        x[:, 0] *= 2
+        return x
+
+    def twice_through_two_views(x):
+        x[0].add_(1)
+        x[:, 2].mul_(-1)
+        return x
+
+    return [flat_fill, row_mul, column_add_then_read_view, transposed_zero, unsqueezed_masked_fill, piece_of_split,
+            after_an_update_of_the_input, twice_through_two_views]
+
+
+@pytest.mark.parametrize("f", _view_updates(), ids=lambda f: f.__name__)
+def test_inplace_through_view_of_input_updates_the_input(f):
+    # An update of a view of an input updates the input, as in eager: the input's new value is
+    # written back into it at the end of the call (before, refused with NotImplementedError).
+    jf = thunder.jit(f)
+    for seed in (0, 1):  # the second call runs the cached trace
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(seed))
+        xe, xt = x.clone(), x.clone()
+        want, got = f(xe), jf(xt)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(xt, xe)
+    assert thunder.cache_misses(jf) == 1
+
+
+def test_inplace_through_view_of_leaf_requiring_grad_raises_as_eager():
+    def f(x):
+        x[0].mul_(2)
+        return x
+
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+        f(torch.randn(3, requires_grad=True))
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad"):
+        thunder.jit(f)(torch.randn(3, requires_grad=True))
 
 
 def test_a_view_read_after_its_base_changed_sees_the_update():

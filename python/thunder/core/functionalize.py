@@ -215,13 +215,23 @@ def commit(state: TraceState, op_name: str, target, result):
         )
     if view is not None:
         root = state.root(proxy)
-        # An input already updated in place is written back at the end anyway (x.add_(1), then
-        # x[:, 0] *= 2): a view of it is written through as a view of a tensor the program made.
-        if state.is_input(root) and (id(root) not in state.latest or root.requires_grad):
+        # A view of an input is written through as a view of a tensor the program made; the
+        # input's new value is then written back into it at the end (x[:, 0] *= 2, x.unsqueeze(0)
+        # .masked_fill_(m, 0)), as eager's update of the view updates x. An input that requires
+        # grad is a leaf eager refuses to update through a view too.
+        if state.is_input(root) and root.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(
+                f"{op_name}: a view of a leaf Variable that requires grad ({proxy.name}, a view of {root.name} "
+                f"made by {view.op}) is being used in an in-place operation."
+            )
+        if state.is_input(root) and root.requires_grad:
             raise NotImplementedError(
                 f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
-                f"(made by {view.op}); writing through a view of an input is not supported: update {root.name} itself"
+                f"(made by {view.op}), which requires grad, with grad mode off; writing through a view of "
+                f"such an input is not supported: update {root.name} itself"
             )
+        if state.is_input(root) and id(root) not in state.latest:
+            state.latest[id(root)] = (root, root)
         if not aliasing.write_through(state, proxy, result):
             state.stale[id(root)] = (
                 f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name} (made by "

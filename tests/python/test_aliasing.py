@@ -123,6 +123,29 @@ def test_contiguous_of_a_non_contiguous_tensor_is_a_copy():
     torch.testing.assert_close(thunder.jit(f)(x), f(x))
 
 
+@pytest.mark.parametrize("update", ["clamp_", "add_", "setitem"])
+@pytest.mark.parametrize("strided", ["input", "intermediate"])
+def test_layout_of_a_tensor_updated_in_place_decides_contiguous_and_reshape(update, strided):
+    # An in-place op keeps its tensor's strides: .contiguous() and .reshape() of a strided tensor
+    # updated in place copy in eager, though thunder's new value for it is laid out contiguously.
+    # Before, they returned the tensor itself, and the copy showed the later updates (fuzzer seed
+    # 74850: an input's clamp_, .contiguous(), then a write into the input).
+    def f(x):
+        t = x if strided == "input" else (x * 1).transpose(0, 1)
+        if update == "setitem":
+            t[0] = 2.0
+        else:
+            getattr(t, update)(-1.0) if update == "add_" else t.clamp_(-1.0, 1.0)
+        c, r = t.contiguous(), t.reshape(-1)
+        t.mul_(10)
+        return c * 1, r * 1, t * 1
+
+    base = torch.randn(3, 4, 4, dtype=torch.float64)
+    xe, xt = base.clone()[..., ::2], base.clone()[..., ::2]
+    torch.testing.assert_close(thunder.jit(f)(xt), f(xe))
+    torch.testing.assert_close(xt, xe)
+
+
 def test_to_with_copy_and_cat_of_one_are_new_tensors():
     def f(x):
         y = x * 1

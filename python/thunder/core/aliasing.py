@@ -234,6 +234,9 @@ _SKIPPED_WHEN_NOOP = ("dropout", "alpha_dropout", "feature_alpha_dropout", "drop
                       "real", "conj", "resolve_conj", "resolve_neg", "atleast_1d", "atleast_2d", "atleast_3d",
                       "sum_to_size")
 
+# The rules that decide by the input's layout (strides), not by its value.
+_BY_LAYOUT = (_contiguous, _reshaped)
+
 TABLE = {
     **dict.fromkeys(_CONVERSIONS, (_converted, None)),
     "contiguous": (_contiguous, None),
@@ -280,7 +283,16 @@ def result(state, func, held, args, kwargs, out, call):
     x = args[0]
     if not _isinstance(x, _C.TensorProxy):
         return _copies_of_inputs(out, args, kwargs) if _has_input(out, args, kwargs) else out
-    kind = kind_of(func, x, out, args, kwargs)
+    h = held[0]
+    if (type(h) is _C.TensorProxy and h is not x and TABLE.get(getattr(func, "__name__", ""), (None,))[0] in _BY_LAYOUT
+            and tuple(h.shape) == tuple(x.shape)):
+        # A tensor updated in place keeps its layout: eager decides by the strides of the tensor
+        # the program holds, not by those of thunder's new value (clamp_ of a strided input, then
+        # .contiguous(): a copy in eager, where the new value's contiguous layout said the tensor
+        # itself; the copy then showed later updates of the input: fuzzer seed 74850).
+        kind = kind_of(func, h, out, (h, *args[1:]), kwargs)
+    else:
+        kind = kind_of(func, x, out, args, kwargs)
     if kind == SELF or (kind == VIEW and out is x):
         return held[0]
     if kind == NEW:

@@ -362,6 +362,7 @@ class CompiledFunction {
     for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     appendAutocastState(key_);
+    const size_t unguarded = key_.size();
     if (guard_) {
       // The Python values the trace read (closure scalars, globals, module flags): a changed one
       // is another entry, never a stale result.
@@ -377,7 +378,16 @@ class CompiledFunction {
     } else {
       ++misses_;
       std::string key = key_;  // compile_ may re-enter and reuse key_
+      py::object guardBefore = guard_;
       py::tuple r = compile_(args, kwargs);
+      if (guard_ && guard_.ptr() != guardBefore.ptr()) {
+        // The trace extended the guard (it read a tensor from an argument's attribute): the entry
+        // is keyed as the next call with these arguments will be, not with the shorter guard.
+        key.resize(unguarded);
+        py::object values = guard_();
+        key.push_back('|');
+        for (py::handle v : values) describeLeaf(v, key);
+      }
       auto e = std::make_shared<Entry>();
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
       e->sources = r[1].cast<std::vector<int>>();

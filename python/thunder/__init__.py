@@ -231,10 +231,11 @@ def mutated_input_names() -> set:
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
-           holders=()):
+           holders=(), reads=None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
-    tensors on (a jitted module's submodules)."""
+    tensors on (a jitted module's submodules). `reads`: a list that gets the guard reader of the
+    tensors the call read from its arguments' attributes (outputs.read_tensors_guard), or None."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
     sources = []
@@ -254,6 +255,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
+        slots = outputs.tensor_slots(given)  # before the call replaces any of them
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         with functionalize.tracing_state(trace) as state, _compiling():
@@ -267,6 +269,8 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         trace.set_output(outputs.prepare(out, updated, state.fresh))
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
+    if reads is not None:
+        reads.append(outputs.read_slots(slots, closures))
     return trace, sources, closures, updated
 
 
@@ -308,6 +312,7 @@ class ThunderFunction(_C.CompiledFunction):
         guard = guards.guard_for_function(fn)
         self.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
+        self._read_slots, self._read_guard = {}, None
         self._trace_scopes, self._jit_options = [], {}
         self._graphs = None
         if cudagraphs:
@@ -334,8 +339,9 @@ class ThunderFunction(_C.CompiledFunction):
 
     def _compile(self, args, kwargs):
         with _trace_scopes(self):
-            trace, sources, closures, updated = _trace(self._fn, args, kwargs, ())
-            _guard_updated_objects(self, self, updated)
+            reads = []
+            trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads)
+            _guard_updated_objects(self, self, updated, reads[0])
             return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 
@@ -350,13 +356,26 @@ def _trace_scopes(owner):
     return stack
 
 
-def _guard_updated_objects(owner, cfn, updated) -> None:
+def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
     """After a trace that set tensors on objects it was given (outputs.updated), the kinds of those
-    attributes join the cache key (outputs.state_guard): the trace may have branched on them."""
-    if not updated:
+    attributes join the cache key (outputs.state_guard): the trace may have branched on them. So
+    do the identities of the tensors it read from their attributes (`read`,
+    outputs.read_tensors_guard)."""
+    if read:
+        # Objects gone (a generation's cache) are dropped first: their ids may be reused.
+        for k in [k for k, (ref, _, _) in owner._read_slots.items() if ref() is None]:
+            del owner._read_slots[k]
+    new_reads = {k: v for k, v in (read or {}).items() if k not in owner._read_slots}
+    if not updated and not new_reads:
         return
-    owner._state_guards.append(outputs.state_guard(updated))
-    base, extra = owner._base_guard, tuple(owner._state_guards)
+    if updated:
+        owner._state_guards.append(outputs.state_guard(updated))
+    if new_reads:
+        # One reader over every attribute any trace read, extended only by attributes not read
+        # before: the key's layout changes once per new attribute, not once per trace.
+        owner._read_slots.update(new_reads)
+        owner._read_guard = outputs.read_tensors_guard(owner._read_slots.values())
+    base, extra = owner._base_guard, tuple(owner._state_guards) + ((owner._read_guard,) if owner._read_slots else ())
 
     def guard():
         values = base() if base is not None else ()
@@ -385,6 +404,7 @@ class ThunderModule(pytorch.nn.Module):
         guard = guards.guard_for_module(module)
         self._cfn.set_guard(guard)
         self._base_guard, self._state_guards = guard, []
+        self._read_slots, self._read_guard = {}, None
         self._trace_scopes, self._jit_options = [], {}
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
@@ -503,9 +523,10 @@ class ThunderModule(pytorch.nn.Module):
 
         # A tensor forward stores on a submodule where it held none (a table computed on the
         # first call, as Wav2Vec2-Conformer's rotary embedding) is the module's after every call.
+        reads = []
         trace, sources, closures, updated = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned,
-                                                   holders=list(self._model.modules()))
-        _guard_updated_objects(self, self._cfn, updated)
+                                                   holders=list(self._model.modules()), reads=reads)
+        _guard_updated_objects(self, self._cfn, updated, reads[0])
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
 

@@ -263,3 +263,38 @@ def test_indexing_a_tensor_or_a_module_list_is_not_a_container_read():
     for _ in range(3):
         torch.testing.assert_close(jm(x), m(x))
     assert thunder.cache_misses(jm) == 1 and thunder.cache_hits(jm) == 2
+
+
+# ---- tensors read from the attributes of objects passed as arguments ---------------------------
+
+
+class _Box:
+    def __init__(self):
+        self.t = torch.ones(3)
+        self.ts = [torch.ones(3), torch.zeros(3)]
+        self.inner = types.SimpleNamespace(w=torch.full((3,), 2.0))
+
+
+def _read_box(x, box):
+    return x * box.t + box.ts[1] - box.inner.w
+
+
+@pytest.mark.parametrize("change,retraces", [
+    (lambda b: setattr(b, "t", torch.full((3,), 5.0)), True),   # another tensor in the attribute
+    (lambda b: b.ts.__setitem__(1, torch.full((3,), 7.0)), True),  # another tensor in a list held
+    (lambda b: setattr(b.inner, "w", torch.full((3,), -1.0)), True),  # in a nested object
+    (lambda b: b.t.add_(3.0), False),  # the same tensor updated in place: the same entry
+    (lambda b: None, False),  # nothing changed: a hit
+], ids=["attribute", "list_item", "nested_object", "in_place", "unchanged"])
+def test_tensors_read_from_argument_attributes_are_not_stale(change, retraces):
+    # A tensor the program reads from an argument's attribute is captured by the trace; a call
+    # whose object holds another tensor there must not replay the old one (before, `box.t = new`
+    # then a call computed with the old tensor: a silently stale result).
+    box, x = _Box(), torch.randn(3)
+    jf = thunder.jit(_read_box)
+    torch.testing.assert_close(jf(x, box), _read_box(x, box))
+    torch.testing.assert_close(jf(x, box), _read_box(x, box))
+    assert thunder.cache_misses(jf) == 1
+    change(box)
+    torch.testing.assert_close(jf(x, box), _read_box(x, box))
+    assert thunder.cache_misses(jf) == (2 if retraces else 1)

@@ -131,6 +131,56 @@ def state_guard(updated):
     return read
 
 
+def tensor_slots(given) -> list:
+    """(object, attribute, index or None, tensor) for each tensor the given objects hold in an
+    attribute or in a list or tuple held in one: where a traced function may read a tensor that
+    is not an argument of its own (a cache object's keys)."""
+    slots = []
+    for obj in given.values():
+        for attr, v in vars(obj).items():
+            if isinstance(v, torch.Tensor):
+                slots.append((obj, attr, None, v))
+            elif isinstance(v, (list, tuple)) and len(v) <= 1024:
+                slots.extend((obj, attr, i, y) for i, y in enumerate(v) if isinstance(y, torch.Tensor))
+    return slots
+
+
+def read_slots(slots, closures) -> dict:
+    """The `slots` whose tensor became a closure of the trace (read by it, captured as a
+    constant), by (object id, attribute, index): {key: (object reference, attribute, index)}."""
+    read = {id(t) for t in closures}
+    out = {}
+    for obj, attr, index, t in slots:
+        if id(t) not in read:
+            continue
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:  # (no weak references: the object stays with the guard)
+            ref = (lambda o: lambda: o)(obj)
+        out[(id(obj), attr, index)] = (ref, attr, index)
+    return out
+
+
+def read_tensors_guard(refs):
+    """A guard reader for the tensors traces read from their arguments' attributes (read_slots):
+    the identity of the tensor each such attribute holds now. A trace replays its closures, so a
+    call finding another tensor there (`box.t = new_tensor`) must trace again: before, it computed
+    with the old tensor. The old one is alive while the entry holding it is: its id is not reused."""
+    refs = tuple(refs)
+
+    def current():
+        out = []
+        for ref, attr, index in refs:
+            obj = ref()
+            v = getattr(obj, attr, None) if obj is not None else None
+            if index is not None:
+                v = v[index] if isinstance(v, (list, tuple)) and len(v) > index else None
+            out.append(id(v) if isinstance(v, torch.Tensor) else None)
+        return tuple(out)
+
+    return current
+
+
 def given_objects(args, depth=0, seen=None) -> dict:
     """The plain Python objects reachable from a call's arguments (through tuples, lists, dicts
     and attributes), by id: those a function may set tensors on, as a cache that fills itself."""

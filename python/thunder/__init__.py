@@ -256,10 +256,11 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
         slots = outputs.tensor_slots(given)  # before the call replaces any of them
+        scalar_reads = outputs.ScalarReads(given if reads is not None else {})  # (not the holders)
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         with functionalize.tracing_state(trace) as state, _compiling():
-            with ThunderTorchMode():
+            with ThunderTorchMode(), scalar_reads:
                 out = fn(*pargs, **pkwargs)
                 if on_exit is not None:
                     on_exit(state)
@@ -270,7 +271,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:
-        reads.append(outputs.read_slots(slots, closures))
+        reads.append({**outputs.read_slots(slots, closures), **scalar_reads.reads})
     return trace, sources, closures, updated
 
 

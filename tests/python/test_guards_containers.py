@@ -298,3 +298,40 @@ def test_tensors_read_from_argument_attributes_are_not_stale(change, retraces):
     change(box)
     torch.testing.assert_close(jf(x, box), _read_box(x, box))
     assert thunder.cache_misses(jf) == (2 if retraces else 1)
+
+
+class _Settings:
+    def __init__(self):
+        self.scale, self.flag, self.mode, self.unused = 2.0, True, "add", 0
+
+
+def _use_settings(x, s):
+    y = x * s.scale
+    if s.flag:
+        y = y + 1
+    return y + x if s.mode == "add" else y - x
+
+
+@pytest.mark.parametrize("make", [_Settings, lambda: types.SimpleNamespace(scale=2.0, flag=True, mode="add", unused=0)],
+                         ids=["object", "namespace"])
+@pytest.mark.parametrize("change,retraces", [
+    (lambda s: setattr(s, "scale", 3.0), True),
+    (lambda s: setattr(s, "flag", False), True),
+    (lambda s: setattr(s, "mode", "sub"), True),
+    (lambda s: setattr(s, "unused", 7), None),  # never read: an object's does not retrace
+    (lambda s: None, False),
+], ids=["float", "bool", "str", "unread", "unchanged"])
+def test_scalars_read_from_argument_attributes_are_not_stale(make, change, retraces):
+    # A scalar the program reads from an argument's attribute is a constant of the trace; a call
+    # whose object holds another value there traces again (before: computed with the old value).
+    s, x = make(), torch.randn(3)
+    jf = thunder.jit(_use_settings)
+    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
+    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
+    assert thunder.cache_misses(jf) == 1
+    change(s)
+    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
+    if retraces is None:  # a namespace has all its scalars guarded (its type takes no read hook)
+        retraces = isinstance(s, types.SimpleNamespace)
+    assert thunder.cache_misses(jf) == (2 if retraces else 1)
+    assert "__getattribute__" not in vars(_Settings)  # the read hook is gone after the trace

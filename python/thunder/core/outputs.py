@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import types
 import weakref
 
 import torch
@@ -161,11 +162,75 @@ def read_slots(slots, closures) -> dict:
     return out
 
 
+_SCALAR_TYPES = frozenset((bool, int, float, str, type(None)))
+VALUE = "value"  # the `index` of a slot read for its scalar value (not a tensor's identity)
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # (no weak references: the object stays with the guard)
+        return (lambda o: lambda: o)(obj)
+
+
+class ScalarReads:
+    """While a call is traced: records the scalar attributes (bool, int, float, str, None) the
+    program reads from the plain objects it was given (`given`, given_objects), which the trace
+    bakes in as constants: {(object id, attribute, VALUE): (object reference, attribute, VALUE)}.
+    Reads are seen through a recording __getattribute__ set on those objects' classes for the
+    trace; a SimpleNamespace (whose type cannot take one) has every scalar attribute recorded."""
+
+    def __init__(self, given):
+        self.given = {k: o for k, o in given.items() if not isinstance(o, type)}
+        self.reads = {}
+        self._patched = []
+
+    def __enter__(self):
+        ids, reads, scalars = set(self.given), self.reads, _SCALAR_TYPES
+        for obj in self.given.values():
+            if type(obj) is types.SimpleNamespace:
+                for attr, v in vars(obj).items():
+                    if type(v) in scalars:
+                        reads[(id(obj), attr, VALUE)] = (_weak(obj), attr, VALUE)
+        for cls in {type(o) for o in self.given.values()}:
+            if cls is types.SimpleNamespace or cls.__module__ == "builtins":
+                continue
+            original = cls.__getattribute__
+            own = cls.__dict__.get("__getattribute__", _NONE)
+
+            def recording(obj, name, _original=original):
+                v = _original(obj, name)
+                if type(v) in scalars and id(obj) in ids and not name.startswith("__"):
+                    reads[(id(obj), name, VALUE)] = (_weak(obj), name, VALUE)
+                return v
+
+            try:
+                cls.__getattribute__ = recording
+            except (TypeError, AttributeError):
+                continue
+            self._patched.append((cls, own))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, own in reversed(self._patched):
+            if own is _NONE:
+                del cls.__getattribute__
+            else:
+                cls.__getattribute__ = own
+        self._patched.clear()
+        return False
+
+
+_NONE = object()
+
+
 def read_tensors_guard(refs):
-    """A guard reader for the tensors traces read from their arguments' attributes (read_slots):
-    the identity of the tensor each such attribute holds now. A trace replays its closures, so a
-    call finding another tensor there (`box.t = new_tensor`) must trace again: before, it computed
-    with the old tensor. The old one is alive while the entry holding it is: its id is not reused."""
+    """A guard reader for what traces read from their arguments' attributes (read_slots,
+    ScalarReads): the identity of the tensor each such attribute holds now, and the value of each
+    scalar read. A trace replays its closures and its constants, so a call finding another tensor
+    there (`box.t = new_tensor`) or another value (`box.scale = 3.0`) must trace again: before, it
+    computed with the old ones. An old tensor is alive while the entry holding it is: its id is
+    not reused."""
     refs = tuple(refs)
 
     def current():
@@ -173,6 +238,10 @@ def read_tensors_guard(refs):
         for ref, attr, index in refs:
             obj = ref()
             v = getattr(obj, attr, None) if obj is not None else None
+            if index == VALUE:
+                # (another kind of value now: keyed by its identity, as a string no scalar equals)
+                out.append(v if type(v) in _SCALAR_TYPES else f"\0{type(v).__name__}@{id(v)}")
+                continue
             if index is not None:
                 v = v[index] if isinstance(v, (list, tuple)) and len(v) > index else None
             out.append(id(v) if isinstance(v, torch.Tensor) else None)

@@ -234,8 +234,9 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
            holders=(), reads=None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
-    tensors on (a jitted module's submodules). `reads`: a list that gets the guard reader of the
-    tensors the call read from its arguments' attributes (outputs.read_tensors_guard), or None."""
+    tensors on (a jitted module's submodules). `reads`: a list that gets what the call read from
+    its arguments' attributes, the tensors (outputs.read_slots) and the scalars
+    (outputs.ScalarReads), for the guard (outputs.read_tensors_guard); None: not recorded."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
     sources = []
@@ -360,8 +361,8 @@ def _trace_scopes(owner):
 def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
     """After a trace that set tensors on objects it was given (outputs.updated), the kinds of those
     attributes join the cache key (outputs.state_guard): the trace may have branched on them. So
-    do the identities of the tensors it read from their attributes (`read`,
-    outputs.read_tensors_guard)."""
+    do the identities of the tensors and the values of the scalars it read from their attributes
+    (`read`, outputs.read_tensors_guard)."""
     if read:
         # Objects gone (a generation's cache) are dropped first: their ids may be reused.
         for k in [k for k, (ref, _, _) in owner._read_slots.items() if ref() is None]:

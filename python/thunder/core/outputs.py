@@ -177,47 +177,73 @@ class ScalarReads:
     """While a call is traced: records the scalar attributes (bool, int, float, str, None) the
     program reads from the plain objects it was given (`given`, given_objects), which the trace
     bakes in as constants: {(object id, attribute, VALUE): (object reference, attribute, VALUE)}.
-    Reads are seen through a recording __getattribute__ set on those objects' classes for the
-    trace; a SimpleNamespace (whose type cannot take one) has every scalar attribute recorded."""
+    Reads are seen through a recording __getattribute__ set on those objects' classes while any
+    thread traces with one (counted per class, under a lock; each thread records into its own
+    active recorders); a SimpleNamespace, whose type takes none, has every scalar attribute
+    recorded."""
+
+    _lock = threading.Lock()
+    _hooked: dict = {}  # class -> [its own __getattribute__ or _NONE, number of traces using the hook]
+    _local = threading.local()
 
     def __init__(self, given):
         self.given = {k: o for k, o in given.items() if not isinstance(o, type)}
         self.reads = {}
-        self._patched = []
+        self._classes = []
+
+    @staticmethod
+    def _hook(original):
+        scalars, local = _SCALAR_TYPES, ScalarReads._local
+
+        def recording(obj, name):
+            v = original(obj, name)
+            if type(v) in scalars and not name.startswith("__"):
+                for rec in getattr(local, "active", ()):
+                    if id(obj) in rec.given:
+                        rec.reads[(id(obj), name, VALUE)] = (_weak(obj), name, VALUE)
+            return v
+
+        return recording
 
     def __enter__(self):
-        ids, reads, scalars = set(self.given), self.reads, _SCALAR_TYPES
         for obj in self.given.values():
             if type(obj) is types.SimpleNamespace:
                 for attr, v in vars(obj).items():
-                    if type(v) in scalars:
-                        reads[(id(obj), attr, VALUE)] = (_weak(obj), attr, VALUE)
-        for cls in {type(o) for o in self.given.values()}:
-            if cls is types.SimpleNamespace or cls.__module__ == "builtins":
-                continue
-            original = cls.__getattribute__
-            own = cls.__dict__.get("__getattribute__", _NONE)
-
-            def recording(obj, name, _original=original):
-                v = _original(obj, name)
-                if type(v) in scalars and id(obj) in ids and not name.startswith("__"):
-                    reads[(id(obj), name, VALUE)] = (_weak(obj), name, VALUE)
-                return v
-
-            try:
-                cls.__getattribute__ = recording
-            except (TypeError, AttributeError):
-                continue
-            self._patched.append((cls, own))
+                    if type(v) in _SCALAR_TYPES:
+                        self.reads[(id(obj), attr, VALUE)] = (_weak(obj), attr, VALUE)
+        with ScalarReads._lock:
+            for cls in {type(o) for o in self.given.values()}:
+                if cls is types.SimpleNamespace or cls.__module__ == "builtins":
+                    continue
+                entry = ScalarReads._hooked.get(cls)
+                if entry is None:
+                    own = cls.__dict__.get("__getattribute__", _NONE)
+                    try:
+                        cls.__getattribute__ = ScalarReads._hook(cls.__getattribute__)
+                    except (TypeError, AttributeError):
+                        continue
+                    entry = ScalarReads._hooked[cls] = [own, 0]
+                entry[1] += 1
+                self._classes.append(cls)
+        active = getattr(ScalarReads._local, "active", None)
+        if active is None:
+            active = ScalarReads._local.active = []
+        active.append(self)
         return self
 
     def __exit__(self, *exc):
-        for cls, own in reversed(self._patched):
-            if own is _NONE:
-                del cls.__getattribute__
-            else:
-                cls.__getattribute__ = own
-        self._patched.clear()
+        ScalarReads._local.active.remove(self)
+        with ScalarReads._lock:
+            for cls in self._classes:
+                entry = ScalarReads._hooked[cls]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del ScalarReads._hooked[cls]
+                    if entry[0] is _NONE:
+                        del cls.__getattribute__
+                    else:
+                        cls.__getattribute__ = entry[0]
+        self._classes.clear()
         return False
 
 

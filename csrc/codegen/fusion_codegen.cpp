@@ -197,26 +197,26 @@ bool readIn(const KInput& in, const Region& region) {
   return true;
 }
 
-/// Where the index ranges of a program (its InRange nodes, its guarded inputs' ranges) sit in the
-/// list rangeBounds returns: two entries each, lo then hi; InRange nodes in node order, then the
-/// guarded inputs in order, each over its iteration dims.
+/// The index ranges of a program (its InRange nodes, its guarded inputs' ranges) as the list
+/// rangeBounds returns (`bounds`), two entries each, lo then hi: InRange nodes in node order, then
+/// the guarded inputs in order, each over its iteration dims; and where each one's lo sits in it.
 class RangeSlots {
  public:
   explicit RangeSlots(const KernelProgram& p) {
-    int next = 0;
     for (size_t id = 0; id < p.nodes.size(); ++id)
       if (p.nodes[id].kind == KNode::Kind::InRange) {
-        node_[static_cast<int>(id)] = next;
-        next += 2;
+        node_[static_cast<int>(id)] = static_cast<int>(bounds.size());
+        bounds.insert(bounds.end(), {p.nodes[id].lo, p.nodes[id].hi});
       }
     for (size_t k = 0; k < p.inputs.size(); ++k)
       for (size_t d = 0; d < p.inputs[k].guard.size(); ++d) {
-        guard_[{static_cast<int>(k), static_cast<int>(d)}] = next;
-        next += 2;
+        guard_[{static_cast<int>(k), static_cast<int>(d)}] = static_cast<int>(bounds.size());
+        bounds.insert(bounds.end(), {p.inputs[k].guard[d].first, p.inputs[k].guard[d].second});
       }
   }
   int node(int id) const { return find(node_, id); }
   int guard(int input, int dim) const { return find(guard_, std::make_pair(input, dim)); }
+  std::vector<int64_t> bounds;
 
  private:
   template <class M, class K>
@@ -1347,14 +1347,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   return s.str();
 }
 
-std::vector<int64_t> rangeBounds(const KernelProgram& p) {
-  std::vector<int64_t> b;
-  for (const KNode& n : p.nodes)
-    if (n.kind == KNode::Kind::InRange) b.insert(b.end(), {n.lo, n.hi});
-  for (const KInput& in : p.inputs)
-    for (const auto& [lo, hi] : in.guard) b.insert(b.end(), {lo, hi});
-  return b;
-}
+std::vector<int64_t> rangeBounds(const KernelProgram& p) { return RangeSlots(p).bounds; }
 
 std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   const bool cuda = false;

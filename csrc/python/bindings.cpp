@@ -363,13 +363,14 @@ class CompiledFunction {
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     appendAutocastState(key_);
     const size_t unguarded = key_.size();
-    if (guard_) {
-      // The Python values the trace read (closure scalars, globals, module flags): a changed one
-      // is another entry, never a stale result.
+    // The Python values the trace read (closure scalars, globals, module flags): a changed one
+    // is another entry, never a stale result.
+    auto appendGuard = [this](std::string& key) {
       py::object values = guard_();
-      key_.push_back('|');
-      for (py::handle v : values) describeLeaf(v, key_);
-    }
+      key.push_back('|');
+      for (py::handle v : values) describeLeaf(v, key);
+    };
+    if (guard_) appendGuard(key_);
     auto it = cache_.find(key_);
     std::shared_ptr<Entry> entry;
     if (it != cache_.end()) {
@@ -384,9 +385,7 @@ class CompiledFunction {
         // The trace extended the guard (it read a tensor from an argument's attribute): the entry
         // is keyed as the next call with these arguments will be, not with the shorter guard.
         key.resize(unguarded);
-        py::object values = guard_();
-        key.push_back('|');
-        for (py::handle v : values) describeLeaf(v, key);
+        appendGuard(key);
       }
       auto e = std::make_shared<Entry>();
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();

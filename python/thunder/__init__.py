@@ -236,7 +236,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
     tensors on (a jitted module's submodules). `reads`: a list that gets what the call read from
     its arguments' attributes, the tensors (outputs.read_slots) and the scalars
-    (outputs.ScalarReads), for the guard (outputs.read_tensors_guard); None: not recorded."""
+    (outputs.ScalarReads), for the guard (outputs.read_guard); None: not recorded."""
     leaves, spec = _C.tree_flatten((args, kwargs))
     trace = _C.Trace()
     sources = []
@@ -362,7 +362,7 @@ def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
     """After a trace that set tensors on objects it was given (outputs.updated), the kinds of those
     attributes join the cache key (outputs.state_guard): the trace may have branched on them. So
     do the identities of the tensors and the values of the scalars it read from their attributes
-    (`read`, outputs.read_tensors_guard)."""
+    (`read`, outputs.read_guard)."""
     if read:
         # Objects gone (a generation's cache) are dropped first: their ids may be reused.
         for k in [k for k, (ref, _, _) in owner._read_slots.items() if ref() is None]:
@@ -376,7 +376,7 @@ def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
         # One reader over every attribute any trace read, extended only by attributes not read
         # before: the key's layout changes once per new attribute, not once per trace.
         owner._read_slots.update(new_reads)
-        owner._read_guard = outputs.read_tensors_guard(owner._read_slots.values())
+        owner._read_guard = outputs.read_guard(owner._read_slots.values())
     base, extra = owner._base_guard, tuple(owner._state_guards) + ((owner._read_guard,) if owner._read_slots else ())
 
     def guard():

@@ -279,6 +279,19 @@ def _read_box(x, box):
     return x * box.t + box.ts[1] - box.inner.w
 
 
+def _misses_after_change(fn, obj, change) -> int:
+    """Calls jit(fn)(x, obj) twice (one trace), applies change(obj), calls again, each result
+    checked against eager's; returns the traces made."""
+    x = torch.randn(3)
+    jf = thunder.jit(fn)
+    torch.testing.assert_close(jf(x, obj), fn(x, obj))
+    torch.testing.assert_close(jf(x, obj), fn(x, obj))
+    assert thunder.cache_misses(jf) == 1
+    change(obj)
+    torch.testing.assert_close(jf(x, obj), fn(x, obj))
+    return thunder.cache_misses(jf)
+
+
 @pytest.mark.parametrize("change,retraces", [
     (lambda b: setattr(b, "t", torch.full((3,), 5.0)), True),   # another tensor in the attribute
     (lambda b: b.ts.__setitem__(1, torch.full((3,), 7.0)), True),  # another tensor in a list held
@@ -290,14 +303,7 @@ def test_tensors_read_from_argument_attributes_are_not_stale(change, retraces):
     # A tensor the program reads from an argument's attribute is captured by the trace; a call
     # whose object holds another tensor there must not replay the old one (before, `box.t = new`
     # then a call computed with the old tensor: a silently stale result).
-    box, x = _Box(), torch.randn(3)
-    jf = thunder.jit(_read_box)
-    torch.testing.assert_close(jf(x, box), _read_box(x, box))
-    torch.testing.assert_close(jf(x, box), _read_box(x, box))
-    assert thunder.cache_misses(jf) == 1
-    change(box)
-    torch.testing.assert_close(jf(x, box), _read_box(x, box))
-    assert thunder.cache_misses(jf) == (2 if retraces else 1)
+    assert _misses_after_change(_read_box, _Box(), change) == (2 if retraces else 1)
 
 
 class _Settings:
@@ -324,14 +330,9 @@ def _use_settings(x, s):
 def test_scalars_read_from_argument_attributes_are_not_stale(make, change, retraces):
     # A scalar the program reads from an argument's attribute is a constant of the trace; a call
     # whose object holds another value there traces again (before: computed with the old value).
-    s, x = make(), torch.randn(3)
-    jf = thunder.jit(_use_settings)
-    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
-    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
-    assert thunder.cache_misses(jf) == 1
-    change(s)
-    torch.testing.assert_close(jf(x, s), _use_settings(x, s))
+    s = make()
+    misses = _misses_after_change(_use_settings, s, change)
     if retraces is None:  # a namespace has all its scalars guarded (its type takes no read hook)
         retraces = isinstance(s, types.SimpleNamespace)
-    assert thunder.cache_misses(jf) == (2 if retraces else 1)
+    assert misses == (2 if retraces else 1)
     assert "__getattribute__" not in vars(_Settings)  # the read hook is gone after the trace

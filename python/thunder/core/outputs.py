@@ -111,16 +111,19 @@ class _Updates(_Spec):
         return out
 
 
+def _weak(obj):
+    """A reference to obj that does not keep it alive where it can (a callable returning it)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # (no weak references: the object stays with the guard)
+        return (lambda o: lambda: o)(obj)
+
+
 def state_guard(updated):
     """A guard reader for objects a trace set tensors on: the kinds their attributes hold. The
     trace may have branched on them (a cache that creates its tensors when it holds none yet), so a
     call finding them otherwise traces again instead of replaying that branch."""
-    refs = []
-    for obj, attrs in updated:
-        try:
-            refs.append((weakref.ref(obj), attrs))
-        except TypeError:  # (no weak references: the object stays with the guard)
-            refs.append(((lambda o: lambda: o)(obj), attrs))
+    refs = [(_weak(obj), attrs) for obj, attrs in updated]
 
     def read():
         out = []
@@ -154,11 +157,7 @@ def read_slots(slots, closures) -> dict:
     for obj, attr, index, t in slots:
         if id(t) not in read:
             continue
-        try:
-            ref = weakref.ref(obj)
-        except TypeError:  # (no weak references: the object stays with the guard)
-            ref = (lambda o: lambda: o)(obj)
-        out[(id(obj), attr, index)] = (ref, attr, index)
+        out[(id(obj), attr, index)] = (_weak(obj), attr, index)
     return out
 
 
@@ -166,11 +165,7 @@ _SCALAR_TYPES = frozenset((bool, int, float, str, type(None)))
 VALUE = "value"  # the `index` of a slot read for its scalar value (not a tensor's identity)
 
 
-def _weak(obj):
-    try:
-        return weakref.ref(obj)
-    except TypeError:  # (no weak references: the object stays with the guard)
-        return (lambda o: lambda: o)(obj)
+_NONE = object()
 
 
 class ScalarReads:
@@ -247,10 +242,7 @@ class ScalarReads:
         return False
 
 
-_NONE = object()
-
-
-def read_tensors_guard(refs):
+def read_guard(refs):
     """A guard reader for what traces read from their arguments' attributes (read_slots,
     ScalarReads): the identity of the tensor each such attribute holds now, and the value of each
     scalar read. A trace replays its closures and its constants, so a call finding another tensor

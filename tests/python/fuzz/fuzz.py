@@ -69,14 +69,13 @@ def _grid(a, b):
     return None
 
 
-_PRECISION = ("bfloat16", "float16", "float32", "float64")  # least precise first
-
-
 def _least_precise(a, b):
-    """The less precise of two float dtypes (either may be None)."""
+    """The less precise (larger eps) of two float dtypes (either may be None)."""
+    import torch
+
     if a is None or b is None:
         return a if b is None else b
-    return a if _PRECISION.index(str(a).split(".")[-1]) <= _PRECISION.index(str(b).split(".")[-1]) else b
+    return max(a, b, key=lambda d: torch.finfo(d).eps)
 
 
 class _ComputedDTypes:

@@ -246,6 +246,14 @@ _READ_ALL = frozenset({"sum", "list", "tuple", "sorted", "min", "max", "any", "a
 _MAX_CONTENTS = 64
 
 
+# Instructions of later interpreters that do what an instruction the scan knows does, for the stack
+# model: 3.12's checked local loads, 3.14's borrowed ones and small-int constants.
+_OP_ALIASES = {"LOAD_FAST_CHECK": "LOAD_FAST", "LOAD_FAST_BORROW": "LOAD_FAST",
+               "LOAD_FAST_BORROW_LOAD_FAST_BORROW": "LOAD_FAST_LOAD_FAST", "LOAD_SMALL_INT": "LOAD_CONST"}
+# From 3.12 a method load is LOAD_ATTR with the low bit of its argument set (LOAD_METHOD is gone).
+_METHOD_FLAG_IN_LOAD_ATTR = sys.version_info >= (3, 12)
+
+
 @functools.lru_cache(maxsize=4096)  # once per code object: a model's blocks share their forward
 def _container_reads(code) -> tuple:
     """What `code` reads from containers it names, as (root, steps, how, arg): root ("global" |
@@ -271,17 +279,23 @@ def _container_reads(code) -> tuple:
     except Exception:  # an interpreter whose bytecode dis cannot read: nothing is guarded here
         return ()
     for ins in instructions:
-        op, arg = ins.opname, ins.argval
+        op, arg = _OP_ALIASES.get(ins.opname, ins.opname), ins.argval
         if ins.is_jump_target:
             forget()
         if op in ("RESUME", "NOP", "PRECALL", "CACHE", "PUSH_NULL", "EXTENDED_ARG"):
             continue
+        if op == "BINARY_OP" and ins.argrepr == "[]":  # 3.14 subscripts through BINARY_OP
+            op = "BINARY_SUBSCR"
+        elif op == "LOAD_ATTR" and _METHOD_FLAG_IN_LOAD_ATTR and ins.arg & 1:  # 3.12: LOAD_METHOD's successor
+            op = "LOAD_METHOD"
         if op in ("LOAD_GLOBAL", "LOAD_NAME"):
             stack.append(("builtin", arg) if arg == "len" or arg in _READ_ALL else ("path", ("global", arg), ()))
         elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
             stack.append(("path", ("deref", arg), ()))
         elif op == "LOAD_FAST":
             stack.append(("path", ("fast", arg), ()))
+        elif op == "LOAD_FAST_LOAD_FAST":  # 3.13: two locals in one instruction
+            stack.extend(("path", ("fast", name), ()) for name in arg)
         elif op == "LOAD_CONST":
             stack.append(("const", arg))
         elif op == "BINARY_SUBSCR" and len(stack) >= 2 and stack[-1] is not None and stack[-1][0] == "const" \

@@ -297,7 +297,7 @@ void init(py::module_& m) {
   m.def("get_grad", [](py::handle x) { return fromValue(getGrad(toValue(x))); });
   m.def("put_grad", [](py::handle x, py::handle g) { putGrad(toValue(x), toValue(g)); });
   m.def("register_executor_grad_transform",
-        [](const std::string& executor, py::handle symbol, py::function fn) {
+        [](const std::string& executor, py::handle symbol, py::function fn, py::object checker) {
           std::string id = symbolId(symbol);
           const Symbol* s = SymbolRegistry::get().find(id);
           // The rule outlives nothing Python needs at exit: dropped without the GIL then.
@@ -306,8 +306,7 @@ void init(py::module_& m) {
             py::gil_scoped_acquire gil;
             delete o;
           });
-          registerExecutorGradRule(executor, id, [holder, s](const std::vector<Value>& args) {
-            py::gil_scoped_acquire gil;
+          auto call = [s](const py::object& f, const std::vector<Value>& args) {
             py::list pos;
             py::dict kw;
             for (size_t i = 0; i < args.size(); ++i) {
@@ -316,9 +315,26 @@ void init(py::module_& m) {
               else
                 pos.append(fromValue(args[i]));
             }
-            return toValue((*holder)(*py::tuple(pos), **kw));
-          });
-        });
+            return f(*py::tuple(pos), **kw);
+          };
+          GradRuleCondition applies;
+          if (!checker.is_none()) {
+            auto held = std::shared_ptr<py::object>(new py::object(checker), [](py::object* o) {
+              if (!Py_IsInitialized()) return;
+              py::gil_scoped_acquire gil;
+              delete o;
+            });
+            applies = [held, call](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+              py::gil_scoped_acquire gil;
+              return call(*held, b.args).cast<bool>();
+            };
+          }
+          registerExecutorGradRule(executor, id, [holder, call](const std::vector<Value>& args) {
+            py::gil_scoped_acquire gil;
+            return toValue(call(*holder, args));
+          }, std::move(applies));
+        },
+        py::arg("executor"), py::arg("symbol"), py::arg("fn"), py::arg("checker") = py::none());
 }
 
 const bool registered = (moduleInits().push_back(init), true);

@@ -50,6 +50,12 @@ std::unordered_map<std::string, RuleTable>& executorTable() {
   return *t;
 }
 
+/// The conditions of executors' rules registered with one, by executor and symbol id.
+std::unordered_map<std::string, std::unordered_map<std::string, GradRuleCondition>>& executorConditions() {
+  static auto* c = new std::unordered_map<std::string, std::unordered_map<std::string, GradRuleCondition>>();
+  return *c;
+}
+
 /// The backward half of one rule application, traced against placeholder cotangents.
 struct Block {
   int key = 0;  // position of the forward call, for ordering
@@ -372,14 +378,45 @@ class Differentiator {
   const std::vector<int>& keys() const { return keys_; }
 
  private:
+  /// While an executor's checker looks at a call on the gradient path, each tensor argument's
+  /// `requires_grad` says whether it is on that path. Otherwise it is the flag tracing left: true
+  /// for inputs that require grad, false for every intermediate, so an intermediate computed from
+  /// a parameter (T5's learned position bias as an attention mask) looked constant and a checker
+  /// took a call whose kernel gives it no gradient.
+  class GradPathFlags {
+   public:
+    GradPathFlags(const BoundSymbol& b, const std::unordered_set<const TensorProxy*>& diff) {
+      for (const TensorPtr& t : b.inputTensors()) {
+        saved_.emplace_back(t.get(), t->requiresGrad);
+        t->requiresGrad = diff.count(t.get()) > 0;
+      }
+    }
+    ~GradPathFlags() {
+      for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) it->first->requiresGrad = it->second;
+    }
+    GradPathFlags(const GradPathFlags&) = delete;
+    GradPathFlags& operator=(const GradPathFlags&) = delete;
+
+   private:
+    std::vector<std::pair<TensorProxy*, bool>> saved_;
+  };
+
   const GradRule* ruleFor(const BoundSymbol& b, bool* fromExecutor = nullptr) const {
     const std::string id = b.sym->id();
+    GradPathFlags flags(b, diff_);
     for (const Executor* ex : executors_) {
       auto et = executorTable().find(ex->name());
       if (et == executorTable().end()) continue;
       auto r = et->second.find(id);
       if (r == et->second.end()) continue;
-      if (!ex->implements(id) || ex->find(b)) {
+      const GradRuleCondition* applies = nullptr;
+      auto ec = executorConditions().find(ex->name());
+      if (ec != executorConditions().end()) {
+        auto c = ec->second.find(id);
+        if (c != ec->second.end()) applies = &c->second;
+      }
+      if (applies ? (*applies)(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; })
+                  : !ex->implements(id) || ex->find(b) != nullptr) {
         if (fromExecutor) *fromExecutor = true;
         return &r->second;
       }
@@ -628,8 +665,12 @@ void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondit
 }
 
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
-                              GradRule rule) {
+                              GradRule rule, GradRuleCondition applies) {
   executorTable()[executor][symbolId] = std::move(rule);
+  if (applies)
+    executorConditions()[executor][symbolId] = std::move(applies);
+  else
+    executorConditions()[executor].erase(symbolId);
 }
 
 const GradRule* findGradRule(const std::string& symbolId) {

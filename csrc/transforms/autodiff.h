@@ -31,10 +31,12 @@ void registerGradRule(const std::string& symbolId, GradRule rule);
 /// Registers a rule used only for the calls `applies` accepts; the others are differentiated as
 /// if the symbol had no rule (through their decomposition).
 void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies);
-/// Registers a rule that takes precedence for `symbolId` while `executor` is active (and its
-/// checker, if it implements the symbol, accepts the call).
+/// Registers a rule that takes precedence for `symbolId` while `executor` is active, for the calls
+/// `applies` accepts; without `applies`, for the calls its checker accepts where it implements the
+/// symbol, else for every call. Either sees each tensor argument's requires_grad as whether that
+/// argument is on the gradient path.
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
-                              GradRule rule);
+                              GradRule rule, GradRuleCondition applies = nullptr);
 /// Marks the default rule of a symbol as correct for complex values (PyTorch's convention: the
 /// gradient of a real loss with respect to z is dL/d(re z) + i dL/d(im z)). Gradients flow
 /// through complex tensors only across such rules and executors' rules (which run PyTorch's).

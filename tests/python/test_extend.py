@@ -611,8 +611,9 @@ def test_grad_transform_is_handed_to_autodiff(monkeypatch):
         raise ArithmeticError("no grad today")
 
     ex.register_implementation(ltorch.sin, grad_transform=sin_grad)
-    ((name, sym, fn),) = recorded
+    ((name, sym, fn, checker),) = recorded
     assert name == ex.name and sym.id == "ltorch.sin" and fn.__wrapped__ is sin_grad
+    assert checker is None
     with pytest.raises(ArithmeticError, match=f"executor '{ex.name}', operator 'ltorch.sin' \\(grad transform\\): ArithmeticError: no grad today"):
         fn(1.0)
     # A grad transform alone does not claim the symbol for execution.
@@ -643,3 +644,40 @@ def test_python_kernel_in_a_training_call():
     torch.testing.assert_close(a.grad, b)
     assert runs == [1]
     assert " = npmul_train(t_0, t_1)" in call_lines(jf)[0]
+
+
+def test_checker_sees_which_arguments_are_on_the_gradient_path():
+    # A grad transform that gives no gradient to its second argument may claim only calls whose
+    # second argument needs none. Here that argument is an intermediate computed from a parameter:
+    # its `requires_grad` must say so when the checker runs (it said False for every intermediate,
+    # and the parameter silently got no gradient through the call).
+    from thunder.core.transforms import get_grad, put_grads
+
+    ex = fresh()
+    seen = []
+
+    def checker(a, b):
+        seen.append(b.requires_grad)
+        return not b.requires_grad
+
+    def grad_transform(a, b):
+        out = ltorch.mul(a, b)
+        put_grads((a,), (ltorch.mul(get_grad(out), b),))
+        return out
+
+    ex.register_implementation(ltorch.mul, checker=checker, grad_transform=grad_transform)
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3, requires_grad=True)
+    jf = thunder.jit(lambda x, w: (x * w.exp()).sum(), executors=[ex, *thunder.get_default_executors()])
+    jf(x, w).backward()
+    torch.testing.assert_close(w.grad, x.detach() * w.detach().exp())
+    torch.testing.assert_close(x.grad, w.detach().exp())
+    assert True in seen
+    # The same call with a constant second argument is claimed, and x's gradient comes from it.
+    x.grad = None
+    seen.clear()
+    jc = thunder.jit(lambda x, c: (x * c.exp()).sum(), executors=[ex, *thunder.get_default_executors()])
+    c = torch.randn(3)
+    jc(x, c).backward()
+    torch.testing.assert_close(x.grad, c.exp())
+    assert seen and not any(seen)

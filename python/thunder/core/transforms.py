@@ -40,12 +40,14 @@ def put_grads(xs: Sequence, grads: Sequence) -> None:
         put_grad(x, g)
 
 
-def _register_executor_grad_transform(executor_name: str, symbol, fn: Callable) -> None:
+def _register_executor_grad_transform(executor_name: str, symbol, fn: Callable, checker: Callable | None = None) -> None:
     """Makes `fn` the grad rule of `symbol` (a thunder symbol or its id) while the executor named
-    `executor_name` is active; it takes precedence over thunder's own rule for that symbol."""
+    `executor_name` is active, for the calls `checker` accepts (all where None); it takes
+    precedence over thunder's own rule for that symbol. The checker sees each tensor argument's
+    requires_grad as whether the argument is on the gradient path."""
     if not callable(fn):
         raise TypeError(f"_register_executor_grad_transform: expected a callable, but got {type(fn).__name__}")
-    _C.register_executor_grad_transform(executor_name, symbol, fn)
+    _C.register_executor_grad_transform(executor_name, symbol, fn, checker)
 
 
 class _GradFunction:

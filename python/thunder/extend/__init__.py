@@ -305,7 +305,11 @@ class OperatorExecutor(Executor):
                 _guard(what + " (execution transform)", execution_transform) if execution_transform is not None else None,
             )
         if register_grad is not None:
-            register_grad(self.name, _C.get_symbol(sym_id), _guard(what + " (grad transform)", grad_transform))
+            # The checker gates the grad transform too (a grad transform alone was applied to
+            # every call, whatever its checker said).
+            guarded_checker = _guard(what + " (checker)", checker, _bool_result(what)) if checker is not None else None
+            register_grad(self.name, _C.get_symbol(sym_id), _guard(what + " (grad transform)", grad_transform),
+                          guarded_checker)
         self._implementations[sym_id] = {
             "op": op,
             "checker": checker,

@@ -335,9 +335,15 @@ def test_training_under_autocast_follows_eager(name, device, low):
     model = MODELS[name]().to(device)
     ref, f32 = copy.deepcopy(model), copy.deepcopy(model)
     tm = thunder.jit(model)
-    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, ref, f32)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1)
     for step in range(10):
+        # Eager autocast and float32 compute at thunder's point of its trajectory. Three
+        # trajectories of their own drift apart by rounding, and a gradient as ill-conditioned as
+        # that of a convolution before a BatchNorm (10% off float32 under autocast, eager's and
+        # thunder's alike) then differed from float32 by amounts of chance at a later step.
+        for m in (ref, f32):
+            m.load_state_dict(model.state_dict())
         batch = _batch(name, device, g)
         losses = []
         for m, autocast in ((tm, True), (ref, True), (f32, False)):
@@ -349,9 +355,9 @@ def test_training_under_autocast_follows_eager(name, device, low):
         for (pname, p), rp, fp in zip(model.named_parameters(), ref.parameters(), f32.parameters()):
             assert p.grad.dtype == p.dtype == torch.float32
             assert_within_noise(p.grad, rp.grad, fp.grad, f"{name} step {step} gradient of {pname}")
-        for opt in opts:
-            opt.step()
-            opt.zero_grad()
+        opt.step()
+        for m in (model, ref, f32):
+            m.zero_grad()
     assert thunder.cache_misses(tm) == 1
 
 

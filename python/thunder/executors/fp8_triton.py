@@ -41,7 +41,7 @@ if triton is not None:
 
     @triton.jit
     def _cast_kernel(x_ptr, y_ptr, yt_ptr, scale_ptr, part_ptr, M, K, M_PAD, stride_m, stride_k, fp8_max,
-                     OUT: tl.constexpr, ROW: tl.constexpr, COL: tl.constexpr, AMAX: tl.constexpr,
+                     OUT: tl.constexpr, WIDE_INPUT: tl.constexpr, ROW: tl.constexpr, COL: tl.constexpr, AMAX: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr):
         pid_m = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -57,12 +57,18 @@ if triton is not None:
                         other=0.0).to(tl.float32)
             # In float32 (a bfloat16 product would round twice), saturating: out of range an e5m2
             # value would become inf and an e4m3 one nan. NaN stays nan, as in torch's clamp.
-            y = tl.clamp(x * scale, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL).to(OUT)
+            y32 = tl.clamp(x * scale, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+            y = y32.to(OUT)
             if ROW:
                 tl.store(y_ptr + rows[:, None] * K + cols[None, :], y,
                          mask=(rows[:, None] < M_PAD) & (cols[None, :] < K))
             if COL:
-                tl.store(yt_ptr + cols[:, None] * M_PAD + rows[None, :], tl.trans(y),
+                # From a float32 x, Triton 3.6 transposes the FP8 tile wrongly on an H200 (about
+                # half the elements of the transposed copy came out as other elements or nan):
+                # there the float32 tile is transposed and then rounded. From 16-bit inputs the
+                # FP8 transpose is right, and moves a quarter of the bytes.
+                yt = tl.trans(y32).to(OUT) if WIDE_INPUT else tl.trans(y)
+                tl.store(yt_ptr + cols[:, None] * M_PAD + rows[None, :], yt,
                          mask=(cols[:, None] < K) & (rows[None, :] < M_PAD))
             if AMAX:
                 # nan counts as inf: either way the scale computed from this amax is not used.
@@ -87,6 +93,6 @@ def cast(x: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype, fp8_max: 
     parts = torch.empty(grid[0] * grid[1], dtype=torch.float32, device=x.device) if amax else None
     # Pointers the kernel does not use (its flags say so) are given some tensor of the call.
     _cast_kernel[grid](x, y if row else yt, yt if col else y, scale, parts if amax else scale, M, K, m_pad,
-                       x.stride(0), x.stride(1), fp8_max, OUT=_OUT[out_dtype], ROW=row, COL=col, AMAX=amax,
+                       x.stride(0), x.stride(1), fp8_max, OUT=_OUT[out_dtype], WIDE_INPUT=x.element_size() > 2, ROW=row, COL=col, AMAX=amax,
                        BLOCK_M=block_m, BLOCK_K=block_k, TILES=tiles, num_warps=warps)
     return y, yt, parts

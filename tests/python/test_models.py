@@ -41,11 +41,12 @@ def _pair(model_fn):
 
 
 def _fp32_grads(model, inputs, loss_fn):
-    """The gradients a float32 copy of model gets for the same inputs."""
+    """The loss and the gradients a float32 copy of model gets for the same inputs."""
     m = copy.deepcopy(model).float()
     ins = [x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    loss_fn(m(*ins)).backward()
-    return {n: p.grad for n, p in m.named_parameters()}
+    loss = loss_fn(m(*ins))
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in m.named_parameters()}
 
 
 def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
@@ -60,10 +61,21 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
     for step in range(steps):
         inputs = make_inputs(step)
         if lowp:
-            exact_t, exact_e = _fp32_grads(model, inputs, loss_fn), _fp32_grads(ref, inputs, loss_fn)
+            (exact_loss_t, exact_t), (exact_loss_e, exact_e) = (_fp32_grads(model, inputs, loss_fn),
+                                                                _fp32_grads(ref, inputs, loss_fn))
         out, expected = tm(*inputs), ref(*inputs)
         loss, ref_loss = loss_fn(out), loss_fn(expected)
-        assert_close(loss.detach(), ref_loss.detach(), f"loss at step {step}")
+        if lowp and step:
+            # After a step the two sides' parameters differ by rounding: each loss against its
+            # own parameters' float32 loss (ResNet-18 at batch 2: bfloat16 gradients 30-50% off
+            # float32, eager's and thunder's alike, and losses after one step 4% apart).
+            t_err = (loss.detach().float() - exact_loss_t).abs().item()
+            e_err = (ref_loss.detach().float() - exact_loss_e).abs().item()
+            scale = max(exact_loss_e.abs().item(), FLOOR)
+            assert t_err <= 2 * e_err + TOL * scale, (
+                f"loss at step {step}: thunder's bf16 error {t_err:.3g} vs eager's {e_err:.3g} (scale {scale:.3g})")
+        else:
+            assert_close(loss.detach(), ref_loss.detach(), f"loss at step {step}")
         loss.backward()
         ref_loss.backward()
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):

@@ -492,6 +492,13 @@ void registerElementwise() {
                                                 PK::Default).second;
         checkNumberFits("clamp", a[1], result);
         checkNumberFits("clamp", a[2], result);
+        // PyTorch's clamp kernels with number bounds take no bool result ("clamp_scalar_cpu" not
+        // implemented for 'Bool'); bool tensor bounds run through maximum and minimum (seed 94089).
+        THUNDER_CHECK_KIND(result != DType::Bool || !((!a[1].isNone() && !a[1].isTensor()) ||
+                                                      (!a[2].isNone() && !a[2].isTensor())),
+                           ErrorKind::NotImplemented,
+                           "ltorch.clamp: not implemented for a bool tensor with number bounds (min=",
+                           describe(a[1]), ", max=", describe(a[2]), ")");
         if (!a[1].isNone()) r = clang::binary(prims::maximum, r, a[1], PK::Default, "ltorch.clamp");
         if (!a[2].isNone()) r = clang::binary(prims::minimum, r, a[2], PK::Default, "ltorch.clamp");
         return r;

@@ -1496,12 +1496,15 @@ Value vectorNorm(const Value& x, double ord, const Value& dim, bool keepdim,
     r = op("sum", {v, dims, keepdim});
   } else {
     // The root of a zero sum gets a zero gradient, as eager's norm backward (masked where the
-    // norm is 0); through sqrt or pow it would be inf * 0 = NaN (fuzzer seed 10938).
+    // norm is 0); through sqrt or pow it would be inf * 0 = NaN (fuzzer seed 10938). The mask
+    // multiplies, as eager's does (grad * (x / norm).masked_fill(norm == 0, 0)): an infinite
+    // incoming gradient there gives NaN, not 0 (fuzzer seed 88584, sqrt of a zero norm).
     auto root = [&](const Value& s) {
       if (ord < 0) return op("pow", {s, 1.0 / ord});
-      Value zero = op("eq", {s, 0});
-      Value safe = op("where", {zero, 1.0, s});
-      return op("where", {zero, 0.0, ord == 2 ? op("sqrt", {safe}) : op("pow", {safe, 1.0 / ord})});
+      // s + (s == 0): 1 where s is 0, s exactly elsewhere, and a gradient that passes through
+      // (a where would drop the NaN again).
+      Value safe = op("add", {s, op("eq", {s, 0})});
+      return op("mul", {ord == 2 ? op("sqrt", {safe}) : op("pow", {safe, 1.0 / ord}), op("ne", {s, 0})});
     };
     r = root(ord == 2 ? op("sum", {op("mul", {v, v}), dims, keepdim})
                       : op("sum", {op("pow", {v, ord}), dims, keepdim}));

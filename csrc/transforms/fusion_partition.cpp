@@ -74,7 +74,8 @@ bool terminalsOnlyConverted(const Unit& u, const std::function<bool(const BoundS
 
 /// The shape a unit's prims iterate over: the largest (by rank, then elements) among their
 /// outputs and their (not pointwise) reductions' inputs.
-Shape unitShape(const Unit& u, const std::function<bool(const BoundSymbol&)>& pointwise) {
+/// The iteration shape of a unit's prims: the largest output, or reduced input (see unitShape).
+Shape primsShape(const std::vector<BoundSymbol>& prims, const std::function<bool(const BoundSymbol&)>& pointwise) {
   Shape best;
   bool any = false;
   auto consider = [&](const Shape& s) {
@@ -84,12 +85,16 @@ Shape unitShape(const Unit& u, const std::function<bool(const BoundSymbol&)>& po
     if (!any || s.size() > best.size() || (s.size() == best.size() && n > m)) best = s;
     any = true;
   };
-  for (const BoundSymbol& p : u.prims) {
+  for (const BoundSymbol& p : prims) {
     for (const TensorPtr& t : p.outputTensors()) consider(t->shape);
     if (p.sym->hasTag(kReductionOp) && !(pointwise && pointwise(p)) && !p.args.empty() && p.args[0].isTensor())
       consider(p.args[0].tensor().shape);
   }
   return best;
+}
+
+Shape unitShape(const Unit& u, const std::function<bool(const BoundSymbol&)>& pointwise) {
+  return primsShape(u.prims, pointwise);
 }
 
 Shape withoutUnitDims(const Shape& s) {
@@ -312,23 +317,46 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
   constexpr size_t kWindow = 24;  // calls looked across
   // The iteration space, up to reshapes that keep the rows: the element count and the last dim.
   auto shapeOf = [&](const FusionRegion& r) {
-    Unit u{nullptr, true, r.prims};
-    Shape s = unitShape(u, pointwise);
+    Shape s = primsShape(r.prims, pointwise);
     int64_t n = 1;
     for (int64_t x : s) n *= x;
     return Shape{n, s.empty() ? 1 : s.back()};
+  };
+  // Per region (kept in step with `regions`): its iteration space.
+  std::vector<Shape> shapes;
+  shapes.reserve(regions.size());
+  for (const auto& r : regions) shapes.push_back(shapeOf(r.second));
+  // How many calls read each tensor (each call once): whether something but the merged partner
+  // reads an output of A, without scanning the rest of the program per candidate pair (that
+  // scan, and restarting from the first region after each merge, made this quadratic: 50-80 ms
+  // of a 16-layer Llama backward's partition).
+  std::unordered_map<const TensorProxy*, size_t> readerCount;
+  auto distinctInputs = [](const BoundSymbol& b) {
+    std::vector<TensorPtr> ins = b.inputTensors();
+    std::unordered_set<const TensorProxy*> seen;
+    std::vector<const TensorProxy*> out;
+    for (const TensorPtr& t : ins)
+      if (seen.insert(t.get()).second) out.push_back(t.get());
+    return out;
+  };
+  for (const BoundSymbol& b : out.bsyms)
+    for (const TensorProxy* t : distinctInputs(b)) ++readerCount[t];
+  auto regionAt = [&](size_t pos) {
+    auto it = std::lower_bound(regions.begin(), regions.end(), pos,
+                               [](const auto& r, size_t p) { return r.first < p; });
+    return it != regions.end() && it->first == pos ? it : regions.end();
   };
   // The pairs tried, each region known by its last output and its size.
   std::set<std::tuple<const TensorProxy*, size_t, const TensorProxy*, size_t>> declined;
   for (size_t a = 0; a < regions.size(); ++a) {
     const size_t posA = regions[a].first;
-    const Shape shapeA = shapeOf(regions[a].second);
+    const Shape& shapeA = shapes[a];
     std::unordered_set<const TensorProxy*> inputsA, outputsA;
     for (const TensorPtr& t : regions[a].second.inputs) inputsA.insert(t.get());
     for (const TensorPtr& t : regions[a].second.outputs) outputsA.insert(t.get());
     // Values computed from A's results by the calls after it (A's own outputs included).
     std::unordered_set<const TensorProxy*> tainted = outputsA;
-    std::vector<bool> moves(out.bsyms.size(), false);
+    std::vector<bool> moves(kWindow + 1, false);  // by distance from A
     for (size_t i = posA + 1; i < out.bsyms.size() && i <= posA + kWindow; ++i) {
       const BoundSymbol& b = out.bsyms[i];
       if (b.sym->hasTag(kDontDce) || b.sym->hasTag(kRandomOp)) break;
@@ -337,8 +365,8 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
         readsTainted |= tainted.count(t.get()) > 0;
         readsOther |= tainted.count(t.get()) > 0 && !outputsA.count(t.get());
       }
-      auto reg = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.first == i; });
-      if (!readsOther && reg != regions.end() && shapeOf(reg->second) == shapeA) {
+      auto reg = regionAt(i);
+      if (!readsOther && reg != regions.end() && shapes[static_cast<size_t>(reg - regions.begin())] == shapeA) {
         const FusionRegion &ra = regions[a].second, &rb = reg->second;
         bool shares = false;
         for (const TensorPtr& t : rb.inputs) shares |= inputsA.count(t.get()) > 0;
@@ -353,44 +381,60 @@ void mergeIndependentRegions(Trace& out, std::vector<std::pair<size_t, FusionReg
           r.inputs = ra.inputs;
           for (const TensorPtr& t : rb.inputs)
             if (!inputsA.count(t.get()) && !outputsA.count(t.get())) r.inputs.push_back(t);
-          // A's outputs stay outputs where something but B reads them.
+          // A's outputs stay outputs where something but B reads them (every reader of an output
+          // of A comes after A).
+          const std::vector<const TensorProxy*> readByB = distinctInputs(b);
           for (const TensorPtr& t : ra.outputs) {
-            bool used = returned.count(t.get()) > 0;
-            for (size_t k = posA + 1; k < out.bsyms.size() && !used; ++k) {
-              if (k == i) continue;
-              for (const TensorPtr& in : out.bsyms[k].inputTensors()) used |= in.get() == t.get();
-            }
-            if (used) r.outputs.push_back(t);
+            auto c = readerCount.find(t.get());
+            size_t readers = c == readerCount.end() ? 0 : c->second;
+            if (std::find(readByB.begin(), readByB.end(), t.get()) != readByB.end()) --readers;
+            if (returned.count(t.get()) > 0 || readers > 0) r.outputs.push_back(t);
           }
           r.outputs.insert(r.outputs.end(), rb.outputs.begin(), rb.outputs.end());
           r.computeOps = ra.computeOps + rb.computeOps;
           if (std::optional<BoundSymbol> fused = fuse(r)) {
+            for (const TensorProxy* t : distinctInputs(out.bsyms[posA])) --readerCount[t];
+            for (const TensorProxy* t : readByB) --readerCount[t];
+            for (const TensorProxy* t : distinctInputs(*fused)) ++readerCount[t];
             // New order: the calls between that do not need A, the merged kernel, those that do.
             std::vector<BoundSymbol> bsyms(std::make_move_iterator(out.bsyms.begin()),
                                            std::make_move_iterator(out.bsyms.begin() + posA));
             std::vector<size_t> newPos(out.bsyms.size());
             for (size_t k = 0; k < posA; ++k) newPos[k] = k;
             for (size_t k = posA + 1; k < i; ++k)
-              if (!moves[k]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
+              if (!moves[k - posA]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
             const size_t merged = bsyms.size();
             bsyms.push_back(std::move(*fused));
             for (size_t k = posA + 1; k < i; ++k)
-              if (moves[k]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
+              if (moves[k - posA]) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
             for (size_t k = i + 1; k < out.bsyms.size(); ++k) newPos[k] = bsyms.size(), bsyms.push_back(std::move(out.bsyms[k]));
             out.bsyms = std::move(bsyms);
-            const size_t b = static_cast<size_t>(reg - regions.begin());
+            const size_t bIndex = static_cast<size_t>(reg - regions.begin());
             regions[a] = {merged, std::move(r)};
-            regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(b));
+            shapes[a] = shapeOf(regions[a].second);
+            regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(bIndex));
+            shapes.erase(shapes.begin() + static_cast<std::ptrdiff_t>(bIndex));
             for (size_t k = 0; k < regions.size(); ++k)
               if (k != a) regions[k].first = newPos[regions[k].first];
-            std::sort(regions.begin(), regions.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-            a = static_cast<size_t>(-1);  // start over: the merged kernel may take another
+            std::vector<size_t> byPos(regions.size());
+            for (size_t k = 0; k < byPos.size(); ++k) byPos[k] = k;
+            std::sort(byPos.begin(), byPos.end(), [&](size_t x, size_t y) { return regions[x].first < regions[y].first; });
+            std::vector<std::pair<size_t, FusionRegion>> sortedRegions;
+            std::vector<Shape> sortedShapes;
+            for (size_t k : byPos) sortedRegions.push_back(std::move(regions[k])), sortedShapes.push_back(std::move(shapes[k]));
+            regions = std::move(sortedRegions);
+            shapes = std::move(sortedShapes);
+            // Start over from the first region whose window reaches A's old place: the calls
+            // before it did not move, so a region looking only at them finds what it found.
+            size_t restart = 0;
+            while (restart < regions.size() && regions[restart].first + kWindow < posA) ++restart;
+            a = restart - 1;  // (wraps to the loop's ++ when restart is 0)
             break;
           }
         }
       }
       if (readsTainted) {
-        moves[i] = true;
+        moves[i - posA] = true;
         for (const TensorPtr& t : b.outputTensors()) tainted.insert(t.get());
       }
     }

@@ -808,6 +808,28 @@ void registerTorchRules() {
   }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
     return varRuleApplies(b, "ltorch.var_mean");
   });
+  // logsumexp: eager's backward, g * exp(x - y), with g and y kept along the reduced dims. Through
+  // the decomposition the max it shifts by took a gradient too, g - g * sum(softmax): NaN for an
+  // infinite g where eager's is inf (fuzzer seed 96590). Complex inputs take the decomposition.
+  const Symbol* lseSym = &ltorch::symbol("logsumexp");
+  // A 16-bit input's result is computed in float32 and rounded, as the decomposition does, and
+  // the backward reads the float32 result (eager's reads the rounded one: a bfloat16 result
+  // near 2 is off by up to 2**-8 in the exponent).
+  registerGradRule(lseSym->id(), [lseSym](const Args& a) {
+    const TensorProxy& t = a[0].tensor();
+    Value x = up(a[0]);
+    Value y32 = call(*lseSym, {x, a[1], a[2]});
+    Value y = clang::maybeConvert(y32, t.dtype);
+    Value g = getGrad(y);
+    std::vector<int64_t> dims = clang::reductionDims(t, a[1], "ltorch.logsumexp");
+    bool keep = a[2].toBool();
+    Value yk = keep ? y32 : expandBack(y32, t.shape, dims);
+    Value gk = keep ? up(g) : expandBack(up(g), t.shape, dims);
+    putGrad(a[0], clang::maybeConvert(mul(gk, un("exp", sub(x, yk))), t.dtype));
+    return y;
+  }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
+    return !b.args.empty() && b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
+  });
   // softmax and log_softmax keep their forward as one call: the backward reads only the output.
   rule(ltorch::symbol("softmax"), [](const Args& a, X y, X g) {
     Value y32 = up(y), g32 = up(g);

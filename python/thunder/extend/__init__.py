@@ -279,7 +279,10 @@ class OperatorExecutor(Executor):
     ) -> None:
         """Says how this executor runs an existing symbol: with `op` (same arguments) or by the
         calls `execution_transform` makes, when `checker` (if any) returns True. A grad_transform
-        replaces the symbol's grad rule while this executor is active."""
+        replaces the symbol's grad rule while this executor is active, for the calls `checker`
+        accepts; there a tensor argument's `requires_grad` says whether it is on the gradient path
+        (an intermediate computed from a parameter too), so a grad transform that gives some
+        argument no gradient can decline the calls where that argument needs one."""
         sym_id = _symbol_id(symbol_or_id)
         what = f"executor '{self.name}', operator '{sym_id}'"
         if op is not None and not isinstance(op, _C.Symbol):

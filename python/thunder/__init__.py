@@ -535,8 +535,12 @@ class ThunderModule(pytorch.nn.Module):
 _VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"
 
 
+def _dumping() -> bool:
+    return "passes" in os.environ.get("THUNDER_DUMP", "")
+
+
 def _dump(traces):
-    if "passes" in os.environ.get("THUNDER_DUMP", ""):
+    if _dumping():
         for t in traces:
             print(t)
 

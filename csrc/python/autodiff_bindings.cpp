@@ -28,42 +28,14 @@
 
 namespace thunder::python {
 
-namespace {
-void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
-                       const std::vector<Executor*>& exs, bool verifyEach, bool forward = false);
-}  // namespace
-
 /// A training call's traces, and how its forward, backward and autograd connect.
 struct TrainingPlan {
   ForwardBackward fb;
-  std::vector<std::shared_ptr<Trace>> forwardTraces;
+  std::vector<std::shared_ptr<Trace>> forwardTraces, backwardTraces;
   size_t numUserOutputs = 0;
   /// The executors, to lower the backward of calls that leave some cotangents undefined.
   std::vector<Executor*> executors;
   bool verify = false;
-
-  /// The backward's traces: the split backward first, then (once lowered) its passes down to
-  /// the execution trace. The backward of every cotangent is lowered when a backward first
-  /// needs it, or when its traces are asked for: a model that returns tensors its loss does not
-  /// reach (transformers' caches and hidden states) runs a backward of its own for those
-  /// undefined cotangents, and lowering the full one at compile time was wasted work (a third
-  /// of a 32-layer Llama's training pipeline).
-  const std::vector<std::shared_ptr<Trace>>& loweredBackwardTraces() const {
-    std::lock_guard<std::mutex> lock(backwardMu);
-    if (!backwardLowered) {
-      lowerForExecution(backwardTraces, executors, verify);
-      backwardLowered = true;
-    }
-    return backwardTraces;
-  }
-  /// The split backward, before lowering.
-  const Trace& splitBackward() const { return *backwardTraces.front(); }
-
-  mutable std::vector<std::shared_ptr<Trace>> backwardTraces;
-
- private:
-  mutable std::mutex backwardMu;
-  mutable bool backwardLowered = false;
 };
 
 struct TrainingEntry {
@@ -96,7 +68,7 @@ bool sameCalls(const Trace& a, const Trace& b) {
 /// write-backs of inputs (BatchNorm's running statistics, its batch counter) run in place where
 /// nothing can tell (transforms/reinplace.h).
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
-                       const std::vector<Executor*>& exs, bool verifyEach, bool forward) {
+                       const std::vector<Executor*>& exs, bool verifyEach, bool forward = false) {
   PassLog log(traces, verifyEach);
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
@@ -150,7 +122,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   plan->forwardTraces.push_back(forward);
   plan->backwardTraces.push_back(backward);
   lowerForExecution(plan->forwardTraces, exs, verifyEach, /*forward=*/true);
-  // (The backward is lowered when first needed: TrainingPlan::loweredBackwardTraces.)
+  lowerForExecution(plan->backwardTraces, exs, verifyEach);
   std::vector<TensorPtr> outs;
   plan->fb.userOutput.collectTensors(outs);
   plan->numUserOutputs = outs.size();
@@ -234,20 +206,16 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     // Outputs the caller's backward does not reach: eager runs no backward formula that only they
     // reach (a NaN local derivative there times a zero gradient would be NaN), so neither does
     // this call. Their backward program is made once per such set of outputs.
-    const runtime::Program* program = nullptr;
+    const runtime::Program* program = e.backward.get();
     std::shared_ptr<const runtime::Program> partial;
     std::vector<bool> zeroOutputs;
-    if (!anyUndefined) {
-      std::lock_guard<std::mutex> lock(e.mu);
-      if (!e.backward) e.backward = std::make_unique<runtime::Program>(e.plan->loweredBackwardTraces().back());
-      program = e.backward.get();
-    } else {
+    if (anyUndefined) {
       std::lock_guard<std::mutex> lock(e.mu);
       TrainingEntry::Partial& p = e.partial[undefined];
       if (!p.program) {
         const TrainingPlan& plan = *e.plan;
         std::vector<std::shared_ptr<Trace>> traces{std::make_shared<Trace>(
-            withUndefinedCotangents(plan.splitBackward(), undefined, &p.zeroOutputs))};
+            withUndefinedCotangents(*plan.backwardTraces.front(), undefined, &p.zeroOutputs))};
         if (plan.verify) verify(*traces.back());
         lowerForExecution(traces, plan.executors, plan.verify);
         p.program = std::make_shared<const runtime::Program>(traces.back());
@@ -287,11 +255,7 @@ void init(py::module_& m) {
 
   py::class_<TrainingPlan, std::shared_ptr<TrainingPlan>>(m, "TrainingPlan")
       .def_readonly("forward_traces", &TrainingPlan::forwardTraces)
-      // Without the GIL while it may lower: a backward on an autograd thread lowering the same
-      // plan holds the plan's lock and takes the GIL for Python executors' checkers.
-      .def_property_readonly("backward_traces",
-                             py::cpp_function([](const TrainingPlan& p) { return p.loweredBackwardTraces(); },
-                                              py::call_guard<py::gil_scoped_release>()))
+      .def_readonly("backward_traces", &TrainingPlan::backwardTraces)
       .def_property_readonly("num_saved", [](const TrainingPlan& p) { return p.fb.saved.size(); })
       .def_property_readonly("saved_bytes", [](const TrainingPlan& p) { return p.fb.savedBytes; })
       .def_property_readonly("saved_names",
@@ -381,7 +345,8 @@ std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan) {
   auto e = std::make_shared<TrainingEntry>();
   auto p = plan.cast<std::shared_ptr<TrainingPlan>>();
   e->forward = std::make_unique<runtime::Program>(p->forwardTraces.back());
-  e->plan = std::move(p);  // (its backward program is made when a backward first needs it)
+  e->backward = std::make_unique<runtime::Program>(p->backwardTraces.back());
+  e->plan = std::move(p);
   return e;
 }
 

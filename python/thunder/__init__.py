@@ -535,12 +535,8 @@ class ThunderModule(pytorch.nn.Module):
 _VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"
 
 
-def _dumping() -> bool:
-    return "passes" in os.environ.get("THUNDER_DUMP", "")
-
-
 def _dump(traces):
-    if _dumping():
+    if "passes" in os.environ.get("THUNDER_DUMP", ""):
         for t in traces:
             print(t)
 

@@ -97,8 +97,7 @@ def _pipeline(trace, sources, closures, executors, verify: bool):
     if torch.is_grad_enabled() and any(p.requires_grad for p in trace.inputs):
         mutated = thunder.mutated_input_names()
         plan = _C.run_training_pipeline(trace, executors, verify)
-        if thunder._dumping():  # (backward_traces lowers the backward, otherwise lowered when first run)
-            thunder._dump(list(plan.forward_traces) + list(plan.backward_traces))
+        thunder._dump(list(plan.forward_traces) + list(plan.backward_traces))
         overwritten = sorted(mutated & set(plan.saved_names))
         if overwritten:
             # The forward writes the new value into the caller's tensor before the backward runs.

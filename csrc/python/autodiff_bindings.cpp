@@ -244,6 +244,16 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
   }
 };
 
+/// A Python object held from C++ rules, which outlive nothing Python needs at exit: dropped
+/// without the GIL (and without Python) then.
+std::shared_ptr<py::object> heldPython(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
 std::string symbolId(py::handle symbol) {
   if (py::isinstance<py::str>(symbol)) return symbol.cast<std::string>();
   return symbol.attr("id").cast<std::string>();
@@ -300,12 +310,7 @@ void init(py::module_& m) {
         [](const std::string& executor, py::handle symbol, py::function fn, py::object checker) {
           std::string id = symbolId(symbol);
           const Symbol* s = SymbolRegistry::get().find(id);
-          // The rule outlives nothing Python needs at exit: dropped without the GIL then.
-          auto holder = std::shared_ptr<py::object>(new py::object(fn), [](py::object* o) {
-            if (!Py_IsInitialized()) return;
-            py::gil_scoped_acquire gil;
-            delete o;
-          });
+          auto holder = heldPython(fn);
           auto call = [s](const py::object& f, const std::vector<Value>& args) {
             py::list pos;
             py::dict kw;
@@ -319,11 +324,7 @@ void init(py::module_& m) {
           };
           GradRuleCondition applies;
           if (!checker.is_none()) {
-            auto held = std::shared_ptr<py::object>(new py::object(checker), [](py::object* o) {
-              if (!Py_IsInitialized()) return;
-              py::gil_scoped_acquire gil;
-              delete o;
-            });
+            auto held = heldPython(checker);
             applies = [held, call](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
               py::gil_scoped_acquire gil;
               return call(*held, b.args).cast<bool>();

@@ -45,15 +45,16 @@ std::unordered_map<std::string, GradRuleCondition>& conditions() {
   return *c;
 }
 
-std::unordered_map<std::string, RuleTable>& executorTable() {
-  static auto* t = new std::unordered_map<std::string, RuleTable>();
-  return *t;
-}
+/// An executor's rule for a symbol and, where it was registered with one, the calls it applies to.
+struct ExecutorRule {
+  GradRule rule;
+  GradRuleCondition applies;
+};
 
-/// The conditions of executors' rules registered with one, by executor and symbol id.
-std::unordered_map<std::string, std::unordered_map<std::string, GradRuleCondition>>& executorConditions() {
-  static auto* c = new std::unordered_map<std::string, std::unordered_map<std::string, GradRuleCondition>>();
-  return *c;
+/// Executors' rules, by executor name and symbol id.
+std::unordered_map<std::string, std::unordered_map<std::string, ExecutorRule>>& executorTable() {
+  static auto* t = new std::unordered_map<std::string, std::unordered_map<std::string, ExecutorRule>>();
+  return *t;
 }
 
 /// The backward half of one rule application, traced against placeholder cotangents.
@@ -403,22 +404,18 @@ class Differentiator {
 
   const GradRule* ruleFor(const BoundSymbol& b, bool* fromExecutor = nullptr) const {
     const std::string id = b.sym->id();
-    GradPathFlags flags(b, diff_);
+    std::optional<GradPathFlags> flags;  // set before the first executor's checker runs
     for (const Executor* ex : executors_) {
       auto et = executorTable().find(ex->name());
       if (et == executorTable().end()) continue;
       auto r = et->second.find(id);
       if (r == et->second.end()) continue;
-      const GradRuleCondition* applies = nullptr;
-      auto ec = executorConditions().find(ex->name());
-      if (ec != executorConditions().end()) {
-        auto c = ec->second.find(id);
-        if (c != ec->second.end()) applies = &c->second;
-      }
-      if (applies ? (*applies)(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; })
-                  : !ex->implements(id) || ex->find(b) != nullptr) {
+      if (!flags) flags.emplace(b, diff_);
+      const ExecutorRule& er = r->second;
+      if (er.applies ? er.applies(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; })
+                     : !ex->implements(id) || ex->find(b) != nullptr) {
         if (fromExecutor) *fromExecutor = true;
-        return &r->second;
+        return &er.rule;
       }
     }
     const GradRule* r = findGradRule(id);
@@ -666,11 +663,7 @@ void registerGradRule(const std::string& symbolId, GradRule rule, GradRuleCondit
 
 void registerExecutorGradRule(const std::string& executor, const std::string& symbolId,
                               GradRule rule, GradRuleCondition applies) {
-  executorTable()[executor][symbolId] = std::move(rule);
-  if (applies)
-    executorConditions()[executor][symbolId] = std::move(applies);
-  else
-    executorConditions()[executor].erase(symbolId);
+  executorTable()[executor][symbolId] = ExecutorRule{std::move(rule), std::move(applies)};
 }
 
 const GradRule* findGradRule(const std::string& symbolId) {

@@ -299,18 +299,18 @@ class OperatorExecutor(Executor):
             register_grad = getattr(transforms, "_register_executor_grad_transform", None)
             if register_grad is None:
                 raise NotImplementedError(f"{what}: grad transforms need thunder.core.transforms._register_executor_grad_transform")
+        guarded_checker = _guard(what + " (checker)", checker, _bool_result(what)) if checker is not None else None
         if op is not None or execution_transform is not None:
             _C.extend_register_implementation(
                 self.name,
                 sym_id,
                 op,
-                _guard(what + " (checker)", checker, _bool_result(what)) if checker is not None else None,
+                guarded_checker,
                 _guard(what + " (execution transform)", execution_transform) if execution_transform is not None else None,
             )
         if register_grad is not None:
             # The checker gates the grad transform too (a grad transform alone was applied to
             # every call, whatever its checker said).
-            guarded_checker = _guard(what + " (checker)", checker, _bool_result(what)) if checker is not None else None
             register_grad(self.name, _C.get_symbol(sym_id), _guard(what + " (grad transform)", grad_transform),
                           guarded_checker)
         self._implementations[sym_id] = {

@@ -1,11 +1,16 @@
 #include "transforms/pad_matmuls.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ops/clang.h"
 #include "ops/ltorch.h"
+#include "ops/prims.h"
+#include "transforms/xent_upcast.h"
 
 namespace thunder {
 namespace {
@@ -51,6 +56,65 @@ std::vector<int64_t> rowPaddedStrides(const Shape& shape, int64_t rowLength) {
   return contiguousStrides(full);
 }
 
+/// Traces `build` into a scratch copy of `out` and appends what it records; returns its value.
+template <typename F>
+Value traceInto(Trace& out, F&& build) {
+  Trace scratch = out.emptyCopy();
+  Value v;
+  {
+    TracingScope scope(scratch);
+    v = build();
+  }
+  out.names = scratch.names;
+  out.nextId = scratch.nextId;
+  for (BoundSymbol& s : scratch.bsyms) out.bsyms.push_back(std::move(s));
+  return v;
+}
+
+/// A padded linear's result that only a cross-entropy reads: through `reshapes` (indices in the
+/// trace, each keeping the last dim, the classes) to the call at `xent`.
+struct CrossEntropyReader {
+  std::vector<size_t> reshapes;
+  size_t xent = 0;
+};
+
+/// Which calls read each tensor, by name; kReturned stands for the trace's output.
+using Readers = std::unordered_map<std::string, std::vector<size_t>>;
+constexpr size_t kReturned = static_cast<size_t>(-1);
+
+/// Where the result `y` of a padded linear reaches a cross-entropy of class-index targets with
+/// no class weights and no label smoothing (`ltorch.cross_entropy` or its upcast form) through
+/// reshapes that keep its last dim, and nothing else reads it or the reshapes.
+std::optional<CrossEntropyReader> crossEntropyReader(const Trace& trace, const TensorProxy& y,
+                                                     const Readers& readers) {
+  static const Symbol* xent = SymbolRegistry::get().find("ltorch.cross_entropy");
+  static const Symbol* upcast = SymbolRegistry::get().find("ltorch.cross_entropy_upcast");
+  const int64_t n = y.shape.back();
+  CrossEntropyReader out;
+  std::string cur = y.name;
+  for (;;) {
+    auto it = readers.find(cur);
+    if (it == readers.end() || it->second.size() != 1 || it->second[0] == kReturned) return std::nullopt;
+    const BoundSymbol& b = trace.bsyms[it->second[0]];
+    if (b.sym != nullptr && (b.sym == xent || b.sym == upcast)) {
+      if (b.args.size() < 8 || !b.args[0].isTensor() || b.args[0].tensor().name != cur) return std::nullopt;
+      const TensorProxy& logits = b.args[0].tensor();
+      bool classIndices = b.args[1].isTensor() && !isFloating(b.args[1].tensor().dtype) &&
+                          b.args[1].tensor().name != cur;
+      if (logits.ndim() != 2 || logits.shape[1] != n || !classIndices || !b.args[2].isNone() ||
+          !b.args[3].isNone() || !b.args[5].isNone() || !b.args[7].isNumber() || b.args[7].toDouble() != 0.0)
+        return std::nullopt;
+      out.xent = it->second[0];
+      return out;
+    }
+    if (!onlyReshapes(b) || !b.output.isTensor()) return std::nullopt;
+    const TensorProxy& o = b.output.tensor();
+    if (o.ndim() < 1 || o.shape.back() != n) return std::nullopt;
+    out.reshapes.push_back(it->second[0]);
+    cur = o.name;
+  }
+}
+
 }  // namespace
 
 std::optional<Trace> padMatmuls(const Trace& trace) {
@@ -61,11 +125,51 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
   for (const BoundSymbol& b : trace.bsyms) any = any || padded(b, linear, m);
   if (!any) return std::nullopt;
 
+  Readers readers;
+  for (size_t i = 0; i < trace.bsyms.size(); ++i)
+    for (const TensorPtr& t : trace.bsyms[i].inputTensors()) {
+      std::vector<size_t>& r = readers[t->name];
+      if (r.empty() || r.back() != i) r.push_back(i);
+    }
+  {
+    std::vector<TensorPtr> returned;
+    trace.output.collectTensors(returned);
+    for (const TensorPtr& t : returned) readers[t->name].push_back(kReturned);
+  }
+  // The cross-entropies that read a padded result: the calls of each chain, by index, and the
+  // padded tensors that stand for the chain's tensors once rewritten.
+  std::unordered_map<size_t, const CrossEntropyReader*> chainCalls;
+  std::vector<CrossEntropyReader> chains;
+  chains.reserve(trace.bsyms.size());
+  std::unordered_map<const TensorProxy*, TensorPtr> paddedAs;
+
   Trace out = trace.emptyCopy();
   // Tensors laid out with padded rows: the slices, and what shape ops make of them (views
   // whose strides are not what the trace recorded; the runtime reads the actual ones).
   std::unordered_set<const TensorProxy*> rowPadded;
-  for (const BoundSymbol& b : trace.bsyms) {
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (auto c = chainCalls.find(i); c != chainCalls.end()) {
+      // A reshape on the way to the cross-entropy: the same reshape of the padded rows. The
+      // cross-entropy itself: the same call on the padded logits, whose -inf columns add
+      // exp(-inf) = 0 to each row's sum and get a gradient of exactly 0.
+      if (i == c->second->xent) {
+        appendTraced(out, [&] {
+          std::vector<Value> args = b.args;
+          args[0] = Value(paddedAs.at(&b.args[0].tensor()));
+          return call(*b.sym, args);
+        }, b.output.toTensor(), "pad matmuls");
+      } else {
+        const TensorProxy& o = b.output.tensor();
+        Shape shape = o.shape;
+        shape.back() = paddedAs.at(b.inputTensors().front().get())->shape.back();
+        Value r = traceInto(out, [&] {
+          return ltorch::op("reshape", {Value(paddedAs.at(b.inputTensors().front().get())), Value::ints(shape)});
+        });
+        paddedAs[&o] = r.toTensor();
+      }
+      continue;
+    }
     if (!padded(b, linear, m)) {
       if (b.sym->hasTag(kShapeOp))
         for (const TensorPtr& in : b.inputTensors())
@@ -78,6 +182,23 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
     }
     const TensorPtr& y = b.output.toTensor();
     int64_t n = b.args[1].tensor().shape[0], np = roundUp(n);
+    if (std::optional<CrossEntropyReader> c = crossEntropyReader(trace, *y, readers)) {
+      // Only a cross-entropy reads the result: it reads the padded rows, whose pad columns the
+      // bias makes -inf, and no slice of the logits, nor a padded copy of their gradient, is made.
+      chains.push_back(std::move(*c));
+      for (size_t r : chains.back().reshapes) chainCalls[r] = &chains.back();
+      chainCalls[chains.back().xent] = &chains.back();
+      Value yp = traceInto(out, [&] {
+        const TensorProxy& w = b.args[1].tensor();
+        Value bias = b.args[2].isNone() ? prims::full({n}, Value(0.0), w.device, w.dtype) : b.args[2];
+        Value wp = ltorch::op("pad", {b.args[1], Value::ints({0, 0, 0, np - n})});
+        Value bp = ltorch::op("pad", {bias, Value::ints({0, np - n}), Value("constant"),
+                                      Value(-std::numeric_limits<double>::infinity())});
+        return ltorch::op("linear", {b.args[0], wp, bp});
+      });
+      paddedAs[y.get()] = yp.toTensor();
+      continue;
+    }
     appendTraced(out, [&] {
       Value w = ltorch::op("pad", {b.args[1], Value::ints({0, 0, 0, np - n})});
       Value bias = b.args[2].isNone() ? b.args[2] : ltorch::op("pad", {b.args[2], Value::ints({0, np - n})});
@@ -94,16 +215,7 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
   TensorRenames copies;
   for (const TensorPtr& t : returned) {
     if (!rowPadded.count(t.get()) || copies.count(t.get())) continue;
-    Trace scratch = out.emptyCopy();
-    Value c;
-    {
-      TracingScope scope(scratch);
-      c = ltorch::op("contiguous", {Value(t)});
-    }
-    out.names = scratch.names;
-    out.nextId = scratch.nextId;
-    for (BoundSymbol& s : scratch.bsyms) out.bsyms.push_back(std::move(s));
-    copies[t.get()] = c.toTensor();
+    copies[t.get()] = traceInto(out, [&] { return ltorch::op("contiguous", {Value(t)}); }).toTensor();
   }
   if (!copies.empty()) out.output = substitute(out.output, copies);
   return out;

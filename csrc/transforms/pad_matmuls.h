@@ -19,6 +19,12 @@ namespace thunder {
 ///   wp = pad(w, rows to N'), bp = pad(bias, to N'), yp = linear(x, wp, bp), y = yp[..., :N]
 /// with N' the next multiple of 8. The values are the same: the padded rows are zeros and are cut
 /// off. y keeps yp's strides (rows N' apart); a returned y is copied to eager's contiguous layout.
+/// Where only a cross-entropy reads y (class-index targets, no class weights, no label smoothing;
+/// through reshapes that keep the last dim, such as `view(-1, V)`), the bias is padded with -inf
+/// instead and the cross-entropy reads yp's rows: a class of logit -inf adds exp(-inf) = 0 to a
+/// row's sum and gets a gradient of exactly 0, so the loss and the gradient are the same, and
+/// neither a copy of the logits nor a padded copy of their gradient is made (each a pass over
+/// GPT-2's 0.8 GB logits).
 /// THUNDER_PAD_MATMULS=0 turns the rewrite off; =all applies it on every device and floating
 /// dtype at any size (for tests). Returns nothing when no call matches.
 std::optional<Trace> padMatmuls(const Trace& trace);

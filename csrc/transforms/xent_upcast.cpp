@@ -46,6 +46,8 @@ Step classify(const BoundSymbol& b) {
 
 }  // namespace
 
+bool onlyReshapes(const BoundSymbol& b) { return classify(b) == Step::Reshape; }
+
 std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace) {
   const Symbol* xent = SymbolRegistry::get().find("ltorch.cross_entropy");
   if (xent == nullptr) return std::nullopt;

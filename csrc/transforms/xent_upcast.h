@@ -19,4 +19,8 @@ namespace thunder {
 /// conversion is the conversion back). Returns nothing when no call matches.
 std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace);
 
+/// Whether a call with one tensor input and one tensor output only reshapes it: its prims are
+/// reshapes and squeezes, which keep the elements in order.
+bool onlyReshapes(const BoundSymbol& b);
+
 }  // namespace thunder

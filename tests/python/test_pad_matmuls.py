@@ -32,6 +32,35 @@ def consumed(x, w, b):
                                                                            device=y.device))
 
 
+def _targets(y, ignored=False):
+    t = torch.arange(y.numel() // y.shape[-1], device=y.device) * 7 % y.shape[-1]
+    if ignored:
+        t[::3] = -100
+    return t
+
+
+def consumed_bf16_upcast_sum(x, w, b):
+    # HF's loss: the logits upcast and flattened; some targets ignored.
+    y = F.linear(x, w, b)
+    return F.cross_entropy(y.float().view(-1, y.shape[-1]), _targets(y, True), reduction="sum")
+
+
+def consumed_per_row(x, w, b):
+    y = F.linear(x, w, b)
+    return F.cross_entropy(y.flatten(0, 1), _targets(y), reduction="none")
+
+
+def consumed_smoothed(x, w, b):
+    # Label smoothing averages the log-probabilities over the classes: the slice stays.
+    y = F.linear(x, w, b)
+    return F.cross_entropy(y.reshape(-1, y.shape[-1]), _targets(y), label_smoothing=0.1)
+
+
+def consumed_and_returned(x, w, b):
+    y = F.linear(x, w, b)
+    return y, F.cross_entropy(y.reshape(-1, y.shape[-1]), _targets(y))
+
+
 def both(x, w, b):
     y = F.linear(x, w, b)
     return y, torch.log_softmax(y, -1).sum(0), y[..., :5] * 2
@@ -44,19 +73,25 @@ def tied(x, w, b):
 
 
 CASES = [
-    # (name, fn, x shape, (N, K), bias)
-    ("returned_2d", returned, (6, 64), (1001, 64), True),
-    ("returned_3d_nobias", returned, (2, 3, 64), (1001, 64), False),
-    ("viewed_and_returned", viewed_and_returned, (2, 3, 64), (1001, 64), True),
-    ("consumed", consumed, (2, 3, 64), (1001, 64), False),
-    ("both", both, (4, 32), (77, 32), True),
-    ("tied", tied, (2, 3, 16), (13, 16), False),
+    # (name, fn, x shape, (N, K), bias, whether the cross-entropy reads the padded rows)
+    ("returned_2d", returned, (6, 64), (1001, 64), True, False),
+    ("returned_3d_nobias", returned, (2, 3, 64), (1001, 64), False, False),
+    ("viewed_and_returned", viewed_and_returned, (2, 3, 64), (1001, 64), True, False),
+    # (.float() of float64 logits converts them: a computation between the matmul and the loss;
+    # so does .float() of bfloat16 ones where no executor reads them as they are)
+    ("consumed", consumed, (2, 3, 64), (1001, 64), False, "f32"),
+    ("consumed_upcast_sum", consumed_bf16_upcast_sum, (2, 3, 64), (1001, 64), True, "f32"),
+    ("consumed_per_row", consumed_per_row, (2, 5, 16), (77, 16), False, True),
+    ("consumed_smoothed", consumed_smoothed, (2, 3, 64), (1001, 64), False, False),
+    ("consumed_and_returned", consumed_and_returned, (2, 3, 64), (1001, 64), True, False),
+    ("both", both, (4, 32), (77, 32), True, False),
+    ("tied", tied, (2, 3, 16), (13, 16), False, False),
 ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name,fn,xs,ws,bias", CASES, ids=[c[0] for c in CASES])
-def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, dtype):
+@pytest.mark.parametrize("name,fn,xs,ws,bias,reads_padded", CASES, ids=[c[0] for c in CASES])
+def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, reads_padded, dtype):
     monkeypatch.setenv("THUNDER_PAD_MATMULS", "all")
     torch.manual_seed(0)
     x = torch.randn(*xs, dtype=dtype, requires_grad=True)
@@ -66,12 +101,28 @@ def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, dtype)
     jf = thunder.jit(fn)
     out, ref = jf(*args), fn(*args)
     outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
-    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    upcast = reads_padded == "f32"
+    if upcast:
+        # bfloat16 logits are read as they are where an executor takes the upcast form (apex_ex,
+        # registered where CUDA is): the trace folds the conversion into the cross-entropy.
+        folded = any("cross_entropy_upcast" in str(t) for t in thunder.last_traces(jf))
+        reads_padded = dtype == torch.float32 or (dtype == torch.bfloat16 and folded)
+    # Gradients sum 1001 products in another order than eager's, in float32 where .float() is used.
+    tol = {torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float32: dict(rtol=1e-4, atol=1e-5),
+           torch.float64: dict(rtol=1e-5, atol=1e-5) if upcast else {}}[dtype]
     for o, r in zip(outs, refs):
         torch.testing.assert_close(o, r, **tol)
         # Eager's layout: a returned result is contiguous, whatever thunder computed it in.
         assert o.stride() == r.stride(), (o.stride(), r.stride())
-    assert "pad" in _final(jf) and "slice" in _final(jf)
+    final = _final(jf)
+    assert "pad" in final
+    # A cross-entropy that alone reads the result takes the padded rows, their pad columns -inf
+    # (the bias's padding): no slice of the logits, no padded copy of their gradient.
+    assert ("-float('inf')" in final) == reads_padded, final
+    if reads_padded:
+        assert "torchex.slice(" not in final.split("linear(")[-1]
+    else:
+        assert "slice" in final
     leaves = [a for a in args if a is not None]
     seeds = [torch.randn_like(r) for r in refs]
     g = torch.autograd.grad(outs, leaves, seeds)
@@ -124,6 +175,36 @@ def test_vocabulary_projection_on_cuda(monkeypatch):
     g = torch.autograd.grad(loss, (x, w))
     gr = torch.autograd.grad(lossr, (x, w))
     for a, e in zip(g, gr):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=1e-4)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("vocab,bias", [(50257, False), (30522, True)], ids=["gpt2", "bert"])
+def test_vocabulary_loss_on_cuda_reads_padded_rows(monkeypatch, vocab, bias):
+    # A training step's head, where only the loss leaves the step: the fused cross-entropy reads
+    # the padded logits (pad columns -inf) and its gradient goes to the matmuls as it is.
+    monkeypatch.delenv("THUNDER_PAD_MATMULS", raising=False)
+    torch.manual_seed(0)
+    x = torch.randn(4, 512, 768, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(vocab, 768, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    b = (torch.randn(vocab, device="cuda", dtype=torch.bfloat16) * 0.1).requires_grad_() if bias else None
+    tgt = torch.randint(0, vocab, (4 * 512,), device="cuda")
+    tgt[::5] = -100
+
+    def head(x, w, b):
+        logits = F.linear(x, w, b)
+        return F.cross_entropy(logits.view(-1, vocab).float(), tgt)
+
+    jf = thunder.jit(head)
+    loss, ref = jf(x, w, b), head(x, w, b)
+    final = _final(jf)
+    assert "-float('inf')" in final and "apex_cross_entropy" in final, final
+    torch.testing.assert_close(loss, ref, rtol=1e-3, atol=1e-3)
+    leaves = [t for t in (x, w, b) if t is not None]
+    g = torch.autograd.grad(loss, leaves)
+    gr = torch.autograd.grad(ref, leaves)
+    for a, e in zip(g, gr):
+        assert torch.isfinite(a).all()
         torch.testing.assert_close(a, e, rtol=2e-2, atol=1e-4)
 
 

@@ -770,6 +770,8 @@ SharedModule sharedModule(const std::string& name, const codegen::CudaVariant& v
   return m;
 }
 
+struct CudaLaunch;
+
 /// One region: its program, the argument each kernel input reads, and its compiled code.
 struct CompiledRegion {
   KernelProgram prog;
@@ -793,6 +795,8 @@ struct CompiledRegion {
   std::map<std::vector<int>, std::shared_ptr<CompiledRegion>> permuted;
   // A permuted region: the order its outputs are stored in (outputs are views of that order).
   std::vector<int> order;
+  // CUDA: the plan of the last launch (under mu), reused while the calls' geometry repeats.
+  std::shared_ptr<const CudaLaunch> lastLaunch;
 };
 
 std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
@@ -913,6 +917,158 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
   return into;
 }
 
+/// How one launch of a CUDA region runs: the kernel, its grid and block, and the partial rows of
+/// its column sums. It depends only on the call's geometry (sizes, strides) and the alignment of
+/// its inputs, so a region keeps the last one and reuses it while they repeat (every step of a
+/// training loop): choosing a variant, naming it and looking its kernel up cost more host time
+/// than the launch.
+struct CudaLaunch {
+  std::vector<int64_t> key;  // the geometry, then each input's address modulo 16
+  CUfunction fn = nullptr;
+  std::string entry;
+  unsigned grid[2] = {1, 1}, block[2] = {1, 1};
+  int64_t slots = 0;          // partial rows per column output (row kernels with column sums)
+  bool zeroPartials = false;  // the kernel adds into them with atomics
+};
+
+CudaLaunch planCudaLaunch(CompiledRegion& r, const std::vector<int64_t>& g, const std::vector<void*>& inPtrs,
+                          const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs, int device) {
+  const KernelProgram& p = r.prog;
+  size_t R = p.iterShape.size(), I = p.inputs.size();
+  int64_t numel = g[R + I * R];
+  CudaLaunch plan;
+  int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
+  // Wide accesses need rows a multiple of VEC long, and every input read with unit stride
+  // along the row starting each row (and each group) on a VEC-aligned address.
+  int w = r.vecWidth;
+  // Knobs for experiments, read once: THUNDER_FUSER_NOVEC (no wide accesses),
+  // THUNDER_FUSER_UNROLL (rows per thread of tiled pointwise kernels: 1, 2, 4 or 8),
+  // THUNDER_FUSER_64BIT (64-bit pointwise indices), THUNDER_FUSER_ROW_THREADS (block size of
+  // long-row kernels), THUNDER_FUSER_ROW_UNCACHED (re-read rows instead of holding them),
+  // THUNDER_FUSER_COL_BLOCKS (blocks per SM of column-sum kernels).
+  static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
+  bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
+  for (size_t k = 0; k < I && vec; ++k) {
+    // A guarded input is read or not per group of VEC columns: its range along the row must
+    // start and end on group boundaries.
+    const codegen::KInput& in = p.inputs[k];
+    if (in.guarded() && (in.guard[R - 1].first % w != 0 || (in.guard[R - 1].second % w != 0 && in.guard[R - 1].second < L)))
+      vec = false;
+    if (p.inputs[k].dimMap[R - 1] < 0) continue;
+    int64_t inner = g[R + k * R + R - 1];
+    if (inner != 1) {
+      // Pointwise kernels read such inputs element by element; row kernels need all of them.
+      if (p.rowKernel()) vec = false;
+      continue;
+    }
+    int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
+    vec = reinterpret_cast<uintptr_t>(inPtrs[k]) % bytes == 0;
+    if (p.inputs[k].gathers()) vec = vec && ins[k].stride(p.inputs[k].gatherDim) % w == 0;
+    for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
+  }
+  codegen::CudaVariant v;
+  v.vec = vec && (p.rowKernel() || !r.indexed) ? w : 1;  // pointwise gathers, scatters: element-wise
+  unsigned blockX = 1, blockY = 1, gridX = 1, gridY = 1;
+  int sms = deviceInfo(device).sms;
+  if (p.rowKernel()) {
+    static const int rowThreads = [] {  // experiments: force the block size of long-row kernels
+      const char* e = std::getenv("THUNDER_FUSER_ROW_THREADS");
+      int t = e ? std::atoi(e) : 0;
+      return t >= 32 && t <= 1024 ? t : 0;
+    }();
+    codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns(), rows);
+    static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
+    if (uncached && !l.warp) l.items = 0;
+    if (l.items == 0 && !(uncached && rowThreads)) l.threads = 1024;
+    v.row = true;
+    v.items = l.items;
+    v.warp = l.warp;
+    v.threads = l.threads;
+    blockX = static_cast<unsigned>(l.threads);
+    int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
+    gridX = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
+    if (p.hasColumns()) {
+      // About one wave of blocks, each summing its rows' columns into one partial row per slot.
+      static const int colBlocks = [] {  // experiments: blocks per SM of column-sum kernels
+        const char* e = std::getenv("THUNDER_FUSER_COL_BLOCKS");
+        return e ? std::atoi(e) : 0;
+      }();
+      int perSm = colBlocks > 0 ? colBlocks : std::max(1, 2048 / l.threads);
+      gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * perSm));
+      plan.slots = l.items == 0 ? 1 : codegen::columnsPerBlock(p, v) ? int64_t(gridX) : int64_t(gridX) * rowsPerBlock;
+      plan.zeroPartials = l.items == 0;
+    }
+  } else {
+    // 32-bit index arithmetic when every offset fits.
+    static const bool wide = std::getenv("THUNDER_FUSER_64BIT") != nullptr;
+    static const int unroll = [] {
+      const char* e = std::getenv("THUNDER_FUSER_UNROLL");
+      int u = e ? std::atoi(e) : 0;
+      return u == 1 || u == 2 || u == 4 || u == 8 ? u : 0;
+    }();
+    bool fits = !wide && numel < (int64_t(1) << 31);
+    for (size_t k = 0; k < I && fits; ++k) {
+      int64_t extent = 1;
+      for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);
+      fits = extent < (int64_t(1) << 31);
+    }
+    // Gathered inputs and scattered buffers are read and written anywhere in them.
+    auto within = [](const at::Tensor& t) {
+      int64_t extent = 1;
+      for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
+      return extent < (int64_t(1) << 31);
+    };
+    for (size_t k = 0; k < I && fits; ++k)
+      if (p.inputs[k].gathers()) fits = within(ins[k]);
+    for (size_t j = 0; j < p.outputs.size() && fits; ++j)
+      if (p.outputs[j].scattered()) fits = within(outs[j]);
+    v.idx32 = fits;
+    if (unroll) v.unroll = unroll;
+    codegen::fitSmallLaunch(v, numel, sms, unroll != 0);
+    if (v.vec > 1) {
+      // Tiles of TX column groups by TY rows, ROWS rows per thread (see emitCuda).
+      v.pattern = innerPattern(r, g);
+      static const int64_t staged = [] {  // experiments: the staged-bytes budget
+        const char* e = std::getenv("THUNDER_FUSER_STAGED_BYTES");
+        return e ? std::atoll(e) : codegen::kStagedBytes;
+      }();
+      if (!unroll) codegen::fitRegisters(p, v, staged);
+      int64_t groups = L / v.vec, rowsPerBlock;
+      blockX = static_cast<unsigned>(std::min<int64_t>(256, codegen::pow2ceil(groups)));
+      blockY = 256 / blockX;
+      rowsPerBlock = int64_t(blockY) * v.unroll;
+      gridX = static_cast<unsigned>((groups + blockX - 1) / blockX);
+      gridY = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 65535));
+    } else {
+      blockX = 256;
+      // One block per 256 elements: the hardware scheduler balances the blocks, so the
+      // last wave is short.
+      gridX = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((numel + blockX - 1) / blockX, int64_t(1) << 30)));
+    }
+  }
+  std::string entry = v.entry(p.name);
+  SharedModule module;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.modules.find(entry);
+    if (it == r.modules.end()) {
+      if (debugFusion())
+        std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
+                     entry.c_str());
+      it = r.modules.emplace(entry, sharedModule(p.name, v, codegen::emitCuda(p, v), device)).first;
+    }
+    module = it->second;
+  }
+  CUmodule mod = module.job->get();
+  THUNDER_CHECK(driver().moduleGetFunction(&plan.fn, mod, module.entry.c_str()) == 0, "fuser: no kernel ", module.entry);
+  plan.entry = entry;
+  plan.grid[0] = gridX;
+  plan.grid[1] = gridY;
+  plan.block[0] = blockX;
+  plan.block[1] = blockY;
+  return plan;
+}
+
 c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
   const KernelProgram& p = r.prog;
   const std::vector<int> into = outputsIntoInputs(r, a);
@@ -1019,146 +1175,46 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
     } else {
       int device = dev.index();
       ensureContext(device);
-      int64_t L = g[R + I * R + 1], rows = g[R + I * R + 2];
-      // Wide accesses need rows a multiple of VEC long, and every input read with unit stride
-      // along the row starting each row (and each group) on a VEC-aligned address.
-      int w = r.vecWidth;
-      // Knobs for experiments, read once: THUNDER_FUSER_NOVEC (no wide accesses),
-      // THUNDER_FUSER_UNROLL (rows per thread of tiled pointwise kernels: 1, 2, 4 or 8),
-      // THUNDER_FUSER_64BIT (64-bit pointwise indices), THUNDER_FUSER_ROW_THREADS (block size of
-      // long-row kernels), THUNDER_FUSER_ROW_UNCACHED (re-read rows instead of holding them),
-      // THUNDER_FUSER_COL_BLOCKS (blocks per SM of column-sum kernels).
-      static const bool noVec = std::getenv("THUNDER_FUSER_NOVEC") != nullptr;
-      bool vec = !noVec && R > 0 && w > 1 && L % w == 0;
-      for (size_t k = 0; k < I && vec; ++k) {
-        // A guarded input is read or not per group of VEC columns: its range along the row must
-        // start and end on group boundaries.
-        const codegen::KInput& in = p.inputs[k];
-        if (in.guarded() && (in.guard[R - 1].first % w != 0 || (in.guard[R - 1].second % w != 0 && in.guard[R - 1].second < L)))
-          vec = false;
-        if (p.inputs[k].dimMap[R - 1] < 0) continue;
-        int64_t inner = g[R + k * R + R - 1];
-        if (inner != 1) {
-          // Pointwise kernels read such inputs element by element; row kernels need all of them.
-          if (p.rowKernel()) vec = false;
-          continue;
-        }
-        int bytes = w * dtypeItemSize(p.inputs[k].tensor->dtype);
-        vec = reinterpret_cast<uintptr_t>(inPtrs[k]) % bytes == 0;
-        if (p.inputs[k].gathers()) vec = vec && ins[k].stride(p.inputs[k].gatherDim) % w == 0;
-        for (size_t d = 0; d + 1 < R && vec; ++d) vec = g[R + k * R + d] % w == 0;
-      }
-      codegen::CudaVariant v;
-      v.vec = vec && (p.rowKernel() || !r.indexed) ? w : 1;  // pointwise gathers, scatters: element-wise
-      unsigned blockX = 1, blockY = 1, gridX = 1, gridY = 1;
-      int sms = deviceInfo(device).sms;
-      std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
-      if (p.rowKernel()) {
-        static const int rowThreads = [] {  // experiments: force the block size of long-row kernels
-          const char* e = std::getenv("THUNDER_FUSER_ROW_THREADS");
-          int t = e ? std::atoi(e) : 0;
-          return t >= 32 && t <= 1024 ? t : 0;
-        }();
-        codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns(), rows);
-        static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
-        if (uncached && !l.warp) l.items = 0;
-        if (l.items == 0 && !(uncached && rowThreads)) l.threads = 1024;
-        v.row = true;
-        v.items = l.items;
-        v.warp = l.warp;
-        v.threads = l.threads;
-        blockX = static_cast<unsigned>(l.threads);
-        int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
-        gridX = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
-        if (p.hasColumns()) {
-          // About one wave of blocks, each summing its rows' columns into one partial row per slot.
-          static const int colBlocks = [] {  // experiments: blocks per SM of column-sum kernels
-            const char* e = std::getenv("THUNDER_FUSER_COL_BLOCKS");
-            return e ? std::atoi(e) : 0;
-          }();
-          int perSm = colBlocks > 0 ? colBlocks : std::max(1, 2048 / l.threads);
-          gridX = static_cast<unsigned>(std::min<int64_t>(gridX, int64_t(sms) * perSm));
-          int64_t slots = l.items == 0 ? 1 : codegen::columnsPerBlock(p, v) ? int64_t(gridX) : int64_t(gridX) * rowsPerBlock;
-          for (size_t j = 0; j < p.outputs.size(); ++j) {
-            const codegen::KOutput& o = p.outputs[j];
-            if (!o.column) continue;
-            auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
-            at::Tensor part = l.items > 0 ? at::empty({slots, L}, opts) : at::zeros({slots, L}, opts);
-            outPtrs[j] = part.data_ptr();
-            partials.emplace_back(j, part);
-          }
-        }
-      } else {
-        // 32-bit index arithmetic when every offset fits.
-        static const bool wide = std::getenv("THUNDER_FUSER_64BIT") != nullptr;
-        static const int unroll = [] {
-          const char* e = std::getenv("THUNDER_FUSER_UNROLL");
-          int u = e ? std::atoi(e) : 0;
-          return u == 1 || u == 2 || u == 4 || u == 8 ? u : 0;
-        }();
-        bool fits = !wide && numel < (int64_t(1) << 31);
-        for (size_t k = 0; k < I && fits; ++k) {
-          int64_t extent = 1;
-          for (size_t d = 0; d < R; ++d) extent += (p.iterShape[d] - 1) * std::abs(g[R + k * R + d]);
-          fits = extent < (int64_t(1) << 31);
-        }
-        // Gathered inputs and scattered buffers are read and written anywhere in them.
-        auto within = [](const at::Tensor& t) {
-          int64_t extent = 1;
-          for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
-          return extent < (int64_t(1) << 31);
-        };
-        for (size_t k = 0; k < I && fits; ++k)
-          if (p.inputs[k].gathers()) fits = within(ins[k]);
-        for (size_t j = 0; j < p.outputs.size() && fits; ++j)
-          if (p.outputs[j].scattered()) fits = within(outs[j]);
-        v.idx32 = fits;
-        if (unroll) v.unroll = unroll;
-        codegen::fitSmallLaunch(v, numel, sms, unroll != 0);
-        if (v.vec > 1) {
-          // Tiles of TX column groups by TY rows, ROWS rows per thread (see emitCuda).
-          v.pattern = innerPattern(r, g);
-          static const int64_t staged = [] {  // experiments: the staged-bytes budget
-            const char* e = std::getenv("THUNDER_FUSER_STAGED_BYTES");
-            return e ? std::atoll(e) : codegen::kStagedBytes;
-          }();
-          if (!unroll) codegen::fitRegisters(p, v, staged);
-          int64_t groups = L / v.vec, rowsPerBlock;
-          blockX = static_cast<unsigned>(std::min<int64_t>(256, codegen::pow2ceil(groups)));
-          blockY = 256 / blockX;
-          rowsPerBlock = int64_t(blockY) * v.unroll;
-          gridX = static_cast<unsigned>((groups + blockX - 1) / blockX);
-          gridY = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 65535));
-        } else {
-          blockX = 256;
-          // One block per 256 elements: the hardware scheduler balances the blocks, so the
-          // last wave is short.
-          gridX = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((numel + blockX - 1) / blockX, int64_t(1) << 30)));
-        }
-      }
-      std::string entry = v.entry(p.name);
-      SharedModule module;
-      {
+      std::vector<int64_t> key = g;
+      for (void* ptr : inPtrs) key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(ptr) % 16));
+      key.push_back(device);
+      // Gathers and scatters also read the extents of their tensors: planned at every call.
+      static const bool noCache = std::getenv("THUNDER_FUSER_NO_LAUNCH_CACHE") != nullptr;  // for A/B timings
+      const bool cached = !r.indexed && !noCache;
+      std::shared_ptr<const CudaLaunch> plan;
+      if (cached) {
         std::lock_guard<std::mutex> lock(r.mu);
-        auto it = r.modules.find(entry);
-        if (it == r.modules.end()) {
-          if (debugFusion())
-            std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
-                         entry.c_str());
-          it = r.modules.emplace(entry, sharedModule(p.name, v, codegen::emitCuda(p, v), device)).first;
-        }
-        module = it->second;
+        if (r.lastLaunch && r.lastLaunch->key == key) plan = r.lastLaunch;
       }
-      CUmodule mod = module.job->get();
-      CUfunction fn = nullptr;
-      THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, module.entry.c_str()) == 0, "fuser: no kernel ", module.entry);
+      if (!plan) {
+        auto made = std::make_shared<CudaLaunch>(planCudaLaunch(r, g, inPtrs, ins, outs, device));
+        made->key = std::move(key);
+        plan = made;
+        if (cached) {
+          std::lock_guard<std::mutex> lock(r.mu);
+          r.lastLaunch = plan;
+        }
+      }
+      std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
+      if (plan->slots > 0) {
+        int64_t L = g[R + I * R + 1];
+        for (size_t j = 0; j < p.outputs.size(); ++j) {
+          const codegen::KOutput& o = p.outputs[j];
+          if (!o.column) continue;
+          auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
+          at::Tensor part = plan->zeroPartials ? at::zeros({plan->slots, L}, opts) : at::empty({plan->slots, L}, opts);
+          outPtrs[j] = part.data_ptr();
+          partials.emplace_back(j, part);
+        }
+      }
       std::vector<void*> params;
       for (auto& ptr : inPtrs) params.push_back(&ptr);
       for (auto& ptr : outPtrs) params.push_back(&ptr);
       params.push_back(g.data());
       void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
-      THUNDER_CHECK(driver().launch(fn, gridX, gridY, 1, blockX, blockY, 1, 0, stream, params.data(), nullptr) == 0,
-                    "fuser: launching ", entry, " failed");
+      THUNDER_CHECK(driver().launch(plan->fn, plan->grid[0], plan->grid[1], 1, plan->block[0], plan->block[1], 1, 0, stream,
+                                    params.data(), nullptr) == 0,
+                    "fuser: launching ", plan->entry, " failed");
       for (auto& [j, part] : partials) {
         const codegen::KOutput& o = p.outputs[j];
         at::Tensor t = part.sum(0);

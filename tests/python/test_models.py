@@ -41,19 +41,21 @@ def _pair(model_fn):
 
 
 def _fp32_grads(model, inputs, loss_fn):
-    """The loss and the gradients a float32 copy of model gets for the same inputs."""
+    """The loss and the gradients a float32 copy of model gets for the same inputs, and its
+    floating-point buffers after that forward (BatchNorm's running statistics)."""
     m = copy.deepcopy(model).float()
     ins = [x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     loss = loss_fn(m(*ins))
     loss.backward()
-    return loss.detach(), {n: p.grad for n, p in m.named_parameters()}
+    buffers = {n: b for n, b in m.named_buffers() if b.is_floating_point()}
+    return loss.detach(), {n: p.grad for n, p in m.named_parameters()}, buffers
 
 
 def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
     """Forward, backward and an SGD step, jitted and eager, `steps` times. In float32 thunder's
     gradients equal eager's; in bfloat16 two trajectories drift apart by rounding, so each side's
-    gradients are compared with a float32 copy of its own parameters: thunder's error at most
-    twice eager's (plus the floor)."""
+    gradients and running statistics are compared with a float32 copy of its own parameters and
+    buffers: thunder's error at most twice eager's (plus the floor)."""
     tm = thunder.jit(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
@@ -61,9 +63,20 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
     for step in range(steps):
         inputs = make_inputs(step)
         if lowp:
-            (exact_loss_t, exact_t), (exact_loss_e, exact_e) = (_fp32_grads(model, inputs, loss_fn),
-                                                                _fp32_grads(ref, inputs, loss_fn))
+            (exact_loss_t, exact_t, bufs_t), (exact_loss_e, exact_e, bufs_e) = (
+                _fp32_grads(model, inputs, loss_fn), _fp32_grads(ref, inputs, loss_fn))
         out, expected = tm(*inputs), ref(*inputs)
+        if lowp:
+            # The running statistics this forward made, each side against its own float32 copy's
+            # (after a step the two sides' statistics differ by their parameters' rounding).
+            for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+                if name in bufs_e:
+                    scale = max(bufs_e[name].abs().max().item(), FLOOR)
+                    t_err = (b.float() - bufs_t[name]).abs().max().item()
+                    e_err = (c.float() - bufs_e[name]).abs().max().item()
+                    assert t_err <= 2 * e_err + TOL * scale, (
+                        f"buffer {name} at step {step}: thunder's bf16 error {t_err:.3g} vs eager's {e_err:.3g} "
+                        f"(scale {scale:.3g})")
         loss, ref_loss = loss_fn(out), loss_fn(expected)
         if lowp and step:
             # After a step the two sides' parameters differ by rounding: each loss against its
@@ -92,10 +105,10 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
                     f"(scale {scale:.3g})")
         opt.step(), ref_opt.step(), opt.zero_grad(), ref_opt.zero_grad()
     for (name, b), c in zip(model.named_buffers(), ref.buffers()):
-        if b.is_floating_point():
-            assert_close(b, c, f"buffer {name}")
-        else:
+        if not b.is_floating_point():
             assert torch.equal(b, c), f"buffer {name}"
+        elif not lowp:  # (bfloat16's were compared at each step)
+            assert_close(b, c, f"buffer {name}")
     return tm
 
 

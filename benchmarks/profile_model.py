@@ -17,23 +17,15 @@ import os
 from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from benchmarks import models
-from benchmarks.profile_step import host_by_symbol, host_during, host_step_time, host_waits, idle_gaps
+from benchmarks.profile_step import (host_by_symbol, host_during, host_step_time, host_waits, idle_gaps,
+                                     profiled_events)
 
 
 def _profile(step, iters):
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            step()
-        torch.cuda.synchronize()
     kernels, counts, symbols, spans = defaultdict(float), defaultdict(int), defaultdict(lambda: [0, 0.0]), []
     host = []
-    for e in prof.events():
+    for e in profiled_events(step, iters, warmup=3):
         if e.device_type != torch.autograd.DeviceType.CUDA:
             host.append((e.time_range.start, e.time_range.end, e.name))
             continue

@@ -15,18 +15,24 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.run import CONTENDERS, WORKLOADS
 
 
-def kernel_times(step, iters=3):
-    for _ in range(2):
+def profiled_events(step, iters=3, warmup=2):
+    """torch.profiler's events (host and CUDA) of `iters` steps after `warmup` unprofiled ones."""
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             step()
         torch.cuda.synchronize()
+    return prof.events()
+
+
+def kernel_times(step, iters=3):
+    events = profiled_events(step, iters)
     by_kernel = defaultdict(float)
     count = defaultdict(int)
     spans, host = [], []
-    for e in prof.events():
+    for e in events:
         if e.device_type == torch.autograd.DeviceType.CUDA:
             if e.name.startswith("thunder::"):
                 continue  # the GPU-side shadow of a runtime range (user annotation), not a kernel
@@ -35,7 +41,7 @@ def kernel_times(step, iters=3):
             spans.append((e.time_range.start, e.time_range.end, e.name))
         else:
             host.append((e.time_range.start, e.time_range.end, e.name))
-    cpu_total = sum(e.self_cpu_time_total for e in prof.key_averages()) / iters
+    cpu_total = sum(e.self_cpu_time_total for e in events) / iters
     idle = idle_gaps(spans, iters)
     idle["host"] = [host_during(host, s, e) for s, e in idle.pop("gap_ranges")]
     idle["waits"] = host_waits(host, iters)

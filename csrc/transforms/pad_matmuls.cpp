@@ -136,11 +136,10 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
     trace.output.collectTensors(returned);
     for (const TensorPtr& t : returned) readers[t->name].push_back(kReturned);
   }
-  // The cross-entropies that read a padded result: the calls of each chain, by index, and the
-  // padded tensors that stand for the chain's tensors once rewritten.
-  std::unordered_map<size_t, const CrossEntropyReader*> chainCalls;
-  std::vector<CrossEntropyReader> chains;
-  chains.reserve(trace.bsyms.size());
+  // The calls on the way from a padded result to the cross-entropy that reads it, by index (true
+  // for the cross-entropy, false for a reshape), and the padded tensors that stand for the
+  // chain's tensors once rewritten.
+  std::unordered_map<size_t, bool> chainCalls;
   std::unordered_map<const TensorProxy*, TensorPtr> paddedAs;
 
   Trace out = trace.emptyCopy();
@@ -153,7 +152,7 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
       // A reshape on the way to the cross-entropy: the same reshape of the padded rows. The
       // cross-entropy itself: the same call on the padded logits, whose -inf columns add
       // exp(-inf) = 0 to each row's sum and get a gradient of exactly 0.
-      if (i == c->second->xent) {
+      if (c->second) {
         appendTraced(out, [&] {
           std::vector<Value> args = b.args;
           args[0] = Value(paddedAs.at(&b.args[0].tensor()));
@@ -185,9 +184,8 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
     if (std::optional<CrossEntropyReader> c = crossEntropyReader(trace, *y, readers)) {
       // Only a cross-entropy reads the result: it reads the padded rows, whose pad columns the
       // bias makes -inf, and no slice of the logits, nor a padded copy of their gradient, is made.
-      chains.push_back(std::move(*c));
-      for (size_t r : chains.back().reshapes) chainCalls[r] = &chains.back();
-      chainCalls[chains.back().xent] = &chains.back();
+      for (size_t r : c->reshapes) chainCalls[r] = false;
+      chainCalls[c->xent] = true;
       Value yp = traceInto(out, [&] {
         const TensorProxy& w = b.args[1].tensor();
         Value bias = b.args[2].isNone() ? prims::full({n}, Value(0.0), w.device, w.dtype) : b.args[2];

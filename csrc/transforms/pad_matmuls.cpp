@@ -1,5 +1,6 @@
 #include "transforms/pad_matmuls.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -195,6 +196,14 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
         return ltorch::op("linear", {b.args[0], wp, bp});
       });
       paddedAs[y.get()] = yp.toTensor();
+      continue;
+    }
+    if (std::count(readers[y->name].begin(), readers[y->name].end(), kReturned)) {
+      // Returned: computed in blocks of rows into eager's contiguous layout, so that the padded
+      // result and its contiguous copy are not both alive whole (a copy of GPT-2's 0.8 GB
+      // logits doubled inference's peak memory).
+      appendTraced(out, [&] { return ltorch::op("linear_padded", {b.args[0], b.args[1], b.args[2], np}); }, y,
+                   "pad matmuls");
       continue;
     }
     appendTraced(out, [&] {

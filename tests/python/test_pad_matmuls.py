@@ -131,6 +131,32 @@ def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, reads_
         torch.testing.assert_close(a, e, **tol)
 
 
+@pytest.mark.parametrize("block_bytes", [None, "4000"], ids=["one_block", "blocks_of_a_row"])
+@pytest.mark.parametrize("xs,bias", [((6, 64), True), ((2, 5, 64), False)], ids=["2d", "3d_nobias"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_returned_in_inference_is_computed_in_blocks(monkeypatch, block_bytes, xs, bias, dtype):
+    # A returned projection: computed block of rows by block of rows into the contiguous result
+    # (ltorch.linear_padded), not as a padded result and a contiguous copy of it.
+    monkeypatch.setenv("THUNDER_PAD_MATMULS", "all")
+    if block_bytes:  # 4000 bytes: one padded row of 1008 per block (7 blocks of 2-D x, 10 of 3-D)
+        monkeypatch.setenv("THUNDER_LINEAR_PADDED_BLOCK_BYTES", block_bytes)
+    torch.manual_seed(0)
+    x = torch.randn(*xs, dtype=dtype)
+    w = torch.randn(1001, 64, dtype=dtype)
+    b = torch.randn(1001, dtype=dtype) if bias else None
+    jf = thunder.jit(returned)
+    with torch.no_grad():
+        out = jf(x, w, b)
+    ref = returned(x, w, b)
+    assert "torchex.linear_padded(" in _final(jf)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, ref, **tol)
+    assert out.is_contiguous() and out.shape == ref.shape
+    # The printed trace's Python function computes the same.
+    from thunder.executors.torchex import linear_padded
+    torch.testing.assert_close(linear_padded(x, w, b, 1008), ref, **tol)
+
+
 @pytest.mark.parametrize(
     "ws,why",
     [((1000, 64), "rows aligned"), ((1001, 63), "columns unaligned"), ((1001, 64), "off")],

@@ -124,14 +124,8 @@ class Claimer {
   // the executors after this one for symbols it implements (so `mul -> multimul` cannot recurse),
   // and by any executor otherwise.
   void applyTransform(const BoundSymbol& b, const Implementation& impl, size_t exIndex) {
-    Trace scratch = out_.emptyCopy();
-    Value result;
-    {
-      TracingScope scope(scratch);
-      result = impl.executionTransform(b.args);
-    }
-    out_.names = scratch.names;
-    out_.nextId = scratch.nextId;
+    std::vector<BoundSymbol> calls;
+    Value result = traceScratch(out_, [&] { return impl.executionTransform(b.args); }, calls);
     // The transform's outputs stand for b's outputs: rename them so later uses still match.
     std::vector<TensorPtr> produced, expected;
     result.collectTensors(produced);
@@ -141,7 +135,7 @@ class Claimer {
     THUNDER_CHECK(produced.size() == expected.size(), what, " returned ", produced.size(),
                   " tensors, but the call has ", expected.size(), " outputs");
     std::vector<TensorPtr> made;
-    for (const BoundSymbol& sub : scratch.bsyms) sub.output.collectTensors(made);
+    for (const BoundSymbol& sub : calls) sub.output.collectTensors(made);
     for (size_t i = 0; i < produced.size(); ++i) {
       // Renaming a tensor the transform did not make (an input passed through) would rename it
       // everywhere it is used.
@@ -153,7 +147,7 @@ class Claimer {
                     expected[i]->name, " of type ", expected[i]->typeString());
       produced[i]->name = expected[i]->name;
     }
-    for (const BoundSymbol& sub : scratch.bsyms) {
+    for (const BoundSymbol& sub : calls) {
       bool same = sub.sym == b.sym;
       claim(sub, same ? exIndex + 1 : 0);
     }

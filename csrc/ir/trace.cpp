@@ -139,21 +139,35 @@ void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to)
   for (BoundSymbol& s : b.subsymbols) replaceTensor(s, from, to);
 }
 
-void appendTraced(Trace& out, const std::function<Value()>& build, const TensorPtr& result,
-                  const std::string& pass) {
+Value traceScratch(Trace& out, const std::function<Value()>& build, std::vector<BoundSymbol>& calls) {
   Trace scratch = out.emptyCopy();
   Value made;
   {
     TracingScope scope(scratch);
     made = build();
   }
+  out.names = std::move(scratch.names);
+  out.nextId = scratch.nextId;
+  calls = std::move(scratch.bsyms);
+  return made;
+}
+
+Value appendTraced(Trace& out, const std::function<Value()>& build) {
+  std::vector<BoundSymbol> calls;
+  Value made = traceScratch(out, build, calls);
+  for (BoundSymbol& s : calls) out.bsyms.push_back(std::move(s));
+  return made;
+}
+
+void appendTraced(Trace& out, const std::function<Value()>& build, const TensorPtr& result,
+                  const std::string& pass) {
+  std::vector<BoundSymbol> calls;
+  Value made = traceScratch(out, build, calls);
   THUNDER_INTERNAL(made.isTensor() && made.tensor().shape == result->shape &&
                        made.tensor().dtype == result->dtype,
                    pass, ": the rewrite makes ", made.isTensor() ? made.tensor().typeString() : "no tensor",
                    " where the trace has ", result->typeString());
-  out.names = scratch.names;
-  out.nextId = scratch.nextId;
-  for (BoundSymbol& s : scratch.bsyms) {
+  for (BoundSymbol& s : calls) {
     replaceTensor(s, made.toTensor().get(), result);
     out.bsyms.push_back(std::move(s));
   }

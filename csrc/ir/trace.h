@@ -104,6 +104,15 @@ Value call(const Symbol& sym, std::vector<Value> args);
 /// Replaces the tensor `from` by `to` in a call's arguments, output and decomposition.
 void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to);
 
+/// Traces `build` into a scratch copy of `out` (new names follow `out`'s, which `out` then
+/// reserves) and returns what it returned, with the calls it recorded in `calls`; nothing is
+/// appended to `out`.
+Value traceScratch(Trace& out, const std::function<Value()>& build, std::vector<BoundSymbol>& calls);
+
+/// Traces `build` into `out` as traceScratch does and appends the calls it records; returns what
+/// `build` returned.
+Value appendTraced(Trace& out, const std::function<Value()>& build);
+
 /// For passes that replace a call: traces `build` into a scratch copy of `out` (new names follow
 /// `out`'s) and appends the calls it records, with the tensor `build` returns renamed to `result`,
 /// so the later calls that read `result` read the new value. The returned tensor must have

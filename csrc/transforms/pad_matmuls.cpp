@@ -57,21 +57,6 @@ std::vector<int64_t> rowPaddedStrides(const Shape& shape, int64_t rowLength) {
   return contiguousStrides(full);
 }
 
-/// Traces `build` into a scratch copy of `out` and appends what it records; returns its value.
-template <typename F>
-Value traceInto(Trace& out, F&& build) {
-  Trace scratch = out.emptyCopy();
-  Value v;
-  {
-    TracingScope scope(scratch);
-    v = build();
-  }
-  out.names = scratch.names;
-  out.nextId = scratch.nextId;
-  for (BoundSymbol& s : scratch.bsyms) out.bsyms.push_back(std::move(s));
-  return v;
-}
-
 /// A padded linear's result that only a cross-entropy reads: through `reshapes` (indices in the
 /// trace, each keeping the last dim, the classes) to the call at `xent`.
 struct CrossEntropyReader {
@@ -97,7 +82,7 @@ std::optional<CrossEntropyReader> crossEntropyReader(const Trace& trace, const T
     auto it = readers.find(cur);
     if (it == readers.end() || it->second.size() != 1 || it->second[0] == kReturned) return std::nullopt;
     const BoundSymbol& b = trace.bsyms[it->second[0]];
-    if (b.sym != nullptr && (b.sym == xent || b.sym == upcast)) {
+    if (b.sym == xent || b.sym == upcast) {
       if (b.args.size() < 8 || !b.args[0].isTensor() || b.args[0].tensor().name != cur) return std::nullopt;
       const TensorProxy& logits = b.args[0].tensor();
       bool classIndices = b.args[1].isTensor() && !isFloating(b.args[1].tensor().dtype) &&
@@ -161,11 +146,10 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
         }, b.output.toTensor(), "pad matmuls");
       } else {
         const TensorProxy& o = b.output.tensor();
+        const TensorPtr from = paddedAs.at(b.inputTensors().front().get());
         Shape shape = o.shape;
-        shape.back() = paddedAs.at(b.inputTensors().front().get())->shape.back();
-        Value r = traceInto(out, [&] {
-          return ltorch::op("reshape", {Value(paddedAs.at(b.inputTensors().front().get())), Value::ints(shape)});
-        });
+        shape.back() = from->shape.back();
+        Value r = appendTraced(out, [&] { return ltorch::op("reshape", {Value(from), Value::ints(shape)}); });
         paddedAs[&o] = r.toTensor();
       }
       continue;
@@ -187,7 +171,7 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
       // bias makes -inf, and no slice of the logits, nor a padded copy of their gradient, is made.
       for (size_t r : c->reshapes) chainCalls[r] = false;
       chainCalls[c->xent] = true;
-      Value yp = traceInto(out, [&] {
+      Value yp = appendTraced(out, [&] {
         const TensorProxy& w = b.args[1].tensor();
         Value bias = b.args[2].isNone() ? prims::full({n}, Value(0.0), w.device, w.dtype) : b.args[2];
         Value wp = ltorch::op("pad", {b.args[1], Value::ints({0, 0, 0, np - n})});
@@ -222,7 +206,7 @@ std::optional<Trace> padMatmuls(const Trace& trace) {
   TensorRenames copies;
   for (const TensorPtr& t : returned) {
     if (!rowPadded.count(t.get()) || copies.count(t.get())) continue;
-    copies[t.get()] = traceInto(out, [&] { return ltorch::op("contiguous", {Value(t)}); }).toTensor();
+    copies[t.get()] = appendTraced(out, [&] { return ltorch::op("contiguous", {Value(t)}); }).toTensor();
   }
   if (!copies.empty()) out.output = substitute(out.output, copies);
   return out;

@@ -1633,6 +1633,17 @@ void registerNN() {
         return op("add",
                   {op("mul", {nll, 1.0 - smoothing}), op("mul", {reduced, smoothing / classes})});
       });
+  // a's values, with the result's gradient passed to both a and b: what the in-place handling
+  // makes of an update that keeps another tensor's gradient path (`x.detach().mul_(2)` changes
+  // x's values, and x keeps differentiating to what it came from). `a + (b - b.detach())` had
+  // those values only where b is finite (an inf in b made them nan). Not a PyTorch callable.
+  def("pass_gradient", "a, b", {}, [](const Args& a) {
+    const TensorProxy& x = T(a[0], "pass_gradient");
+    const TensorProxy& y = T(a[1], "pass_gradient", "b");
+    THUNDER_CHECK(x.shape == y.shape && x.dtype == y.dtype, "ltorch.pass_gradient: expected a and b of one shape "
+                  "and dtype, but got ", x.typeString(), " and ", y.typeString());
+    return prims::convert_element_type(a[0], x.dtype);
+  });
   // cross_entropy(a.to(torch.float32), ...) for bfloat16 / float16 logits: what the cross-entropy
   // upcast fold (transforms/xent_upcast.h) makes of `F.cross_entropy(logits.float(), ...)`, so
   // that a fused cross-entropy executor reads the logits as they are. Not a PyTorch callable.

@@ -181,6 +181,19 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
       nondiff.push_back(outs[i]);
     }
     if (!nondiff.empty()) ctx->mark_non_differentiable(nondiff);
+    // Two differentiable outputs that are one tensor at run time (a conversion to the same
+    // dtype runs as nothing) are two values of the trace with gradients of their own: returned
+    // as one tensor twice, autograd gave both gradients to the second and none to the first
+    // (fuzzer seed 111316). The later one becomes an alias of its own, sharing the storage as
+    // eager's two tensors do.
+    for (size_t i = 0; i < n; ++i) {
+      if (!p.fb.differentiableOutputs[i]) continue;
+      for (size_t j = 0; j < i; ++j)
+        if (outs[j].unsafeGetTensorImpl() == outs[i].unsafeGetTensorImpl()) {
+          outs[i] = at::alias(outs[i]);
+          break;
+        }
+    }
     // An output the backward does not reach gets an undefined gradient, not zeros (see backward).
     ctx->set_materialize_grads(false);
     return outs;

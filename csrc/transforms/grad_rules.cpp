@@ -700,6 +700,10 @@ void registerTorchRules() {
   // lerp: eager's rule, g * (1 - w) for a, g * w for end, g * (end - a) for a tensor weight.
   // Through the decomposition's two branches an infinite g gave inf - inf = NaN where eager's
   // product is infinite (fuzzer seeds 13903, 18826).
+  rule(ltorch::symbol("pass_gradient"), [](const Args& a, X, X g) {
+    putGrad(a[0], g);
+    putGrad(a[1], g);
+  });
   rule(ltorch::symbol("lerp"), [](const Args& a, X, X g) {
     const Value& w = a[2];
     Value oneMinus = w.isTensor()    ? sub(1.0, w)

@@ -169,3 +169,61 @@ def test_copy_of_another_tensor_does_not_follow_its_later_updates():
 
     x = torch.randn(3)
     torch.testing.assert_close(thunder.jit(f)(x), f(x))
+
+
+def _inf_input():
+    return torch.tensor([1.0, float("inf"), -float("inf"), 3.0], requires_grad=True)
+
+
+def test_update_through_a_detached_view_keeps_infinities():
+    # x.detach().mul_(2) changes x's values and x keeps its gradient path; the new values were
+    # computed as nv + (x - x.detach()), which is nan wherever x is infinite.
+    def f(a):
+        t0 = a * 1
+        t0.detach().mul_(2)
+        return t0 * 3
+
+    a, b = _inf_input(), _inf_input()
+    got, want = thunder.jit(f)(a), f(b)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_input_updated_with_grad_off_keeps_infinities():
+    # `with torch.no_grad(): w.mul_(2)` in a forward: eager differentiates with respect to w at
+    # its new values; thunder's new value must not turn w's infinities into nan.
+    def f(x, w):
+        with torch.no_grad():
+            w.mul_(2)
+        return x * w
+
+    x = torch.ones(4)
+    w1, w2 = _inf_input(), _inf_input()
+    got, want = thunder.jit(f)(x, w1), f(x, w2)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w1.detach(), w2.detach())
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(w1.grad, w2.grad)
+
+
+def test_detached_view_updated_from_a_tensor_needing_grad_keeps_that_history():
+    # Fuzzer seed 111316: t1 = t0.detach(); t1.copy_(t0) gives t1 the copy's gradient history in
+    # eager, and a later in-place update of t0 changes t1's values but not that history.
+    def f(a):
+        t0 = a * 1
+        t1 = t0.detach()
+        t1.copy_(t0)
+        t3 = t1.reshape(-1)
+        torch.nn.functional.leaky_relu(t0, 0.1, inplace=True)
+        return t3, t1, t0
+
+    a1 = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    a2 = a1.detach().clone().requires_grad_()
+    got, want = thunder.jit(f)(a1), f(a2)
+    torch.testing.assert_close(got, want)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
+    seeds = [torch.randn_like(t) for t in want]
+    torch.testing.assert_close(torch.autograd.grad(got, a1, seeds), torch.autograd.grad(want, a2, seeds))

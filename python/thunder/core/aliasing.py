@@ -32,6 +32,7 @@ import builtins
 import torch
 
 from thunder import _C
+import thunder.torch as ltorch
 from thunder.core import prims
 
 SELF, VIEW, NEW = "self", "view", "new"
@@ -222,7 +223,7 @@ def _wb_detach(x, v, i, outs, args, kwargs):
     # Intermediate proxies do not say whether they require grad: every floating x keeps its path.
     if not (torch.is_grad_enabled() and x.dtype.is_floating_point):
         return lambda b, nv: nv
-    return lambda b, nv: nv.detach() + (b - b.detach())
+    return lambda b, nv: ltorch.pass_gradient(nv.detach(), b)
 
 
 # ---- the table ---------------------------------------------------------------------------
@@ -375,6 +376,15 @@ def refresh(state, v):
     base = state.fresh(rec.base)
     with torch.set_grad_enabled(rec.grad_enabled), state.replay():
         value = rec.forward(base)
+    own = state.latest.get(id(v))
+    if rec.op == "detach" and own is not None and own[1] is not v and value.dtype.is_floating_point:
+        # A detached view updated in place from a tensor that needs a gradient (`t1 = t0.detach();
+        # t1.copy_(t0)`) has that update's gradient history in eager, and an update of its base
+        # changes its values but not that history: the base's values, the update's gradient
+        # (fuzzer seed 111316). (Proxies do not say whether they need a gradient: where the
+        # update needed none, the gradient passed is none.)
+        with torch.enable_grad(), state.replay():
+            value = ltorch.pass_gradient(value, own[1])
     state.latest[id(v)] = (v, value)
     return value
 

@@ -21,6 +21,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from thunder import _C
+import thunder.torch as ltorch
 from thunder.core import aliasing
 
 _tls = threading.local()
@@ -208,7 +209,7 @@ def commit(state: TraceState, op_name: str, target, result):
         # in a forward): eager keeps differentiating with respect to it, at its new values. The new
         # value passes the gradient to the old one unchanged (cur - cur.detach() is zero).
         with torch.enable_grad():
-            result = result + (cur - cur.detach())
+            result = ltorch.pass_gradient(result, cur)
     if view is None and torch.is_grad_enabled() and proxy.requires_grad and state.is_input(proxy):
         raise RuntimeError(
             f"{op_name}: a leaf Variable that requires grad ({proxy.name}) is being used in an in-place operation."

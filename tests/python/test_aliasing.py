@@ -227,3 +227,23 @@ def test_detached_view_updated_from_a_tensor_needing_grad_keeps_that_history():
     assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
     seeds = [torch.randn_like(t) for t in want]
     torch.testing.assert_close(torch.autograd.grad(got, a1, seeds), torch.autograd.grad(want, a2, seeds))
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
+def test_update_of_a_leaf_through_a_view_of_its_detach(grad):
+    # Fuzzer seed 131614: `a.detach()[..., -1:].add_(1)` updates a leaf that requires grad outside
+    # autograd, as eager allows (it refuses a view of the leaf itself); thunder refused it.
+    def f(a):
+        t1 = a.detach()
+        t1[..., -1:].add_(1)
+        return a * 2, t1 * 1
+
+    a1 = torch.randn(3, 2).transpose(0, 1).requires_grad_()
+    a2 = a1.detach().clone().requires_grad_()
+    with torch.set_grad_enabled(grad):
+        got, want = thunder.jit(f)(a1), f(a2)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a1.detach(), a2.detach())
+    if grad:
+        seeds = [torch.randn_like(t) for t in want]
+        torch.testing.assert_close(torch.autograd.grad(got[0], a1, seeds[0]), torch.autograd.grad(want[0], a2, seeds[0]))

@@ -389,6 +389,16 @@ def refresh(state, v):
     return value
 
 
+def through_detach(state, proxy) -> bool:
+    """Whether the chain of views from proxy to its root passes through a detach."""
+    p = proxy
+    while (rec := state.view_of.get(id(p))) is not None:
+        if rec.op == "detach":
+            return True
+        p = rec.base
+    return False
+
+
 def write_through(state, proxy, value) -> bool:
     """The update of `proxy` (now `value`), a view, written into its base and up the chain of
     bases. False (nothing changed) where some view of the chain has no write-back."""

@@ -220,12 +220,15 @@ def commit(state: TraceState, op_name: str, target, result):
         # input's new value is then written back into it at the end (x[:, 0] *= 2, x.unsqueeze(0)
         # .masked_fill_(m, 0)), as eager's update of the view updates x. An input that requires
         # grad is a leaf eager refuses to update through a view too.
-        if state.is_input(root) and root.requires_grad and torch.is_grad_enabled():
+        # Through a detached view (`x.detach()[0].add_(1)`) eager updates the leaf's values
+        # outside autograd: written back below as any view's update, the leaf keeping its path.
+        detached = aliasing.through_detach(state, proxy)
+        if state.is_input(root) and root.requires_grad and torch.is_grad_enabled() and not detached:
             raise RuntimeError(
                 f"{op_name}: a view of a leaf Variable that requires grad ({proxy.name}, a view of {root.name} "
                 f"made by {view.op}) is being used in an in-place operation."
             )
-        if state.is_input(root) and root.requires_grad:
+        if state.is_input(root) and root.requires_grad and not detached:
             raise NotImplementedError(
                 f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
                 f"(made by {view.op}), which requires grad, with grad mode off; writing through a view of "

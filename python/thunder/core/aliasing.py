@@ -219,7 +219,7 @@ def _wb_split(x, v, i, outs, args, kwargs):
 
 def _wb_detach(x, v, i, outs, args, kwargs):
     # x.detach() shares x's storage outside autograd: an update through it changes x's values, and
-    # x keeps its gradient path (the difference passes no gradient; x - x.detach() is zero).
+    # x keeps its gradient path (ltorch.pass_gradient: the new values, x's gradient path).
     # Intermediate proxies do not say whether they require grad: every floating x keeps its path.
     if not (torch.is_grad_enabled() and x.dtype.is_floating_point):
         return lambda b, nv: nv

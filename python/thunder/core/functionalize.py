@@ -207,7 +207,7 @@ def commit(state: TraceState, op_name: str, target, result):
             and state.is_input(proxy)):
         # An input that requires grad updated with grad mode off (`with torch.no_grad(): w.mul_(2)`
         # in a forward): eager keeps differentiating with respect to it, at its new values. The new
-        # value passes the gradient to the old one unchanged (cur - cur.detach() is zero).
+        # value passes the gradient to the old one unchanged (ltorch.pass_gradient).
         with torch.enable_grad():
             result = ltorch.pass_gradient(result, cur)
     if view is None and torch.is_grad_enabled() and proxy.requires_grad and state.is_input(proxy):

@@ -247,3 +247,23 @@ def test_update_of_a_leaf_through_a_view_of_its_detach(grad):
     if grad:
         seeds = [torch.randn_like(t) for t in want]
         torch.testing.assert_close(torch.autograd.grad(got[0], a1, seeds[0]), torch.autograd.grad(want[0], a2, seeds[0]))
+
+
+def test_pass_gradient_keeps_values_and_passes_the_gradient_to_both():
+    # ltorch.pass_gradient(a, b): a's values (b's infinities do not leak into them), the result's
+    # gradient to a and to b; a and b of one shape and dtype.
+    import thunder.torch as ltorch
+
+    def f(a, b):
+        return ltorch.pass_gradient(a * 1, b) * 3
+
+    a = torch.randn(3, requires_grad=True)
+    b = torch.tensor([1.0, float("inf"), -2.0], requires_grad=True)
+    out = thunder.jit(f)(a, b)
+    torch.testing.assert_close(out, a.detach() * 3)
+    out.sum().backward()
+    torch.testing.assert_close(a.grad, torch.full((3,), 3.0))
+    torch.testing.assert_close(b.grad, torch.full((3,), 3.0))
+    with pytest.raises(RuntimeError, match=r"ltorch.pass_gradient: expected a and b of one shape and dtype, "
+                                           r"but got cpu f32\[3\] and cpu f32\[4\]"):
+        thunder.jit(f)(a, torch.randn(4))

@@ -793,7 +793,9 @@ void registerShapeOps() {
         // dim is checked against the first tensor not skipped, even when it is the only one; with
         // every tensor skipped eager checks no dim.
         int64_t dim = kept.empty() ? 0 : canonicalizeDim(kept[0].tensor().ndim(), a[1].toInt(), "ltorch.cat");
-        if (kept.empty()) kept.push_back(ts[0]);
+        // With every tensor skipped, the (empty) result still comes from all of them: eager's
+        // result has a gradient path when any of them needs a gradient (fuzzer seed 136322).
+        if (kept.empty()) kept = ts;
         // The skipped tensors take part in the type promotion, as in eager (fuzzer seed 12315)
         DType dt = resultType(ts);
         for (auto& k : kept) k = clang::maybeConvert(k, dt);

@@ -484,3 +484,18 @@ def test_parameter_updated_without_grad_in_forward_trains_like_eager(how):
         for (name, p), q in zip(m.named_parameters(), ref.parameters()):
             torch.testing.assert_close(p, q, msg=name)
             torch.testing.assert_close(p.grad, q.grad, msg=f"grad {name}")
+
+
+def test_cat_of_only_empty_tensors_keeps_the_gradient_path():
+    # Fuzzer seed 136322: eager skips 1-D empty tensors in cat; with every one skipped, thunder
+    # returned the first (a bool tensor) converted, and the result lost the float input's
+    # gradient path: backward raised "does not require grad".
+    def f(b, a, c):
+        return torch.cat([b, a, c]).mean(-1)
+
+    a = torch.zeros(0, requires_grad=True)
+    b, c = torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.float64)
+    got, want = thunder.jit(f)(b, a, c), f(b, a, c)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert got.requires_grad and got.dtype == want.dtype
+    torch.testing.assert_close(torch.autograd.grad(got, a), torch.autograd.grad(want, a))

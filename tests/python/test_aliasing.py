@@ -267,3 +267,21 @@ def test_pass_gradient_keeps_values_and_passes_the_gradient_to_both():
     with pytest.raises(RuntimeError, match=r"ltorch.pass_gradient: expected a and b of one shape and dtype, "
                                            r"but got cpu f32\[3\] and cpu f32\[4\]"):
         thunder.jit(f)(a, torch.randn(4))
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
+def test_update_through_the_detach_of_a_view_of_an_input(grad):
+    # Fuzzer seed 145842: `a[0].detach().add_(1)` was taken for an update of `a` itself (as
+    # `a.data.add_(1)` is) and failed on the shapes ([3] against []).
+    def f(a):
+        t = a[0].detach()
+        t.add_(1)
+        return t * 1, a * 2
+
+    a1 = torch.tensor([float("inf"), 1.0, 2.0], requires_grad=grad)
+    a2 = a1.detach().clone().requires_grad_(grad)
+    got, want = thunder.jit(f)(a1), f(a2)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a1.detach(), a2.detach())
+    if grad:
+        torch.testing.assert_close(torch.autograd.grad(got[1].sum(), a1), torch.autograd.grad(want[1].sum(), a2))

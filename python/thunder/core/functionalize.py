@@ -192,9 +192,10 @@ def commit(state: TraceState, op_name: str, target, result):
             )
         result = result.to(cur.dtype)
     view = state.view_of.get(id(proxy))
-    if view is not None and view.op == "detach" and state.is_input(state.root(proxy)):
+    if view is not None and view.op == "detach" and state.is_input(view.base):
         # `w.data.clamp_(...)` (x.data is x.detach()): an update of the input itself, recorded as
-        # eager records it, without a gradient.
+        # eager records it, without a gradient. (A detach of a view of the input, `a[0].detach()
+        # .add_(1)`, is written back through that view below: fuzzer seed 145842.)
         root = state.root(proxy)
         if not _same_layout(view.base, proxy):
             raise NotImplementedError(f"thunder.jit: {op_name} updates {proxy.name}, a detached view of {root.name} "

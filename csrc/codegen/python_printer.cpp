@@ -90,7 +90,7 @@ std::string printValue(const Value& v, PrintStyle style) {
   switch (v.kind()) {
     case Value::Kind::None: return "None";
     case Value::Kind::Bool: return v.toBool() ? "True" : "False";
-    case Value::Kind::Int: return std::to_string(v.toInt());
+    case Value::Kind::Int: return v.symExpr() ? v.symExpr()->str() : std::to_string(v.toInt());
     case Value::Kind::Float: return pythonFloatRepr(v.toDouble());
     case Value::Kind::Complex: {
       auto c = v.toComplex();
@@ -246,6 +246,13 @@ std::string printTrace(const Trace& trace) {
   out += "):\n";
   for (const TensorPtr& t : trace.inputs)
     out += "  # " + t->name + ": \"" + t->typeString() + "\"\n";
+  // The size symbols, read from the inputs, and what the trace assumes of them.
+  for (size_t k = 0; k < trace.symbols.size(); ++k) {
+    const SizeSymbol& s = trace.symbols[k];
+    out += "  s" + std::to_string(k) + " = " + trace.inputs.at(s.input)->name + ".shape[" + std::to_string(s.dim) +
+           "]  # " + std::to_string(s.hint) + " when traced\n";
+  }
+  for (const SymGuard& g : trace.guards) out += "  # guard: " + g.str() + "\n";
   // In an execution trace, outputs of multi-output calls that nothing reads print as "_":
   // `(t18, _) = apex_cross_entropy(...)`, as the seeds show.
   std::set<std::string> unused;

@@ -109,6 +109,7 @@ class Claimer {
         claimed.args = b.args;
         claimed.output = b.output;
         claimed.subsymbols = {b};
+        claimed.symbolicRule = b.symbolicRule;
         out_.bsyms.push_back(std::move(claimed));
       }
       return;

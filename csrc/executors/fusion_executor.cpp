@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/symbolic_rules.h"
+
 namespace thunder {
 
 bool worthFusing(const FusionRegion& region) {
@@ -101,10 +103,21 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     out.bsyms = std::move(bsyms);
     return true;
   };
-  Trace out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
+  // Kernels are generated for static sizes: a call on sizes that vary with the trace's symbols
+  // (not pinned to one value by a guard) runs whole in ATen instead.
+  std::function<bool(const BoundSymbol&)> fusible = codegen::isFusiblePrim;
+  if (!trace.symbols.empty()) {
+    std::set<int> pinned;
+    for (const auto& [k, v] : pinnedSymbols(trace.guards)) pinned.insert(k);
+    fusible = [pinned](const BoundSymbol& b) {
+      for (int k : symbolsOf(b))
+        if (!pinned.count(k)) return false;
+      return codegen::isFusiblePrim(b);
+    };
+  }
+  Trace out = fusionPartition(trace, fusible, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
   // A device without a compiler: partition again, leaving its regions to the other executors.
-  while (!compileAll(out))
-    out = fusionPartition(trace, codegen::isFusiblePrim, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
+  while (!compileAll(out)) out = fusionPartition(trace, fusible, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
   static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
   if (timing)
     std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",

@@ -1,5 +1,7 @@
 #include "ir/trace.h"
 
+#include "ops/symbolic_rules.h"
+
 #include <algorithm>
 
 #include "ir/error.h"
@@ -50,12 +52,21 @@ void Trace::reserveName(const std::string& name) {
   THUNDER_INTERNAL(names.insert(name).second, "name '", name, "' is already in use");
 }
 
+void Trace::addGuard(const SymGuard& g) {
+  if (g.e.isConstant()) return;  // (true of every value of the symbols)
+  for (const SymGuard& h : guards)
+    if (h == g) return;
+  guards.push_back(g);
+}
+
 Trace Trace::emptyCopy() const {
   Trace t;
   t.fnName = fnName;
   t.inputs = inputs;
   t.output = output;
   t.isExecution = isExecution;
+  t.symbols = symbols;
+  t.guards = guards;
   t.names = names;
   t.nextId = nextId;
   return t;
@@ -88,13 +99,26 @@ TraceContext& requireContext(const std::string& what) {
 TracingScope::TracingScope(Trace& trace) : ctx_(trace), prev_(tlsContext) { tlsContext = &ctx_; }
 TracingScope::~TracingScope() { tlsContext = prev_; }
 
+namespace {
+/// Inside the meta function or decomposition of a call that reads symbolic sizes: its inner calls
+/// are traced at the hints only (the call runs whole where its sizes vary).
+thread_local int tlsInsideSymbolic = 0;
+}  // namespace
+
 Value call(const Symbol& sym, std::vector<Value> args) {
   TraceContext& ctx = requireContext(sym.id());
   BoundSymbol bsym;
   bsym.sym = &sym;
   bsym.args = std::move(args);
+  const bool symbolic = !ctx.trace().symbols.empty() && tlsInsideSymbolic == 0 && readsSymbolic(bsym.args);
+  struct Inside {
+    bool on;
+    explicit Inside(bool o) : on(o) { tlsInsideSymbolic += on; }
+    ~Inside() { tlsInsideSymbolic -= on; }
+  };
   ctx.pushScope(&bsym.subsymbols);
   try {
+    Inside inside(symbolic);
     if (sym.meta) {
       bsym.output = sym.meta(bsym.args);
     } else if (sym.impl) {
@@ -107,6 +131,7 @@ Value call(const Symbol& sym, std::vector<Value> args) {
     throw;
   }
   ctx.popScope();
+  if (symbolic) recordSymbolic(ctx.trace(), bsym);
   Value out = bsym.output;
   if (!sym.meta && bsym.subsymbols.empty()) {
     // A decomposition that returned its input unchanged (x.to(x.dtype), a no-op reshape) is

@@ -24,6 +24,11 @@ struct BoundSymbol {
   std::vector<Value> args;
   Value output;
   std::vector<BoundSymbol> subsymbols;
+  /// Set where the call reads or makes symbolic sizes (ir/symbolic.h) and the symbolic rule of
+  /// this symbol gave its outputs' expressions: the symbol whose rule it was (the traced one,
+  /// kept when an executor claims the call). Such a call runs whole at every size its guards
+  /// allow; its decomposition was traced at the hints only.
+  const Symbol* symbolicRule = nullptr;
 
   /// Tensor proxies read by this call (its arguments, recursively).
   std::vector<TensorPtr> inputTensors() const;
@@ -49,6 +54,18 @@ struct Trace {
   std::string provenance;
   /// Execution traces print the no_grad / no_autocast decorators.
   bool isExecution = false;
+  /// The size symbols: s<k> is symbols[k] (ir/symbolic.h). Empty: every size is static.
+  std::vector<SizeSymbol> symbols;
+  /// What the trace assumes of the symbols (the comparisons the program made, what the rules of
+  /// its calls need): it serves the sizes that satisfy every guard.
+  std::vector<SymGuard> guards;
+  /// Set on the trace of the user's program while it is traced: a call without a symbolic rule
+  /// that reads a symbolic size specializes it (a guard that it equals its hint). Later traces
+  /// (passes) record no guards: their calls must keep to the rules or the trace is specialized
+  /// whole (symbolicCheck).
+  bool recordsGuards = false;
+  /// Adds a guard unless it is there.
+  void addGuard(const SymGuard& g);
   /// Every name in use, so new proxies get fresh ones.
   std::unordered_set<std::string> names;
   int nextId = 0;

@@ -119,7 +119,7 @@ std::string TensorProxy::typeString() const {
   std::string s = device.str() + " " + std::string(dtypeShortName(dtype)) + "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
-    s += std::to_string(shape[i]);
+    s += i < sym.size() && sym[i] ? sym[i]->str() : std::to_string(shape[i]);
   }
   return s + "]";
 }
@@ -290,8 +290,38 @@ bool Value::operator==(const Value& o) const {
     case Kind::Ellipsis: return true;
     case Kind::Tuple: case Kind::List: case Kind::Dict: case Kind::Slice:
       return *items_ == *o.items_ && (!keys_ || *keys_ == *o.keys_);
+    case Kind::Int:
+      // A symbolic int equals only the same expression: `arange(s0)` is not `arange(7)` where the
+      // hint of s0 is 7.
+      if (sym_ || o.sym_) return i_ == o.i_ && sym_ && o.sym_ && *sym_ == *o.sym_;
+      return i_ == o.i_;
     default: return i_ == o.i_;
   }
+}
+
+SymInt Value::toSymInt() const { return {toInt(), kind_ == Kind::Int ? sym_ : nullptr}; }
+
+bool Value::hasSymbolic() const {
+  if (sym_) return true;
+  if (items_)
+    for (const Value& x : *items_)
+      if (x.hasSymbolic()) return true;
+  return false;
+}
+
+std::vector<SymInt> TensorProxy::symShape() const {
+  std::vector<SymInt> out;
+  out.reserve(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) out.push_back(dim(d));
+  return out;
+}
+
+void TensorProxy::setSymShape(const std::vector<SymInt>& dims) {
+  sym.clear();
+  bool any = false;
+  for (const SymInt& d : dims) any |= d.symbolic();
+  if (!any) return;
+  for (const SymInt& d : dims) sym.push_back(d.e);
 }
 
 }  // namespace thunder

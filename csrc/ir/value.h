@@ -10,6 +10,7 @@
 
 #include "ir/device.h"
 #include "ir/dtype.h"
+#include "ir/symbolic.h"
 
 namespace thunder {
 
@@ -28,6 +29,22 @@ struct TensorProxy {
   /// reductions are. Only
   /// the legality of `view` reads them (as eager's, a view of a non-viewable layout raises).
   std::vector<int64_t> strides;
+  /// Per dimension, its expression over the trace's size symbols (ir/symbolic.h), nullptr for a
+  /// static one; empty: every dimension static.
+  std::vector<SymPtr> sym;
+
+  /// Whether any dimension has an expression.
+  bool symbolic() const {
+    for (const SymPtr& e : sym)
+      if (e) return true;
+    return false;
+  }
+  /// Dimension d as a SymInt (d in [0, ndim)).
+  SymInt dim(size_t d) const { return {shape[d], d < sym.size() ? sym[d] : nullptr}; }
+  /// Every dimension as a SymInt.
+  std::vector<SymInt> symShape() const;
+  /// Sets the expressions of the dimensions (`dims` must hold the shape's hints).
+  void setSymShape(const std::vector<SymInt>& dims);
 
   int64_t ndim() const { return static_cast<int64_t>(shape.size()); }
   /// `strides`, or the contiguous strides of `shape` where it is empty.
@@ -78,6 +95,7 @@ class Value {
     Value tmp(std::move(o));
     kind_ = tmp.kind_;
     i_ = tmp.i_;
+    sym_ = std::move(tmp.sym_);
     f_ = tmp.f_;
     im_ = tmp.im_;
     s_ = std::move(tmp.s_);
@@ -90,6 +108,8 @@ class Value {
   Value(bool b) : kind_(Kind::Bool), i_(b) {}
   Value(int v) : kind_(Kind::Int), i_(v) {}
   Value(int64_t v) : kind_(Kind::Int), i_(v) {}
+  /// An int with its expression over the trace's size symbols (a plain int where e is null).
+  Value(const SymInt& v) : kind_(Kind::Int), i_(v.hint), sym_(v.e) {}
   Value(double v) : kind_(Kind::Float), f_(v) {}
   Value(std::complex<double> v) : kind_(Kind::Complex), f_(v.real()), im_(v.imag()) {}
   Value(std::string s) : kind_(Kind::String), s_(std::make_shared<std::string>(std::move(s))) {}
@@ -128,6 +148,12 @@ class Value {
 
   bool toBool() const;
   int64_t toInt() const;
+  /// An int (or bool) with its expression; a plain int's is null.
+  SymInt toSymInt() const;
+  /// The expression of an int, null for any other value.
+  const SymPtr& symExpr() const { return sym_; }
+  /// Whether this value or an item of it (recursively) is an int with an expression.
+  bool hasSymbolic() const;
   /// Any real number as a double.
   double toDouble() const;
   std::complex<double> toComplex() const;
@@ -152,6 +178,7 @@ class Value {
  private:
   Kind kind_ = Kind::None;
   int64_t i_ = 0;
+  SymPtr sym_;
   double f_ = 0, im_ = 0;
   std::shared_ptr<std::string> s_;
   TensorPtr t_;

@@ -20,6 +20,7 @@
 #include "ir/verifier.h"
 #include "ops/ltorch.h"
 #include "ops/prims.h"
+#include "ops/symbolic_rules.h"
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
 #include "transforms/cse.h"
@@ -90,6 +91,45 @@ TensorPtr captureTensor(const at::Tensor& t) {
 }
 }  // namespace
 
+/// A Python SymInt's hint and expression: `_thunder_sym` is (hint, constant, ((symbol, coefficient), ...)).
+SymInt symIntOf(py::handle obj) {
+  py::tuple t = obj.attr("_thunder_sym");
+  SymExpr e;
+  e.constant = t[1].cast<int64_t>();
+  for (py::handle term : t[2]) {
+    py::tuple kc = py::reinterpret_borrow<py::tuple>(term);
+    e.terms.emplace_back(kc[0].cast<int>(), kc[1].cast<int64_t>());
+  }
+  std::sort(e.terms.begin(), e.terms.end());
+  return {t[0].cast<int64_t>(), normalized(std::move(e))};
+}
+
+/// The Python SymInt of an int with an expression.
+py::object pySymInt(const SymInt& v) {
+  static py::object cls = py::module_::import("thunder.core.symbolic").attr("SymInt");
+  py::list terms;
+  for (const auto& [k, c] : v.e->terms) terms.append(py::make_tuple(k, c));
+  return cls(v.hint, v.e->constant, py::tuple(terms));
+}
+
+/// The expressions of a proxy's dimensions as Python values: () where all are static, else per
+/// dimension None or (constant, ((symbol, coefficient), ...)).
+py::tuple symDims(const TensorProxy& t) {
+  if (!t.symbolic()) return py::tuple();
+  py::list out;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    const SymPtr& e = d < t.sym.size() ? t.sym[d] : nullptr;
+    if (!e) {
+      out.append(py::none());
+      continue;
+    }
+    py::list terms;
+    for (const auto& [k, c] : e->terms) terms.append(py::make_tuple(k, c));
+    out.append(py::make_tuple(e->constant, py::tuple(terms)));
+  }
+  return py::tuple(out);
+}
+
 Value toValue(py::handle obj) {
   if (obj.is_none()) return Value();
   if (py::isinstance<TensorProxy>(obj)) return Value(obj.cast<TensorPtr>());
@@ -122,6 +162,8 @@ Value toValue(py::handle obj) {
     return Value::slice(toValue(s.attr("start")), toValue(s.attr("stop")), toValue(s.attr("step")));
   }
   if (obj.ptr() == Py_Ellipsis) return Value::ellipsis();
+  // A size or an int computed from sizes while a trace has size symbols (thunder/core/symbolic.py).
+  if (py::hasattr(obj, "_thunder_sym")) return Value(symIntOf(obj));
   // thunder's own dtype and device objects.
   if (py::hasattr(obj, "_thunder_dtype"))
     return Value(static_cast<DType>(obj.attr("_thunder_dtype").cast<int>()));
@@ -136,7 +178,7 @@ py::object fromValue(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::None: return py::none();
     case Value::Kind::Bool: return py::bool_(v.toBool());
-    case Value::Kind::Int: return py::int_(v.toInt());
+    case Value::Kind::Int: return v.symExpr() ? pySymInt(v.toSymInt()) : py::object(py::int_(v.toInt()));
     case Value::Kind::Float: return py::float_(v.toDouble());
     case Value::Kind::Complex: {
       auto c = v.toComplex();
@@ -321,7 +363,31 @@ struct Entry {
   std::shared_ptr<TrainingEntry> training;
   /// The call counter's value at the entry's last use (least recently used goes first).
   uint64_t lastUse = 0;
+  /// An entry whose trace has size symbols serves every call that differs from the one traced
+  /// only in those sizes and satisfies its guards: per symbol, the leaf and dimension it is read
+  /// from; the key with those sizes masked; the guards.
+  std::vector<std::pair<int, int>> symbolLeaves;
+  std::string maskedKey;
+  std::vector<SymGuard> guards;
 };
+
+/// Appends the cache-key bytes of the tensor leaves, with the sizes in `masked` (leaf, dim)
+/// written as -1.
+void describeLeavesMasked(const std::vector<py::handle>& leaves, const std::vector<std::pair<int, int>>& masked,
+                          std::string& key) {
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    size_t start = key.size();
+    describeLeaf(leaves[i], key);
+    for (const auto& [leaf, dim] : masked) {
+      if (leaf != static_cast<int>(i)) continue;
+      // 'T' dtype device index, requires_grad, ndim, then the sizes.
+      size_t at = start + 5 + sizeof(int64_t) + sizeof(int64_t) * static_cast<size_t>(dim);
+      if (at + sizeof(int64_t) > key.size() || key[start] != 'T') continue;
+      int64_t minus = -1;
+      std::memcpy(&key[at], &minus, sizeof minus);
+    }
+  }
+}
 
 /// Appends whether autocast is on for CUDA and for CPU, and each one's dtype, to a cache key: a
 /// trace applies the autocast policy that was in force while it was traced (thunder/core/autocast.py).
@@ -359,7 +425,9 @@ class CompiledFunction {
     flatten(args, leaves_, nullptr, &key_);
     flatten(kwargs, leaves_, nullptr, &key_);
     key_.push_back(')');
+    const size_t structureEnd = key_.size();
     for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
+    const size_t leavesEnd = key_.size();
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     appendAutocastState(key_);
     const size_t unguarded = key_.size();
@@ -373,6 +441,16 @@ class CompiledFunction {
     if (guard_) appendGuard(key_);
     auto it = cache_.find(key_);
     std::shared_ptr<Entry> entry;
+    if (it == cache_.end() && !symbolic_.empty()) {
+      // An entry with size symbols that serves these sizes: the same key with its symbolic sizes
+      // masked, and its guards hold. The exact key then finds it directly.
+      if (std::shared_ptr<Entry> e = matchSymbolic(key_, leaves_, structureEnd, leavesEnd)) {
+        e->lastUse = ++clock_;
+        cache_.emplace(key_, e);
+        evict();
+        it = cache_.find(key_);
+      }
+    }
     if (it != cache_.end()) {
       ++hits_;
       entry = it->second;
@@ -391,13 +469,37 @@ class CompiledFunction {
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
-      if (r.size() > 3 && !r[3].is_none()) e->training = makeTrainingEntry(r[3]);
-      else e->program = std::make_unique<runtime::Program>(e->traces.back());
+      if (r.size() > 3 && !r[3].is_none()) {
+        e->training = makeTrainingEntry(r[3]);
+      } else {
+        const Trace& acquired = *e->traces.front();
+        std::vector<SizeSymbol> symbols;
+        if (!acquired.symbols.empty()) {
+          std::string why = symbolicCheck(acquired, *e->traces.back());
+          if (why.empty()) {
+            symbols = acquired.symbols;
+            e->guards = acquired.guards;
+            for (const SizeSymbol& s : symbols) e->symbolLeaves.emplace_back(e->sources.at(s.input), s.dim);
+            // (compile_ may have re-entered and reused key_ and leaves_: the call's own copies)
+            std::vector<py::handle> leaves;
+            flatten(args, leaves, nullptr, nullptr);
+            flatten(kwargs, leaves, nullptr, nullptr);
+            e->maskedKey = key.substr(0, structureEnd);
+            describeLeavesMasked(leaves, e->symbolLeaves, e->maskedKey);
+            e->maskedKey += key.substr(leavesEnd);
+          }
+          lastSymbolic_ = why.empty() ? "" : why;
+          if (!why.empty() && std::getenv("THUNDER_DEBUG_SYMBOLIC"))
+            std::fprintf(stderr, "thunder: the trace serves only the sizes it was traced at: %s\n", why.c_str());
+        }
+        e->program = std::make_unique<runtime::Program>(e->traces.back(), symbols);
+      }
       // Another thread may have compiled the same key while this one traced (tracing runs
       // Python, which lets other threads in): the first entry stays, so running calls keep it.
       e->lastUse = ++clock_;
       auto [pos, inserted] = cache_.emplace(key, e);
       entry = inserted ? e : pos->second;
+      if (inserted && !e->symbolLeaves.empty()) symbolic_.push_back(e);
       if (inserted) evict();
       leaves_.clear();
       flatten(args, leaves_, nullptr, nullptr);
@@ -458,6 +560,7 @@ class CompiledFunction {
   }
 
   int hits() const { return hits_; }
+  const std::string& lastSymbolic() const { return lastSymbolic_; }
   int misses() const { return misses_; }
   std::vector<std::shared_ptr<Trace>> lastTraces() const {
     return last_ ? last_->traces : std::vector<std::shared_ptr<Trace>>{};
@@ -473,6 +576,33 @@ class CompiledFunction {
 
  private:
   /// Drops least recently used entries beyond the limit; a call running one keeps it alive.
+  /// The entry with size symbols that serves the call whose key (key_, leaves_) failed to match
+  /// exactly, or null: one whose masked key is the call's with the same sizes masked and whose
+  /// guards hold at the call's sizes.
+  std::shared_ptr<Entry> matchSymbolic(const std::string& key_, const std::vector<py::handle>& leaves_,
+                                       size_t structureEnd, size_t leavesEnd) {
+    std::string masked;
+    std::vector<int64_t> values;
+    for (auto w = symbolic_.begin(); w != symbolic_.end();) {
+      std::shared_ptr<Entry> e = w->lock();
+      if (!e) {
+        w = symbolic_.erase(w);
+        continue;
+      }
+      ++w;
+      masked.assign(key_, 0, structureEnd);
+      describeLeavesMasked(leaves_, e->symbolLeaves, masked);
+      masked.append(key_, leavesEnd, std::string::npos);
+      if (masked != e->maskedKey) continue;
+      values.clear();
+      for (const auto& [leaf, dim] : e->symbolLeaves) values.push_back(THPVariable_Unpack(leaves_[leaf].ptr()).size(dim));
+      bool holds = true;
+      for (const SymGuard& g : e->guards) holds = holds && g.holds(values);
+      if (holds) return e;
+    }
+    return nullptr;
+  }
+
   void evict() {
     while (cache_.size() > limit_) {
       auto victim = cache_.begin();
@@ -508,6 +638,10 @@ class CompiledFunction {
   py::object compile_;
   py::object guard_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> cache_;
+  /// The entries with size symbols, for calls whose exact key is not in cache_.
+  std::vector<std::weak_ptr<Entry>> symbolic_;
+  /// Why the last trace with size symbols serves only its own sizes ("" where it serves all).
+  std::string lastSymbolic_;
   std::shared_ptr<Entry> last_;
   size_t limit_ = defaultCacheSize();
   uint64_t clock_ = 0;
@@ -802,6 +936,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<TensorProxy, TensorPtr>(m, "TensorProxy", py::dynamic_attr())
       .def_property_readonly("name", [](const TensorProxy& t) { return t.name; })
       .def_property_readonly("_shape", [](const TensorProxy& t) { return py::tuple(py::cast(t.shape)); })
+      .def_property_readonly("_sym", &symDims)
       .def_property_readonly("ndim", [](const TensorProxy& t) { return t.ndim(); })
       .def_property_readonly("dtype", [](const TensorProxy& t) { return fromValue(Value(t.dtype)); })
       .def_property_readonly("_device_str", [](const TensorProxy& t) { return t.device.str(); })
@@ -836,11 +971,35 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Trace, std::shared_ptr<Trace>>(m, "Trace")
       .def(py::init<>())
-      .def("add_input", [](Trace& t, py::handle tensor, const std::string& name) {
+      .def("add_input", [](Trace& t, py::handle tensor, const std::string& name, std::vector<int64_t> dynamic) {
         TensorPtr p = proxyFor(THPVariable_Unpack(tensor.ptr()), name);
         t.reserveName(name);
         t.inputs.push_back(p);
+        // Dimensions marked dynamic become size symbols; sizes 0 and 1 stay static (broadcasting
+        // and squeezing treat them apart), and every symbol is assumed at least 2.
+        std::vector<SymInt> dims = p->symShape();
+        for (int64_t d : dynamic) {
+          if (d < 0) d += p->ndim();
+          if (d < 0 || d >= p->ndim() || dims[d].symbolic() || p->shape[d] < 2) continue;
+          int k = static_cast<int>(t.symbols.size());
+          t.symbols.push_back({static_cast<int>(t.inputs.size()) - 1, static_cast<int>(d), p->shape[d]});
+          dims[d].e = symbolExpr(k);
+          t.addGuard(guardLessEqual(SymInt{2, nullptr}, dims[d]));
+        }
+        p->setSymShape(dims);
         return p;
+      }, py::arg("tensor"), py::arg("name"), py::arg("dynamic") = std::vector<int64_t>{})
+      .def_property("records_guards", [](const Trace& t) { return t.recordsGuards; },
+                    [](Trace& t, bool v) { t.recordsGuards = v; })
+      .def_property_readonly("symbols", [](const Trace& t) {
+        std::vector<std::tuple<std::string, int, int64_t>> out;
+        for (const SizeSymbol& s : t.symbols) out.emplace_back(t.inputs.at(s.input)->name, s.dim, s.hint);
+        return out;
+      })
+      .def_property_readonly("guards", [](const Trace& t) {
+        std::vector<std::string> out;
+        for (const SymGuard& g : t.guards) out.push_back(g.str());
+        return out;
       })
       .def("set_output", [](Trace& t, py::handle out) { t.output = toValue(out); })
       .def_property_readonly("provenance", [](const Trace& t) { return t.provenance; })
@@ -862,6 +1021,23 @@ PYBIND11_MODULE(_C, m) {
       .def("__str__", [](const Trace& t) { return printTrace(t); })
       .def("__repr__", [](const Trace& t) { return printTrace(t); });
 
+  m.def("add_size_guard", [](int64_t constant, py::tuple terms, bool lessThan, bool outcome) {
+    // A comparison the traced program made of symbolic ints (thunder/core/symbolic.py):
+    // (constant + terms == 0) == outcome, or (... < 0) == outcome. Nothing outside tracing.
+    TraceContext* ctx = currentContext();
+    if (ctx == nullptr || !ctx->trace().recordsGuards) return;
+    SymGuard g;
+    g.rel = lessThan ? SymGuard::Rel::Lt : SymGuard::Rel::Eq;
+    g.e.constant = constant;
+    for (py::handle term : terms) {
+      py::tuple kc = py::reinterpret_borrow<py::tuple>(term);
+      if (kc[1].cast<int64_t>() != 0) g.e.terms.emplace_back(kc[0].cast<int>(), kc[1].cast<int64_t>());
+    }
+    std::sort(g.e.terms.begin(), g.e.terms.end());
+    g.outcome = outcome;
+    ctx->trace().addGuard(g);
+  });
+  m.def("symbolic_check", [](const Trace& symbolic, const Trace& execution) { return symbolicCheck(symbolic, execution); });
   py::class_<TracingContext>(m, "TracingContext")
       .def(py::init<std::shared_ptr<Trace>>())
       .def("__enter__", [](TracingContext& c) { c.enter(); return &c; }, py::return_value_policy::reference)
@@ -873,6 +1049,7 @@ PYBIND11_MODULE(_C, m) {
       .def("__call__", &CompiledFunction::call)
       .def_property_readonly("cache_hits", &CompiledFunction::hits)
       .def_property_readonly("cache_misses", &CompiledFunction::misses)
+      .def_property_readonly("last_symbolic_fallback", &CompiledFunction::lastSymbolic)
       .def("last_traces", &CompiledFunction::lastTraces)
       .def("last_training_plan", &CompiledFunction::lastTrainingPlan)
       .def("last_written_leaves", &CompiledFunction::lastWrittenLeaves,

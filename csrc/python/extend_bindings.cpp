@@ -123,6 +123,11 @@ py::object ivalueToPython(const c10::IValue& v) {
     for (const c10::IValue& x : v.toListRef()) l.append(ivalueToPython(x));
     return l;
   }
+  if (v.isTuple() && v.toTupleRef().elements().size() == 3) {  // a slice (runtime/program.cpp)
+    const auto& e = v.toTupleRef().elements();
+    return py::reinterpret_steal<py::object>(
+        PySlice_New(ivalueToPython(e[0]).ptr(), ivalueToPython(e[1]).ptr(), ivalueToPython(e[2]).ptr()));
+  }
   throw InternalError("extend: cannot pass a " + v.tagKind() + " to a Python kernel");
 }
 

@@ -23,14 +23,36 @@ int Program::regOf(const TensorProxy& t, const std::string& where) {
 
 Operand Program::lower(const Value& v) {
   Operand op;
+  if (!symbols_.empty() && v.hasSymbolic()) {
+    if (v.isInt()) {
+      op.kind = Operand::Kind::SymInt;
+      op.expr = v.symExpr();
+      return op;
+    }
+    THUNDER_INTERNAL(v.isSequence() || v.isSlice(), "runtime: a ", kindName(v.kind()), " with symbolic ints");
+    bool allInts = !v.isSlice();
+    for (const Value& x : v.items()) {
+      allInts &= x.isInt();
+      op.items.push_back(lower(x));
+    }
+    op.kind = v.isSlice() ? Operand::Kind::SliceTuple : allInts ? Operand::Kind::IntList : Operand::Kind::AnyList;
+    return op;
+  }
   switch (v.kind()) {
     case Value::Kind::Tensor:
       op.kind = Operand::Kind::Reg;
       op.reg = regOf(v.tensor(), "a call");
       return op;
-    case Value::Kind::Tuple:
-    case Value::Kind::List:
     case Value::Kind::Slice: {
+      // A tuple (start, stop, step): kernels tell it from a list (Tensor.__getitem__'s key).
+      std::vector<c10::IValue> parts;
+      for (const Value& x : v.items()) parts.push_back(lower(x).constant);
+      op.constant = c10::ivalue::Tuple::create(std::move(parts));
+      return op;
+    }
+    case Value::Kind::Ellipsis: op.constant = std::string("..."); return op;
+    case Value::Kind::Tuple:
+    case Value::Kind::List: {
       bool allInts = true, anyTensor = false;
       for (const Value& x : v.items()) {
         allInts &= x.isInt();
@@ -71,7 +93,8 @@ Operand Program::lower(const Value& v) {
   }
 }
 
-Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) {
+Program::Program(std::shared_ptr<const Trace> trace, std::vector<SizeSymbol> symbols)
+    : trace_(std::move(trace)), symbols_(std::move(symbols)) {
   for (const TensorPtr& t : trace_->inputs) regs_[t->name] = numRegs_++;
   for (const BoundSymbol& b : trace_->bsyms) {
     if (b.sym->hasTag(kDel)) {
@@ -135,13 +158,30 @@ Program::Program(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) 
 
 namespace {
 
-c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs) {
+c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs, const std::vector<int64_t>& syms) {
   switch (op.kind) {
     case Operand::Kind::Const: return op.constant;
     case Operand::Kind::Reg: return regs[op.reg];
     case Operand::Kind::List: {
       c10::List<at::Tensor> list;
-      for (const Operand& x : op.items) list.push_back(materialize(x, regs).toTensor());
+      for (const Operand& x : op.items) list.push_back(materialize(x, regs, syms).toTensor());
+      return c10::IValue(list);
+    }
+    case Operand::Kind::SymInt: return c10::IValue(op.expr->eval(syms));
+    case Operand::Kind::IntList: {
+      std::vector<int64_t> xs;
+      xs.reserve(op.items.size());
+      for (const Operand& x : op.items) xs.push_back(materialize(x, regs, syms).toInt());
+      return c10::IValue(xs);
+    }
+    case Operand::Kind::SliceTuple: {
+      std::vector<c10::IValue> parts;
+      for (const Operand& x : op.items) parts.push_back(materialize(x, regs, syms));
+      return c10::ivalue::Tuple::create(std::move(parts));
+    }
+    case Operand::Kind::AnyList: {
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (const Operand& x : op.items) list.push_back(materialize(x, regs, syms));
       return c10::IValue(list);
     }
   }
@@ -156,12 +196,15 @@ std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputs
   // A trace holds its own casts (the autocast policy was applied while it was traced): ATen must
   // not apply autocast again, whether the call or its backward runs inside an autocast region.
   c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
+  std::vector<int64_t> syms;
+  syms.reserve(symbols_.size());
+  for (const SizeSymbol& s : symbols_) syms.push_back(inputs.at(s.input).size(s.dim));
   std::vector<c10::IValue> regs(numRegs_);
   for (size_t i = 0; i < inputs.size(); ++i) regs[i] = std::move(inputs[i]);
   std::vector<c10::IValue> args;
   for (const Instruction& ins : code_) {
     args.clear();
-    for (const Operand& op : ins.args) args.push_back(materialize(op, regs));
+    for (const Operand& op : ins.args) args.push_back(materialize(op, regs, syms));
     KernelArgs ka{args, ins.outDType, ins.outDevice};
     for (const Instruction::Donation& d : ins.donate) {
       if (d.input && !inputsHandedOver) continue;

@@ -13,13 +13,16 @@
 
 namespace thunder::runtime {
 
-/// An argument of a kernel call: a constant, a register, or a list of operands.
+/// An argument of a kernel call: a constant, a register, a list of tensor operands, an int
+/// computed from the size symbols at each run, or a list of ints or of other values with such
+/// ints among them.
 struct Operand {
-  enum class Kind : uint8_t { Const, Reg, List } kind = Kind::Const;
+  enum class Kind : uint8_t { Const, Reg, List, SymInt, IntList, AnyList, SliceTuple } kind = Kind::Const;
   c10::IValue constant;
   int reg = -1;
   std::vector<Operand> items;
   bool tensorList = false;
+  SymPtr expr;  // Kind::SymInt
 };
 
 /// One kernel call.
@@ -51,7 +54,9 @@ struct Instruction {
 class Program {
  public:
   /// Lowers a final trace; every bound symbol must be claimed by an executor with a kernel.
-  explicit Program(std::shared_ptr<const Trace> trace);
+  /// `symbols`: the size symbols the program takes from its inputs at each run (s<k> is
+  /// symbols[k]); empty: every int is the constant the trace holds (its hint).
+  explicit Program(std::shared_ptr<const Trace> trace, std::vector<SizeSymbol> symbols = {});
   /// Runs the program on the trace's inputs, in order; returns the output tensors in the order
   /// of Trace::output.collectTensors().
   /// `inputsHandedOver`: the caller keeps no reference it relies on to the inputs, so the
@@ -68,6 +73,7 @@ class Program {
   std::vector<Instruction> code_;
   std::vector<int> outputRegs_;
   int numRegs_ = 0;
+  std::vector<SizeSymbol> symbols_;
 };
 
 }  // namespace thunder::runtime

@@ -1,6 +1,7 @@
 // The torch executor: ATen kernels for every prim (printed as torchex.<prim>) and for the ltorch
 // symbols PyTorch runs as one call (printed as torch.*, Tensor.* or torch.nn.functional.*).
 #include <ATen/ATen.h>
+#include <ATen/TensorIndexing.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -754,6 +755,37 @@ void registerLTorchKernels() {
              [](K& a) -> c10::IValue { return a.t(0).index_copy_(a.i(1), a.t(2), a.t(3)); });
   implUpdate("ltorch.index_add", "torch", "index_add", "Tensor", "index_add_",
              [](K& a) -> c10::IValue { return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4)); });
+  // Indexing runs whole only where its sizes are symbolic (elsewhere its decomposition into
+  // slices and views is claimed, and fused where it can be). The key as the runtime lowers it:
+  // an int, None, "..." for an ellipsis, a tuple (start, stop, step) for a slice, a tensor; a
+  // list of those for a tuple key.
+  impl("ltorch.getitem", "Tensor", "__getitem__", [](K& a) -> c10::IValue {
+    namespace ix = at::indexing;
+    std::vector<ix::TensorIndex> idx;
+    auto opt = [](const c10::IValue& x) { return x.isNone() ? std::optional<c10::SymInt>() : c10::SymInt(x.toInt()); };
+    auto add = [&](const c10::IValue& x) {
+      if (x.isNone()) idx.emplace_back(ix::None);
+      else if (x.isBool()) idx.emplace_back(x.toBool());
+      else if (x.isInt()) idx.emplace_back(x.toInt());
+      else if (x.isString()) idx.emplace_back(ix::Ellipsis);
+      else if (x.isTensor()) idx.emplace_back(x.toTensor());
+      else if (x.isTuple()) {
+        const auto& e = x.toTupleRef().elements();
+        idx.emplace_back(ix::Slice(opt(e[0]), opt(e[1]), opt(e[2])));
+      } else {
+        throw InternalError("runtime: Tensor.__getitem__ cannot index with a " + x.tagKind());
+      }
+    };
+    const c10::IValue& key = a.v[1];
+    if (key.isIntList()) {
+      for (int64_t i : key.toIntVector()) idx.emplace_back(i);
+    } else if (key.isList()) {
+      for (const c10::IValue& x : key.toListRef()) add(x);
+    } else {
+      add(key);
+    }
+    return a.t(0).index(idx);
+  }, [](const BoundSymbol& b) { return b.symbolicRule != nullptr; });
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
   impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
 

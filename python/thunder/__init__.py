@@ -230,8 +230,17 @@ def mutated_input_names() -> set:
     return getattr(_mutated, "names", set())
 
 
+def _dynamic_dims(tensor, leaf: int, dynamic) -> list[int]:
+    """The dimensions of an input that are size symbols of the trace: those marked with
+    torch._dynamo.mark_dynamic, and those `dynamic` (leaf -> dims, or None) names."""
+    dims = set(getattr(tensor, "_dynamo_dynamic_indices", ()) or ())
+    if dynamic:
+        dims.update(dynamic.get(leaf, ()))
+    return sorted(dims)
+
+
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
-           holders=(), reads=None):
+           holders=(), reads=None, dynamic=None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
     tensors on (a jitted module's submodules). `reads`: a list that gets what the call read from
@@ -250,7 +259,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 if name is None:
                     name = f"t_{counter}"
                     counter += 1
-                new_leaves.append(trace.add_input(leaf, name))
+                new_leaves.append(trace.add_input(leaf, name, _dynamic_dims(leaf, i, dynamic)))
                 sources.append(i)
             else:
                 new_leaves.append(leaf)
@@ -260,6 +269,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         scalar_reads = outputs.ScalarReads(given if reads is not None else {})  # (not the holders)
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
+        trace.records_guards = True
         with functionalize.tracing_state(trace) as state, _compiling():
             with ThunderTorchMode(), scalar_reads:
                 out = fn(*pargs, **pkwargs)
@@ -269,6 +279,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             _write_back(state)
         updated = outputs.updated(given)
         trace.set_output(outputs.prepare(out, updated, state.fresh))
+        trace.records_guards = False
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:

@@ -10,7 +10,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from thunder import _C
-from thunder.core import aliasing, autocast, devices, fallback, functionalize
+from thunder.core import aliasing, autocast, devices, fallback, functionalize, symbolic
 
 TensorProxy = _C.TensorProxy
 _isinstance = isinstance  # the interpreter's own: tracing replaces builtins.isinstance (thunder.__init__)
@@ -187,6 +187,9 @@ def _dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             skwargs = dict(skwargs, device=default)
+    if sym.name == "arange" and len(sargs) == 1 and "end" not in skwargs and symbolic.is_symbolic(sargs[0]):
+        # torch.arange(n) of a symbolic n: as arange(0, n), the form the runtime runs whole.
+        sargs = (0, sargs[0])
     # Under torch.autocast, the arguments cast as autocast casts them for this op.
     sargs, skwargs = autocast.apply(sym.name, sargs, skwargs)
     try:
@@ -598,10 +601,20 @@ def _latest(self):
     return self
 
 
+def _shape(self):
+    """torch.Size of the proxy's sizes; a SymSize (thunder/core/symbolic.py) where some are
+    symbolic."""
+    p = _latest(self)
+    if p._sym:
+        return symbolic.shape_of(p)
+    return torch.Size(p._shape)
+
+
 def _size(self, dim=None):
-    shape = _latest(self)._shape
+    p = _latest(self)
+    shape = symbolic.shape_of(p) if p._sym else p._shape
     if dim is None:
-        return torch.Size(shape)
+        return shape if p._sym else torch.Size(shape)
     return shape[dim]
 
 
@@ -696,12 +709,14 @@ def _install_methods():
     # Through dispatch, as every method: they read a tensor's value now and alias as eager's.
     for name in ("to", "contiguous", "detach", "where"):
         setattr(TensorProxy, name, _make_method(name))
-    TensorProxy.shape = property(lambda self: torch.Size(_latest(self)._shape))
+    TensorProxy.shape = property(_shape)
     TensorProxy.size = _size
     ndim = TensorProxy.ndim
     TensorProxy.ndim = property(lambda self: ndim.__get__(_latest(self)))
     TensorProxy.dim = lambda self: self.ndim
     TensorProxy.ndimension = lambda self: self.ndim
+    numel = TensorProxy.numel
+    TensorProxy.numel = lambda self: symbolic.shape_of(self).numel() if self._sym else numel(self)
     TensorProxy.nelement = lambda self: self.numel()
     TensorProxy.device = property(_device)
     TensorProxy.is_cuda = property(lambda self: self._device_str.startswith("cuda"))
@@ -713,7 +728,7 @@ def _install_methods():
     TensorProxy.mT = property(_mT)
     TensorProxy.H = property(_H)
     TensorProxy.mH = property(_mH)
-    TensorProxy.__len__ = lambda self: self._shape[0] if self._shape else _raise_len()
+    TensorProxy.__len__ = lambda self: int(_shape(self)[0]) if self._shape else _raise_len()
     TensorProxy.__iter__ = lambda self: iter(self.unbind(0))
     TensorProxy.__hash__ = object.__hash__
     for name in ("item", "tolist", "numpy", "__float__", "__int__", "__index__"):

@@ -1,0 +1,784 @@
+#include "ops/symbolic_rules.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "ir/error.h"
+
+namespace thunder {
+
+namespace {
+
+using Dims = std::vector<SymInt>;
+
+/// What a rule sees: the call's arguments by parameter name, and where it records guards.
+struct RuleCtx {
+  const Symbol& sym;
+  const BoundSymbol& b;
+  std::vector<SymGuard>& needs;
+
+  const Value& arg(const char* name) const {
+    for (size_t i = 0; i < sym.params.size() && i < b.args.size(); ++i)
+      if (sym.params[i].name == name) return b.args[i];
+    static const Value none;
+    return none;
+  }
+  const Value& at(size_t i) const {
+    static const Value none;
+    return i < b.args.size() ? b.args[i] : none;
+  }
+  /// a == b assumed (recorded where it is not an identity).
+  bool equal(const SymInt& x, const SymInt& y) {
+    if (sameSym(x, y)) return true;
+    if (x.hint != y.hint) return false;
+    needs.push_back(guardEqual(x, y));
+    return true;
+  }
+  /// Records that x <= y is what it is at the hints; returns it.
+  bool lessEqual(const SymInt& x, const SymInt& y) {
+    SymGuard g = guardLessEqual(x, y);
+    if (!g.e.isConstant()) needs.push_back(g);
+    return x.hint <= y.hint;
+  }
+};
+
+SymInt constant(int64_t v) { return {v, nullptr}; }
+
+int64_t wrapDim(int64_t d, size_t n) { return d < 0 ? d + static_cast<int64_t>(n) : d; }
+
+/// The broadcast of shapes, as TensorIterator's: right-aligned, a static 1 stretches. A
+/// symbolic size that is 1 at its hint is assumed 1 (a guard); two sizes at one position must
+/// be the same.
+bool broadcast(RuleCtx& c, const std::vector<Dims>& shapes, Dims& out) {
+  size_t n = 0;
+  for (const Dims& s : shapes) n = std::max(n, s.size());
+  out.assign(n, constant(1));
+  for (size_t k = 0; k < n; ++k) {
+    const SymInt* chosen = nullptr;
+    for (const Dims& s : shapes) {
+      if (k + s.size() < n) continue;
+      const SymInt& d = s[k + s.size() - n];
+      if (d.hint == 1) {
+        if (d.symbolic()) c.needs.push_back(guardEqual(d, constant(1)));
+        continue;
+      }
+      if (!chosen) chosen = &d;
+      else if (!c.equal(*chosen, d)) return false;
+    }
+    if (chosen) out[k] = *chosen;
+  }
+  return true;
+}
+
+Dims shapeOf(const Value& v) { return v.isTensor() ? v.tensor().symShape() : Dims{}; }
+
+/// The ints of a shape argument (a tuple, or a single int), with their expressions.
+bool symInts(const Value& v, Dims& out) {
+  out.clear();
+  if (v.isInt()) {
+    out.push_back(v.toSymInt());
+    return true;
+  }
+  if (!v.isSequence()) return false;
+  for (const Value& x : v.items()) {
+    if (!x.isInt()) return false;
+    out.push_back(x.toSymInt());
+  }
+  return true;
+}
+
+bool product(const Dims& dims, SymInt& out) {
+  out = constant(1);
+  for (const SymInt& d : dims) {
+    bool ok = true;
+    out = mulSym(out, d, ok);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/// n / d exactly, as an expression: false where it is not one.
+bool divide(const SymInt& n, const SymInt& d, SymInt& out) {
+  if (d.hint == 0) return false;
+  if (!d.symbolic()) {
+    SymExpr e = n.expr();
+    if (e.constant % d.hint != 0) return false;
+    for (const auto& t : e.terms)
+      if (t.second % d.hint != 0) return false;
+    e.constant /= d.hint;
+    for (auto& t : e.terms) t.second /= d.hint;
+    out = {n.hint / d.hint, normalized(std::move(e))};
+    return true;
+  }
+  // A symbolic divisor: only a constant multiple of it.
+  if (n.hint % d.hint != 0) return false;
+  int64_t k = n.hint / d.hint;
+  bool ok = true;
+  SymInt back = mulSym(d, constant(k), ok);
+  if (!ok || !sameSym(back, n)) return false;
+  out = constant(k);
+  return true;
+}
+
+// ---- the rules ---------------------------------------------------------------------------------
+
+using Rule = std::function<bool(RuleCtx&, std::vector<Dims>&)>;
+
+bool sameAsFirst(RuleCtx& c, std::vector<Dims>& outs) {
+  for (const Value& a : c.b.args)
+    if (a.isTensor()) {
+      outs.push_back(shapeOf(a));
+      return true;
+    }
+  return false;
+}
+
+bool broadcastAll(RuleCtx& c, std::vector<Dims>& outs) {
+  std::vector<Dims> shapes;
+  for (const Value& a : c.b.args)
+    if (a.isTensor()) shapes.push_back(shapeOf(a));
+  Dims out;
+  if (!broadcast(c, shapes, out)) return false;
+  outs.push_back(out);
+  return true;
+}
+
+bool reduction(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  const Value& dim = c.arg("dim");
+  const Value& keep = c.arg("keepdim");
+  bool keepdim = keep.isBool() && keep.toBool();
+  std::vector<bool> reduced(in.size(), dim.isNone());
+  if (!dim.isNone()) {
+    std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
+    if (ds.empty() && !dim.isInt()) reduced.assign(in.size(), true);  // sum(dim=()) reduces all
+    for (int64_t d : ds) {
+      int64_t w = wrapDim(d, in.size());
+      if (w < 0 || w >= static_cast<int64_t>(in.size())) return in.empty() && (w == 0 || w == -1);
+      reduced[w] = true;
+    }
+  }
+  Dims out;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!reduced[k]) out.push_back(in[k]);
+    else if (keepdim) out.push_back(constant(1));
+  }
+  for (size_t k = 0; k < c.b.outputTensors().size(); ++k) outs.push_back(out);
+  return true;
+}
+
+bool reshape(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), to;
+  if (!symInts(c.arg("shape"), to)) return false;
+  SymInt numel;
+  if (!product(in, numel)) return false;
+  int infer = -1;
+  Dims known;
+  for (size_t k = 0; k < to.size(); ++k) {
+    if (!to[k].symbolic() && to[k].hint == -1) {
+      if (infer >= 0) return false;
+      infer = static_cast<int>(k);
+    } else {
+      known.push_back(to[k]);
+    }
+  }
+  SymInt knownNumel;
+  if (!product(known, knownNumel)) return false;
+  if (infer >= 0) {
+    SymInt rest;
+    if (!divide(numel, knownNumel, rest)) return false;
+    to[infer] = rest;
+  } else if (!c.equal(numel, knownNumel)) {
+    return false;
+  }
+  outs.push_back(to);
+  return true;
+}
+
+bool expand(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), to;
+  if (!symInts(c.arg("shape"), to)) return false;
+  if (to.size() < in.size()) return false;
+  size_t lead = to.size() - in.size();
+  for (size_t k = 0; k < to.size(); ++k) {
+    bool keep = !to[k].symbolic() && to[k].hint == -1;
+    if (k < lead) {
+      if (keep) return false;
+      continue;
+    }
+    const SymInt& d = in[k - lead];
+    if (keep) {
+      to[k] = d;
+    } else if (!d.symbolic() && d.hint == 1) {
+      // stretched
+    } else if (!c.equal(d, to[k])) {
+      return false;
+    }
+  }
+  outs.push_back(to);
+  return true;
+}
+
+bool permuteBy(const Dims& in, const std::vector<int64_t>& perm, Dims& out) {
+  out.clear();
+  for (int64_t p : perm) {
+    int64_t w = wrapDim(p, in.size());
+    if (w < 0 || w >= static_cast<int64_t>(in.size())) return false;
+    out.push_back(in[w]);
+  }
+  return true;
+}
+
+bool transpose(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  if (in.empty()) return outs.push_back(in), true;
+  int64_t a = wrapDim(c.arg("dim0").toInt(), in.size()), b = wrapDim(c.arg("dim1").toInt(), in.size());
+  if (a < 0 || b < 0 || a >= (int64_t)in.size() || b >= (int64_t)in.size()) return false;
+  std::swap(in[a], in[b]);
+  outs.push_back(in);
+  return true;
+}
+
+bool tRule(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  if (in.size() == 2) std::swap(in[0], in[1]);
+  outs.push_back(in);
+  return true;
+}
+
+bool permute(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), out;
+  if (!permuteBy(in, c.arg("dims").toInts(), out)) return false;
+  outs.push_back(out);
+  return true;
+}
+
+bool unsqueeze(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size() + 1);
+  if (d < 0 || d > (int64_t)in.size()) return false;
+  in.insert(in.begin() + d, constant(1));
+  outs.push_back(in);
+  return true;
+}
+
+bool squeeze(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  const Value& dim = c.arg("dim");
+  std::vector<bool> drop(in.size(), false);
+  if (dim.isNone()) {
+    for (size_t k = 0; k < in.size(); ++k) drop[k] = !in[k].symbolic() && in[k].hint == 1;
+  } else {
+    std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
+    for (int64_t d : ds) {
+      int64_t w = wrapDim(d, in.size());
+      if (in.empty()) continue;
+      if (w < 0 || w >= (int64_t)in.size()) return false;
+      drop[w] = !in[w].symbolic() && in[w].hint == 1;
+    }
+  }
+  // A symbolic size is kept: it must not be 1 (ATen would drop it).
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!in[k].symbolic()) continue;
+    if (in[k].hint == 1) return false;
+    bool asked = dim.isNone();
+    if (!asked) {
+      std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
+      for (int64_t d : ds) asked |= wrapDim(d, in.size()) == static_cast<int64_t>(k);
+    }
+    if (asked) c.needs.push_back(guardEqual(in[k], constant(1)));
+  }
+  Dims out;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (!drop[k]) out.push_back(in[k]);
+  outs.push_back(out);
+  return true;
+}
+
+bool flatten(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  if (in.empty()) return outs.push_back(Dims{constant(1)}), true;
+  int64_t s = wrapDim(c.arg("start_dim").toInt(), in.size()), e = wrapDim(c.arg("end_dim").toInt(), in.size());
+  if (s < 0 || e >= (int64_t)in.size() || s > e) return false;
+  SymInt p;
+  if (!product(Dims(in.begin() + s, in.begin() + e + 1), p)) return false;
+  Dims out(in.begin(), in.begin() + s);
+  out.push_back(p);
+  out.insert(out.end(), in.begin() + e + 1, in.end());
+  outs.push_back(out);
+  return true;
+}
+
+bool cat(RuleCtx& c, std::vector<Dims>& outs) {
+  const Value& ts = c.arg("tensors");
+  if (!ts.isSequence()) return false;
+  std::vector<Dims> shapes;
+  for (const Value& t : ts.items()) {
+    if (!t.isTensor()) return false;
+    Dims s = shapeOf(t);
+    // PyTorch skips 1-D empty tensors in a cat.
+    if (s.size() == 1 && s[0].hint == 0) {
+      if (s[0].symbolic()) return false;
+      continue;
+    }
+    if (s.size() == 1 && s[0].symbolic()) c.needs.push_back(guardEqual(s[0], constant(0)));
+    shapes.push_back(s);
+  }
+  if (shapes.empty()) return sameAsFirst(c, outs);
+  Dims out = shapes[0];
+  int64_t d = wrapDim(c.arg("dim").toInt(), out.size());
+  if (d < 0 || d >= (int64_t)out.size()) return false;
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    if (shapes[i].size() != out.size()) return false;
+    for (size_t k = 0; k < out.size(); ++k) {
+      if ((int64_t)k == d) out[k] = out[k] + shapes[i][k];
+      else if (!c.equal(out[k], shapes[i][k])) return false;
+    }
+  }
+  outs.push_back(out);
+  return true;
+}
+
+bool stack(RuleCtx& c, std::vector<Dims>& outs) {
+  const Value& ts = c.arg("tensors");
+  if (!ts.isSequence() || ts.items().empty()) return false;
+  Dims out = shapeOf(ts.items()[0]);
+  for (const Value& t : ts.items()) {
+    Dims s = shapeOf(t);
+    if (s.size() != out.size()) return false;
+    for (size_t k = 0; k < s.size(); ++k)
+      if (!c.equal(out[k], s[k])) return false;
+  }
+  int64_t d = wrapDim(c.arg("dim").toInt(), out.size() + 1);
+  if (d < 0 || d > (int64_t)out.size()) return false;
+  out.insert(out.begin() + d, constant(static_cast<int64_t>(ts.items().size())));
+  outs.push_back(out);
+  return true;
+}
+
+bool narrow(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (d < 0 || d >= (int64_t)in.size()) return false;
+  SymInt start = c.arg("start").toSymInt(), length = c.arg("length").toSymInt();
+  if (start.hint < 0) {
+    if (start.symbolic()) return false;
+    start = in[d] + start;
+  }
+  if (!c.lessEqual(constant(0), length) || !c.lessEqual(start + length, in[d])) return false;
+  in[d] = length;
+  outs.push_back(in);
+  return true;
+}
+
+bool indexSelect(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), idx = shapeOf(c.arg("index"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (in.empty() || d < 0 || d >= (int64_t)in.size() || idx.size() > 1) return false;
+  in[d] = idx.empty() ? constant(1) : idx[0];
+  outs.push_back(in);
+  return true;
+}
+
+bool arange(RuleCtx& c, std::vector<Dims>& outs) {
+  const Value &a = c.arg("start"), &e = c.arg("end"), &s = c.arg("step");
+  SymInt start = constant(0), end;
+  if (e.isNone()) {
+    if (!a.isInt()) return false;
+    end = a.toSymInt();
+  } else {
+    if (!a.isInt() || !e.isInt()) return false;
+    start = a.toSymInt(), end = e.toSymInt();
+  }
+  if (!s.isNone() && !(s.isInt() && !s.symExpr() && s.toInt() == 1)) return false;
+  // torch.arange(start, end) with end < start raises: the length is end - start.
+  if (!c.lessEqual(start, end)) return false;
+  outs.push_back(Dims{end - start});
+  return true;
+}
+
+bool sized(RuleCtx& c, const char* param, std::vector<Dims>& outs) {
+  Dims to;
+  if (!symInts(c.arg(param), to)) return false;
+  for (const SymInt& d : to)
+    if (d.hint < 0) return false;
+  outs.push_back(to);
+  return true;
+}
+
+bool matmul(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims a = shapeOf(c.at(0)), b = shapeOf(c.at(1));
+  if (a.empty() || b.empty()) return false;
+  if (a.size() == 1 && b.size() == 1) {
+    if (!c.equal(a[0], b[0])) return false;
+    return outs.push_back(Dims{}), true;
+  }
+  if (b.size() == 1) {
+    if (!c.equal(a.back(), b[0])) return false;
+    a.pop_back();
+    return outs.push_back(a), true;
+  }
+  if (a.size() == 1) {
+    if (!c.equal(a[0], b[b.size() - 2])) return false;
+    Dims out(b.begin(), b.end() - 2);
+    out.push_back(b.back());
+    return outs.push_back(out), true;
+  }
+  if (!c.equal(a.back(), b[b.size() - 2])) return false;
+  Dims batch;
+  if (!broadcast(c, {Dims(a.begin(), a.end() - 2), Dims(b.begin(), b.end() - 2)}, batch)) return false;
+  if (c.sym.name == "bmm" && (a.size() != 3 || b.size() != 3)) return false;
+  batch.push_back(a[a.size() - 2]);
+  batch.push_back(b.back());
+  outs.push_back(batch);
+  return true;
+}
+
+bool linear(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims x = shapeOf(c.arg("a")), w = shapeOf(c.arg("weight"));
+  if (x.empty() || w.empty() || w.size() > 2) return false;
+  if (!c.equal(x.back(), w.back())) return false;
+  x.pop_back();
+  if (w.size() == 2) x.push_back(w[0]);
+  const Value& bias = c.arg("bias");
+  if (bias.isTensor()) {
+    Dims out;
+    if (!broadcast(c, {x, shapeOf(bias)}, out)) return false;
+    x = out;
+  }
+  outs.push_back(x);
+  return true;
+}
+
+bool sdpa(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims q = shapeOf(c.at(0)), k = shapeOf(c.at(1)), v = shapeOf(c.at(2));
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return false;
+  const Value& gqa = c.arg("enable_gqa");
+  bool grouped = gqa.isBool() && gqa.toBool();
+  size_t n = q.size();
+  if (!c.equal(q[n - 1], k[n - 1]) || !c.equal(k[n - 2], v[n - 2])) return false;
+  for (size_t d = 0; d + 2 < n; ++d) {
+    if (grouped && d + 3 == n) {
+      if (k[d].symbolic() || v[d].symbolic() || q[d].symbolic() || !c.equal(k[d], v[d])) return false;
+      continue;
+    }
+    if (!c.equal(q[d], k[d]) || !c.equal(k[d], v[d])) return false;
+  }
+  const Value& mask = c.at(3);
+  if (mask.isTensor()) {
+    Dims target(q.begin(), q.end() - 1), out;
+    target.push_back(k[n - 2]);
+    if (!broadcast(c, {shapeOf(mask), target}, out) || out.size() != target.size()) return false;
+    for (size_t d = 0; d < out.size(); ++d)
+      if (!c.equal(out[d], target[d])) return false;
+  }
+  Dims out(q.begin(), q.end() - 1);
+  out.push_back(v[n - 1]);
+  outs.push_back(out);
+  return true;
+}
+
+bool embedding(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims idx = shapeOf(c.arg("a")), w = shapeOf(c.arg("weight"));
+  if (w.size() != 2) return false;
+  idx.push_back(w[1]);
+  outs.push_back(idx);
+  return true;
+}
+
+bool norm(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), ns;
+  if (!symInts(c.arg("normalized_shape"), ns) || ns.size() > in.size()) return false;
+  for (size_t k = 0; k < ns.size(); ++k)
+    if (!c.equal(in[in.size() - ns.size() + k], ns[k])) return false;
+  outs.push_back(in);
+  return true;
+}
+
+/// Basic indexing: ints, slices with a step of 1 (or static sizes), None and an ellipsis.
+bool getitem(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  const Value& key = c.arg("key");
+  std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
+  size_t consumed = 0;
+  for (const Value& x : items) {
+    if (x.isTensor() || x.isBool() || x.isSequence()) return false;
+    if (x.isInt() || x.isSlice()) ++consumed;
+  }
+  if (consumed > in.size()) return false;
+  Dims out;
+  size_t d = 0;
+  bool ellipsisSeen = false;
+  for (const Value& x : items) {
+    if (x.isEllipsis()) {
+      if (ellipsisSeen) return false;
+      ellipsisSeen = true;
+      size_t skip = in.size() - consumed;
+      for (size_t k = 0; k < skip; ++k) out.push_back(in[d++]);
+    } else if (x.isNone()) {
+      out.push_back(constant(1));
+    } else if (x.isInt()) {
+      SymInt i = x.toSymInt();
+      const SymInt& size = in[d++];
+      if (i.hint < 0) {
+        if (i.symbolic() || !c.lessEqual(-i, size)) return false;
+      } else if (!c.lessEqual(i + constant(1), size)) {
+        return false;
+      }
+    } else {  // slice
+      const SymInt& size = in[d++];
+      const Value &a = x.items()[0], &e = x.items()[1], &s = x.items()[2];
+      if ((!a.isNone() && !a.isInt()) || (!e.isNone() && !e.isInt()) || (!s.isNone() && !s.isInt()))
+        return false;
+      int64_t step = s.isNone() ? 1 : s.toInt();
+      if (s.symExpr() || step <= 0) return false;
+      // Python's bounds: a negative one counts from the end; both clamp into [0, size].
+      auto bound = [&](const Value& v, const SymInt& dflt, SymInt& out) {
+        if (v.isNone()) return out = dflt, true;
+        SymInt b = v.toSymInt();
+        if (b.hint < 0) {
+          if (b.symbolic()) return false;
+          b = size + b;
+          if (!c.lessEqual(constant(0), b)) return (out = constant(0)), true;
+        }
+        if (!c.lessEqual(b, size)) return (out = size), true;
+        return (out = b), true;
+      };
+      SymInt start, stop;
+      if (!bound(a, constant(0), start) || !bound(e, size, stop)) return false;
+      SymInt len = constant(0);
+      if (c.lessEqual(start, stop)) len = stop - start;
+      if (step != 1) {
+        if (len.symbolic()) return false;
+        len = constant((len.hint + step - 1) / step);
+      }
+      out.push_back(len);
+    }
+  }
+  while (d < in.size()) out.push_back(in[d++]);
+  outs.push_back(out);
+  return true;
+}
+
+/// An advanced index by tensors only, of the leading dimensions (`mask[idx0, idx1]`, run by the
+/// fallback): the broadcast of the indices' shapes, then the dimensions not indexed.
+bool tensorIndex(RuleCtx& c, std::vector<Dims>& outs) {
+  if (c.b.args.size() < 2) return false;
+  Dims in = shapeOf(c.b.args[0]);
+  const Value& key = c.b.args[1];
+  std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
+  std::vector<Dims> shapes;
+  for (const Value& x : items) {
+    if (!x.isTensor()) return false;
+    DType t = x.tensor().dtype;
+    if (t == DType::Bool || t == DType::UInt8) return false;  // a mask: data-dependent
+    shapes.push_back(shapeOf(x));
+  }
+  if (shapes.empty() || shapes.size() > in.size()) return false;
+  Dims out;
+  if (!broadcast(c, shapes, out)) return false;
+  out.insert(out.end(), in.begin() + shapes.size(), in.end());
+  outs.push_back(out);
+  return true;
+}
+
+const std::unordered_map<std::string, Rule>& rules() {
+  static const std::unordered_map<std::string, Rule> table = [] {
+    std::unordered_map<std::string, Rule> t;
+    for (const char* n :
+         {"neg", "abs", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "tanh", "sinh",
+          "cosh", "asin", "acos", "atan", "sigmoid", "rsqrt", "sqrt", "square", "reciprocal", "erf", "erfc", "relu",
+          "relu6", "gelu", "silu", "softplus", "leaky_relu", "elu", "hardswish", "mish", "sign", "floor", "ceil",
+          "round", "trunc", "bitwise_not", "logical_not", "isfinite", "to", "type_as", "float", "double", "half",
+          "bfloat16", "int", "long", "bool", "contiguous", "clone", "softmax", "log_softmax", "cumsum", "tril",
+          "triu", "dropout", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
+          "detach"})
+      t[std::string("ltorch.") + n] = sameAsFirst;
+    for (const char* n : {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow",
+                          "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
+                          "bitwise_xor", "logical_and", "logical_or", "maximum", "minimum", "atan2", "clamp", "lerp",
+                          "copysign"})
+      t[std::string("ltorch.") + n] = broadcastAll;
+    for (const char* n : {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "argmax", "argmin",
+                          "logsumexp", "all", "any"})
+      t[std::string("ltorch.") + n] = reduction;
+    t["ltorch.reshape"] = reshape;
+    t["ltorch.view"] = reshape;
+    t["ltorch.expand"] = expand;
+    t["ltorch.transpose"] = transpose;
+    t["ltorch.t"] = tRule;
+    t["ltorch.permute"] = permute;
+    t["ltorch.unsqueeze"] = unsqueeze;
+    t["ltorch.squeeze"] = squeeze;
+    t["ltorch.flatten"] = flatten;
+    t["ltorch.cat"] = cat;
+    t["ltorch.stack"] = stack;
+    t["ltorch.narrow"] = narrow;
+    t["ltorch.index_select"] = indexSelect;
+    t["ltorch.arange"] = arange;
+    for (const char* n : {"full", "zeros", "ones", "empty", "rand", "randn"})
+      t[std::string("ltorch.") + n] = [](RuleCtx& c, std::vector<Dims>& o) { return sized(c, "shape", o); };
+    for (const char* n : {"new_zeros", "new_ones", "new_empty", "new_full"})
+      t[std::string("ltorch.") + n] = [](RuleCtx& c, std::vector<Dims>& o) { return sized(c, "size", o); };
+    t["ltorch.matmul"] = matmul;
+    t["ltorch.bmm"] = matmul;
+    t["ltorch.linear"] = linear;
+    t["ltorch.scaled_dot_product_attention"] = sdpa;
+    t["ltorch.embedding"] = embedding;
+    t["ltorch.layer_norm"] = norm;
+    t["ltorch.rms_norm"] = norm;
+    t["ltorch.getitem"] = getitem;
+    t["torch.Tensor.__getitem__"] = tensorIndex;
+    return t;
+  }();
+  return table;
+}
+
+const Rule* ruleFor(const Symbol& s) {
+  const auto& t = rules();
+  auto it = t.find(s.id());
+  if (it == t.end() && !s.printAs.empty()) it = t.find(s.printAs);
+  return it == t.end() ? nullptr : &it->second;
+}
+
+void collectSymbols(const SymPtr& e, std::set<int>& out) {
+  if (!e) return;
+  for (const auto& t : e->terms) out.insert(t.first);
+}
+
+void collectSymbols(const Value& v, std::set<int>& out) {
+  if (v.isTensor()) {
+    for (const SymPtr& e : v.tensor().sym) collectSymbols(e, out);
+    return;
+  }
+  collectSymbols(v.symExpr(), out);
+  if (v.isSequence() || v.isDict() || v.isSlice())
+    for (const Value& x : v.items()) collectSymbols(x, out);
+}
+
+}  // namespace
+
+bool readsSymbolic(const std::vector<Value>& args) {
+  std::function<bool(const Value&)> reads = [&](const Value& v) {
+    if (v.isTensor()) return v.tensor().symbolic();
+    if (v.symExpr()) return true;
+    if (v.isSequence() || v.isDict() || v.isSlice())
+      for (const Value& x : v.items())
+        if (reads(x)) return true;
+    return false;
+  };
+  for (const Value& a : args)
+    if (reads(a)) return true;
+  return false;
+}
+
+std::vector<int> symbolsOf(const BoundSymbol& b) {
+  std::set<int> s;
+  for (const Value& a : b.args) collectSymbols(a, s);
+  collectSymbols(b.output, s);
+  return {s.begin(), s.end()};
+}
+
+bool symbolicRule(const Symbol& rule, const BoundSymbol& b, std::vector<std::vector<SymInt>>& outs,
+                  std::vector<SymGuard>& needs) {
+  const Rule* r = ruleFor(rule);
+  if (!r) return false;
+  outs.clear();
+  needs.clear();
+  RuleCtx c{rule, b, needs};
+  bool ok = false;
+  try {
+    ok = (*r)(c, outs);
+  } catch (const std::exception&) {
+    ok = false;  // an argument of a form the rule does not read
+  }
+  if (!ok) return false;
+  // The rule must give the sizes the meta function gave, at the hints.
+  std::vector<TensorPtr> made = b.outputTensors();
+  if (outs.size() == 1 && made.size() > 1 && rule.name != "max" && rule.name != "min") return false;
+  if (outs.size() == 1)
+    while (outs.size() < made.size()) outs.push_back(outs[0]);
+  if (outs.size() != made.size()) return false;
+  for (size_t i = 0; i < made.size(); ++i) {
+    if (outs[i].size() != made[i]->shape.size()) return false;
+    for (size_t d = 0; d < outs[i].size(); ++d)
+      if (outs[i][d].hint != made[i]->shape[d]) return false;
+  }
+  return true;
+}
+
+void recordSymbolic(Trace& trace, BoundSymbol& b) {
+  std::vector<std::vector<SymInt>> outs;
+  std::vector<SymGuard> needs;
+  bool ok = symbolicRule(*b.sym, b, outs, needs);
+  if (ok && !trace.recordsGuards) {
+    for (const SymGuard& g : needs)
+      ok = ok && std::find(trace.guards.begin(), trace.guards.end(), g) != trace.guards.end();
+  }
+  std::vector<TensorPtr> ins = b.inputTensors(), made = b.outputTensors();
+  if (ok) {
+    for (const SymGuard& g : needs) trace.addGuard(g);
+    for (size_t i = 0; i < made.size(); ++i)
+      if (std::find(ins.begin(), ins.end(), made[i]) == ins.end()) made[i]->setSymShape(outs[i]);
+    b.symbolicRule = b.sym;
+    return;
+  }
+  if (!trace.recordsGuards) return;
+  // No rule: the call is right at the hints only. Each symbol it reads is pinned to its hint.
+  std::set<int> read;
+  for (const Value& a : b.args) collectSymbols(a, read);
+  for (int k : read) {
+    SymGuard g;
+    g.rel = SymGuard::Rel::Eq;
+    g.e.terms.emplace_back(k, 1);
+    g.e.constant = -trace.symbols.at(k).hint;
+    trace.addGuard(g);
+  }
+}
+
+std::vector<std::pair<int, int64_t>> pinnedSymbols(const std::vector<SymGuard>& guards) {
+  std::vector<std::pair<int, int64_t>> out;
+  for (const SymGuard& g : guards)
+    if (g.rel == SymGuard::Rel::Eq && g.outcome && g.e.terms.size() == 1 && g.e.terms[0].second == 1)
+      out.emplace_back(g.e.terms[0].first, -g.e.constant);
+  return out;
+}
+
+std::string symbolicCheck(const Trace& symbolic, const Trace& execution) {
+  std::set<int> pinned;
+  for (const auto& [k, v] : pinnedSymbols(symbolic.guards)) pinned.insert(k);
+  auto free = [&](const std::vector<int>& syms) {
+    for (int k : syms)
+      if (!pinned.count(k)) return true;
+    return false;
+  };
+  for (const BoundSymbol& b : execution.bsyms) {
+    if (b.sym->hasTag(kDel)) continue;
+    if (!free(symbolsOf(b))) continue;
+    auto where = [&](const std::string& why) { return b.sym->printName() + ": " + why; };
+    if (!b.symbolicRule) return where("no symbolic rule covers the call as it runs");
+    if (b.sym->executor != "torch")
+      return where("run by executor '" + b.sym->executor + "', not by the torch executor's ATen call");
+    std::vector<std::vector<SymInt>> outs;
+    std::vector<SymGuard> needs;
+    if (!symbolicRule(*b.symbolicRule, b, outs, needs)) return where("its rule does not apply to its arguments");
+    for (const SymGuard& g : needs)
+      if (std::find(symbolic.guards.begin(), symbolic.guards.end(), g) == symbolic.guards.end())
+        return where("its rule needs " + g.str() + ", which the trace does not guard");
+    std::vector<TensorPtr> made = b.outputTensors();
+    for (size_t i = 0; i < made.size(); ++i) {
+      std::vector<SymInt> have = made[i]->symShape();
+      for (size_t d = 0; d < have.size(); ++d)
+        if (!sameSym(have[d], outs[i][d]))
+          return where("output " + made[i]->name + " has size " + made[i]->typeString() +
+                       " where its rule gives another expression");
+    }
+  }
+  return "";
+}
+
+}  // namespace thunder

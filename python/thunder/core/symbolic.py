@@ -1,0 +1,287 @@
+"""Symbolic sizes while a program is traced (docs/symbolic_sizes.md).
+
+A dimension of an input marked dynamic (`torch._dynamo.mark_dynamic(x, dim)`, or, with
+`thunder.jit(fn, cache="symbolic values")`, a dimension whose size changed between two calls) is
+a size symbol s<k> of the trace. The program sees its sizes as `SymInt`s: ints that carry an
+affine expression over the symbols next to their value at trace time (the hint). Sums, differences
+and products by constants stay symbolic; a thunder op that receives one records the expression,
+and the trace computes it again from the inputs' sizes at each call. Anything else the program
+asks of one is answered with the hint and recorded as a guard, so the trace is reused only where
+the answer is the same:
+
+- comparisons and `bool()` record their outcome (`if n > 1:` holds for every size it serves);
+- `int()`, `__index__` (a Python `range(n)`, a list index), `float()`, hashing and a product of two
+  symbolic ints pin the expression to its hint (the trace then serves that value only).
+"""
+
+from __future__ import annotations
+
+from thunder import _C
+
+__all__ = ["SymInt", "SymSize", "is_symbolic"]
+
+
+def _terms_add(a: tuple, b: tuple, sign: int = 1) -> tuple:
+    out = dict(a)
+    for k, c in b:
+        out[k] = out.get(k, 0) + sign * c
+    return tuple(sorted((k, c) for k, c in out.items() if c != 0))
+
+
+def _parts(x):
+    """(hint, constant, terms) of an int or a SymInt; None for anything else."""
+    if isinstance(x, SymInt):
+        return x.hint, x.const, x.terms
+    if isinstance(x, bool) or not isinstance(x, int):
+        return None
+    return x, x, ()
+
+
+def _make(hint: int, const: int, terms: tuple):
+    return SymInt(hint, const, terms) if terms else hint
+
+
+class SymInt:
+    """An int computed from size symbols: `hint` its value at trace time, `const + sum(c * s_k)`
+    its expression."""
+
+    __slots__ = ("hint", "const", "terms")
+
+    def __init__(self, hint: int, const: int, terms: tuple):
+        self.hint, self.const, self.terms = int(hint), int(const), tuple((int(k), int(c)) for k, c in terms)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # torch.arange(n), torch.zeros(n, 4): a torch function given a symbolic int is traced as a
+        # tensor method is (PyTorch's argument parser hands over objects with __torch_function__).
+        from thunder.core.proxies import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    @property
+    def _thunder_sym(self):
+        return self.hint, self.const, self.terms
+
+    def __repr__(self):
+        return f"SymInt({self._expr()}, hint={self.hint})"
+
+    def _expr(self) -> str:
+        s = ""
+        for k, c in self.terms:
+            a = abs(c)
+            s += ("-" if c < 0 else "") if not s else (" - " if c < 0 else " + ")
+            s += (f"{a}*" if a != 1 else "") + f"s{k}"
+        if self.const:
+            s += f" {'+' if self.const > 0 else '-'} {abs(self.const)}"
+        return s
+
+    # ---- what pins or guards --------------------------------------------------------------------
+
+    def _guard(self, less_than: bool, outcome: bool, const: int, terms: tuple) -> None:
+        _C.add_size_guard(const, terms, less_than, outcome)
+
+    def _pin(self) -> int:
+        """The hint, guarded: the trace serves only sizes where this expression has this value."""
+        self._guard(False, True, self.const - self.hint, self.terms)
+        return self.hint
+
+    def __int__(self):
+        return self._pin()
+
+    def __index__(self):
+        return self._pin()
+
+    def __float__(self):
+        return float(self._pin())
+
+    def __hash__(self):
+        return hash(self._pin())
+
+    def __bool__(self):
+        outcome = self.hint != 0
+        self._guard(False, not outcome, self.const, self.terms)
+        return outcome
+
+    def _compare(self, other, op: str):
+        o = _parts(other)
+        if o is None:
+            if isinstance(other, float):
+                return _FLOAT_OPS[op](float(self._pin()), other)
+            return NotImplemented
+        # d = self - other; compare d with 0
+        dh, dc, dt = self.hint - o[0], self.const - o[1], _terms_add(self.terms, o[2], -1)
+        if op == "eq" or op == "ne":
+            outcome = dh == 0
+            if dt:
+                self._guard(False, outcome, dc, dt)
+            return outcome if op == "eq" else not outcome
+        if op == "lt":  # d < 0
+            outcome = dh < 0
+            if dt:
+                self._guard(True, outcome, dc, dt)
+            return outcome
+        if op == "le":  # d - 1 < 0
+            outcome = dh <= 0
+            if dt:
+                self._guard(True, outcome, dc - 1, dt)
+            return outcome
+        if op == "gt":  # -d < 0
+            outcome = dh > 0
+            if dt:
+                self._guard(True, outcome, -dc, tuple((k, -c) for k, c in dt))
+            return outcome
+        outcome = dh >= 0  # ge: -d - 1 < 0
+        if dt:
+            self._guard(True, outcome, -dc - 1, tuple((k, -c) for k, c in dt))
+        return outcome
+
+    def __eq__(self, other):
+        return self._compare(other, "eq")
+
+    def __ne__(self, other):
+        return self._compare(other, "ne")
+
+    def __lt__(self, other):
+        return self._compare(other, "lt")
+
+    def __le__(self, other):
+        return self._compare(other, "le")
+
+    def __gt__(self, other):
+        return self._compare(other, "gt")
+
+    def __ge__(self, other):
+        return self._compare(other, "ge")
+
+    # ---- arithmetic that stays symbolic -----------------------------------------------------------
+
+    def __add__(self, other):
+        o = _parts(other)
+        if o is None:
+            return float(self) + other if isinstance(other, float) else NotImplemented
+        return _make(self.hint + o[0], self.const + o[1], _terms_add(self.terms, o[2]))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        o = _parts(other)
+        if o is None:
+            return float(self) - other if isinstance(other, float) else NotImplemented
+        return _make(self.hint - o[0], self.const - o[1], _terms_add(self.terms, o[2], -1))
+
+    def __rsub__(self, other):
+        o = _parts(other)
+        if o is None:
+            return other - float(self) if isinstance(other, float) else NotImplemented
+        return _make(o[0] - self.hint, o[1] - self.const, _terms_add(o[2], self.terms, -1))
+
+    def __neg__(self):
+        return _make(-self.hint, -self.const, tuple((k, -c) for k, c in self.terms))
+
+    def __pos__(self):
+        return self
+
+    def __mul__(self, other):
+        o = _parts(other)
+        if o is None:
+            return float(self) * other if isinstance(other, float) else NotImplemented
+        if o[2]:  # a product of two symbolic ints is not affine: the other one is pinned
+            other = int(other)
+        k = int(other)
+        return _make(self.hint * k, self.const * k, tuple((s, c * k) for s, c in self.terms if c * k != 0))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        o = _parts(other)
+        if o is None or o[2] or o[0] <= 0:
+            return int(self) // other
+        d = o[0]
+        if all(c % d == 0 for _, c in self.terms):
+            # (c0 + sum(c_k s_k)) // d with every c_k a multiple of d: the constant's floor.
+            return _make(self.hint // d, self.const // d, tuple((s, c // d) for s, c in self.terms))
+        return self._pin() // d
+
+    def __rfloordiv__(self, other):
+        return other // int(self)
+
+    def __mod__(self, other):
+        o = _parts(other)
+        if o is None or o[2] or o[0] <= 0:
+            return int(self) % other
+        d = o[0]
+        if all(c % d == 0 for _, c in self.terms):
+            return self.const % d
+        return self._pin() % d
+
+    def __rmod__(self, other):
+        return other % int(self)
+
+    def __truediv__(self, other):
+        return float(self) / other
+
+    def __rtruediv__(self, other):
+        return other / float(self)
+
+    def __pow__(self, other):
+        return int(self) ** other
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    def __round__(self, ndigits=None):
+        return self
+
+    def __trunc__(self):
+        return self
+
+    def __floor__(self):
+        return self
+
+    def __ceil__(self):
+        return self
+
+    def __format__(self, spec):
+        return format(int(self), spec)
+
+
+_FLOAT_OPS = {
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+}
+
+
+class SymSize(tuple):
+    """A shape with symbolic sizes: a tuple of ints and SymInts that answers like torch.Size."""
+
+    def numel(self):
+        n = 1
+        for d in self:
+            n = n * d
+        return n
+
+    def __getitem__(self, i):
+        r = tuple.__getitem__(self, i)
+        return SymSize(r) if isinstance(i, slice) else r
+
+    def __add__(self, other):
+        return SymSize(tuple(self) + tuple(other))
+
+    def __radd__(self, other):
+        return SymSize(tuple(other) + tuple(self))
+
+    def __repr__(self):
+        return f"SymSize({list(self)})"
+
+
+def is_symbolic(x) -> bool:
+    return isinstance(x, SymInt)
+
+
+def shape_of(proxy):
+    """The proxy's shape: torch.Size where every size is static, else a SymSize."""
+    sym = proxy._sym
+    shape = proxy._shape
+    if not sym:
+        return None
+    return SymSize(d if e is None else SymInt(d, e[0], e[1]) for d, e in zip(shape, sym))

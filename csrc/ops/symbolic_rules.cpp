@@ -1,6 +1,8 @@
 #include "ops/symbolic_rules.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -720,14 +722,20 @@ void recordSymbolic(Trace& trace, BoundSymbol& b) {
       ok = ok && std::find(trace.guards.begin(), trace.guards.end(), g) != trace.guards.end();
   }
   std::vector<TensorPtr> ins = b.inputTensors(), made = b.outputTensors();
+  static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
   if (ok) {
-    for (const SymGuard& g : needs) trace.addGuard(g);
+    for (const SymGuard& g : needs) {
+      if (debug && trace.recordsGuards && std::find(trace.guards.begin(), trace.guards.end(), g) == trace.guards.end())
+        std::fprintf(stderr, "thunder: %s assumes %s\n", b.sym->id().c_str(), g.str().c_str());
+      trace.addGuard(g);
+    }
     for (size_t i = 0; i < made.size(); ++i)
       if (std::find(ins.begin(), ins.end(), made[i]) == ins.end()) made[i]->setSymShape(outs[i]);
     b.symbolicRule = b.sym;
     return;
   }
   if (!trace.recordsGuards) return;
+  if (debug) std::fprintf(stderr, "thunder: %s has no symbolic rule for its arguments: it pins its sizes\n", b.sym->id().c_str());
   // No rule: the call is right at the hints only. Each symbol it reads is pinned to its hint.
   std::set<int> read;
   for (const Value& a : b.args) collectSymbols(a, read);
@@ -761,7 +769,11 @@ std::string symbolicCheck(const Trace& symbolic, const Trace& execution) {
     if (!free(symbolsOf(b))) continue;
     auto where = [&](const std::string& why) { return b.sym->printName() + ": " + why; };
     if (!b.symbolicRule) return where("no symbolic rule covers the call as it runs");
-    if (b.sym->executor != "torch")
+    // The torch executor's calls take their ints at each run. So does PyTorch's indexing by
+    // tensors, run by the fallback executor where its key holds tensors only.
+    bool fallbackIndex = b.sym->executor == "fallback" && b.symbolicRule->printAs == "torch.Tensor.__getitem__" &&
+                         b.args.size() == 2 && !b.args[1].hasSymbolic();
+    if (b.sym->executor != "torch" && !fallbackIndex)
       return where("run by executor '" + b.sym->executor + "', not by the torch executor's ATen call");
     std::vector<std::vector<SymInt>> outs;
     std::vector<SymGuard> needs;

@@ -53,7 +53,24 @@ struct Capture {
   Trace* trace = nullptr;
   std::vector<at::Tensor> tensors;
   std::unordered_map<const void*, TensorPtr> byImpl;
+  /// Dimensions to make size symbols where the tensor is captured (TracingContext.mark_dynamic).
+  std::unordered_map<const void*, std::vector<int64_t>> dynamic;
 };
+
+/// Makes the dimensions `dynamic` of the trace's last input `p` size symbols; sizes 0 and 1 stay
+/// static (broadcasting and squeezing treat them apart), and every symbol is assumed at least 2.
+void addSizeSymbols(Trace& t, TensorProxy& p, std::vector<int64_t> dynamic) {
+  std::vector<SymInt> dims = p.symShape();
+  for (int64_t d : dynamic) {
+    if (d < 0) d += p.ndim();
+    if (d < 0 || d >= p.ndim() || dims[d].symbolic() || p.shape[d] < 2) continue;
+    int k = static_cast<int>(t.symbols.size());
+    t.symbols.push_back({static_cast<int>(t.inputs.size()) - 1, static_cast<int>(d), p.shape[d]});
+    dims[d].e = symbolExpr(k);
+    t.addGuard(guardLessEqual(SymInt{2, nullptr}, dims[d]));
+  }
+  p.setSymShape(dims);
+}
 thread_local std::vector<Capture*> tlsCaptures;
 }  // namespace
 
@@ -85,6 +102,8 @@ TensorPtr captureTensor(const at::Tensor& t) {
   if (it != c.byImpl.end()) return it->second;
   TensorPtr p = proxyFor(t, c.trace->newName("c"));
   c.trace->inputs.push_back(p);
+  auto dyn = c.dynamic.find(t.unsafeGetTensorImpl());
+  if (dyn != c.dynamic.end()) addSizeSymbols(*c.trace, *p, dyn->second);
   c.tensors.push_back(t);
   c.byImpl[t.unsafeGetTensorImpl()] = p;
   return p;
@@ -369,24 +388,51 @@ struct Entry {
   std::vector<std::pair<int, int>> symbolLeaves;
   std::string maskedKey;
   std::vector<SymGuard> guards;
+  /// Per trace input: the guard value it is read from (CompiledFunction::sourceFromGuard), or -1.
+  std::vector<int> guardSources;
 };
 
-/// Appends the cache-key bytes of the tensor leaves, with the sizes in `masked` (leaf, dim)
-/// written as -1.
-void describeLeavesMasked(const std::vector<py::handle>& leaves, const std::vector<std::pair<int, int>>& masked,
-                          std::string& key) {
-  for (size_t i = 0; i < leaves.size(); ++i) {
+/// Appends the cache-key bytes of `items` (the call's leaves, or its guard values), item i being
+/// slot first + i: the sizes listed in `masked` as (slot, dim) are written as -1. With `aliases`,
+/// a tensor that is an earlier item too is marked as that item: a trace reads one tensor there.
+void describeItems(const std::vector<py::handle>& items, size_t first, const std::vector<std::pair<int, int>>& masked,
+                   bool aliases, std::string& key) {
+  for (size_t i = 0; i < items.size(); ++i) {
     size_t start = key.size();
-    describeLeaf(leaves[i], key);
-    for (const auto& [leaf, dim] : masked) {
-      if (leaf != static_cast<int>(i)) continue;
+    describeLeaf(items[i], key);
+    if (key[start] != 'T') continue;
+    for (const auto& [slot, dim] : masked) {
+      if (slot != static_cast<int>(first + i)) continue;
       // 'T' dtype device index, requires_grad, ndim, then the sizes.
       size_t at = start + 5 + sizeof(int64_t) + sizeof(int64_t) * static_cast<size_t>(dim);
-      if (at + sizeof(int64_t) > key.size() || key[start] != 'T') continue;
+      if (at + sizeof(int64_t) > key.size()) continue;
       int64_t minus = -1;
       std::memcpy(&key[at], &minus, sizeof minus);
     }
+    if (!aliases) continue;
+    const void* impl = THPVariable_Unpack(items[i].ptr()).unsafeGetTensorImpl();
+    for (size_t j = 0; j < i; ++j)
+      if (THPVariable_Check(items[j].ptr()) && THPVariable_Unpack(items[j].ptr()).unsafeGetTensorImpl() == impl) {
+        key.push_back('a');
+        uint32_t jj = static_cast<uint32_t>(j);
+        key.append(reinterpret_cast<const char*>(&jj), sizeof jj);
+        break;
+      }
   }
+}
+
+/// The key of a call (`key`, its leaves and guard values) with the sizes `masked` as -1.
+std::string maskedKey(const std::string& key, const std::vector<py::handle>& leaves, const std::vector<py::handle>& values,
+                      const std::vector<std::pair<int, int>>& masked, size_t structureEnd, size_t leavesEnd,
+                      size_t unguarded) {
+  std::string k = key.substr(0, structureEnd);
+  describeItems(leaves, 0, masked, false, k);
+  k.append(key, leavesEnd, unguarded - leavesEnd);
+  if (key.size() > unguarded) {
+    k.push_back('|');
+    describeItems(values, leaves.size(), masked, true, k);
+  }
+  return k;
 }
 
 /// Appends whether autocast is on for CUDA and for CPU, and each one's dtype, to a cache key: a
@@ -426,17 +472,21 @@ class CompiledFunction {
     flatten(kwargs, leaves_, nullptr, &key_);
     key_.push_back(')');
     const size_t structureEnd = key_.size();
-    for (py::handle leaf : leaves_) describeLeaf(leaf, key_);
+    describeItems(leaves_, 0, {}, false, key_);
     const size_t leavesEnd = key_.size();
     key_.push_back(static_cast<char>(at::GradMode::is_enabled()));
     appendAutocastState(key_);
     const size_t unguarded = key_.size();
-    // The Python values the trace read (closure scalars, globals, module flags): a changed one
-    // is another entry, never a stale result.
-    auto appendGuard = [this](std::string& key) {
-      py::object values = guard_();
+    // The Python values the trace read (closure scalars, globals, module flags, the tensors it
+    // read from its arguments' attributes): a changed one is another entry, never a stale result.
+    std::vector<py::handle> values;
+    py::object held;  // (owns `values`)
+    auto appendGuard = [&](std::string& key) {
+      held = guard_();
+      values.clear();
+      for (py::handle v : held) values.push_back(v);
       key.push_back('|');
-      for (py::handle v : values) describeLeaf(v, key);
+      describeItems(values, leaves_.size(), {}, true, key);
     };
     if (guard_) appendGuard(key_);
     auto it = cache_.find(key_);
@@ -444,7 +494,7 @@ class CompiledFunction {
     if (it == cache_.end() && !symbolic_.empty()) {
       // An entry with size symbols that serves these sizes: the same key with its symbolic sizes
       // masked, and its guards hold. The exact key then finds it directly.
-      if (std::shared_ptr<Entry> e = matchSymbolic(key_, leaves_, structureEnd, leavesEnd)) {
+      if (std::shared_ptr<Entry> e = matchSymbolic(key_, leaves_, values, structureEnd, leavesEnd, unguarded)) {
         e->lastUse = ++clock_;
         cache_.emplace(key_, e);
         evict();
@@ -459,16 +509,19 @@ class CompiledFunction {
       std::string key = key_;  // compile_ may re-enter and reuse key_
       py::object guardBefore = guard_;
       py::tuple r = compile_(args, kwargs);
-      if (guard_ && guard_.ptr() != guardBefore.ptr()) {
-        // The trace extended the guard (it read a tensor from an argument's attribute): the entry
-        // is keyed as the next call with these arguments will be, not with the shorter guard.
-        key.resize(unguarded);
-        appendGuard(key);
-      }
+      // (compile_ may have re-entered and reused leaves_)
+      leaves_.clear();
+      flatten(args, leaves_, nullptr, nullptr);
+      flatten(kwargs, leaves_, nullptr, nullptr);
+      key.resize(unguarded);
+      // The trace may have extended the guard (it read a tensor from an argument's attribute):
+      // the entry is keyed as the next call with these arguments will be.
+      if (guard_) appendGuard(key);
       auto e = std::make_shared<Entry>();
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
+      sourceFromGuard(*e, values);
       if (r.size() > 3 && !r[3].is_none()) {
         e->training = makeTrainingEntry(r[3]);
       } else {
@@ -476,19 +529,21 @@ class CompiledFunction {
         std::vector<SizeSymbol> symbols;
         if (!acquired.symbols.empty()) {
           std::string why = symbolicCheck(acquired, *e->traces.back());
+          for (const SizeSymbol& s : acquired.symbols) {
+            int slot = slotOf(*e, s.input, leaves_.size());
+            if (slot < 0 && why.empty())
+              why = "a size symbol of " + acquired.inputs.at(s.input)->name + ", which the trace holds as a constant (" +
+                    std::to_string(values.size()) + " guard values)";
+            e->symbolLeaves.emplace_back(slot, s.dim);
+          }
           if (why.empty()) {
             symbols = acquired.symbols;
             e->guards = acquired.guards;
-            for (const SizeSymbol& s : symbols) e->symbolLeaves.emplace_back(e->sources.at(s.input), s.dim);
-            // (compile_ may have re-entered and reused key_ and leaves_: the call's own copies)
-            std::vector<py::handle> leaves;
-            flatten(args, leaves, nullptr, nullptr);
-            flatten(kwargs, leaves, nullptr, nullptr);
-            e->maskedKey = key.substr(0, structureEnd);
-            describeLeavesMasked(leaves, e->symbolLeaves, e->maskedKey);
-            e->maskedKey += key.substr(leavesEnd);
+            e->maskedKey = maskedKey(key, leaves_, values, e->symbolLeaves, structureEnd, leavesEnd, unguarded);
+          } else {
+            e->symbolLeaves.clear();
           }
-          lastSymbolic_ = why.empty() ? "" : why;
+          lastSymbolic_ = why;
           if (!why.empty() && std::getenv("THUNDER_DEBUG_SYMBOLIC"))
             std::fprintf(stderr, "thunder: the trace serves only the sizes it was traced at: %s\n", why.c_str());
         }
@@ -501,28 +556,29 @@ class CompiledFunction {
       entry = inserted ? e : pos->second;
       if (inserted && !e->symbolLeaves.empty()) symbolic_.push_back(e);
       if (inserted) evict();
-      leaves_.clear();
-      flatten(args, leaves_, nullptr, nullptr);
-      flatten(kwargs, leaves_, nullptr, nullptr);
     }
     entry->lastUse = ++clock_;
     last_ = entry;
-    std::vector<at::Tensor> inputs;
-    inputs.reserve(entry->sources.size());
-    for (int s : entry->sources)
-      inputs.push_back(s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1]);
+    auto gather = [&] {
+      std::vector<at::Tensor> xs;
+      xs.reserve(entry->sources.size());
+      for (size_t k = 0; k < entry->sources.size(); ++k) {
+        int s = entry->sources[k];
+        int g = k < entry->guardSources.size() ? entry->guardSources[k] : -1;
+        xs.push_back(g >= 0 ? THPVariable_Unpack(values.at(g).ptr())
+                     : s >= 0 ? THPVariable_Unpack(leaves_[s].ptr())
+                              : entry->closures[-s - 1]);
+      }
+      return xs;
+    };
+    std::vector<at::Tensor> inputs = gather();
     std::vector<at::Tensor> outs;
     {
       py::gil_scoped_release release;
       outs = entry->training ? runTraining(entry->training, std::move(inputs))
                              : entry->program->run(std::move(inputs));
     }
-    eagerLayouts(outs, [&] {
-      std::vector<at::Tensor> xs;
-      for (int s : entry->sources)
-        xs.push_back(s >= 0 ? THPVariable_Unpack(leaves_[s].ptr()) : entry->closures[-s - 1]);
-      return xs;
-    });
+    eagerLayouts(outs, gather);
     size_t pos = 0;
     return buildOutput(entry->training ? trainingOutput(*entry->training)
                                        : entry->traces.back()->output,
@@ -575,14 +631,13 @@ class CompiledFunction {
   void setGuard(py::object guard) { guard_ = guard.is_none() ? py::object() : std::move(guard); }
 
  private:
-  /// Drops least recently used entries beyond the limit; a call running one keeps it alive.
-  /// The entry with size symbols that serves the call whose key (key_, leaves_) failed to match
-  /// exactly, or null: one whose masked key is the call's with the same sizes masked and whose
-  /// guards hold at the call's sizes.
-  std::shared_ptr<Entry> matchSymbolic(const std::string& key_, const std::vector<py::handle>& leaves_,
-                                       size_t structureEnd, size_t leavesEnd) {
-    std::string masked;
-    std::vector<int64_t> values;
+  /// The entry with size symbols that serves a call whose exact key failed to match, or null: one
+  /// whose masked key is the call's with the same sizes masked and whose guards hold at the
+  /// call's sizes.
+  std::shared_ptr<Entry> matchSymbolic(const std::string& key, const std::vector<py::handle>& leaves,
+                                       const std::vector<py::handle>& values, size_t structureEnd, size_t leavesEnd,
+                                       size_t unguarded) {
+    std::vector<int64_t> sizes;
     for (auto w = symbolic_.begin(); w != symbolic_.end();) {
       std::shared_ptr<Entry> e = w->lock();
       if (!e) {
@@ -590,19 +645,68 @@ class CompiledFunction {
         continue;
       }
       ++w;
-      masked.assign(key_, 0, structureEnd);
-      describeLeavesMasked(leaves_, e->symbolLeaves, masked);
-      masked.append(key_, leavesEnd, std::string::npos);
-      if (masked != e->maskedKey) continue;
-      values.clear();
-      for (const auto& [leaf, dim] : e->symbolLeaves) values.push_back(THPVariable_Unpack(leaves_[leaf].ptr()).size(dim));
+      static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
+      if (maskedKey(key, leaves, values, e->symbolLeaves, structureEnd, leavesEnd, unguarded) != e->maskedKey) {
+        if (debug) {
+          std::string k = maskedKey(key, leaves, values, e->symbolLeaves, structureEnd, leavesEnd, unguarded);
+          size_t i = 0;
+          while (i < k.size() && i < e->maskedKey.size() && k[i] == e->maskedKey[i]) ++i;
+          std::fprintf(stderr, "thunder: a trace with size symbols: the key differs at byte %zu of %zu/%zu (leaves end %zu, guard at %zu)\n",
+                       i, k.size(), e->maskedKey.size(), leavesEnd, unguarded);
+        }
+        continue;
+      }
+      sizes.clear();
+      for (const auto& [slot, dim] : e->symbolLeaves) {
+        size_t n = leaves.size();
+        py::handle t = static_cast<size_t>(slot) < n ? leaves[slot] : values.at(slot - n);
+        sizes.push_back(THPVariable_Unpack(t.ptr()).size(dim));
+      }
       bool holds = true;
-      for (const SymGuard& g : e->guards) holds = holds && g.holds(values);
+      for (const SymGuard& g : e->guards) {
+        if (g.holds(sizes)) continue;
+        if (debug) std::fprintf(stderr, "thunder: a trace with size symbols: guard %s fails\n", g.str().c_str());
+        holds = false;
+        break;
+      }
       if (holds) return e;
     }
     return nullptr;
   }
 
+  /// Trace inputs captured as constants that are tensors the guard reads (a tensor the program
+  /// read from an attribute of an argument: a cache's keys) come from the guard's values at each
+  /// call: the key holds their metadata, and a call with another tensor there of the same kind
+  /// runs the same trace on it.
+  static void sourceFromGuard(Entry& e, const std::vector<py::handle>& values) {
+    e.guardSources.assign(e.sources.size(), -1);
+    for (size_t k = 0; k < e.sources.size(); ++k) {
+      int s = e.sources[k];
+      if (s >= 0) continue;
+      at::Tensor& c = e.closures.at(-s - 1);
+      if (!c.defined()) continue;
+      for (size_t g = 0; g < values.size(); ++g) {
+        if (!THPVariable_Check(values[g].ptr()) ||
+            THPVariable_Unpack(values[g].ptr()).unsafeGetTensorImpl() != c.unsafeGetTensorImpl())
+          continue;
+        e.guardSources[k] = static_cast<int>(g);
+        break;
+      }
+    }
+    for (size_t k = 0; k < e.sources.size(); ++k)
+      if (e.guardSources[k] >= 0) e.closures.at(-e.sources[k] - 1) = at::Tensor();  // (not held)
+  }
+
+  /// The slot (leaf, or number of leaves + guard value) trace input k is read from; -1 for a
+  /// constant.
+  static int slotOf(const Entry& e, int k, size_t numLeaves) {
+    int s = e.sources.at(k);
+    if (s >= 0) return s;
+    int g = e.guardSources.at(k);
+    return g >= 0 ? static_cast<int>(numLeaves) + g : -1;
+  }
+
+  /// Drops least recently used entries beyond the limit; a call running one keeps it alive.
   void evict() {
     while (cache_.size() > limit_) {
       auto victim = cache_.begin();
@@ -819,7 +923,16 @@ class GraphCache {
     appendAutocastState(key);
     if (guard_) {
       py::object values = guard_();
-      for (py::handle v : values) describeLeaf(v, key);
+      for (py::handle v : values) {
+        if (THPVariable_Check(v.ptr())) {
+          // A graph reads the tensor it was captured with: keyed by identity.
+          key.push_back('o');
+          PyObject* o = v.ptr();
+          key.append(reinterpret_cast<const char*>(&o), sizeof o);
+        } else {
+          describeLeaf(v, key);
+        }
+      }
     }
     return Kind::Graph;
   }
@@ -860,6 +973,10 @@ class TracingContext {
   void exit() {
     tlsCaptures.pop_back();
     scope_.reset();
+  }
+  /// Makes dimensions `dims` of `tensor` size symbols where the program reads it as a closure.
+  void markDynamic(py::handle tensor, std::vector<int64_t> dims) {
+    capture_.dynamic[THPVariable_Unpack(tensor.ptr()).unsafeGetTensorImpl()] = std::move(dims);
   }
   py::list closures() const {
     py::list l;
@@ -975,18 +1092,7 @@ PYBIND11_MODULE(_C, m) {
         TensorPtr p = proxyFor(THPVariable_Unpack(tensor.ptr()), name);
         t.reserveName(name);
         t.inputs.push_back(p);
-        // Dimensions marked dynamic become size symbols; sizes 0 and 1 stay static (broadcasting
-        // and squeezing treat them apart), and every symbol is assumed at least 2.
-        std::vector<SymInt> dims = p->symShape();
-        for (int64_t d : dynamic) {
-          if (d < 0) d += p->ndim();
-          if (d < 0 || d >= p->ndim() || dims[d].symbolic() || p->shape[d] < 2) continue;
-          int k = static_cast<int>(t.symbols.size());
-          t.symbols.push_back({static_cast<int>(t.inputs.size()) - 1, static_cast<int>(d), p->shape[d]});
-          dims[d].e = symbolExpr(k);
-          t.addGuard(guardLessEqual(SymInt{2, nullptr}, dims[d]));
-        }
-        p->setSymShape(dims);
+        addSizeSymbols(t, *p, std::move(dynamic));
         return p;
       }, py::arg("tensor"), py::arg("name"), py::arg("dynamic") = std::vector<int64_t>{})
       .def_property("records_guards", [](const Trace& t) { return t.recordsGuards; },
@@ -1042,7 +1148,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<std::shared_ptr<Trace>>())
       .def("__enter__", [](TracingContext& c) { c.enter(); return &c; }, py::return_value_policy::reference)
       .def("__exit__", [](TracingContext& c, py::args) { c.exit(); })
-      .def("closures", &TracingContext::closures);
+      .def("closures", &TracingContext::closures)
+      .def("mark_dynamic", &TracingContext::markDynamic);
 
   py::class_<CompiledFunction>(m, "CompiledFunction", py::dynamic_attr())
       .def(py::init<py::object>())

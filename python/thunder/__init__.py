@@ -239,14 +239,43 @@ def _dynamic_dims(tensor, leaf: int, dynamic) -> list[int]:
     return sorted(dims)
 
 
+class _AutoDynamic:
+    """thunder.jit(fn, cache="symbolic values"): a dimension whose size differs from the size the
+    same input had at the previous trace becomes a size symbol of the traces after it (as
+    torch.compile's automatic dynamic shapes): a program called at growing lengths traces at the
+    first length, again at the second, and then serves every length from that trace. Inputs are
+    the call's tensor leaves by position, and the tensors held by its arguments' attributes
+    (outputs.tensor_slots: a cache's keys and values) by their order there."""
+
+    def __init__(self):
+        self._seen: dict = {}  # input -> shape at the last trace
+        self._dims: dict = {}  # input -> dimensions made symbolic so far
+
+    def dims(self, key, shape: tuple) -> list[int]:
+        prev = self._seen.get(key)
+        self._seen[key] = shape
+        if prev is not None and len(prev) == len(shape):
+            changed = {d for d, (a, b) in enumerate(zip(prev, shape)) if a != b}
+            if changed:
+                self._dims[key] = self._dims.get(key, set()) | changed
+        return sorted(self._dims.get(key, ()))
+
+
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
-           holders=(), reads=None, dynamic=None):
+           holders=(), reads=None, dynamic=None, auto: _AutoDynamic | None = None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
     tensors on (a jitted module's submodules). `reads`: a list that gets what the call read from
     its arguments' attributes, the tensors (outputs.read_slots) and the scalars
     (outputs.ScalarReads), for the guard (outputs.read_guard); None: not recorded."""
     leaves, spec = _C.tree_flatten((args, kwargs))
+    if auto is not None:
+        dynamic = dict(dynamic or {})
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, pytorch.Tensor):
+                dims = auto.dims(("leaf", i), tuple(leaf.shape))
+                if dims:
+                    dynamic[i] = sorted(set(dynamic.get(i, ())) | set(dims))
     trace = _C.Trace()
     sources = []
     ctx = _C.TracingContext(trace)
@@ -266,6 +295,20 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
         slots = outputs.tensor_slots(given)  # before the call replaces any of them
+        before = outputs.snapshot({**given, **{id(h): h for h in holders}})
+        # A tensor held by an argument's attribute with symbolic sizes is its proxy while the
+        # program runs: every size the program reads from it is symbolic (read from the tensor
+        # itself, `cache.keys.shape[-2]` would be the traced length, baked into the trace).
+        substituted = []
+        for k, (obj, attr, index, t) in enumerate(slots):
+            dims = _dynamic_dims(t, -1, None)
+            if auto is not None:
+                dims = sorted(set(dims) | set(auto.dims(("slot", k, attr, index), tuple(t.shape))))
+            if dims:
+                ctx.mark_dynamic(t, dims)
+                p = _C.capture_tensor(t)
+                outputs.set_slot(obj, attr, index, p)
+                substituted.append((obj, attr, index, t, p))
         scalar_reads = outputs.ScalarReads(given if reads is not None else {})  # (not the holders)
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
@@ -277,9 +320,15 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                     on_exit(state)
             out = state.fresh(out)
             _write_back(state)
+        for obj, attr, index, t, p in substituted:
+            if outputs.get_slot(obj, attr, index) is p:  # (not set by the program: not an update)
+                outputs.set_slot(obj, attr, index, t)
         updated = outputs.updated(given)
         trace.set_output(outputs.prepare(out, updated, state.fresh))
         trace.records_guards = False
+        # The objects hold what they held before the call until its program runs (outputs.finish
+        # sets the results): the guard read after tracing sees the call's own tensors, not proxies.
+        outputs.restore(updated, before)
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:
@@ -328,6 +377,7 @@ class ThunderFunction(_C.CompiledFunction):
         self._read_slots, self._read_guard = {}, None
         self._trace_scopes, self._jit_options = [], {}
         self._graphs = None
+        self._auto_dynamic = None
         if cudagraphs:
             # Weak references, as for the compile hook: the runner does not keep self alive.
             call, written = weakref.WeakMethod(self._call_compiled), weakref.WeakMethod(self.last_written_leaves)
@@ -353,7 +403,8 @@ class ThunderFunction(_C.CompiledFunction):
     def _compile(self, args, kwargs):
         with _trace_scopes(self):
             reads = []
-            trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads)
+            trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads,
+                                                       auto=self._auto_dynamic)
             _guard_updated_objects(self, self, updated, reads[0])
             return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
@@ -379,9 +430,15 @@ def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
         for k in [k for k, (ref, _, _) in owner._read_slots.items() if ref() is None]:
             del owner._read_slots[k]
     new_reads = {k: v for k, v in (read or {}).items() if k not in owner._read_slots}
+    # The same objects and attributes set again (each step of a decoding loop): already guarded.
+    state_key = tuple((id(o), attrs) for o, attrs in updated)
+    seen = owner.__dict__.setdefault("_state_keys", set())
+    if updated and state_key in seen:
+        updated = []
     if not updated and not new_reads:
         return
     if updated:
+        seen.add(state_key)
         owner._state_guards.append(outputs.state_guard(updated))
     if new_reads:
         # One reader over every attribute any trace read, extended only by attributes not read
@@ -419,6 +476,7 @@ class ThunderModule(pytorch.nn.Module):
         self._base_guard, self._state_guards = guard, []
         self._read_slots, self._read_guard = {}, None
         self._trace_scopes, self._jit_options = [], {}
+        self._auto_dynamic = None
         # Parameters and buffers (the first argument) stay where they are between calls.
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
                                         written=self._cfn.last_written_leaves, devices=self._cfn.last_devices)
@@ -538,7 +596,8 @@ class ThunderModule(pytorch.nn.Module):
         # first call, as Wav2Vec2-Conformer's rotary embedding) is the module's after every call.
         reads = []
         trace, sources, closures, updated = _trace(run, (state, *user_args), kwargs, names, on_exit=reassigned,
-                                                   holders=list(self._model.modules()), reads=reads)
+                                                   holders=list(self._model.modules()), reads=reads,
+                                                   auto=self._auto_dynamic)
         _guard_updated_objects(self, self._cfn, updated, reads[0])
         return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
 
@@ -552,15 +611,23 @@ def _dump(traces):
             print(t)
 
 
+CACHE_OPTIONS = ("constant values", "symbolic values")
+
+
 def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_size: int | None = None,
-        **kwargs) -> Any:
+        cache: str = "constant values", **kwargs) -> Any:
     """Compiles a function or an nn.Module. The result is called like the original.
 
     plugins="reduce-overhead" (or "cudagraphs" among the executors) replays CUDA calls from CUDA
     graphs (thunder/core/cudagraphs.py). cache_size bounds the compiled entries kept (one per input
     signature and guarded Python values; least recently used evicted first); default
-    THUNDER_CACHE_SIZE, else 256. Other keyword arguments are options of the executors that
+    THUNDER_CACHE_SIZE, else 256. cache="symbolic values": a dimension whose size changed
+    between two traced calls is a size symbol of the later traces, which serve every size their
+    guards allow (docs/symbolic_sizes.md); dimensions marked with torch._dynamo.mark_dynamic are
+    size symbols either way. Other keyword arguments are options of the executors that
     declare them: `fp8_recipe=` of the "fp8" executor (thunder/executors/fp8ex.py)."""
+    if cache not in CACHE_OPTIONS:
+        raise ValueError(f"thunder.jit: cache must be one of {', '.join(map(repr, CACHE_OPTIONS))}, but got {cache!r}")
     if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size <= 0):
         raise ValueError(f"thunder.jit: cache_size must be a positive int, but got {cache_size!r}")
     plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
@@ -584,6 +651,8 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
     else:
         jfn = ThunderFunction(fn, executors, cudagraphs)
     _attach_executors(jfn, fn, kwargs)
+    if cache == "symbolic values":
+        jfn._auto_dynamic = _AutoDynamic()
     if cache_size is not None:
         jfn._cfn.cache_limit = cache_size
     return jfn

@@ -293,17 +293,36 @@ def _misses_after_change(fn, obj, change) -> int:
 
 
 @pytest.mark.parametrize("change,retraces", [
-    (lambda b: setattr(b, "t", torch.full((3,), 5.0)), True),   # another tensor in the attribute
-    (lambda b: b.ts.__setitem__(1, torch.full((3,), 7.0)), True),  # another tensor in a list held
-    (lambda b: setattr(b.inner, "w", torch.full((3,), -1.0)), True),  # in a nested object
+    (lambda b: setattr(b, "t", torch.full((3,), 5.0)), False),   # another tensor in the attribute
+    (lambda b: b.ts.__setitem__(1, torch.full((3,), 7.0)), False),  # another tensor in a list held
+    (lambda b: setattr(b.inner, "w", torch.full((3,), -1.0)), False),  # in a nested object
+    (lambda b: setattr(b, "t", torch.ones(1)), True),  # another shape: another trace
+    (lambda b: setattr(b, "t", torch.ones(3, dtype=torch.float64)), True),  # another dtype
     (lambda b: b.t.add_(3.0), False),  # the same tensor updated in place: the same entry
     (lambda b: None, False),  # nothing changed: a hit
-], ids=["attribute", "list_item", "nested_object", "in_place", "unchanged"])
+], ids=["attribute", "list_item", "nested_object", "shape", "dtype", "in_place", "unchanged"])
 def test_tensors_read_from_argument_attributes_are_not_stale(change, retraces):
-    # A tensor the program reads from an argument's attribute is captured by the trace; a call
-    # whose object holds another tensor there must not replay the old one (before, `box.t = new`
-    # then a call computed with the old tensor: a silently stale result).
+    # A tensor the program reads from an argument's attribute is an input of the trace, taken from
+    # the attribute at each call: a call whose object holds another tensor there computes with it
+    # (before the trace captured the first one, `box.t = new` then a call computed with the old
+    # tensor: a silently stale result). Another tensor of the same kind needs no new trace.
     assert _misses_after_change(_read_box, _Box(), change) == (2 if retraces else 1)
+
+
+def test_attribute_tensors_that_alias_are_keyed_as_aliases():
+    # Two attributes holding one tensor are one input of the trace; a call where they hold two
+    # tensors is another trace, not the first one reading one of them twice.
+    def f(x, box):
+        return x * box.t + box.ts[0]
+
+    box = _Box()
+    box.ts[0] = box.t
+    x = torch.randn(3)
+    jf = thunder.jit(f)
+    torch.testing.assert_close(jf(x, box), f(x, box))
+    box.ts[0] = torch.full((3,), 4.0)
+    torch.testing.assert_close(jf(x, box), f(x, box))
+    assert thunder.cache_misses(jf) == 2
 
 
 class _Settings:

@@ -33,7 +33,7 @@ import torch
 
 from thunder import _C
 import thunder.torch as ltorch
-from thunder.core import prims
+from thunder.core import prims, symbolic
 
 SELF, VIEW, NEW = "self", "view", "new"
 
@@ -64,6 +64,10 @@ def _meta(x):
         return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, (tuple, list)):
         return type(x)(_meta(y) for y in x)
+    if isinstance(x, symbolic.SymInt):
+        # (at the hint, unguarded: whether a result shares its input's storage is decided for
+        # the sizes the trace was made at)
+        return x.hint
     return x
 
 

@@ -149,6 +149,26 @@ def tensor_slots(given) -> list:
     return slots
 
 
+def get_slot(obj, attr, index):
+    """What a slot (tensor_slots) holds: obj.attr, or obj.attr[index]."""
+    v = vars(obj).get(attr)
+    if index is None:
+        return v
+    return v[index] if isinstance(v, (list, tuple)) and len(v) > index else None
+
+
+def set_slot(obj, attr, index, value) -> None:
+    """Sets a slot (tensor_slots): obj.attr, or item `index` of the list or tuple it holds."""
+    if index is None:
+        vars(obj)[attr] = value
+        return
+    v = vars(obj)[attr]
+    if isinstance(v, list):
+        v[index] = value
+    else:
+        vars(obj)[attr] = v[:index] + (value,) + v[index + 1:]
+
+
 def read_slots(slots, closures) -> dict:
     """The `slots` whose tensor became a closure of the trace (read by it, captured as a
     constant), by (object id, attribute, index): {key: (object reference, attribute, index)}."""
@@ -244,11 +264,11 @@ class ScalarReads:
 
 def read_guard(refs):
     """A guard reader for what traces read from their arguments' attributes (read_slots,
-    ScalarReads): the identity of the tensor each such attribute holds now, and the value of each
-    scalar read. A trace replays its closures and its constants, so a call finding another tensor
-    there (`box.t = new_tensor`) or another value (`box.scale = 3.0`) must trace again: before, it
-    computed with the old ones. An old tensor is alive while the entry holding it is: its id is
-    not reused."""
+    ScalarReads): the tensor each such attribute holds now, and the value of each scalar read.
+    The compiled function keys a tensor by its metadata and hands it to the trace as an input
+    (CompiledFunction::sourceFromGuard): a call finding another tensor of the same kind there
+    (`box.t = new_tensor`, a cache's keys one token longer) runs the same trace on it. A changed
+    scalar (`box.scale = 3.0`) traces again: the trace holds it as a constant."""
     refs = tuple(refs)
 
     def current():
@@ -262,7 +282,7 @@ def read_guard(refs):
                 continue
             if index is not None:
                 v = v[index] if isinstance(v, (list, tuple)) and len(v) > index else None
-            out.append(id(v) if isinstance(v, torch.Tensor) else None)
+            out.append(v if isinstance(v, torch.Tensor) else None)
         return tuple(out)
 
     return current
@@ -347,6 +367,32 @@ def updated(given) -> list:
         if attrs:
             out.append((o, attrs))
     return out
+
+
+_ABSENT = object()
+
+
+def snapshot(given) -> dict:
+    """What the given objects' attributes hold before a call is traced (for restore): per object,
+    its attributes, and a copy of each list it holds."""
+    return {k: (dict(vars(o)), {a: list(v) for a, v in vars(o).items() if isinstance(v, list)})
+            for k, o in given.items()}
+
+
+def restore(updated, before: dict) -> None:
+    """Puts back what the objects a trace set tensors on held before it (snapshot): the trace
+    left proxies there, which the call's results replace when its program has run."""
+    for o, attrs in updated:
+        held, lists = before.get(id(o), ({}, {}))
+        d = vars(o)
+        for a in attrs:
+            old = held.get(a, _ABSENT)
+            if old is _ABSENT:
+                d.pop(a, None)
+            elif a in lists and d.get(a) is old:
+                old[:] = lists[a]  # a list the trace changed in place
+            else:
+                d[a] = old
 
 
 def prepare(out, updated=(), fresh=None):

@@ -16,7 +16,12 @@ the answer is the same:
 
 from __future__ import annotations
 
+import os
+import sys
+
 from thunder import _C
+
+_DEBUG = bool(os.environ.get("THUNDER_DEBUG_SYMBOLIC"))
 
 __all__ = ["SymInt", "SymSize", "is_symbolic"]
 
@@ -78,10 +83,19 @@ class SymInt:
     # ---- what pins or guards --------------------------------------------------------------------
 
     def _guard(self, less_than: bool, outcome: bool, const: int, terms: tuple) -> None:
+        if _DEBUG:
+            import traceback
+
+            print(f"thunder: the program compares {self!r}:", "".join(traceback.format_stack(limit=4)[:-2]),
+                  file=sys.stderr)
         _C.add_size_guard(const, terms, less_than, outcome)
 
     def _pin(self) -> int:
         """The hint, guarded: the trace serves only sizes where this expression has this value."""
+        if _DEBUG:
+            import traceback
+
+            print(f"thunder: {self!r} pinned at", "".join(traceback.format_stack(limit=4)[:-1]), file=sys.stderr)
         self._guard(False, True, self.const - self.hint, self.terms)
         return self.hint
 

@@ -588,6 +588,106 @@ bool tensorIndex(RuleCtx& c, std::vector<Dims>& outs) {
   return true;
 }
 
+bool gather(RuleCtx& c, std::vector<Dims>& outs) {
+  // ATen's gather: the index's shape.
+  outs.push_back(shapeOf(c.arg("index")));
+  return true;
+}
+
+bool asOther(RuleCtx& c, std::vector<Dims>& outs) {
+  // view_as / reshape_as: the other's shape, the same number of elements.
+  Dims in = shapeOf(c.arg("a")), to = shapeOf(c.arg("other"));
+  SymInt a, b;
+  if (!product(in, a) || !product(to, b) || !c.equal(a, b)) return false;
+  outs.push_back(to);
+  return true;
+}
+
+bool expandAs(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), to = c.sym.name == "expand_as" ? shapeOf(c.arg("other")) : Dims{};
+  if (c.sym.name != "expand_as" && !symInts(c.arg("shape"), to)) return false;
+  if (to.size() < in.size()) return false;
+  size_t lead = to.size() - in.size();
+  for (size_t k = lead; k < to.size(); ++k) {
+    const SymInt& d = in[k - lead];
+    bool keep = !to[k].symbolic() && to[k].hint == -1;
+    if (keep) to[k] = d;
+    else if (!(!d.symbolic() && d.hint == 1) && !c.equal(d, to[k])) return false;
+  }
+  outs.push_back(to);
+  return true;
+}
+
+bool select(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (d < 0 || d >= (int64_t)in.size()) return false;
+  SymInt i = c.arg("index").toSymInt();
+  if (i.hint < 0) {
+    if (i.symbolic() || !c.lessEqual(-i, in[d])) return false;
+  } else if (!c.lessEqual(i + constant(1), in[d])) {
+    return false;
+  }
+  in.erase(in.begin() + d);
+  outs.push_back(in);
+  return true;
+}
+
+bool movedim(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  const Value &src = c.arg("source"), &dst = c.arg("destination");
+  std::vector<int64_t> s = src.isInt() ? std::vector<int64_t>{src.toInt()} : src.toInts();
+  std::vector<int64_t> t = dst.isInt() ? std::vector<int64_t>{dst.toInt()} : dst.toInts();
+  if (s.size() != t.size()) return false;
+  size_t n = in.size();
+  std::vector<int64_t> perm(n, -1);
+  std::vector<bool> used(n, false);
+  for (size_t k = 0; k < s.size(); ++k) {
+    int64_t a = wrapDim(s[k], n), b = wrapDim(t[k], n);
+    if (a < 0 || b < 0 || a >= (int64_t)n || b >= (int64_t)n) return false;
+    perm[b] = a;
+    used[a] = true;
+  }
+  size_t next = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (perm[k] >= 0) continue;
+    while (next < n && used[next]) ++next;
+    if (next >= n) return false;
+    perm[k] = static_cast<int64_t>(next++);
+  }
+  Dims out;
+  if (!permuteBy(in, perm, out)) return false;
+  outs.push_back(out);
+  return true;
+}
+
+bool unflatten(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), sizes;
+  if (!symInts(c.arg("sizes"), sizes)) return false;
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (d < 0 || d >= (int64_t)in.size()) return false;
+  int infer = -1;
+  Dims known;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (!sizes[k].symbolic() && sizes[k].hint == -1) infer = static_cast<int>(k);
+    else known.push_back(sizes[k]);
+  }
+  SymInt p;
+  if (!product(known, p)) return false;
+  if (infer >= 0) {
+    SymInt rest;
+    if (!divide(in[d], p, rest)) return false;
+    sizes[infer] = rest;
+  } else if (!c.equal(in[d], p)) {
+    return false;
+  }
+  Dims out(in.begin(), in.begin() + d);
+  out.insert(out.end(), sizes.begin(), sizes.end());
+  out.insert(out.end(), in.begin() + d + 1, in.end());
+  outs.push_back(out);
+  return true;
+}
+
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> table = [] {
     std::unordered_map<std::string, Rule> t;
@@ -634,6 +734,16 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["ltorch.layer_norm"] = norm;
     t["ltorch.rms_norm"] = norm;
     t["ltorch.getitem"] = getitem;
+    t["ltorch.gather"] = gather;
+    t["ltorch.view_as"] = asOther;
+    t["ltorch.reshape_as"] = asOther;
+    t["ltorch.expand_as"] = expandAs;
+    t["ltorch.broadcast_to"] = expandAs;
+    t["ltorch.select"] = select;
+    t["ltorch.movedim"] = movedim;
+    t["ltorch.unflatten"] = unflatten;
+    t["ltorch.flip"] = sameAsFirst;
+    t["ltorch.roll"] = sameAsFirst;
     t["torch.Tensor.__getitem__"] = tensorIndex;
     return t;
   }();

@@ -786,6 +786,45 @@ void registerLTorchKernels() {
     }
     return a.t(0).index(idx);
   }, [](const BoundSymbol& b) { return b.symbolicRule != nullptr; });
+  // Calls the torch executor runs whole only where their sizes are symbolic (elsewhere their
+  // decompositions are claimed: views, fused where they can be).
+  auto symbolicOnly = [](const BoundSymbol& b) { return b.symbolicRule != nullptr; };
+  auto intsOrInt = [](K& a, size_t i) { return a.v[i].isInt() ? std::vector<int64_t>{a.i(i)} : a.ints(i); };
+  impl("ltorch.squeeze", "torch", "squeeze", [intsOrInt](K& a) -> c10::IValue {
+    return a.none(1) ? at::squeeze(a.t(0)) : at::squeeze(a.t(0), intsOrInt(a, 1));
+  }, symbolicOnly);
+  impl("ltorch.new_zeros", "Tensor", "new_zeros", [](K& a) -> c10::IValue { return at::zeros(a.ints(1), a.outOptions()); },
+       symbolicOnly);
+  impl("ltorch.new_ones", "Tensor", "new_ones", [](K& a) -> c10::IValue { return at::ones(a.ints(1), a.outOptions()); },
+       symbolicOnly);
+  impl("ltorch.new_empty", "Tensor", "new_empty", [](K& a) -> c10::IValue { return at::empty(a.ints(1), a.outOptions()); },
+       symbolicOnly);
+  impl("ltorch.new_full", "Tensor", "new_full",
+       [](K& a) -> c10::IValue { return at::full(a.ints(1), a.s(2), a.outOptions()); }, symbolicOnly);
+  impl("ltorch.empty", "torch", "empty", [](K& a) -> c10::IValue { return at::empty(a.ints(0), a.outOptions()); },
+       symbolicOnly);
+  impl("ltorch.view_as", "Tensor", "view_as", [](K& a) -> c10::IValue { return a.t(0).reshape(a.t(1).sizes()); },
+       symbolicOnly);
+  impl("ltorch.reshape_as", "Tensor", "reshape_as", [](K& a) -> c10::IValue { return a.t(0).reshape(a.t(1).sizes()); },
+       symbolicOnly);
+  impl("ltorch.expand_as", "Tensor", "expand_as", [](K& a) -> c10::IValue { return a.t(0).expand(a.t(1).sizes()); },
+       symbolicOnly);
+  impl("ltorch.broadcast_to", "torch", "broadcast_to", [](K& a) -> c10::IValue { return a.t(0).expand(a.ints(1)); },
+       symbolicOnly);
+  impl("ltorch.select", "torch", "select", [](K& a) -> c10::IValue { return at::select(a.t(0), a.i(1), a.i(2)); },
+       symbolicOnly);
+  impl("ltorch.flip", "torch", "flip", [intsOrInt](K& a) -> c10::IValue { return at::flip(a.t(0), intsOrInt(a, 1)); },
+       symbolicOnly);
+  impl("ltorch.roll", "torch", "roll", [intsOrInt](K& a) -> c10::IValue {
+    return at::roll(a.t(0), intsOrInt(a, 1), a.none(2) ? std::vector<int64_t>{} : intsOrInt(a, 2));
+  }, symbolicOnly);
+  impl("ltorch.cumsum", "torch", "cumsum", [](K& a) -> c10::IValue { return at::cumsum(a.t(0), a.i(1), a.dtype(2)); },
+       symbolicOnly);
+  impl("ltorch.movedim", "torch", "movedim", [intsOrInt](K& a) -> c10::IValue {
+    return at::movedim(a.t(0), intsOrInt(a, 1), intsOrInt(a, 2));
+  }, symbolicOnly);
+  impl("ltorch.unflatten", "torch", "unflatten",
+       [](K& a) -> c10::IValue { return a.t(0).unflatten(a.i(1), a.ints(2)); }, symbolicOnly);
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });
   impl("ltorch.triu", "torch", "triu", [](K& a) -> c10::IValue { return at::triu(a.t(0), a.i(1)); });
 

@@ -21,6 +21,7 @@ import torch as pytorch
 from thunder import _C
 from thunder.core import devices, dtypes, functionalize, guards, outputs
 from thunder.core.devices import Device
+from thunder.core import proxies, symbolic as _symbolic
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
 from thunder.core import transforms as _transforms
 from thunder.core.cudagraphs import PLUGIN_NAMES as CUDA_GRAPH_PLUGINS, CUDAGraphRunner
@@ -119,6 +120,11 @@ class _CompilingFlag:
             patches.append((scan, "associative_scan", _associative_scan_for(scan.associative_scan)))
         except ImportError:
             pass
+        # Factories given a symbolic size (torch.zeros(n, 4)): PyTorch's argument parser takes
+        # only ints in a size, before any torch function mode sees the call.
+        for name in _SIZED_TORCH_FACTORIES:
+            if hasattr(pytorch, name):
+                patches.append((pytorch, name, _factory_for(getattr(pytorch, name))))
         self._old = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
         for owner, name, value in patches:
             setattr(owner, name, value)
@@ -206,6 +212,29 @@ def _script_call_for(original):
         return original(self, *args, **kwargs)
 
     return call
+
+
+_SIZED_TORCH_FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "eye")
+
+
+def _has_symint(args) -> bool:
+    for a in args:
+        if type(a) is _symbolic.SymInt or (type(a) in (tuple, list, _symbolic.SymSize) and _has_symint(a)):
+            return True
+    return False
+
+
+def _factory_for(original):
+    """torch.zeros and friends while tracing: a call with a symbolic size is traced as the symbol
+    it maps to (thunder/core/symbolic.py); others run as they are."""
+
+    def factory(*args, **kwargs):
+        if _has_symint(args) or _has_symint(tuple(kwargs.values())):
+            return proxies.dispatch(original, args, kwargs)
+        return original(*args, **kwargs)
+
+    factory.__wrapped__ = original
+    return factory
 
 
 def _always_compiling() -> bool:

@@ -43,13 +43,23 @@ class View:
     it from the base's value (`forward`), and how an update of the view changes the base's value
     (`write_back(base value, view value) -> base value`; None: not representable)."""
 
-    __slots__ = ("view", "base", "op", "forward", "write_back", "grad_enabled")
+    __slots__ = ("view", "base", "op", "forward", "_write_back", "_make", "grad_enabled")
 
-    def __init__(self, view, base, op, forward, write_back):
+    def __init__(self, view, base, op, forward, write_back, make=None):
         self.view, self.base, self.op = view, base, op
-        self.forward, self.write_back = forward, write_back
+        self.forward, self._write_back = forward, write_back
+        # Made when an update of the view needs it: a view's write-back reads its sizes as ints,
+        # which for symbolic sizes pins them (thunder/core/symbolic.py) in every trace that takes
+        # a view, not only in those that update one.
+        self._make = make
         # The grad mode the view was taken in: recomputed in it (a view taken under no_grad stays detached).
         self.grad_enabled = torch.is_grad_enabled()
+
+    @property
+    def write_back(self):
+        if self._make is not None:
+            self._write_back, self._make = self._make(), None
+        return self._write_back
 
 
 def _is_tensor(x) -> bool:
@@ -313,13 +323,13 @@ def result(state, func, held, args, kwargs, out, call):
         if v is x:  # one piece that is the whole tensor (x.split(n) with n >= len)
             outs[i] = base
             continue
-        write_back = make(x, v, i, outs, args, kwargs) if make is not None else None
+        lazy = (lambda v, i: lambda: make(x, v, i, outs, args, kwargs))(v, i) if make is not None else None
         rest = args[1:]
         if _isinstance(out, (tuple, list)):
             forward = (lambda j: lambda b: call(func, (b, *rest), kwargs)[j])(i)
         else:
             forward = lambda b: call(func, (b, *rest), kwargs)  # noqa: E731
-        state.view_of[id(v)] = View(v, base, func.__name__, forward, write_back)
+        state.view_of[id(v)] = View(v, base, func.__name__, forward, None, lazy)
         state.views.setdefault(id(base), []).append(v)
     if _isinstance(out, (tuple, list)) and any(a is not b for a, b in zip(outs, out)):
         return type(out)(*outs) if hasattr(out, "_fields") else type(out)(outs)

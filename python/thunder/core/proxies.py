@@ -187,6 +187,10 @@ def _dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             skwargs = dict(skwargs, device=default)
+    if sym.name in _VARARG_FACTORIES and len(sargs) > 1 and not _isinstance(sargs[0], (tuple, list)):
+        # torch.zeros(n, 4) with a symbolic n (only symbolic sizes reach here: a call of plain
+        # ints makes a constant): the sizes as the one shape argument thunder's symbol takes.
+        sargs = (tuple(sargs),)
     if sym.name == "arange" and len(sargs) == 1 and "end" not in skwargs and symbolic.is_symbolic(sargs[0]):
         # torch.arange(n) of a symbolic n: as arange(0, n), the form the runtime runs whole.
         sargs = (0, sargs[0])
@@ -494,6 +498,7 @@ _INPLACE_RULES = {
 
 # Torch-language factories with no tensor argument: they take the default device.
 _SIZED_FACTORIES = frozenset({"zeros", "ones", "empty", "rand", "randn", "full"})
+_VARARG_FACTORIES = frozenset({"zeros", "ones", "empty", "rand", "randn"})
 _FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn", "eye", "linspace", "logspace"})
 
 

@@ -1,0 +1,269 @@
+"""Symbolic sizes (issue 29, docs/symbolic_sizes.md): a dimension marked dynamic is a size symbol of
+the trace, and one trace serves every size its guards allow, each call equal to eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+LENGTHS = (5, 7, 12, 2, 9)
+
+
+def _marked(*tensors_dims):
+    """The tensors, each marked dynamic along its dims (as torch.compile users mark them)."""
+    out = []
+    for t, dims in tensors_dims:
+        t = t.clone()
+        for d in dims:
+            torch._dynamo.mark_dynamic(t, d)
+        out.append(t)
+    return out
+
+
+def _check_lengths(fn, make, lengths=LENGTHS, traces=1, atol=None, rtol=None):
+    """Calls jit(fn) on make(n) for each length n, each result equal to eager's; the number of
+    traces it made must be `traces`."""
+    jf = thunder.jit(fn)
+    for n in lengths:
+        args = make(n)
+        expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        got = jf(*args)
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol)
+    assert thunder.cache_misses(jf) == traces, (thunder.cache_misses(jf), jf.last_symbolic_fallback)
+    return jf
+
+
+def _x(n, *rest, dtype=torch.float32, dims=(0,)):
+    g = torch.Generator().manual_seed(n)
+    return _marked((torch.randn(n, *rest, generator=g).to(dtype), dims))[0]
+
+
+# (id, function, inputs for a length n): each served by one trace at every length.
+CASES = [
+    ("unary_chain", lambda x: torch.tanh(x.exp() * 0.5 - 1).sigmoid(), lambda n: (_x(n, 4),)),
+    ("broadcast_row", lambda x, w: x * w + 1, lambda n: (_x(n, 4), torch.randn(4))),
+    ("broadcast_col", lambda x, c: x - c, lambda n: (_x(n, 4), _x(n, 1))),
+    ("where_masked_fill", lambda x: torch.where(x > 0, x, 0.0).masked_fill(x < -1, 3.0), lambda n: (_x(n, 3),)),
+    ("sum_mean_amax", lambda x: (x.sum(0), x.mean(-1, keepdim=True), x.amax(1), x.sum()), lambda n: (_x(n, 6),)),
+    ("softmax_log_softmax", lambda x: (x.softmax(0), F.log_softmax(x, -1)), lambda n: (_x(n, 5),)),
+    ("reshape_view_infer", lambda x: (x.reshape(-1), x.view(x.shape[0], 2, 3), x.reshape(-1, 3)), lambda n: (_x(n, 6),)),
+    ("expand_permute", lambda x: x.unsqueeze(1).expand(-1, 3, -1).permute(2, 0, 1), lambda n: (_x(n, 4),)),
+    ("transpose_flatten", lambda x: x.transpose(0, 1).flatten(), lambda n: (_x(n, 2, 3),)),
+    ("squeeze_static", lambda x: x.unsqueeze(0).squeeze(0) + x[:, :1].squeeze(1).unsqueeze(-1), lambda n: (_x(n, 4),)),
+    ("cat_stack", lambda x, y: (torch.cat([x, y, x], 0), torch.stack([x, x], 1)), lambda n: (_x(n, 4), torch.randn(3, 4))),
+    ("arange_of_size", lambda x: x + torch.arange(x.shape[0]).unsqueeze(1), lambda n: (_x(n, 3),)),
+    ("arange_start_end", lambda x: torch.arange(2, x.shape[0] + 2, dtype=torch.float32), lambda n: (_x(n),)),
+    ("factories", lambda x: (torch.zeros(x.shape[0], 2), torch.full((3, x.shape[0]), 2.5), x.new_ones(x.shape)),
+     lambda n: (_x(n, 2),)),
+    ("slices", lambda x: (x[1:], x[: x.shape[0] - 1], x[-2:], x[:, 1:3], x[2:-1], x[..., 0], x[None, :3]),
+     lambda n: (_x(n, 4, dims=(0,)) if n >= 3 else _x(n + 3, 4),)),
+    ("matmul_linear", lambda x, w: (x @ w, F.linear(x, w.t(), torch.ones(5))), lambda n: (_x(n, 4), torch.randn(4, 5))),
+    ("batched_matmul", lambda a, b: a @ b.transpose(-1, -2), lambda n: (_x(2, n, 8, dims=(1,)), _x(2, n, 8, dims=(1,)))),
+    ("embedding", lambda i, w: F.embedding(i, w), lambda n: (_marked((torch.arange(n) % 10, (0,)))[0], torch.randn(10, 4))),
+    ("layer_norm", lambda x, w: F.layer_norm(x, (8,), w), lambda n: (_x(n, 8), torch.randn(8))),
+    ("index_select", lambda x, i: x.index_select(0, i), lambda n: (torch.randn(6, 3), _marked((torch.arange(n) % 6, (0,)))[0])),
+    ("narrow", lambda x: x.narrow(0, 1, x.shape[0] - 1), lambda n: (_x(n, 3),)),
+    ("bf16", lambda x, w: (x.float() @ w).to(torch.bfloat16) * 2, lambda n: (_x(n, 4, dtype=torch.bfloat16), torch.randn(4, 4))),
+]
+
+
+@pytest.mark.parametrize("fn,make", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_one_trace_serves_every_length(fn, make):
+    _check_lengths(fn, make)
+
+
+def _attention(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_over_a_growing_cache():
+    # A decoding step: the keys and values one token longer at each call, the mask their length.
+    def step(q, kc, vc, knew, vnew, mask):
+        k = torch.cat([kc, knew], -2)
+        v = torch.cat([vc, vnew], -2)
+        return _attention(q, k, v, mask[:, None, None, :].bool()), k, v
+
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        kc, vc = _marked((torch.randn(1, 2, n, 8, generator=g), (2,)), (torch.randn(1, 2, n, 8, generator=g), (2,)))
+        mask = _marked((torch.ones(1, n + 1), (1,)))[0]
+        return torch.randn(1, 2, 1, 8, generator=g), kc, vc, torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8), mask
+
+    _check_lengths(step, make)
+
+
+def test_causal_attention_of_a_variable_length():
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    _check_lengths(f, lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3)))
+
+
+def test_comparisons_are_guards():
+    # Each branch is its own trace; a length on the same side of the comparison reuses it.
+    def f(x):
+        if x.shape[0] > 6:
+            return x * 2
+        return x - 1
+
+    jf = _check_lengths(f, lambda n: (_x(n, 3),), lengths=(3, 4, 5, 8, 9, 10), traces=2)
+    assert any("guard" in line for line in str(thunder.last_traces(jf)[-1]).splitlines())
+
+
+def test_a_size_used_as_a_python_int_pins_it():
+    # range(n) needs the int: the trace serves that length only, and every result is still right.
+    def f(x):
+        return sum(x[i] for i in range(x.shape[0]))
+
+    _check_lengths(f, lambda n: (_x(n, 3),), lengths=(3, 4, 5), traces=3)
+
+
+def test_an_op_without_a_rule_pins_the_sizes_it_reads():
+    def f(x):
+        return torch.flip(x, (0,)) * 2 + torch.cumprod(x, 0)
+
+    _check_lengths(f, lambda n: (_x(n, 2),), lengths=(3, 4, 5), traces=3)
+
+
+def test_sizes_0_and_1_stay_static():
+    # A marked size of 1 or 0 is not a symbol (broadcasting and squeezing treat them apart), and
+    # a trace with a symbol serves sizes of at least 2 only.
+    def f(x, y):
+        return x + y
+
+    jf = thunder.jit(f)
+    for n in (1, 4, 6, 1, 0):
+        x, y = _marked((torch.randn(n, 3), (0,)), (torch.randn(1, 3), ()))
+        torch.testing.assert_close(jf(x, y), f(x, y))
+    assert thunder.cache_misses(jf) == 3  # 1, then 4 (serving 6), then 0
+
+
+def test_symbolic_values_cache_option():
+    # A size that changes between calls becomes a symbol of the next trace: 2 traces for any
+    # number of lengths (as torch.compile's automatic dynamic shapes).
+    def f(x, w):
+        return torch.cat([x, x], 0).softmax(-1) @ w
+
+    jf = thunder.jit(f, cache="symbolic values")
+    w = torch.randn(4, 3)
+    for n in range(3, 12):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(jf(x, w), f(x, w))
+    assert thunder.cache_misses(jf) == 2
+    assert thunder.last_traces(jf)[0].symbols == [("t_0", 0, 4)]
+
+
+def test_cache_option_is_checked():
+    with pytest.raises(ValueError, match="cache must be one of"):
+        thunder.jit(lambda x: x, cache="dynamic")
+
+
+def test_printed_trace_reads_its_symbols():
+    def f(x):
+        return torch.arange(x.shape[0] + 1)[1:] * x.sum(-1)
+
+    jf = thunder.jit(f)
+    x = _x(6, 2)
+    jf(x)
+    final = str(thunder.last_traces(jf)[-1])
+    assert "s0 = t_0.shape[0]" in final and "s0 + 1" in final
+    assert "# guard: s0 >= 2" in final
+
+
+def test_training_traces_each_length():
+    # The backward of a symbolic trace is not built yet: a call with grad traces each length, and
+    # values and gradients are eager's.
+    w = torch.randn(4, 3, requires_grad=True)
+
+    def f(x):
+        return (x @ w).tanh().sum()
+
+    jf = thunder.jit(f)
+    for n in (3, 5):
+        x = _x(n, 4)
+        loss = jf(x)
+        (g,) = torch.autograd.grad(loss, w)
+        (ge,) = torch.autograd.grad(f(x), w)
+        torch.testing.assert_close(g, ge)
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_tensors_held_by_an_argument_grow_without_new_traces():
+    # A cache object whose tensor grows by one row a call (as transformers' DynamicCache): with
+    # cache="symbolic values", the second call's trace serves every later length.
+    class Cache:
+        def __init__(self):
+            self.rows = torch.zeros(1, 4)
+
+    def step(x, cache):
+        cache.rows = torch.cat([cache.rows, x], 0)
+        return cache.rows.sum(0) * cache.rows.shape[0]
+
+    jf = thunder.jit(step, cache="symbolic values")
+    a, b = Cache(), Cache()
+    for i in range(10):
+        x = torch.randn(1, 4)
+        torch.testing.assert_close(jf(x, a), step(x, b))
+        torch.testing.assert_close(a.rows, b.rows)
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_cpu_fuser_keeps_symbolic_calls_in_aten():
+    # Kernels are generated for static sizes: calls on symbolic sizes run through ATen, the rest
+    # fuse, and every length is right.
+    from thunder import _C
+
+    if not _C.cpu_compiler_available():
+        pytest.skip("no C++ compiler for the CPU fuser")
+
+    def f(x, w):
+        h = (w.exp() * 2 + 1).tanh()  # static: fusible
+        return torch.cat([x, x], 0).sigmoid() * h
+
+    jf = thunder.jit(f, executors=["fuser"])
+    for n in (5, 8, 3):
+        x, w = _x(n, 4), torch.randn(4)
+        torch.testing.assert_close(jf(x, w), f(x, w))
+    assert thunder.cache_misses(jf) == 1
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert sum(n.startswith("cpuFusion") for n in names) == 1, names
+
+
+def _tiny_llama(layers=2):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=layers,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_hf_greedy_decoding_compiles_at_most_three_times():
+    # transformers' default dynamic cache: a forward per token, the cache one token longer each
+    # time. Prefill, the first decoding step, and one trace for every later step.
+    model = _tiny_llama()
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+    model.forward = thunder.jit(model.forward, cache="symbolic values")
+    with torch.no_grad():
+        got = model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+    assert torch.equal(got, expected)
+    assert thunder.cache_misses(model.forward) <= 3, thunder.cache_misses(model.forward)
+    assert model.forward.last_symbolic_fallback == ""
+
+
+def test_hf_variable_sequence_length_inference():
+    # A module's input marked dynamic along the sequence: one trace for every length.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, max_position_embeddings=64)
+    model = transformers.BertModel(cfg).eval()
+    jm = thunder.jit(model)
+    with torch.no_grad():
+        for n in (8, 13, 21, 9):
+            ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n))
+            torch._dynamo.mark_dynamic(ids, 1)
+            torch.testing.assert_close(jm(ids).last_hidden_state, model(ids).last_hidden_state)
+    assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback

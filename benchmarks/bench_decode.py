@@ -9,7 +9,9 @@ shapes. Per contender, three generations of `--tokens` tokens each:
   new   - a longer prompt: every step meets a length not seen before,
   seen  - that prompt again: every length seen once.
 Reported: ms per generated token for each, the compiles (thunder: traces, i.e. cache misses;
-torch.compile: dynamo frames compiled) and whether the tokens equal eager's.
+torch.compile: dynamo frames compiled) and whether the tokens equal eager's. `thunder` is
+thunder.jit(forward, cache="symbolic values") (the cache's length becomes a size symbol once it
+changed), `thunder-static` the default cache, which traces each new length.
 """
 
 import argparse
@@ -46,7 +48,7 @@ def main():
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--tokens", type=int, default=32)
-    p.add_argument("--only", default="eager,thunder,compile")
+    p.add_argument("--only", default="eager,thunder,thunder-static,compile")
     args = p.parse_args()
     import thunder
 
@@ -58,7 +60,10 @@ def main():
         model = _model(args)
         forward = model.forward
         if name == "thunder":
-            model.forward = thunder.jit(forward)
+            # Symbolic sizes (docs/symbolic_sizes.md): the cache's length a size symbol once it changed.
+            model.forward = thunder.jit(forward, cache="symbolic values")
+        elif name == "thunder-static":
+            model.forward = thunder.jit(forward)  # a trace per new length
         elif name == "compile":
             torch._dynamo.reset()
             model.forward = torch.compile(forward, dynamic=True)
@@ -67,7 +72,7 @@ def main():
             for ids in (short, long, long):
                 out, ms = _generate(model, ids, args.tokens)
                 results.append((out, ms))
-        if name == "thunder":
+        if name.startswith("thunder"):
             compiles = thunder.cache_misses(model.forward)
         elif name == "compile":
             from torch._dynamo.utils import counters

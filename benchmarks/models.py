@@ -69,6 +69,7 @@ import thunder  # (benchmarks.run puts the in-tree package on sys.path)
 CONTENDERS = ("eager", "torch.compile", "thunder")
 LIBRARIES = ("transformers", "timm", "torchvision", "diffusers")
 MODES = ("train", "infer")
+ALL_MODES = MODES + ("amp",)  # amp: training under torch.autocast, timed only (--mode amp)
 
 
 # ---- the models --------------------------------------------------------------------------------
@@ -398,6 +399,23 @@ def make_step(case, mode, contender):
             for p in params:
                 p.grad = None
         step.compiled = fwd  # (for benchmarks.profile_model's traces)
+    elif mode == "amp":
+        # Mixed precision as training scripts run it: float32 parameters and inputs, the step under
+        # torch.autocast (bfloat16), gradients in float32.
+        model = model.float().train()
+        fwd = _wrap(Step(model, case.train), contender)
+        params = [p for p in model.parameters() if p.requires_grad]
+        inputs = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+                  for k, v in case.train_inputs.items()}
+        device_type = next(iter(model.parameters())).device.type
+
+        def step():
+            with torch.autocast(device_type, dtype=torch.bfloat16):
+                loss = fwd(**inputs)
+            loss.backward()
+            for p in params:
+                p.grad = None
+        step.compiled = fwd
     else:
         model.eval()
         fwd = _wrap(Step(model, case.infer), contender)
@@ -578,7 +596,8 @@ def report(doc, markdown):
     else:
         out.append(f"device {doc['device']}, torch {doc['torch']}, commit {doc['commit']}, {doc['date']}, "
                    f"{doc['load']}")
-    for mode, heading in (("train", "Training (forward, loss, backward)"), ("infer", "Inference (no_grad forward)")):
+    for mode, heading in (("train", "Training (forward, loss, backward)"), ("infer", "Inference (no_grad forward)"),
+                          ("amp", "Training under torch.autocast (float32 parameters, bfloat16 autocast)")):
         if doc["results"].get(mode):
             out += ["", f"**{heading}**", "", table(doc["results"], mode)]
     if doc.get("not_run"):
@@ -619,12 +638,12 @@ def merge(paths):
         with open(p) as f:
             docs.append(json.load(f))
     doc = dict(docs[0])
-    doc["results"] = {m: {} for m in MODES}
+    doc["results"] = {m: {} for m in ALL_MODES}
     for d in docs:
-        for m in MODES:
+        for m in ALL_MODES:
             doc["results"][m].update(d["results"].get(m, {}))
     doc["command"] = " + ".join(d["command"] for d in docs)
-    doc["not_run"] = [n for d in docs for n in d.get("not_run", []) if not any(n in doc["results"][m] for m in MODES)]
+    doc["not_run"] = [n for d in docs for n in d.get("not_run", []) if not any(n in doc["results"][m] for m in ALL_MODES)]
     doc["load"] = "; ".join(d["load"] for d in docs)
     return doc
 
@@ -633,7 +652,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"))
     ap.add_argument("--only", default="", help="comma-separated model names (default all): " + ",".join(MODELS))
-    ap.add_argument("--mode", default="both", choices=("train", "infer", "both"))
+    ap.add_argument("--mode", default="both", choices=("train", "infer", "amp", "both"),
+                    help="both: train and infer; amp: training under torch.autocast, float32 parameters")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
@@ -662,6 +682,8 @@ def main(argv=None):
             ap.error("--shard I/N needs 1 <= I <= N")
         shard = (i, n)
     modes = MODES if args.mode == "both" else (args.mode,)
+    if args.check and "amp" in modes:
+        ap.error("--check compares float32/float64 steps; --mode amp is timed only")
     big = args.device == "cuda" and not args.small
     names = selected(args.only, shard)
 
@@ -701,6 +723,8 @@ def main(argv=None):
            "command": "python -m benchmarks.models " + " ".join(argv if argv is not None else sys.argv[1:]),
            "dtype": f"{str(dtype).replace('torch.', '')} parameters", "repeats": args.repeats, "warmup": args.warmup,
            "results": {m: {} for m in modes}, "not_run": []}
+    if "amp" in modes:
+        doc["dtype"] += "; amp: float32 parameters under bfloat16 autocast"
     load = doc["load"] = "load average {:.2f} {:.2f} {:.2f} before".format(*os.getloadavg())
     start = time.perf_counter()
     for i, name in enumerate(names):

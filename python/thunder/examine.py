@@ -74,7 +74,8 @@ class _Recorder(TorchFunctionMode):
             self.first[func] = (args, kwargs)
         out = func(*args, **kwargs)
         name = getattr(func, "__name__", "").strip("_")
-        if func in (torch.rand, torch.rand_like) and isinstance(out, torch.Tensor):
+        # (while a program is traced torch.rand is thunder's wrapper of it: thunder._factory_for)
+        if func in (getattr(torch.rand, "__wrapped__", torch.rand), torch.rand_like) and isinstance(out, torch.Tensor):
             self._ranges[id(out)] = (out, proxies.uniform_range(out.dtype))
         elif name in _COMPARE and len(args) == 2 and not kwargs and isinstance(out, torch.Tensor):
             if proxies.comparison_answer(_COMPARE[name], *args, self._range_of) is not None:

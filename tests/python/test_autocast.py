@@ -316,7 +316,35 @@ class _Llama(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
+class _HFLlama(nn.Module):
+    """transformers' Llama (GQA, RoPE, RMSNorm, SwiGLU) and its own shifted loss."""
+
+    def __init__(self):
+        super().__init__()
+        transformers = pytest.importorskip("transformers")
+        cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        self.m = transformers.LlamaForCausalLM(cfg)
+
+    def forward(self, idx, y):
+        return self.m(input_ids=idx, labels=y).loss
+
+
+class _Timm(nn.Module):
+    """A timm image model (its own layers: convolutions with BatchNorm, or a ViT) and a cross-entropy."""
+
+    def __init__(self, arch, **kw):
+        super().__init__()
+        timm = pytest.importorskip("timm")
+        self.m = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.m(x), y)
+
+
 def _batch(name, device, g):
+    if name in ("timm_resnet", "timm_vit"):
+        return torch.randn(2, 3, 32, 32, generator=g).to(device), torch.randint(0, 5, (2,), generator=g).to(device)
     if name == "mlp":
         return torch.randn(8, 16, generator=g).to(device), torch.randint(0, 4, (8,), generator=g).to(device)
     if name == "cnn":
@@ -325,7 +353,11 @@ def _batch(name, device, g):
     return idx, torch.randint(0, 96, (2, 16), generator=g).to(device)
 
 
-MODELS = {"mlp": _MLP, "cnn": _CNN, "llama": _Llama}
+MODELS = {
+    "mlp": _MLP, "cnn": _CNN, "llama": _Llama, "hf_llama": _HFLlama,
+    "timm_resnet": lambda: _Timm("resnet18"),
+    "timm_vit": lambda: _Timm("vit_tiny_patch16_224", img_size=32, patch_size=8),
+}
 
 
 @pytest.mark.parametrize("device,low", MODES)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 import thunder
 
 LENGTHS = (5, 7, 12, 2, 9)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
 
 
 def _marked(*tensors_dims):
@@ -68,16 +69,32 @@ CASES = [
 ]
 
 
+def _on(device, make):
+    """make, its tensors moved to `device` with their dynamic marks."""
+
+    def moved(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        u = t.to(device)
+        for d in getattr(t, "_dynamo_dynamic_indices", ()):
+            torch._dynamo.mark_dynamic(u, d)
+        return u
+
+    return lambda n: tuple(moved(a) for a in make(n))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fn,make", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_one_trace_serves_every_length(fn, make):
-    _check_lengths(fn, make)
+def test_one_trace_serves_every_length(fn, make, device):
+    _check_lengths(fn, _on(device, make))
 
 
 def _attention(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def test_attention_over_a_growing_cache():
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_over_a_growing_cache(device):
     # A decoding step: the keys and values one token longer at each call, the mask their length.
     def step(q, kc, vc, knew, vnew, mask):
         k = torch.cat([kc, knew], -2)
@@ -90,14 +107,15 @@ def test_attention_over_a_growing_cache():
         mask = _marked((torch.ones(1, n + 1), (1,)))[0]
         return torch.randn(1, 2, 1, 8, generator=g), kc, vc, torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8), mask
 
-    _check_lengths(step, make)
+    _check_lengths(step, _on(device, make))
 
 
-def test_causal_attention_of_a_variable_length():
+@pytest.mark.parametrize("device", DEVICES)
+def test_causal_attention_of_a_variable_length(device):
     def f(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    _check_lengths(f, lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3)))
+    _check_lengths(f, _on(device, lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3))))
 
 
 def test_comparisons_are_guards():
@@ -209,6 +227,22 @@ def test_tensors_held_by_an_argument_grow_without_new_traces():
     assert thunder.cache_misses(jf) == 2
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_fuser_keeps_symbolic_calls_in_aten():
+    def f(x, w):
+        h = (w.exp() * 2 + 1).tanh()
+        return torch.cat([x, x], 0).sigmoid() * h
+
+    jf = thunder.jit(f)
+    for n in (5, 8, 3):
+        x, w = _x(n, 4).cuda(), torch.randn(4, device="cuda")
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(jf(x, w), f(x, w))
+    assert thunder.cache_misses(jf) == 1
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert sum(n.startswith("cudaFusion") for n in names) == 1, names
+
+
 def test_cpu_fuser_keeps_symbolic_calls_in_aten():
     # Kernels are generated for static sizes: calls on symbolic sizes run through ATen, the rest
     # fuse, and every length is right.
@@ -238,11 +272,12 @@ def _tiny_llama(layers=2):
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
-def test_hf_greedy_decoding_compiles_at_most_three_times():
+@pytest.mark.parametrize("device", DEVICES)
+def test_hf_greedy_decoding_compiles_at_most_three_times(device):
     # transformers' default dynamic cache: a forward per token, the cache one token longer each
     # time. Prefill, the first decoding step, and one trace for every later step.
-    model = _tiny_llama()
-    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(0))
+    model = _tiny_llama().to(device)
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         expected = model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
     model.forward = thunder.jit(model.forward, cache="symbolic values")

@@ -459,15 +459,17 @@ def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
         for k in [k for k, (ref, _, _) in owner._read_slots.items() if ref() is None]:
             del owner._read_slots[k]
     new_reads = {k: v for k, v in (read or {}).items() if k not in owner._read_slots}
-    # The same objects and attributes set again (each step of a decoding loop): already guarded.
+    # The same objects and attributes set again (each step of a decoding loop): already guarded,
+    # while those objects live (a new object may get a dead one's id).
     state_key = tuple((id(o), attrs) for o, attrs in updated)
-    seen = owner.__dict__.setdefault("_state_keys", set())
-    if updated and state_key in seen:
+    seen = owner.__dict__.setdefault("_state_keys", {})
+    refs = seen.get(state_key)
+    if updated and refs is not None and all(r() is o for r, (o, _) in zip(refs, updated)):
         updated = []
     if not updated and not new_reads:
         return
     if updated:
-        seen.add(state_key)
+        seen[state_key] = [outputs._weak(o) for o, _ in updated]
         owner._state_guards.append(outputs.state_guard(updated))
     if new_reads:
         # One reader over every attribute any trace read, extended only by attributes not read

@@ -173,6 +173,11 @@ bool reduction(RuleCtx& c, std::vector<Dims>& outs) {
   return true;
 }
 
+bool minMax(RuleCtx& c, std::vector<Dims>& outs) {
+  // torch.max(a, b) of two tensors is elementwise; torch.max(a) and torch.max(a, dim) reduce.
+  return c.arg("dim").isTensor() ? broadcastAll(c, outs) : reduction(c, outs);
+}
+
 bool reshape(RuleCtx& c, std::vector<Dims>& outs) {
   Dims in = shapeOf(c.arg("a")), to;
   if (!symInts(c.arg("shape"), to)) return false;
@@ -705,9 +710,11 @@ const std::unordered_map<std::string, Rule>& rules() {
                           "bitwise_xor", "logical_and", "logical_or", "maximum", "minimum", "atan2", "clamp", "lerp",
                           "copysign"})
       t[std::string("ltorch.") + n] = broadcastAll;
-    for (const char* n : {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "argmax", "argmin",
-                          "logsumexp", "all", "any"})
+    for (const char* n : {"sum", "mean", "amax", "amin", "prod", "var", "std", "argmax", "argmin", "logsumexp",
+                          "all", "any"})
       t[std::string("ltorch.") + n] = reduction;
+    t["ltorch.max"] = minMax;
+    t["ltorch.min"] = minMax;
     t["ltorch.reshape"] = reshape;
     t["ltorch.view"] = reshape;
     t["ltorch.expand"] = expand;

@@ -261,6 +261,8 @@ struct TreeSpec {
   enum class Kind : uint8_t { Leaf, Tuple, List, Dict } kind = Kind::Leaf;
   std::vector<TreeSpec> children;
   std::vector<py::object> keys;  // dict keys
+  /// A dict subclass's type (transformers' ModelOutput, an OrderedDict), rebuilt as it; else null.
+  py::object type;
 };
 
 /// Appends the leaves of a Python value; records its structure in `spec` (when given) and in
@@ -282,6 +284,12 @@ void flatten(py::handle obj, std::vector<py::handle>& leaves, TreeSpec* spec, st
   }
   if (spec) spec->kind = kind;
   if (key) key->push_back(open);
+  if (kind == TreeSpec::Kind::Dict && !PyDict_CheckExact(o)) {
+    // (the type joins the key: an entry rebuilds the container it was traced with)
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
+    if (spec) spec->type = py::reinterpret_borrow<py::object>(type);
+    if (key) key->append(reinterpret_cast<const char*>(&type), sizeof type);
+  }
   if (kind == TreeSpec::Kind::Dict) {
     PyObject *k, *v;
     Py_ssize_t pos = 0;
@@ -313,7 +321,15 @@ py::object unflatten(const TreeSpec& spec, const py::list& leaves, size_t& pos) 
     case TreeSpec::Kind::Dict: {
       py::dict d;
       for (size_t i = 0; i < spec.children.size(); ++i) d[spec.keys[i]] = unflatten(spec.children[i], leaves, pos);
-      return d;
+      if (!spec.type) return d;
+      // A dict subclass as it was: by keyword (a ModelOutput's fields), else from the mapping.
+      bool strKeys = true;
+      for (const py::object& k : spec.keys) strKeys = strKeys && PyUnicode_Check(k.ptr());
+      try {
+        return strKeys ? spec.type(**d) : spec.type(d);
+      } catch (const py::error_already_set&) {
+        return spec.type(d);
+      }
     }
     default: {
       py::list l;

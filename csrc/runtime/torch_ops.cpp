@@ -823,6 +823,15 @@ void registerLTorchKernels() {
   impl("ltorch.movedim", "torch", "movedim", [intsOrInt](K& a) -> c10::IValue {
     return at::movedim(a.t(0), intsOrInt(a, 1), intsOrInt(a, 2));
   }, symbolicOnly);
+  for (const char* n : {"min", "max"}) {
+    bool isMin = std::string(n) == "min";
+    impl(std::string("ltorch.") + n, "torch", n, [isMin](K& a) -> c10::IValue {
+      if (a.isTensor(1)) return isMin ? at::minimum(a.t(0), a.t(1)) : at::maximum(a.t(0), a.t(1));
+      if (a.none(1)) return isMin ? at::min(a.t(0)) : at::max(a.t(0));
+      auto [v, i] = isMin ? at::min(a.t(0), a.i(1), a.b(2)) : at::max(a.t(0), a.i(1), a.b(2));
+      return c10::ivalue::Tuple::create(std::vector<c10::IValue>{v, i});
+    }, symbolicOnly);
+  }
   impl("ltorch.unflatten", "torch", "unflatten",
        [](K& a) -> c10::IValue { return a.t(0).unflatten(a.i(1), a.ints(2)); }, symbolicOnly);
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });

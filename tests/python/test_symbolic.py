@@ -289,6 +289,56 @@ def test_hf_greedy_decoding_compiles_at_most_three_times(device):
     assert model.forward.last_symbolic_fallback == ""
 
 
+def _tiny_hf(name):
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if name == "gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=256))
+    if name == "qwen2":
+        return T.Qwen2ForCausalLM(T.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+    if name == "gemma":
+        return T.GemmaForCausalLM(T.GemmaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, head_dim=16,
+                                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+    if name == "t5":  # an encoder-decoder: the encoder's output is a ModelOutput argument
+        return T.T5ForConditionalGeneration(T.T5Config(vocab_size=128, d_model=64, d_ff=128, num_layers=2, num_heads=4,
+                                                       d_kv=16, decoder_start_token_id=0))
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen2", "gemma", "t5"])
+def test_hf_decoders_decode_with_three_traces(name):
+    model = _tiny_hf(name).eval()
+    ids = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.generate(input_ids=ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)
+    model.forward = thunder.jit(model.forward, cache="symbolic values")
+    with torch.no_grad():
+        got = model.generate(input_ids=ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)
+    assert torch.equal(got, expected)
+    assert thunder.cache_misses(model.forward) == 3, model.forward.last_symbolic_fallback
+
+
+def test_dict_subclass_arguments_keep_their_type():
+    # A ModelOutput (an OrderedDict subclass) given to a jitted function is the same type inside
+    # it (before it was a plain dict, and `encoder_outputs[0]` raised KeyError: T5's generate).
+    from collections import OrderedDict
+
+    class Output(OrderedDict):
+        def __getitem__(self, k):
+            return list(self.values())[k] if isinstance(k, int) else super().__getitem__(k)
+
+    def f(out):
+        return out[0] * 2 + out["b"]
+
+    jf = thunder.jit(f)
+    o = Output(a=torch.randn(3), b=torch.randn(3))
+    torch.testing.assert_close(jf(o), f(o))
+    d = {"a": o["a"], "b": o["b"]}
+    with pytest.raises(KeyError):
+        jf(d)  # a plain dict is another entry, traced as a dict
+
+
 def test_hf_variable_sequence_length_inference():
     # A module's input marked dynamic along the sequence: one trace for every length.
     transformers = pytest.importorskip("transformers")

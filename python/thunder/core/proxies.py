@@ -187,6 +187,11 @@ def _dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             skwargs = dict(skwargs, device=default)
+    if (sym.name in ("add", "mul") and len(sargs) == 2 and type(sargs[1]) is TensorProxy and sargs[1]._sym
+            and type(sargs[0]) is not TensorProxy and skwargs.get("alpha", 1) == 1):
+        # 16 + t of a symbolic t: as t + 16, which the runtime runs whole (number-first calls are
+        # decomposed, and a decomposition serves only the sizes it was traced at).
+        sargs = (sargs[1], sargs[0])
     if sym.name in _VARARG_FACTORIES and len(sargs) > 1 and not _isinstance(sargs[0], (tuple, list)):
         # torch.zeros(n, 4) with a symbolic n (only symbolic sizes reach here: a call of plain
         # ints makes a constant): the sizes as the one shape argument thunder's symbol takes.

@@ -173,6 +173,57 @@ bool reduction(RuleCtx& c, std::vector<Dims>& outs) {
   return true;
 }
 
+bool diff(RuleCtx& c, std::vector<Dims>& outs) {
+  // torch.diff: along `dim`, the length with prepend and append, less n (at least 0: a guard).
+  Dims in = shapeOf(c.arg("a"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (d < 0 || d >= (int64_t)in.size() || c.arg("n").symExpr()) return false;
+  SymInt len = in[d];
+  for (const char* side : {"prepend", "append"}) {
+    const Value& v = c.arg(side);
+    if (v.isNone()) continue;
+    if (!v.isTensor() || v.tensor().ndim() != (int64_t)in.size()) return false;
+    len = len + v.tensor().dim(d);
+  }
+  SymInt n = constant(c.arg("n").toInt());
+  if (!c.lessEqual(n, len)) return false;
+  in[d] = len - n;
+  outs.push_back(in);
+  return true;
+}
+
+bool addmm(RuleCtx& c, std::vector<Dims>& outs) {
+  // beta * a + alpha * (mat1 @ mat2): [mat1's rows, mat2's columns], a broadcast to it.
+  Dims m1 = shapeOf(c.arg("mat1")), m2 = shapeOf(c.arg("mat2"));
+  if (m1.size() != 2 || m2.size() != 2 || !c.equal(m1[1], m2[0])) return false;
+  Dims out{m1[0], m2[1]}, b;
+  if (!broadcast(c, {shapeOf(c.arg("a")), out}, b) || b.size() != 2) return false;
+  for (size_t k = 0; k < 2; ++k)
+    if (!c.equal(b[k], out[k])) return false;
+  outs.push_back(out);
+  return true;
+}
+
+/// split / chunk / unbind along a static dimension: each piece the input with that dimension
+/// its own static length (the pieces' sizes are the meta function's).
+bool pieces(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a"));
+  int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
+  if (d < 0 || d >= (int64_t)in.size() || in[d].symbolic()) return false;
+  for (const Value& x : c.b.args)
+    if (x.hasSymbolic() && !x.isTensor()) return false;
+  for (const TensorPtr& t : c.b.outputTensors()) {
+    Dims p = in;
+    if (c.sym.name == "unbind") {
+      p.erase(p.begin() + d);
+    } else {
+      p[d] = constant(t->shape[d]);
+    }
+    outs.push_back(p);
+  }
+  return true;
+}
+
 bool minMax(RuleCtx& c, std::vector<Dims>& outs) {
   // torch.max(a, b) of two tensors is elementwise; torch.max(a) and torch.max(a, dim) reduce.
   return c.arg("dim").isTensor() ? broadcastAll(c, outs) : reduction(c, outs);
@@ -713,6 +764,11 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* n : {"sum", "mean", "amax", "amin", "prod", "var", "std", "argmax", "argmin", "logsumexp",
                           "all", "any"})
       t[std::string("ltorch.") + n] = reduction;
+    t["ltorch.diff"] = diff;
+    t["ltorch.addmm"] = addmm;
+    t["ltorch.split"] = pieces;
+    t["ltorch.chunk"] = pieces;
+    t["ltorch.unbind"] = pieces;
     t["ltorch.max"] = minMax;
     t["ltorch.min"] = minMax;
     t["ltorch.reshape"] = reshape;

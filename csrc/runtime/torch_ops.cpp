@@ -832,6 +832,23 @@ void registerLTorchKernels() {
       return c10::ivalue::Tuple::create(std::vector<c10::IValue>{v, i});
     }, symbolicOnly);
   }
+  impl("ltorch.diff", "torch", "diff", [](K& a) -> c10::IValue {
+    std::optional<at::Tensor> pre, post;
+    if (!a.none(3)) pre = a.t(3);
+    if (!a.none(4)) post = a.t(4);
+    return at::diff(a.t(0), a.i(1), a.i(2), pre, post);
+  }, [](const BoundSymbol& b) {
+    // (a number prepended or appended is a tensor to ATen: left to the decomposition)
+    return b.symbolicRule != nullptr && (b.args[3].isNone() || b.args[3].isTensor()) &&
+           (b.args[4].isNone() || b.args[4].isTensor());
+  });
+  impl("ltorch.addmm", "torch", "addmm", [](K& a) -> c10::IValue {
+    return at::addmm(a.t(0), a.t(1), a.t(2), a.s(3), a.s(4));
+  }, symbolicOnly);
+  impl("ltorch.unbind", "torch", "unbind", [](K& a) -> c10::IValue {
+    std::vector<at::Tensor> parts = at::unbind(a.t(0), a.i(1));
+    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(parts.begin(), parts.end()));
+  }, symbolicOnly);
   impl("ltorch.unflatten", "torch", "unflatten",
        [](K& a) -> c10::IValue { return a.t(0).unflatten(a.i(1), a.ints(2)); }, symbolicOnly);
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });

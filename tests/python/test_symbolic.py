@@ -66,6 +66,9 @@ CASES = [
     ("layer_norm", lambda x, w: F.layer_norm(x, (8,), w), lambda n: (_x(n, 8), torch.randn(8))),
     ("index_select", lambda x, i: x.index_select(0, i), lambda n: (torch.randn(6, 3), _marked((torch.arange(n) % 6, (0,)))[0])),
     ("narrow", lambda x: x.narrow(0, 1, x.shape[0] - 1), lambda n: (_x(n, 3),)),
+    ("addmm_split", lambda x, w, b: torch.addmm(b, x, w).split(2, -1), lambda n: (_x(n, 4), torch.randn(4, 6), torch.randn(6))),
+    ("chunk_unbind", lambda x: (x.chunk(3, 1), x.unbind(1)), lambda n: (_x(n, 3),)),
+    ("diff_min_max", lambda x: (x.diff(dim=0), torch.max(x, x * 2), x.min(0).values, x.max()), lambda n: (_x(n, 3),)),
     ("bf16", lambda x, w: (x.float() @ w).to(torch.bfloat16) * 2, lambda n: (_x(n, 4, dtype=torch.bfloat16), torch.randn(4, 4))),
 ]
 
@@ -339,17 +342,32 @@ def test_dict_subclass_arguments_keep_their_type():
         jf(d)  # a plain dict is another entry, traced as a dict
 
 
-def test_hf_variable_sequence_length_inference():
-    # A module's input marked dynamic along the sequence: one trace for every length.
-    transformers = pytest.importorskip("transformers")
+def _hf_encoder(name):
+    T = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=128, max_position_embeddings=64)
-    model = transformers.BertModel(cfg).eval()
+    if name == "bert":
+        return T.BertModel(T.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=128, max_position_embeddings=64))
+    if name == "gpt2":  # Conv1D: addmm and a split of the fused projection
+        return T.GPT2Model(T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4))
+    if name == "llama":  # the causal mask's packed-sequence check: diff of the positions
+        return T.LlamaModel(T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2))
+    if name == "t5_encoder":  # relative position buckets: min, where, log of aranges
+        return T.T5EncoderModel(T.T5Config(vocab_size=100, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16))
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "t5_encoder"])
+def test_hf_variable_sequence_length_inference(name):
+    # A module's input marked dynamic along the sequence: one trace for every length.
+    model = _hf_encoder(name).eval()
+    kw = {"use_cache": False} if name in ("gpt2", "llama") else {}
     jm = thunder.jit(model)
     with torch.no_grad():
         for n in (8, 13, 21, 9):
             ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n))
             torch._dynamo.mark_dynamic(ids, 1)
-            torch.testing.assert_close(jm(ids).last_hidden_state, model(ids).last_hidden_state)
+            torch.testing.assert_close(jm(input_ids=ids, **kw).last_hidden_state,
+                                       model(input_ids=ids, **kw).last_hidden_state)
     assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback

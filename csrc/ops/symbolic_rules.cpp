@@ -93,6 +93,13 @@ bool symInts(const Value& v, Dims& out) {
   return true;
 }
 
+/// Whether the int index `i` is inside a dimension of `size` (a negative one counting from the end),
+/// recorded as guards: true where it is and the rule covers it.
+bool indexInside(RuleCtx& c, const SymInt& i, const SymInt& size) {
+  if (i.hint < 0) return !i.symbolic() && c.lessEqual(-i, size);
+  return c.lessEqual(i + constant(1), size);
+}
+
 bool product(const Dims& dims, SymInt& out) {
   out = constant(1);
   for (const SymInt& d : dims) {
@@ -156,7 +163,7 @@ bool reduction(RuleCtx& c, std::vector<Dims>& outs) {
   bool keepdim = keep.isBool() && keep.toBool();
   std::vector<bool> reduced(in.size(), dim.isNone());
   if (!dim.isNone()) {
-    std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
+    std::vector<int64_t> ds = dim.toInts();
     if (ds.empty() && !dim.isInt()) reduced.assign(in.size(), true);  // sum(dim=()) reduces all
     for (int64_t d : ds) {
       int64_t w = wrapDim(d, in.size());
@@ -257,9 +264,9 @@ bool reshape(RuleCtx& c, std::vector<Dims>& outs) {
   return true;
 }
 
-bool expand(RuleCtx& c, std::vector<Dims>& outs) {
-  Dims in = shapeOf(c.arg("a")), to;
-  if (!symInts(c.arg("shape"), to)) return false;
+/// `in` expanded to `to` as Tensor.expand does: -1 keeps a dimension, a static 1 stretches, new
+/// dimensions lead (none of them -1), the others must be the same size.
+bool expandTo(RuleCtx& c, const Dims& in, Dims to, std::vector<Dims>& outs) {
   if (to.size() < in.size()) return false;
   size_t lead = to.size() - in.size();
   for (size_t k = 0; k < to.size(); ++k) {
@@ -269,16 +276,17 @@ bool expand(RuleCtx& c, std::vector<Dims>& outs) {
       continue;
     }
     const SymInt& d = in[k - lead];
-    if (keep) {
-      to[k] = d;
-    } else if (!d.symbolic() && d.hint == 1) {
-      // stretched
-    } else if (!c.equal(d, to[k])) {
-      return false;
-    }
+    if (keep) to[k] = d;
+    else if (!(!d.symbolic() && d.hint == 1) && !c.equal(d, to[k])) return false;
   }
   outs.push_back(to);
   return true;
+}
+
+bool expand(RuleCtx& c, std::vector<Dims>& outs) {
+  // expand(shape) and broadcast_to(shape)
+  Dims to;
+  return symInts(c.arg("shape"), to) && expandTo(c, shapeOf(c.arg("a")), to, outs);
 }
 
 bool permuteBy(const Dims& in, const std::vector<int64_t>& perm, Dims& out) {
@@ -327,32 +335,26 @@ bool unsqueeze(RuleCtx& c, std::vector<Dims>& outs) {
 bool squeeze(RuleCtx& c, std::vector<Dims>& outs) {
   Dims in = shapeOf(c.arg("a"));
   const Value& dim = c.arg("dim");
-  std::vector<bool> drop(in.size(), false);
-  if (dim.isNone()) {
-    for (size_t k = 0; k < in.size(); ++k) drop[k] = !in[k].symbolic() && in[k].hint == 1;
-  } else {
-    std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
-    for (int64_t d : ds) {
+  // The dimensions squeeze may drop: those asked for, or all.
+  std::vector<bool> asked(in.size(), dim.isNone());
+  if (!dim.isNone() && !in.empty()) {
+    for (int64_t d : dim.toInts()) {
       int64_t w = wrapDim(d, in.size());
-      if (in.empty()) continue;
       if (w < 0 || w >= (int64_t)in.size()) return false;
-      drop[w] = !in[w].symbolic() && in[w].hint == 1;
+      asked[w] = true;
     }
-  }
-  // A symbolic size is kept: it must not be 1 (ATen would drop it).
-  for (size_t k = 0; k < in.size(); ++k) {
-    if (!in[k].symbolic()) continue;
-    if (in[k].hint == 1) return false;
-    bool asked = dim.isNone();
-    if (!asked) {
-      std::vector<int64_t> ds = dim.isInt() ? std::vector<int64_t>{dim.toInt()} : dim.toInts();
-      for (int64_t d : ds) asked |= wrapDim(d, in.size()) == static_cast<int64_t>(k);
-    }
-    if (asked) c.needs.push_back(guardEqual(in[k], constant(1)));
   }
   Dims out;
-  for (size_t k = 0; k < in.size(); ++k)
-    if (!drop[k]) out.push_back(in[k]);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k].symbolic()) {
+      // A symbolic size is kept: it must not be 1 where squeeze would drop it.
+      if (in[k].hint == 1) return false;
+      if (asked[k]) c.needs.push_back(guardEqual(in[k], constant(1)));
+      out.push_back(in[k]);
+    } else if (!(asked[k] && in[k].hint == 1)) {
+      out.push_back(in[k]);
+    }
+  }
   outs.push_back(out);
   return true;
 }
@@ -580,13 +582,7 @@ bool getitem(RuleCtx& c, std::vector<Dims>& outs) {
     } else if (x.isNone()) {
       out.push_back(constant(1));
     } else if (x.isInt()) {
-      SymInt i = x.toSymInt();
-      const SymInt& size = in[d++];
-      if (i.hint < 0) {
-        if (i.symbolic() || !c.lessEqual(-i, size)) return false;
-      } else if (!c.lessEqual(i + constant(1), size)) {
-        return false;
-      }
+      if (!indexInside(c, x.toSymInt(), in[d++])) return false;
     } else {  // slice
       const SymInt& size = in[d++];
       const Value &a = x.items()[0], &e = x.items()[1], &s = x.items()[2];
@@ -660,30 +656,14 @@ bool asOther(RuleCtx& c, std::vector<Dims>& outs) {
 }
 
 bool expandAs(RuleCtx& c, std::vector<Dims>& outs) {
-  Dims in = shapeOf(c.arg("a")), to = c.sym.name == "expand_as" ? shapeOf(c.arg("other")) : Dims{};
-  if (c.sym.name != "expand_as" && !symInts(c.arg("shape"), to)) return false;
-  if (to.size() < in.size()) return false;
-  size_t lead = to.size() - in.size();
-  for (size_t k = lead; k < to.size(); ++k) {
-    const SymInt& d = in[k - lead];
-    bool keep = !to[k].symbolic() && to[k].hint == -1;
-    if (keep) to[k] = d;
-    else if (!(!d.symbolic() && d.hint == 1) && !c.equal(d, to[k])) return false;
-  }
-  outs.push_back(to);
-  return true;
+  return expandTo(c, shapeOf(c.arg("a")), shapeOf(c.arg("other")), outs);
 }
 
 bool select(RuleCtx& c, std::vector<Dims>& outs) {
   Dims in = shapeOf(c.arg("a"));
   int64_t d = wrapDim(c.arg("dim").toInt(), in.size());
   if (d < 0 || d >= (int64_t)in.size()) return false;
-  SymInt i = c.arg("index").toSymInt();
-  if (i.hint < 0) {
-    if (i.symbolic() || !c.lessEqual(-i, in[d])) return false;
-  } else if (!c.lessEqual(i + constant(1), in[d])) {
-    return false;
-  }
+  if (!indexInside(c, c.arg("index").toSymInt(), in[d])) return false;
   in.erase(in.begin() + d);
   outs.push_back(in);
   return true;
@@ -692,8 +672,8 @@ bool select(RuleCtx& c, std::vector<Dims>& outs) {
 bool movedim(RuleCtx& c, std::vector<Dims>& outs) {
   Dims in = shapeOf(c.arg("a"));
   const Value &src = c.arg("source"), &dst = c.arg("destination");
-  std::vector<int64_t> s = src.isInt() ? std::vector<int64_t>{src.toInt()} : src.toInts();
-  std::vector<int64_t> t = dst.isInt() ? std::vector<int64_t>{dst.toInt()} : dst.toInts();
+  std::vector<int64_t> s = src.toInts();
+  std::vector<int64_t> t = dst.toInts();
   if (s.size() != t.size()) return false;
   size_t n = in.size();
   std::vector<int64_t> perm(n, -1);
@@ -801,7 +781,7 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["ltorch.view_as"] = asOther;
     t["ltorch.reshape_as"] = asOther;
     t["ltorch.expand_as"] = expandAs;
-    t["ltorch.broadcast_to"] = expandAs;
+    t["ltorch.broadcast_to"] = expand;
     t["ltorch.select"] = select;
     t["ltorch.movedim"] = movedim;
     t["ltorch.unflatten"] = unflatten;
@@ -874,9 +854,6 @@ bool symbolicRule(const Symbol& rule, const BoundSymbol& b, std::vector<std::vec
   if (!ok) return false;
   // The rule must give the sizes the meta function gave, at the hints.
   std::vector<TensorPtr> made = b.outputTensors();
-  if (outs.size() == 1 && made.size() > 1 && rule.name != "max" && rule.name != "min") return false;
-  if (outs.size() == 1)
-    while (outs.size() < made.size()) outs.push_back(outs[0]);
   if (outs.size() != made.size()) return false;
   for (size_t i = 0; i < made.size(); ++i) {
     if (outs[i].size() != made[i]->shape.size()) return false;

@@ -110,25 +110,36 @@ TensorPtr captureTensor(const at::Tensor& t) {
 }
 }  // namespace
 
-/// A Python SymInt's hint and expression: `_thunder_sym` is (hint, constant, ((symbol, coefficient), ...)).
-SymInt symIntOf(py::handle obj) {
-  py::tuple t = obj.attr("_thunder_sym");
+/// An expression as Python holds it (thunder/core/symbolic.py): a constant and ((symbol,
+/// coefficient), ...), in any order, zero coefficients allowed.
+SymExpr exprOf(int64_t constant, py::handle terms) {
   SymExpr e;
-  e.constant = t[1].cast<int64_t>();
-  for (py::handle term : t[2]) {
+  e.constant = constant;
+  for (py::handle term : terms) {
     py::tuple kc = py::reinterpret_borrow<py::tuple>(term);
-    e.terms.emplace_back(kc[0].cast<int>(), kc[1].cast<int64_t>());
+    if (kc[1].cast<int64_t>() != 0) e.terms.emplace_back(kc[0].cast<int>(), kc[1].cast<int64_t>());
   }
   std::sort(e.terms.begin(), e.terms.end());
-  return {t[0].cast<int64_t>(), normalized(std::move(e))};
+  return e;
+}
+
+/// An expression's terms for Python: ((symbol, coefficient), ...).
+py::tuple termsOf(const SymExpr& e) {
+  py::list terms;
+  for (const auto& [k, c] : e.terms) terms.append(py::make_tuple(k, c));
+  return py::tuple(terms);
+}
+
+/// A Python SymInt's hint and expression: `_thunder_sym` is (hint, constant, terms).
+SymInt symIntOf(py::handle obj) {
+  py::tuple t = obj.attr("_thunder_sym");
+  return {t[0].cast<int64_t>(), normalized(exprOf(t[1].cast<int64_t>(), t[2]))};
 }
 
 /// The Python SymInt of an int with an expression.
 py::object pySymInt(const SymInt& v) {
   static py::object cls = py::module_::import("thunder.core.symbolic").attr("SymInt");
-  py::list terms;
-  for (const auto& [k, c] : v.e->terms) terms.append(py::make_tuple(k, c));
-  return cls(v.hint, v.e->constant, py::tuple(terms));
+  return cls(v.hint, v.e->constant, termsOf(*v.e));
 }
 
 /// The expressions of a proxy's dimensions as Python values: () where all are static, else per
@@ -142,9 +153,7 @@ py::tuple symDims(const TensorProxy& t) {
       out.append(py::none());
       continue;
     }
-    py::list terms;
-    for (const auto& [k, c] : e->terms) terms.append(py::make_tuple(k, c));
-    out.append(py::make_tuple(e->constant, py::tuple(terms)));
+    out.append(py::make_tuple(e->constant, termsOf(*e)));
   }
   return py::tuple(out);
 }
@@ -1150,12 +1159,7 @@ PYBIND11_MODULE(_C, m) {
     if (ctx == nullptr || !ctx->trace().recordsGuards) return;
     SymGuard g;
     g.rel = lessThan ? SymGuard::Rel::Lt : SymGuard::Rel::Eq;
-    g.e.constant = constant;
-    for (py::handle term : terms) {
-      py::tuple kc = py::reinterpret_borrow<py::tuple>(term);
-      if (kc[1].cast<int64_t>() != 0) g.e.terms.emplace_back(kc[0].cast<int>(), kc[1].cast<int64_t>());
-    }
-    std::sort(g.e.terms.begin(), g.e.terms.end());
+    g.e = exprOf(constant, terms);
     g.outcome = outcome;
     ctx->trace().addGuard(g);
   });

@@ -16,6 +16,7 @@ the answer is the same:
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 
@@ -116,56 +117,23 @@ class SymInt:
         self._guard(False, not outcome, self.const, self.terms)
         return outcome
 
+    # A comparison of d = self - other with 0, as the guard (sign * d + offset) rel 0 records it.
+    _GUARDS = {"eq": (False, 1, 0), "ne": (False, 1, 0), "lt": (True, 1, 0), "le": (True, 1, -1),
+               "gt": (True, -1, 0), "ge": (True, -1, -1)}
+
     def _compare(self, other, op: str):
         o = _parts(other)
         if o is None:
             if isinstance(other, float):
-                return _FLOAT_OPS[op](float(self._pin()), other)
+                return getattr(operator, op)(float(self._pin()), other)
             return NotImplemented
-        # d = self - other; compare d with 0
-        dh, dc, dt = self.hint - o[0], self.const - o[1], _terms_add(self.terms, o[2], -1)
-        if op == "eq" or op == "ne":
-            outcome = dh == 0
-            if dt:
-                self._guard(False, outcome, dc, dt)
-            return outcome if op == "eq" else not outcome
-        if op == "lt":  # d < 0
-            outcome = dh < 0
-            if dt:
-                self._guard(True, outcome, dc, dt)
-            return outcome
-        if op == "le":  # d - 1 < 0
-            outcome = dh <= 0
-            if dt:
-                self._guard(True, outcome, dc - 1, dt)
-            return outcome
-        if op == "gt":  # -d < 0
-            outcome = dh > 0
-            if dt:
-                self._guard(True, outcome, -dc, tuple((k, -c) for k, c in dt))
-            return outcome
-        outcome = dh >= 0  # ge: -d - 1 < 0
-        if dt:
-            self._guard(True, outcome, -dc - 1, tuple((k, -c) for k, c in dt))
-        return outcome
-
-    def __eq__(self, other):
-        return self._compare(other, "eq")
-
-    def __ne__(self, other):
-        return self._compare(other, "ne")
-
-    def __lt__(self, other):
-        return self._compare(other, "lt")
-
-    def __le__(self, other):
-        return self._compare(other, "le")
-
-    def __gt__(self, other):
-        return self._compare(other, "gt")
-
-    def __ge__(self, other):
-        return self._compare(other, "ge")
+        less_than, sign, offset = SymInt._GUARDS[op]
+        v = sign * (self.hint - o[0]) + offset
+        holds = v < 0 if less_than else v == 0
+        terms = tuple((k, sign * c) for k, c in _terms_add(self.terms, o[2], -1))
+        if terms:
+            self._guard(less_than, holds, sign * (self.const - o[1]) + offset, terms)
+        return not holds if op == "ne" else holds
 
     # ---- arithmetic that stays symbolic -----------------------------------------------------------
 
@@ -259,10 +227,8 @@ class SymInt:
         return format(int(self), spec)
 
 
-_FLOAT_OPS = {
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-}
+for _op in SymInt._GUARDS:
+    setattr(SymInt, f"__{_op}__", (lambda op: lambda self, other: self._compare(other, op))(_op))
 
 
 class SymSize(tuple):

@@ -259,12 +259,13 @@ def mutated_input_names() -> set:
     return getattr(_mutated, "names", set())
 
 
-def _dynamic_dims(tensor, leaf: int, dynamic) -> list[int]:
+def _symbolic_dims(tensor, auto, key) -> list[int]:
     """The dimensions of an input that are size symbols of the trace: those marked with
-    torch._dynamo.mark_dynamic, and those `dynamic` (leaf -> dims, or None) names."""
+    torch._dynamo.mark_dynamic, and with cache="symbolic values" (`auto`) those whose size
+    changed since the input known as `key` was last traced."""
     dims = set(getattr(tensor, "_dynamo_dynamic_indices", ()) or ())
-    if dynamic:
-        dims.update(dynamic.get(leaf, ()))
+    if auto is not None:
+        dims.update(auto.dims(key, tuple(tensor.shape)))
     return sorted(dims)
 
 
@@ -291,20 +292,13 @@ class _AutoDynamic:
 
 
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
-           holders=(), reads=None, dynamic=None, auto: _AutoDynamic | None = None):
+           holders=(), reads=None, auto: _AutoDynamic | None = None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
     objects the call set tensors on: outputs.updated). `holders`: more objects the call may set
     tensors on (a jitted module's submodules). `reads`: a list that gets what the call read from
     its arguments' attributes, the tensors (outputs.read_slots) and the scalars
     (outputs.ScalarReads), for the guard (outputs.read_guard); None: not recorded."""
     leaves, spec = _C.tree_flatten((args, kwargs))
-    if auto is not None:
-        dynamic = dict(dynamic or {})
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, pytorch.Tensor):
-                dims = auto.dims(("leaf", i), tuple(leaf.shape))
-                if dims:
-                    dynamic[i] = sorted(set(dynamic.get(i, ())) | set(dims))
     trace = _C.Trace()
     sources = []
     ctx = _C.TracingContext(trace)
@@ -317,7 +311,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 if name is None:
                     name = f"t_{counter}"
                     counter += 1
-                new_leaves.append(trace.add_input(leaf, name, _dynamic_dims(leaf, i, dynamic)))
+                new_leaves.append(trace.add_input(leaf, name, _symbolic_dims(leaf, auto, ("leaf", i))))
                 sources.append(i)
             else:
                 new_leaves.append(leaf)
@@ -330,9 +324,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         # itself, `cache.keys.shape[-2]` would be the traced length, baked into the trace).
         substituted = []
         for k, (obj, attr, index, t) in enumerate(slots):
-            dims = _dynamic_dims(t, -1, None)
-            if auto is not None:
-                dims = sorted(set(dims) | set(auto.dims(("slot", k, attr, index), tuple(t.shape))))
+            dims = _symbolic_dims(t, auto, ("slot", k, attr, index))
             if dims:
                 ctx.mark_dynamic(t, dims)
                 p = _C.capture_tensor(t)

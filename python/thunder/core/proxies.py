@@ -614,18 +614,12 @@ def _latest(self):
 def _shape(self):
     """torch.Size of the proxy's sizes; a SymSize (thunder/core/symbolic.py) where some are
     symbolic."""
-    p = _latest(self)
-    if p._sym:
-        return symbolic.shape_of(p)
-    return torch.Size(p._shape)
+    return symbolic.shape_of(_latest(self))
 
 
 def _size(self, dim=None):
-    p = _latest(self)
-    shape = symbolic.shape_of(p) if p._sym else p._shape
-    if dim is None:
-        return shape if p._sym else torch.Size(shape)
-    return shape[dim]
+    shape = _shape(self)
+    return shape if dim is None else shape[dim]
 
 
 def _to(self, *args, **kwargs):

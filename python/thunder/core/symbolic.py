@@ -20,6 +20,8 @@ import operator
 import os
 import sys
 
+import torch
+
 from thunder import _C
 
 _DEBUG = bool(os.environ.get("THUNDER_DEBUG_SYMBOLIC"))
@@ -261,7 +263,6 @@ def is_symbolic(x) -> bool:
 def shape_of(proxy):
     """The proxy's shape: torch.Size where every size is static, else a SymSize."""
     sym = proxy._sym
-    shape = proxy._shape
     if not sym:
-        return None
-    return SymSize(d if e is None else SymInt(d, e[0], e[1]) for d, e in zip(shape, sym))
+        return torch.Size(proxy._shape)
+    return SymSize(d if e is None else SymInt(d, e[0], e[1]) for d, e in zip(proxy._shape, sym))

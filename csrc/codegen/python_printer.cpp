@@ -249,8 +249,11 @@ std::string printTrace(const Trace& trace) {
   // The size symbols, read from the inputs, and what the trace assumes of them.
   for (size_t k = 0; k < trace.symbols.size(); ++k) {
     const SizeSymbol& s = trace.symbols[k];
-    out += "  s" + std::to_string(k) + " = " + trace.inputs.at(s.input)->name + ".shape[" + std::to_string(s.dim) +
-           "]  # " + std::to_string(s.hint) + " when traced\n";
+    if (s.input < 0)
+      out += "  # s" + std::to_string(k) + ": a size of the forward's call (" + std::to_string(s.hint) + " when traced)\n";
+    else
+      out += "  s" + std::to_string(k) + " = " + trace.inputs.at(s.input)->name + ".shape[" + std::to_string(s.dim) +
+             "]  # " + std::to_string(s.hint) + " when traced\n";
   }
   for (const SymGuard& g : trace.guards) out += "  # guard: " + g.str() + "\n";
   // In an execution trace, outputs of multi-output calls that nothing reads print as "_":

@@ -117,6 +117,25 @@ class Claimer {
     THUNDER_CHECK_KIND(!b.subsymbols.empty(), ErrorKind::NotImplemented, "no executor can run ",
                        b.sym->id(), " (in `", printCall(b),
                        "`): none of the active executors implements it");
+    if (b.symbolicRule && b.sym->hasTag(kElementwise) && b.subsymbols.size() == 1) {
+      // An elementwise call at symbolic sizes no executor runs whole (`1.0 - t`: ATen takes no
+      // number first) whose decomposition is one call of its own arguments to the same output:
+      // that call computes the same function, so the call's sizes rule covers it.
+      BoundSymbol sub = b.subsymbols[0];
+      bool own = sub.output == b.output;
+      auto same = [](const Value& x, const Value& y) {
+        // (a number converted to the computation's type: `2 * t` decomposes to mul(2.0, t))
+        if (x.isNumber() && y.isNumber() && !x.isComplex() && !y.isComplex()) return x.toDouble() == y.toDouble();
+        return x == y;
+      };
+      for (const Value& v : sub.args)
+        own = own && std::any_of(b.args.begin(), b.args.end(), [&](const Value& x) { return same(x, v); });
+      if (own) {
+        sub.symbolicRule = b.symbolicRule;
+        claim(sub, 0);
+        return;
+      }
+    }
     for (const BoundSymbol& sub : b.subsymbols) claim(sub, 0);
   }
 

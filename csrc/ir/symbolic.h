@@ -76,7 +76,8 @@ SymGuard guardEqual(const SymInt& a, const SymInt& b);
 SymGuard guardLessEqual(const SymInt& a, const SymInt& b);
 
 /// Where a trace's symbol comes from: dimension `dim` of its input `input` (an index into
-/// Trace::inputs), and its value at trace time.
+/// Trace::inputs; -1 in a backward trace none of whose inputs holds it: the forward's call gives
+/// it), and its value at trace time.
 struct SizeSymbol {
   int input = 0;
   int dim = 0;

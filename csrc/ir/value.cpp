@@ -162,6 +162,11 @@ Value Value::ints(const std::vector<int64_t>& xs) {
   return tuple(std::move(items));
 }
 
+Value Value::sizes(const std::vector<SymInt>& xs) {
+  std::vector<Value> items(xs.begin(), xs.end());
+  return tuple(std::move(items));
+}
+
 std::string kindName(Value::Kind k) {
   switch (k) {
     case Value::Kind::None: return "None";

@@ -126,6 +126,8 @@ class Value {
   static Value ellipsis();
   /// A tuple of ints, the usual form of shapes and dims.
   static Value ints(const std::vector<int64_t>& xs);
+  /// A tuple of sizes with their expressions over the size symbols (a proxy's symShape()).
+  static Value sizes(const std::vector<SymInt>& xs);
 
   Kind kind() const { return kind_; }
   bool isNone() const { return kind_ == Kind::None; }

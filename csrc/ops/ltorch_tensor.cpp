@@ -987,6 +987,12 @@ void registerShapeUtilities() {
            const TensorProxy& t = T(a[0], "clone");
            return prims::convert_element_type(a[0], t.dtype);
          });
+  // An alias through which no gradient flows (autodiff never differentiates through it); tracing
+  // maps Tensor.detach to it.
+  define("detach", "a", {}, [](const Args& a) {
+    const TensorProxy& t = T(a[0], "detach");
+    return prims::convert_element_type(a[0], t.dtype);
+  });
   define("meshgrid", "*tensors, indexing=None", {"torch.meshgrid"}, [](const Args& a) {
     std::vector<Value> ts = a[0].items();
     if (ts.size() == 1 && ts[0].isSequence()) ts = ts[0].items();

@@ -1,5 +1,7 @@
 #include "ops/symbolic_rules.h"
 
+#include "ops/sdpa.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <unordered_map>
 
 #include "ir/error.h"
+#include "ops/sdpa.h"
 
 namespace thunder {
 
@@ -550,6 +553,78 @@ bool embedding(RuleCtx& c, std::vector<Dims>& outs) {
   return true;
 }
 
+/// F.pad: the last dims grown by their (low, high) pads; the pads (ints, maybe symbolic) may
+/// not shrink a dimension below 0 (a guard).
+bool pad(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims in = shapeOf(c.arg("a")), p;
+  if (!symInts(c.arg("pad"), p) || p.size() % 2 != 0 || p.size() / 2 > in.size()) return false;
+  for (size_t k = 0; k < p.size() / 2; ++k) {
+    SymInt& d = in[in.size() - 1 - k];
+    d = d + p[2 * k] + p[2 * k + 1];
+    if (!c.lessEqual(constant(0), d)) return false;
+  }
+  outs.push_back(in);
+  return true;
+}
+
+/// F.cross_entropy with class indices: (N, C, d...) logits and (N, d...) targets give the
+/// targets' shape (reduction 'none') or a number.
+bool crossEntropy(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims x = shapeOf(c.arg("a")), t = shapeOf(c.arg("target"));
+  const Value& target = c.arg("target");
+  if (!target.isTensor() || !isIntegral(target.tensor().dtype) || x.size() < 2 || t.size() != x.size() - 1)
+    return false;
+  if (!c.equal(x[0], t[0])) return false;
+  for (size_t k = 2; k < x.size(); ++k)
+    if (!c.equal(x[k], t[k - 1])) return false;
+  const Value& r = c.arg("reduction");
+  if (!r.isString()) return false;
+  outs.push_back(r.toString() == "none" ? t : Dims{});
+  return true;
+}
+
+/// The fused attention kernels (ops/sdpa.h): the output of the query's shape with the value's
+/// last size and the log-sum-exp per query row, which the memory-efficient kernel pads to a
+/// multiple of 32 (an expression only where the length is static); the backward gives the
+/// query's, key's and value's shapes.
+bool fusedAttention(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims q = shapeOf(c.arg("query")), k = shapeOf(c.arg("key")), v = shapeOf(c.arg("value"));
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (!c.equal(k[d], v[d])) return false;
+  if (!c.equal(q[0], k[0]) || !c.equal(q[3], k[3]) || !c.equal(k[2], v[2])) return false;
+  if (c.b.sym->name == "fused_attention_backward") {
+    outs = {q, k, v};
+    return true;
+  }
+  const Value& backend = c.arg("backend");
+  if (!backend.isString()) return false;
+  Dims out = q;
+  out[3] = v[3];
+  SymInt rows = q[2];
+  if (backend.toString() == sdpa::backendName(sdpa::Backend::Efficient)) {
+    if (rows.symbolic()) return false;
+    rows = constant(sdpa::logsumexpLength(sdpa::Backend::Efficient, rows.hint));
+  }
+  outs.push_back(out);
+  outs.push_back({q[0], q[1], rows});
+  // (the dropout's seed and offset, where it returns them: numbers)
+  for (size_t i = 2; i < c.b.outputTensors().size(); ++i) outs.push_back({});
+  return true;
+}
+
+/// The weight's gradient of embedding: rows of a (num_weights, dim) table, from a gradient of
+/// one row per index.
+bool embeddingBackward(RuleCtx& c, std::vector<Dims>& outs) {
+  Dims g = shapeOf(c.arg("grad")), idx = shapeOf(c.arg("indices"));
+  const Value& n = c.arg("num_weights");
+  if (g.size() != idx.size() + 1 || !n.isInt() || n.symExpr()) return false;
+  for (size_t k = 0; k < idx.size(); ++k)
+    if (!c.equal(g[k], idx[k])) return false;
+  outs.push_back({constant(n.toInt()), g.back()});
+  return true;
+}
+
 bool norm(RuleCtx& c, std::vector<Dims>& outs) {
   Dims in = shapeOf(c.arg("a")), ns;
   if (!symInts(c.arg("normalized_shape"), ns) || ns.size() > in.size()) return false;
@@ -774,6 +849,11 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["ltorch.linear"] = linear;
     t["ltorch.scaled_dot_product_attention"] = sdpa;
     t["ltorch.embedding"] = embedding;
+    t["prims.embedding_backward"] = embeddingBackward;
+    t["ltorch.pad"] = pad;
+    t["ltorch.cross_entropy"] = crossEntropy;
+    t["sdpaex.fused_attention_forward"] = fusedAttention;
+    t["sdpaex.fused_attention_backward"] = fusedAttention;
     t["ltorch.layer_norm"] = norm;
     t["ltorch.rms_norm"] = norm;
     t["ltorch.getitem"] = getitem;
@@ -906,9 +986,14 @@ std::vector<std::pair<int, int64_t>> pinnedSymbols(const std::vector<SymGuard>& 
   return out;
 }
 
-std::string symbolicCheck(const Trace& symbolic, const Trace& execution) {
+void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more) {
+  for (const SymGuard& g : more)
+    if (std::find(into.begin(), into.end(), g) == into.end()) into.push_back(g);
+}
+
+std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& execution) {
   std::set<int> pinned;
-  for (const auto& [k, v] : pinnedSymbols(symbolic.guards)) pinned.insert(k);
+  for (const auto& [k, v] : pinnedSymbols(guards)) pinned.insert(k);
   auto free = [&](const std::vector<int>& syms) {
     for (int k : syms)
       if (!pinned.count(k)) return true;
@@ -929,7 +1014,7 @@ std::string symbolicCheck(const Trace& symbolic, const Trace& execution) {
     std::vector<SymGuard> needs;
     if (!symbolicRule(*b.symbolicRule, b, outs, needs)) return where("its rule does not apply to its arguments");
     for (const SymGuard& g : needs)
-      if (std::find(symbolic.guards.begin(), symbolic.guards.end(), g) == symbolic.guards.end())
+      if (std::find(guards.begin(), guards.end(), g) == guards.end())
         return where("its rule needs " + g.str() + ", which the trace does not guard");
     std::vector<TensorPtr> made = b.outputTensors();
     for (size_t i = 0; i < made.size(); ++i) {

@@ -28,13 +28,16 @@ std::vector<int> symbolsOf(const BoundSymbol& b);
 /// hints). In a trace that records no guards, a rule whose guards the trace lacks does not apply.
 void recordSymbolic(Trace& trace, BoundSymbol& b);
 
-/// Checks an execution trace against the symbols and guards of `symbolic` (the trace of the
-/// program): every call that reads or makes a symbol not guarded to one value is a call whose
+/// Checks an execution trace against the guards a trace of the program holds (its own, and those
+/// autodiff and the passes added): every call that reads or makes a symbol not guarded to one value is a call whose
 /// rule gives the sizes its outputs have, run whole by the torch executor (no fusion, no
 /// decomposition baked at the hints), and each guard its rule needs is in `symbolic`. Returns
 /// the first offending call's description, or an empty string where the trace serves every size
 /// the guards allow.
-std::string symbolicCheck(const Trace& symbolic, const Trace& execution);
+std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& execution);
+
+/// Adds the guards of `more` that `into` lacks.
+void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more);
 
 /// The symbols that a guard pins to one value (s_k == c), with that value.
 std::vector<std::pair<int, int64_t>> pinnedSymbols(const std::vector<SymGuard>& guards);

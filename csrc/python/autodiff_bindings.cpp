@@ -15,6 +15,7 @@
 #include "executors/executor.h"
 #include "ir/error.h"
 #include "ir/verifier.h"
+#include "ops/symbolic_rules.h"
 #include "python/module.h"
 #include "runtime/program.h"
 #include "transforms/autodiff.h"
@@ -41,11 +42,18 @@ struct TrainingPlan {
 struct TrainingEntry {
   std::shared_ptr<const TrainingPlan> plan;
   std::unique_ptr<runtime::Program> forward, backward;
+  /// The size symbols where the entry serves every size its guards allow (else empty), their
+  /// traced values, and the guards (for the backward programs made later).
+  std::vector<SizeSymbol> symbols;
+  std::vector<int64_t> hints;
+  std::vector<SymGuard> guards;
   /// Backward programs for calls that leave some cotangents undefined, by which ones
   /// (withUndefinedCotangents), made when a backward first needs one.
   std::mutex mu;
   struct Partial {
     std::shared_ptr<const runtime::Program> program;
+    /// Why it serves only the traced sizes, where the entry's symbols vary ("" where it does not).
+    std::string fixedSizes;
     /// Per returned tensor: zero only because undefined cotangents reach it (left undefined).
     std::vector<bool> zeroOutputs;
   };
@@ -162,7 +170,13 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
                                c10::intrusive_ptr<EntryRef> ref) {
     const TrainingEntry& e = *ref->entry;
     const TrainingPlan& p = *e.plan;
-    std::vector<at::Tensor> all = e.forward->run(std::vector<at::Tensor>(inputs.begin(), inputs.end()));
+    std::vector<at::Tensor> ins(inputs.begin(), inputs.end());
+    if (e.forward->symbolic()) {
+      // The backward runs at the sizes of this call.
+      std::vector<int64_t> syms = e.forward->symbolValues(ins);
+      ctx->saved_data["syms"] = c10::IValue(syms);
+    }
+    std::vector<at::Tensor> all = e.forward->run(std::move(ins));
     size_t n = p.numUserOutputs;
     variable_list outs(all.begin(), all.begin() + n);
     ctx->save_for_backward(variable_list(all.begin() + n, all.end()));
@@ -222,6 +236,7 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
     const runtime::Program* program = e.backward.get();
     std::shared_ptr<const runtime::Program> partial;
     std::vector<bool> zeroOutputs;
+    std::string fixedSizes;
     if (anyUndefined) {
       std::lock_guard<std::mutex> lock(e.mu);
       TrainingEntry::Partial& p = e.partial[undefined];
@@ -231,10 +246,16 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
             withUndefinedCotangents(*plan.backwardTraces.front(), undefined, &p.zeroOutputs))};
         if (plan.verify) verify(*traces.back());
         lowerForExecution(traces, plan.executors, plan.verify);
-        p.program = std::make_shared<const runtime::Program>(traces.back());
+        if (!e.symbols.empty()) {
+          std::vector<SymGuard> guards = e.guards;
+          mergeGuards(guards, traces.back()->guards);
+          p.fixedSizes = symbolicCheck(guards, *traces.back());
+        }
+        p.program = std::make_shared<const runtime::Program>(traces.back(), e.symbols);
       }
       partial = p.program;
       zeroOutputs = p.zeroOutputs;
+      fixedSizes = p.fixedSizes;
       program = partial.get();
     }
     // Unless the graph is kept for another backward, the saved tensors are released now, as
@@ -246,7 +267,13 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
       (ctx->*member(SavedVariablesTag{})).clear();
       ctx->*member(FreedBuffersTag{}) = true;
     }
-    std::vector<at::Tensor> res = program->run(std::move(ins), release);
+    std::vector<int64_t> syms;
+    if (ctx->saved_data.count("syms")) syms = ctx->saved_data.at("syms").toIntVector();
+    if (!fixedSizes.empty() && syms != e.hints)
+      throw std::runtime_error("thunder: the backward of this call, for outputs whose gradient is not given, "
+                               "serves only the sizes the function was traced at (" + fixedSizes +
+                               "); trace the function without size symbols for these sizes");
+    std::vector<at::Tensor> res = program->run(std::move(ins), release, program->symbolic() ? &syms : nullptr);
     // A gradient only undefined cotangents reach stays undefined, as in eager: the input's
     // `.grad` stays None (an optimizer then skips it, where zeros would still decay it).
     for (size_t i = 0; i < fb.gradIndex.size(); ++i) {
@@ -273,7 +300,6 @@ std::string symbolId(py::handle symbol) {
 }
 
 void init(py::module_& m) {
-  registerDetachSymbol();
   registerGradRules();
 
   py::class_<TrainingPlan, std::shared_ptr<TrainingPlan>>(m, "TrainingPlan")
@@ -355,13 +381,33 @@ const bool registered = (moduleInits().push_back(init), true);
 
 }  // namespace
 
-std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan) {
+std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols) {
   auto e = std::make_shared<TrainingEntry>();
   auto p = plan.cast<std::shared_ptr<TrainingPlan>>();
-  e->forward = std::make_unique<runtime::Program>(p->forwardTraces.back());
-  e->backward = std::make_unique<runtime::Program>(p->backwardTraces.back());
+  e->forward = std::make_unique<runtime::Program>(p->forwardTraces.back(), symbols);
+  e->backward = std::make_unique<runtime::Program>(p->backwardTraces.back(), symbols);
+  e->symbols = symbols;
+  for (const SizeSymbol& s : symbols) e->hints.push_back(s.hint);
+  if (!symbols.empty()) {
+    e->guards = p->fb.backward.guards;
+    mergeGuards(e->guards, p->forwardTraces.back()->guards);
+    mergeGuards(e->guards, p->backwardTraces.back()->guards);
+  }
   e->plan = std::move(p);
   return e;
+}
+
+std::string trainingSymbolicCheck(py::handle plan, std::vector<SymGuard>& guards) {
+  auto p = plan.cast<std::shared_ptr<TrainingPlan>>();
+  mergeGuards(guards, p->fb.backward.guards);
+  mergeGuards(guards, p->forwardTraces.back()->guards);
+  mergeGuards(guards, p->backwardTraces.back()->guards);
+  std::string why = symbolicCheck(guards, *p->forwardTraces.back());
+  if (why.empty()) {
+    why = symbolicCheck(guards, *p->backwardTraces.back());
+    if (!why.empty()) why = "in the backward, " + why;
+  }
+  return why;
 }
 
 std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,

@@ -18,7 +18,13 @@ namespace py = pybind11;
 struct TrainingEntry;
 
 /// The entry of a compile result's training plan (a thunder._C.TrainingPlan).
-std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan);
+/// `symbols`: the size symbols (of the forward's inputs) of an entry that serves every size its
+/// guards allow; empty for one that serves the traced sizes.
+std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols = {});
+/// Why a training plan of a program with size symbols serves only its traced sizes ("" where it
+/// serves every size its guards allow: symbolicCheck of its forward and backward); adds the
+/// guards autodiff and the passes added to `guards`.
+std::string trainingSymbolicCheck(py::handle plan, std::vector<SymGuard>& guards);
 /// Runs the forward program inside one autograd node whose backward runs the backward program;
 /// returns the user-visible output tensors in the order of trainingOutput's tensors.
 std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,

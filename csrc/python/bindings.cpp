@@ -547,33 +547,39 @@ class CompiledFunction {
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
       sourceFromGuard(*e, values);
-      if (r.size() > 3 && !r[3].is_none()) {
-        e->training = makeTrainingEntry(r[3]);
-      } else {
-        const Trace& acquired = *e->traces.front();
-        std::vector<SizeSymbol> symbols;
-        if (!acquired.symbols.empty()) {
-          std::string why = symbolicCheck(acquired, *e->traces.back());
-          for (const SizeSymbol& s : acquired.symbols) {
-            int slot = slotOf(*e, s.input, leaves_.size());
-            if (slot < 0 && why.empty())
-              why = "a size symbol of " + acquired.inputs.at(s.input)->name + ", which the trace holds as a constant (" +
-                    std::to_string(values.size()) + " guard values)";
-            e->symbolLeaves.emplace_back(slot, s.dim);
-          }
-          if (why.empty()) {
-            symbols = acquired.symbols;
-            e->guards = acquired.guards;
-            e->maskedKey = maskedKey(key, leaves_, values, e->symbolLeaves, structureEnd, leavesEnd, unguarded);
-          } else {
-            e->symbolLeaves.clear();
-          }
-          lastSymbolic_ = why;
-          if (!why.empty() && std::getenv("THUNDER_DEBUG_SYMBOLIC"))
-            std::fprintf(stderr, "thunder: the trace serves only the sizes it was traced at: %s\n", why.c_str());
+      const Trace& acquired = *e->traces.front();
+      py::handle plan = r.size() > 3 && !r[3].is_none() ? r[3] : py::handle();
+      std::vector<SizeSymbol> symbols;
+      if (!acquired.symbols.empty()) {
+        // The guards: the program's, and those autodiff and the passes added.
+        std::vector<SymGuard> guards = acquired.guards;
+        std::string why;
+        if (plan) {
+          why = trainingSymbolicCheck(plan, guards);
+        } else {
+          mergeGuards(guards, e->traces.back()->guards);
+          why = symbolicCheck(guards, *e->traces.back());
         }
-        e->program = std::make_unique<runtime::Program>(e->traces.back(), symbols);
+        for (const SizeSymbol& s : acquired.symbols) {
+          int slot = slotOf(*e, s.input, leaves_.size());
+          if (slot < 0 && why.empty())
+            why = "a size symbol of " + acquired.inputs.at(s.input)->name + ", which the trace holds as a constant (" +
+                  std::to_string(values.size()) + " guard values)";
+          e->symbolLeaves.emplace_back(slot, s.dim);
+        }
+        if (why.empty()) {
+          symbols = acquired.symbols;
+          e->guards = guards;
+          e->maskedKey = maskedKey(key, leaves_, values, e->symbolLeaves, structureEnd, leavesEnd, unguarded);
+        } else {
+          e->symbolLeaves.clear();
+        }
+        lastSymbolic_ = why;
+        if (!why.empty() && std::getenv("THUNDER_DEBUG_SYMBOLIC"))
+          std::fprintf(stderr, "thunder: the trace serves only the sizes it was traced at: %s\n", why.c_str());
       }
+      if (plan) e->training = makeTrainingEntry(plan, symbols);
+      else e->program = std::make_unique<runtime::Program>(e->traces.back(), symbols);
       // Another thread may have compiled the same key while this one traced (tracing runs
       // Python, which lets other threads in): the first entry stays, so running calls keep it.
       e->lastUse = ++clock_;
@@ -1124,7 +1130,9 @@ PYBIND11_MODULE(_C, m) {
                     [](Trace& t, bool v) { t.recordsGuards = v; })
       .def_property_readonly("symbols", [](const Trace& t) {
         std::vector<std::tuple<std::string, int, int64_t>> out;
-        for (const SizeSymbol& s : t.symbols) out.emplace_back(t.inputs.at(s.input)->name, s.dim, s.hint);
+        // (input "" for a backward's symbol that the forward's call gives)
+        for (const SizeSymbol& s : t.symbols)
+          out.emplace_back(s.input < 0 ? std::string() : t.inputs.at(s.input)->name, s.dim, s.hint);
         return out;
       })
       .def_property_readonly("guards", [](const Trace& t) {
@@ -1163,7 +1171,11 @@ PYBIND11_MODULE(_C, m) {
     g.outcome = outcome;
     ctx->trace().addGuard(g);
   });
-  m.def("symbolic_check", [](const Trace& symbolic, const Trace& execution) { return symbolicCheck(symbolic, execution); });
+  m.def("symbolic_check", [](const Trace& symbolic, const Trace& execution) {
+    std::vector<SymGuard> guards = symbolic.guards;
+    mergeGuards(guards, execution.guards);
+    return symbolicCheck(guards, execution);
+  });
   py::class_<TracingContext>(m, "TracingContext")
       .def(py::init<std::shared_ptr<Trace>>())
       .def("__enter__", [](TracingContext& c) { c.enter(); return &c; }, py::return_value_policy::reference)

@@ -190,15 +190,23 @@ c10::IValue materialize(const Operand& op, const std::vector<c10::IValue>& regs,
 
 }  // namespace
 
-std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputsHandedOver) const {
+std::vector<int64_t> Program::symbolValues(const std::vector<at::Tensor>& inputs) const {
+  std::vector<int64_t> syms;
+  syms.reserve(symbols_.size());
+  for (const SizeSymbol& s : symbols_) syms.push_back(inputs.at(s.input).size(s.dim));
+  return syms;
+}
+
+std::vector<at::Tensor> Program::run(std::vector<at::Tensor> inputs, bool inputsHandedOver,
+                                     const std::vector<int64_t>* symbolValues) const {
   THUNDER_INTERNAL(inputs.size() == trace_->inputs.size(), "runtime: expected ",
                    trace_->inputs.size(), " inputs, got ", inputs.size());
   // A trace holds its own casts (the autocast policy was applied while it was traced): ATen must
   // not apply autocast again, whether the call or its backward runs inside an autocast region.
   c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::autocast_dispatch_keyset);
-  std::vector<int64_t> syms;
-  syms.reserve(symbols_.size());
-  for (const SizeSymbol& s : symbols_) syms.push_back(inputs.at(s.input).size(s.dim));
+  std::vector<int64_t> syms = symbolValues ? *symbolValues : this->symbolValues(inputs);
+  THUNDER_INTERNAL(syms.size() == symbols_.size(), "runtime: expected ", symbols_.size(), " symbol values, got ",
+                   syms.size());
   std::vector<c10::IValue> regs(numRegs_);
   for (size_t i = 0; i < inputs.size(); ++i) regs[i] = std::move(inputs[i]);
   std::vector<c10::IValue> args;

@@ -61,7 +61,13 @@ class Program {
   /// of Trace::output.collectTensors().
   /// `inputsHandedOver`: the caller keeps no reference it relies on to the inputs, so the
   /// program may donate dead input registers to the calls that read them last.
-  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs, bool inputsHandedOver = false) const;
+  /// `symbolValues`: the values of the size symbols, where the inputs do not hold them (a
+  /// backward's: the forward's); null: read from the inputs as `symbols` says.
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs, bool inputsHandedOver = false,
+                              const std::vector<int64_t>* symbolValues = nullptr) const;
+  /// The values of the size symbols in `inputs` (the program's inputs, in order).
+  std::vector<int64_t> symbolValues(const std::vector<at::Tensor>& inputs) const;
+  bool symbolic() const { return !symbols_.empty(); }
   const Trace& trace() const { return *trace_; }
 
  private:

@@ -849,6 +849,10 @@ void registerLTorchKernels() {
     std::vector<at::Tensor> parts = at::unbind(a.t(0), a.i(1));
     return c10::ivalue::Tuple::create(std::vector<c10::IValue>(parts.begin(), parts.end()));
   }, symbolicOnly);
+  impl("ltorch.detach", "Tensor", "detach", [](K& a) -> c10::IValue { return a.t(0).detach(); }, symbolicOnly);
+  impl("ltorch.pad", "torch.nn.functional", "pad", [](K& a) -> c10::IValue {
+    return at::pad(a.t(0), a.ints(1), a.str(2), a.none(3) ? std::nullopt : std::optional<double>(a.d(3)));
+  }, symbolicOnly);
   impl("ltorch.unflatten", "torch", "unflatten",
        [](K& a) -> c10::IValue { return a.t(0).unflatten(a.i(1), a.ints(2)); }, symbolicOnly);
   impl("ltorch.tril", "torch", "tril", [](K& a) -> c10::IValue { return at::tril(a.t(0), a.i(1)); });

@@ -11,6 +11,7 @@
 #include "ir/error.h"
 #include "ops/ltorch.h"
 #include "ops/prims.h"
+#include "ops/symbolic_rules.h"
 #include "transforms/dce.h"
 #include "transforms/remat.h"
 
@@ -119,8 +120,9 @@ std::unordered_set<std::string>& complexSafe() {
 }
 
 /// Sums a gradient to `shape` (undoes broadcasting): leading dims and dims broadcast from 1.
-Value sumToShape(const Value& g, const Shape& shape) {
+Value sumToShape(const Value& g, const TensorProxy& target) {
   const Shape& gs = g.tensor().shape;
+  const Shape& shape = target.shape;
   THUNDER_INTERNAL(gs.size() >= shape.size(), "autodiff: gradient of shape ", describe(g),
                    " cannot be summed to ", shape.size(), " dimensions");
   size_t lead = gs.size() - shape.size();
@@ -129,12 +131,53 @@ Value sumToShape(const Value& g, const Shape& shape) {
     if (i < lead || (shape[i - lead] == 1 && gs[i] != 1)) dims.push_back(static_cast<int64_t>(i));
   Value r = g;
   if (!dims.empty()) r = ltorch::op("sum", {g, Value::ints(dims)});
-  if (r.tensor().shape != shape) r = ltorch::op("reshape", {r, Value::ints(shape)});
+  if (r.tensor().shape != shape) r = ltorch::op("reshape", {r, Value::sizes(target.symShape())});
   return r;
 }
 
 Value zerosLike(const TensorProxy& t) {
-  return ltorch::op("full", {Value::ints(t.shape), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
+  return ltorch::op("full", {Value::sizes(t.symShape()), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
+}
+
+/// A new proxy of `t`'s metadata, its symbolic sizes included (a cotangent's placeholder).
+TensorPtr newLike(TraceContext& ctx, const TensorProxy& t) {
+  TensorPtr p = ctx.newTensor(t.shape, t.dtype, t.device);
+  p->sym = t.sym;
+  return p;
+}
+
+/// registerSymbolicGradRule's table.
+std::unordered_map<std::string, std::pair<GradRule, GradRuleCondition>>& symbolicTable() {
+  static auto* t = new std::unordered_map<std::string, std::pair<GradRule, GradRuleCondition>>();
+  return *t;
+}
+
+std::unordered_set<std::string>& symbolicGrads() {
+  static auto* s = new std::unordered_set<std::string>();
+  return *s;
+}
+
+/// Specializes symbol k of `trace` to its traced value (a guard s<k> == hint).
+void pinSymbol(Trace& trace, int k) {
+  SymGuard g;
+  g.rel = SymGuard::Rel::Eq;
+  g.e.terms.emplace_back(k, 1);
+  g.e.constant = -trace.symbols.at(k).hint;
+  trace.addGuard(g);
+}
+
+/// The symbols of the call that no guard of the trace pins to one value.
+std::vector<int> freeSymbols(const Trace& trace, const BoundSymbol& b) {
+  if (trace.symbols.empty()) return {};
+  std::vector<int> syms = symbolsOf(b), out;
+  if (syms.empty()) return out;
+  std::vector<std::pair<int, int64_t>> pinned = pinnedSymbols(trace.guards);
+  for (int k : syms) {
+    bool p = false;
+    for (const auto& [j, v] : pinned) p |= j == k;
+    if (!p) out.push_back(k);
+  }
+  return out;
 }
 
 /// Zero propagation through backward calls, for cotangents that are not given or never reached:
@@ -323,6 +366,10 @@ class Differentiator {
       : comp_(computation), joint_(computation.emptyCopy()), executors_(executors) {
     registerGradRules();
     for (const TensorPtr& t : wrt) diff_.insert(t.get());
+    // The forward parts of rules and the backward are traced with the program's symbols: what
+    // their calls assume of the sizes is recorded as guards of the trace, and a call no rule
+    // covers specializes the sizes it reads.
+    joint_.recordsGuards = !joint_.symbols.empty();
     scope_ = std::make_unique<TracingScope>(joint_);
   }
 
@@ -432,6 +479,13 @@ class Differentiator {
     return false;
   }
 
+  /// Specializes symbol k to its traced value.
+  void pin(int k, const char* why) {
+    static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
+    if (debug) std::fprintf(stderr, "thunder: autodiff pins s%d: %s\n", k, why);
+    pinSymbol(joint_, k);
+  }
+
   void walk(const BoundSymbol& orig) {
     BoundSymbol b = orig;
     if (!env_.empty()) substInPlace(b, env_);
@@ -441,6 +495,38 @@ class Differentiator {
     }
     bool executorRule = false;
     const GradRule* rule = ruleFor(b, &executorRule);
+    std::vector<int> free = freeSymbols(joint_, b);
+    if (!free.empty()) {
+      bool floatOut = false;
+      for (const TensorPtr& t : b.outputTensors()) floatOut |= isFloatTensor(t);
+      if (!floatOut) {
+        // (a comparison: no gradient flows through it, so nothing of it reaches the backward)
+        ctx().scope().push_back(std::move(b));
+        return;
+      }
+      auto st = symbolicTable().find(b.sym->id());
+      if (st != symbolicTable().end() &&
+          (!st->second.second || st->second.second(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; }))) {
+        applyRule(b, st->second.first);
+        return;
+      }
+      bool marked = !executorRule && isSymbolicGrad(b.sym->id());
+      if (!rule && marked && b.sym->impl && !b.sym->meta) {
+        // Its decomposition was traced at the traced sizes (the call ran whole): traced again
+        // here with the symbols, the backward follows the sizes.
+        if (std::optional<BoundSymbol> r = retraced(b)) {
+          walkDecomposition(b, *r);
+          return;
+        }
+        marked = false;
+      }
+      if (!marked) {
+        static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
+        if (debug)
+          std::fprintf(stderr, "thunder: %s has no grad rule audited for symbolic sizes\n", b.sym->id().c_str());
+        for (int k : free) pin(k, b.sym->id().c_str());
+      }
+    }
     if ((rule && !executorRule && !isComplexSafe(b.sym->id())) || (!rule && orig.subsymbols.empty())) {
       // A rule written for real values would give wrong gradients through complex ones.
       std::vector<TensorPtr> ts = b.outputTensors();
@@ -456,20 +542,7 @@ class Differentiator {
       return;
     }
     if (!orig.subsymbols.empty()) {
-      // No rule: differentiate the decomposition, keeping the call around its new subsymbols.
-      BoundSymbol k;
-      k.sym = b.sym;
-      k.args = b.args;
-      ctx().pushScope(&k.subsymbols);
-      try {
-        for (const BoundSymbol& s : orig.subsymbols) walk(s);
-      } catch (...) {
-        ctx().popScope();
-        throw;
-      }
-      ctx().popScope();
-      k.output = env_.empty() ? orig.output : subst(orig.output, env_);
-      ctx().scope().push_back(std::move(k));
+      walkDecomposition(b, orig);
       return;
     }
     // A prim without a rule: its floating outputs carry an error to any cotangent reaching them.
@@ -483,6 +556,57 @@ class Differentiator {
     }
     ctx().scope().push_back(std::move(b));
     if (!block.cotangents.empty()) blocks_.push_back(std::move(block));
+  }
+
+  /// No rule: differentiates the decomposition of `orig` (`b` after substitution), keeping the
+  /// call around its new subsymbols.
+  void walkDecomposition(const BoundSymbol& b, const BoundSymbol& orig) {
+    BoundSymbol k;
+    k.sym = b.sym;
+    k.args = b.args;
+    k.symbolicRule = b.symbolicRule;
+    ctx().pushScope(&k.subsymbols);
+    try {
+      for (const BoundSymbol& s : orig.subsymbols) walk(s);
+    } catch (...) {
+      ctx().popScope();
+      throw;
+    }
+    ctx().popScope();
+    k.output = env_.empty() ? orig.output : subst(orig.output, env_);
+    ctx().scope().push_back(std::move(k));
+  }
+
+  /// `b` with its decomposition traced again at the symbolic sizes, its fresh outputs named as
+  /// b's (isSymbolicGrad: the decomposition reads sizes only where rules check them).
+  std::optional<BoundSymbol> retraced(const BoundSymbol& b) {
+    BoundSymbol r = b;
+    r.subsymbols.clear();
+    ctx().pushScope(&r.subsymbols);
+    Value made;
+    try {
+      made = b.sym->impl(b.args);
+    } catch (...) {
+      ctx().popScope();
+      throw;
+    }
+    ctx().popScope();
+    std::vector<TensorPtr> produced, expected;
+    pairOutputs(made, b.output, produced, expected);
+    if (produced.size() != expected.size()) return std::nullopt;
+    std::unordered_set<const TensorProxy*> fresh;
+    for (const BoundSymbol& s : r.subsymbols)
+      for (const TensorPtr& t : s.outputTensors()) fresh.insert(t.get());
+    Subst ren;
+    for (size_t i = 0; i < produced.size(); ++i) {
+      if (produced[i] == expected[i]) continue;
+      // (A decomposition that returns an input at these sizes but made a value at the traced
+      // ones: the traced decomposition, at the traced sizes.)
+      if (!fresh.count(produced[i].get())) return std::nullopt;
+      ren[produced[i].get()] = Value(expected[i]);
+    }
+    for (BoundSymbol& s : r.subsymbols) substInPlace(s, ren);
+    return r;
   }
 
   void applyRule(const BoundSymbol& b, const GradRule& rule) {
@@ -551,7 +675,18 @@ class Differentiator {
                        " must be a tensor, but got ", describe(g));
     Value gv = g;
     emit(key, [&] {
-      if (gv.tensor().shape != in->shape) gv = sumToShape(gv, in->shape);
+      if (gv.tensor().shape != in->shape) gv = sumToShape(gv, *in);
+      // A gradient whose sizes equal the input's at the traced sizes only (a rule that gave a
+      // traced size where the input's varies): the trace serves those sizes.
+      if (!joint_.symbols.empty()) {
+        const TensorProxy& gt = gv.tensor();
+        for (size_t i = 0; i < gt.shape.size() && i < in->shape.size(); ++i)
+          if (!sameSym(gt.dim(i), in->dim(i))) {
+            for (const auto& e : {gt.dim(i), in->dim(i)})
+              if (e.symbolic())
+                for (const auto& [k, c] : e.e->terms) pin(k, "a gradient's size differs from its input's");
+          }
+      }
       if (gv.tensor().dtype != in->dtype) gv = ltorch::op("to", {gv, Value(), in->dtype});
       auto it = cot_.find(in.get());
       if (it != cot_.end()) gv = ltorch::op("add", {it->second, gv});
@@ -685,7 +820,7 @@ Value getGrad(const Value& out) {
     r.ctx->pushScope(&r.block->bsyms);
     r.inBackward = true;
   }
-  TensorPtr ph = r.ctx->newTensor(t->shape, t->dtype, t->device);
+  TensorPtr ph = newLike(*r.ctx, *t);
   r.block->cotangents.push_back({ph, t});
   return Value(ph);
 }
@@ -796,7 +931,7 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
     bool diff = d.differentiable(o);
     fb.differentiableOutputs.push_back(diff);
     if (!diff) continue;
-    TensorPtr ct = d.ctx().newTensor(o->shape, o->dtype, o->device);
+    TensorPtr ct = newLike(d.ctx(), *o);
     cotangents.push_back(ct);
     seeds.push_back({o, Value(ct)});
   }
@@ -868,6 +1003,21 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
   }
   bw.inputs = fb.saved;
   bw.inputs.insert(bw.inputs.end(), cotangents.begin(), cotangents.end());
+  // The size symbols as the backward's own inputs hold them, where one does (its printed program
+  // reads them there); the program takes their values from the forward's call either way.
+  for (SizeSymbol& s : bw.symbols) {
+    s.input = -1;
+    for (size_t i = 0; i < bw.inputs.size() && s.input < 0; ++i)
+      for (size_t d = 0; d < bw.inputs[i]->sym.size(); ++d) {
+        const SymPtr& e = bw.inputs[i]->sym[d];
+        if (e && e->constant == 0 && e->terms.size() == 1 && e->terms[0].first == (&s - bw.symbols.data()) &&
+            e->terms[0].second == 1) {
+          s.input = static_cast<int>(i);
+          s.dim = static_cast<int>(d);
+          break;
+        }
+      }
+  }
   bw.provenance = "Backward";
   fb.backward = std::move(bw);
 
@@ -878,6 +1028,27 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
   fb.forward = dce(fw);
   fb.forward.provenance = "Forward";
   return fb;
+}
+
+void markSymbolicGrad(const std::string& symbolId) { symbolicGrads().insert(symbolId); }
+
+void registerSymbolicGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies) {
+  symbolicTable()[symbolId] = {std::move(rule), std::move(applies)};
+}
+
+bool isSymbolicGrad(const std::string& symbolId) {
+  registerGradRules();
+  return symbolicGrads().count(symbolId) > 0;
+}
+
+int64_t staticSize(const TensorProxy& t, int64_t d) {
+  SymInt s = t.dim(static_cast<size_t>(d));
+  if (s.symbolic()) {
+    TraceContext* ctx = currentContext();
+    THUNDER_INTERNAL(ctx != nullptr, "staticSize outside tracing");
+    for (const auto& [k, c] : s.e->terms) pinSymbol(ctx->trace(), k);
+  }
+  return s.hint;
 }
 
 void markComplexSafe(const std::string& symbolId) { complexSafe().insert(symbolId); }

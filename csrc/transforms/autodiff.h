@@ -43,10 +43,24 @@ void registerExecutorGradRule(const std::string& executor, const std::string& sy
 void markComplexSafe(const std::string& symbolId);
 /// Whether markComplexSafe was called for the symbol.
 bool isComplexSafe(const std::string& symbolId);
+/// Marks a symbol (by id) as differentiable at symbolic sizes (docs/symbolic_sizes.md): its
+/// default grad rule, and its decomposition where it has no rule, read the sizes of tensors only
+/// as shapes given to calls (whose symbolic rules then check them) or through pinsOf-style
+/// helpers that specialize what they read; never as numbers baked into the backward (a mean's
+/// 1/N). A call on symbolic sizes whose symbol is not marked specializes those sizes in a
+/// training trace (a guard that each equals its traced value).
+void markSymbolicGrad(const std::string& symbolId);
+bool isSymbolicGrad(const std::string& symbolId);
+/// Registers a rule for the calls of a symbol that read symbolic sizes the trace does not pin (a
+/// training trace with size symbols), for the calls `applies` accepts: written in ops whose
+/// symbolic rules follow the sizes (the torch language), so the backward serves every size the
+/// forward does. It takes precedence over the default and executors' rules for those calls only.
+void registerSymbolicGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies = nullptr);
+/// Inside a grad rule or a marked decomposition: size `d` of `t` as a plain number, which
+/// specializes it (a guard in the trace that it equals its traced value) where it is symbolic.
+int64_t staticSize(const TensorProxy& t, int64_t d);
 /// Registers the default grad rules (idempotent; lookups call it).
 void registerGradRules();
-/// Registers ltorch.detach: an alias of its input through which no gradient flows (idempotent).
-void registerDetachSymbol();
 /// The default table's rule of a symbol, or nullptr.
 const GradRule* findGradRule(const std::string& symbolId);
 

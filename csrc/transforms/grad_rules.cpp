@@ -23,10 +23,12 @@ using X = const Value&;
 using prims::PrimId;
 
 Value op(const char* name, std::vector<Value> args) { return ltorch::op(name, std::move(args)); }
-Value mul(X a, X b) { return op("mul", {a, b}); }
+// A number operand goes second where that computes the same (a * b = b * a, a - b = -b + a):
+// ATen takes no number first, and a call at symbolic sizes must run whole in ATen.
+Value mul(X a, X b) { return a.isTensor() || !b.isTensor() ? op("mul", {a, b}) : op("mul", {b, a}); }
 Value div(X a, X b) { return op("div", {a, b}); }
-Value add(X a, X b) { return op("add", {a, b}); }
-Value sub(X a, X b) { return op("sub", {a, b}); }
+Value add(X a, X b) { return a.isTensor() || !b.isTensor() ? op("add", {a, b}) : op("add", {b, a}); }
+Value sub(X a, X b) { return a.isTensor() || !b.isTensor() ? op("sub", {a, b}) : op("add", {op("neg", {b}), a}); }
 Value neg(X a) { return a.isTensor() ? op("neg", {a}) : Value(-a.toDouble()); }
 Value un(const char* name, X a) { return op(name, {a}); }
 Value sq(X a) { return a.isTensor() ? mul(a, a) : Value(a.toDouble() * a.toDouble()); }
@@ -921,25 +923,6 @@ void registerTensorOpRules() {
 
 }  // namespace
 
-void registerDetachSymbol() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ltorch::registerLTorch();
-    if (SymbolRegistry::get().find("ltorch.detach")) return;
-    auto s = std::make_unique<Symbol>();
-    s->module = "ltorch";
-    s->name = "detach";
-    s->params = parseSignature("a");
-    s->style = PrintStyle::Torch;
-    // An alias that the walk never differentiates through.
-    s->impl = [](const std::vector<Value>& a) -> Value {
-      const TensorProxy& t = expectTensor(a[0], "ltorch.detach", "a");
-      return prims::convert_element_type(a[0], t.dtype);
-    };
-    SymbolRegistry::get().add(std::move(s));
-  });
-}
-
 // ---- cross-entropy with class indices ----
 
 /// F.cross_entropy(x [N, C] float32/float64, t [N] class indices), no class weights: the rule
@@ -951,22 +934,24 @@ void registerDetachSymbol() {
 /// logits nor their float32 gradient is ever written to memory.
 Value crossEntropyRule(const Args& a) {
   const TensorProxy& x = a[0].tensor();
-  int64_t n = x.shape[0], c = x.shape[1];
+  // (the rows may vary with the size symbols: shapes carry their expressions)
+  SymInt n = x.dim(0);
+  int64_t c = x.shape[1];
   int64_t ignore = a[4].toInt();
   const std::string reduction = a[6].toString();
   double s = a[7].toDouble();
   Value cols = ltorch::op("arange", {c}, {{"device", x.device}, {"dtype", c <= (int64_t(1) << 31) - 1 ? DType::Int32 : DType::Int64}});
-  Shape full = {n, c};
-  Value colsB = op("expand", {op("unsqueeze", {cols, 0}), Value::ints(full)});
+  Value full = Value::sizes({n, SymInt{c, nullptr}});
+  Value colsB = op("expand", {op("unsqueeze", {cols, 0}), full});
   Value valid = op("ne", {a[1], ignore});
   Value safe = op("where", {valid, a[1], 0});
-  Value onehot = op("eq", {colsB, op("expand", {op("unsqueeze", {safe, 1}), Value::ints(full)})});
+  Value onehot = op("eq", {colsB, op("expand", {op("unsqueeze", {safe, 1}), full})});
   Value dims = Value::ints({1});
   Value m = ltorch::op("amax", {a[0], dims, true});
   Value sumExp = op("sum", {un("exp", sub(a[0], m)), dims, true});
   Value lse = add(un("log", sumExp), m);  // [N, 1]
   Value xt = op("sum", {op("where", {onehot, a[0], 0.0}), dims});
-  Value lse1 = op("reshape", {lse, Value::ints({n})});
+  Value lse1 = op("reshape", {lse, Value::sizes({n})});
   Value rowLoss = sub(lse1, xt);
   if (s > 0) {
     Value meanX = div(op("sum", {a[0], dims}), static_cast<double>(c));
@@ -989,12 +974,12 @@ Value crossEntropyRule(const Args& a) {
   if (reduction == "none") {
     rowG = g;
   } else {
-    rowG = op("expand", {op("reshape", {g, Value::ints({1})}), Value::ints({n})});
+    rowG = op("expand", {op("reshape", {g, Value::ints({1})}), Value::sizes({n})});
     if (reduction == "mean") rowG = div(rowG, count);
   }
   rowG = op("where", {valid, rowG, 0.0});
-  Value rowG2 = op("expand", {op("unsqueeze", {rowG, 1}), Value::ints(full)});
-  Value p = un("exp", sub(a[0], op("expand", {lse, Value::ints(full)})));
+  Value rowG2 = op("expand", {op("unsqueeze", {rowG, 1}), full});
+  Value p = un("exp", sub(a[0], op("expand", {lse, full})));
   Value target = mul(toDType(onehot, x.dtype), 1.0 - s);  // (a where of two numbers would be float32)
   Value dx = sub(p, target);
   if (s > 0) dx = sub(dx, s / static_cast<double>(c));
@@ -1003,6 +988,7 @@ Value crossEntropyRule(const Args& a) {
 }
 
 void registerCrossEntropyRule() {
+  markSymbolicGrad(ltorch::symbol("cross_entropy").id());  // (shapes with their expressions)
   registerGradRule(
       ltorch::symbol("cross_entropy").id(), crossEntropyRule,
       [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>& differentiable) {
@@ -1096,11 +1082,466 @@ void registerHypotRule() {
   });
 }
 
+
+// ---- rules at symbolic sizes ----
+//
+// A training trace with size symbols differentiates the calls that read symbols the trace does
+// not pin with these rules (registerSymbolicGradRule): the forward call runs whole, and the
+// backward is written in torch-language ops whose symbolic rules follow the sizes, every shape
+// given as the proxies' sizes with their expressions (sizesOf). A call none of them takes pins the
+// symbols it reads (docs/symbolic_sizes.md).
+
+/// The sizes of a tensor with their expressions, as a shape argument.
+Value sizesOf(X t) { return Value::sizes(t.tensor().symShape()); }
+
+Value zerosOf(const std::vector<SymInt>& shape, const TensorProxy& like) {
+  return ltorch::op("full", {Value::sizes(shape), 0.0}, {{"device", like.device}, {"dtype", like.dtype}});
+}
+
+/// Whether a value is a real floating tensor, or a number (whose gradient nobody reads).
+bool realOrNumber(X v) {
+  if (!v.isTensor()) return v.isNumber() && !v.isComplex();
+  return !isComplex(v.tensor().dtype);
+}
+
+bool realTensor(X v) { return v.isTensor() && isFloating(v.tensor().dtype); }
+
+/// `g` grown along dimension `d` to `before + len + after`, the new parts zero (the gradient of
+/// a slice); both lengths may vary with the symbols.
+Value padDim(Value g, int64_t d, const SymInt& before, const SymInt& after) {
+  std::vector<Value> parts;
+  const TensorProxy& t = g.tensor();
+  auto zeros = [&](const SymInt& n) {
+    std::vector<SymInt> shape = t.symShape();
+    shape[d] = n;
+    return zerosOf(shape, t);
+  };
+  if (before.symbolic() || before.hint != 0) parts.push_back(zeros(before));
+  parts.push_back(g);
+  if (after.symbolic() || after.hint != 0) parts.push_back(zeros(after));
+  if (parts.size() == 1) return g;
+  return op("cat", {Value::list(parts), d});
+}
+
+/// The dims of a varargs shape or permutation (`x.permute(0, 2, 1)` or `x.permute((0, 2, 1))`).
+std::vector<int64_t> varargInts(X v) {
+  if (v.isSequence() && v.items().size() == 1 && v.items()[0].isSequence()) return v.items()[0].toInts();
+  return v.toInts();
+}
+
+using Cond = GradRuleCondition;
+using Diff = std::function<bool(const TensorProxy&)>;
+
+/// A symbolic rule for ltorch's `name`: `f(args, y, g)` puts the gradients.
+void symRule(const char* name, void (*f)(const Args& a, X y, X g), Cond applies) {
+  const Symbol* s = SymbolRegistry::get().find(std::string("ltorch.") + name);
+  THUNDER_INTERNAL(s != nullptr, "no ltorch symbol ", name);
+  registerSymbolicGradRule(
+      s->id(),
+      [s, f](const Args& a) {
+        Value y = call(*s, a);
+        f(a, y, getGrad(y));
+        return y;
+      },
+      std::move(applies));
+}
+
+/// Calls whose output and every tensor argument are real floating tensors (ints and bools, which
+/// get no gradient, too); `n` the number of arguments the condition looks at.
+Cond realCall(size_t n) {
+  return [n](const BoundSymbol& b, const Diff&) {
+    if (!b.output.isTensor() || !isFloating(b.output.tensor().dtype)) return false;
+    for (size_t i = 0; i < n && i < b.args.size(); ++i)
+      if (b.args[i].isTensor() && isComplex(b.args[i].tensor().dtype)) return false;
+    return true;
+  };
+}
+
+/// The dims a sum or mean call reduces (every dim for None or ()).
+std::vector<int64_t> reducedDims(const Args& a) {
+  const TensorProxy& t = a[0].tensor();
+  std::vector<int64_t> dims;
+  if (a[1].isNone() || (a[1].isSequence() && a[1].items().empty())) {
+    for (int64_t d = 0; d < t.ndim(); ++d) dims.push_back(d);
+    return dims;
+  }
+  return canonicalizeDims(t.ndim(), a[1].toInts(), "sum");
+}
+
+/// The gradient of a sum or mean broadcast back over the dims it reduced.
+Value expandReduced(const Args& a, X g) {
+  const TensorProxy& t = a[0].tensor();
+  std::vector<SymInt> keep = t.symShape();
+  for (int64_t d : reducedDims(a)) keep[d] = {1, nullptr};
+  return op("expand", {op("reshape", {g, Value::sizes(keep)}), sizesOf(a[0])});
+}
+
+/// The number of elements over `dims`, as an int with its expression (ATen divides by it at
+/// each run); a product of two symbols is read as a number (staticSize).
+Value countOf(const TensorProxy& t, const std::vector<int64_t>& dims) {
+  int varying = 0;
+  for (int64_t d : dims) varying += t.dim(d).symbolic();
+  SymInt n{1, nullptr};
+  for (int64_t d : dims) {
+    SymInt size = varying > 1 ? SymInt{staticSize(t, d), nullptr} : t.dim(d);
+    bool ok = true;
+    n = mulSym(n, size, ok);  // (at most one factor varies)
+  }
+  return Value(n);
+}
+
+/// Basic indexing: the gradient of `a[key]` grown back to `a`'s sizes. False where the key is
+/// not ints, step-1 slices, None and an ellipsis.
+bool indexGrad(X a, X key, X y, Value& g) {
+  const TensorProxy& t = a.tensor();
+  std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
+  size_t used = 0;
+  for (const Value& k : items) {
+    if (k.isTensor() || k.isSequence() || k.isBool()) return false;
+    if (k.isInt() || k.isSlice()) ++used;
+  }
+  if (used > t.shape.size()) return false;
+  std::vector<Value> expanded;
+  bool seenEllipsis = false;
+  for (const Value& k : items) {
+    if (k.isEllipsis()) {
+      if (seenEllipsis) return false;
+      seenEllipsis = true;
+      for (size_t i = 0; i < t.shape.size() - used; ++i) expanded.push_back(Value::slice(Value(), Value(), Value()));
+    } else {
+      expanded.push_back(k);
+    }
+  }
+  int64_t pos = 0, in = 0;
+  for (const Value& k : expanded) {
+    if (k.isNone()) {
+      g = op("squeeze", {g, pos});
+      continue;
+    }
+    SymInt size = t.dim(in);
+    if (k.isInt()) {
+      SymInt i = k.toSymInt();
+      if (i.hint < 0) {
+        if (i.symbolic()) return false;
+        i = size + i;
+      }
+      g = op("unsqueeze", {g, pos});
+      g = padDim(g, pos, i, size - i - SymInt{1, nullptr});
+    } else {
+      const Value &lo = k.items()[0], &hi = k.items()[1], &st = k.items()[2];
+      if (!st.isNone() && (st.symExpr() || st.toInt() != 1)) return false;
+      if (!lo.isNone() && !lo.isInt()) return false;
+      SymInt start{0, nullptr};
+      if (!lo.isNone()) {
+        start = lo.toSymInt();
+        if (start.hint < 0) {
+          if (start.symbolic()) return false;
+          start = size + start;
+          if (start.hint < 0) start = {0, nullptr};
+        }
+        if (start.hint > size.hint) start = size;
+      }
+      SymInt len = g.tensor().dim(pos);
+      g = padDim(g, pos, start, size - start - len);
+    }
+    ++pos;
+    ++in;
+  }
+  return true;
+}
+
+void registerSymbolicRules() {
+  // Elementwise ops of one tensor: the prims' formulas, in float32 for 16-bit floats.
+  for (const auto& [id, f] : kUnary) {
+    const Symbol* s = SymbolRegistry::get().find("ltorch." + sym(id).name);
+    if (s == nullptr) continue;
+    UnaryGrad grad = f;
+    registerSymbolicGradRule(
+        s->id(),
+        [s, grad](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          DType d = a[0].tensor().dtype;
+          putGrad(a[0], toDType(grad(up(a[0]), up(y), up(g)), d));
+          return y;
+        },
+        [](const BoundSymbol& b, const Diff&) {
+          return b.args.size() == 1 && realTensor(b.args[0]) && b.output.isTensor() &&
+                 b.output.tensor().dtype == b.args[0].tensor().dtype;
+        });
+  }
+  // Elementwise ops of two: the prims' formulas on the broadcast operands; putGrad sums each
+  // gradient back to its operand's sizes.
+  for (const auto& [id, f] : kBinary) {
+    const Symbol* s = SymbolRegistry::get().find("ltorch." + sym(id).name);
+    if (s == nullptr) continue;
+    if (id != PrimId::add && id != PrimId::sub && id != PrimId::mul && id != PrimId::div &&
+        id != PrimId::pow && id != PrimId::maximum && id != PrimId::minimum)
+      continue;
+    BinaryGrad grad = f;
+    bool alpha = id == PrimId::add || id == PrimId::sub;
+    registerSymbolicGradRule(
+        s->id(),
+        [s, grad, alpha](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          Value b = a[1];
+          // a + alpha * b: b's gradient is alpha times the plain sum's
+          bool scaled = alpha && !(a[2].isInt() && a[2].toInt() == 1);
+          auto [ga, gb] = grad(a[0], b, y, g);
+          putGrad(a[0], ga);
+          putGrad(a[1], scaled && gb.isTensor() ? mul(gb, a[2]) : gb);
+          return y;
+        },
+        [id](const BoundSymbol& b, const Diff&) {
+          if (b.args.size() < 2 || !b.output.isTensor() || !isFloating(b.output.tensor().dtype)) return false;
+          if (!realOrNumber(b.args[0]) || !realOrNumber(b.args[1])) return false;
+          if (id == PrimId::div && b.args.size() > 2 && !b.args[2].isNone()) return false;  // rounding_mode
+          if ((id == PrimId::add || id == PrimId::sub) && !(b.args[2].isInt() || b.args[2].isFloat())) return false;
+          if ((id == PrimId::maximum || id == PrimId::minimum) && !(b.args[0].isTensor() && b.args[1].isTensor()))
+            return false;
+          return true;
+        });
+  }
+  symRule("where", [](const Args& a, X, X g) {
+    putGrad(a[1], op("where", {a[0], g, 0.0}));
+    putGrad(a[2], op("where", {a[0], 0.0, g}));
+  }, [](const BoundSymbol& b, const Diff&) {
+    return b.args.size() == 3 && b.output.isTensor() && isFloating(b.output.tensor().dtype) &&
+           realOrNumber(b.args[1]) && realOrNumber(b.args[2]);
+  });
+  symRule("masked_fill", [](const Args& a, X, X g) { putGrad(a[0], op("where", {a[1], 0.0, g})); },
+          [](const BoundSymbol& b, const Diff&) {
+            return b.args.size() == 3 && realTensor(b.args[0]) && b.args[2].isNumber();
+          });
+  // Conversions: the gradient in the input's dtype.
+  for (const char* name : {"to", "type_as", "float", "contiguous", "clone"}) {
+    symRule(name, [](const Args& a, X, X g) { putGrad(a[0], toDType(g, a[0].tensor().dtype)); },
+            [](const BoundSymbol& b, const Diff&) {
+              return realTensor(b.args[0]) && b.output.isTensor() && isFloating(b.output.tensor().dtype) &&
+                     b.output.tensor().device == b.args[0].tensor().device;
+            });
+  }
+  // Shapes: the gradient reshaped or permuted back.
+  for (const char* name : {"reshape", "view", "flatten", "unsqueeze", "squeeze"}) {
+    symRule(name, [](const Args& a, X, X g) { putGrad(a[0], op("reshape", {g, sizesOf(a[0])})); }, realCall(1));
+  }
+  symRule("expand", [](const Args& a, X, X g) { putGrad(a[0], g); }, realCall(1));  // (putGrad sums)
+  symRule("transpose", [](const Args& a, X, X g) { putGrad(a[0], op("transpose", {g, a[1], a[2]})); },
+          realCall(1));
+  symRule("permute", [](const Args& a, X, X g) {
+    std::vector<int64_t> perm = varargInts(a[1]), inv(perm.size());
+    int64_t n = static_cast<int64_t>(perm.size());
+    for (int64_t i = 0; i < n; ++i) inv[canonicalizeDim(n, perm[i], "permute")] = i;
+    putGrad(a[0], op("permute", {g, Value::ints(inv)}));
+  }, realCall(1));
+  symRule("getitem", [](const Args& a, X y, X g) {
+    Value grad = g;
+    if (indexGrad(a[0], a[1], y, grad)) putGrad(a[0], grad);
+  }, [](const BoundSymbol& b, const Diff&) {
+    if (b.args.size() != 2 || !realTensor(b.args[0]) || !b.output.isTensor()) return false;
+    Value probe = b.output;  // (a dry run of the key's cases, without tracing)
+    const Value& key = b.args[1];
+    std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
+    for (const Value& k : items) {
+      if (k.isTensor() || k.isSequence() || k.isBool()) return false;
+      if (k.isSlice()) {
+        const Value &lo = k.items()[0], &st = k.items()[2];
+        if (!st.isNone() && (st.symExpr() || !st.isInt() || st.toInt() != 1)) return false;
+        if (!lo.isNone() && (!lo.isInt() || (lo.symExpr() && lo.toInt() < 0))) return false;
+      } else if (k.isInt() && k.symExpr() && k.toInt() < 0) {
+        return false;
+      }
+    }
+    return true;
+  });
+  // Factories that read only their argument's metadata: no gradient flows.
+  for (const char* name : {"new_zeros", "new_ones", "new_empty", "new_full", "zeros_like", "ones_like", "full_like",
+                           "empty_like", "rand_like", "randn_like"}) {
+    const Symbol* s = &ltorch::symbol(name);
+    registerSymbolicGradRule(s->id(), [s](const Args& a) { return call(*s, a); });
+  }
+  symRule("stack", [](const Args& a, X, X g) {
+    const std::vector<Value>& ts = a[0].items();
+    int64_t dim = canonicalizeDim(g.tensor().ndim(), a[1].toInt(), "stack");
+    for (size_t i = 0; i < ts.size(); ++i) putGrad(ts[i], op("select", {g, dim, static_cast<int64_t>(i)}));
+  }, [](const BoundSymbol& b, const Diff&) {
+    if (!b.output.isTensor() || !isFloating(b.output.tensor().dtype) || !b.args[0].isSequence()) return false;
+    for (const Value& t : b.args[0].items())
+      if (!t.isTensor() || isComplex(t.tensor().dtype)) return false;
+    return b.args[1].isInt();
+  });
+  symRule("narrow", [](const Args& a, X y, X g) {
+    const TensorProxy& t = a[0].tensor();
+    int64_t d = canonicalizeDim(t.ndim(), a[1].toInt(), "narrow");
+    SymInt start = a[2].toSymInt();
+    if (start.hint < 0) start = t.dim(d) + start;
+    putGrad(a[0], padDim(g, d, start, t.dim(d) - start - y.tensor().dim(d)));
+  }, [](const BoundSymbol& b, const Diff&) {
+    return realTensor(b.args[0]) && b.args[1].isInt() && b.args[2].isInt() &&
+           !(b.args[2].symExpr() && b.args[2].toInt() < 0);
+  });
+  symRule("cat", [](const Args& a, X, X g) {
+    const std::vector<Value>& ts = a[0].items();
+    int64_t dim = a[1].toInt();
+    SymInt offset{0, nullptr};
+    for (const Value& t : ts) {
+      if (!t.isTensor()) continue;
+      int64_t d = canonicalizeDim(t.tensor().ndim(), dim, "cat");
+      SymInt len = t.tensor().dim(d);
+      putGrad(t, op("narrow", {g, d, offset, len}));
+      offset = offset + len;
+    }
+  }, [](const BoundSymbol& b, const Diff&) {
+    if (!b.output.isTensor() || !isFloating(b.output.tensor().dtype) || !b.args[0].isSequence()) return false;
+    for (const Value& t : b.args[0].items())
+      if (!t.isTensor() || isComplex(t.tensor().dtype) || t.tensor().ndim() != b.output.tensor().ndim()) return false;
+    return true;
+  });
+  // Reductions: the gradient broadcast back over the reduced dims.
+  Cond reduction = [](const BoundSymbol& b, const Diff&) {
+    return realTensor(b.args[0]) && b.output.isTensor() && isFloating(b.output.tensor().dtype) &&
+           b.args[2].isBool() && (b.args.size() < 4 || b.args[3].isNone()) && b.args[0].tensor().ndim() > 0;
+  };
+  symRule("sum", [](const Args& a, X, X g) {
+    putGrad(a[0], toDType(expandReduced(a, g), a[0].tensor().dtype));
+  }, reduction);
+  symRule("mean", [](const Args& a, X, X g) {
+    const TensorProxy& t = a[0].tensor();
+    putGrad(a[0], toDType(div(expandReduced(a, g), countOf(t, reducedDims(a))), t.dtype));
+  }, reduction);
+  // layer_norm and rms_norm over their last dims, in float32 for 16-bit inputs: eager's
+  // formulas, gx = rstd * (gxh - mean(gxh) - xh * mean(gxh * xh)) with xh the normalized input
+  // and gxh its gradient (without the mean term for rms_norm); the weight's and bias's gradients
+  // summed over the other dims by putGrad.
+  for (bool layer : {true, false}) {
+    const Symbol* s = &ltorch::symbol(layer ? "layer_norm" : "rms_norm");
+    registerSymbolicGradRule(
+        s->id(),
+        [s, layer](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          const TensorProxy& t = a[0].tensor();
+          int64_t k = static_cast<int64_t>(a[1].toInts().size());
+          std::vector<int64_t> dims;
+          for (int64_t d = t.ndim() - k; d < t.ndim(); ++d) dims.push_back(d);
+          Value dv = Value::ints(dims);
+          auto mean = [&](X v) { return ltorch::op("mean", {v, dv, true}); };
+          Value x = up(a[0]), gy = up(g);
+          double eps = layer ? a[4].toDouble() : (a[3].isNone() ? 1.1920928955078125e-07 : a[3].toDouble());
+          if (!layer && a[3].isNone() && t.dtype == DType::Float64) eps = 2.220446049250313e-16;
+          Value xc = layer ? sub(x, mean(x)) : x;
+          Value rstd = un("rsqrt", add(mean(mul(xc, xc)), eps));
+          Value xh = mul(xc, rstd);
+          const Value& w = a[2];
+          if (w.isTensor()) putGrad(w, toDType(mul(gy, xh), w.tensor().dtype));
+          if (layer && a[3].isTensor()) putGrad(a[3], toDType(gy, a[3].tensor().dtype));
+          Value gxh = w.isTensor() ? mul(gy, up(w)) : gy;
+          Value inner = sub(gxh, mul(xh, mean(mul(gxh, xh))));
+          if (layer) inner = sub(inner, mean(gxh));
+          putGrad(a[0], toDType(mul(rstd, inner), t.dtype));
+          return y;
+        },
+        [layer](const BoundSymbol& b, const Diff&) {
+          if (!realTensor(b.args[0]) || !b.args[1].isSequence()) return false;
+          for (size_t i : {size_t{2}, size_t{3}})
+            if (i < b.args.size() && (layer || i == 2) && !b.args[i].isNone() && !realTensor(b.args[i])) return false;
+          return layer ? b.args[4].isFloat() || b.args[4].isInt() : b.args[3].isNone() || b.args[3].isFloat();
+        });
+  }
+  // amax and amin: the gradient shared evenly among the elements equal to the result (taken
+  // again, as the prims' rule does).
+  for (const char* name : {"amax", "amin"}) {
+    const Symbol* s = &ltorch::symbol(name);
+    registerSymbolicGradRule(
+        s->id(),
+        [s](const Args& a) {
+          Value y = call(*s, a);
+          Value g = getGrad(y);
+          Value again = call(*s, a);
+          const TensorProxy& t = a[0].tensor();
+          Value mask = toDType(op("eq", {a[0], expandReduced(a, again)}), t.dtype);
+          Value count = ltorch::op("sum", {mask, Value::ints(reducedDims(a)), true});
+          putGrad(a[0], mul(div(expandReduced(a, g), count), mask));
+          return y;
+        },
+        [](const BoundSymbol& b, const Diff&) {
+          return realTensor(b.args[0]) && b.args[0].tensor().ndim() > 0 && b.args[2].isBool();
+        });
+  }
+  // Products of matrices, of at least 2 dims each; putGrad sums over broadcast batch dims.
+  symRule("matmul", [](const Args& a, X, X g) {
+    putGrad(a[0], op("matmul", {g, op("transpose", {a[1], -2, -1})}));
+    putGrad(a[1], op("matmul", {op("transpose", {a[0], -2, -1}), g}));
+  }, [](const BoundSymbol& b, const Diff&) {
+    return realTensor(b.args[0]) && realTensor(b.args[1]) && b.args[0].tensor().ndim() >= 2 &&
+           b.args[1].tensor().ndim() >= 2 && b.args[0].tensor().dtype == b.args[1].tensor().dtype;
+  });
+  symRule("bmm", [](const Args& a, X, X g) {
+    putGrad(a[0], op("bmm", {g, op("transpose", {a[1], 1, 2})}));
+    putGrad(a[1], op("bmm", {op("transpose", {a[0], 1, 2}), g}));
+  }, realCall(2));
+  // Pieces: their gradients joined again.
+  for (const char* name : {"split", "chunk", "unbind"}) {
+    const Symbol* s = &ltorch::symbol(name);
+    bool stack = std::string(name) == "unbind";
+    registerSymbolicGradRule(
+        s->id(),
+        [s, stack](const Args& a) {
+          Value y = call(*s, a);
+          std::vector<Value> gs;
+          for (const Value& piece : y.items()) gs.push_back(getGrad(piece));
+          int64_t dim = stack ? a[1].toInt() : a[2].toInt();
+          putGrad(a[0], op(stack ? "stack" : "cat", {Value::list(gs), dim}));
+          return y;
+        },
+        [stack](const BoundSymbol& b, const Diff&) {
+          if (!realTensor(b.args[0]) || !b.output.isSequence()) return false;
+          for (const Value& piece : b.output.items())
+            if (!piece.isTensor()) return false;
+          return stack ? b.args[1].isInt() : b.args[2].isInt();
+        });
+  }
+  symRule("addmm", [](const Args& a, X, X g) {
+    auto scaled = [](X v, X k) { return k.isInt() && k.toInt() == 1 ? v : mul(v, k); };
+    putGrad(a[0], scaled(g, a[3]));
+    putGrad(a[1], scaled(op("matmul", {g, op("transpose", {a[2], 0, 1})}), a[4]));
+    putGrad(a[2], scaled(op("matmul", {op("transpose", {a[1], 0, 1}), g}), a[4]));
+  }, [](const BoundSymbol& b, const Diff&) {
+    return realTensor(b.args[0]) && realTensor(b.args[1]) && realTensor(b.args[2]) &&
+           b.args[1].tensor().ndim() == 2 && b.args[2].tensor().ndim() == 2 && b.args[3].isNumber() &&
+           !b.args[3].isComplex() && b.args[4].isNumber() && !b.args[4].isComplex();
+  });
+  symRule("linear", [](const Args& a, X, X g) {
+    const TensorProxy& w = a[1].tensor();
+    int64_t in = w.shape[1], out = w.shape[0];
+    putGrad(a[0], op("matmul", {g, a[1]}));
+    Value g2 = op("reshape", {g, Value::ints({-1, out})});
+    Value x2 = op("reshape", {a[0], Value::ints({-1, in})});
+    putGrad(a[1], op("matmul", {op("transpose", {g2, 0, 1}), x2}));
+    if (a[2].isTensor()) putGrad(a[2], op("sum", {g2, Value::ints({0})}));
+  }, [](const BoundSymbol& b, const Diff&) {
+    if (!realTensor(b.args[0]) || !realTensor(b.args[1])) return false;
+    const TensorProxy &x = b.args[0].tensor(), &w = b.args[1].tensor();
+    return w.ndim() == 2 && x.ndim() >= 2 && w.shape[0] > 0 && w.shape[1] > 0 && !w.symbolic() &&
+           x.dtype == w.dtype && (b.args[2].isNone() || (realTensor(b.args[2]) && b.args[2].tensor().ndim() == 1));
+  });
+  symRule("embedding", [](const Args& a, X, X g) {
+    const TensorProxy& w = a[1].tensor();
+    Value g2 = op("reshape", {g, Value::ints({-1, w.shape[1]})});
+    Value idx = op("reshape", {a[0], Value::ints({-1})});
+    putGrad(a[1], call(sym(PrimId::embedding_backward), {g2, idx, w.shape[0], a[2]}));
+  }, [](const BoundSymbol& b, const Diff&) {
+    return b.args[0].isTensor() && isIntegral(b.args[0].tensor().dtype) && realTensor(b.args[1]) &&
+           b.args[1].tensor().ndim() == 2 && !b.args[1].tensor().symbolic() && b.args[3].isNone() &&
+           !(b.args[5].isBool() && b.args[5].toBool()) && !(b.args[6].isBool() && b.args[6].toBool());
+  });
+}
+
 void registerGradRules() {
   static std::once_flag once;
   std::call_once(once, [] {
     ltorch::registerLTorch();
-    registerDetachSymbol();
     for (const auto& [id, f] : kUnary) unary(id, f);
     for (const auto& [id, f] : kBinary) binary(id, f);
     registerShapeRules();
@@ -1115,6 +1556,11 @@ void registerGradRules() {
     registerLowPrecisionUnaryRules();
     registerLowPrecisionPowRule();
     registerHypotRule();
+    registerSymbolicRules();
+    // Torch-language rules that read no sizes: they serve symbolic sizes as written.
+    for (const char* n : {"clamp", "silu", "gelu", "relu", "softmax", "log_softmax", "lerp", "pass_gradient",
+                          "nan_to_num", "detach"})
+      markSymbolicGrad("ltorch." + std::string(n));
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

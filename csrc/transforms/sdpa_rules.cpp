@@ -17,17 +17,19 @@ using Args = std::vector<Value>;
 
 /// (B, Hk, S, E) -> (B, Hk * rep, S, E), each key head repeated `rep` times in a row, as
 /// torch.repeat_interleave(x, rep, dim=1) (what enable_gqa means).
+/// (Shapes with their expressions over the size symbols: the heads are static, staticSize.)
 Value repeatHeads(const Value& x, int64_t rep) {
-  Shape s = x.tensor().shape;
-  Shape expanded = {s[0], s[1], rep, s[2], s[3]};
-  Value e = ltorch::op("expand", {ltorch::op("unsqueeze", {x, 2}), Value::ints(expanded)});
-  return ltorch::op("reshape", {e, Value::ints({s[0], s[1] * rep, s[2], s[3]})});
+  std::vector<SymInt> s = x.tensor().symShape();
+  SymInt heads{staticSize(x.tensor(), 1), nullptr};
+  Value e = ltorch::op("expand", {ltorch::op("unsqueeze", {x, 2}), Value::sizes({s[0], heads, {rep, nullptr}, s[2], s[3]})});
+  return ltorch::op("reshape", {e, Value::sizes({s[0], {heads.hint * rep, nullptr}, s[2], s[3]})});
 }
 
 /// The gradient of repeatHeads: the repeated heads summed.
 Value sumRepeatedHeads(const Value& g, int64_t rep) {
-  Shape s = g.tensor().shape;
-  Value r = ltorch::op("reshape", {g, Value::ints({s[0], s[1] / rep, rep, s[2], s[3]})});
+  std::vector<SymInt> s = g.tensor().symShape();
+  int64_t heads = staticSize(g.tensor(), 1);
+  Value r = ltorch::op("reshape", {g, Value::sizes({s[0], {heads / rep, nullptr}, {rep, nullptr}, s[2], s[3]})});
   return ltorch::op("sum", {r, Value::ints({2})});
 }
 
@@ -37,7 +39,7 @@ Value fusedRule(const Args& a) {
                    "the fused grad rule of scaled_dot_product_attention got a call no fused "
                    "kernel applies to");
   const TensorProxy &q = a[0].tensor(), &k = a[1].tensor();
-  int64_t rep = q.shape[1] / k.shape[1];
+  int64_t rep = staticSize(q, 1) / staticSize(k, 1);
   Value key = a[1], value = a[2];
   if (rep != 1) {
     key = repeatHeads(key, rep);
@@ -47,11 +49,11 @@ Value fusedRule(const Args& a) {
   if (mask.isTensor() && mask.tensor().dtype == DType::Bool) {
     // A boolean mask (true: attend) becomes an additive one of the query's dtype, as in eager.
     const TensorProxy& m = mask.tensor();
-    Value zeros = ltorch::op("full", {Value::ints(m.shape), 0.0},
+    Value zeros = ltorch::op("full", {Value::sizes(m.symShape()), 0.0},
                              {{"device", m.device}, {"dtype", q.dtype}});
     mask = ltorch::op("masked_fill", {zeros, ltorch::op("logical_not", {mask}), -INFINITY});
   }
-  double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(q.shape[3])) : a[6].toDouble();
+  double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(staticSize(q, 3))) : a[6].toDouble();
   Value causal = a[5].toBool();
   Value name = sdpa::backendName(backend);
   double dropout = a[4].toDouble();
@@ -81,6 +83,8 @@ Value fusedRule(const Args& a) {
 
 void registerSdpaGradRule() {
   sdpa::registerSdpaSymbols();
+  // Sizes read as numbers through staticSize, shapes with their expressions.
+  markSymbolicGrad(ltorch::symbol("scaled_dot_product_attention").id());
   registerGradRule(
       ltorch::symbol("scaled_dot_product_attention").id(), fusedRule,
       [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>& differentiable) {

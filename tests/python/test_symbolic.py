@@ -193,22 +193,65 @@ def test_printed_trace_reads_its_symbols():
     assert "# guard: s0 >= 2" in final
 
 
-def test_training_traces_each_length():
-    # The backward of a symbolic trace is not built yet: a call with grad traces each length, and
-    # values and gradients are eager's.
+# Cases whose backward specializes the sizes (the case traces at each length, values and gradients
+# still eager's), and why.
+TRAINING_PER_LENGTH = {
+    "index_select": "index_select's gradient has no rule at symbolic sizes",
+    "diff_min_max": "diff's, min's and max's gradients have no rules at symbolic sizes",
+}
+
+
+def _loss_of(out):
+    """A scalar of every floating output, each weighted by a fixed pattern (so that no gradient is
+    a plain sum)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    total = 0
+    for k, o in enumerate(outs):
+        if isinstance(o, (tuple, list)):
+            total = total + _loss_of(o)
+        elif o.is_floating_point():
+            w = (o.detach().float() * 0 + 1).cumsum(-1) % 7 - 3 if o.ndim else 1.0
+            total = total + (o.float() * (w + k)).sum()
+    return total
+
+
+@pytest.mark.parametrize("fn,make", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_training_one_trace_serves_every_length(fn, make, request):
+    # The forward and the backward serve every length: the backward's calls follow the sizes
+    # (rules at symbolic sizes, autodiff.h), and each length's values and gradients are eager's.
+    case = request.node.callspec.id
+    jf = thunder.jit(lambda *a: _loss_of(fn(*a)))
+    for n in LENGTHS:
+        args = [a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make(n)]
+        eargs = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+        loss, expected = jf(*args), _loss_of(fn(*eargs))
+        torch.testing.assert_close(loss, expected)
+        wrt = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        ewrt = [a for a in eargs if isinstance(a, torch.Tensor) and a.requires_grad]
+        if wrt and loss.requires_grad:
+            torch.testing.assert_close(torch.autograd.grad(loss, wrt), torch.autograd.grad(expected, ewrt))
+    misses = thunder.cache_misses(jf)
+    if case in TRAINING_PER_LENGTH:
+        assert misses > 1, f"{case} now serves every length: update TRAINING_PER_LENGTH"
+    else:
+        assert misses == 1, (misses, jf.last_symbolic_fallback)
+
+
+def test_training_backward_of_an_op_without_an_audited_rule_specializes():
+    # cumsum's gradient rule reads sizes as numbers: the call's sizes are specialized (a guard per
+    # symbol), so each length traces again, with eager's gradients.
     w = torch.randn(4, 3, requires_grad=True)
 
     def f(x):
-        return (x @ w).tanh().sum()
+        return (x @ w).cumsum(0).tanh().sum()
 
     jf = thunder.jit(f)
-    for n in (3, 5):
+    for n in (3, 5, 6):
         x = _x(n, 4)
-        loss = jf(x)
-        (g,) = torch.autograd.grad(loss, w)
+        (g,) = torch.autograd.grad(jf(x), w)
         (ge,) = torch.autograd.grad(f(x), w)
         torch.testing.assert_close(g, ge)
-    assert thunder.cache_misses(jf) == 2
+    assert thunder.cache_misses(jf) == 3
 
 
 def test_tensors_held_by_an_argument_grow_without_new_traces():
@@ -370,4 +413,47 @@ def test_hf_variable_sequence_length_inference(name):
             torch._dynamo.mark_dynamic(ids, 1)
             torch.testing.assert_close(jm(input_ids=ids, **kw).last_hidden_state,
                                        model(input_ids=ids, **kw).last_hidden_state)
+    assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback
+
+
+def _hf_causal_lm(name):
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if name == "llama":
+        return T.LlamaForCausalLM(T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2))
+    if name == "gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                              embd_pdrop=0.0, attn_pdrop=0.0))
+    if name == "bert":
+        return T.BertForMaskedLM(T.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                              intermediate_size=128, hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0))
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+def test_hf_training_over_five_lengths_traces_once(name):
+    # A training loop (loss, backward, optimizer step) over 5 sequence lengths marked dynamic: one
+    # trace; each step's loss and the parameters after it as eager's.
+    import copy
+
+    model = _hf_causal_lm(name).train()
+    eager = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for n in (8, 13, 5, 21, 9):
+        ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n))
+        torch._dynamo.mark_dynamic(ids, 1)
+        loss = jm(input_ids=ids, labels=ids).loss
+        eloss = eager(input_ids=ids, labels=ids).loss
+        torch.testing.assert_close(loss, eloss)
+        loss.backward()
+        eloss.backward()
+        for m, o in ((model, opt), (eager, eopt)):
+            o.step()
+            o.zero_grad()
+    for p, e in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, e)
     assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback

@@ -7,6 +7,7 @@
 
 #include "ops/clang.h"
 #include "ops/prims.h"
+#include "ops/symbolic_rules.h"
 #include "ops/utils.h"
 
 namespace thunder::ltorch {
@@ -1710,33 +1711,40 @@ void registerNN() {
                            dropoutP);
         THUNDER_CHECK(q.ndim() >= 2 && k.ndim() >= 2,
                       "ltorch.scaled_dot_product_attention: query and key need at least 2 dimensions");
+        // Sizes read as numbers through staticSize and shapes given with their expressions: the
+        // decomposition serves symbolic sizes (autodiff traces it again with them).
         Value key = a[1], value = a[2];
         if (a[7].toBool() && q.ndim() >= 3 && k.shape[k.ndim() - 3] != q.shape[q.ndim() - 3]) {
-          int64_t rep = q.shape[q.ndim() - 3] / k.shape[k.ndim() - 3];
+          int64_t heads = staticSize(k, k.ndim() - 3);
+          int64_t rep = staticSize(q, q.ndim() - 3) / heads;
           auto repeatHeads = [&](const Value& x) {
             const TensorProxy& t = x.tensor();
-            Value u = clang::unsqueeze(x, t.ndim() - 2, "ltorch.scaled_dot_product_attention");
-            Shape s = u.tensor().shape;
-            s[t.ndim() - 2] = rep;
-            Value e = clang::expandTo(u, s, "ltorch.scaled_dot_product_attention");
-            Shape merged = t.shape;
-            merged[t.ndim() - 3] *= rep;
-            return clang::reshape(e, merged, "ltorch.scaled_dot_product_attention");
+            Value u = op("unsqueeze", {x, t.ndim() - 2});
+            std::vector<SymInt> s = u.tensor().symShape();
+            s[t.ndim() - 2] = {rep, nullptr};
+            Value e = op("expand", {u, Value::sizes(s)});
+            std::vector<SymInt> merged = t.symShape();
+            merged[t.ndim() - 3] = {heads * rep, nullptr};
+            return op("reshape", {e, Value::sizes(merged)});
           };
           key = repeatHeads(key);
           value = repeatHeads(value);
         }
-        double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(q.shape.back())) : a[6].toDouble();
+        double scale = a[6].isNone() ? 1.0 / std::sqrt(static_cast<double>(staticSize(q, q.ndim() - 1)))
+                                     : a[6].toDouble();
         DType dt = q.dtype;
         // Low precision inputs: both matmuls and the softmax in float32, one rounding at the end.
         DType comp = isLowPrecision(dt) ? DType::Float32 : dt;
-        Value query = clang::maybeConvert(a[0], comp);
-        key = clang::maybeConvert(key, comp);
-        value = clang::maybeConvert(value, comp);
+        auto convert = [](const Value& x, DType d) {
+          return x.tensor().dtype == d ? x : op("to", {x, Value(), d});
+        };
+        Value query = convert(a[0], comp);
+        key = convert(key, comp);
+        value = convert(value, comp);
         Value scores = op("mul", {op("matmul", {query, op("transpose", {key, -2, -1})}), scale});
-        int64_t L = q.shape[q.ndim() - 2], S = k.shape[k.ndim() - 2];
         if (a[5].toBool()) {
-          Value mask = op("tril", {prims::full({L, S}, true, q.device, DType::Bool)});
+          Value sizes = Value::sizes({q.dim(q.ndim() - 2), k.dim(k.ndim() - 2)});
+          Value mask = op("tril", {op("full", {sizes, true}, {{"device", q.device}, {"dtype", DType::Bool}})});
           scores = op("masked_fill", {scores, op("logical_not", {mask}), -INFINITY});
         }
         if (!a[3].isNone()) {
@@ -1748,7 +1756,7 @@ void registerNN() {
         Value probs = op("softmax", {scores, -1});
         // Dropout of the attention weights, as PyTorch's math backend applies it.
         if (dropoutP > 0.0) probs = op("dropout", {probs, dropoutP});
-        return clang::maybeConvert(op("matmul", {probs, value}), dt);
+        return convert(op("matmul", {probs, value}), dt);
       });
 }
 

@@ -978,11 +978,28 @@ void recordSymbolic(Trace& trace, BoundSymbol& b) {
   }
 }
 
+int64_t staticSize(const TensorProxy& t, int64_t d) {
+  SymInt s = t.dim(static_cast<size_t>(d));
+  if (s.symbolic()) {
+    TraceContext* ctx = currentContext();
+    THUNDER_INTERNAL(ctx != nullptr, "staticSize outside tracing");
+    Trace& trace = ctx->trace();
+    for (const auto& [k, c] : s.e->terms) {
+      SymGuard g;
+      g.e.terms.emplace_back(k, 1);
+      g.e.constant = -trace.symbols.at(k).hint;
+      trace.addGuard(g);
+    }
+  }
+  return s.hint;
+}
+
 std::vector<std::pair<int, int64_t>> pinnedSymbols(const std::vector<SymGuard>& guards) {
   std::vector<std::pair<int, int64_t>> out;
   for (const SymGuard& g : guards)
-    if (g.rel == SymGuard::Rel::Eq && g.outcome && g.e.terms.size() == 1 && g.e.terms[0].second == 1)
-      out.emplace_back(g.e.terms[0].first, -g.e.constant);
+    if (g.rel == SymGuard::Rel::Eq && g.outcome && g.e.terms.size() == 1 &&
+        (g.e.terms[0].second == 1 || g.e.terms[0].second == -1))
+      out.emplace_back(g.e.terms[0].first, -g.e.constant * g.e.terms[0].second);
   return out;
 }
 
@@ -991,7 +1008,59 @@ void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more)
     if (std::find(into.begin(), into.end(), g) == into.end()) into.push_back(g);
 }
 
+namespace {
+
+/// The symbols the guards hold equal (s_i - s_j == 0), each mapped to one of its class, so that a
+/// guard or size implied by those equalities (s1 == s2 from s0 == s1 and s0 == s2: a pass that
+/// merged two values of equal sizes) reads as the one the trace holds.
+class EqualSymbols {
+ public:
+  explicit EqualSymbols(const std::vector<SymGuard>& guards) {
+    for (const SymGuard& g : guards) {
+      const auto& t = g.e.terms;
+      if (g.rel == SymGuard::Rel::Eq && g.outcome && g.e.constant == 0 && t.size() == 2 &&
+          t[0].second == -t[1].second && (t[0].second == 1 || t[0].second == -1))
+        parent_[find(t[0].first)] = find(t[1].first);
+    }
+  }
+  SymExpr canonical(const SymExpr& e) {
+    std::map<int, int64_t> terms;
+    for (const auto& [k, c] : e.terms) terms[find(k)] += c;
+    SymExpr out;
+    out.constant = e.constant;
+    for (const auto& [k, c] : terms)
+      if (c != 0) out.terms.emplace_back(k, c);
+    return out;
+  }
+  SymGuard canonical(SymGuard g) {
+    g.e = canonical(g.e);
+    return g;
+  }
+  bool same(const SymInt& a, const SymInt& b) {
+    return a.hint == b.hint && canonical(a.expr()) == canonical(b.expr());
+  }
+  /// Whether `g` is in `guards` up to the equalities, or true for every value of the symbols.
+  bool holds(const SymGuard& g, const std::vector<SymGuard>& guards) {
+    SymGuard c = canonical(g);
+    if (c.e.isConstant()) return c.holds({});
+    for (const SymGuard& h : guards)
+      if (canonical(h) == c) return true;
+    return false;
+  }
+
+ private:
+  int find(int k) {
+    auto it = parent_.find(k);
+    if (it == parent_.end() || it->second == k) return k;
+    return it->second = find(it->second);
+  }
+  std::map<int, int> parent_;
+};
+
+}  // namespace
+
 std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& execution) {
+  EqualSymbols equal(guards);
   std::set<int> pinned;
   for (const auto& [k, v] : pinnedSymbols(guards)) pinned.insert(k);
   auto free = [&](const std::vector<int>& syms) {
@@ -1014,13 +1083,12 @@ std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& exec
     std::vector<SymGuard> needs;
     if (!symbolicRule(*b.symbolicRule, b, outs, needs)) return where("its rule does not apply to its arguments");
     for (const SymGuard& g : needs)
-      if (std::find(guards.begin(), guards.end(), g) == guards.end())
-        return where("its rule needs " + g.str() + ", which the trace does not guard");
+      if (!equal.holds(g, guards)) return where("its rule needs " + g.str() + ", which the trace does not guard");
     std::vector<TensorPtr> made = b.outputTensors();
     for (size_t i = 0; i < made.size(); ++i) {
       std::vector<SymInt> have = made[i]->symShape();
       for (size_t d = 0; d < have.size(); ++d)
-        if (!sameSym(have[d], outs[i][d]))
+        if (!equal.same(have[d], outs[i][d]))
           return where("output " + made[i]->name + " has size " + made[i]->typeString() +
                        " where its rule gives another expression");
     }

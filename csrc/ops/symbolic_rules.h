@@ -39,6 +39,11 @@ std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& exec
 /// Adds the guards of `more` that `into` lacks.
 void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more);
 
+/// Size `d` of `t` read as a plain number while tracing (a decomposition or a grad rule that
+/// computes with it): where it is symbolic, each of its symbols is specialized in the current
+/// trace (a guard that it equals its traced value).
+int64_t staticSize(const TensorProxy& t, int64_t d);
+
 /// The symbols that a guard pins to one value (s_k == c), with that value.
 std::vector<std::pair<int, int64_t>> pinnedSymbols(const std::vector<SymGuard>& guards);
 

@@ -676,16 +676,13 @@ class Differentiator {
     Value gv = g;
     emit(key, [&] {
       if (gv.tensor().shape != in->shape) gv = sumToShape(gv, *in);
-      // A gradient whose sizes equal the input's at the traced sizes only (a rule that gave a
-      // traced size where the input's varies): the trace serves those sizes.
+      // A gradient whose size has another expression than its input's (equal at the traced
+      // sizes: a rule that gave a traced size where the input's varies, or the size of another
+      // input the program compared equal): the trace serves the sizes where they are equal.
       if (!joint_.symbols.empty()) {
         const TensorProxy& gt = gv.tensor();
         for (size_t i = 0; i < gt.shape.size() && i < in->shape.size(); ++i)
-          if (!sameSym(gt.dim(i), in->dim(i))) {
-            for (const auto& e : {gt.dim(i), in->dim(i)})
-              if (e.symbolic())
-                for (const auto& [k, c] : e.e->terms) pin(k, "a gradient's size differs from its input's");
-          }
+          if (!sameSym(gt.dim(i), in->dim(i))) joint_.addGuard(guardEqual(gt.dim(i), in->dim(i)));
       }
       if (gv.tensor().dtype != in->dtype) gv = ltorch::op("to", {gv, Value(), in->dtype});
       auto it = cot_.find(in.get());
@@ -1039,16 +1036,6 @@ void registerSymbolicGradRule(const std::string& symbolId, GradRule rule, GradRu
 bool isSymbolicGrad(const std::string& symbolId) {
   registerGradRules();
   return symbolicGrads().count(symbolId) > 0;
-}
-
-int64_t staticSize(const TensorProxy& t, int64_t d) {
-  SymInt s = t.dim(static_cast<size_t>(d));
-  if (s.symbolic()) {
-    TraceContext* ctx = currentContext();
-    THUNDER_INTERNAL(ctx != nullptr, "staticSize outside tracing");
-    for (const auto& [k, c] : s.e->terms) pinSymbol(ctx->trace(), k);
-  }
-  return s.hint;
 }
 
 void markComplexSafe(const std::string& symbolId) { complexSafe().insert(symbolId); }

@@ -56,9 +56,6 @@ bool isSymbolicGrad(const std::string& symbolId);
 /// symbolic rules follow the sizes (the torch language), so the backward serves every size the
 /// forward does. It takes precedence over the default and executors' rules for those calls only.
 void registerSymbolicGradRule(const std::string& symbolId, GradRule rule, GradRuleCondition applies = nullptr);
-/// Inside a grad rule or a marked decomposition: size `d` of `t` as a plain number, which
-/// specializes it (a guard in the trace that it equals its traced value) where it is symbolic.
-int64_t staticSize(const TensorProxy& t, int64_t d);
 /// Registers the default grad rules (idempotent; lookups call it).
 void registerGradRules();
 /// The default table's rule of a symbol, or nullptr.

@@ -11,6 +11,7 @@
 #include "ops/clang.h"
 #include "ops/ltorch.h"
 #include "ops/prims.h"
+#include "ops/symbolic_rules.h"
 #include "ops/utils.h"
 #include "transforms/autodiff.h"
 #include "transforms/sdpa_rules.h"

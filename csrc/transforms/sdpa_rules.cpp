@@ -7,6 +7,7 @@
 #include "ir/error.h"
 #include "ops/ltorch.h"
 #include "ops/sdpa.h"
+#include "ops/symbolic_rules.h"
 #include "transforms/autodiff.h"
 #include "transforms/dce.h"
 

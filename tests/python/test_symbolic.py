@@ -70,6 +70,12 @@ CASES = [
     ("chunk_unbind", lambda x: (x.chunk(3, 1), x.unbind(1)), lambda n: (_x(n, 3),)),
     ("diff_min_max", lambda x: (x.diff(dim=0), torch.max(x, x * 2), x.min(0).values, x.max()), lambda n: (_x(n, 3),)),
     ("bf16", lambda x, w: (x.float() @ w).to(torch.bfloat16) * 2, lambda n: (_x(n, 4, dtype=torch.bfloat16), torch.randn(4, 4))),
+    # attention: a fused kernel (float32), and the decomposition (float64, grouped heads)
+    ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3))),
+    ("attention_decomposed", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+     lambda n: (_x(1, 4, n, 8, dims=(2,), dtype=torch.float64), _x(1, 2, n, 8, dims=(2,), dtype=torch.float64),
+                _x(1, 2, n, 8, dims=(2,), dtype=torch.float64))),
 ]
 
 
@@ -215,14 +221,16 @@ def _loss_of(out):
     return total
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fn,make", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_training_one_trace_serves_every_length(fn, make, request):
+def test_training_one_trace_serves_every_length(fn, make, device, request):
     # The forward and the backward serve every length: the backward's calls follow the sizes
     # (rules at symbolic sizes, autodiff.h), and each length's values and gradients are eager's.
-    case = request.node.callspec.id
+    case = request.node.callspec.id.rsplit("-", 1)[0]
     jf = thunder.jit(lambda *a: _loss_of(fn(*a)))
     for n in LENGTHS:
-        args = [a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make(n)]
+        made = _on(device, make)(n)
+        args = [a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in made]
         eargs = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
         loss, expected = jf(*args), _loss_of(fn(*eargs))
         torch.testing.assert_close(loss, expected)
@@ -432,19 +440,20 @@ def _hf_causal_lm(name):
     raise ValueError(name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
-def test_hf_training_over_five_lengths_traces_once(name):
+def test_hf_training_over_five_lengths_traces_once(name, device):
     # A training loop (loss, backward, optimizer step) over 5 sequence lengths marked dynamic: one
     # trace; each step's loss and the parameters after it as eager's.
     import copy
 
-    model = _hf_causal_lm(name).train()
+    model = _hf_causal_lm(name).train().to(device)
     eager = copy.deepcopy(model)
     jm = thunder.jit(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     eopt = torch.optim.SGD(eager.parameters(), lr=0.1)
     for n in (8, 13, 5, 21, 9):
-        ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n))
+        ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n)).to(device)
         torch._dynamo.mark_dynamic(ids, 1)
         loss = jm(input_ids=ids, labels=ids).loss
         eloss = eager(input_ids=ids, labels=ids).loss

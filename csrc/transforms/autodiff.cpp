@@ -504,8 +504,11 @@ class Differentiator {
         ctx().scope().push_back(std::move(b));
         return;
       }
+      // An executor's rule that takes the call (registered from Python: its executor's kernels,
+      // what the user asked for) comes first, and pins the sizes (executors whose kernels take
+      // static sizes decline calls at symbolic sizes instead).
       auto st = symbolicTable().find(b.sym->id());
-      if (st != symbolicTable().end() &&
+      if (!executorRule && st != symbolicTable().end() &&
           (!st->second.second || st->second.second(b, [this](const TensorProxy& t) { return diff_.count(&t) > 0; }))) {
         applyRule(b, st->second.first);
         return;

@@ -424,6 +424,30 @@ def test_hf_variable_sequence_length_inference(name):
     assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback
 
 
+def test_training_keeps_an_executors_grad_rule():
+    # An executor's grad transform that takes a call is what the user asked for: at symbolic sizes
+    # too it runs (and specializes the sizes), not thunder's own rule.
+    from thunder.core.transforms import get_grad, put_grad
+    from thunder.extend import OperatorExecutor, register_executor
+    import thunder.torch as ltorch
+
+    ex = OperatorExecutor("symbolic_sin_rule", version="0.1")
+    register_executor(ex)
+
+    def sin_grad(a):
+        fwd = ltorch.sin(a)
+        put_grad(a, get_grad(fwd) * ltorch.cos(a) * 3)  # deliberately not sin's derivative
+        return fwd
+
+    ex.register_implementation(ltorch.sin, grad_transform=sin_grad)
+    jf = thunder.jit(lambda a: a.sin(), executors=[ex])
+    for n in (3, 5):
+        x = _x(n, 4).requires_grad_()
+        jf(x).sum().backward()
+        torch.testing.assert_close(x.grad, 3 * x.detach().cos())
+    assert thunder.cache_misses(jf) == 2
+
+
 def _hf_causal_lm(name):
     T = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -260,6 +260,12 @@ def is_symbolic(x) -> bool:
     return isinstance(x, SymInt)
 
 
+def has_symbolic_size(*tensors) -> bool:
+    """Whether a tensor proxy among `tensors` has a size that varies with the trace's size symbols
+    (executors whose kernels take static sizes decline such calls)."""
+    return any(bool(getattr(t, "_sym", None)) for t in tensors)
+
+
 def shape_of(proxy):
     """The proxy's shape: torch.Size where every size is static, else a SymSize."""
     sym = proxy._sym

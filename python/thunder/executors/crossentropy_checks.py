@@ -5,6 +5,7 @@ from __future__ import annotations
 from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import has_symbolic_size
 
 LOGITS_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 LABEL_DTYPES = (dtypes.int64, dtypes.int32)
@@ -23,6 +24,8 @@ def decline_reason(a, target) -> str | None:
                 f"{tuple(target.shape)}")
     if a.shape[1] < 1:
         return "logits with no classes"
+    if has_symbolic_size(a, target):
+        return "its kernels take static sizes, and these vary with the trace's size symbols"
     if target.dtype not in LABEL_DTYPES:
         return f"labels of dtype {target.dtype} (class indices of int64 or int32 are supported)"
     return None

@@ -30,6 +30,7 @@ import thunder.torch as ltorch
 from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import has_symbolic_size
 from thunder.core.transforms import get_grad, put_grads
 from thunder.extend import OperatorExecutor, declined, register_executor
 
@@ -150,6 +151,8 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
         return no(f"its kernels run on CUDA, but the query is on {query.device}")
     if any(t.dtype not in (dtypes.bfloat16, dtypes.float16) or t.dtype != query.dtype for t in qkv):
         return no(f"q, k, v of dtypes {query.dtype}, {key.dtype}, {value.dtype} (one of bfloat16, float16)")
+    if has_symbolic_size(*qkv):
+        return no("its graphs take static sizes, and these vary with the trace's size symbols")
     if any(t.ndim != 4 for t in qkv):
         return no("expected 4-D (batch, heads, length, head dim) query, key and value")
     (b, h, length, e), (bk, hk, s, ek), (bv, hv, sv, ev) = query.shape, key.shape, value.shape

@@ -108,7 +108,7 @@ void floatRule(const Symbol& s, bool upcast, Value (*grad)(const Value& x, const
         Value g = getGrad(y);
         DType d = a[0].tensor().dtype;
         DType c = !upcast || d == DType::Float64 ? d : DType::Float32;
-        putGrad(a[0], clang::maybeConvert(grad(clang::maybeConvert(a[0], c), clang::maybeConvert(g, c), a), d));
+        putGrad(a[0], toDType(grad(toDType(a[0], c), toDType(g, c), a), d));
         return y;
       },
       [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {

@@ -1658,7 +1658,8 @@ void registerNN() {
                            "ltorch.cross_entropy_upcast: expected floating-point logits, but got ",
                            dtypeName(a[0].tensor().dtype));
         Args up = a;
-        up[0] = clang::maybeConvert(a[0], DType::Float32);
+        // (a torch-language conversion: the decomposition serves symbolic sizes as traced)
+        if (a[0].tensor().dtype != DType::Float32) up[0] = op("to", {a[0], Value(), DType::Float32});
         return op("cross_entropy", std::move(up));
       });
   def("mse_loss", "a, target, size_average=None, reduce=None, reduction='mean', weight=None",

@@ -1562,6 +1562,8 @@ void registerGradRules() {
     for (const char* n : {"clamp", "silu", "gelu", "relu", "softmax", "log_softmax", "lerp", "pass_gradient",
                           "nan_to_num", "detach"})
       markSymbolicGrad("ltorch." + std::string(n));
+    // Decompositions of torch-language calls that read no size as a number.
+    markSymbolicGrad("ltorch.cross_entropy_upcast");
     // Rules that hold for complex values as written (linear maps, or conjugating above).
     for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,

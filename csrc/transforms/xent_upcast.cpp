@@ -105,7 +105,7 @@ std::optional<Trace> foldCrossEntropyUpcast(const Trace& trace) {
       const TensorProxy& logits = b.args[0].tensor();
       Value x(it->second);
       if (it->second->shape != logits.shape)
-        x = ltorch::op("reshape", {x, Value::ints(logits.shape)});
+        x = ltorch::op("reshape", {x, Value::sizes(logits.symShape())});
       std::vector<Value> args = b.args;
       args[0] = x;
       return ltorch::op("cross_entropy_upcast", args);

@@ -448,6 +448,33 @@ def test_training_keeps_an_executors_grad_rule():
     assert thunder.cache_misses(jf) == 2
 
 
+def test_training_through_the_cross_entropy_upcast_fold():
+    # `F.cross_entropy(logits.float(), ...)` of bfloat16 logits becomes cross_entropy_upcast where an
+    # executor implements it (apex's, on CUDA): its decomposition serves symbolic sizes too.
+    from thunder.extend import OperatorExecutor, register_executor
+    import thunder.torch as ltorch
+
+    ex = OperatorExecutor("symbolic_xent_upcast", version="0.1")
+    register_executor(ex)
+    ex.register_implementation(ltorch.cross_entropy_upcast, checker=lambda *a, **k: False,
+                               execution_transform=lambda *a, **k: None)
+    w = torch.randn(8, 16, dtype=torch.bfloat16, requires_grad=True)
+
+    def f(x, y):
+        return F.cross_entropy((x @ w).float().view(-1, 16), y.view(-1))
+
+    jf = thunder.jit(f, executors=[ex, *thunder.get_default_executors()])
+    for n in (5, 9, 7):
+        x = _x(n, 8, dtype=torch.bfloat16)
+        y = _marked((torch.arange(n) % 16, (0,)))[0]
+        (g,) = torch.autograd.grad(jf(x, y), w)
+        (ge,) = torch.autograd.grad(f(x, y), w)
+        torch.testing.assert_close(g, ge)
+    traces = [str(t) for t in thunder.last_traces(jf)]
+    assert any("cross_entropy_upcast" in t for t in traces)
+    assert thunder.cache_misses(jf) == 1, jf.last_symbolic_fallback
+
+
 def _hf_causal_lm(name):
     T = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -599,6 +599,12 @@ bool fusedAttention(RuleCtx& c, std::vector<Dims>& outs) {
   }
   const Value& backend = c.arg("backend");
   if (!backend.isString()) return false;
+  // The CUDA flash kernel is chosen for causal attention only where the query and the key have
+  // one length (its causal mask is aligned otherwise than eager's when they differ).
+  const Value& causal = c.arg("is_causal");
+  if (causal.isBool() && causal.toBool() && backend.toString() == sdpa::backendName(sdpa::Backend::Flash) &&
+      !c.equal(q[2], k[2]))
+    return false;
   Dims out = q;
   out[3] = v[3];
   SymInt rows = q[2];
@@ -969,13 +975,15 @@ void recordSymbolic(Trace& trace, BoundSymbol& b) {
   // No rule: the call is right at the hints only. Each symbol it reads is pinned to its hint.
   std::set<int> read;
   for (const Value& a : b.args) collectSymbols(a, read);
-  for (int k : read) {
-    SymGuard g;
-    g.rel = SymGuard::Rel::Eq;
-    g.e.terms.emplace_back(k, 1);
-    g.e.constant = -trace.symbols.at(k).hint;
-    trace.addGuard(g);
-  }
+  for (int k : read) pinSymbol(trace, k);
+}
+
+void pinSymbol(Trace& trace, int k) {
+  SymGuard g;
+  g.rel = SymGuard::Rel::Eq;
+  g.e.terms.emplace_back(k, 1);
+  g.e.constant = -trace.symbols.at(k).hint;
+  trace.addGuard(g);
 }
 
 int64_t staticSize(const TensorProxy& t, int64_t d) {
@@ -983,13 +991,7 @@ int64_t staticSize(const TensorProxy& t, int64_t d) {
   if (s.symbolic()) {
     TraceContext* ctx = currentContext();
     THUNDER_INTERNAL(ctx != nullptr, "staticSize outside tracing");
-    Trace& trace = ctx->trace();
-    for (const auto& [k, c] : s.e->terms) {
-      SymGuard g;
-      g.e.terms.emplace_back(k, 1);
-      g.e.constant = -trace.symbols.at(k).hint;
-      trace.addGuard(g);
-    }
+    for (const auto& [k, c] : s.e->terms) pinSymbol(ctx->trace(), k);
   }
   return s.hint;
 }

@@ -39,6 +39,9 @@ std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& exec
 /// Adds the guards of `more` that `into` lacks.
 void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more);
 
+/// Specializes symbol k of `trace` to its traced value (a guard s<k> == hint).
+void pinSymbol(Trace& trace, int k);
+
 /// Size `d` of `t` read as a plain number while tracing (a decomposition or a grad rule that
 /// computes with it): where it is symbolic, each of its symbols is specialized in the current
 /// trace (a guard that it equals its traced value).

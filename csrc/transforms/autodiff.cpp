@@ -157,15 +157,6 @@ std::unordered_set<std::string>& symbolicGrads() {
   return *s;
 }
 
-/// Specializes symbol k of `trace` to its traced value (a guard s<k> == hint).
-void pinSymbol(Trace& trace, int k) {
-  SymGuard g;
-  g.rel = SymGuard::Rel::Eq;
-  g.e.terms.emplace_back(k, 1);
-  g.e.constant = -trace.symbols.at(k).hint;
-  trace.addGuard(g);
-}
-
 /// The symbols of the call that no guard of the trace pins to one value.
 std::vector<int> freeSymbols(const Trace& trace, const BoundSymbol& b) {
   if (trace.symbols.empty()) return {};

@@ -2,6 +2,8 @@
 
     python tests/python/fuzz/fuzz.py --start 0 --count 200 [--executors default,fuser] [--jobs 2]
 
+THUNDER_FUZZ_SYMBOLIC=1 marks every input dimension dynamic (size symbols in the traces).
+
 Each program (programs.generate(seed)) runs in a worker subprocess, with every executor set:
 forward, a second (cached) call on fresh inputs, and backward with random cotangents, each
 compared with eager; where they differ beyond the dtype's tolerance, with a float64 reference
@@ -393,6 +395,22 @@ def _perturbed_band(run32, run64):
     return lo, hi
 
 
+def _marked(inputs):
+    """With THUNDER_FUZZ_SYMBOLIC=1: every dimension of 2 or more of every tensor input marked
+    dynamic (torch._dynamo.mark_dynamic), so thunder traces with size symbols (forward and
+    backward) at the program's own sizes."""
+    import torch
+
+    if os.environ.get("THUNDER_FUZZ_SYMBOLIC") != "1":
+        return inputs
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            for d, n in enumerate(x.shape):
+                if n >= 2:
+                    torch._dynamo.mark_dynamic(x, d)
+    return inputs
+
+
 def check(src: str, executors, seed: int) -> tuple[str, str]:
     """Runs one program with one executor set: (outcome, detail)."""
     import torch
@@ -419,7 +437,7 @@ def check(src: str, executors, seed: int) -> tuple[str, str]:
         want, eager_err = None, e
     jf = thunder.jit(prog, executors=executors)
     try:
-        got = jf(*make_inputs())
+        got = jf(*_marked(make_inputs()))
     except Exception as e:  # noqa: BLE001
         if eager_err is not None:
             if isinstance(e, type(eager_err)) or isinstance(eager_err, type(e)):
@@ -452,9 +470,9 @@ def check(src: str, executors, seed: int) -> tuple[str, str]:
             want, ref, band = prog(*inputs), None, None
         inputs = make_inputs()
         change()
-        got2 = jf(*inputs)
+        got2 = jf(*_marked(inputs))
     else:
-        got2 = jf(*make_inputs())
+        got2 = jf(*_marked(make_inputs()))
     why = _close(got2, want, ref, floor=floor, band=band)
     if why is not None:
         return "cached_mismatch", why
@@ -485,7 +503,7 @@ def check(src: str, executors, seed: int) -> tuple[str, str]:
     inputs_t = _grad_inputs(make_inputs())
     diff_t = [x for x in inputs_t if x.requires_grad]
     try:
-        outs_t = _tensors(jf(*inputs_t))
+        outs_t = _tensors(jf(*_marked(inputs_t)))
         gt = torch.autograd.grad([outs_t[i] for i in pick], diff_t, cots, allow_unused=True)
     except Exception as e:  # noqa: BLE001
         if eager_gerr is not None:

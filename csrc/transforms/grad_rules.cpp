@@ -1193,7 +1193,7 @@ Value countOf(const TensorProxy& t, const std::vector<int64_t>& dims) {
 
 /// Basic indexing: the gradient of `a[key]` grown back to `a`'s sizes. False where the key is
 /// not ints, step-1 slices, None and an ellipsis.
-bool indexGrad(X a, X key, X y, Value& g) {
+bool indexGrad(X a, X key, Value& g) {
   const TensorProxy& t = a.tensor();
   std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
   size_t used = 0;
@@ -1229,7 +1229,7 @@ bool indexGrad(X a, X key, X y, Value& g) {
       g = op("unsqueeze", {g, pos});
       g = padDim(g, pos, i, size - i - SymInt{1, nullptr});
     } else {
-      const Value &lo = k.items()[0], &hi = k.items()[1], &st = k.items()[2];
+      const Value &lo = k.items()[0], &st = k.items()[2];  // (the stop is the result's length)
       if (!st.isNone() && (st.symExpr() || st.toInt() != 1)) return false;
       if (!lo.isNone() && !lo.isInt()) return false;
       SymInt start{0, nullptr};
@@ -1336,12 +1336,14 @@ void registerSymbolicRules() {
     for (int64_t i = 0; i < n; ++i) inv[canonicalizeDim(n, perm[i], "permute")] = i;
     putGrad(a[0], op("permute", {g, Value::ints(inv)}));
   }, realCall(1));
-  symRule("getitem", [](const Args& a, X y, X g) {
+  symRule("getitem", [](const Args& a, X, X g) {
     Value grad = g;
-    if (indexGrad(a[0], a[1], y, grad)) putGrad(a[0], grad);
+    // (the condition below takes only the keys indexGrad covers: none gets no gradient)
+    THUNDER_INTERNAL(indexGrad(a[0], a[1], grad), "autodiff: the gradient of getitem at symbolic sizes for key ",
+                     describe(a[1]));
+    putGrad(a[0], grad);
   }, [](const BoundSymbol& b, const Diff&) {
     if (b.args.size() != 2 || !realTensor(b.args[0]) || !b.output.isTensor()) return false;
-    Value probe = b.output;  // (a dry run of the key's cases, without tracing)
     const Value& key = b.args[1];
     std::vector<Value> items = key.isTuple() ? key.items() : std::vector<Value>{key};
     for (const Value& k : items) {

@@ -517,3 +517,24 @@ def test_hf_training_over_five_lengths_traces_once(name, device):
     for p, e in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(p, e)
     assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback
+
+
+def test_hf_training_with_the_symbolic_values_cache_traces_twice():
+    # cache="symbolic values" in a training loop: the first length traces static, the second makes
+    # the changed dimension a size symbol, and that trace serves every later length.
+    import copy
+
+    model = _hf_causal_lm("llama").train()
+    eager = copy.deepcopy(model)
+    jm = thunder.jit(model, cache="symbolic values")
+    for n in (8, 13, 5, 21, 9):
+        ids = torch.randint(0, 100, (2, n), generator=torch.Generator().manual_seed(n))
+        loss, eloss = jm(input_ids=ids, labels=ids).loss, eager(input_ids=ids, labels=ids).loss
+        torch.testing.assert_close(loss, eloss)
+        loss.backward()
+        eloss.backward()
+        for p, e in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad)
+        model.zero_grad()
+        eager.zero_grad()
+    assert thunder.cache_misses(jm) == 2, jm._cfn.last_symbolic_fallback

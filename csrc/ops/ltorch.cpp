@@ -594,6 +594,48 @@ void registerElementwise() {
     if (!isComplex(d)) floatingOnly(a[0], "silu");
     return inFloat32(a[0], [](const Value& x) { return op("mul", {x, op("sigmoid", {x})}); });
   }, kElementwise);
+  // The activations' backward kernels, as ATen has them (torch.ops.aten.<name>): the gradient
+  // from the output's or the input's values, in float32 for 16-bit values with one rounding. The
+  // grad rules at symbolic sizes use them: a call at varying sizes runs whole in ATen, one kernel
+  // where its formula would be several.
+  auto activationBackward = [](const char* name, std::function<Value(const Value& g, const Value& v, const Args& a)> f) {
+    def(name, std::string(name) == "gelu_backward" ? "grad_output, a, *, approximate='none'" : "grad_output, a", {},
+        [f, name](const Args& a) {
+          const TensorProxy &g = T(a[0], name, "grad_output"), &v = T(a[1], name, "a");
+          THUNDER_CHECK(isFloating(g.dtype) && g.dtype == v.dtype && g.shape == v.shape, "ltorch.", name,
+                        ": expected floating-point tensors of one dtype and shape, but got ", g.typeString(), " and ",
+                        v.typeString());
+          DType c = isLowPrecision(g.dtype) ? DType::Float32 : g.dtype;
+          return clang::maybeConvert(f(clang::maybeConvert(a[0], c), clang::maybeConvert(a[1], c), a), g.dtype);
+        }, kElementwise);
+  };
+  activationBackward("tanh_backward", [](const Value& g, const Value& y, const Args&) {
+    return op("mul", {g, op("add", {op("neg", {op("mul", {y, y})}), 1.0})});
+  });
+  activationBackward("sigmoid_backward", [](const Value& g, const Value& y, const Args&) {
+    return op("mul", {op("mul", {g, op("add", {op("neg", {y}), 1.0})}), y});
+  });
+  activationBackward("silu_backward", [](const Value& g, const Value& x, const Args&) {
+    Value sg = op("sigmoid", {x});
+    return op("mul", {op("mul", {g, sg}), op("add", {op("mul", {x, op("add", {op("neg", {sg}), 1.0})}), 1.0})});
+  });
+  activationBackward("gelu_backward", [](const Value& g, const Value& x, const Args& a) {
+    Value d;
+    if (a[2].toString() == "tanh") {
+      const double beta = std::sqrt(2.0 / M_PI), kappa = 0.044715;
+      Value xsq = op("mul", {x, x});
+      Value t = op("tanh", {op("mul", {op("add", {x, op("mul", {op("mul", {xsq, x}), kappa})}), beta})});
+      Value left = op("mul", {op("add", {t, 1.0}), 0.5});
+      Value right = op("mul", {op("mul", {op("mul", {op("mul", {x, 0.5}), op("add", {op("neg", {op("mul", {t, t})}), 1.0})}), beta}),
+                               op("add", {op("mul", {xsq, 3.0 * kappa}), 1.0})});
+      d = op("add", {left, right});
+    } else {
+      Value cdf = op("mul", {op("add", {op("erf", {op("mul", {x, M_SQRT1_2})}), 1.0}), 0.5});
+      Value pdf = op("mul", {op("exp", {op("mul", {op("mul", {x, -0.5}), x})}), 0.5 * M_2_SQRTPI * M_SQRT1_2});
+      d = op("add", {cdf, op("mul", {x, pdf})});
+    }
+    return op("mul", {g, d});
+  });
   def("softplus", "a, beta=1.0, threshold=20.0", {"torch.nn.functional.softplus"},
       [floatingOnly](const Args& a) {
         floatingOnly(a[0], "softplus");

@@ -815,7 +815,7 @@ const std::unordered_map<std::string, Rule>& rules() {
           "round", "trunc", "bitwise_not", "logical_not", "isfinite", "to", "type_as", "float", "double", "half",
           "bfloat16", "int", "long", "bool", "contiguous", "clone", "softmax", "log_softmax", "cumsum", "tril",
           "triu", "dropout", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
-          "detach"})
+          "detach", "tanh_backward", "sigmoid_backward", "silu_backward", "gelu_backward"})
       t[std::string("ltorch.") + n] = sameAsFirst;
     for (const char* n : {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow",
                           "where", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",

@@ -849,6 +849,14 @@ void registerLTorchKernels() {
     std::vector<at::Tensor> parts = at::unbind(a.t(0), a.i(1));
     return c10::ivalue::Tuple::create(std::vector<c10::IValue>(parts.begin(), parts.end()));
   }, symbolicOnly);
+  impl("ltorch.tanh_backward", "torch.ops.aten", "tanh_backward",
+       [](K& a) -> c10::IValue { return at::tanh_backward(a.t(0), a.t(1)); });
+  impl("ltorch.sigmoid_backward", "torch.ops.aten", "sigmoid_backward",
+       [](K& a) -> c10::IValue { return at::sigmoid_backward(a.t(0), a.t(1)); });
+  impl("ltorch.silu_backward", "torch.ops.aten", "silu_backward",
+       [](K& a) -> c10::IValue { return at::silu_backward(a.t(0), a.t(1)); });
+  impl("ltorch.gelu_backward", "torch.ops.aten", "gelu_backward",
+       [](K& a) -> c10::IValue { return at::gelu_backward(a.t(0), a.t(1), a.str(2)); });
   impl("ltorch.detach", "Tensor", "detach", [](K& a) -> c10::IValue { return a.t(0).detach(); }, symbolicOnly);
   impl("ltorch.pad", "torch.nn.functional", "pad", [](K& a) -> c10::IValue {
     return at::pad(a.t(0), a.ints(1), a.str(2), a.none(3) ? std::nullopt : std::optional<double>(a.d(3)));

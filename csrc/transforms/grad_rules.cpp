@@ -1257,13 +1257,15 @@ void registerSymbolicRules() {
     const Symbol* s = SymbolRegistry::get().find("ltorch." + sym(id).name);
     if (s == nullptr) continue;
     UnaryGrad grad = f;
+    // tanh's and sigmoid's gradient as ATen's one kernel (from the output), the others' formulas
+    const char* kernel = id == PrimId::tanh ? "tanh_backward" : id == PrimId::sigmoid ? "sigmoid_backward" : nullptr;
     registerSymbolicGradRule(
         s->id(),
-        [s, grad](const Args& a) {
+        [s, grad, kernel](const Args& a) {
           Value y = call(*s, a);
           Value g = getGrad(y);
           DType d = a[0].tensor().dtype;
-          putGrad(a[0], toDType(grad(up(a[0]), up(y), up(g)), d));
+          putGrad(a[0], kernel ? op(kernel, {toDType(g, d), y}) : toDType(grad(up(a[0]), up(y), up(g)), d));
           return y;
         },
         [](const BoundSymbol& b, const Diff&) {
@@ -1304,6 +1306,12 @@ void registerSymbolicRules() {
           return true;
         });
   }
+  // silu and gelu: ATen's backward kernels (the default rules' formulas, one call).
+  symRule("silu", [](const Args& a, X, X g) { putGrad(a[0], op("silu_backward", {toDType(g, a[0].tensor().dtype), a[0]})); },
+          [](const BoundSymbol& b, const Diff&) { return realTensor(b.args[0]); });
+  symRule("gelu", [](const Args& a, X, X g) {
+    putGrad(a[0], ltorch::op("gelu_backward", {toDType(g, a[0].tensor().dtype), a[0]}, {{"approximate", a[1]}}));
+  }, [](const BoundSymbol& b, const Diff&) { return realTensor(b.args[0]) && b.args[1].isString(); });
   symRule("where", [](const Args& a, X, X g) {
     putGrad(a[1], op("where", {a[0], g, 0.0}));
     putGrad(a[2], op("where", {a[0], 0.0, g}));

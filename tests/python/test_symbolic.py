@@ -70,6 +70,10 @@ CASES = [
     ("chunk_unbind", lambda x: (x.chunk(3, 1), x.unbind(1)), lambda n: (_x(n, 3),)),
     ("diff_min_max", lambda x: (x.diff(dim=0), torch.max(x, x * 2), x.min(0).values, x.max()), lambda n: (_x(n, 3),)),
     ("bf16", lambda x, w: (x.float() @ w).to(torch.bfloat16) * 2, lambda n: (_x(n, 4, dtype=torch.bfloat16), torch.randn(4, 4))),
+    ("activations", lambda x: (F.silu(x), F.gelu(x), F.gelu(x, approximate="tanh"), x.tanh(), x.sigmoid()),
+     lambda n: (_x(n, 4),)),
+    ("activations_bf16", lambda x: (F.silu(x), F.gelu(x, approximate="tanh"), x.tanh(), x.sigmoid()),
+     lambda n: (_x(n, 4, dtype=torch.bfloat16),)),
     # attention: a fused kernel (float32), and the decomposition (float64, grouped heads)
     ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3))),
@@ -422,6 +426,24 @@ def test_hf_variable_sequence_length_inference(name):
             torch.testing.assert_close(jm(input_ids=ids, **kw).last_hidden_state,
                                        model(input_ids=ids, **kw).last_hidden_state)
     assert thunder.cache_misses(jm) == 1, jm._cfn.last_symbolic_fallback
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activation_backward_symbols_are_atens(dtype):
+    # The rules at symbolic sizes run ATen's activation backward kernels (ltorch.tanh_backward and
+    # the others, one call each); their decompositions (what the fuser would run) compute the same.
+    import thunder.torch as ltorch
+
+    def f(g, y, x):
+        return (ltorch.tanh_backward(g, y), ltorch.sigmoid_backward(g, y), ltorch.silu_backward(g, x),
+                ltorch.gelu_backward(g, x), ltorch.gelu_backward(g, x, approximate="tanh"))
+
+    g, y, x = (torch.randn(4, 5, generator=torch.Generator().manual_seed(k)).to(dtype) for k in range(3))
+    A = torch.ops.aten
+    expected = (A.tanh_backward(g, y), A.sigmoid_backward(g, y), A.silu_backward(g, x), A.gelu_backward(g, x),
+                A.gelu_backward(g, x, approximate="tanh"))
+    for executors in (["torch"], ["fuser"]):
+        torch.testing.assert_close(thunder.jit(f, executors=executors)(g, y, x), expected)
 
 
 def test_training_keeps_an_executors_grad_rule():

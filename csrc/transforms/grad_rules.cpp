@@ -1252,7 +1252,9 @@ bool indexGrad(X a, X key, Value& g) {
 }
 
 void registerSymbolicRules() {
-  // Elementwise ops of one tensor: the prims' formulas, in float32 for 16-bit floats.
+  // Elementwise ops of one tensor: the prims' formulas on the call's own values, each op rounding
+  // to a 16-bit dtype as eager's formulas do (registerLowPrecisionUnaryRules); tanh's and
+  // sigmoid's as ATen's one kernel.
   for (const auto& [id, f] : kUnary) {
     const Symbol* s = SymbolRegistry::get().find("ltorch." + sym(id).name);
     if (s == nullptr) continue;
@@ -1265,7 +1267,7 @@ void registerSymbolicRules() {
           Value y = call(*s, a);
           Value g = getGrad(y);
           DType d = a[0].tensor().dtype;
-          putGrad(a[0], kernel ? op(kernel, {toDType(g, d), y}) : toDType(grad(up(a[0]), up(y), up(g)), d));
+          putGrad(a[0], kernel ? op(kernel, {toDType(g, d), y}) : toDType(grad(a[0], y, g), d));
           return y;
         },
         [](const BoundSymbol& b, const Diff&) {

@@ -1290,10 +1290,14 @@ void registerSymbolicRules() {
         [s, grad, alpha](const Args& a) {
           Value y = call(*s, a);
           Value g = getGrad(y);
-          Value b = a[1];
+          // The prims' formulas take operands of the result's dtype (type promotion done): a 0-dim
+          // float64 tensor times a float32 one computes in float32, and so do their gradients
+          // (putGrad converts each back to its operand's dtype).
+          DType d = y.tensor().dtype;
+          auto promoted = [d](X v) { return v.isTensor() ? toDType(v, d) : v; };
           // a + alpha * b: b's gradient is alpha times the plain sum's
           bool scaled = alpha && !(a[2].isInt() && a[2].toInt() == 1);
-          auto [ga, gb] = grad(a[0], b, y, g);
+          auto [ga, gb] = grad(promoted(a[0]), promoted(a[1]), y, g);
           putGrad(a[0], ga);
           putGrad(a[1], scaled && gb.isTensor() ? mul(gb, a[2]) : gb);
           return y;
@@ -1522,6 +1526,7 @@ void registerSymbolicRules() {
     putGrad(a[2], scaled(op("matmul", {op("transpose", {a[1], 0, 1}), g}), a[4]));
   }, [](const BoundSymbol& b, const Diff&) {
     return realTensor(b.args[0]) && realTensor(b.args[1]) && realTensor(b.args[2]) &&
+           b.args[0].tensor().dtype == b.args[1].tensor().dtype && b.args[1].tensor().dtype == b.args[2].tensor().dtype &&
            b.args[1].tensor().ndim() == 2 && b.args[2].tensor().ndim() == 2 && b.args[3].isNumber() &&
            !b.args[3].isComplex() && b.args[4].isNumber() && !b.args[4].isComplex();
   });
@@ -1537,7 +1542,8 @@ void registerSymbolicRules() {
     if (!realTensor(b.args[0]) || !realTensor(b.args[1])) return false;
     const TensorProxy &x = b.args[0].tensor(), &w = b.args[1].tensor();
     return w.ndim() == 2 && x.ndim() >= 2 && w.shape[0] > 0 && w.shape[1] > 0 && !w.symbolic() &&
-           x.dtype == w.dtype && (b.args[2].isNone() || (realTensor(b.args[2]) && b.args[2].tensor().ndim() == 1));
+           x.dtype == w.dtype &&
+           (b.args[2].isNone() || (realTensor(b.args[2]) && b.args[2].tensor().ndim() == 1 && b.args[2].tensor().dtype == x.dtype));
   });
   symRule("embedding", [](const Args& a, X, X g) {
     const TensorProxy& w = a[1].tensor();

@@ -446,6 +446,24 @@ def test_activation_backward_symbols_are_atens(dtype):
         torch.testing.assert_close(thunder.jit(f, executors=executors)(g, y, x), expected)
 
 
+def test_training_binary_rules_compute_in_the_result_dtype():
+    # pow of a 0-dim float64 base and an int exponent is float64; its gradient's `exponent - 1`
+    # (float32 for an int tensor minus 1.0) took the 0-dim base's pow to float32 (fuzzer seed 6510
+    # with every dimension marked dynamic: a float64 gradient 5e-8 off).
+    def f(x, e):
+        return torch.pow(x.mean(), e) * x
+
+    jf = thunder.jit(f)
+    for n in (5, 7):
+        x = _marked((torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(n)) + 3, (0,)))[0]
+        x.requires_grad_()
+        e = _marked(((torch.arange(n) % 5) - 2, (0,)))[0]
+        (g,) = torch.autograd.grad(jf(x, e).sum(), x)
+        (ge,) = torch.autograd.grad(f(x, e).sum(), x)
+        torch.testing.assert_close(g, ge, rtol=1e-12, atol=0)
+    assert thunder.cache_misses(jf) == 1, jf.last_symbolic_fallback
+
+
 def test_training_keeps_an_executors_grad_rule():
     # An executor's grad transform that takes a call is what the user asked for: at symbolic sizes
     # too it runs (and specializes the sizes), not thunder's own rule.

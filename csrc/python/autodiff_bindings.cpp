@@ -268,7 +268,7 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
       ctx->*member(FreedBuffersTag{}) = true;
     }
     std::vector<int64_t> syms;
-    if (ctx->saved_data.count("syms")) syms = ctx->saved_data.at("syms").toIntVector();
+    if (!e.symbols.empty()) syms = ctx->saved_data.at("syms").toIntVector();
     if (!fixedSizes.empty() && syms != e.hints)
       throw std::runtime_error("thunder: the backward of this call, for outputs whose gradient is not given, "
                                "serves only the sizes the function was traced at (" + fixedSizes +
@@ -381,18 +381,15 @@ const bool registered = (moduleInits().push_back(init), true);
 
 }  // namespace
 
-std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols) {
+std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols,
+                                                 const std::vector<SymGuard>& guards) {
   auto e = std::make_shared<TrainingEntry>();
   auto p = plan.cast<std::shared_ptr<TrainingPlan>>();
   e->forward = std::make_unique<runtime::Program>(p->forwardTraces.back(), symbols);
   e->backward = std::make_unique<runtime::Program>(p->backwardTraces.back(), symbols);
   e->symbols = symbols;
   for (const SizeSymbol& s : symbols) e->hints.push_back(s.hint);
-  if (!symbols.empty()) {
-    e->guards = p->fb.backward.guards;
-    mergeGuards(e->guards, p->forwardTraces.back()->guards);
-    mergeGuards(e->guards, p->backwardTraces.back()->guards);
-  }
+  if (!symbols.empty()) e->guards = guards;
   e->plan = std::move(p);
   return e;
 }

@@ -19,8 +19,9 @@ struct TrainingEntry;
 
 /// The entry of a compile result's training plan (a thunder._C.TrainingPlan).
 /// `symbols`: the size symbols (of the forward's inputs) of an entry that serves every size its
-/// guards allow; empty for one that serves the traced sizes.
-std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols = {});
+/// `guards` allow (trainingSymbolicCheck's); empty for one that serves the traced sizes.
+std::shared_ptr<TrainingEntry> makeTrainingEntry(py::handle plan, const std::vector<SizeSymbol>& symbols = {},
+                                                 const std::vector<SymGuard>& guards = {});
 /// Why a training plan of a program with size symbols serves only its traced sizes ("" where it
 /// serves every size its guards allow: symbolicCheck of its forward and backward); adds the
 /// guards autodiff and the passes added to `guards`.

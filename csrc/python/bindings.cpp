@@ -578,7 +578,7 @@ class CompiledFunction {
         if (!why.empty() && std::getenv("THUNDER_DEBUG_SYMBOLIC"))
           std::fprintf(stderr, "thunder: the trace serves only the sizes it was traced at: %s\n", why.c_str());
       }
-      if (plan) e->training = makeTrainingEntry(plan, symbols);
+      if (plan) e->training = makeTrainingEntry(plan, symbols, e->guards);
       else e->program = std::make_unique<runtime::Program>(e->traces.back(), symbols);
       // Another thread may have compiled the same key while this one traced (tracing runs
       // Python, which lets other threads in): the first entry stays, so running calls keep it.

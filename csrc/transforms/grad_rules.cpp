@@ -33,11 +33,12 @@ Value sub(X a, X b) { return a.isTensor() || !b.isTensor() ? op("sub", {a, b}) :
 Value neg(X a) { return a.isTensor() ? op("neg", {a}) : Value(-a.toDouble()); }
 Value un(const char* name, X a) { return op(name, {a}); }
 Value sq(X a) { return a.isTensor() ? mul(a, a) : Value(a.toDouble() * a.toDouble()); }
-/// Zeros of a tensor's metadata; reads only its shape, so the backward need not keep it.
-Value zerosLike(X a) {
-  const TensorProxy& t = a.tensor();
-  return ltorch::op("full", {Value::ints(t.shape), 0.0}, {{"device", t.device}, {"dtype", t.dtype}});
+/// Zeros of `like`'s dtype and device in `shape` (sizes with their expressions).
+Value zerosOf(const std::vector<SymInt>& shape, const TensorProxy& like) {
+  return ltorch::op("full", {Value::sizes(shape), 0.0}, {{"device", like.device}, {"dtype", like.dtype}});
 }
+/// Zeros of a tensor's metadata; reads only its shape, so the backward need not keep it.
+Value zerosLike(X a) { return zerosOf(a.tensor().symShape(), a.tensor()); }
 Value toDType(X a, DType d) {
   return a.tensor().dtype == d ? a : ltorch::op("to", {a, Value(), d});
 }
@@ -1094,10 +1095,6 @@ void registerHypotRule() {
 
 /// The sizes of a tensor with their expressions, as a shape argument.
 Value sizesOf(X t) { return Value::sizes(t.tensor().symShape()); }
-
-Value zerosOf(const std::vector<SymInt>& shape, const TensorProxy& like) {
-  return ltorch::op("full", {Value::sizes(shape), 0.0}, {{"device", like.device}, {"dtype", like.dtype}});
-}
 
 /// Whether a value is a real floating tensor, or a number (whose gradient nobody reads).
 bool realOrNumber(X v) {

@@ -10,6 +10,7 @@ rounding floor for the ops autocast leaves alone. Dtypes must be equal exactly.
 """
 
 import copy
+import itertools
 import types
 
 import pytest
@@ -401,7 +402,7 @@ def test_training_under_autocast_follows_eager(name, device, low):
             loss.backward()
             losses.append(loss)
         assert_within_noise(*losses[:3], f"{name} step {step} loss", also=losses[3] if layout is not None else None)
-        others = layout.parameters() if layout is not None else [None] * len(list(ref.parameters()))
+        others = layout.parameters() if layout is not None else itertools.repeat(None)
         for (pname, p), rp, fp, lp in zip(model.named_parameters(), ref.parameters(), f32.parameters(), others):
             assert p.grad.dtype == p.dtype == torch.float32
             assert_within_noise(p.grad, rp.grad, fp.grad, f"{name} step {step} gradient of {pname}",

@@ -397,20 +397,34 @@ def test_dict_subclass_arguments_keep_their_type():
         jf(d)  # a plain dict is another entry, traced as a dict
 
 
-def _hf_encoder(name):
+def _hf_config(T, name):
+    """A small config of transformers' `name` (dropout off: training compares with eager)."""
+    if name == "bert":
+        return T.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
+    if name == "gpt2":
+        return T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0)
+    if name == "llama":
+        return T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2)
+    if name == "t5_encoder":
+        return T.T5Config(vocab_size=100, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16)
+    raise ValueError(name)
+
+
+def _hf_model(name, classes):
     T = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    if name == "bert":
-        return T.BertModel(T.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                        intermediate_size=128, max_position_embeddings=64))
-    if name == "gpt2":  # Conv1D: addmm and a split of the fused projection
-        return T.GPT2Model(T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4))
-    if name == "llama":  # the causal mask's packed-sequence check: diff of the positions
-        return T.LlamaModel(T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2))
-    if name == "t5_encoder":  # relative position buckets: min, where, log of aranges
-        return T.T5EncoderModel(T.T5Config(vocab_size=100, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16))
-    raise ValueError(name)
+    return getattr(T, classes[name])(_hf_config(T, name))
+
+
+def _hf_encoder(name):
+    # GPT-2's Conv1D: addmm and a split of the fused projection; Llama's causal mask: a diff of the
+    # positions (its packed-sequence check); T5's relative position buckets: min, where, log of aranges
+    return _hf_model(name, {"bert": "BertModel", "gpt2": "GPT2Model", "llama": "LlamaModel",
+                            "t5_encoder": "T5EncoderModel"})
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "t5_encoder"])
@@ -516,19 +530,7 @@ def test_training_through_the_cross_entropy_upcast_fold():
 
 
 def _hf_causal_lm(name):
-    T = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    if name == "llama":
-        return T.LlamaForCausalLM(T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                                num_attention_heads=4, num_key_value_heads=2))
-    if name == "gpt2":
-        return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
-                                              embd_pdrop=0.0, attn_pdrop=0.0))
-    if name == "bert":
-        return T.BertForMaskedLM(T.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                              intermediate_size=128, hidden_dropout_prob=0.0,
-                                              attention_probs_dropout_prob=0.0))
-    raise ValueError(name)
+    return _hf_model(name, {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM"})
 
 
 @pytest.mark.parametrize("device", DEVICES)

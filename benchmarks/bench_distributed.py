@@ -8,13 +8,15 @@ the per-GPU memory by kind from the model's shapes (memory_model): what sharding
 world size and what it does not (activations).
 
     python benchmarks/bench_distributed.py [--world 2] [--steps 10] [--only ddp,fsdp2,...] [--json out.json]
-        [--scaling] [--order given|reverse] [--device cuda|cpu] [--small | --tiny]
+        [--scaling] [--profile] [--order given|reverse] [--device cuda|cpu] [--small | --tiny]
     (or under torchrun: torchrun --nproc-per-node 2 benchmarks/bench_distributed.py)
 
 --scaling first runs every contender on one GPU (a world of 1, same per-GPU batch) and reports the
 scaling efficiency: tokens/s per GPU at --world against that. --order reverse runs the contenders
 in reverse order: each builds and frees its own model, so its between-step memory must not depend
 on which contenders ran before it (a model an earlier contender left alive would show there).
+--profile profiles one more step of each contender (CUDA): the time in NCCL kernels and the share of
+it that runs while compute kernels run (communication hidden behind compute).
 
 Workload: the 4-layer Llama of benchmarks/run.py's gpt_train (Llama-3.2-1B-shaped: vocab 128256,
 width 2048, 32 heads, 8 KV heads, MLP 8192), bf16 weights, batch 2 x 2048 tokens per GPU, logits
@@ -173,6 +175,7 @@ def _measure(name, args, device, dtype):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else float("nan")
+    comm = _overlap(step, cuda) if args.profile else (float("nan"), float("nan"), float("nan"))
     # Between steps: parameters and optimizer states (gradients are set to None); what the
     # allocator holds beyond that in use at the start (the process's own buffers) is the
     # contender's, and must match its own model's parameters and AdamW states.
@@ -188,7 +191,7 @@ def _measure(name, args, device, dtype):
         traced = [live_bytes(f)["peak"] / GIB, live_bytes(b)["peak"] / GIB,
                   max(live_bytes(t, "all_gather_zero3")["peak"] for t in (f, b)) / GIB]
     # The slowest rank's median and the largest peak: what the job sees.
-    stats = torch.tensor([statistics.median(times), peak, first, static, own, *traced], dtype=torch.float64,
+    stats = torch.tensor([statistics.median(times), peak, first, static, own, *traced, *comm], dtype=torch.float64,
                          device=device)
     dist.all_reduce(stats, op=dist.ReduceOp.MAX)
     # Each contender frees its own model before the next builds one: checked, since a model left
@@ -200,10 +203,44 @@ def _measure(name, args, device, dtype):
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    median, peak, first, static, own, fpeak, bpeak, gathered = stats.tolist()
+    median, peak, first, static, own, fpeak, bpeak, gathered, comm_ms, overlapped_ms, busy_ms = stats.tolist()
     return {"contender": name, "median_s": median, "tokens_per_s_per_gpu": B * T / median, "peak_gib": peak,
             "first_call_s": first, "static_gib": static, "own_model_gib": own, "model_freed": freed() is None,
-            "trace_forward_peak_gib": fpeak, "trace_backward_peak_gib": bpeak, "trace_gathered_peak_gib": gathered}
+            "trace_forward_peak_gib": fpeak, "trace_backward_peak_gib": bpeak, "trace_gathered_peak_gib": gathered,
+            "comm_kernel_ms": comm_ms, "comm_overlapped_ms": overlapped_ms, "compute_kernel_ms": busy_ms}
+
+
+def _overlap(step, cuda: bool) -> tuple[float, float, float]:
+    """One profiled step: the time the GPU spends in communication kernels (NCCL's), how much of it
+    runs while a compute kernel runs on another stream (the overlap the schedule buys), and the
+    time some compute kernel runs; in ms. Rank 0's view; the report takes the maximum over ranks."""
+    if not cuda:
+        return float("nan"), float("nan"), float("nan")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and e.time_range.end > e.time_range.start]
+    comm = sorted((e.time_range.start, e.time_range.end) for e in kernels if "nccl" in e.name.lower())
+    compute = sorted((e.time_range.start, e.time_range.end) for e in kernels if "nccl" not in e.name.lower()
+                     and not e.name.startswith("Memcpy") and not e.name.startswith("Memset"))
+    busy = []  # the union of the compute kernels' intervals
+    for a, b in compute:
+        if busy and a <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], b)
+        else:
+            busy.append([a, b])
+    overlapped = 0.0
+    for a, b in comm:
+        for c, d in busy:  # few hundred intervals: quadratic is fine
+            if c >= b:
+                break
+            overlapped += max(0.0, min(b, d) - max(a, c))
+    total = sum(b - a for a, b in comm)
+    return total / 1e3, overlapped / 1e3, sum(d - c for c, d in busy) / 1e3
 
 
 def _names(args) -> list[str]:
@@ -259,7 +296,7 @@ def _report(results, world, args, cuda, dtype):
           "GPU against the same contender's on one GPU; own model: its parameters and AdamW states on this rank")
     print(f"{'contender':22} {'step ms':>9} {'tok/s/GPU':>10} {'vs torch':>9} {'vs compiled':>12} {'scaling':>8} "
           f"{'peak GiB/GPU':>13} {'between steps':>14} {'own model':>10} {'freed':>6} {'first s':>8}  "
-          "traces: fwd / bwd / gathered peak GiB")
+          "traces: fwd / bwd / gathered peak GiB" + ("   NCCL ms (overlapped) / compute ms" if args.profile else ""))
     for r in results:
         if "error" in r:
             print(f"{r['contender']:22} error: {r['error']}")
@@ -275,7 +312,9 @@ def _report(results, world, args, cuda, dtype):
               f"{ratios[1]:>12} {scaling:>8} {r['peak_gib']:13.2f} {r['static_gib']:14.2f} "
               f"{r['own_model_gib']:10.2f} {'yes' if r['model_freed'] else 'NO':>6} {r['first_call_s']:8.1f}  "
               f"{r['trace_forward_peak_gib']:.2f} / {r['trace_backward_peak_gib']:.2f} / "
-              f"{r['trace_gathered_peak_gib']:.2f}")
+              f"{r['trace_gathered_peak_gib']:.2f}" + (
+                  f"   {r['comm_kernel_ms']:.1f} ({100 * r['comm_overlapped_ms'] / max(r['comm_kernel_ms'], 1e-9):.0f}%)"
+                  f" / {r['compute_kernel_ms']:.1f}" if args.profile else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"world": world, "torch": torch.__version__, "order": args.order, "results": results,
@@ -300,6 +339,8 @@ def main():
     ap.add_argument("--scaling", action="store_true",
                     help="first run the contenders on one GPU, for the scaling efficiency")
     ap.add_argument("--single", default="", help="a JSON of a world-1 run of this script, for the scaling efficiency")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one more step of each contender: NCCL kernel time and how much of it overlaps compute")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--small", dest="size", action="store_const", const="small", help="a small model")

@@ -1,6 +1,7 @@
 """thunder.distributed.ddp against single-process training on the concatenated batch: two CPU
 processes over gloo, spawned by each test (torch.multiprocessing, a free port). With
-THUNDER_TEST_DEVICE=cuda the processes use one GPU each and NCCL."""
+THUNDER_TEST_DEVICE=cuda the processes use one GPU each and NCCL. THUNDER_TEST_WORLD sets the
+number of processes (2 by default; the bodies take any world size)."""
 
 import copy
 import faulthandler
@@ -16,12 +17,14 @@ import torch.multiprocessing as mp
 
 import thunder
 
-WORLD = 2
+WORLD = int(os.environ.get("THUNDER_TEST_WORLD", "2"))
 DEVICE = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
-)
+pytestmark = [
+    pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                       reason="torch.distributed with gloo is not available"),
+    pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs"),
+]
 
 
 def _free_port() -> int:

@@ -192,6 +192,66 @@ def test_ddp_no_sync_accumulates_locally():
     spawn(_no_sync)
 
 
+class _Lookup(torch.nn.Module):
+    """An untied embedding (its gradient made from the ranks' rows under ddp); `reuse` also reads
+    the table as a matrix after the lookup (its gradient then also goes through a bucket)."""
+
+    def __init__(self, reuse: bool):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8, padding_idx=-2)
+        self.lin = torch.nn.Linear(8, 50)
+        self.reuse = reuse
+
+    def forward(self, x):
+        h = torch.tanh(self.emb(x))
+        logits = self.lin(h) + (h @ self.emb.weight.t() if self.reuse else 0)
+        return logits.logsumexp(-1).sum()
+
+
+def _embedding_rows(rank):
+    import thunder.distributed
+
+    g = torch.Generator().manual_seed(11)
+    batches = [torch.randint(0, 50, (WORLD * 2, 3), generator=g, device="cpu").to(torch.get_default_device())
+               for _ in range(3)]
+    batches[0][0, 0] = 48  # the padding row gets no gradient
+    mine = slice(rank * 2, (rank + 1) * 2)
+    for reuse in (False, True):
+        torch.manual_seed(0)
+        model = _Lookup(reuse)
+        reference = copy.deepcopy(model)
+        wrapped = thunder.distributed.ddp(model)
+        assert [b.embedding for b in wrapped._buckets].count(True) == 1
+        # Two accumulated micro-steps (no_sync, then a synchronized one: the dense path) and a plain one.
+        with wrapped.no_sync():
+            wrapped(batches[0][mine]).backward()
+        wrapped(batches[1][mine]).backward()
+        accumulated = str(thunder.last_backward_traces(wrapped)[-1])
+        for x in batches[:2]:
+            (reference(x) / WORLD).backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+            p.grad = q.grad = None
+        wrapped(batches[2][mine]).backward()
+        (reference(batches[2]) / WORLD).backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        backward = str(thunder.last_backward_traces(wrapped)[-1])
+        # The table's gradient comes from the gathered rows; a later use as a matrix reduces its own
+        # gradient in a bucket. Under accumulation the table's gradient is reduced densely.
+        assert backward.count("= gather_rows(") == 2 and "embedding_backward(" in backward, backward
+        assert backward.count("= all_reduce(") == (2 if reuse else 1), backward
+        assert "gather_rows(" not in accumulated and accumulated.count("= all_reduce(") == 2, accumulated
+        assert "ddp_embedding(" in str(thunder.last_traces(wrapped)[-1])
+
+
+def test_ddp_embedding_gradient_from_rows():
+    # An untied embedding table's gradient under ddp: made on every rank from the looked-up rows'
+    # gradients and ids of all ranks (not an all-reduce of the whole table), equal to
+    # single-process training; with accumulation (no_sync), and with the table also used densely.
+    spawn(_embedding_rows)
+
+
 class _Mixed(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -60,6 +60,7 @@ import thunder
 from thunder import _C
 from thunder.core import proxies
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbolic import has_symbolic_size
 from thunder.core.transforms import get_grad, put_grad
 from thunder.extend import OperatorExecutor, register_executor
 
@@ -98,6 +99,10 @@ class _Bucket:
     group_id: int
     world_size: int
     bytes: int = 0
+    # The weight of an nn.Embedding held by no other slot, in a bucket of its own: while its only uses
+    # are embedding lookups, its gradient is made from the ranks' gathered rows (embedding_grad_rows)
+    # and the bucket is never started.
+    embedding: bool = False
     # The parameter and the size of each segment of the packed gradient, as last traced (a tied
     # parameter held by two slots has a segment for each).
     layout: list[torch.Tensor] = field(default_factory=list)
@@ -192,6 +197,61 @@ add_unsynced_grads = _ex.register_operator(
     "add_unsynced_grads", meta=_add_unsynced_grads_meta, fn=_add_unsynced_grads_fn
 )
 
+
+
+def _gather_rows_meta(a, *, group: int):
+    if not isinstance(a, TensorProxy) or a.ndim < 1:
+        raise TypeError(f"gather_rows: expected a tensor of at least one dimension, but got {a!r}")
+    return TensorProxy(like=a, shape=(a.shape[0] * tdist.get_world_size(_groups[group]), *a.shape[1:]))
+
+
+def _gather_rows_fn(a, *, group: int):
+    """The ranks' `a` concatenated along the first dimension (in rank order), now."""
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    a = a.contiguous()
+    if _is_nccl(pg):
+        out = a.new_empty((a.shape[0] * world, *a.shape[1:]))
+        tdist.all_gather_into_tensor(out, a, group=pg)
+        return out
+    parts = [torch.empty_like(a) for _ in range(world)]
+    tdist.all_gather(parts, a, group=pg)
+    return torch.cat(parts)
+
+
+# gather_rows(a, group=g): the ranks' tensors concatenated along the first dimension. The gradient
+# of an embedding table is made from the looked-up rows' gradients: gathering those (and the ids)
+# from every rank and summing them into the table on each rank gives the table's gradient summed
+# over the ranks, exchanging N rows where an all-reduce of the dense gradient exchanges the table.
+gather_rows = _ex.register_operator("gather_rows", meta=_gather_rows_meta, fn=_gather_rows_fn)
+
+
+def _ddp_embedding_meta(ids, weight, *, padding_idx, group: int, world: int):
+    return TensorProxy(like=weight, shape=(*ids.shape, weight.shape[1]))
+
+
+def _ddp_embedding_fn(ids, weight, *, padding_idx, group: int, world: int):
+    return torch.nn.functional.embedding(ids, weight, padding_idx)
+
+
+def _ddp_embedding_grad(ids, weight, *, padding_idx, group: int, world: int):
+    out = ddp_embedding(ids, weight, padding_idx=padding_idx, group=group, world=world)
+    rows = thunder.torch.reshape(get_grad(out), (-1, weight.shape[1]))
+    if world > 1:
+        rows = thunder.torch.div(rows, world)  # averaged over the ranks, as the buckets are
+    all_ids = gather_rows(thunder.torch.reshape(ids, (-1,)), group=group)
+    all_rows = gather_rows(rows, group=group)
+    put_grad(weight, _C.get_symbol("prims.embedding_backward")(all_rows, all_ids, weight.shape[0], padding_idx))
+    return out
+
+
+# ddp_embedding(ids, weight, ...): an embedding lookup of a weight that ddp synchronizes through the
+# rows: the forward is the lookup, the backward gathers the rows' gradients and ids of every rank.
+ddp_embedding = _ex.register_operator("ddp_embedding", meta=_ddp_embedding_meta, fn=_ddp_embedding_fn)
+_ex.register_implementation(ddp_embedding, grad_transform=_ddp_embedding_grad)
+
+_EMBEDDING_ARGS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+
 _tracing = {"accumulated": False}
 
 
@@ -258,7 +318,8 @@ class _SyncTracing:
             if not proxies_:
                 continue
             b.layout, b.sizes = layout, [p.numel() for p in proxies_]
-            token = bucket_token(*proxies_, bucket=b.index)
+            # An embedding's bucket gets its token when it starts (most often never).
+            token = None if b.embedding else bucket_token(*proxies_, bucket=b.index)
             self.tokens[b.index] = (proxies_, token)
             self.keep.extend(proxies_)
             for p in proxies_:
@@ -271,6 +332,8 @@ class _SyncTracing:
 
     def start(self, b: _Bucket) -> None:
         proxies_, token = self.tokens[b.index]
+        if token is None:
+            token = bucket_token(*proxies_, bucket=b.index)
         outs = sync_bucket(*proxies_, token=token, bucket=b.index)
         self.keep.extend(outs)
         for p, q in zip(proxies_, outs):
@@ -281,6 +344,27 @@ class _SyncTracing:
             if isinstance(p, TensorProxy) and id(p) in self.synced:
                 self.original.append((m, name, p))
                 m._parameters[name] = self.synced[id(p)]
+
+    def embedding(self, args, kwargs):
+        """The lookup of an embedding bucket's weight, not started, through ddp_embedding (its
+        gradient made from the gathered rows); None where the call does not qualify."""
+        if _tracing["accumulated"] or len(args) > len(_EMBEDDING_ARGS) or not set(kwargs) <= set(_EMBEDDING_ARGS):
+            return None
+        bound = {"padding_idx": None, "max_norm": None, "scale_grad_by_freq": False, "sparse": False,
+                 **dict(zip(_EMBEDDING_ARGS, args)), **kwargs}
+        ids, weight = bound.get("input"), bound.get("weight")
+        b = self.pending.get(id(weight)) if isinstance(weight, TensorProxy) else None
+        if (b is None or not b.embedding or not isinstance(ids, TensorProxy) or ids.dtype.is_floating_point
+                or ids.dtype.is_complex or weight.ndim != 2 or has_symbolic_size(ids, weight)
+                or bound["max_norm"] is not None or bound["scale_grad_by_freq"] or bound["sparse"]):
+            return None
+        if not 0 < ids.numel() * b.world_size < weight.shape[0]:
+            return None  # as many gathered rows as the table has: the dense all-reduce moves no more
+        pad = bound["padding_idx"]
+        if pad is not None and pad < 0:
+            pad += weight.shape[0]
+        ids = self.route(ids)
+        return ddp_embedding(ids, weight, padding_idx=pad, group=b.group_id, world=b.world_size)
 
     def route(self, x):
         """x with parameter proxies replaced by their synchronized values (starting buckets)."""
@@ -305,6 +389,10 @@ class _SyncTracing:
         inner = proxies.dispatch
 
         def dispatch(func, args, kwargs):
+            if func is torch.nn.functional.embedding and self.pending:
+                out = self.embedding(args, kwargs)
+                if out is not None:
+                    return out
             if self.pending or self.synced:
                 args, kwargs = self.route(args), self.route(kwargs)
             return inner(func, args, kwargs)
@@ -356,7 +444,12 @@ class DDPModule(thunder.ThunderModule):
             kind = (p.dtype, p.device)
             b = open_by_kind.get(kind)
             size = p.numel() * p.element_size()
-            if b is None or (b.params and b.bytes + size > cap):
+            where = slots.get(id(p), [])
+            if len(where) == 1 and isinstance(where[0][0], torch.nn.Embedding) and where[0][1] == "weight":
+                b = _Bucket(next(_bucket_ids), [], [], gid, self._world_size, embedding=True)
+                _buckets[b.index] = b
+                buckets.append(b)
+            elif b is None or (b.params and b.bytes + size > cap):
                 b = _Bucket(next(_bucket_ids), [], [], gid, self._world_size)
                 _buckets[b.index] = b
                 buckets.append(b)

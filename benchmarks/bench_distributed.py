@@ -108,8 +108,12 @@ def _wrap(name, model):
         cuda = next(model.parameters()).is_cuda
         m = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if cuda else None)
         return (torch.compile(m) if name.endswith("_compiled") else m), model
-    if name == "thunder_ddp":
-        return thunder.distributed.ddp(model), model
+    if name in ("thunder_ddp", "thunder_ddp_dense"):
+        m = thunder.distributed.ddp(model)
+        if name.endswith("_dense"):  # ablation: the embedding table reduced densely in a bucket
+            for b in m._buckets:
+                b.embedding = False
+        return m, model
     if name in ("torch_fsdp2", "torch_fsdp2_compiled"):
         from torch.distributed.fsdp import fully_shard
 
@@ -118,8 +122,11 @@ def _wrap(name, model):
         fully_shard(model)
         return (torch.compile(model) if name.endswith("_compiled") else model), model
     if name.startswith("thunder_fsdp"):
-        strategy = getattr(thunder.distributed.FSDPType, name.rsplit("_", 1)[1].upper())
+        strategy = getattr(thunder.distributed.FSDPType, name.split("_")[2].upper())
         m = thunder.distributed.fsdp(model, sharding_strategy=strategy)
+        for _, _, info in m._shard_slots:  # ablations: the table gathered, every parameter gathered again
+            info.lookup = info.lookup and not name.endswith("_dense")
+            info.kept = info.kept and not name.endswith("_regather")
         return m, m
     raise ValueError(f"unknown contender {name}")
 
@@ -175,7 +182,16 @@ def _measure(name, args, device, dtype):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else float("nan")
-    comm = _overlap(step, cuda) if args.profile else (float("nan"), float("nan"), float("nan"))
+    comm = (float("nan"), float("nan"), float("nan"))
+    if args.profile and cuda:
+        try:
+            comm, exposed = _overlap(step)
+        except Exception as e:  # the profile is an extra: its failure does not lose the timings
+            exposed = [(f"profile failed: {type(e).__name__}: {e}", 0.0, 0.0, 0.0)]
+        if dist.get_rank() == 0:  # where communication is not hidden: the longest exposed kernels
+            print(f"# {name}: NCCL kernels with the most time exposed (rank 0; start ms into the step, "
+                  "ms, exposed ms): " + "; ".join(f"{k} @{t0:.1f} {d:.2f} ({x:.2f})" for k, t0, d, x in exposed),
+                  flush=True)
     # Between steps: parameters and optimizer states (gradients are set to None); what the
     # allocator holds beyond that in use at the start (the process's own buffers) is the
     # contender's, and must match its own model's parameters and AdamW states.
@@ -210,12 +226,11 @@ def _measure(name, args, device, dtype):
             "comm_kernel_ms": comm_ms, "comm_overlapped_ms": overlapped_ms, "compute_kernel_ms": busy_ms}
 
 
-def _overlap(step, cuda: bool) -> tuple[float, float, float]:
+def _overlap(step):
     """One profiled step: the time the GPU spends in communication kernels (NCCL's), how much of it
     runs while a compute kernel runs on another stream (the overlap the schedule buys), and the
-    time some compute kernel runs; in ms. Rank 0's view; the report takes the maximum over ranks."""
-    if not cuda:
-        return float("nan"), float("nan"), float("nan")
+    time some compute kernel runs, in ms (the report takes the maximum over ranks); and the six
+    communication kernels with the most time not overlapped, as (name, start, ms, exposed ms)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -224,7 +239,7 @@ def _overlap(step, cuda: bool) -> tuple[float, float, float]:
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                and e.time_range.end > e.time_range.start]
-    comm = sorted((e.time_range.start, e.time_range.end) for e in kernels if "nccl" in e.name.lower())
+    comm = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels if "nccl" in e.name.lower())
     compute = sorted((e.time_range.start, e.time_range.end) for e in kernels if "nccl" not in e.name.lower()
                      and not e.name.startswith("Memcpy") and not e.name.startswith("Memset"))
     busy = []  # the union of the compute kernels' intervals
@@ -234,17 +249,31 @@ def _overlap(step, cuda: bool) -> tuple[float, float, float]:
         else:
             busy.append([a, b])
     overlapped = 0.0
-    for a, b in comm:
+    exposed = []
+    origin = min([a for a, _, _ in comm] + [a for a, _ in busy], default=0.0)
+    for a, b, name in comm:
+        hidden = 0.0
         for c, d in busy:  # few hundred intervals: quadratic is fine
             if c >= b:
                 break
-            overlapped += max(0.0, min(b, d) - max(a, c))
-    total = sum(b - a for a, b in comm)
-    return total / 1e3, overlapped / 1e3, sum(d - c for c, d in busy) / 1e3
+            hidden += max(0.0, min(b, d) - max(a, c))
+        overlapped += hidden
+        short = name.split("(")[0].replace("ncclDevKernel_", "").replace("ncclKernel_", "")[:40]
+        exposed.append((short, (a - origin) / 1e3, (b - a) / 1e3, (b - a - hidden) / 1e3))
+    total = sum(b - a for a, b, _ in comm)
+    exposed = sorted(exposed, key=lambda e: -e[3])[:6]
+    return (total / 1e3, overlapped / 1e3, sum(d - c for c, d in busy) / 1e3), exposed
+
+
+# Ablations, run only when --only names them: thunder without the embedding lookups on gathered rows
+# or shards (the table reduced or gathered whole), ZeRO-3 gathering every parameter again in the backward.
+ABLATIONS = ["thunder_ddp_dense", "thunder_fsdp_zero2_dense", "thunder_fsdp_zero3_dense", "thunder_fsdp_zero3_regather"]
 
 
 def _names(args) -> list[str]:
-    names = [n for n in CONTENDERS if not args.only or any(n.startswith(o) or n == o for o in args.only.split(","))]
+    only = args.only.split(",") if args.only else []
+    names = [n for n in CONTENDERS if not only or any(n.startswith(o) or n == o for o in only)]
+    names += [n for n in ABLATIONS if n in only]
     return names[::-1] if args.order == "reverse" else names
 
 
@@ -294,12 +323,12 @@ def _report(results, world, args, cuda, dtype):
         print(f"#   {what:62} {gib:7.2f}")
     print("# vs torch: against the same kind of torch contender (compiled against compiled); scaling: tokens/s per "
           "GPU against the same contender's on one GPU; own model: its parameters and AdamW states on this rank")
-    print(f"{'contender':22} {'step ms':>9} {'tok/s/GPU':>10} {'vs torch':>9} {'vs compiled':>12} {'scaling':>8} "
+    print(f"{'contender':28} {'step ms':>9} {'tok/s/GPU':>10} {'vs torch':>9} {'vs compiled':>12} {'scaling':>8} "
           f"{'peak GiB/GPU':>13} {'between steps':>14} {'own model':>10} {'freed':>6} {'first s':>8}  "
           "traces: fwd / bwd / gathered peak GiB" + ("   NCCL ms (overlapped) / compute ms" if args.profile else ""))
     for r in results:
         if "error" in r:
-            print(f"{r['contender']:22} error: {r['error']}")
+            print(f"{r['contender']:28} error: {r['error']}")
             continue
         name = r["contender"]
         kind = "torch_fsdp2" if "fsdp" in name else "torch_ddp"
@@ -308,7 +337,7 @@ def _report(results, world, args, cuda, dtype):
             ratios.append(f"{ref['median_s'] / r['median_s']:.2f}x" if ref else "-")
         single = one.get(name)
         scaling = f"{100 * r['tokens_per_s_per_gpu'] / single['tokens_per_s_per_gpu']:.0f}%" if single else "-"
-        print(f"{name:22} {r['median_s'] * 1e3:9.1f} {r['tokens_per_s_per_gpu']:10.0f} {ratios[0]:>9} "
+        print(f"{name:28} {r['median_s'] * 1e3:9.1f} {r['tokens_per_s_per_gpu']:10.0f} {ratios[0]:>9} "
               f"{ratios[1]:>12} {scaling:>8} {r['peak_gib']:13.2f} {r['static_gib']:14.2f} "
               f"{r['own_model_gib']:10.2f} {'yes' if r['model_freed'] else 'NO':>6} {r['first_call_s']:8.1f}  "
               f"{r['trace_forward_peak_gib']:.2f} / {r['trace_backward_peak_gib']:.2f} / "

@@ -37,6 +37,8 @@ def _run(rank, port, body, args, world=WORLD, device=None):
     """A rank: joins the group (gloo on CPU, NCCL with one GPU each), runs body(rank, *args), leaves."""
     device = device or DEVICE
     faulthandler.enable()  # a rank that crashes prints its Python stack to the test's log
+    if os.environ.get("THUNDER_TEST_RANK_TIMEOUT"):  # a rank that hangs prints its stack and leaves
+        faulthandler.dump_traceback_later(float(os.environ["THUNDER_TEST_RANK_TIMEOUT"]), exit=True)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -129,7 +131,9 @@ def _train_gpt(rank, bucket_size_in_mb, jit_first):
         assert any("matmul" in l for l in lines[reduces[0]:reduces[-1]]), backward
         assert min(waits) > max(reduces), backward
     else:
-        assert num_buckets == 1
+        # One bucket, and the position table's own (an untied nn.Embedding; looked up at 16
+        # positions, its 16 rows are reduced densely).
+        assert num_buckets == 2 and [b.embedding for b in wrapped._buckets] == [False, True]
     forward = str(thunder.last_traces(wrapped)[-1])
     assert "bucket_token(" in forward and "sync_bucket(" in forward and "all_reduce" not in forward
 
@@ -198,8 +202,9 @@ class _Lookup(torch.nn.Module):
 
     def __init__(self, reuse: bool):
         super().__init__()
-        self.emb = torch.nn.Embedding(50, 8, padding_idx=-2)
-        self.lin = torch.nn.Linear(8, 50)
+        # 51 x 8: shards of the flat table cut rows (2 and 4 ranks)
+        self.emb = torch.nn.Embedding(51, 8, padding_idx=-2)
+        self.lin = torch.nn.Linear(8, 51)
         self.reuse = reuse
 
     def forward(self, x):
@@ -212,9 +217,9 @@ def _embedding_rows(rank):
     import thunder.distributed
 
     g = torch.Generator().manual_seed(11)
-    batches = [torch.randint(0, 50, (WORLD * 2, 3), generator=g, device="cpu").to(torch.get_default_device())
+    batches = [torch.randint(0, 51, (WORLD * 2, 3), generator=g, device="cpu").to(torch.get_default_device())
                for _ in range(3)]
-    batches[0][0, 0] = 48  # the padding row gets no gradient
+    batches[0][0, 0] = 49  # the padding row gets no gradient
     mine = slice(rank * 2, (rank + 1) * 2)
     for reuse in (False, True):
         torch.manual_seed(0)
@@ -245,11 +250,50 @@ def _embedding_rows(rank):
         assert "ddp_embedding(" in str(thunder.last_traces(wrapped)[-1])
 
 
+def _embedding_rows_fsdp(rank):
+    import thunder.distributed
+
+    g = torch.Generator().manual_seed(12)
+    batches = [torch.randint(0, 51, (WORLD * 2, 3), generator=g, device="cpu").to(torch.get_default_device())
+               for _ in range(2)]
+    batches[0][-1, -1] = 49  # the padding row
+    batches[1][0, :] = 25  # a row cut between two shards
+    mine = slice(rank * 2, (rank + 1) * 2)
+    for strategy in (thunder.distributed.FSDPType.ZERO2, thunder.distributed.FSDPType.ZERO3):
+        for reuse in (False, True):
+            torch.manual_seed(0)
+            model = _Lookup(reuse)
+            reference = copy.deepcopy(model)
+            wrapped = thunder.distributed.fsdp(model, sharding_strategy=strategy)
+            for x in batches:
+                loss = wrapped(x[mine])
+                loss.backward()
+                ref_loss = reference(x)
+                (ref_loss / WORLD).backward()
+                torch.testing.assert_close(_mean_over_ranks(loss) * WORLD, ref_loss.detach(), rtol=1e-5, atol=1e-5)
+            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                shard = thunder.distributed._shard_of(q.grad, WORLD, rank)
+                torch.testing.assert_close(p.grad, shard, rtol=1e-5, atol=1e-6, msg=lambda m: f"{strategy} {name}: {m}")
+            forward = str(thunder.last_traces(wrapped)[-1])
+            backward = str(thunder.last_backward_traces(wrapped)[-1])
+            # The table is looked up on the shards; read as a matrix, it is also gathered.
+            assert "= fsdp_embedding(" in forward and "fsdp_embedding_backward(" in backward, forward
+            assert forward.count("all_gather") == (3 if reuse else 2), forward
+
+
 def test_ddp_embedding_gradient_from_rows():
     # An untied embedding table's gradient under ddp: made on every rank from the looked-up rows'
     # gradients and ids of all ranks (not an all-reduce of the whole table), equal to
     # single-process training; with accumulation (no_sync), and with the table also used densely.
     spawn(_embedding_rows)
+
+
+def test_fsdp_embedding_on_shards():
+    # An untied embedding table under fsdp (ZeRO-2 and ZeRO-3) is never gathered for its lookups:
+    # each rank looks up the rows its shard holds for every rank's ids and a reduce-scatter sums
+    # them; the backward sums the gathered rows' gradients into the shards. Equal to single-process
+    # training, with shards that cut rows, a padding row, and the table also used as a matrix.
+    spawn(_embedding_rows_fsdp)
 
 
 class _Mixed(torch.nn.Module):
@@ -383,11 +427,14 @@ def _train_gpt_fsdp(rank, strategy_name):
         torch.testing.assert_close(full[key], value, rtol=1e-4, atol=1e-5, msg=lambda m: f"{key}: {m}")
     forward = str(thunder.last_traces(wrapped)[-1])
     backward = str(thunder.last_backward_traces(wrapped)[-1])
-    gather = "all_gather_zero3(" if strategy_name == "ZERO3" else "all_gather("
     num_params = len(list(model.parameters()))
     # One gather per parameter slot (the tied embedding has two), each completed by a wait; one
-    # reduce-scatter per gradient.
-    assert forward.count(gather) == forward.count(" = wait(") == num_params + 1, forward
+    # reduce-scatter per gradient. ZeRO-3 gathers the blocks' parameters again in the backward and
+    # keeps those outside the blocks (embeddings, final norm; as FSDP2 its root module's).
+    gathers = forward.count("= all_gather(") + forward.count("= all_gather_zero3(")
+    assert gathers == forward.count(" = wait(") == num_params + 1, forward
+    in_blocks = len(list(model.transformer.h.parameters()))
+    assert forward.count("= all_gather_zero3(") == (in_blocks if strategy_name == "ZERO3" else 0), forward
     lines = backward.splitlines()
     scatters = _calls(lines, "reduce_scatter")
     scattered = {out for _, out, _ in scatters}

@@ -252,6 +252,27 @@ _ex.register_implementation(ddp_embedding, grad_transform=_ddp_embedding_grad)
 
 _EMBEDDING_ARGS = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
 
+
+def _embedding_call(args, kwargs) -> dict | None:
+    """The arguments of a torch.nn.functional.embedding call by name, where the lookup can run on
+    gathered rows (integer ids, no max_norm renormalization, no frequency scaling, a dense
+    gradient, static sizes); else None."""
+    if len(args) > len(_EMBEDDING_ARGS) or not set(kwargs) <= set(_EMBEDDING_ARGS):
+        return None
+    bound = {"padding_idx": None, "max_norm": None, "scale_grad_by_freq": False, "sparse": False,
+             **dict(zip(_EMBEDDING_ARGS, args)), **kwargs}
+    ids = bound.get("input")
+    if (not isinstance(ids, TensorProxy) or ids.dtype.is_floating_point or ids.dtype.is_complex
+            or ids.dtype == torch.bool or has_symbolic_size(ids, bound.get("weight"))
+            or bound["max_norm"] is not None or bound["scale_grad_by_freq"] or bound["sparse"]):
+        return None
+    return bound
+
+
+def _rows_pay(ids, world: int, rows: int) -> bool:
+    """Whether exchanging every rank's looked-up rows moves less than the table would."""
+    return 0 < ids.numel() * world < rows
+
 _tracing = {"accumulated": False}
 
 
@@ -318,8 +339,7 @@ class _SyncTracing:
             if not proxies_:
                 continue
             b.layout, b.sizes = layout, [p.numel() for p in proxies_]
-            # An embedding's bucket gets its token when it starts (most often never).
-            token = None if b.embedding else bucket_token(*proxies_, bucket=b.index)
+            token = bucket_token(*proxies_, bucket=b.index)
             self.tokens[b.index] = (proxies_, token)
             self.keep.extend(proxies_)
             for p in proxies_:
@@ -332,8 +352,6 @@ class _SyncTracing:
 
     def start(self, b: _Bucket) -> None:
         proxies_, token = self.tokens[b.index]
-        if token is None:
-            token = bucket_token(*proxies_, bucket=b.index)
         outs = sync_bucket(*proxies_, token=token, bucket=b.index)
         self.keep.extend(outs)
         for p, q in zip(proxies_, outs):
@@ -348,18 +366,13 @@ class _SyncTracing:
     def embedding(self, args, kwargs):
         """The lookup of an embedding bucket's weight, not started, through ddp_embedding (its
         gradient made from the gathered rows); None where the call does not qualify."""
-        if _tracing["accumulated"] or len(args) > len(_EMBEDDING_ARGS) or not set(kwargs) <= set(_EMBEDDING_ARGS):
+        bound = None if _tracing["accumulated"] else _embedding_call(args, kwargs)
+        if bound is None:
             return None
-        bound = {"padding_idx": None, "max_norm": None, "scale_grad_by_freq": False, "sparse": False,
-                 **dict(zip(_EMBEDDING_ARGS, args)), **kwargs}
-        ids, weight = bound.get("input"), bound.get("weight")
+        ids, weight = bound["input"], bound["weight"]
         b = self.pending.get(id(weight)) if isinstance(weight, TensorProxy) else None
-        if (b is None or not b.embedding or not isinstance(ids, TensorProxy) or ids.dtype.is_floating_point
-                or ids.dtype.is_complex or weight.ndim != 2 or has_symbolic_size(ids, weight)
-                or bound["max_norm"] is not None or bound["scale_grad_by_freq"] or bound["sparse"]):
+        if b is None or not b.embedding or weight.ndim != 2 or not _rows_pay(ids, b.world_size, weight.shape[0]):
             return None
-        if not 0 < ids.numel() * b.world_size < weight.shape[0]:
-            return None  # as many gathered rows as the table has: the dense all-reduce moves no more
         pad = bound["padding_idx"]
         if pad is not None and pad < 0:
             pad += weight.shape[0]
@@ -662,10 +675,105 @@ _ex.register_implementation(wait, grad_transform=_wait_grad)
 
 @dataclass
 class _Shard:
-    """How a sharded parameter is rebuilt: its shape and number of elements before sharding."""
+    """How a sharded parameter is rebuilt: its shape and number of elements before sharding;
+    `lookup`: the weight of an nn.Embedding held by no other slot, whose lookups run on the shards
+    (fsdp_embedding) without gathering the table."""
 
     shape: tuple
     numel: int
+    lookup: bool = False
+    # ZeRO-3 keeps this parameter gathered from the forward to the backward: it lies outside the
+    # model's repeated blocks (the embeddings, the final norm and head of a transformer), as
+    # FSDP2 keeps its root module's. The head is used last in the forward and first in the
+    # backward, where gathering it again would wait with nothing to overlap.
+    kept: bool = False
+
+
+def _rows_of_shard(shard: torch.Tensor, rank: int, rows: int, cols: int) -> tuple[torch.Tensor, int]:
+    """The rows of a (rows, cols) table that this rank's flat shard covers, as a (k, cols) tensor
+    (zeros where a row's elements lie in a neighbour's shard), and the first one's index."""
+    start = rank * shard.numel()
+    end = min(start + shard.numel(), rows * cols)
+    if end <= start:
+        return shard.new_zeros((0, cols)), rows
+    first, last = start // cols, -(-end // cols)
+    if start % cols == 0 and end % cols == 0:
+        return shard[: end - start].view(last - first, cols), first
+    table = shard.new_zeros((last - first) * cols)
+    table[start - first * cols: end - first * cols] = shard[: end - start]
+    return table.view(last - first, cols), first
+
+
+def _local_ids(ids: torch.Tensor, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    local = ids - first
+    mine = (local >= 0) & (local < count)
+    return torch.where(mine, local, count), mine  # the others to a row past the local table
+
+
+def _fsdp_embedding_meta(ids, shard, *, rows: int, cols: int, padding_idx, group: int):
+    return TensorProxy(like=shard, shape=(*ids.shape, cols))
+
+
+def _fsdp_embedding_fn(ids, shard, *, rows: int, cols: int, padding_idx, group: int):
+    """Each rank looks up the rows its shard holds for the ids of every rank (zeros for the
+    others); a reduce-scatter sums them, so that each rank gets its own ids' rows, exactly."""
+    pg = _groups[group]
+    world, rank = tdist.get_world_size(pg), tdist.get_rank(pg)
+    all_ids = _gather_rows_fn(ids.reshape(-1), group=group)
+    table, first = _rows_of_shard(shard, rank, rows, cols)
+    local, mine = _local_ids(all_ids, first, table.shape[0])
+    found = torch.nn.functional.embedding(torch.where(mine, local, 0), table) if table.shape[0] else \
+        shard.new_zeros((all_ids.numel(), cols))
+    found = torch.where(mine.unsqueeze(-1), found, 0).contiguous()
+    out = found.new_empty((ids.numel(), cols))
+    if _is_nccl(pg):
+        tdist.reduce_scatter_tensor(out, found, group=pg)
+    else:
+        tdist.all_reduce(found, group=pg)
+        out.copy_(found.chunk(world)[rank])
+    return out.view(*ids.shape, cols)
+
+
+def _fsdp_embedding_backward_meta(g, ids, shard, *, rows: int, cols: int, padding_idx, group: int):
+    return TensorProxy(like=shard)
+
+
+def _fsdp_embedding_backward_fn(g, ids, shard, *, rows: int, cols: int, padding_idx, group: int):
+    """The shard of the table's gradient averaged over the ranks: the rows' gradients and ids of
+    every rank gathered, each rank sums those of the rows its shard holds."""
+    pg = _groups[group]
+    world, rank = tdist.get_world_size(pg), tdist.get_rank(pg)
+    all_ids = _gather_rows_fn(ids.reshape(-1), group=group)
+    all_g = _gather_rows_fn(g.reshape(-1, cols) / world, group=group)
+    start = rank * shard.numel()
+    end = min(start + shard.numel(), rows * cols)
+    out = torch.zeros_like(shard)
+    if end <= start:
+        return out
+    first, last = start // cols, -(-end // cols)
+    local, _ = _local_ids(all_ids, first, last - first)
+    pad = padding_idx - first if padding_idx is not None and first <= padding_idx < last else last - first
+    # One row past the table takes the other shards' ids (and is the padding row when this shard
+    # holds none: its gradient is dropped either way).
+    table = torch.ops.aten.embedding_dense_backward(all_g, local, last - first + 1, pad, False)
+    out[: end - start] = table[:-1].reshape(-1)[start - first * cols: end - first * cols]
+    return out
+
+
+def _fsdp_embedding_grad(ids, shard, *, rows: int, cols: int, padding_idx, group: int):
+    out = fsdp_embedding(ids, shard, rows=rows, cols=cols, padding_idx=padding_idx, group=group)
+    put_grad(shard, fsdp_embedding_backward(get_grad(out), ids, shard, rows=rows, cols=cols,
+                                            padding_idx=padding_idx, group=group))
+    return out
+
+
+# fsdp_embedding(ids, shard, ...): an embedding lookup of a sharded table without gathering it (the
+# ranks exchange the ids and the looked-up rows, N per rank, where gathering the table moves all of
+# its rows); its backward gathers the rows' gradients and sums each rank's part into its shard.
+fsdp_embedding = _ex.register_operator("fsdp_embedding", meta=_fsdp_embedding_meta, fn=_fsdp_embedding_fn)
+fsdp_embedding_backward = _ex.register_operator("fsdp_embedding_backward", meta=_fsdp_embedding_backward_meta,
+                                                fn=_fsdp_embedding_backward_fn)
+_ex.register_implementation(fsdp_embedding, grad_transform=_fsdp_embedding_grad)
 
 
 class _ShardTracing:
@@ -684,7 +792,7 @@ class _ShardTracing:
         full = self.full.get(id(p))
         if full is None:
             info = self.module._shard_info_by_proxy[id(p)]
-            op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 else all_gather
+            op = all_gather_zero3 if self.module._strategy is FSDPType.ZERO3 and not info.kept else all_gather
             flat = wait(op(p, token=self.tokens[id(p)], group=self.module._group_id), group=self.module._group_id)
             full = thunder.torch.reshape(thunder.torch.narrow(flat, 0, 0, info.numel), info.shape)
             self.full[id(p)] = full
@@ -694,8 +802,28 @@ class _ShardTracing:
     def pre_hook(self, mod, args):
         for name, p in mod._parameters.items():
             if isinstance(p, TensorProxy) and id(p) in self.module._shard_info_by_proxy:
+                if self.module._shard_info_by_proxy[id(p)].lookup and id(p) not in self.full:
+                    continue  # an embedding's table: its lookups run on the shard (dispatch)
                 self.original.append((mod, name, p))
                 mod._parameters[name] = self.gather(p)
+
+    def embedding(self, args, kwargs):
+        """A lookup of a table not gathered (yet) through fsdp_embedding; None where the call does
+        not qualify (the table is then gathered)."""
+        bound = _embedding_call(args, kwargs)
+        if bound is None:
+            return None
+        ids, weight = bound["input"], bound["weight"]
+        info = self.module._shard_info_by_proxy.get(id(weight)) if isinstance(weight, TensorProxy) else None
+        if info is None or not info.lookup or id(weight) in self.full or len(info.shape) != 2:
+            return None
+        rows, cols = info.shape
+        if not _rows_pay(ids, self.module._world_size, rows):
+            return None
+        pad = bound["padding_idx"]
+        return fsdp_embedding(self.route(ids), weight, rows=rows, cols=cols,
+                              padding_idx=None if pad is None else pad + rows if pad < 0 else pad,
+                              group=self.module._group_id)
 
     def route(self, x):
         if isinstance(x, TensorProxy):
@@ -735,6 +863,10 @@ class _ShardTracing:
         inner = proxies.dispatch
 
         def dispatch(func, args, kwargs):
+            if func is torch.nn.functional.embedding:
+                out = self.embedding(args, kwargs)
+                if out is not None:
+                    return out
             return inner(func, self.route(args), self.route(kwargs))
 
         proxies.dispatch = dispatch
@@ -768,6 +900,15 @@ class FSDPModule(thunder.ThunderModule):
         self._prefetch_bytes = prefetch_bytes
         self._shards = shards  # qualified name -> (shard parameter, _Shard)
         self._shard_slots = [(m, name, info) for m, name, info in _slots_of_shards(module, shards)]
+        held = {}
+        for m, name, info in self._shard_slots:
+            held.setdefault(id(info), []).append((m, name))
+        for m, name, info in self._shard_slots:
+            info.lookup = held[id(info)] == [(m, name)] and isinstance(m, torch.nn.Embedding) and name == "weight"
+        blocks = _blocks(module)
+        in_blocks = {id(p) for b in blocks for p in b.parameters()}
+        for m, name, info in self._shard_slots:
+            info.kept = bool(blocks) and id(m._parameters[name]) not in in_blocks
         self._shard_info_by_proxy: dict[int, _Shard] = {}
         self._cfn = _C.CompiledFunction(thunder._weak_hook(self._compile_sharded))
 
@@ -817,14 +958,19 @@ class FSDPModule(thunder.ThunderModule):
         return {id(p): info for p, info in self._shards.values()}
 
 
+def _blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: the entries of its ModuleLists and Sequentials (a
+    transformer's layers)."""
+    return [b for m in module.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) for b in m]
+
+
 def _block_bytes(module: torch.nn.Module) -> int:
     """The bytes of the largest repeated block of an unsharded module (an entry of a ModuleList or
     Sequential: a transformer layer), or of its largest parameter when there is none."""
     def size(m):
         return sum(p.numel() * p.element_size() for p in m.parameters())
 
-    blocks = [b for m in module.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) for b in m]
-    largest = max((size(b) for b in blocks), default=0)
+    largest = max((size(b) for b in _blocks(module)), default=0)
     return largest or max((p.numel() * p.element_size() for p in module.parameters()), default=0)
 
 

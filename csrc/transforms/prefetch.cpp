@@ -150,6 +150,11 @@ Trace prefetch(const Trace& trace) {
       if (inFlight > window) break;
       at = j >= 0 ? static_cast<long>(done[j]) : -1;
     }
+    // A transfer larger than the window on its own (a head or embedding table beside the blocks'
+    // parameters) is queued right behind the previous one instead of after its completion: it
+    // then runs while the previous one's consumers compute, where waiting for the window would
+    // leave it all but unoverlapped. It completes after the previous one either way (one stream).
+    if (bytes(s) > window) at = previous;
     at = std::max(at, previous);
     if (at >= static_cast<long>(s) - 1 || !hoist(s, at)) {
       previous = static_cast<long>(s);

@@ -123,6 +123,28 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
   EXPECT_EQ(order(sunk), (std::vector<std::string>{"t0 = token", "t1 = fetch", "t5 = neg", "t2 = done",
                                                    "t3 = token", "t4 = fetch", "t6 = mul", "t7 = done",
                                                    "t8 = mul"}));
+  // A transfer larger than the window on its own is queued right behind the previous one (here
+  // the first, issued at the start), not after its completion.
+  Trace big;
+  {
+    Value a = addInput(big, "a", {4}), b = addInput(big, "b", {4});
+    Value c = addInput(big, "c", {4}, DType::Float64);  // 32 bytes
+    Value y = addInput(big, "x", {4});
+    TracingScope scope(big);
+    for (const Value& s : {a, b}) {
+      Value f = call(fetch, fetch.bind({s}, {{"token", call(token, token.bind({s}, {}))}}));
+      y = prims::mul(y, call(done, done.bind({f}, {})));
+    }
+    Value f = call(fetch, fetch.bind({c}, {{"token", call(token, token.bind({c}, {}))}}));
+    big.output = Value::tuple({call(done, done.bind({f}, {})), y});
+  }
+  markPrefetch(fetch.id(), 16);
+  Trace queued = prefetch(big);
+  verify(queued);
+  EXPECT_EQ(order(queued), (std::vector<std::string>{
+                               "t0 = token", "t1 = fetch", "t2 = done", "t4 = token", "t5 = fetch",
+                               "t8 = token", "t9 = fetch", "t3 = mul", "t6 = done", "t7 = mul",
+                               "t10 = done"}));
   // A trace without marked calls is not prefetched.
   Trace plain;
   Value x = addInput(plain, "x", {4});

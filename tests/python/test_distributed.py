@@ -575,12 +575,16 @@ def _freed_models(rank):
 
     cuda = DEVICE == "cuda"
     if cuda:
-        # The first matmuls of a process allocate cuBLAS's workspaces (two 32 MiB blocks on the H200,
-        # session 23), which stay for the process: made here, they are not counted against the first
-        # wrapper measured.
-        warm = _gpt()
+        # What stays for the process is made here, not counted against the first wrapper measured:
+        # cuBLAS's workspaces (the first matmuls of a process allocate two 32 MiB blocks on the H200,
+        # session 23), and the fallback symbols thunder registers while tracing, which keep the
+        # constants they were traced with (nanogpt's inference call indexes x[:, [-1], :]: the
+        # index, 512 bytes on CUDA, kept by the process-wide symbol the next model reuses).
         b = _batches(1, 2)[0]
-        warm(b[:, :-1].contiguous(), b[:, 1:].contiguous())[1].backward()
+        for warm in (_gpt(), thunder.jit(_gpt())):
+            warm(b[:, :-1].contiguous(), b[:, 1:].contiguous())[1].backward()
+            with torch.no_grad():
+                warm(b[:, :-1].contiguous())
         del warm, b
     for name, wrap in wraps.items():
         gc.collect()

@@ -204,8 +204,9 @@ def _measure(name, args, device, dtype):
         from thunder.core.transforms import live_bytes
 
         f, b = thunder.last_traces(fwd)[-1], thunder.last_backward_traces(fwd)[-1]
+        gathers = ("all_gather_zero3", "all_gather_many_zero3")
         traced = [live_bytes(f)["peak"] / GIB, live_bytes(b)["peak"] / GIB,
-                  max(live_bytes(t, "all_gather_zero3")["peak"] for t in (f, b)) / GIB]
+                  max(live_bytes(t, op)["peak"] for t in (f, b) for op in gathers) / GIB]
     # The slowest rank's median and the largest peak: what the job sees.
     stats = torch.tensor([statistics.median(times), peak, first, static, own, *traced, *comm], dtype=torch.float64,
                          device=device)

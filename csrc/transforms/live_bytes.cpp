@@ -37,7 +37,17 @@ LiveBytes liveBytes(const Trace& trace, const std::string& producedBy) {
     if (--s.users == 0 && s.counted) live -= s.bytes;
   };
 
+  // Outputs nothing reads (a multi-output call's "_", freed as the call returns) die at once.
+  std::unordered_map<const TensorProxy*, bool> read;
+  for (const BoundSymbol& b : trace.bsyms)
+    if (!b.sym->hasTag(kDel))
+      for (const TensorPtr& t : b.inputTensors()) read[t.get()] = true;
+  std::vector<TensorPtr> results;
+  trace.output.collectTensors(results);
+  for (const TensorPtr& t : results) read[t.get()] = true;
+
   for (const TensorPtr& t : trace.inputs) newStorage(t, producedBy.empty());
+  std::vector<const TensorProxy*> unread;
   LiveBytes out;
   out.peak = live;
   out.after.reserve(trace.bsyms.size());
@@ -54,14 +64,17 @@ LiveBytes liveBytes(const Trace& trace, const std::string& producedBy) {
           addUser(t.get(), storageOf.at(ins.front().get()));
         else
           newStorage(t, counted);
+        if (!read.count(t.get())) unread.push_back(t.get());
       }
     }
     THUNDER_INTERNAL(live >= 0, "live_bytes: negative live bytes after ", b.sym->name);
-    out.after.push_back(live);
     if (live > out.peak) {
       out.peak = live;
-      out.peakIndex = out.after.size() - 1;
+      out.peakIndex = out.after.size();
     }
+    for (const TensorProxy* t : unread) release(t);
+    unread.clear();
+    out.after.push_back(live);
   }
   return out;
 }

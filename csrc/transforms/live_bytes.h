@@ -13,8 +13,9 @@ namespace thunder {
 struct LiveBytes {
   /// Bytes live after each bound symbol of the trace (del statements included) runs.
   std::vector<int64_t> after;
-  /// The largest entry of `after` (or the inputs' bytes, for a trace without calls), and the
-  /// index of the first bound symbol after which it is reached.
+  /// The most bytes live at once: the largest entry of `after`, or more while a call's outputs
+  /// that nothing reads are alive (they die as it returns); the inputs' bytes for a trace without
+  /// calls. With the index of the first bound symbol where it is reached.
   int64_t peak = 0;
   size_t peakIndex = 0;
 };

@@ -627,10 +627,15 @@ reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_me
 
 
 class _Once:
-    """Completes a work once, for the several waits of a coalesced collective's outputs."""
+    """The work of a coalesced collective, registered as pending for each of its outputs: the
+    first wait completes it and drops every output's entry (an output the trace does not use
+    has no wait of its own, and its entry would keep the work and its tensors alive)."""
 
-    def __init__(self, work, finish=None):
+    def __init__(self, group: int, outs, work, finish=None):
+        self.keys = [(group, o.data_ptr()) for o in outs]
         self.work, self.finish = work, finish
+        for k in self.keys:
+            _pending[k] = (self, None)
 
     def wait(self):
         if self.work is not None:
@@ -638,6 +643,9 @@ class _Once:
             if self.finish is not None:
                 self.finish()
             self.work = self.finish = None
+            for k in self.keys:
+                if _pending.get(k, (None,))[0] is self:
+                    del _pending[k]
 
 
 def _all_gather_many_meta(*args, group: int):
@@ -658,7 +666,7 @@ def _all_gather_many_fn(*args, group: int):
         with tdist.distributed_c10d._coalescing_manager(group=pg, device=shards[0].device, async_ops=True) as cm:
             for out, a in zip(outs, shards):
                 tdist.all_gather_into_tensor(out, a, group=pg)
-        once = _Once(cm)
+        _Once(group, outs, cm)
     else:
         parts = [[torch.empty_like(a) for _ in range(world)] for a in shards]
         works = [tdist.all_gather(p, a, group=pg, async_op=True) for p, a in zip(parts, shards)]
@@ -669,10 +677,46 @@ def _all_gather_many_fn(*args, group: int):
             for out, p in zip(outs, parts):
                 torch.cat(p, out=out)
 
-        once = _Once(works[0], finish)
-    for out in outs:
-        _pending[(group, out.data_ptr())] = (once, None)
+        _Once(group, outs, works[0], finish)
     return tuple(outs)
+
+
+def _reduce_scatter_many_meta(*grads, group: int):
+    return tuple(_reduce_scatter_meta(g, group=group) for g in _spread(grads))
+
+
+def _reduce_scatter_many_fn(*grads, group: int):
+    """Starts reduce-scattering several tensors in one coalesced collective; wait(out, group=g) on
+    each output completes it."""
+    pg = _groups[group]
+    world = tdist.get_world_size(pg)
+    grads = [g.contiguous() for g in grads]
+    outs = [torch.empty(g.numel() // world, dtype=g.dtype, device=g.device) for g in grads]
+    if _is_nccl(pg):
+        with tdist.distributed_c10d._coalescing_manager(group=pg, device=grads[0].device, async_ops=True) as cm:
+            for out, g in zip(outs, grads):
+                tdist.reduce_scatter_tensor(out, g, group=pg)
+        _Once(group, outs, cm)
+    else:  # gloo: sums over all ranks, of which this rank keeps its chunks
+        totals = [g.clone() for g in grads]
+        works = [tdist.all_reduce(t, group=pg, async_op=True) for t in totals]
+        rank = tdist.get_rank(pg)
+
+        def finish():
+            for w in works:
+                w.wait()
+            for out, t in zip(outs, totals):
+                out.copy_(t.chunk(world)[rank])
+
+        _Once(group, outs, works[0], finish)
+    return tuple(outs)
+
+
+# reduce_scatter_many(g0, g1, ..., group=g): reduce_scatter of several tensors as one coalesced
+# collective: the gradients of a block's parameters, complete together at the end of the block's
+# backward (where the backward of its all_gather_many runs).
+reduce_scatter_many = _ex.register_operator("reduce_scatter_many", meta=_reduce_scatter_many_meta,
+                                            fn=_reduce_scatter_many_fn)
 
 
 def _all_gather_many_grad_rule(op):
@@ -680,11 +724,11 @@ def _all_gather_many_grad_rule(op):
         args = _spread(args)
         outs = op(*args, group=group)
         world = tdist.get_world_size(_groups[group])
-        for token, out in zip(args[1::2], outs):
-            g = get_grad(out)
-            if world > 1:
-                g = thunder.torch.div(g, world)
-            put_grad(token, reduce_scatter(g, group=group))
+        grads = [get_grad(out) for out in outs]
+        if world > 1:
+            grads = [thunder.torch.div(g, world) for g in grads]
+        for token, shard in zip(args[1::2], reduce_scatter_many(*grads, group=group)):
+            put_grad(token, shard)
         return outs
 
     return rule
@@ -983,7 +1027,7 @@ class FSDPModule(thunder.ThunderModule):
 
     def __init__(self, module: torch.nn.Module, executors, strategy: FSDPType, process_group):
         world, rank = tdist.get_world_size(process_group), tdist.get_rank(process_group)
-        prefetch_bytes = _block_bytes(module)
+        prefetch_bytes = _block_bytes(module, world)
         shards = _shard_parameters(module, world, rank)
         names = thunder._executor_names(executors)
         super().__init__(module, executors=[_ex.name] + [n for n in names if n != _ex.name])
@@ -1063,14 +1107,15 @@ def _blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
     return [b for m in module.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)) for b in m]
 
 
-def _block_bytes(module: torch.nn.Module) -> int:
+def _block_bytes(module: torch.nn.Module, world: int = 1) -> int:
     """The bytes of the largest repeated block of an unsharded module (an entry of a ModuleList or
-    Sequential: a transformer layer), or of its largest parameter when there is none."""
-    def size(m):
-        return sum(p.numel() * p.element_size() for p in m.parameters())
+    Sequential: a transformer layer), or of its largest parameter when there is none, as gathered
+    (each parameter padded to a multiple of the world size)."""
+    def gathered(p):
+        return -(-p.numel() // world) * world * p.element_size()
 
-    largest = max((size(b) for b in _blocks(module)), default=0)
-    return largest or max((p.numel() * p.element_size() for p in module.parameters()), default=0)
+    largest = max((sum(gathered(p) for p in b.parameters()) for b in _blocks(module)), default=0)
+    return largest or max((gathered(p) for p in module.parameters()), default=0)
 
 
 def _shard_of(t: torch.Tensor, world: int, rank: int) -> torch.Tensor:

@@ -32,16 +32,24 @@ So the backward prints as
 Parameters must reach the computation through torch calls (as modules use them): a use is
 routed to the synchronized value by the tracing dispatcher.
 
-fsdp (see FSDPModule) shards every parameter; a traced call gathers each parameter just before
-the module that owns it runs (`all_gather`, asynchronous, completed by `wait` there; the Prefetch
+fsdp (see FSDPModule) shards every parameter; a traced call gathers a block's parameters (an
+entry of the model's ModuleLists and Sequentials: a transformer layer) with one coalesced
+collective just before the block runs, and any other parameter just before the module that owns
+it runs (`all_gather_many` / `all_gather`, asynchronous, completed by `wait` there; the Prefetch
 pass issues it earlier, while the previous block computes, with at most one block's parameters in
-flight), and the gathered parameter's gradient is reduce-scattered to the shard
-(`reduce_scatter`, asynchronous, with `wait` at the end of the backward through the same token
-scheme as ddp's buckets). Under ZeRO-3 the gather is marked recomputable, so the forward frees the
-gathered parameter after its last use and the backward gathers it again (rematerialization, which
-places each recomputed call just before its first use in the backward, where the gathered
-parameter is freed after its last use as well, and Prefetch issues it ahead): about two blocks'
-gathered parameters are alive at a time.
+flight), and the gathered parameters' gradients are reduce-scattered to the shards
+(`reduce_scatter_many` / `reduce_scatter`, asynchronous, with `wait` at the end of the backward
+through the same token scheme as ddp's buckets). Under ZeRO-3 the blocks' gathers are marked
+recomputable, so the forward frees the gathered parameters after their last use and the backward
+gathers them again (rematerialization, which places each recomputed call just before its first use
+in the backward, where the gathered parameter is freed after its last use as well, and Prefetch
+issues it ahead): about two blocks' gathered parameters are alive at a time. The parameters outside
+the blocks (embeddings, final norm, head) are kept from the forward for the backward.
+
+An untied nn.Embedding's table is never gathered or reduced whole while its lookups take fewer ids
+than it has rows: under fsdp each rank looks up, for every rank's ids, the rows its shard holds and
+a reduce-scatter sums them (`fsdp_embedding`); under ddp the table's gradient is summed on every
+rank from the looked-up rows' gradients and ids gathered from all ranks (`ddp_embedding`).
 """
 
 from __future__ import annotations
@@ -908,10 +916,13 @@ class _ShardTracing:
         self.full: dict[int, TensorProxy] = {}  # id(shard proxy) -> the gathered parameter
         self.tokens: dict[int, TensorProxy] = {}  # id(shard proxy) -> its shard_token
         self.blocks: dict[int, list[TensorProxy]] = {}  # block index -> its shards' proxies
+        self.alias: dict[int, TensorProxy] = {}  # id(proxy of a tied slot) -> the first slot's proxy
         self.keep: list = []
         self.original: list[tuple[torch.nn.Module, str, Any]] = []
 
     def gather(self, p: TensorProxy) -> TensorProxy:
+        if id(p) in self.alias:
+            return self.gather(self.alias[id(p)])
         full = self.full.get(id(p))
         if full is None:
             by_proxy, gid = self.module._shard_info_by_proxy, self.module._group_id
@@ -981,11 +992,18 @@ class _ShardTracing:
         # The shards' proxies of this trace, by the module slots the ThunderModule filled.
         by_proxy = self.module._shard_info_by_proxy
         by_proxy.clear()
+        first: dict[int, TensorProxy] = {}  # id(info) -> the proxy of its first slot
         for m, name, info in self.module._shard_slots:
             p = m._parameters.get(name)
             if isinstance(p, TensorProxy) and id(p) not in by_proxy:
                 by_proxy[id(p)] = info
                 self.keep.append(p)
+                if id(info) in first:
+                    # A tied parameter's other slot (GPT-2's head and embedding): a proxy of its
+                    # own, gathered once through the first's.
+                    self.alias[id(p)] = first[id(info)]
+                    continue
+                first[id(info)] = p
                 # First in the forward, so that its backward (the wait) comes last.
                 self.tokens[id(p)] = shard_token(p, group=self.module._group_id)
                 if info.block is not None:

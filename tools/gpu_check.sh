@@ -9,7 +9,8 @@
 #   bench        python -m benchmarks.run on the whole-model and micro workloads
 #   graphs       CUDA graphs: tools/gpu_graphs_check.py (checks, us per call), their tests, and
 #                the overhead workload with --graphs
-#   distributed  (2 GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py
+#   distributed  (2+ GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py, at the
+#                machine's GPU count (up to 8)
 #   all          ops,tests,xent,bench
 # Each part has its own time limit (seconds, env T_<PART>, default 300).
 set -uo pipefail
@@ -69,9 +70,12 @@ for part in ${parts//,/ }; do
       timeout "$(lim graphs)" python -m benchmarks.run --device cuda --only overhead --graphs 2>&1 | tail -8 ;;
     distributed)
       export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-      timeout "$(lim distributed)" python -m pytest -q -p no:cacheprovider tests/python/test_distributed.py >"$OUT/distributed_tests.log" 2>&1
+      world=$(python -c "import torch; print(min(torch.cuda.device_count(), 8))")
+      THUNDER_TEST_WORLD=$world timeout "$(lim distributed)" python -m pytest -q -p no:cacheprovider \
+        tests/python/test_distributed.py tests/python/test_tensor_parallel.py >"$OUT/distributed_tests.log" 2>&1
       grep -E "^(FAILED|ERROR)" "$OUT/distributed_tests.log" | head -20; tail -1 "$OUT/distributed_tests.log"
-      timeout "$(lim distributed)" python benchmarks/bench_distributed.py --world 2 --steps 10 --json "$OUT/distributed.json" 2>&1 | tail -24 ;;
+      timeout "$(lim distributed)" python benchmarks/bench_distributed.py --world "$world" --steps 10 --scaling --profile \
+        --json "$OUT/distributed.json" 2>&1 | tail -24 ;;
     *) echo "unknown part $part" ;;
   esac
   echo "   ($part: $(( $(date +%s) - t )) s)"

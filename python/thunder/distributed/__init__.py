@@ -634,6 +634,26 @@ _C.mark_recomputable(all_gather_zero3.id)
 reduce_scatter = _ex.register_operator("reduce_scatter", meta=_reduce_scatter_meta, fn=_reduce_scatter_fn)
 
 
+def _coalesced(pg, collective, outs, ins):
+    """Starts collective(out, in) for each pair as one coalesced collective (one launch); returns
+    what completes it, or None where the backend cannot (gloo has no coalesced reduce-scatter)."""
+    if (pg, collective) in _uncoalesced_ops:
+        return None
+    try:
+        # No `device`: with one, the manager ends by a second work of its own, and the one that
+        # holds the tensors is never waited (it keeps them until the group's next collective).
+        with tdist.distributed_c10d._coalescing_manager(group=pg, async_ops=True) as cm:
+            for out, a in zip(outs, ins):
+                collective(out, a, group=pg)
+    except (RuntimeError, NotImplementedError, ValueError):
+        _uncoalesced_ops.add((pg, collective))
+        return None
+    return cm
+
+
+_uncoalesced_ops: set = set()  # (process group, collective) pairs its backend does not coalesce
+
+
 class _Once:
     """The work of a coalesced collective, registered as pending for each of its outputs: the
     first wait completes it and drops every output's entry (an output the trace does not use
@@ -670,10 +690,8 @@ def _all_gather_many_fn(*args, group: int):
     world = tdist.get_world_size(pg)
     shards = [a.contiguous() for a in args[0::2]]
     outs = [torch.empty(a.numel() * world, dtype=a.dtype, device=a.device) for a in shards]
-    if _is_nccl(pg):
-        with tdist.distributed_c10d._coalescing_manager(group=pg, device=shards[0].device, async_ops=True) as cm:
-            for out, a in zip(outs, shards):
-                tdist.all_gather_into_tensor(out, a, group=pg)
+    cm = _coalesced(pg, tdist.all_gather_into_tensor, outs, shards)
+    if cm is not None:
         _Once(group, outs, cm)
     else:
         parts = [[torch.empty_like(a) for _ in range(world)] for a in shards]
@@ -700,10 +718,8 @@ def _reduce_scatter_many_fn(*grads, group: int):
     world = tdist.get_world_size(pg)
     grads = [g.contiguous() for g in grads]
     outs = [torch.empty(g.numel() // world, dtype=g.dtype, device=g.device) for g in grads]
-    if _is_nccl(pg):
-        with tdist.distributed_c10d._coalescing_manager(group=pg, device=grads[0].device, async_ops=True) as cm:
-            for out, g in zip(outs, grads):
-                tdist.reduce_scatter_tensor(out, g, group=pg)
+    cm = _coalesced(pg, tdist.reduce_scatter_tensor, outs, grads)
+    if cm is not None:
         _Once(group, outs, cm)
     else:  # gloo: sums over all ranks, of which this rank keeps its chunks
         totals = [g.clone() for g in grads]

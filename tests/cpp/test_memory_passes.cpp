@@ -68,16 +68,23 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
   static const Symbol& done = like("done");
   static const Symbol& token = like("token");
   markRecomputable(token.id());
-  auto build = [](Trace& t) {
+  // fetch(s, token=token(s)): a transfer with its token, as fsdp traces a gather.
+  auto start = [](const Value& s) {
+    return call(fetch, fetch.bind({s}, {{"token", call(token, token.bind({s}, {}))}}));
+  };
+  // The trace prefetched with a window of `bytes`, as "out = name" per call.
+  auto prefetched = [](const Trace& t, int64_t bytes) {
+    markPrefetch(fetch.id(), bytes);
+    Trace out = prefetch(t);
+    verify(out);
+    return order(out);
+  };
+  auto build = [&](Trace& t) {
     std::vector<Value> shards;
     for (const char* n : {"a", "b", "c"}) shards.push_back(addInput(t, n, {4}));  // 16 bytes each
     Value y = addInput(t, "x", {4});
     TracingScope scope(t);
-    for (const Value& s : shards) {
-      Value tok = call(token, token.bind({s}, {}));
-      Value f = call(fetch, fetch.bind({s}, {{"token", tok}}));
-      y = prims::mul(y, call(done, done.bind({f}, {})));
-    }
+    for (const Value& s : shards) y = prims::mul(y, call(done, done.bind({start(s)}, {})));
     t.output = y;
   };
   Trace t;
@@ -90,17 +97,12 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
   // so that it overlaps the previous one's consumer.
   markPrefetch(fetch.id(), 16);
   ASSERT_TRUE(hasPrefetchCalls(t));
-  Trace one = prefetch(t);
-  verify(one);
-  EXPECT_EQ(order(one), (std::vector<std::string>{
+  EXPECT_EQ(prefetched(t, 16), (std::vector<std::string>{
                             "t0 = token", "t1 = fetch", "t2 = done", "t4 = token", "t5 = fetch",
                             "t3 = mul", "t6 = done", "t8 = token", "t9 = fetch", "t7 = mul",
                             "t10 = done", "t11 = mul"}));
   // Two in flight: the second starts with the first, the third once the first completes.
-  markPrefetch(fetch.id(), 32);
-  Trace two = prefetch(t);
-  verify(two);
-  EXPECT_EQ(order(two), (std::vector<std::string>{
+  EXPECT_EQ(prefetched(t, 32), (std::vector<std::string>{
                             "t0 = token", "t1 = fetch", "t4 = token", "t5 = fetch", "t2 = done",
                             "t8 = token", "t9 = fetch", "t3 = mul", "t6 = done", "t7 = mul",
                             "t10 = done", "t11 = mul"}));
@@ -111,16 +113,13 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
   {
     Value a = addInput(late, "a", {4}), b = addInput(late, "b", {4}), x = addInput(late, "x", {4});
     TracingScope scope(late);
-    Value d1 = call(done, done.bind({call(fetch, fetch.bind({a}, {{"token", call(token, token.bind({a}, {}))}}))}, {}));
-    Value f2 = call(fetch, fetch.bind({b}, {{"token", call(token, token.bind({b}, {}))}}));
+    Value d1 = call(done, done.bind({start(a)}, {}));
+    Value f2 = start(b);
     Value n = prims::neg(x);
     Value m = prims::mul(n, d1);
     late.output = prims::mul(m, call(done, done.bind({f2}, {})));
   }
-  markPrefetch(fetch.id(), 16);
-  Trace sunk = prefetch(late);
-  verify(sunk);
-  EXPECT_EQ(order(sunk), (std::vector<std::string>{"t0 = token", "t1 = fetch", "t5 = neg", "t2 = done",
+  EXPECT_EQ(prefetched(late, 16), (std::vector<std::string>{"t0 = token", "t1 = fetch", "t5 = neg", "t2 = done",
                                                    "t3 = token", "t4 = fetch", "t6 = mul", "t7 = done",
                                                    "t8 = mul"}));
   // A transfer larger than the window on its own is queued right behind the previous one (here
@@ -131,17 +130,10 @@ TEST(Prefetch, IssuesTransfersAheadWithinTheWindow) {
     Value c = addInput(big, "c", {4}, DType::Float64);  // 32 bytes
     Value y = addInput(big, "x", {4});
     TracingScope scope(big);
-    for (const Value& s : {a, b}) {
-      Value f = call(fetch, fetch.bind({s}, {{"token", call(token, token.bind({s}, {}))}}));
-      y = prims::mul(y, call(done, done.bind({f}, {})));
-    }
-    Value f = call(fetch, fetch.bind({c}, {{"token", call(token, token.bind({c}, {}))}}));
-    big.output = Value::tuple({call(done, done.bind({f}, {})), y});
+    for (const Value& s : {a, b}) y = prims::mul(y, call(done, done.bind({start(s)}, {})));
+    big.output = Value::tuple({call(done, done.bind({start(c)}, {})), y});
   }
-  markPrefetch(fetch.id(), 16);
-  Trace queued = prefetch(big);
-  verify(queued);
-  EXPECT_EQ(order(queued), (std::vector<std::string>{
+  EXPECT_EQ(prefetched(big, 16), (std::vector<std::string>{
                                "t0 = token", "t1 = fetch", "t2 = done", "t4 = token", "t5 = fetch",
                                "t8 = token", "t9 = fetch", "t3 = mul", "t6 = done", "t7 = mul",
                                "t10 = done"}));

@@ -654,23 +654,32 @@ def _coalesced(pg, collective, outs, ins):
 _uncoalesced_ops: set = set()  # (process group, collective) pairs its backend does not coalesce
 
 
+def _one_by_one(collective_fn, ins, group: int) -> tuple:
+    """Where the backend cannot coalesce: one collective per tensor (_all_gather_fn,
+    _reduce_scatter_fn), their works completed together by the first wait."""
+    outs = [collective_fn(a, group=group) for a in ins]
+    _Once(group, outs, [_pending.pop((group, o.data_ptr())) for o in outs])
+    return tuple(outs)
+
+
 class _Once:
     """The work of a coalesced collective, registered as pending for each of its outputs: the
     first wait completes it and drops every output's entry (an output the trace does not use
     has no wait of its own, and its entry would keep the work and its tensors alive)."""
 
-    def __init__(self, group: int, outs, work, finish=None):
+    def __init__(self, group: int, outs, entries: list):
         self.keys = [(group, o.data_ptr()) for o in outs]
-        self.work, self.finish = work, finish
+        self.entries = entries  # (work, what completes it after the work, or None), as _pending's
         for k in self.keys:
             _pending[k] = (self, None)
 
     def wait(self):
-        if self.work is not None:
-            self.work.wait()
-            if self.finish is not None:
-                self.finish()
-            self.work = self.finish = None
+        if self.entries is not None:
+            for work, finish in self.entries:
+                work.wait()
+                if finish is not None:
+                    finish()
+            self.entries = None
             for k in self.keys:
                 if _pending.get(k, (None,))[0] is self:
                     del _pending[k]
@@ -691,19 +700,9 @@ def _all_gather_many_fn(*args, group: int):
     shards = [a.contiguous() for a in args[0::2]]
     outs = [torch.empty(a.numel() * world, dtype=a.dtype, device=a.device) for a in shards]
     cm = _coalesced(pg, tdist.all_gather_into_tensor, outs, shards)
-    if cm is not None:
-        _Once(group, outs, cm)
-    else:
-        parts = [[torch.empty_like(a) for _ in range(world)] for a in shards]
-        works = [tdist.all_gather(p, a, group=pg, async_op=True) for p, a in zip(parts, shards)]
-
-        def finish():
-            for w in works:
-                w.wait()
-            for out, p in zip(outs, parts):
-                torch.cat(p, out=out)
-
-        _Once(group, outs, works[0], finish)
+    if cm is None:
+        return _one_by_one(_all_gather_fn, shards, group)
+    _Once(group, outs, [(cm, None)])
     return tuple(outs)
 
 
@@ -719,20 +718,9 @@ def _reduce_scatter_many_fn(*grads, group: int):
     grads = [g.contiguous() for g in grads]
     outs = [torch.empty(g.numel() // world, dtype=g.dtype, device=g.device) for g in grads]
     cm = _coalesced(pg, tdist.reduce_scatter_tensor, outs, grads)
-    if cm is not None:
-        _Once(group, outs, cm)
-    else:  # gloo: sums over all ranks, of which this rank keeps its chunks
-        totals = [g.clone() for g in grads]
-        works = [tdist.all_reduce(t, group=pg, async_op=True) for t in totals]
-        rank = tdist.get_rank(pg)
-
-        def finish():
-            for w in works:
-                w.wait()
-            for out, t in zip(outs, totals):
-                out.copy_(t.chunk(world)[rank])
-
-        _Once(group, outs, works[0], finish)
+    if cm is None:
+        return _one_by_one(_reduce_scatter_fn, grads, group)
+    _Once(group, outs, [(cm, None)])
     return tuple(outs)
 
 
@@ -835,14 +823,20 @@ class _Shard:
     block: int | None = None
 
 
+def _span(shard: torch.Tensor, rank: int, rows: int, cols: int) -> tuple[int, int, int, int]:
+    """The flat elements [start, end) of a (rows, cols) table that this rank's shard holds (its
+    padding excluded; none: end <= start), and the rows [first, last) they touch."""
+    start = rank * shard.numel()
+    end = min(start + shard.numel(), rows * cols)
+    return start, end, start // cols, -(-end // cols)
+
+
 def _rows_of_shard(shard: torch.Tensor, rank: int, rows: int, cols: int) -> tuple[torch.Tensor, int]:
     """The rows of a (rows, cols) table that this rank's flat shard covers, as a (k, cols) tensor
     (zeros where a row's elements lie in a neighbour's shard), and the first one's index."""
-    start = rank * shard.numel()
-    end = min(start + shard.numel(), rows * cols)
+    start, end, first, last = _span(shard, rank, rows, cols)
     if end <= start:
         return shard.new_zeros((0, cols)), rows
-    first, last = start // cols, -(-end // cols)
     if start % cols == 0 and end % cols == 0:
         return shard[: end - start].view(last - first, cols), first
     table = shard.new_zeros((last - first) * cols)
@@ -891,12 +885,10 @@ def _fsdp_embedding_backward_fn(g, ids, shard, *, rows: int, cols: int, padding_
     world, rank = tdist.get_world_size(pg), tdist.get_rank(pg)
     all_ids = _gather_rows_fn(ids.reshape(-1), group=group)
     all_g = _gather_rows_fn(g.reshape(-1, cols) / world, group=group)
-    start = rank * shard.numel()
-    end = min(start + shard.numel(), rows * cols)
+    start, end, first, last = _span(shard, rank, rows, cols)
     out = torch.zeros_like(shard)
     if end <= start:
         return out
-    first, last = start // cols, -(-end // cols)
     local, _ = _local_ids(all_ids, first, last - first)
     pad = padding_idx - first if padding_idx is not None and first <= padding_idx < last else last - first
     # One row past the table takes the other shards' ids (and is the padding row when this shard

@@ -1515,21 +1515,6 @@ void registerNN() {
     checkSameDType(a[0], a[1], "ltorch.linear");
     return prims::linear(a[0], a[1], a[2]);
   }, kMatmulOp);
-  // linear(a, weight, bias) computed with the weight's rows (and the bias) padded with zeros to
-  // `padded` rows, so that cuBLAS runs its aligned kernels, and the result made contiguous: what
-  // the matmul padding (transforms/pad_matmuls.h) makes of a projection whose result is
-  // returned. The torch executor computes it in blocks of rows, so that the padded result and
-  // the returned one are not both alive whole. Not a PyTorch callable.
-  def("linear_padded", "a, weight, bias, padded", {}, [](const Args& a) {
-    const TensorProxy& w = T(a[1], "linear_padded", "weight");
-    int64_t n = w.shape.empty() ? 0 : w.shape[0], np = a[3].toInt();
-    THUNDER_CHECK(w.ndim() == 2 && np >= n, "ltorch.linear_padded: expected a 2-D weight of at most ", np,
-                  " rows, but got ", shapeStr(w.shape));
-    Value wp = op("pad", {a[1], Value::ints({0, 0, 0, np - n})});
-    Value bp = a[2].isNone() ? a[2] : op("pad", {a[2], Value::ints({0, np - n})});
-    Value y = op("linear", {a[0], wp, bp});
-    return op("contiguous", {clang::sliceInDim(y, y.tensor().ndim() - 1, 0, n, 1, "ltorch.linear_padded")});
-  }, kMatmulOp);
   def("matmul", "a, b", {"torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__"},
       [](const Args& a) {
         T(a[0], "matmul");

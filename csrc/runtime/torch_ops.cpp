@@ -921,34 +921,6 @@ void registerLTorchKernels() {
   // Neural network ops.
   impl("ltorch.linear", F, "linear",
        [](K& a) -> c10::IValue { return at::linear(a.t(0), a.t(1), optTensor(a, 2)); });
-  impl("ltorch.linear_padded", "torchex", "linear_padded", [](K& a) -> c10::IValue {
-    // Blocks of rows of about 128 MiB of padded result each, computed into one scratch buffer
-    // and copied into the contiguous result: the whole padded result never exists.
-    at::Tensor x = a.t(0), w = a.t(1);
-    std::optional<at::Tensor> b = optTensor(a, 2);
-    const int64_t n = w.size(0), k = w.size(1), np = a.i(3);
-    at::Tensor wp = at::constant_pad_nd(w, {0, 0, 0, np - n}).t();
-    std::optional<at::Tensor> bp;
-    if (b) bp = at::constant_pad_nd(*b, {0, np - n});
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = n;
-    at::Tensor out = at::empty(shape, x.options());
-    int64_t m = 1;
-    for (size_t d = 0; d + 1 < shape.size(); ++d) m *= shape[d];
-    at::Tensor x2 = x.reshape({m, k}), out2 = out.view({m, n});
-    const char* e = std::getenv("THUNDER_LINEAR_PADDED_BLOCK_BYTES");  // (tests: several blocks)
-    const int64_t bytes = e && std::atoll(e) > 0 ? std::atoll(e) : int64_t(128) << 20;
-    const int64_t block = std::max<int64_t>(1, bytes / (np * static_cast<int64_t>(x.element_size())));
-    at::Tensor scratch = at::empty({std::min(block, m), np}, x.options());
-    for (int64_t r = 0; r < m; r += block) {
-      const int64_t rows = std::min(block, m - r);
-      at::Tensor part = scratch.narrow(0, 0, rows), xr = x2.narrow(0, r, rows);
-      if (bp) at::addmm_out(part, *bp, xr, wp);
-      else at::mm_out(part, xr, wp);
-      out2.narrow(0, r, rows).copy_(part.narrow(1, 0, n));
-    }
-    return out;
-  });
   impl("ltorch.matmul", "torch", "matmul", [](K& a) -> c10::IValue { return at::matmul(a.t(0), a.t(1)); });
   impl("ltorch.mm", "torch", "mm", [](K& a) -> c10::IValue { return at::mm(a.t(0), a.t(1)); });
   impl("ltorch.bmm", "torch", "bmm", [](K& a) -> c10::IValue { return at::bmm(a.t(0), a.t(1)); });

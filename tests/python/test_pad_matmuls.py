@@ -112,8 +112,13 @@ def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, reads_
            torch.float64: dict(rtol=1e-5, atol=1e-5) if upcast else {}}[dtype]
     for o, r in zip(outs, refs):
         torch.testing.assert_close(o, r, **tol)
-        # Eager's layout: a returned result is contiguous, whatever thunder computed it in.
-        assert o.stride() == r.stride(), (o.stride(), r.stride())
+        # A returned result is eager's where it is computed after the projection, and the
+        # projection's padded rows where it is the projection or a view of it (as torch.compile
+        # returns them): rows a multiple of 8 elements apart, which the caller's views take.
+        if o.stride() != r.stride():
+            n = ws[0]
+            assert o.dim() >= 2 and o.stride()[-1] == 1 and o.stride()[-2] == (n + 7) // 8 * 8, (o.stride(), r.stride())
+            torch.testing.assert_close(o.view(-1, o.shape[-1]), r.view(-1, r.shape[-1]), **tol)
     final = _final(jf)
     assert "pad" in final
     # A cross-entropy that alone reads the result takes the padded rows, their pad columns -inf
@@ -131,15 +136,13 @@ def test_padded_linear_matches_eager(monkeypatch, name, fn, xs, ws, bias, reads_
         torch.testing.assert_close(a, e, **tol)
 
 
-@pytest.mark.parametrize("block_bytes", [None, "4000"], ids=["one_block", "blocks_of_a_row"])
 @pytest.mark.parametrize("xs,bias", [((6, 64), True), ((2, 5, 64), False)], ids=["2d", "3d_nobias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_returned_in_inference_is_computed_in_blocks(monkeypatch, block_bytes, xs, bias, dtype):
-    # A returned projection: computed block of rows by block of rows into the contiguous result
-    # (ltorch.linear_padded), not as a padded result and a contiguous copy of it.
+def test_returned_projection_keeps_its_padded_rows(monkeypatch, xs, bias, dtype):
+    # A returned projection is the padded matmul's slice, not a contiguous copy of it (a pass over
+    # GPT-2's 0.8 GB logits): rows 1008 elements apart, values eager's, and the caller's views of
+    # it (the leading dims merged, a row selected) work.
     monkeypatch.setenv("THUNDER_PAD_MATMULS", "all")
-    if block_bytes:  # 4000 bytes: one padded row of 1008 per block (7 blocks of 2-D x, 10 of 3-D)
-        monkeypatch.setenv("THUNDER_LINEAR_PADDED_BLOCK_BYTES", block_bytes)
     torch.manual_seed(0)
     x = torch.randn(*xs, dtype=dtype)
     w = torch.randn(1001, 64, dtype=dtype)
@@ -148,13 +151,13 @@ def test_returned_in_inference_is_computed_in_blocks(monkeypatch, block_bytes, x
     with torch.no_grad():
         out = jf(x, w, b)
     ref = returned(x, w, b)
-    assert "torchex.linear_padded(" in _final(jf)
+    final = _final(jf)
+    assert "torchex.pad(" in final and "contiguous" not in final, final
+    assert out.shape == ref.shape and out.stride()[-2:] == (1008, 1), out.stride()
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, **tol)
-    assert out.is_contiguous() and out.shape == ref.shape
-    # The printed trace's Python function computes the same.
-    from thunder.executors.torchex import linear_padded
-    torch.testing.assert_close(linear_padded(x, w, b, 1008), ref, **tol)
+    torch.testing.assert_close(out.view(-1, 1001), ref.view(-1, 1001), **tol)
+    torch.testing.assert_close(out[..., -1, :], ref[..., -1, :], **tol)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +198,7 @@ def test_vocabulary_projection_on_cuda(monkeypatch):
 
     jf = thunder.jit(head)
     (lo, loss), (lr, lossr) = jf(x, w), head(x, w)
-    assert "pad" in _final(jf) and lo.is_contiguous()
+    assert "pad" in _final(jf) and lo.stride() == (512 * 50264, 50264, 1), lo.stride()
     torch.testing.assert_close(lo, lr)
     torch.testing.assert_close(loss, lossr, rtol=1e-3, atol=1e-3)
     g = torch.autograd.grad(loss, (x, w))

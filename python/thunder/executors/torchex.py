@@ -90,15 +90,6 @@ def full(shape, fill_value, *, device, dtype):
     return torch.full(tuple(shape), fill_value, device=to_torch_device(device), dtype=to_torch_dtype(dtype))
 
 
-def linear_padded(a, weight, bias, padded):
-    """F.linear with the weight's rows (and the bias) padded with zeros to `padded` rows, the
-    result contiguous (thunder's runtime computes it in blocks of rows)."""
-    n = weight.shape[0]
-    w = torch.nn.functional.pad(weight, (0, 0, 0, padded - n))
-    b = None if bias is None else torch.nn.functional.pad(bias, (0, padded - n))
-    return torch.nn.functional.linear(a, w, b)[..., :n].contiguous()
-
-
 def iota(length, *, start, step, device, dtype):
     return torch.arange(start, start + length * step, step, device=to_torch_device(device), dtype=to_torch_dtype(dtype))
 

@@ -147,8 +147,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
       const float v10 = thunder_bf16_to_float(in1[base1 + n]);  // load in1
       const float v11 = static_cast<float>(v10);  // convert_element_type
       const float v12 = (v9 * v11);  // mul
-      const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
-      out0[row * L + n] = thunder_float_to_bf16(v13);
+      out0[row * L + n] = thunder_float_to_bf16(v12);
     }
   }
 }

@@ -231,8 +231,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v10 = thunder_bf16_to_float(X1[v]);  // load in1
             const float v11 = static_cast<float>(v10);  // convert_element_type
             const float v12 = (v9 * v11);  // mul
-            const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
-            o0[v] = thunder_float_to_bf16(v13);
+            o0[v] = thunder_float_to_bf16(v12);
           }
           thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
@@ -262,8 +261,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v10 = thunder_bf16_to_float(X1[v]);  // load in1
             const float v11 = static_cast<float>(v10);  // convert_element_type
             const float v12 = (v9 * v11);  // mul
-            const float v13 = thunder_round_bf16(static_cast<float>(v12));  // convert_element_type
-            o0[v] = thunder_float_to_bf16(v13);
+            o0[v] = thunder_float_to_bf16(v12);
           }
           thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }

@@ -76,7 +76,7 @@ def host_waits(host, iters):
     run dry while the host catches up."""
     waits = defaultdict(lambda: [0, 0.0])
     for s, e, name in host:
-        if any(k in name for k in ("ynchronize", "Memcpy", "cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "item", "_local_scalar_dense")):
+        if any(k in name for k in ("ynchronize", "Memcpy", "cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "aten::item", "_local_scalar_dense")):
             waits[name][0] += 1
             waits[name][1] += e - s
     return {k: (c / iters, t / iters) for k, (c, t) in sorted(waits.items(), key=lambda kv: -kv[1][1])}

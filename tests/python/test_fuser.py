@@ -1098,3 +1098,40 @@ def test_llama_backward_keeps_each_layers_rope_in_one_kernel():
     unfused = [n for n in bw.bound_symbol_names if n in ("torch.cat", "torch.narrow", "torch.sum")]
     assert not unfused, str(bw)
     assert sum(n.startswith("cpuFusion") for n in bw.bound_symbol_names) == 13, str(bw)
+
+
+def _gelu_tanh_residual(x, r):
+    # GPT-2's NewGELUActivation as transformers writes it (eight bf16 ops), then a residual add
+    return r + 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+@cuda
+def test_cuda_chains_of_bf16_ops_compute_in_float32(monkeypatch):
+    # On CUDA a chain of bfloat16 ops computes in float32 and rounds once where it stores: the
+    # kernel holds no intermediate rounding, its values and gradients are as close to a float64
+    # run as eager's, element by element. Ops whose result jumps (floor, comparisons) still read
+    # eager's rounded values, and THUNDER_FUSER_EXACT_CASTS=1 rounds every step as eager does.
+    from precision import assert_as_close_as_eager
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16) * 3
+    r = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    xs = [t.clone().requires_grad_() for t in (x, r)]
+    xe = [t.clone().requires_grad_() for t in (x, r)]
+    x64 = [t.double().requires_grad_() for t in (x, r)]
+    jf = thunder.jit(_gelu_tanh_residual)
+    got, eager, ref = jf(*xs), _gelu_tanh_residual(*xe), _gelu_tanh_residual(*x64)
+    assert_as_close_as_eager(got, eager, ref, what="forward")
+    sources = thunder.last_fusion_sources(jf)
+    assert len(sources) == 1 and all("thunder_round_bf16(" not in s for s in sources.values()), sources
+    g = torch.randn_like(x)
+    assert_as_close_as_eager(torch.autograd.grad(got, xs, g), torch.autograd.grad(eager, xe, g),
+                             torch.autograd.grad(ref, x64, g.double()), what="backward")
+    # floor reads the rounded product, as eager's floor does: equal bit for bit.
+    f = lambda a: torch.floor(a * 3.3) + a  # noqa: E731
+    assert torch.equal(thunder.jit(f)(x), f(x))
+    monkeypatch.setenv("THUNDER_FUSER_EXACT_CASTS", "1")
+    je = thunder.jit(_gelu_tanh_residual)
+    out = je(x, r)
+    assert any("thunder_round_bf16(" in s for s in thunder.last_fusion_sources(je).values())
+    torch.testing.assert_close(out, _gelu_tanh_residual(x, r), atol=0, rtol=0)

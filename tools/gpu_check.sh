@@ -11,6 +11,9 @@
 #                the overhead workload with --graphs
 #   distributed  (2+ GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py, at the
 #                machine's GPU count (up to 8)
+#   suite        the issue-28 models, eager / torch.compile / thunder (SUITE_ONLY, SUITE_MODE)
+# Test parts print each failing test's name even when their time limit stops them, then rerun up to
+# 8 failures with their messages ($OUT/<part>_failed.txt, <part>_failures.log).
 #   all          ops,tests,xent,bench
 # Each part has its own time limit (seconds, env T_<PART>, default 300).
 set -uo pipefail
@@ -34,21 +37,42 @@ if python -c "import xdist" 2>/dev/null; then
   oxdist="-n $(( $(nproc) > 4 ? $(nproc) - 2 : 2 )) --dist load"
 fi
 lim() { local v="T_${1^^}"; echo "${!v:-300}"; }
+# pytest with each test's outcome printed as it runs (-v), so that the failures are known even when
+# the time limit stops the run; then the failures (up to 8) run again with their messages.
+# Usage: run_tests NAME LIMIT PYTEST_ARGS...; writes $OUT/NAME.log and $OUT/NAME_failed.txt.
+run_tests() {
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python -m pytest -v --tb=no -p no:cacheprovider "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  grep -E "(FAILED|ERROR) " "$OUT/$name.log" | grep -o "tests/[^ ]*::[^ ]*" | sort -u >"$OUT/${name}_failed.txt"
+  echo "   $name: $(grep -c ' PASSED' "$OUT/$name.log") passed, $(wc -l <"$OUT/${name}_failed.txt") failed$( [ $rc = 124 ] && echo ', stopped by the time limit')"
+  if [ -s "$OUT/${name}_failed.txt" ]; then
+    cat "$OUT/${name}_failed.txt" | head -20
+    timeout 120 python -m pytest -q --tb=short -p no:cacheprovider $(head -8 "$OUT/${name}_failed.txt") >"$OUT/${name}_failures.log" 2>&1
+    grep -E "^E  " "$OUT/${name}_failures.log" | cut -c1-300 | head -30
+  fi
+}
 for part in ${parts//,/ }; do
   t=$(date +%s)
   echo "== $part (limit $(lim "$part") s)"
   case $part in
     ops)
-      timeout "$(lim ops)" python -m pytest -q -p no:cacheprovider $oxdist tests/python/test_ops.py >"$OUT/ops.log" 2>&1
-      grep -E "^(FAILED|ERROR)" "$OUT/ops.log" | head -60; tail -1 "$OUT/ops.log"
+      run_tests ops "$(lim ops)" $oxdist tests/python/test_ops.py
       timeout 60 python tools/gpu_eager_precision_check.py >"$OUT/precision.log" 2>&1; tail -12 "$OUT/precision.log" ;;
     tests)
-      timeout "$(lim tests)" python -m pytest -q -p no:cacheprovider $xdist tests/python/test_gpu.py \
+      run_tests tests "$(lim tests)" $xdist tests/python/test_gpu.py \
         tests/python/test_sdpa.py tests/python/test_fuser.py tests/python/test_models.py \
         tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
         tests/python/test_xent_upcast.py tests/python/test_torch_compile.py tests/python/test_extend.py \
-        tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py tests/python/test_index_fusion.py >"$OUT/tests.log" 2>&1
-      grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40; tail -1 "$OUT/tests.log" ;;
+        tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py tests/python/test_index_fusion.py \
+        tests/python/test_pad_matmuls.py tests/python/test_channels_last.py tests/python/test_grad_precision.py ;;
+    suite)
+      # The issue-28 models (SUITE_ONLY, SUITE_MODE: train, infer or both), eager, torch.compile and
+      # thunder in one process, as a markdown table.
+      timeout "$(lim suite)" python -m benchmarks.models --device cuda \
+        --only "${SUITE_ONLY:-bert,gpt2,llama,vit_b16,resnet50_timm,convnext_tiny}" --mode "${SUITE_MODE:-both}" \
+        --time-limit $(( $(lim suite) - 20 )) --out "$OUT/suite" --markdown >"$OUT/suite.log" 2>&1
+      grep -E "^\||load average" "$OUT/suite.log" | head -40 ;;
     xent)
       timeout "$(lim xent)" python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1
       grep -E "^FAIL" "$OUT/xent.log" | head -20; tail -1 "$OUT/xent.log"

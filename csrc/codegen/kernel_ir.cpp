@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 
 #include "codegen/python_printer.h"
 #include "ir/error.h"
@@ -15,11 +16,12 @@
 namespace thunder::codegen {
 namespace {
 
-/// THUNDER_FUSER_EXACT_CASTS=1: every 16-bit float value inside a kernel is rounded as eager
-/// rounds it (read at each lowering, so a test can set it between two jits).
-bool exactCasts() {
-  const char* e = std::getenv("THUNDER_FUSER_EXACT_CASTS");
-  return e != nullptr && *e != '\0' && *e != '0';
+/// THUNDER_FUSER_FLOAT32_CHAINS: 0 never computes chains in float32, 1 on every device, unset on
+/// CUDA (read at each lowering, so a test can set it between two jits).
+bool float32Chains(DeviceType device) {
+  const char* e = std::getenv("THUNDER_FUSER_FLOAT32_CHAINS");
+  if (e == nullptr || *e == '\0') return device == DeviceType::CUDA;
+  return *e != '0';
 }
 
 /// Ops whose result moves continuously with their float operands (operand `i` of `n`): where
@@ -45,8 +47,9 @@ bool continuousIn(const KNode& n, size_t i) {
 /// nvFuser compute. The rounds are conversion instructions at a quarter of the ALU's rate: GPT-2's
 /// tanh GELU, eight rounds per element, ran at twice the time of torch.compile's kernel. The
 /// results are at least as close to a float64 run as eager's (one rounding instead of several);
-/// stored values are rounded as before. CPU kernels keep eager's rounding bit for bit, as does
-/// THUNDER_FUSER_EXACT_CASTS=1.
+/// stored values are rounded as before. A rounding the program asked for (`x.to(torch.bfloat16)`,
+/// KNode::asked) is kept: dropping it changes what the program computes (inductor treats a lost
+/// explicit cast as a correctness bug, pytorch#179561).
 void readUnrounded(KernelProgram& p) {
   auto unrounded = [&](int x) -> int {
     const KNode& back = p.nodes[x];
@@ -55,12 +58,36 @@ void readUnrounded(KernelProgram& p) {
     if (r.kind != KNode::Kind::Op || r.op != "convert_element_type" ||
         (r.dtype != DType::BFloat16 && r.dtype != DType::Float16))
       return -1;
-    return p.nodes[r.operands[0]].dtype == DType::Float32 ? r.operands[0] : -1;
+    const int v = r.operands[0];
+    if (p.nodes[v].dtype != DType::Float32) return -1;
+    if (!r.asked) return v;
+    // A cast asked for is kept, unless what it rounds is a value of its own dtype widened (a
+    // gradient converted back and forth): rounding that changes nothing.
+    const KNode& w = p.nodes[v];
+    const bool identity = w.kind == KNode::Kind::Op && w.op == "convert_element_type" && p.nodes[w.operands[0]].dtype == r.dtype;
+    return identity ? v : -1;
+  };
+  // A rounding to D of a value rounded to D and widened is the first rounding: it reads the
+  // value before both (the same bits; a gradient converted back and forth by autodiff).
+  auto roundedTwice = [&](const KNode& n, int x) -> int {
+    const KNode& back = p.nodes[x];
+    if (n.kind != KNode::Kind::Op || n.op != "convert_element_type" || back.kind != KNode::Kind::Op ||
+        back.op != "convert_element_type" || back.dtype != DType::Float32)
+      return -1;
+    const KNode& r = p.nodes[back.operands[0]];
+    if (r.kind != KNode::Kind::Op || r.op != "convert_element_type" || r.dtype != n.dtype ||
+        p.nodes[r.operands[0]].dtype != DType::Float32)
+      return -1;
+    return r.operands[0];
   };
   for (KNode& n : p.nodes)
-    for (size_t i = 0; i < n.operands.size(); ++i)
-      if (continuousIn(n, i))
+    for (size_t i = 0; i < n.operands.size(); ++i) {
+      if (continuousIn(n, i)) {
         if (int v = unrounded(n.operands[i]); v >= 0) n.operands[i] = v;
+      } else if ((n.dtype == DType::BFloat16 || n.dtype == DType::Float16)) {
+        if (int v = roundedTwice(n, n.operands[i]); v >= 0) n.operands[i] = v;
+      }
+    }
 }
 
 const std::set<std::string> kUnary = {
@@ -308,8 +335,8 @@ struct View {
 class Lowering {
  public:
   Lowering(KernelProgram& prog, const std::vector<BoundSymbol>& prims,
-           const std::vector<TensorPtr>& inputs)
-      : prog_(prog) {
+           const std::vector<TensorPtr>& inputs, const std::unordered_set<const TensorProxy*>* casts)
+      : prog_(prog), casts_(casts) {
     for (const BoundSymbol& b : prims)
       for (const TensorPtr& t : b.outputTensors()) producer_[t.get()] = &b;
     for (size_t i = 0; i < inputs.size(); ++i) inputIndex_[inputs[i].get()] = static_cast<int>(i);
@@ -719,6 +746,7 @@ class Lowering {
       int x = lower(b.args[0].toTensor(), view);
       if (x < 0) return -1;
       n.operands = {x};
+      n.asked = casts_ != nullptr && casts_->count(t.get()) > 0;
     } else {
       // Elementwise: operands have t's shape, so they are read through the same map.
       for (size_t i = 0; i < b.args.size(); ++i) {
@@ -890,6 +918,7 @@ class Lowering {
   }
 
   KernelProgram& prog_;
+  const std::unordered_set<const TensorProxy*>* casts_;
   std::map<const TensorProxy*, const BoundSymbol*> producer_;
   std::map<const TensorProxy*, int> inputIndex_;
   std::map<std::pair<const TensorProxy*, View>, int> memo_;
@@ -899,11 +928,40 @@ class Lowering {
 
 bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPtr>& inputs,
                const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,
-               std::optional<std::pair<int, int64_t>>& split);
+               std::optional<std::pair<int, int64_t>>& split, const std::unordered_set<const TensorProxy*>* casts);
+
+std::unordered_set<const TensorProxy*> castOutputs(const std::vector<BoundSymbol>& calls) {
+  std::unordered_set<const TensorProxy*> out;
+  std::vector<const BoundSymbol*> stack;
+  for (const BoundSymbol& b : calls) {
+    // A conversion prim at the top level is a transform's (autodiff writes out the prims of the
+    // calls it splits): the program's casts are calls of the torch language.
+    if (b.sym->isPrim()) continue;
+    bool cast = false;
+    stack.assign(1, &b);
+    while (!stack.empty()) {
+      const BoundSymbol* c = stack.back();
+      stack.pop_back();
+      if (c->sym->isPrim()) {
+        cast = c->sym->name == "convert_element_type";
+        if (!cast) break;
+      } else {
+        if (c->subsymbols.empty()) {
+          cast = false;
+          break;
+        }
+        for (const BoundSymbol& s : c->subsymbols) stack.push_back(&s);
+      }
+    }
+    if (cast)
+      for (const TensorPtr& t : b.outputTensors()) out.insert(t.get());
+  }
+  return out;
+}
 
 bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
                  const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& outputs,
-                 KernelProgram& out, std::string& whyNot) {
+                 KernelProgram& out, std::string& whyNot, const std::unordered_set<const TensorProxy*>* casts) {
   out = KernelProgram{};
   out.name = name;
   // The iteration shape: the largest shape among the values the region computes or reduces,
@@ -935,7 +993,7 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
   // two): then the region is lowered again over it. Pointwise regions only.
   for (int attempt = 0;; ++attempt) {
     std::optional<std::pair<int, int64_t>> split;
-    if (lowerOver(prims, inputs, outputs, reduces, out, whyNot, split)) return true;
+    if (lowerOver(prims, inputs, outputs, reduces, out, whyNot, split, casts)) return true;
     if (!split || reduces || attempt >= 8) return false;
     Shape finer = out.iterShape;
     auto [d, minor] = *split;
@@ -983,11 +1041,11 @@ bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, s
 
 bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPtr>& inputs,
                const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,
-               std::optional<std::pair<int, int64_t>>& split) {
+               std::optional<std::pair<int, int64_t>>& split, const std::unordered_set<const TensorProxy*>* casts) {
   Shape reduced(out.iterShape.begin(), out.iterShape.empty() ? out.iterShape.end() : out.iterShape.end() - 1);
   Shape keepdim = reduced;
   if (!out.iterShape.empty()) keepdim.push_back(1);
-  Lowering low(out, prims, inputs);
+  Lowering low(out, prims, inputs, casts);
   int rank = static_cast<int>(out.iterShape.size());
   for (const TensorPtr& t : outputs) {
     // map[d]: the dim of t that iteration dim d stores to (-1: none). Outputs are contiguous and
@@ -1048,7 +1106,7 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
     }
     out.outputs.push_back({t, node, isReduced});
   }
-  if (!outputs.empty() && (outputs.front()->device.type == DeviceType::CUDA) && !exactCasts()) readUnrounded(out);
+  if (casts != nullptr && !outputs.empty() && float32Chains(outputs.front()->device.type)) readUnrounded(out);
   // An output rounded to its own 16-bit dtype just before it is stored is stored from the float
   // value: the store rounds it (the same value, one conversion instead of two).
   for (KOutput& o : out.outputs) {

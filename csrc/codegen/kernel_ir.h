@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "ir/trace.h"
@@ -30,6 +31,9 @@ struct KNode {
   int64_t lo = 0, hi = 0;
   /// How many row reductions this value depends on (0: computable in the first pass).
   int phase = 0;
+  /// A conversion the program asked for (an explicit cast, castOutputs): a value rounded to 16
+  /// bits here is read rounded even where a kernel computes its chains in float32.
+  bool asked = false;
 };
 
 /// A kernel input: a region input tensor as seen at the iteration shape. Strides are runtime
@@ -159,11 +163,25 @@ bool isFusiblePrim(const BoundSymbol& b);
 /// fuser fuses them on CUDA devices only: isFusiblePrim).
 bool isFusibleGather(const BoundSymbol& b);
 
+/// The tensors that calls of the torch language made by casting alone (their prims all
+/// conversions: `x.to(dtype)`, `x.bfloat16()`, `type_as`), as opposed to the conversions inside
+/// another op's decomposition (a bfloat16 op upcasts, computes and rounds) and conversion prims a
+/// transform wrote at the top level. For forward traces: a backward writes its 16-bit ops'
+/// conversions as calls of their own.
+std::unordered_set<const TensorProxy*> castOutputs(const std::vector<BoundSymbol>& calls);
+
 /// Lowers the prims of a region to a kernel program; returns false (with a reason) when the
 /// region's shapes do not form one iteration space (then it is not fused).
+///
+/// With `casts` (castOutputs of the trace the region comes from), a CUDA kernel computes chains
+/// of bfloat16/float16 ops in float32 (see readUnrounded in kernel_ir.cpp): the roundings inside
+/// ops are skipped, those of `casts` kept. Without it, or on CPU, every rounding is eager's.
+/// THUNDER_FUSER_FLOAT32_CHAINS=0 keeps eager's roundings everywhere, =1 computes in float32 on
+/// every device (CPU tests of the CUDA rule).
 bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
                  const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& outputs,
-                 KernelProgram& out, std::string& whyNot);
+                 KernelProgram& out, std::string& whyNot,
+                 const std::unordered_set<const TensorProxy*>* casts = nullptr);
 
 /// The C type a dtype is held in registers ("float" for bf16/f16).
 std::string registerType(DType d, bool cuda);

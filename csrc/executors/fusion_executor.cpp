@@ -41,6 +41,11 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     Device dev;
   };
   std::unordered_map<const Symbol*, Lowered> lowered;
+  // Roundings the program asked for, which kernels computing in float32 keep (lowerRegion). A
+  // backward's conversions are its 16-bit ops' own (autodiff writes a bf16 op's gradient as
+  // upcast, compute, round at the top level): none is asked for.
+  const std::unordered_set<const TensorProxy*> casts =
+      trace.fnName == "backward" ? std::unordered_set<const TensorProxy*>{} : codegen::castOutputs(trace.bsyms);
   std::unordered_set<int> noCompiler;  // device types whose compiler is missing (NVRTC, a C++ compiler)
   auto fuse = [&](const FusionRegion& r) -> std::optional<BoundSymbol> {
     if (!worthFusing(r)) return std::nullopt;
@@ -50,7 +55,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     codegen::KernelProgram prog;
     std::string whyNot;
     auto t0 = Clock::now();
-    bool ok = codegen::lowerRegion("fusion", r.prims, r.inputs, r.outputs, prog, whyNot);
+    bool ok = codegen::lowerRegion("fusion", r.prims, r.inputs, r.outputs, prog, whyNot, &casts);
     lowering += since(t0);
     if (!ok) {
       static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
@@ -192,6 +197,8 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
       for (const Value& a : fused.args) p.args.push_back(a.toTensor());
       p.outputs = fused.outputTensors();
       std::string whyNot;
+      // (Lowered again from its prims, which do not say which roundings the program asked for:
+      // every rounding is eager's in a kernel that takes updates.)
       if (!codegen::lowerRegion("fusion", fused.subsymbols, p.args, p.outputs, p.prog, whyNot)) continue;
       it = pending.emplace(f, std::move(p)).first;
     }

@@ -33,6 +33,8 @@ void init(py::module_& m) {
                        "generate_fusion_sources: target must be 'cuda' or 'cpp', got '", target, "'");
     std::vector<std::pair<std::string, std::string>> out;
     int counter = 0;
+    const std::unordered_set<const TensorProxy*> casts =
+        trace->fnName == "backward" ? std::unordered_set<const TensorProxy*>{} : codegen::castOutputs(trace->bsyms);
     // CUDA sources of a trace on another device include the gathers the fuser fuses on CUDA.
     auto fusible = [&](const BoundSymbol& b) {
       return codegen::isFusiblePrim(b) || (target == "cuda" && codegen::isFusibleGather(b));
@@ -42,7 +44,7 @@ void init(py::module_& m) {
       std::string name = (target == "cuda" ? "cudaFusion" : "cpuFusion") + std::to_string(counter);
       codegen::KernelProgram prog;
       std::string why;
-      if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, why)) {
+      if (!codegen::lowerRegion(name, r.prims, r.inputs, r.outputs, prog, why, &casts)) {
         static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
         if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), why.c_str());
         return std::nullopt;

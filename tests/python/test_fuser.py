@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import thunder
+from precision import assert_as_close_as_eager
 from thunder import _C
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -1110,9 +1111,7 @@ def test_cuda_chains_of_bf16_ops_compute_in_float32(monkeypatch):
     # On CUDA a chain of bfloat16 ops computes in float32 and rounds once where it stores: the
     # kernel holds no intermediate rounding, its values and gradients are as close to a float64
     # run as eager's, element by element. Ops whose result jumps (floor, comparisons) still read
-    # eager's rounded values, and THUNDER_FUSER_EXACT_CASTS=1 rounds every step as eager does.
-    from precision import assert_as_close_as_eager
-
+    # eager's rounded values, and THUNDER_FUSER_FLOAT32_CHAINS=0 rounds every step as eager does.
     torch.manual_seed(0)
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16) * 3
     r = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
@@ -1122,16 +1121,58 @@ def test_cuda_chains_of_bf16_ops_compute_in_float32(monkeypatch):
     jf = thunder.jit(_gelu_tanh_residual)
     got, eager, ref = jf(*xs), _gelu_tanh_residual(*xe), _gelu_tanh_residual(*x64)
     assert_as_close_as_eager(got, eager, ref, what="forward")
-    sources = thunder.last_fusion_sources(jf)
-    assert len(sources) == 1 and all("thunder_round_bf16(" not in s for s in sources.values()), sources
+    assert len(thunder.last_fusion_sources(jf)) == 1 and _rounds(jf) == 0, thunder.last_fusion_sources(jf)
     g = torch.randn_like(x)
     assert_as_close_as_eager(torch.autograd.grad(got, xs, g), torch.autograd.grad(eager, xe, g),
                              torch.autograd.grad(ref, x64, g.double()), what="backward")
     # floor reads the rounded product, as eager's floor does: equal bit for bit.
     f = lambda a: torch.floor(a * 3.3) + a  # noqa: E731
     assert torch.equal(thunder.jit(f)(x), f(x))
-    monkeypatch.setenv("THUNDER_FUSER_EXACT_CASTS", "1")
+    monkeypatch.setenv("THUNDER_FUSER_FLOAT32_CHAINS", "0")
     je = thunder.jit(_gelu_tanh_residual)
     out = je(x, r)
-    assert any("thunder_round_bf16(" in s for s in thunder.last_fusion_sources(je).values())
+    assert _rounds(je) > 0
     torch.testing.assert_close(out, _gelu_tanh_residual(x, r), atol=0, rtol=0)
+
+
+def _explicit_casts(x):
+    # Roundings the program asks for, inside a float32 chain: kept where chains compute in float32.
+    return (x * 3.3).to(torch.bfloat16).float().exp() + x.bfloat16().float().sin()
+
+
+def _rounds(jf):
+    # Uses of the rounding helper in the generated kernels (its definition aside).
+    return sum(s.count("thunder_round_bf16(") - s.count("float thunder_round_bf16(")
+               for s in thunder.last_fusion_sources(jf).values())
+
+
+def test_float32_chains_skip_the_roundings_inside_ops_and_keep_the_casts_asked_for(monkeypatch):
+    # The CUDA rule (THUNDER_FUSER_FLOAT32_CHAINS=1 applies it to CPU kernels): a chain of bf16 ops
+    # computes in float32 and rounds where it stores, as close to float64 as eager, forward and
+    # backward; `x.to(torch.bfloat16)` and `x.bfloat16()` still round (the same kernel and values
+    # as with eager's rounding everywhere); floor reads the rounded product, as eager's does.
+    torch.manual_seed(0)
+    x = torch.randn(64, 256, dtype=torch.bfloat16) * 3
+    r = torch.randn(64, 256, dtype=torch.bfloat16)
+    xf = torch.randn(1000) * 3
+    floor = lambda a: torch.floor(a * 3.3) + a  # noqa: E731
+    got = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("THUNDER_FUSER_FLOAT32_CHAINS", mode)
+        jg = thunder.jit(_gelu_tanh_residual, executors=["fuser"])
+        xs = [t.clone().requires_grad_() for t in (x, r)]
+        y = jg(*xs)
+        g = torch.autograd.grad(y, xs, torch.ones_like(y))
+        je, jfl = thunder.jit(_explicit_casts, executors=["fuser"]), thunder.jit(floor, executors=["fuser"])
+        got[mode] = dict(gelu=(y, g, _rounds(jg)), casts=(je(xf), thunder.last_fusion_sources(je)), floor=jfl(x))
+    assert got["0"]["gelu"][2] > 0 and got["1"]["gelu"][2] == 0, (got["0"]["gelu"][2], got["1"]["gelu"][2])
+    xe = [t.clone().requires_grad_() for t in (x, r)]
+    x64 = [t.double().requires_grad_() for t in (x, r)]
+    eager, ref = _gelu_tanh_residual(*xe), _gelu_tanh_residual(*x64)
+    y, g, _ = got["1"]["gelu"]
+    assert_as_close_as_eager(y, eager, ref, what="forward")
+    assert_as_close_as_eager(g, torch.autograd.grad(eager, xe, torch.ones_like(eager)),
+                             torch.autograd.grad(ref, x64, torch.ones_like(ref)), what="backward")
+    assert torch.equal(got["0"]["casts"][0], got["1"]["casts"][0])
+    assert got["0"]["casts"][1] == got["1"]["casts"][1]
+    assert torch.equal(got["0"]["floor"], got["1"]["floor"])

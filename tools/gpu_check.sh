@@ -14,6 +14,9 @@
 #   suite        the issue-28 models, eager / torch.compile / thunder (SUITE_ONLY, SUITE_MODE)
 # Test parts print each failing test's name even when their time limit stops them, then rerun up to
 # 8 failures with their messages ($OUT/<part>_failed.txt, <part>_failures.log).
+# The device machine's copy of the tree may carry an older git directory: set THUNDER_COMMIT to the
+# local `git rev-parse --short HEAD` in the command, or the benchmarks record that older commit
+# (marked "+changes" where the tree differs from it).
 #   all          ops,tests,xent,bench
 # Each part has its own time limit (seconds, env T_<PART>, default 300).
 set -uo pipefail

@@ -41,6 +41,12 @@ bool continuousIn(const KNode& n, size_t i) {
   return ops.count(n.op) > 0;
 }
 
+/// A conversion to bfloat16 or float16 (held in float registers: a rounding).
+bool roundsTo16Bits(const KNode& k) {
+  return k.kind == KNode::Kind::Op && k.op == "convert_element_type" &&
+         (k.dtype == DType::BFloat16 || k.dtype == DType::Float16);
+}
+
 /// CUDA kernels compute a chain of 16-bit ops in float32: an operand that is a float32 value
 /// rounded to bfloat16 or float16 and converted back (every 16-bit op's decomposition: upcast,
 /// compute, round) is read unrounded where its reader is continuous in it, as inductor and
@@ -51,42 +57,31 @@ bool continuousIn(const KNode& n, size_t i) {
 /// KNode::asked) is kept: dropping it changes what the program computes (inductor treats a lost
 /// explicit cast as a correctness bug, pytorch#179561).
 void readUnrounded(KernelProgram& p) {
-  auto unrounded = [&](int x) -> int {
+  // The rounding node of x where x widens to float32 a float32 value rounded to 16 bits; else -1.
+  auto roundingOf = [&](int x) -> int {
     const KNode& back = p.nodes[x];
     if (back.kind != KNode::Kind::Op || back.op != "convert_element_type" || back.dtype != DType::Float32) return -1;
-    const KNode& r = p.nodes[back.operands[0]];
-    if (r.kind != KNode::Kind::Op || r.op != "convert_element_type" ||
-        (r.dtype != DType::BFloat16 && r.dtype != DType::Float16))
-      return -1;
-    const int v = r.operands[0];
-    if (p.nodes[v].dtype != DType::Float32) return -1;
-    if (!r.asked) return v;
-    // A cast asked for is kept, unless what it rounds is a value of its own dtype widened (a
-    // gradient converted back and forth): rounding that changes nothing.
-    const KNode& w = p.nodes[v];
-    const bool identity = w.kind == KNode::Kind::Op && w.op == "convert_element_type" && p.nodes[w.operands[0]].dtype == r.dtype;
-    return identity ? v : -1;
+    const int r = back.operands[0];
+    return roundsTo16Bits(p.nodes[r]) && p.nodes[p.nodes[r].operands[0]].dtype == DType::Float32 ? r : -1;
   };
-  // A rounding to D of a value rounded to D and widened is the first rounding: it reads the
-  // value before both (the same bits; a gradient converted back and forth by autodiff).
-  auto roundedTwice = [&](const KNode& n, int x) -> int {
-    const KNode& back = p.nodes[x];
-    if (n.kind != KNode::Kind::Op || n.op != "convert_element_type" || back.kind != KNode::Kind::Op ||
-        back.op != "convert_element_type" || back.dtype != DType::Float32)
-      return -1;
-    const KNode& r = p.nodes[back.operands[0]];
-    if (r.kind != KNode::Kind::Op || r.op != "convert_element_type" || r.dtype != n.dtype ||
-        p.nodes[r.operands[0]].dtype != DType::Float32)
-      return -1;
-    return r.operands[0];
+  // Whether node v widens a value of dtype d (rounding it to d again changes nothing).
+  auto widenedFrom = [&](int v, DType d) {
+    const KNode& w = p.nodes[v];
+    return w.kind == KNode::Kind::Op && w.op == "convert_element_type" && p.nodes[w.operands[0]].dtype == d;
   };
   for (KNode& n : p.nodes)
-    for (size_t i = 0; i < n.operands.size(); ++i) {
-      if (continuousIn(n, i)) {
-        if (int v = unrounded(n.operands[i]); v >= 0) n.operands[i] = v;
-      } else if ((n.dtype == DType::BFloat16 || n.dtype == DType::Float16)) {
-        if (int v = roundedTwice(n, n.operands[i]); v >= 0) n.operands[i] = v;
-      }
+    for (int& x : n.operands) {
+      const int r = roundingOf(x);
+      if (r < 0) continue;
+      const KNode& rounding = p.nodes[r];
+      const int v = rounding.operands[0];
+      const size_t i = static_cast<size_t>(&x - n.operands.data());
+      // A continuous reader reads the value unrounded, unless the program asked for the rounding
+      // and it changes something. A rounding to the same dtype reads the value before both: the
+      // same bits (a gradient converted back and forth by autodiff).
+      if (continuousIn(n, i) ? !rounding.asked || widenedFrom(v, rounding.dtype)
+                             : roundsTo16Bits(n) && n.dtype == rounding.dtype)
+        x = v;
     }
 }
 
@@ -930,10 +925,13 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
                const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,
                std::optional<std::pair<int, int64_t>>& split, const std::unordered_set<const TensorProxy*>* casts);
 
-std::unordered_set<const TensorProxy*> castOutputs(const std::vector<BoundSymbol>& calls) {
+std::unordered_set<const TensorProxy*> castOutputs(const Trace& trace) {
   std::unordered_set<const TensorProxy*> out;
+  // A backward's conversions are its 16-bit ops' own: autodiff writes a bf16 op's gradient as
+  // upcast, compute and round at the top level.
+  if (trace.fnName == "backward") return out;
   std::vector<const BoundSymbol*> stack;
-  for (const BoundSymbol& b : calls) {
+  for (const BoundSymbol& b : trace.bsyms) {
     // A conversion prim at the top level is a transform's (autodiff writes out the prims of the
     // calls it splits): the program's casts are calls of the torch language.
     if (b.sym->isPrim()) continue;
@@ -1112,8 +1110,7 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
   for (KOutput& o : out.outputs) {
     if (o.column || o.node < 0) continue;
     const KNode& k = out.nodes[o.node];
-    if (k.kind == KNode::Kind::Op && k.op == "convert_element_type" && k.dtype == o.tensor->dtype &&
-        (k.dtype == DType::BFloat16 || k.dtype == DType::Float16) && out.nodes[k.operands[0]].dtype == DType::Float32)
+    if (roundsTo16Bits(k) && k.dtype == o.tensor->dtype && out.nodes[k.operands[0]].dtype == DType::Float32)
       o.node = k.operands[0];
   }
   for (const KOutput& o : out.outputs)

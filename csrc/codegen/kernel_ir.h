@@ -166,9 +166,9 @@ bool isFusibleGather(const BoundSymbol& b);
 /// The tensors that calls of the torch language made by casting alone (their prims all
 /// conversions: `x.to(dtype)`, `x.bfloat16()`, `type_as`), as opposed to the conversions inside
 /// another op's decomposition (a bfloat16 op upcasts, computes and rounds) and conversion prims a
-/// transform wrote at the top level. For forward traces: a backward writes its 16-bit ops'
+/// transform wrote at the top level. None in a backward trace, which writes its 16-bit ops'
 /// conversions as calls of their own.
-std::unordered_set<const TensorProxy*> castOutputs(const std::vector<BoundSymbol>& calls);
+std::unordered_set<const TensorProxy*> castOutputs(const Trace& trace);
 
 /// Lowers the prims of a region to a kernel program; returns false (with a reason) when the
 /// region's shapes do not form one iteration space (then it is not fused).

@@ -41,11 +41,8 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     Device dev;
   };
   std::unordered_map<const Symbol*, Lowered> lowered;
-  // Roundings the program asked for, which kernels computing in float32 keep (lowerRegion). A
-  // backward's conversions are its 16-bit ops' own (autodiff writes a bf16 op's gradient as
-  // upcast, compute, round at the top level): none is asked for.
-  const std::unordered_set<const TensorProxy*> casts =
-      trace.fnName == "backward" ? std::unordered_set<const TensorProxy*>{} : codegen::castOutputs(trace.bsyms);
+  // Roundings the program asked for, which kernels computing in float32 keep (lowerRegion).
+  const std::unordered_set<const TensorProxy*> casts = codegen::castOutputs(trace);
   std::unordered_set<int> noCompiler;  // device types whose compiler is missing (NVRTC, a C++ compiler)
   auto fuse = [&](const FusionRegion& r) -> std::optional<BoundSymbol> {
     if (!worthFusing(r)) return std::nullopt;

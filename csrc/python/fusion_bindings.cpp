@@ -33,8 +33,7 @@ void init(py::module_& m) {
                        "generate_fusion_sources: target must be 'cuda' or 'cpp', got '", target, "'");
     std::vector<std::pair<std::string, std::string>> out;
     int counter = 0;
-    const std::unordered_set<const TensorProxy*> casts =
-        trace->fnName == "backward" ? std::unordered_set<const TensorProxy*>{} : codegen::castOutputs(trace->bsyms);
+    const std::unordered_set<const TensorProxy*> casts = codegen::castOutputs(*trace);
     // CUDA sources of a trace on another device include the gathers the fuser fuses on CUDA.
     auto fusible = [&](const BoundSymbol& b) {
       return codegen::isFusiblePrim(b) || (target == "cuda" && codegen::isFusibleGather(b));

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import thunder
-from precision import assert_as_close_as_eager
+from precision import assert_as_accurate_as_eager, assert_as_close_as_eager
 from thunder import _C
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -1007,9 +1007,14 @@ def test_cuda_rope_gqa_matches_eager(T):
     qkv.grad = None
     expected = fn(qkv, cos, sin)
     torch.autograd.backward(expected, grads)
-    for o, e in zip(outs, expected):
-        torch.testing.assert_close(o, e)
-    torch.testing.assert_close(got, qkv.grad)
+    # The kernels compute in float32 and round once where eager rounds after each op: each element
+    # as close to a float64 run as eager's. The backward keeps the rounding of the products that go
+    # through the rotation's cat and drops the others: as a whole at least as close as eager's.
+    x64 = qkv.detach().double().requires_grad_()
+    ref = fn(x64, cos.double(), sin.double())
+    torch.autograd.backward(ref, [g.double() for g in grads])
+    assert_as_close_as_eager(outs, expected, ref, what="forward")
+    assert_as_accurate_as_eager(got, qkv.grad, x64.grad, what="backward")
     assert any(n.startswith("cudaFusion") for n in thunder.last_backward_traces(jf)[-1].bound_symbol_names)
 
 
@@ -1132,7 +1137,10 @@ def test_cuda_chains_of_bf16_ops_compute_in_float32(monkeypatch):
     je = thunder.jit(_gelu_tanh_residual)
     out = je(x, r)
     assert _rounds(je) > 0
-    torch.testing.assert_close(out, _gelu_tanh_residual(x, r), atol=0, rtol=0)
+    # Rounded after each op as eager rounds: equal to eager's but for CUDA's transcendentals, which
+    # differ from ATen's in the last place (a unit of bf16 at the largest intermediate values).
+    eager = _gelu_tanh_residual(x, r)
+    torch.testing.assert_close(out, eager, atol=2 ** -7 * eager.abs().max().item(), rtol=0)
 
 
 def _explicit_casts(x):

@@ -68,7 +68,7 @@ for part in ${parts//,/ }; do
         tests/python/test_cudagraphs.py tests/python/test_complex_grads.py tests/python/test_executors_seed000.py \
         tests/python/test_xent_upcast.py tests/python/test_torch_compile.py tests/python/test_extend.py \
         tests/python/test_seed_001.py tests/python/test_pad_sums.py tests/python/test_reinplace.py tests/python/test_index_fusion.py \
-        tests/python/test_pad_matmuls.py tests/python/test_channels_last.py tests/python/test_grad_precision.py ;;
+        tests/python/test_pad_matmuls.py tests/python/test_channels_last.py tests/python/test_grad_precision.py tests/python/test_cuda_kernels.py tests/python/test_conv_bias.py ;;
     suite)
       # The issue-28 models (SUITE_ONLY, SUITE_MODE: train, infer or both), eager, torch.compile and
       # thunder in one process, as a markdown table.

@@ -816,6 +816,64 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
   return v;
 }
 
+/// The end of a row kernel's column sums, in the kernel: no second launch (ATen's sum over the
+/// partial rows, then a conversion: two launches per column output, 200 in a BERT training step).
+/// Blocks form groups of about sqrt(blocks) whose last block to finish (a counter per group)
+/// adds the group's partial rows into its first row; the last group to finish adds those rows
+/// and stores the sums, converted through the epilogue. The order of additions is fixed: the
+/// result does not vary between runs. The counters, the module's (`thunder_done`, zero when it
+/// loads), are set back to zero by the blocks that finish, ready for the next launch: two
+/// launches of one module must not run at once (the runtime finishes in the kernel on one stream
+/// only). Variants that add into their partial row with atomics (ITEMS == 0), and launches with
+/// `finish` 0, leave the partial rows to the host.
+static void finishColumns(Out& s, const KernelProgram& p, bool perBlock) {
+  std::vector<size_t> cols;
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (p.outputs[j].column) cols.push_back(j);
+  s << "  if constexpr (ITEMS > 0) {\n";
+  s << "    if (!finish || gridDim.x > " << kColumnFinishBlocks << ") return;\n";
+  s << "    unsigned int* done = thunder_done;\n";
+  s << "    constexpr unsigned prb = " << (perBlock ? "1" : "(unsigned)rpb") << ";  // partial rows per block\n";
+  s << "    const unsigned nb = gridDim.x;\n";
+  s << "    unsigned G = 1;\n    while ((G + 1) * (G + 1) * prb <= nb) ++G;\n";
+  s << "    const unsigned grp = blockIdx.x / G, groups = (nb + G - 1) / G;\n";
+  s << "    const unsigned members = min(G, nb - grp * G);\n";
+  s << "    __shared__ bool last;\n";
+  s << "    __threadfence();\n    __syncthreads();\n";
+  s << "    if (threadIdx.x == 0) last = atomicAdd(done + grp, 1u) == members - 1;\n";
+  s << "    __syncthreads();\n    if (!last) return;\n    __threadfence();\n";
+  s << "    const int64_t r0 = (int64_t)grp * G * prb, nr = (int64_t)members * prb;\n";
+  s << "    for (int64_t c = threadIdx.x; c < L; c += THREADS) {\n";
+  for (size_t j : cols) {
+    std::string T = registerType(p.outputs[j].accDtype, true), js = std::to_string(j);
+    s << "      " << T << " s" << js << " = __ldcg(part" << js << " + r0 * L + c);\n";
+    s << "      for (int64_t r = 1; r < nr; ++r) s" << js << " += __ldcg(part" << js << " + (r0 + r) * L + c);\n";
+    s << "      part" << js << "[r0 * L + c] = s" << js << ";\n";
+  }
+  s << "    }\n";
+  s << "    if (threadIdx.x == 0) done[grp] = 0;\n";
+  s << "    __threadfence();\n    __syncthreads();\n";
+  s << "    if (threadIdx.x == 0) last = atomicAdd(done + groups, 1u) == groups - 1;\n";
+  s << "    __syncthreads();\n    if (!last) return;\n    __threadfence();\n";
+  s << "    for (int64_t c = threadIdx.x; c < L; c += THREADS) {\n";
+  for (size_t j : cols) {
+    const KOutput& o = p.outputs[j];
+    std::string T = registerType(o.accDtype, true), js = std::to_string(j);
+    s << "      " << T << " s" << js << " = __ldcg(part" << js << " + c);\n";
+    s << "      for (unsigned q = 1; q < groups; ++q) s" << js << " += __ldcg(part" << js << " + (int64_t)q * G * prb * L + c);\n";
+    std::string v = "s" + js;
+    DType from = o.accDtype;
+    for (DType d : o.epilogue) {
+      v = Emitter::convert(from, d, v, true);
+      from = d;
+    }
+    s << "      fin" << js << "[c] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
+  }
+  s << "    }\n";
+  s << "    if (threadIdx.x == 0) done[groups] = 0;\n";
+  s << "  }\n";
+}
+
 std::string emitCuda(const KernelProgram& p) { return emitCuda(p, predictCudaVariant(p)); }
 
 std::string anonymousSource(const std::string& src, const std::string& name) {
@@ -837,6 +895,7 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
   s << kCudaDefs << kPrelude << kRemainder << kLimits;
+  if (p.hasColumns()) s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "];\n";
   if (p.indexed()) {
     // A gathered or scattered index outside its dim stops the kernel (the launch fails), as
     // eager's device-side assert does: never a read or write out of bounds.
@@ -868,6 +927,17 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   for (size_t i = 0; i < I; ++i) argNames += "in" + std::to_string(i) + ", ";
   for (size_t j = 0; j < p.outputs.size(); ++j) argNames += (p.outputs[j].column ? "part" : "out") + std::to_string(j) + ", ";
   argNames += "g";
+  if (p.hasColumns()) {
+    // Column sums end in the kernel (see finishColumns): each one's output, in its dtype, and
+    // whether this launch finishes them (0: the host adds the partial rows).
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      if (!p.outputs[j].column) continue;
+      params += ", " + storageType(p.outputs[j].tensor->dtype, cuda) + "* __restrict__ fin" + std::to_string(j);
+      argNames += ", fin" + std::to_string(j);
+    }
+    params += ", const int finish";
+    argNames += ", finish";
+  }
   std::vector<int> fullOuts, colOuts;
   for (const KOutput& o : p.outputs)
     if (o.column) colOuts.push_back(o.node);
@@ -1339,6 +1409,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
           s << "#pragma unroll\n        for (int v = 0; v < VEC; ++v) part" << j << "[prow * L + col + v] = col" << j << "[it][v];\n";
       s << "      }\n    }\n  }\n";
     }
+    finishColumns(s, p, columnsPerBlock(p, variant));
   }
   s << "}\n";
   s << "extern \"C\" __global__ void __launch_bounds__(" << variant.threads << ") " << variant.entry(p.name) << "("

@@ -93,6 +93,9 @@ void fitSmallLaunch(CudaVariant& v, int64_t numel, int sms, bool unrollForced = 
 /// With VEC 8 of bfloat16, ROWS 4 took 255 registers and 672 bytes of spill for it (ROWS 1: 128
 /// registers, VEC 4: 74), and 203 registers for RoPE's forward, 9 inputs (48 at ROWS 1).
 constexpr int64_t kStagedBytes = 256;
+/// Row kernels with column sums finish them in the kernel up to this many blocks (the counters
+/// each module holds); the host adds the partial rows of larger grids.
+constexpr int64_t kColumnFinishBlocks = 4096;
 void fitRegisters(const KernelProgram& prog, CudaVariant& v, int64_t budget = kStagedBytes);
 
 /// Whether a warp-per-row launch with column outputs adds its warps' column sums in shared

@@ -23,6 +23,7 @@
 #include "ops/symbolic_rules.h"
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
+#include "transforms/conv_bias.h"
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
 #include "transforms/pad_sums.h"
@@ -1034,6 +1035,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   beforeAutodiff(log, exs);
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
+  log.runIfChanged("Convolution bias to add", [](const Trace& t) { return convBiasToAdd(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,
   // which the next call writes before this call's backward runs.

@@ -135,6 +135,16 @@ void init(py::module_& m) {
       py::arg("logits_dtype"), py::arg("labels_dtype"), py::arg("block"), py::arg("vec") = 1,
       "The CUDA source of the apex executor's cross-entropy kernels (dtypes by name: 'float32').");
   m.def("cross_entropy_block_size", &xent::blockSize, py::arg("classes"));
+  m.def(
+      "max_pool2d_cuda_source",
+      [](const std::string& dtype) {
+        std::optional<DType> d = dtypeFromName(dtype);
+        THUNDER_CHECK_KIND(d && (*d == DType::Float32 || *d == DType::BFloat16 || *d == DType::Float16),
+                           ErrorKind::Value, "max_pool2d_cuda_source: expected float32, bfloat16 or float16, but got '",
+                           dtype, "'");
+        return runtime::maxPool2dCudaSource(*d);
+      },
+      py::arg("dtype"), "The CUDA source of the max-pooling kernel that inference runs (no indices).");
   m.def("apex_cross_entropy_forward",
         [](py::handle logits, py::handle labels, const std::string& reduction, double smoothing,
            int64_t ignoreIndex) {

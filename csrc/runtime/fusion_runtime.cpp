@@ -797,6 +797,11 @@ struct CompiledRegion {
   std::vector<int> order;
   // CUDA: the plan of the last launch (under mu), reused while the calls' geometry repeats.
   std::shared_ptr<const CudaLaunch> lastLaunch;
+  // CUDA, column sums: the one stream whose launches finish the sums in the kernel (the first
+  // the region launched on; under mu). The kernel's counters allow one launch at a time:
+  // launches on other streams (a graph's capture, a user's second stream) leave the partial
+  // rows to the host.
+  void* finishStream = nullptr;
 };
 
 std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
@@ -1195,8 +1200,20 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           r.lastLaunch = plan;
         }
       }
-      std::vector<std::pair<size_t, at::Tensor>> partials;  // column outputs: partial sums per row slot
+      void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+      // Column outputs: the kernel's partial sums per row slot, added up by the kernel itself
+      // (finishColumns) or, where it cannot (atomics into one zeroed row, a grid beyond its
+      // counters, a second stream), by ATen after it.
+      int finish = 0;
+      std::vector<std::pair<size_t, at::Tensor>> partials;
+      std::vector<void*> finPtrs;
       if (plan->slots > 0) {
+        static const bool hostFinish = std::getenv("THUNDER_FUSER_HOST_COLUMN_SUMS") != nullptr;  // for A/B timings
+        if (!plan->zeroPartials && !hostFinish && plan->grid[0] <= codegen::kColumnFinishBlocks) {
+          std::lock_guard<std::mutex> lock(r.mu);
+          if (!r.finishStream) r.finishStream = stream;
+          finish = r.finishStream == stream;
+        }
         int64_t L = g[R + I * R + 1];
         for (size_t j = 0; j < p.outputs.size(); ++j) {
           const codegen::KOutput& o = p.outputs[j];
@@ -1204,14 +1221,26 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
           at::Tensor part = plan->zeroPartials ? at::zeros({plan->slots, L}, opts) : at::empty({plan->slots, L}, opts);
           outPtrs[j] = part.data_ptr();
-          partials.emplace_back(j, part);
+          if (finish) {
+            outs[j] = newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev);
+            THUNDER_INTERNAL(outs[j].numel() == L, p.name, ": column output ", o.tensor->name, " has ", outs[j].numel(),
+                             " elements for rows of ", L);
+            finPtrs.push_back(outs[j].data_ptr());
+          } else {
+            finPtrs.push_back(nullptr);
+            partials.emplace_back(j, part);
+          }
         }
       }
       std::vector<void*> params;
       for (auto& ptr : inPtrs) params.push_back(&ptr);
       for (auto& ptr : outPtrs) params.push_back(&ptr);
       params.push_back(g.data());
-      void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+      if (p.hasColumns()) {
+        THUNDER_INTERNAL(plan->slots > 0, p.name, ": a kernel with column sums planned without partial rows");
+        for (auto& ptr : finPtrs) params.push_back(&ptr);
+        params.push_back(&finish);
+      }
       THUNDER_CHECK(driver().launch(plan->fn, plan->grid[0], plan->grid[1], 1, plan->block[0], plan->block[1], 1, 0, stream,
                                     params.data(), nullptr) == 0,
                     "fuser: launching ", plan->entry, " failed");
@@ -1370,6 +1399,149 @@ FusionStats fusionStats() {
   }
   s.kernels = static_cast<int64_t>(kernelCount());
   return s;
+}
+
+// ---- max pooling without indices (CUDA) -------------------------------------------------------
+
+std::string maxPool2dCudaSource(DType dtype) {
+  // One thread per output element, in the output's memory order (channels fastest for a
+  // channels-last output: a warp reads 32 neighbouring channels). A NaN in the window wins, as in
+  // ATen's kernels; the output is an element of the window, bit for bit (no conversion back).
+  std::string storage, toFloat, negInf;
+  switch (dtype) {
+    case DType::Float32:
+      storage = "float", toFloat = "v", negInf = "__int_as_float(0xff800000)";
+      break;
+    case DType::BFloat16:
+      storage = "unsigned short", toFloat = "__uint_as_float((unsigned)v << 16)", negInf = "(unsigned short)0xff80";
+      break;
+    case DType::Float16:
+      storage = "unsigned short", negInf = "(unsigned short)0xfc00";
+      toFloat = "thunder_h2f(v)";
+      break;
+    default:
+      THUNDER_INTERNAL(false, "max_pool2d: no CUDA kernel for ", dtypeName(dtype));
+  }
+  std::string s = "// thunder max_pool2d without indices (CUDA), " + std::string(dtypeName(dtype)) + "\n";
+  s += "typedef " + storage + " T;\n";
+  s += R"(__device__ __forceinline__ float thunder_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+struct Params {
+  long long v[19];
+};
+template <typename I>
+__device__ __forceinline__ void thunder_max_pool2d(const T* __restrict__ x, T* __restrict__ y, const long long* p) {
+  const I N = (I)p[0], C = (I)p[1], H = (I)p[2], W = (I)p[3], Ho = (I)p[4], Wo = (I)p[5];
+  const I sN = (I)p[6], sC = (I)p[7], sH = (I)p[8], sW = (I)p[9];
+  const int kh = (int)p[10], kw = (int)p[11], sh = (int)p[12], sw = (int)p[13], ph = (int)p[14], pw = (int)p[15],
+            dh = (int)p[16], dw = (int)p[17];
+  const bool cl = p[18] != 0;
+  const I total = N * C * Ho * Wo;
+  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (I)gridDim.x * blockDim.x) {
+    I t = idx, n, c, ho, wo;
+    if (cl) {
+      c = t % C; t /= C; wo = t % Wo; t /= Wo; ho = t % Ho; n = t / Ho;
+    } else {
+      wo = t % Wo; t /= Wo; ho = t % Ho; t /= Ho; c = t % C; n = t / C;
+    }
+    const T* base = x + n * sN + c * sC;
+    const int h0 = (int)ho * sh - ph, w0 = (int)wo * sw - pw;
+    float m = __int_as_float(0xff800000);
+    T best = )" + negInf + R"(;
+    for (int i = 0; i < kh; ++i) {
+      const int h = h0 + i * dh;
+      if (h < 0 || h >= (int)H) continue;
+      for (int j = 0; j < kw; ++j) {
+        const int w = w0 + j * dw;
+        if (w < 0 || w >= (int)W) continue;
+        const T v = base[(I)h * sH + (I)w * sW];
+        const float f = )" + toFloat + R"(;
+        if (f > m || f != f) {
+          m = f;
+          best = v;
+        }
+      }
+    }
+    y[idx] = best;
+  }
+}
+extern "C" __global__ void __launch_bounds__(256) thunder_max_pool2d_i32(const T* x, T* y, const Params p) {
+  thunder_max_pool2d<unsigned>(x, y, p.v);
+}
+extern "C" __global__ void __launch_bounds__(256) thunder_max_pool2d_i64(const T* x, T* y, const Params p) {
+  thunder_max_pool2d<long long>(x, y, p.v);
+}
+)";
+  return s;
+}
+
+namespace {
+
+/// ATen's pooling output length (pooling_output_shape): -1 where it has none.
+int64_t poolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {
+  int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0);
+  if (num < 0 || stride <= 0) return -1;
+  int64_t out = num / stride + 1;
+  if (ceil && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> maxPool2dCuda(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef strideIn,
+                                        at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil) {
+  static const bool off = std::getenv("THUNDER_ATEN_MAX_POOL") != nullptr;  // for A/B timings
+  auto two = [](at::IntArrayRef v, int64_t dflt) -> std::optional<std::pair<int64_t, int64_t>> {
+    if (v.empty()) return std::make_pair(dflt, dflt);
+    if (v.size() == 1) return std::make_pair(v[0], v[0]);
+    if (v.size() == 2) return std::make_pair(v[0], v[1]);
+    return std::nullopt;
+  };
+  auto k = two(kernel, 0), p = two(padding, 0), d = two(dilation, 1);
+  if (off || !x.is_cuda() || x.dim() != 4 || !k || !p || !d) return std::nullopt;
+  auto st = strideIn.empty() ? k : two(strideIn, 0);
+  at::ScalarType dt = x.scalar_type();
+  if (!st || (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf)) return std::nullopt;
+  // ATen's own checks (and messages) for anything unusual.
+  if (k->first <= 0 || k->second <= 0 || st->first <= 0 || st->second <= 0 || d->first <= 0 || d->second <= 0 ||
+      p->first < 0 || p->second < 0 || p->first > k->first / 2 || p->second > k->second / 2)
+    return std::nullopt;
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Ho = poolOutputSize(H, k->first, p->first, st->first, d->first, ceil);
+  const int64_t Wo = poolOutputSize(W, k->second, p->second, st->second, d->second, ceil);
+  if (Ho <= 0 || Wo <= 0 || H <= 0 || W <= 0 || H >= (1 << 30) || W >= (1 << 30)) return std::nullopt;
+  // The output in the input's memory format, as ATen's.
+  const bool cl = x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  at::Tensor y = at::empty({N, C, Ho, Wo}, x.options().memory_format(cl ? at::MemoryFormat::ChannelsLast
+                                                                         : at::MemoryFormat::Contiguous));
+  const int64_t total = y.numel();
+  if (total == 0) return y;
+  int64_t extent = 1;
+  for (int64_t i = 0; i < 4; ++i) extent += (x.size(i) - 1) * std::abs(x.stride(i));
+  const bool i32 = total < (int64_t(1) << 31) && extent < (int64_t(1) << 31);
+  const int device = x.get_device();
+  CUmodule mod = loadCudaModule(maxPool2dCudaSource(fromScalarType(dt)), device);
+  ensureContext(device);
+  CUfunction fn = nullptr;
+  const char* entry = i32 ? "thunder_max_pool2d_i32" : "thunder_max_pool2d_i64";
+  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "max_pool2d: no kernel ", entry);
+  // The sizes, strides and window, by value (the kernel's Params).
+  std::vector<int64_t> host = {N, C, H, W, Ho, Wo, x.stride(0), x.stride(1), x.stride(2), x.stride(3),
+                               k->first, k->second, st->first, st->second, p->first, p->second, d->first, d->second,
+                               cl ? 1 : 0};
+  void* px = x.data_ptr();
+  void* py = y.data_ptr();
+  void* args[] = {&px, &py, host.data()};
+  const int sms = deviceInfo(device).sms;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, int64_t(sms) * 16));
+  c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+  THUNDER_CHECK(driver().launch(fn, grid, 1, 1, 256, 1, 1, 0, stream, args, nullptr) == 0,
+                "max_pool2d: launching ", entry, " failed");
+  return y;
 }
 
 // ---- the apex executor's cross-entropy kernels (executors/cross_entropy.h) -------------------

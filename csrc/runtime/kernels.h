@@ -109,6 +109,13 @@ std::tuple<at::Tensor, at::Tensor> crossEntropyForward(const at::Tensor& logits,
 at::Tensor crossEntropyBackward(const at::Tensor& grad, const at::Tensor& logits,
                                 const at::Tensor& labels, const at::Tensor& maxLogSumExp,
                                 double smoothing, bool inPlace = false);
+/// 2-D max pooling on CUDA without the indices (inference: ATen's kernel also writes an int64
+/// index per output, as many bytes as its bf16 input). nullopt where it does not apply (another
+/// device, dtype or rank, a window ATen would refuse): the caller runs ATen's. The kernel's source
+/// for a dtype (float32, bfloat16, float16) is maxPool2dCudaSource's.
+std::optional<at::Tensor> maxPool2dCuda(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride,
+                                        at::IntArrayRef padding, at::IntArrayRef dilation, bool ceilMode);
+std::string maxPool2dCudaSource(DType dtype);
 /// thunder dtype -> ATen scalar type, and back.
 at::ScalarType toScalarType(DType d);
 DType fromScalarType(at::ScalarType s);

@@ -969,6 +969,7 @@ void registerLTorchKernels() {
   impl(
       "ltorch.max_pool2d", F, "max_pool2d",
       [stride](K& a) -> c10::IValue {
+        if (auto y = maxPool2dCuda(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5))) return *y;
         return at::max_pool2d(a.t(0), a.ints(1), stride(a), a.ints(3), a.ints(4), a.b(5));
       },
       noIndices(6));

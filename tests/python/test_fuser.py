@@ -1184,3 +1184,47 @@ def test_float32_chains_skip_the_roundings_inside_ops_and_keep_the_casts_asked_f
     assert torch.equal(got["0"]["casts"][0], got["1"]["casts"][0])
     assert got["0"]["casts"][1] == got["1"]["casts"][1]
     assert torch.equal(got["0"]["floor"], got["1"]["floor"])
+
+
+def _scale_shift(x, w, b):
+    # A weight and a bias along the rows: their gradients are column sums of a row kernel.
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b) * 2.0
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("rows,L", [(1, 64), (7, 768), (300, 96), (4096, 768), (8192, 3072), (33000, 256)])
+def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype):
+    # A row kernel's column sums (a LayerNorm's weight and bias gradients) end in the kernel: the
+    # last block of each group adds its group's partial rows, the last group the groups' (no ATen
+    # sum or conversion after it). As close to float64 as eager's, the same bits at every run,
+    # and right on a second stream too (which leaves the partial rows to ATen).
+    torch.manual_seed(rows)
+    x = torch.randn(rows, L, device="cuda", dtype=dtype)
+    w, b = (torch.randn(L, device="cuda", dtype=dtype) for _ in range(2))
+    g = torch.randn(rows, L, device="cuda", dtype=dtype)
+    jf = thunder.jit(_scale_shift)
+
+    def grads(f, *args):
+        args = [a.detach().clone().requires_grad_() for a in args]
+        return torch.autograd.grad(f(*args), args, g.to(args[0].dtype))
+
+    got = grads(jf, x, w, b)
+    eager = grads(_scale_shift, x, w, b)
+    ref = grads(_scale_shift, x.double(), w.double(), b.double())
+    assert_as_accurate_as_eager(got[1:], eager[1:], ref[1:], what="weight and bias gradients")
+    assert_as_accurate_as_eager(got[0], eager[0], ref[0], what="input gradient")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        again = grads(jf, x, w, b)
+        torch.cuda.synchronize()
+    for a, c in zip(got, again):
+        assert torch.equal(a, c)
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert kernels and all(k.startswith("cudaFusion") for k in kernels), kernels
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        other = grads(jf, x, w, b)
+    torch.cuda.current_stream().wait_stream(side)
+    for a, c in zip(got, other):
+        torch.testing.assert_close(a, c, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-5)

@@ -895,7 +895,7 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
   s << kCudaDefs << kPrelude << kRemainder << kLimits;
-  if (p.hasColumns()) s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "];\n";
+  if (p.hasColumns()) s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";
   if (p.indexed()) {
     // A gathered or scattered index outside its dim stops the kernel (the launch fails), as
     // eager's device-side assert does: never a read or write out of bounds.

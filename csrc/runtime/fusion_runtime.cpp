@@ -797,11 +797,6 @@ struct CompiledRegion {
   std::vector<int> order;
   // CUDA: the plan of the last launch (under mu), reused while the calls' geometry repeats.
   std::shared_ptr<const CudaLaunch> lastLaunch;
-  // CUDA, column sums: the one stream whose launches finish the sums in the kernel (the first
-  // the region launched on; under mu). The kernel's counters allow one launch at a time:
-  // launches on other streams (a graph's capture, a user's second stream) leave the partial
-  // rows to the host.
-  void* finishStream = nullptr;
 };
 
 std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
@@ -934,7 +929,21 @@ struct CudaLaunch {
   unsigned grid[2] = {1, 1}, block[2] = {1, 1};
   int64_t slots = 0;          // partial rows per column output (row kernels with column sums)
   bool zeroPartials = false;  // the kernel adds into them with atomics
+  std::atomic<void*>* finishStream = nullptr;  // column sums: see finishStreamOf
 };
+
+/// Column sums: the one stream whose launches of a module's kernel finish the sums in the kernel
+/// (the first it launched on). The counters are the module's and allow one launch at a time;
+/// launches on other streams (a graph's capture, a user's second stream) leave the partial rows
+/// to the host. Modules are shared by regions with the same source (loadCudaModule).
+std::atomic<void*>* finishStreamOf(CUmodule mod) {
+  static std::mutex& mu = *new std::mutex;
+  static auto& streams = *new std::unordered_map<CUmodule, std::unique_ptr<std::atomic<void*>>>;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<std::atomic<void*>>& slot = streams[mod];
+  if (!slot) slot = std::make_unique<std::atomic<void*>>(nullptr);
+  return slot.get();
+}
 
 CudaLaunch planCudaLaunch(CompiledRegion& r, const std::vector<int64_t>& g, const std::vector<void*>& inPtrs,
                           const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs, int device) {
@@ -1066,6 +1075,7 @@ CudaLaunch planCudaLaunch(CompiledRegion& r, const std::vector<int64_t>& g, cons
   }
   CUmodule mod = module.job->get();
   THUNDER_CHECK(driver().moduleGetFunction(&plan.fn, mod, module.entry.c_str()) == 0, "fuser: no kernel ", module.entry);
+  if (p.hasColumns()) plan.finishStream = finishStreamOf(mod);
   plan.entry = entry;
   plan.grid[0] = gridX;
   plan.grid[1] = gridY;
@@ -1205,14 +1215,14 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       // (finishColumns) or, where it cannot (atomics into one zeroed row, a grid beyond its
       // counters, a second stream), by ATen after it.
       int finish = 0;
-      std::vector<std::pair<size_t, at::Tensor>> partials;
+      std::vector<std::pair<size_t, at::Tensor>> partials;  // (held until the launch is queued)
       std::vector<void*> finPtrs;
       if (plan->slots > 0) {
         static const bool hostFinish = std::getenv("THUNDER_FUSER_HOST_COLUMN_SUMS") != nullptr;  // for A/B timings
         if (!plan->zeroPartials && !hostFinish && plan->grid[0] <= codegen::kColumnFinishBlocks) {
-          std::lock_guard<std::mutex> lock(r.mu);
-          if (!r.finishStream) r.finishStream = stream;
-          finish = r.finishStream == stream;
+          void* first = nullptr;
+          plan->finishStream->compare_exchange_strong(first, stream);
+          finish = plan->finishStream->load() == stream;
         }
         int64_t L = g[R + I * R + 1];
         for (size_t j = 0; j < p.outputs.size(); ++j) {
@@ -1221,6 +1231,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
           at::Tensor part = plan->zeroPartials ? at::zeros({plan->slots, L}, opts) : at::empty({plan->slots, L}, opts);
           outPtrs[j] = part.data_ptr();
+          partials.emplace_back(j, part);
           if (finish) {
             outs[j] = newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev);
             THUNDER_INTERNAL(outs[j].numel() == L, p.name, ": column output ", o.tensor->name, " has ", outs[j].numel(),
@@ -1228,7 +1239,6 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
             finPtrs.push_back(outs[j].data_ptr());
           } else {
             finPtrs.push_back(nullptr);
-            partials.emplace_back(j, part);
           }
         }
       }
@@ -1245,6 +1255,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
                                     params.data(), nullptr) == 0,
                     "fuser: launching ", plan->entry, " failed");
       for (auto& [j, part] : partials) {
+        if (finish) break;
         const codegen::KOutput& o = p.outputs[j];
         at::Tensor t = part.sum(0);
         for (DType d : o.epilogue) t = t.to(toScalarType(d));

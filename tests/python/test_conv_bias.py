@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import thunder
-from precision import assert_as_close_as_eager
+from precision import assert_as_accurate_as_eager
 
 
 def _convnext_block(x, cw, cb, w, lb):
@@ -23,12 +23,13 @@ def _conv_bn_relu(x, cw, cb, mean, var, w, b):
 
 
 def _check(got, eager, ref, what):
-    # float32 (CPU): the fused LayerNorm's sums differ from ATen's in the last bits; bfloat16
-    # (CUDA): each element as close to float64 as eager's, within a unit of bf16.
+    # float32 (CPU): the fused LayerNorm's sums differ from ATen's in the last bits. bfloat16
+    # (CUDA): as close to float64 as eager's, as a whole (a LayerNorm's output near zero is the
+    # difference of two numbers of the row's scale: an element's error is a unit of that scale).
     if got.dtype == torch.float32:
         torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5, msg=what)
     else:
-        assert_as_close_as_eager(got, eager, ref, ulps=2, what=what)
+        assert_as_accurate_as_eager(got, eager, ref, what=what)
 
 
 def _conv_relu(x, cw, cb):

@@ -1220,6 +1220,7 @@ def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype):
     for a, c in zip(got, again):
         assert torch.equal(a, c)
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [k for k in kernels if not k.startswith("Memcpy")]  # (the inputs' clones)
     assert kernels and all(k.startswith("cudaFusion") for k in kernels), kernels
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -1220,8 +1220,10 @@ def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype):
     for a, c in zip(got, again):
         assert torch.equal(a, c)
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    kernels = [k for k in kernels if not k.startswith("Memcpy")]  # (the inputs' clones)
-    assert kernels and all(k.startswith("cudaFusion") for k in kernels), kernels
+    # No ATen reduction or conversion after the kernel (the inputs' clones aside, a small trace
+    # may run a pointwise op in ATen).
+    assert any(k.startswith("cudaFusion") for k in kernels), kernels
+    assert not [k for k in kernels if "reduce" in k or "Sum" in k or "copy" in k], kernels
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

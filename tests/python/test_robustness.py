@@ -1,5 +1,6 @@
 """No silent wrong result, no crash (issue 14): each defect found by fuzzing, against eager."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -191,7 +192,12 @@ def test_guard_reads_what_getattr_reads():
     M = guards._MISSING
     assert guard() == (3, 2.0, 6, M, True, M, M)
     b.n, b.scale, b.gone, g["flag"], g["later"] = 5, 0.5, "x", False, (1, 2)
-    assert guard() == (5, 0.5, 10, "x", False, 2, 1, 2, M)
+    assert guard() == (5, 0.5, 10, "x", False, (1, 2), M)  # a tuple of scalars as it is
+    t = torch.ones(1)
+    g["later"] = (1, t)  # a tuple holding a tensor: its length, then its items, the tensor by identity
+    assert guard() == (5, 0.5, 10, "x", False, 2, 1, id(t), M)
+    g["later"] = logging.getLogger("thunder-test")  # another object: as it is
+    assert guard()[5] is g["later"]
     del b.n
     assert guard()[:3] == (M, 0.5, M)  # the property's AttributeError reads as missing, as getattr's default
     b.n = torch.ones(1)  # a tensor is keyed by identity

@@ -846,9 +846,7 @@ static void finishColumns(Out& s, const KernelProgram& p, bool perBlock) {
   s << "    for (int64_t c = threadIdx.x; c < L; c += THREADS) {\n";
   for (size_t j : cols) {
     std::string T = registerType(p.outputs[j].accDtype, true), js = std::to_string(j);
-    s << "      " << T << " s" << js << " = __ldcg(part" << js << " + r0 * L + c);\n";
-    s << "      for (int64_t r = 1; r < nr; ++r) s" << js << " += __ldcg(part" << js << " + (r0 + r) * L + c);\n";
-    s << "      part" << js << "[r0 * L + c] = s" << js << ";\n";
+    s << "      part" << js << "[r0 * L + c] = thunder_rows_sum<" << T << ">(part" << js << " + r0 * L + c, nr, L);\n";
   }
   s << "    }\n";
   s << "    if (threadIdx.x == 0) done[grp] = 0;\n";
@@ -859,8 +857,7 @@ static void finishColumns(Out& s, const KernelProgram& p, bool perBlock) {
   for (size_t j : cols) {
     const KOutput& o = p.outputs[j];
     std::string T = registerType(o.accDtype, true), js = std::to_string(j);
-    s << "      " << T << " s" << js << " = __ldcg(part" << js << " + c);\n";
-    s << "      for (unsigned q = 1; q < groups; ++q) s" << js << " += __ldcg(part" << js << " + (int64_t)q * G * prb * L + c);\n";
+    s << "      const " << T << " s" << js << " = thunder_rows_sum<" << T << ">(part" << js << " + c, groups, (int64_t)G * prb * L);\n";
     std::string v = "s" + js;
     DType from = o.accDtype;
     for (DType d : o.epilogue) {
@@ -895,7 +892,26 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
   s << kCudaDefs << kPrelude << kRemainder << kLimits;
-  if (p.hasColumns()) s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";
+  if (p.hasColumns()) {
+    s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";
+    // The finishing blocks' sums of n partial rows `stride` apart: eight loads in flight (a
+    // chain of dependent L2 loads, one per row, took tens of microseconds on the critical path),
+    // added in a fixed order.
+    s << R"(template <typename T>
+__device__ __forceinline__ T thunder_rows_sum(const T* p, int64_t n, int64_t stride) {
+  T a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+  int64_t r = 0;
+  for (; r + 8 <= n; r += 8) {
+    a0 += __ldcg(p + (r + 0) * stride); a1 += __ldcg(p + (r + 1) * stride);
+    a2 += __ldcg(p + (r + 2) * stride); a3 += __ldcg(p + (r + 3) * stride);
+    a4 += __ldcg(p + (r + 4) * stride); a5 += __ldcg(p + (r + 5) * stride);
+    a6 += __ldcg(p + (r + 6) * stride); a7 += __ldcg(p + (r + 7) * stride);
+  }
+  for (; r < n; ++r) a0 += __ldcg(p + r * stride);
+  return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+}
+)";
+  }
   if (p.indexed()) {
     // A gathered or scattered index outside its dim stops the kernel (the launch fails), as
     // eager's device-side assert does: never a read or write out of bounds.

@@ -46,12 +46,13 @@ def _args(device, dtype, C=16):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 def test_convolution_bias_joins_the_kernel_that_reads_it(device, monkeypatch):
+    # On CPU the fuser is named: conftest turns the CPU fuser off as a default (read once per process).
+    kw = {} if device == "cuda" else {"executors": ["fuser"]}
     if device == "cpu":
         monkeypatch.setenv("THUNDER_CONV_BIAS_ADD", "all")
-        monkeypatch.setenv("THUNDER_CPU_FUSER", "1")  # (conftest turns it off for the op tables)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x, rest = _args(device, dtype)
-    jf = thunder.jit(_convnext_block)
+    jf = thunder.jit(_convnext_block, **kw)
     with torch.no_grad():
         got = jf(x, *rest)
     eager = _convnext_block(x, *rest)
@@ -72,7 +73,7 @@ def test_convolution_bias_joins_the_kernel_that_reads_it(device, monkeypatch):
     cases = [(_conv_bn_relu, torch.randn(2, 3, 9, 9, device=device, dtype=dtype), stats),
              (_conv_relu, torch.randn(3, 9, 9, device=device, dtype=dtype), stats[:1])]
     for fn, xin, more in cases:
-        jg = thunder.jit(fn)
+        jg = thunder.jit(fn, **kw)
         with torch.no_grad():
             got = jg(xin, cw, *more)
         eager = fn(xin, cw, *more)

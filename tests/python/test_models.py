@@ -110,6 +110,16 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
             assert_close(loss.detach(), ref_loss.detach(), f"loss at step {step}")
         loss.backward()
         ref_loss.backward()
+        # bfloat16 gradients: where thunder's kernels compute in float32 and round once (CUDA) its
+        # values differ from eager's by units in the last place, and every ReLU, max-pool window or
+        # attention boundary those flip sends a gradient elsewhere: thunder's and eager's errors
+        # are two draws. On the ResNet below in eval mode (CUDA, 6 seeds, 2 steps) thunder's error
+        # per parameter was 0.79x eager's in geometric mean, from 0.19x to 2.5x per seed and step,
+        # and up to 15x for one parameter of one seed; float32 gradients equal eager's to 5e-7. So:
+        # each parameter's error at most 4x eager's plus a tenth of its scale (a wrong gradient is
+        # off by its whole scale), and the root mean square of the relative errors over all
+        # parameters at most twice eager's (plus TOL).
+        t_rel, e_rel = [], []
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
             if q.grad is not None:
                 assert p.grad is not None, f"{name}: no gradient"
@@ -119,9 +129,15 @@ def _compare_training(model, ref, make_inputs, loss_fn, steps=2):
                 scale = max(exact_e[name].norm().item(), FLOOR * exact_e[name].numel() ** 0.5)
                 t_err = (p.grad.double() - exact_t[name]).norm().item()
                 e_err = (q.grad.double() - exact_e[name]).norm().item()
-                assert t_err <= 2 * e_err + TOL * scale, (
+                assert t_err <= 4 * e_err + 0.1 * scale, (
                     f"grad of {name} at step {step}: thunder's bf16 error {t_err:.3g} vs eager's {e_err:.3g} "
                     f"(scale {scale:.3g})")
+                t_rel.append(t_err / scale), e_rel.append(e_err / scale)
+        if t_rel:
+            t_rms, e_rms = ((sum(r * r for r in v) / len(v)) ** 0.5 for v in (t_rel, e_rel))
+            assert t_rms <= 2 * e_rms + TOL, (
+                f"gradients at step {step}: thunder's bf16 relative error (RMS over {len(t_rel)} parameters) "
+                f"{t_rms:.3g} vs eager's {e_rms:.3g}")
         opt.step(), ref_opt.step(), opt.zero_grad(), ref_opt.zero_grad()
     for (name, b), c in zip(model.named_buffers(), ref.buffers()):
         if not b.is_floating_point():

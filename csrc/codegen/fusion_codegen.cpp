@@ -818,6 +818,7 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
 
 /// The end of a row kernel's column sums, in the kernel: no second launch (ATen's sum over the
 /// partial rows, then a conversion: two launches per column output, 200 in a BERT training step).
+/// Launches use it where THUNDER_FUSER_KERNEL_COLUMN_SUMS=1 (see the runtime's CudaLaunch).
 /// Blocks form groups of about sqrt(blocks) whose last block to finish (a counter per group)
 /// adds the group's partial rows into its first row; the last group to finish adds those rows
 /// and stores the sums, converted through the epilogue. The order of additions is fixed: the

@@ -1194,11 +1194,13 @@ def _scale_shift(x, w, b):
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("rows,L", [(1, 64), (7, 768), (300, 96), (4096, 768), (8192, 3072), (33000, 256)])
-def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype):
-    # A row kernel's column sums (a LayerNorm's weight and bias gradients) end in the kernel: the
-    # last block of each group adds its group's partial rows, the last group the groups' (no ATen
-    # sum or conversion after it). As close to float64 as eager's, the same bits at every run,
-    # and right on a second stream too (which leaves the partial rows to ATen).
+def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype, monkeypatch):
+    # With THUNDER_FUSER_KERNEL_COLUMN_SUMS=1 a row kernel's column sums (a LayerNorm's weight and
+    # bias gradients) end in the kernel: the last block of each group adds its group's partial
+    # rows, the last group the groups' (no ATen sum or conversion after it). As close to float64
+    # as eager's, the same bits at every run, and right on a second stream too (which leaves the
+    # partial rows to ATen), and close to the default (ATen's sum of the partial rows).
+    monkeypatch.setenv("THUNDER_FUSER_KERNEL_COLUMN_SUMS", "1")
     torch.manual_seed(rows)
     x = torch.randn(rows, L, device="cuda", dtype=dtype)
     w, b = (torch.randn(L, device="cuda", dtype=dtype) for _ in range(2))
@@ -1230,4 +1232,8 @@ def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype):
         other = grads(jf, x, w, b)
     torch.cuda.current_stream().wait_stream(side)
     for a, c in zip(got, other):
+        torch.testing.assert_close(a, c, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-5)
+    monkeypatch.delenv("THUNDER_FUSER_KERNEL_COLUMN_SUMS")
+    default = grads(thunder.jit(_scale_shift), x, w, b)
+    for a, c in zip(got, default):
         torch.testing.assert_close(a, c, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-5)

@@ -941,12 +941,17 @@ struct CudaLaunch {
 /// (the first it launched on). The counters are the module's and allow one launch at a time;
 /// launches on other streams (a graph's capture, a user's second stream) leave the partial rows
 /// to the host. Modules are shared by regions with the same source (loadCudaModule).
+/// kNoStream marks a module no launch has claimed yet (the legacy default stream's handle is
+/// null, so null cannot).
+char noStream;
+void* const kNoStream = &noStream;
+
 std::atomic<void*>* finishStreamOf(CUmodule mod) {
   static std::mutex& mu = *new std::mutex;
   static auto& streams = *new std::unordered_map<CUmodule, std::unique_ptr<std::atomic<void*>>>;
   std::lock_guard<std::mutex> lock(mu);
   std::unique_ptr<std::atomic<void*>>& slot = streams[mod];
-  if (!slot) slot = std::make_unique<std::atomic<void*>>(nullptr);
+  if (!slot) slot = std::make_unique<std::atomic<void*>>(kNoStream);
   return slot.get();
 }
 
@@ -1228,7 +1233,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       std::vector<void*> finPtrs;
       if (plan->slots > 0) {
         if (plan->kernelFinish && !plan->zeroPartials && plan->grid[0] <= codegen::kColumnFinishBlocks) {
-          void* first = nullptr;
+          void* first = kNoStream;
           plan->finishStream->compare_exchange_strong(first, stream);
           finish = plan->finishStream->load() == stream;
         }

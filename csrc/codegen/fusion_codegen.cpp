@@ -816,6 +816,17 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
   return v;
 }
 
+/// A column output's stored value: its sum `v` (in the accumulation dtype) converted through each
+/// dtype of the epilogue in turn, as the output's storage holds it.
+static std::string columnEpilogue(const KOutput& o, std::string v, bool cuda) {
+  DType from = o.accDtype;
+  for (DType d : o.epilogue) {
+    v = Emitter::convert(from, d, v, cuda);
+    from = d;
+  }
+  return Emitter::store(o.tensor->dtype, v);
+}
+
 /// The end of a row kernel's column sums, in the kernel: no second launch (ATen's sum over the
 /// partial rows, then a conversion: two launches per column output, 200 in a BERT training step).
 /// Launches use it where THUNDER_FUSER_KERNEL_COLUMN_SUMS=1 (see the runtime's CudaLaunch).
@@ -859,13 +870,7 @@ static void finishColumns(Out& s, const KernelProgram& p, bool perBlock) {
     const KOutput& o = p.outputs[j];
     std::string T = registerType(o.accDtype, true), js = std::to_string(j);
     s << "      const " << T << " s" << js << " = thunder_rows_sum<" << T << ">(part" << js << " + c, groups, (int64_t)G * prb * L);\n";
-    std::string v = "s" + js;
-    DType from = o.accDtype;
-    for (DType d : o.epilogue) {
-      v = Emitter::convert(from, d, v, true);
-      from = d;
-    }
-    s << "      fin" << js << "[c] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
+    s << "      fin" << js << "[c] = " << columnEpilogue(o, "s" + js, true) << ";\n";
   }
   s << "    }\n";
   s << "    if (threadIdx.x == 0) done[groups] = 0;\n";
@@ -1616,14 +1621,8 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     for (size_t j = 0; j < p.outputs.size(); ++j) {
       const KOutput& o = p.outputs[j];
       if (!o.column) continue;
-      // The epilogue: the sum converted through each dtype in turn, then stored.
-      std::string v = "colsum" + std::to_string(j) + "[n]";
-      DType from = o.accDtype;
-      for (DType d : o.epilogue) {
-        v = Emitter::convert(from, d, v, cuda);
-        from = d;
-      }
-      s << "  for (int64_t n = 0; n < L; ++n) out" << j << "[n] = " << Emitter::store(o.tensor->dtype, v) << ";\n";
+      s << "  for (int64_t n = 0; n < L; ++n) out" << j << "[n] = "
+        << columnEpilogue(o, "colsum" + std::to_string(j) + "[n]", cuda) << ";\n";
     }
   }
   s << "}\n";

@@ -548,11 +548,11 @@ def table(results, mode):
     """A markdown table of one mode's results, with its geomean row."""
     rows = results.get(mode, {})
     lines = [("| model | setting | eager ms | torch.compile ms | thunder ms | thunder vs eager | vs compile "
-              "| peak GiB e/c/t | first call s e/c/t | first call t/c |"), "|---" * 10 + "|"]
+              "| peak GiB e/c/t | first call s e/c/t | first call t/c | host ms e/c/t |"), "|---" * 11 + "|"]
     ratios = {"eager": [], "torch.compile": [], "first": []}
     for entry in rows.values():
         if "error" in entry:
-            lines.append(f"| {entry['title']} | - | fails to build: {_cell(entry['error'])} | | | | | | | |")
+            lines.append(f"| {entry['title']} | - | fails to build: {_cell(entry['error'])} | | | | | | | | |")
             continue
         r = entry["contenders"]
         ok = {c: "median_s" in r.get(c, {}) for c in CONTENDERS}
@@ -573,13 +573,15 @@ def table(results, mode):
                 ratios[k].append(x)
         peak = "/".join(f"{r[c]['peak_gib']:.2f}" if "peak_gib" in r.get(c, {}) else "-" for c in CONTENDERS)
         firsts = "/".join(f"{r[c]['first_call_s']:.1f}" if "first_call_s" in r.get(c, {}) else "-" for c in CONTENDERS)
+        hosts = "/".join(f"{r[c]['host_median_s'] * 1e3:.2f}" if "host_median_s" in r.get(c, {}) else "-"
+                         for c in CONTENDERS)
         cells = [_ms(r[c]) if c in r else "-" for c in CONTENDERS]
         lines.append(f"| {entry['title']} | {entry['setting']} | " + " | ".join(cells)
-                     + f" | {fmt(vs['eager'])} | {fmt(vs['torch.compile'])} | {peak} | {firsts} | {fmt(first)} |")
+                     + f" | {fmt(vs['eager'])} | {fmt(vs['torch.compile'])} | {peak} | {firsts} | {fmt(first)} | {hosts} |")
     g = {k: _geomean(v) for k, v in ratios.items()}
     lines.append(f"| **geomean** ({len(ratios['eager'])} of {len(rows)} models) | | | | | "
                  + " | ".join(f"**{x:.2f}x**" if x is not None else "-" for x in (g["eager"], g["torch.compile"]))
-                 + " | | | " + (f"**{g['first']:.2f}x**" if g["first"] is not None else "-") + " |")
+                 + " | | | " + (f"**{g['first']:.2f}x**" if g["first"] is not None else "-") + " | |")
     return "\n".join(lines)
 
 
@@ -592,7 +594,8 @@ def report(doc, markdown):
                 + f"; commit {doc['commit']}, {doc['date']}; {doc['dtype']}; median of {doc['repeats']} after "
                 f"{doc['warmup']} warm-ups, contenders interleaved; {doc['load']}. Ratios are eager (or "
                 "torch.compile) time over thunder's: above 1 thunder is faster; first call t/c is thunder's "
-                "first-call time over torch.compile's."]
+                "first-call time over torch.compile's; host ms is the host's time inside a step (CUDA): "
+                "equal to the step time where the step is host-bound."]
     else:
         out.append(f"device {doc['device']}, torch {doc['torch']}, commit {doc['commit']}, {doc['date']}, "
                    f"{doc['load']}")

@@ -352,8 +352,10 @@ def time_interleaved(builders, device, repeats=20, warmup=2):
     warmed up one by one (first-call time; on CUDA the peak memory, above what was allocated
     before the contender was built), then timed in rounds of one step each, so that each median
     sees the same load (a shared CPU) or the same clocks and heat (a GPU). CUDA steps are
-    synchronized and timed with events. A contender that fails, when built or in any round, gets
-    its error instead of a time and drops out of the later rounds."""
+    synchronized and timed with events; the host's time inside each step (from an idle GPU, no
+    synchronization in it) is kept too: a step whose host time is its step time is host-bound. A
+    contender that fails, when built or in any round, gets its error instead of a time and drops
+    out of the later rounds."""
     cuda = device == "cuda"
     steps, out = {}, {}
     for c, build in builders.items():
@@ -380,13 +382,16 @@ def time_interleaved(builders, device, repeats=20, warmup=2):
         except Exception as e:  # a contender that fails is reported, not hidden
             out[c] = {"error": error_text(e)}
     times = {c: [] for c in steps}
+    host = {c: [] for c in steps}
     for _ in range(repeats):
         for c, step in list(steps.items()):
             try:
                 if cuda:
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
+                    h0 = time.perf_counter()
                     step()
+                    host[c].append(time.perf_counter() - h0)
                     end.record()
                     torch.cuda.synchronize()
                     times[c].append(start.elapsed_time(end) / 1e3)
@@ -396,9 +401,11 @@ def time_interleaved(builders, device, repeats=20, warmup=2):
                     times[c].append(time.perf_counter() - t0)
             except Exception as e:
                 out[c]["error"] = error_text(e)
-                del steps[c], times[c]
+                del steps[c], times[c], host[c]
     for c, ts in times.items():
         out[c]["median_s"] = statistics.median(ts) / getattr(steps[c], "per", 1)
+        if host[c]:
+            out[c]["host_median_s"] = statistics.median(host[c]) / getattr(steps[c], "per", 1)
     return out
 
 

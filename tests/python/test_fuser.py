@@ -1240,3 +1240,46 @@ def test_cuda_column_sums_finish_in_the_kernel(rows, L, dtype, monkeypatch):
         # by a few units of their largest value's last place (4.6e-5 at 8192 x 3072 on the H200).
         torch.testing.assert_close(a, c, rtol=1e-5 if dtype == torch.float32 else 1e-2,
                                    atol=1e-6 * c.abs().max().item() if dtype == torch.float32 else 1e-5)
+
+
+_CUDA_INTO_SCRIPT = r"""
+import torch, thunder, torch.nn.functional as F
+from thunder import _C
+from test_fuser import INTO_INPUT_CASES
+
+conv = lambda x, w: torch.relu(F.conv2d(x, w, padding=1) * 2 + 1)  # noqa: E731
+cases = list(INTO_INPUT_CASES) + [("conv_channels_last", conv, None, 1)]
+for name, fn, shapes, into in cases:
+    torch.manual_seed(0)
+    if shapes is None:  # a bf16 convolution runs channels-last: its output is dense in NHWC order
+        args = [torch.randn(2, 8, 6, 6, device="cuda", dtype=torch.bfloat16),
+                torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.bfloat16)]
+    else:
+        args = [torch.randn(s, device="cuda") for s in shapes]
+    kept = [a.clone() for a in args]
+    jf = thunder.jit(fn)
+    with torch.no_grad():
+        jf(*args)
+        before = _C.fusion_stats()["outputs_into_inputs"]
+        out = jf(*args)
+        torch.cuda.synchronize()
+        got = _C.fusion_stats()["outputs_into_inputs"] - before
+        want = fn(*args)
+    # Never into the caller's tensors, a returned value or one read later; into a dead one where
+    # the CPU writes into one (the CUDA partition may fuse differently: at least one then).
+    assert (got == 0) if into == 0 else (got >= 1), (name, got, into, str(thunder.last_traces(jf)[-1]))
+    torch.testing.assert_close(out, want, rtol=2e-2 if name.startswith("conv") else 1e-4, atol=1e-2)
+    for a, k in zip(args, kept):
+        assert torch.equal(a, k), f"{name}: an input of the call was modified"
+print("ok")
+"""
+
+
+@cuda
+def test_cuda_kernel_output_into_dead_input_when_enabled():
+    # THUNDER_FUSER_CUDA_INPLACE=1 (read once per process: a subprocess): CUDA pointwise kernels
+    # write into a dead input as the CPU's do, a channels-last one included.
+    env = {**os.environ, "THUNDER_FUSER_CUDA_INPLACE": "1",
+           "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", _CUDA_INTO_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-4000:]

@@ -12,6 +12,8 @@
 #   distributed  (2+ GPUs) thunder.distributed tests over NCCL and benchmarks/bench_distributed.py, at the
 #                machine's GPU count (up to 8)
 #   suite        the issue-28 models, eager / torch.compile / thunder (SUITE_ONLY, SUITE_MODE)
+#   ab           an opt-in knob's A/B: the suite models (SUITE_ONLY, SUITE_MODE), eager and thunder,
+#                without and with AB_ENV (e.g. AB_ENV=THUNDER_FUSER_CUDA_INPLACE=1), in turn
 # Test parts print each failing test's name even when their time limit stops them, then rerun up to
 # 8 failures with their messages ($OUT/<part>_failed.txt, <part>_failures.log).
 # The device machine's copy of the tree may carry an older git directory: set THUNDER_COMMIT to the
@@ -80,6 +82,17 @@ for part in ${parts//,/ }; do
         --only "${SUITE_ONLY:-bert,gpt2,llama,vit_b16,resnet50_timm,convnext_tiny}" --mode "${SUITE_MODE:-both}" \
         --time-limit $(( $(lim suite) - 20 )) --out "$OUT/suite" --markdown >"$OUT/suite.log" 2>&1
       grep -E "^\||load average" "$OUT/suite.log" | head -40 ;;
+    ab)
+      # Knobs read once per process: one process per side. Eager runs in both, so that the two
+      # tables show how much the machine itself moved between them.
+      for side in without with; do
+        env $( [ $side = with ] && echo "${AB_ENV:?AB_ENV=NAME=VALUE}" ) timeout $(( $(lim ab) / 2 )) \
+          python -m benchmarks.models --device cuda --only "${SUITE_ONLY:-bert,gpt2,vit_b16,resnet50_timm}" \
+          --mode "${SUITE_MODE:-both}" --contenders eager,thunder --time-limit $(( $(lim ab) / 2 - 20 )) \
+          --out "$OUT/ab_$side" --markdown >"$OUT/ab_$side.log" 2>&1
+        echo "-- $side ${AB_ENV}"
+        grep -E "^\|" "$OUT/ab_$side.log" | grep -v "^|---\|^| model" | head -20
+      done ;;
     xent)
       timeout "$(lim xent)" python tools/gpu_xent_check.py >"$OUT/xent.log" 2>&1
       grep -E "^FAIL" "$OUT/xent.log" | head -20; tail -1 "$OUT/xent.log"

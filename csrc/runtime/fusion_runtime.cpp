@@ -745,6 +745,27 @@ CUmodule loadCudaModule(const std::string& source, int device) {
   return mod;
 }
 
+/// A kernel of thunder's own (not a fusion: the cross-entropy and max-pooling kernels) by a short
+/// key naming its variant: its source made, compiled and loaded once per device, then found
+/// without building and hashing the source again at each call.
+CUfunction ownKernel(const std::string& key, int device, const std::function<std::string()>& source,
+                     const char* entry) {
+  static std::mutex& mu = *new std::mutex;
+  static auto& functions = *new std::map<std::pair<std::string, int>, CUfunction>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = functions.find({key, device});
+    if (it != functions.end()) return it->second;
+  }
+  CUmodule mod = loadCudaModule(source(), device);
+  ensureContext(device);
+  CUfunction fn = nullptr;
+  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "no CUDA kernel ", entry, " (", key, ")");
+  std::lock_guard<std::mutex> lock(mu);
+  functions[{key, device}] = fn;
+  return fn;
+}
+
 // ---- compiled regions -----------------------------------------------------------------------
 
 /// A CUDA kernel shared by the regions whose programs differ only in names (the fusions of a
@@ -802,6 +823,16 @@ struct CompiledRegion {
 std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
                                            std::vector<int> intoArg);
 
+/// Whether the kernel reads input `in` element for element at the iteration index: of the
+/// iteration shape, not shifted, each dim at its own with unit coefficient.
+bool readsElementForElement(const KernelProgram& p, const codegen::KInput& in) {
+  const size_t R = p.iterShape.size();
+  if (in.tensor->shape != p.iterShape || !in.unshifted() || in.dimMap.size() != R) return false;
+  for (size_t d = 0; d < R; ++d)
+    if (in.dimMap[d] != static_cast<int>(d) || (d < in.coef.size() && in.coef[d] != 1)) return false;
+  return true;
+}
+
 /// The order (outermost first) to iterate a permutable CUDA program in: its first input of the
 /// iteration shape read element for element, if that input is dense in another order (a
 /// channels-last tensor); empty for the program's own order. Dims of length 1 go first.
@@ -809,12 +840,7 @@ std::vector<int> memoryOrder(const CompiledRegion& r, const std::vector<at::Tens
   const KernelProgram& p = r.prog;
   const int R = static_cast<int>(p.iterShape.size());
   for (size_t k = 0; k < ins.size(); ++k) {
-    const codegen::KInput& in = p.inputs[k];
-    if (in.tensor->shape != p.iterShape || !in.unshifted()) continue;
-    bool identity = true;
-    for (int d = 0; d < R; ++d)
-      identity &= in.dimMap[d] == d && (in.coef.empty() || in.coef[d] == 1);
-    if (!identity) continue;
+    if (!readsElementForElement(p, p.inputs[k])) continue;
     const at::Tensor& x = ins[k];
     if (x.is_contiguous() || !x.is_non_overlapping_and_dense()) return {};
     std::vector<int> order, big;
@@ -915,19 +941,14 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
   const bool device = r.device.type == DeviceType::CPU || (cuda && r.device.type == DeviceType::CUDA);
   if (off || !device || p.rowKernel() || a.donated == 0) return {};
   std::vector<int> into(p.outputs.size(), -1);
-  const size_t R = p.iterShape.size();
   for (size_t k = 0; k < p.inputs.size(); ++k) {
     const codegen::KInput& in = p.inputs[k];
     const int arg = r.argOf[k];
     if (std::count(r.argOf.begin(), r.argOf.end(), arg) != 1 || !a.owned(arg)) continue;
     const at::Tensor& x = a.t(arg);
-    if (x.is_view() || !denseInOrder(x, r.order) || x.numel() == 0 || in.guarded() || !in.unshifted() ||
-        in.tensor->shape != p.iterShape || !x.sizes().equals(p.iterShape) || in.dimMap.size() != R)
+    if (x.is_view() || !denseInOrder(x, r.order) || x.numel() == 0 || in.guarded() ||
+        !readsElementForElement(p, in) || !x.sizes().equals(p.iterShape))
       continue;
-    bool identity = true;
-    for (size_t d = 0; d < R; ++d)
-      identity &= in.dimMap[d] == static_cast<int>(d) && (d >= in.coef.size() || in.coef[d] == 1);
-    if (!identity) continue;
     for (size_t j = 0; j < p.outputs.size(); ++j) {
       const codegen::KOutput& o = p.outputs[j];
       if (into[j] < 0 && !o.reduced && !o.column && o.tensor->dtype == in.tensor->dtype &&
@@ -1575,11 +1596,11 @@ std::optional<at::Tensor> maxPool2dCuda(const at::Tensor& x, at::IntArrayRef ker
   for (int64_t i = 0; i < 4; ++i) extent += (x.size(i) - 1) * std::abs(x.stride(i));
   const bool i32 = total < (int64_t(1) << 31) && extent < (int64_t(1) << 31);
   const int device = x.get_device();
-  CUmodule mod = loadCudaModule(maxPool2dCudaSource(fromScalarType(dt)), device);
-  ensureContext(device);
-  CUfunction fn = nullptr;
+  const DType dtype = fromScalarType(dt);
   const char* entry = i32 ? "thunder_max_pool2d_i32" : "thunder_max_pool2d_i64";
-  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "max_pool2d: no kernel ", entry);
+  CUfunction fn = ownKernel(std::string(entry) + ":" + std::string(dtypeName(dtype)), device, [&] { return maxPool2dCudaSource(dtype); },
+                            entry);
+  ensureContext(device);
   // The sizes, strides and window, by value (the kernel's Params).
   std::vector<int64_t> host = {N, C, H, W, Ho, Wo, x.stride(0), x.stride(1), x.stride(2), x.stride(3),
                                k->first, k->second, st->first, st->second, p->first, p->second, d->first, d->second,
@@ -1613,15 +1634,14 @@ void launchXent(const char* entry, const at::Tensor& logits, const at::Tensor& l
   const int vec = logits.stride(0) % vw == 0 && aligned(logits) && (!out || (out->stride(0) % vw == 0 && aligned(*out)))
                       ? vw
                       : 1;
-  std::string src = xent::cudaSource(dt, fromScalarType(labels.scalar_type()), block, vec);
+  const DType labelsType = fromScalarType(labels.scalar_type());
   const int device = logits.get_device();
-  CUmodule mod = loadCudaModule(src, device);
-  // The backward may run on an autograd thread with no current context (a cached module is not
-  // loaded again, so loadCudaModule does not set one).
+  const std::string key = std::string(entry) + ":" + std::string(dtypeName(dt)) + ":" +
+                          std::string(dtypeName(labelsType)) + ":" + std::to_string(block) + ":" + std::to_string(vec);
+  CUfunction fn = ownKernel(key, device, [&] { return xent::cudaSource(dt, labelsType, block, vec); }, entry);
+  // The backward may run on an autograd thread with no current context (a cached kernel is not
+  // loaded again, so ownKernel does not set one).
   ensureContext(device);
-  CUfunction fn = nullptr;
-  THUNDER_CHECK(driver().moduleGetFunction(&fn, mod, entry) == 0, "apex_cross_entropy: no kernel ",
-                entry);
   c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   void* stream =
       c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();

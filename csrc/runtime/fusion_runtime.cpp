@@ -823,13 +823,17 @@ struct CompiledRegion {
 std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device device, std::vector<int> argOf,
                                            std::vector<int> intoArg);
 
-/// Whether the kernel reads input `in` element for element at the iteration index: of the
-/// iteration shape, not shifted, each dim at its own with unit coefficient.
-bool readsElementForElement(const KernelProgram& p, const codegen::KInput& in) {
+/// Whether the kernel reads input `in` element for element at the iteration index: not shifted,
+/// each iteration dim at the input's own dim (at `order[d]` in a region iterating in that order,
+/// whose iteration shape is the input's permuted) with unit coefficient.
+bool readsElementForElement(const KernelProgram& p, const codegen::KInput& in, const std::vector<int>& order = {}) {
   const size_t R = p.iterShape.size();
-  if (in.tensor->shape != p.iterShape || !in.unshifted() || in.dimMap.size() != R) return false;
-  for (size_t d = 0; d < R; ++d)
-    if (in.dimMap[d] != static_cast<int>(d) || (d < in.coef.size() && in.coef[d] != 1)) return false;
+  if (!in.unshifted() || in.dimMap.size() != R || in.tensor->shape.size() != R) return false;
+  for (size_t d = 0; d < R; ++d) {
+    const int own = order.empty() ? static_cast<int>(d) : order[d];
+    if (in.dimMap[d] != own || in.tensor->shape[own] != p.iterShape[d] || (d < in.coef.size() && in.coef[d] != 1))
+      return false;
+  }
   return true;
 }
 
@@ -947,12 +951,12 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
     if (std::count(r.argOf.begin(), r.argOf.end(), arg) != 1 || !a.owned(arg)) continue;
     const at::Tensor& x = a.t(arg);
     if (x.is_view() || !denseInOrder(x, r.order) || x.numel() == 0 || in.guarded() ||
-        !readsElementForElement(p, in) || !x.sizes().equals(p.iterShape))
+        !readsElementForElement(p, in, r.order) || !x.sizes().equals(in.tensor->shape))
       continue;
     for (size_t j = 0; j < p.outputs.size(); ++j) {
       const codegen::KOutput& o = p.outputs[j];
       if (into[j] < 0 && !o.reduced && !o.column && o.tensor->dtype == in.tensor->dtype &&
-          o.tensor->shape == p.iterShape) {
+          o.tensor->shape == in.tensor->shape) {
         into[j] = arg;
         ++gOutputsIntoInputs;
         break;
@@ -1164,6 +1168,8 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         }
         variant = v;
       }
+      // The variant decides its own outputs into inputs: these copies would count as holders.
+      ins.clear();
       return runRegion(*variant, a);
     }
   }

@@ -22,6 +22,7 @@
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
+#include "transforms/column_sums.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
@@ -79,6 +80,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach, bool forward = false) {
   PassLog log(traces, verifyEach);
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
+  log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {

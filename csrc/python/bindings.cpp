@@ -26,6 +26,7 @@
 #include "transforms/conv_bias.h"
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
+#include "transforms/column_sums.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
@@ -1035,6 +1036,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   beforeAutodiff(log, exs);
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
+  log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Convolution bias to add", [](const Trace& t) { return convBiasToAdd(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,

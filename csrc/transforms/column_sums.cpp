@@ -1,0 +1,84 @@
+#include "transforms/column_sums.h"
+
+#include <unordered_map>
+
+#include "ops/ltorch.h"
+
+namespace thunder {
+namespace {
+
+bool isReshape(const BoundSymbol& b) {
+  const std::string& m = b.sym->module;
+  const std::string& n = b.sym->name;
+  return ((m == "ltorch" && (n == "reshape" || n == "view")) || (m == "prims" && n == "reshape")) && !b.args.empty() &&
+         b.args[0].isTensor() && b.output.isTensor();
+}
+
+/// Whether `b` sums every dim of its input but the last, with no kept dims.
+bool sumsAllButLast(const BoundSymbol& b) {
+  if (b.sym->module != "ltorch" || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor() ||
+      !b.output.isTensor())
+    return false;
+  if (b.args.size() > 2 && !(b.args[2].isNone() || (b.args[2].isBool() && !b.args[2].toBool()))) return false;
+  if (!b.args[1].isSequence() && !b.args[1].isInt()) return false;
+  for (const Value& d : b.args[1].isSequence() ? b.args[1].items() : std::vector<Value>{})
+    if (!d.isInt()) return false;
+  const int64_t rank = b.args[0].tensor().ndim();
+  std::vector<int64_t> dims = b.args[1].toInts();
+  if (rank < 2 || static_cast<int64_t>(dims.size()) != rank - 1) return false;
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d] != static_cast<int64_t>(d) && dims[d] != static_cast<int64_t>(d) - rank) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
+  std::unordered_map<const TensorProxy*, const BoundSymbol*> reshapeOf;
+  std::unordered_map<const TensorProxy*, size_t> reads;
+  for (const BoundSymbol& b : trace.bsyms)
+    for (const TensorPtr& t : b.inputTensors()) ++reads[t.get()];
+  {
+    std::vector<TensorPtr> outs;
+    trace.output.collectTensors(outs);
+    for (const TensorPtr& t : outs) ++reads[t.get()];
+  }
+  // The sums to rewrite, by position, with the reshape's source.
+  std::unordered_map<size_t, TensorPtr> source;
+  std::unordered_map<const BoundSymbol*, bool> dropped;  // reshapes only such a sum reads
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (isReshape(b)) reshapeOf[b.output.toTensor().get()] = &b;
+    if (!sumsAllButLast(b)) continue;
+    auto it = reshapeOf.find(b.args[0].toTensor().get());
+    if (it == reshapeOf.end()) continue;
+    const TensorPtr& x = it->second->args[0].toTensor();
+    const TensorProxy& r = b.args[0].tensor();
+    if (x->ndim() < 2 || x->shape.back() != r.shape.back() || x->dtype != r.dtype || x->numel() == 0) continue;
+    source[i] = x;
+    if (reads[it->second->output.toTensor().get()] == 1) dropped[it->second] = true;
+  }
+  if (source.empty()) return std::nullopt;
+  Trace out = trace.emptyCopy();
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (dropped.count(&b)) continue;
+    auto it = source.find(i);
+    if (it == source.end()) {
+      out.bsyms.push_back(b);
+      continue;
+    }
+    const TensorPtr x = it->second;
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d + 1 < x->ndim(); ++d) dims.push_back(d);
+    appendTraced(out, [&] {
+      std::vector<Value> args = b.args;
+      args[0] = Value(x);
+      args[1] = Value::ints(dims);
+      return call(*b.sym, args);
+    }, b.output.toTensor(), "column sums through reshapes");
+  }
+  return out;
+}
+
+}  // namespace thunder

@@ -23,6 +23,7 @@
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
 #include "transforms/column_sums.h"
+#include "transforms/grad_layout.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
@@ -79,6 +80,7 @@ bool sameCalls(const Trace& a, const Trace& b) {
 void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
                        const std::vector<Executor*>& exs, bool verifyEach, bool forward = false) {
   PassLog log(traces, verifyEach);
+  if (!forward) log.runIfChanged("Gradients in their layout", [](const Trace& t) { return gradientsInTheirLayout(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });

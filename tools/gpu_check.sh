@@ -13,7 +13,7 @@
 #                machine's GPU count (up to 8)
 #   suite        the issue-28 models, eager / torch.compile / thunder (SUITE_ONLY, SUITE_MODE)
 #   ab           an opt-in knob's A/B: the suite models (SUITE_ONLY, SUITE_MODE), eager and thunder,
-#                without and with AB_ENV (e.g. AB_ENV=THUNDER_FUSER_CUDA_INPLACE=1), in turn
+#                without and with AB_ENV (e.g. AB_ENV=THUNDER_FUSER_KERNEL_COLUMN_SUMS=1), in turn
 # Test parts print each failing test's name even when their time limit stops them, then rerun up to
 # 8 failures with their messages ($OUT/<part>_failed.txt, <part>_failures.log).
 # The device machine's copy of the tree may carry an older git directory: set THUNDER_COMMIT to the

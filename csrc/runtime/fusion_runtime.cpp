@@ -922,25 +922,25 @@ bool denseInOrder(const at::Tensor& x, const std::vector<int>& order) {
   return true;
 }
 
-/// For each output of a CPU pointwise kernel, the call argument it is written into, or -1 for a
-/// new tensor: a donated input that nothing else holds (KernelArgs::owned), of the output's
-/// shape and dtype, contiguous, and read element for element where the output is written (no
-/// broadcast, offset, guard or merged dims). Each element is then read before it is written, in
-/// the same loop iteration, and by no other. (A fresh 32 MB tensor's page faults cost more than
-/// the GELU kernel of benchmarks/run.py's cpu_mlp that fills it.) Checked before the call's
-/// tensors are copied, which would count as other holders. Empty (no allocation on the CUDA
-/// and no-donation paths of every call) where no output can be.
-/// CUDA (THUNDER_FUSER_CUDA_INPLACE=1, not yet the default): the same for pointwise kernels, each
-/// of whose threads reads its elements before it writes them, also channels-last inputs of a region
-/// iterating in their memory order. The caching allocator makes a new output cheap there; what it
-/// saves is memory: a CNN's fused BatchNorm-ReLU output and the convolution output it reads were
-/// both alive at the inference peak (ResNet-50: 0.34 GiB against torch.compile's 0.30).
+/// For each output of a pointwise kernel, the call argument it is written into, or -1 for a new
+/// tensor: a donated input that nothing else holds (KernelArgs::owned), of the output's shape and
+/// dtype, dense in the region's iteration order, and read element for element where the output is
+/// written (no broadcast, offset, guard or merged dims). Each element is then read before it is
+/// written, by the same loop iteration (CPU) or thread (CUDA), and by no other. Checked before the
+/// call's tensors are copied, which would count as other holders; a channels-last input is checked
+/// by the permuted region that iterates in its memory order. Empty (no allocation on the
+/// no-donation path of every call) where no output can be.
+/// On the CPU a fresh 32 MB tensor's page faults cost more than the GELU kernel of
+/// benchmarks/run.py's cpu_mlp that fills it. On CUDA the caching allocator makes a new output
+/// cheap; what it saves there is memory: a CNN's fused BatchNorm-ReLU output and the convolution
+/// output it reads were both alive at the inference peak (ResNet-50 on the H200: 0.34 GiB, 0.26
+/// with this, torch.compile's 0.30). THUNDER_FUSER_CUDA_INPLACE=0 turns it off on CUDA.
 std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a) {
   const KernelProgram& p = r.prog;
   static const bool off = std::getenv("THUNDER_FUSER_NO_INPLACE") != nullptr;  // for A/B timings
   static const bool cuda = [] {
     const char* e = std::getenv("THUNDER_FUSER_CUDA_INPLACE");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+    return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   const bool device = r.device.type == DeviceType::CPU || (cuda && r.device.type == DeviceType::CUDA);
   if (off || !device || p.rowKernel() || a.donated == 0) return {};

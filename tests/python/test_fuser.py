@@ -1279,10 +1279,11 @@ print("ok")
 
 
 @cuda
-def test_cuda_kernel_output_into_dead_input_when_enabled():
-    # THUNDER_FUSER_CUDA_INPLACE=1 (read once per process: a subprocess): CUDA pointwise kernels
+def test_cuda_kernel_output_into_dead_input():
+    # By default (THUNDER_FUSER_CUDA_INPLACE is read once per process: a subprocess, with the
+    # variable unset whatever the caller's environment says), CUDA pointwise kernels
     # write into a dead input as the CPU's do, a channels-last one included.
-    env = {**os.environ, "THUNDER_FUSER_CUDA_INPLACE": "1",
+    env = {**{k: v for k, v in os.environ.items() if k != "THUNDER_FUSER_CUDA_INPLACE"},
            "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-c", _CUDA_INTO_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-4000:]

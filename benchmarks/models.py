@@ -595,7 +595,8 @@ def report(doc, markdown):
                 f"{doc['warmup']} warm-ups, contenders interleaved; {doc['load']}. Ratios are eager (or "
                 "torch.compile) time over thunder's: above 1 thunder is faster; first call t/c is thunder's "
                 "first-call time over torch.compile's; host ms is the host's time inside a step (CUDA): "
-                "equal to the step time where the step is host-bound."]
+                "equal to the step time where the step is host-bound, or where it makes more launches than "
+                "CUDA's launch queue holds (the host then waits for the GPU)."]
     else:
         out.append(f"device {doc['device']}, torch {doc['torch']}, commit {doc['commit']}, {doc['date']}, "
                    f"{doc['load']}")

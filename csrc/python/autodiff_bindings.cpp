@@ -22,6 +22,7 @@
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
 #include "transforms/live_bytes.h"
+#include "transforms/cat_reshapes.h"
 #include "transforms/column_sums.h"
 #include "transforms/grad_layout.h"
 #include "transforms/pad_sums.h"
@@ -83,6 +84,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   if (!forward) log.runIfChanged("Gradients in their layout", [](const Trace& t) { return gradientsInTheirLayout(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
+  log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {

@@ -26,6 +26,7 @@
 #include "transforms/conv_bias.h"
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
+#include "transforms/cat_reshapes.h"
 #include "transforms/column_sums.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
@@ -1037,6 +1038,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
+  log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.runIfChanged("Convolution bias to add", [](const Trace& t) { return convBiasToAdd(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,

@@ -54,7 +54,10 @@ std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
     if (it == reshapeOf.end()) continue;
     const TensorPtr& x = it->second->args[0].toTensor();
     const TensorProxy& r = b.args[0].tensor();
-    if (x->ndim() < 2 || x->shape.back() != r.shape.back() || x->dtype != r.dtype || x->numel() == 0) continue;
+    // (Sizes that vary between calls are compared at one call's values only: those stay.)
+    if (x->ndim() < 2 || x->shape.back() != r.shape.back() || x->dtype != r.dtype || x->numel() == 0 ||
+        x->symbolic() || r.symbolic())
+      continue;
     source[i] = x;
     if (reads[it->second->output.toTensor().get()] == 1) dropped[it->second] = true;
   }

@@ -834,6 +834,8 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
     }
   };
 
+  // The shapes the open group iterates over (each member's unitShape, without unit dims).
+  std::vector<Shape> groupShapes;
   auto flush = [&] {
     // The calls passed over while the group was open: those its kernel reads (and what they
     // read) run before it, the others after it. A collective's wait then comes after a kernel
@@ -850,6 +852,7 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
       if (!before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
     pending.clear();
     group.clear();
+    groupShapes.clear();
     groupOut.clear();
     terminalOut.clear();
   };
@@ -874,12 +877,52 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
     return !u.prims.empty();
   };
 
+  // A sum over the leading dims of a value the open group neither makes nor iterates over (a
+  // bias gradient of a value computed before, which columnSumsAfterProducers could not place
+  // next to its producer): it cannot be a column output of the group's kernel, and inside the
+  // group it made the group unfusable as a whole (ViT's LayerNorm backward then ran as five
+  // kernels and three ATen products). It is passed over like a call the group does not read.
+  // The shape a unit sums over its leading dims (a bias gradient's column sum) when the unit
+  // reads one value, which its group does not make; nothing for other units.
+  auto columnSumShape = [&](const Unit& u) -> std::optional<Shape> {
+    std::vector<TensorPtr> ins = u.bsym->inputTensors();
+    if (ins.size() != 1 || groupOut.count(ins[0].get())) return std::nullopt;
+    for (const BoundSymbol& p : u.prims)
+      if (sumsLeadingDims(p)) return withoutUnitDims(p.args[0].tensor().shape);
+    return std::nullopt;
+  };
+  auto foreignColumnSum = [&](const Unit& u) {
+    if (group.empty()) return false;
+    std::optional<Shape> s = columnSumShape(u);
+    if (!s) return false;
+    for (const Shape& g : groupShapes)
+      if (g == *s) return false;
+    return true;
+  };
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
+    if (u.fusible && foreignColumnSum(u)) {
+      pending.push_back(i);
+      continue;
+    }
+    // A group that a column sum began, which the next fusible call neither reads from nor shares
+    // the summed shape with: the sum is passed over, the call begins the group.
+    if (u.fusible && group.size() == 1 && !reads(u, groupOut) &&
+        withoutUnitDims(unitShape(u, pointwise)) != groupShapes.front()) {
+      std::optional<Shape> s = columnSumShape(units[group.front()]);
+      if (s && *s == groupShapes.front()) {
+        pending.push_back(group.front());
+        group.clear();
+        groupShapes.clear();
+        groupOut.clear();
+        terminalOut.clear();
+      }
+    }
     if (u.fusible) {
       bool readsTerminal = reads(u, terminalOut), epilogue = readsTerminal && onlyConvertsTerminals(u);
       if (readsTerminal && !epilogue) flush();
       group.push_back(i);
+      groupShapes.push_back(withoutUnitDims(unitShape(u, pointwise)));
       if (epilogue)
         for (const TensorPtr& t : u.bsym->outputTensors()) terminalOut.insert(t.get());
       for (const TensorPtr& t : u.bsym->outputTensors()) {

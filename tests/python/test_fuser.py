@@ -1,6 +1,7 @@
 """The fusion executor: regions, generated code (golden files, NVRTC), CPU kernels vs eager."""
 
 import math
+import copy
 import os
 import pathlib
 import platform
@@ -209,6 +210,51 @@ def test_column_sum_used_inside_a_region_starts_a_new_one():
     _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a, fusions=2)
     # Over 8 rows or fewer it is an unrolled sum (additions of loads): one kernel.
     _check(lambda x: (x.exp().sum(0) * 2).tanh() + 1, a[:8], fusions=1)
+
+
+class _QkvBlock(torch.nn.Module):
+    # timm's ViT attention: LayerNorm, a fused q/k/v projection with a bias, heads, attention.
+    def __init__(self, C=64, H=4):
+        super().__init__()
+        self.H = H
+        self.norm = torch.nn.LayerNorm(C)
+        self.qkv = torch.nn.Linear(C, 3 * C)
+        self.proj = torch.nn.Linear(C, C)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(self.norm(x)).reshape(B, N, 3, self.H, C // self.H).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return x + self.proj(a.transpose(1, 2).reshape(B, N, C))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_bias_gradient_of_an_earlier_value_does_not_split_a_region(dtype):
+    # The q/k/v bias gradient sums the heads' gradient gathered before the LayerNorm's backward;
+    # placed among that backward's calls it began their group, which then could not be fused as
+    # a whole and ran as five kernels and three ATen products. It is passed over: the LayerNorm's
+    # backward is one kernel, the sum an ATen reduction as before.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(_QkvBlock(), _QkvBlock()).to(dtype)
+    ref = copy.deepcopy(m)
+    x = torch.randn(2, 17, 64, dtype=dtype, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    jm = thunder.jit(m, executors=["fuser"])
+    out, want = jm(x), ref(xr)
+    tol = {} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(out, want, **tol)
+    g = torch.randn_like(want)
+    out.backward(g)
+    want.backward(g)
+    for p, r in zip([x, *m.parameters()], [xr, *ref.parameters()]):
+        torch.testing.assert_close(p.grad, r.grad, **tol)
+    bw = thunder.last_backward_traces(jm)[-1]
+    names = [n for n in bw.bound_symbol_names if n != "del"]
+    assert not [n for n in names if n in ("torch.mul", "torch.add", "torch.neg")], str(bw)
+    # Per block: the heads' gather, the LayerNorm backward (with its recomputed output) and the
+    # output projection's; and one for the residual's gradient.
+    assert sum(n.startswith("cpuFusion") for n in names) <= 7, str(bw)
 
 
 # Sums of at most 8 elements per result over dims other than the last (an expand's gradient:

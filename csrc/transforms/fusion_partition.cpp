@@ -905,10 +905,15 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
       pending.push_back(i);
       continue;
     }
-    // A group that a column sum began, which the next fusible call neither reads from nor shares
-    // the summed shape with: the sum is passed over, the call begins the group.
+    // A group that a column sum began, which the next fusible call does not read from and could
+    // not share a kernel with (its shape is neither the summed shape, nor its rows, nor a trailing
+    // part of it, as a per-column parameter is): the sum is passed over, the call begins the group.
+    auto sharesIteration = [](const Shape& summed, const Shape& other) {
+      if (other == summed || covers(summed, other)) return true;
+      return other.size() <= summed.size() && std::equal(other.rbegin(), other.rend(), summed.rbegin());
+    };
     if (u.fusible && group.size() == 1 && !reads(u, groupOut) &&
-        withoutUnitDims(unitShape(u, pointwise)) != groupShapes.front()) {
+        !sharesIteration(groupShapes.front(), withoutUnitDims(unitShape(u, pointwise)))) {
       std::optional<Shape> s = columnSumShape(units[group.front()]);
       if (s && *s == groupShapes.front()) {
         pending.push_back(group.front());

@@ -877,11 +877,6 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
     return !u.prims.empty();
   };
 
-  // A sum over the leading dims of a value the open group neither makes nor iterates over (a
-  // bias gradient of a value computed before, which columnSumsAfterProducers could not place
-  // next to its producer): it cannot be a column output of the group's kernel, and inside the
-  // group it made the group unfusable as a whole (ViT's LayerNorm backward then ran as five
-  // kernels and three ATen products). It is passed over like a call the group does not read.
   // The shape a unit sums over its leading dims (a bias gradient's column sum) when the unit
   // reads one value, which its group does not make; nothing for other units.
   auto columnSumShape = [&](const Unit& u) -> std::optional<Shape> {
@@ -891,6 +886,11 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
       if (sumsLeadingDims(p)) return withoutUnitDims(p.args[0].tensor().shape);
     return std::nullopt;
   };
+  // A sum over the leading dims of a value the open group neither makes nor iterates over (a
+  // bias gradient of a value computed before, which columnSumsAfterProducers could not place
+  // next to its producer): it cannot be a column output of the group's kernel, and inside the
+  // group it made the group unfusable as a whole (ViT's LayerNorm backward then ran as five
+  // kernels and three ATen products). It is passed over like a call the group does not read.
   auto foreignColumnSum = [&](const Unit& u) {
     if (group.empty()) return false;
     std::optional<Shape> s = columnSumShape(u);

@@ -4,16 +4,10 @@
 
 #include "ops/ltorch.h"
 #include "transforms/dce.h"
+#include "transforms/rewrites.h"
 
 namespace thunder {
 namespace {
-
-bool isReshape(const BoundSymbol& b) {
-  const std::string& m = b.sym->module;
-  const std::string& n = b.sym->name;
-  return ((m == "ltorch" && (n == "reshape" || n == "view")) || (m == "prims" && n == "reshape")) && !b.args.empty() &&
-         b.args[0].isTensor() && b.output.isTensor();
-}
 
 /// The sources of a concatenation along the last dim of flattened [..., H_i, D] pieces, or
 /// nothing.
@@ -51,27 +45,21 @@ std::optional<Trace> catOfFlattenedPieces(const Trace& trace) {
   std::unordered_map<size_t, std::vector<TensorPtr>> rewrite;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (isReshape(b)) reshapeOf[b.output.toTensor().get()] = &b;
+    if (isReshapeCall(b)) reshapeOf[b.output.toTensor().get()] = &b;
     if (auto xs = flattenedPieces(b, reshapeOf)) rewrite[i] = std::move(*xs);
   }
   if (rewrite.empty()) return std::nullopt;
-  Trace out = trace.emptyCopy();
-  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
-    const BoundSymbol& b = trace.bsyms[i];
-    auto it = rewrite.find(i);
-    if (it == rewrite.end()) {
-      out.bsyms.push_back(b);
-      continue;
-    }
-    const TensorPtr& y = b.output.toTensor();
-    appendTraced(out, [&] {
-      std::vector<Value> xs;
-      for (const TensorPtr& x : it->second) xs.push_back(Value(x));
-      Value whole = ltorch::op("cat", {Value::list(xs), Value(y->ndim() - 1)});
+  std::unordered_map<size_t, std::function<Value()>> replace;
+  for (const auto& [i, xs] : rewrite) {
+    const TensorPtr& y = trace.bsyms[i].output.toTensor();
+    replace[i] = [&xs = xs, y] {
+      std::vector<Value> pieces;
+      for (const TensorPtr& x : xs) pieces.push_back(Value(x));
+      Value whole = ltorch::op("cat", {Value::list(pieces), Value(y->ndim() - 1)});
       return ltorch::op("reshape", {whole, Value::ints(y->shape)});
-    }, y, "concatenation of flattened pieces");
+    };
   }
-  return dce(out);
+  return dce(replaceCalls(trace, replace, "concatenation of flattened pieces"));
 }
 
 }  // namespace thunder

@@ -3,16 +3,11 @@
 #include <unordered_map>
 
 #include "ops/ltorch.h"
+#include "transforms/dce.h"
+#include "transforms/rewrites.h"
 
 namespace thunder {
 namespace {
-
-bool isReshape(const BoundSymbol& b) {
-  const std::string& m = b.sym->module;
-  const std::string& n = b.sym->name;
-  return ((m == "ltorch" && (n == "reshape" || n == "view")) || (m == "prims" && n == "reshape")) && !b.args.empty() &&
-         b.args[0].isTensor() && b.output.isTensor();
-}
 
 /// Whether `b` sums every dim of its input but the last, with no kept dims.
 bool sumsAllButLast(const BoundSymbol& b) {
@@ -35,20 +30,11 @@ bool sumsAllButLast(const BoundSymbol& b) {
 
 std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
   std::unordered_map<const TensorProxy*, const BoundSymbol*> reshapeOf;
-  std::unordered_map<const TensorProxy*, size_t> reads;
-  for (const BoundSymbol& b : trace.bsyms)
-    for (const TensorPtr& t : b.inputTensors()) ++reads[t.get()];
-  {
-    std::vector<TensorPtr> outs;
-    trace.output.collectTensors(outs);
-    for (const TensorPtr& t : outs) ++reads[t.get()];
-  }
   // The sums to rewrite, by position, with the reshape's source.
   std::unordered_map<size_t, TensorPtr> source;
-  std::unordered_map<const BoundSymbol*, bool> dropped;  // reshapes only such a sum reads
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (isReshape(b)) reshapeOf[b.output.toTensor().get()] = &b;
+    if (isReshapeCall(b)) reshapeOf[b.output.toTensor().get()] = &b;
     if (!sumsAllButLast(b)) continue;
     auto it = reshapeOf.find(b.args[0].toTensor().get());
     if (it == reshapeOf.end()) continue;
@@ -59,29 +45,22 @@ std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
         x->symbolic() || r.symbolic())
       continue;
     source[i] = x;
-    if (reads[it->second->output.toTensor().get()] == 1) dropped[it->second] = true;
   }
   if (source.empty()) return std::nullopt;
-  Trace out = trace.emptyCopy();
-  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+  std::unordered_map<size_t, std::function<Value()>> replace;
+  for (const auto& [i, x] : source) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (dropped.count(&b)) continue;
-    auto it = source.find(i);
-    if (it == source.end()) {
-      out.bsyms.push_back(b);
-      continue;
-    }
-    const TensorPtr x = it->second;
     std::vector<int64_t> dims;
     for (int64_t d = 0; d + 1 < x->ndim(); ++d) dims.push_back(d);
-    appendTraced(out, [&] {
+    replace[i] = [&b, x = x, dims] {
       std::vector<Value> args = b.args;
       args[0] = Value(x);
       args[1] = Value::ints(dims);
       return call(*b.sym, args);
-    }, b.output.toTensor(), "column sums through reshapes");
+    };
   }
-  return out;
+  // (The reshapes only those sums read go.)
+  return dce(replaceCalls(trace, replace, "column sums through reshapes"));
 }
 
 }  // namespace thunder

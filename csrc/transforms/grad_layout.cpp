@@ -4,6 +4,7 @@
 
 #include "ops/ltorch.h"
 #include "transforms/dce.h"
+#include "transforms/rewrites.h"
 
 namespace thunder {
 namespace {
@@ -63,19 +64,12 @@ std::optional<Trace> gradientsInTheirLayout(const Trace& trace) {
       if (TensorPtr src = transposed(trace.bsyms[p->second])) return Value(src);
     return ltorch::op("transpose", {v, Value(int64_t{0}), Value(int64_t{1})});
   };
-  Trace out = trace.emptyCopy();
-  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
-    const BoundSymbol& b = trace.bsyms[i];
-    auto it = rewrite.find(i);
-    if (it == rewrite.end()) {
-      out.bsyms.push_back(b);
-      continue;
-    }
-    const BoundSymbol& mm = trace.bsyms[it->second];
-    appendTraced(out, [&] { return ltorch::op("matmul", {flipped(mm.args[1]), flipped(mm.args[0])}); },
-                 b.output.toTensor(), "gradients in their layout");
+  std::unordered_map<size_t, std::function<Value()>> replace;
+  for (const auto& [i, m] : rewrite) {
+    const BoundSymbol& mm = trace.bsyms[m];
+    replace[i] = [&mm, &flipped] { return ltorch::op("matmul", {flipped(mm.args[1]), flipped(mm.args[0])}); };
   }
-  return dce(out);
+  return dce(replaceCalls(trace, replace, "gradients in their layout"));
 }
 
 }  // namespace thunder

@@ -1,0 +1,26 @@
+#include "transforms/rewrites.h"
+
+namespace thunder {
+
+bool isReshapeCall(const BoundSymbol& b) {
+  const std::string& m = b.sym->module;
+  const std::string& n = b.sym->name;
+  return ((m == "ltorch" && (n == "reshape" || n == "view")) || (m == "prims" && n == "reshape")) && !b.args.empty() &&
+         b.args[0].isTensor() && b.output.isTensor();
+}
+
+Trace replaceCalls(const Trace& trace, const std::unordered_map<size_t, std::function<Value()>>& replace,
+                   const std::string& pass) {
+  Trace out = trace.emptyCopy();
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    auto it = replace.find(i);
+    if (it == replace.end())
+      out.bsyms.push_back(b);
+    else
+      appendTraced(out, it->second, b.output.toTensor(), pass);
+  }
+  return out;
+}
+
+}  // namespace thunder

@@ -1,0 +1,21 @@
+// Helpers of the passes that replace single calls by traced expressions (column_sums,
+// cat_reshapes, grad_layout).
+#pragma once
+
+#include <functional>
+#include <unordered_map>
+
+#include "ir/trace.h"
+
+namespace thunder {
+
+/// A reshape of a tensor: ltorch.reshape or ltorch.view, prims.reshape.
+bool isReshapeCall(const BoundSymbol& b);
+
+/// A copy of `trace` with each call at a position in `replace` replaced by what its function
+/// traces (which must return a tensor of the call's output's shape and dtype; the later calls
+/// read it under the old name). `pass` names the pass in an internal error.
+Trace replaceCalls(const Trace& trace, const std::unordered_map<size_t, std::function<Value()>>& replace,
+                   const std::string& pass);
+
+}  // namespace thunder

@@ -878,12 +878,13 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
   };
 
   // The shape a unit sums over its leading dims (a bias gradient's column sum) when the unit
-  // reads one value, which its group does not make; nothing for other units.
+  // reads one value, which its group does not make; nothing for other units. (A sum of a few rows
+  // is an unrolled sum, fused like an elementwise op over its result: not one of these.)
   auto columnSumShape = [&](const Unit& u) -> std::optional<Shape> {
     std::vector<TensorPtr> ins = u.bsym->inputTensors();
     if (ins.size() != 1 || groupOut.count(ins[0].get())) return std::nullopt;
     for (const BoundSymbol& p : u.prims)
-      if (sumsLeadingDims(p)) return withoutUnitDims(p.args[0].tensor().shape);
+      if (sumsLeadingDims(p) && !(pointwise && pointwise(p))) return withoutUnitDims(p.args[0].tensor().shape);
     return std::nullopt;
   };
   // A sum over the leading dims of a value the open group neither makes nor iterates over (a

@@ -900,35 +900,36 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
       if (g == *s) return false;
     return true;
   };
+  // Whether a kernel iterating over a summed shape could also compute values of `other`: the
+  // same shape, its rows, or a trailing part of it (a per-column parameter).
+  auto sharesIteration = [](const Shape& summed, const Shape& other) {
+    if (other == summed || covers(summed, other)) return true;
+    return other.size() <= summed.size() && std::equal(other.rbegin(), other.rend(), summed.rbegin());
+  };
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
-    if (u.fusible && foreignColumnSum(u)) {
-      pending.push_back(i);
-      continue;
-    }
-    // A group that a column sum began, which the next fusible call does not read from and could
-    // not share a kernel with (its shape is neither the summed shape, nor its rows, nor a trailing
-    // part of it, as a per-column parameter is): the sum is passed over, the call begins the group.
-    auto sharesIteration = [](const Shape& summed, const Shape& other) {
-      if (other == summed || covers(summed, other)) return true;
-      return other.size() <= summed.size() && std::equal(other.rbegin(), other.rend(), summed.rbegin());
-    };
-    if (u.fusible && group.size() == 1 && !reads(u, groupOut) &&
-        !sharesIteration(groupShapes.front(), withoutUnitDims(unitShape(u, pointwise)))) {
-      std::optional<Shape> s = columnSumShape(units[group.front()]);
-      if (s && *s == groupShapes.front()) {
-        pending.push_back(group.front());
-        group.clear();
-        groupShapes.clear();
-        groupOut.clear();
-        terminalOut.clear();
-      }
-    }
     if (u.fusible) {
+      if (foreignColumnSum(u)) {
+        pending.push_back(i);
+        continue;
+      }
+      const Shape shape = withoutUnitDims(unitShape(u, pointwise));
+      // A group that a column sum began, which this call does not read from and could not share
+      // a kernel with: the sum is passed over, the call begins the group.
+      if (group.size() == 1 && !reads(u, groupOut) && !sharesIteration(groupShapes.front(), shape)) {
+        std::optional<Shape> s = columnSumShape(units[group.front()]);
+        if (s && *s == groupShapes.front()) {
+          pending.push_back(group.front());
+          group.clear();
+          groupShapes.clear();
+          groupOut.clear();
+          terminalOut.clear();
+        }
+      }
       bool readsTerminal = reads(u, terminalOut), epilogue = readsTerminal && onlyConvertsTerminals(u);
       if (readsTerminal && !epilogue) flush();
       group.push_back(i);
-      groupShapes.push_back(withoutUnitDims(unitShape(u, pointwise)));
+      groupShapes.push_back(shape);
       if (epilogue)
         for (const TensorPtr& t : u.bsym->outputTensors()) terminalOut.insert(t.get());
       for (const TensorPtr& t : u.bsym->outputTensors()) {

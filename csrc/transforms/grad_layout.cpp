@@ -1,6 +1,7 @@
 #include "transforms/grad_layout.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ops/ltorch.h"
 #include "transforms/dce.h"
@@ -38,25 +39,13 @@ bool matmul2d(const BoundSymbol& b) {
 std::optional<Trace> gradientsInTheirLayout(const Trace& trace) {
   std::vector<TensorPtr> outs;
   trace.output.collectTensors(outs);
-  std::unordered_map<const TensorProxy*, size_t> producer, reads, returned;
+  std::unordered_map<const TensorProxy*, size_t> producer, reads;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     for (const TensorPtr& t : trace.bsyms[i].inputTensors()) ++reads[t.get()];
     for (const TensorPtr& t : trace.bsyms[i].outputTensors()) producer[t.get()] = i;
   }
-  for (const TensorPtr& t : outs) ++returned[t.get()];
-  // Transposes to rewrite (position) -> the product they transpose (position).
-  std::unordered_map<size_t, size_t> rewrite;
-  for (const TensorPtr& t : outs) {
-    auto p = producer.find(t.get());
-    if (p == producer.end() || rewrite.count(p->second)) continue;
-    TensorPtr m = transposed(trace.bsyms[p->second]);
-    if (!m) continue;
-    auto q = producer.find(m.get());
-    if (q == producer.end() || !matmul2d(trace.bsyms[q->second]) || reads[m.get()] != 1 || returned.count(m.get()))
-      continue;
-    rewrite[p->second] = q->second;
-  }
-  if (rewrite.empty()) return std::nullopt;
+  std::unordered_set<const TensorProxy*> returned;
+  for (const TensorPtr& t : outs) returned.insert(t.get());
   // An operand's transpose: the source of a transpose that made it, or a new transpose.
   auto flipped = [&](const Value& v) -> Value {
     auto p = producer.find(v.toTensor().get());
@@ -64,11 +53,20 @@ std::optional<Trace> gradientsInTheirLayout(const Trace& trace) {
       if (TensorPtr src = transposed(trace.bsyms[p->second])) return Value(src);
     return ltorch::op("transpose", {v, Value(int64_t{0}), Value(int64_t{1})});
   };
+  // Each returned transpose of a product only it reads, by position: the product of the flips.
   std::unordered_map<size_t, std::function<Value()>> replace;
-  for (const auto& [i, m] : rewrite) {
-    const BoundSymbol& mm = trace.bsyms[m];
-    replace[i] = [&mm, &flipped] { return ltorch::op("matmul", {flipped(mm.args[1]), flipped(mm.args[0])}); };
+  for (const TensorPtr& t : outs) {
+    auto p = producer.find(t.get());
+    if (p == producer.end() || replace.count(p->second)) continue;
+    TensorPtr m = transposed(trace.bsyms[p->second]);
+    if (!m) continue;
+    auto q = producer.find(m.get());
+    if (q == producer.end() || !matmul2d(trace.bsyms[q->second]) || reads[m.get()] != 1 || returned.count(m.get()))
+      continue;
+    const BoundSymbol& mm = trace.bsyms[q->second];
+    replace[p->second] = [&mm, &flipped] { return ltorch::op("matmul", {flipped(mm.args[1]), flipped(mm.args[0])}); };
   }
+  if (replace.empty()) return std::nullopt;
   return dce(replaceCalls(trace, replace, "gradients in their layout"));
 }
 

@@ -395,6 +395,17 @@ void init(py::module_& m) {
       "Registers an operator of an executor: a symbol printed by its bare name whose "
       "decomposition (like) or meta function and kernel (fn) are Python functions.");
   m.def(
+      "extend_use_native_kernel",
+      [](const Symbol* op, const std::string& name) {
+        const runtime::Kernel* kernel = runtime::nativeKernel(name);
+        if (kernel == nullptr) return false;
+        runtime::setKernel(op, *kernel);
+        return true;
+      },
+      py::arg("op"), py::arg("name"),
+      "Runs an operator (from extend_register_operator) with the C++ kernel of that name instead "
+      "of its Python fn; False (and the fn stays) where there is none.");
+  m.def(
       "extend_register_implementation",
       [](const std::string& executor, const std::string& symbolId, const Symbol* op,
          py::object checker, py::object transform) {

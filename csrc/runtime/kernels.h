@@ -94,6 +94,10 @@ size_t kernelCount();
 void setKernel(const Symbol* execSymbol, Kernel kernel);
 /// The kernel of an executor symbol, or nullptr.
 const Kernel* findKernel(const Symbol* execSymbol);
+/// A C++ kernel that an operator registered from Python (thunder.extend) runs instead of its Python
+/// function, by name, or nullptr: the cudnn executor's attention ("cudnn_sdpa_fwd", "cudnn_sdpa",
+/// "cudnn_sdpa_bwd"), whose per-call host time through Python was 30-80 us.
+const Kernel* nativeKernel(const std::string& name);
 /// The apex executor's fused cross-entropy forward on CUDA (executors/cross_entropy.h): the loss
 /// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in float32 (the
 /// kernels' math; apex_cross_entropy rounds it to the logits' dtype, apex_cross_entropy_upcast

@@ -4,6 +4,9 @@
 // the same elements are dropped; without, the backward gets an unused placeholder.
 #include <ATen/ATen.h>
 
+#include <map>
+#include <mutex>
+
 #include "executors/executor.h"
 #include "ir/error.h"
 #include "ops/sdpa.h"
@@ -109,7 +112,110 @@ c10::IValue backward(K& a) {
   throw Error(ErrorKind::Value, "sdpaex.fused_attention_backward: no fused kernel named '" + a.str(9) + "'");
 }
 
+// ---- the cudnn executor's operators (python/thunder/executors/cudnnex.py) ---------------------
+// Their Python functions call the same ATen ops; these run them without a trip through Python.
+
+/// cuDNN's bias: (B, H, L, S) with broadcast dims of stride 0, dense along S (a bias a kernel
+/// wrote in a permuted order, as T5's position bias, has another stride there).
+std::optional<at::Tensor> cudnnBias(K& a, size_t i, const at::Tensor& q, const at::Tensor& k) {
+  if (a.v.size() <= i || a.none(i)) return std::nullopt;
+  return denseLastDim(a.t(i)).expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
+std::optional<double> optScale(K& a, size_t i) {
+  return a.none(i) ? std::nullopt : std::optional<double>(a.d(i));
+}
+
+at::Tensor cudnnForwardCall(K& a, bool logsumexp, c10::IValue* lse, c10::IValue* seed, c10::IValue* offset) {
+  const at::Tensor q = denseLastDim(a.t(0)), k = denseLastDim(a.t(1)), v = denseLastDim(a.t(2));
+  double dropout = a.v.size() > 6 ? a.d(6) : 0.0;
+  auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, cudnnBias(a, 5, q, k), logsumexp, dropout, a.b(3),
+                                                   false, optScale(a, 4));
+  if (lse) *lse = std::get<1>(r);
+  if (seed) *seed = std::get<6>(r);
+  if (offset) *offset = std::get<7>(r);
+  return std::get<0>(r);
+}
+
+// cudnn_sdpa_fwd(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0)
+//   -> (out, logsumexp) or, with dropout, (out, logsumexp, seed, offset)
+c10::IValue cudnnForward(K& a) {
+  bool dropout = a.v.size() > 6 && a.d(6) != 0.0;
+  c10::IValue lse, seed, offset;
+  at::Tensor out = cudnnForwardCall(a, true, &lse, dropout ? &seed : nullptr, dropout ? &offset : nullptr);
+  if (!dropout) return tuple({out, lse});
+  return tuple({out, lse, seed, offset});
+}
+
+// cudnn_sdpa(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0) -> out: the
+// forward without the logsumexp a backward would read (no gradient is taken).
+c10::IValue cudnnInference(K& a) { return cudnnForwardCall(a, false, nullptr, nullptr, nullptr); }
+
+bool sameLayout(const at::Tensor& a, const at::Tensor& b) {
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+/// The output gradient in the output's layout, which cuDNN's backward reads (ATen copies it there
+/// otherwise): it usually arrives as the transpose of the output projection's [B, T, H*D]
+/// gradient while the output is [B, H, T, D]. 16-bit values move four at a time, as 8-byte words
+/// (ATen's copy of a permuted bfloat16 tensor moves one element per load).
+at::Tensor gradLikeOut(const at::Tensor& grad, const at::Tensor& out) {
+  if (sameLayout(grad, out)) return grad;
+  at::Tensor dst = at::empty_like(out);
+  if (grad.element_size() == 2 && grad.stride(-1) == 1 && grad.size(-1) % 4 == 0 && out.stride(-1) == 1) {
+    try {
+      dst.view(at::kDouble).copy_(grad.view(at::kDouble));
+      return dst;
+    } catch (const c10::Error&) {  // strides or offset not in whole words
+    }
+  }
+  return dst.copy_(grad);
+}
+
+/// No dropout: the kernel reads no random state, but takes a seed and an offset (made once per
+/// device, and never freed: they outlive every program).
+const std::pair<at::Tensor, at::Tensor>& noDropoutState(const c10::Device& device) {
+  static std::mutex mutex;
+  static auto* states = new std::map<std::pair<int, int>, std::pair<at::Tensor, at::Tensor>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(static_cast<int>(device.type()), static_cast<int>(device.index()));
+  auto it = states->find(key);
+  if (it == states->end()) {
+    auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+    it = states->emplace(key, std::make_pair(at::zeros({}, opts), at::zeros({}, opts))).first;
+  }
+  return it->second;
+}
+
+// cudnn_sdpa_bwd(grad, query, key, value, out, logsumexp, is_causal, scale, attn_mask=None,
+//                dropout_p=0.0, rng_seed=None, rng_offset=None) -> (dq, dk, dv)
+c10::IValue cudnnBackward(K& a) {
+  const at::Tensor q = denseLastDim(a.t(1)), k = denseLastDim(a.t(2)), v = denseLastDim(a.t(3));
+  const at::Tensor &out = a.t(4), &lse = a.t(5);
+  double dropout = a.v.size() > 9 ? a.d(9) : 0.0;
+  at::Tensor seed, offset;
+  if (dropout != 0.0) {
+    seed = a.t(10);
+    offset = a.t(11);
+  } else {
+    std::tie(seed, offset) = noDropoutState(q.device());
+  }
+  auto [dq, dk, dv] = at::_scaled_dot_product_cudnn_attention_backward(
+      gradLikeOut(a.t(0), out), q, k, v, out, lse, seed, offset, cudnnBias(a, 8, q, k).value_or(at::Tensor()), at::Tensor(),
+      at::Tensor(), q.size(2), k.size(2), dropout, a.b(6), optScale(a, 7));
+  return tuple({dq, dk, dv});
+}
+
 }  // namespace
+
+const Kernel* nativeKernel(const std::string& name) {
+  static const std::map<std::string, Kernel> kernels = {
+      {"cudnn_sdpa_fwd", cudnnForward}, {"cudnn_sdpa", cudnnInference}, {"cudnn_sdpa_bwd", cudnnBackward}};
+  auto it = kernels.find(name);
+  return it == kernels.end() ? nullptr : &it->second;
+}
 
 void registerSdpaKernels(Executor& torch) {
   sdpa::registerSdpaSymbols();

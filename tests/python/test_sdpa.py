@@ -377,3 +377,66 @@ def test_fused_dropout_drops_what_eager_drops(name, backend, masked, causal):
     assert (actual[0] - undropped).abs().max() > 0.1
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
+
+
+CUDNN_NATIVE_CASES = [
+    # (name, mask shape or None, causal, dropout, query as a transposed view, gradient permuted)
+    ("plain", None, False, 0.0, False, False),
+    ("causal", None, True, 0.0, False, False),
+    ("mask", (2, 1, 1, 64), False, 0.0, False, True),
+    ("full_mask", (2, 4, 48, 64), False, 0.0, False, False),
+    ("dropout_mask", (2, 1, 48, 64), False, 0.2, False, True),
+    ("strided_query", None, False, 0.0, True, True),
+    ("scale", None, False, 0.0, False, False),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,mask_shape,causal,dropout,strided,permuted_grad", CUDNN_NATIVE_CASES,
+                         ids=[c[0] for c in CUDNN_NATIVE_CASES])
+def test_cudnn_native_kernels_compute_what_the_python_functions_do(name, mask_shape, causal, dropout, strided,
+                                                                   permuted_grad):
+    # The runtime runs cudnn_sdpa_fwd, cudnn_sdpa_bwd and cudnn_sdpa with C++ kernels; the Python
+    # functions (what a printed trace runs) are the reference: the same ATen calls, so the same
+    # bits forward (and the same dropped elements), backward within cuDNN's own run-to-run spread.
+    from thunder.executors import cudnnex
+
+    assert cudnnex._NATIVE == {"cudnn_sdpa_fwd", "cudnn_sdpa_bwd", "cudnn_sdpa"}
+    torch.manual_seed(0)
+    length = 64 if causal else 48
+    q = torch.randn(2, 4, length, 64, device="cuda", dtype=torch.bfloat16)
+    if strided:  # a [B, H, L, D] view whose head dim is not dense
+        q = torch.randn(2, 4, 64, length, device="cuda", dtype=torch.bfloat16).transpose(-1, -2)
+    k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    mask = None if mask_shape is None else torch.randn(*mask_shape, device="cuda", dtype=torch.bfloat16)
+    scale = 0.3 if name == "scale" else None
+    ct = torch.randn(2, length, 4, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    if not permuted_grad:
+        ct = ct.contiguous()
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
+                                              scale=scale)
+
+    tfn = thunder.jit(fn, executors=["cudnn"])
+    # Inference: the forward without a logsumexp.
+    with torch.no_grad():
+        torch.manual_seed(5)
+        out = tfn(q, k, v, mask)
+        torch.manual_seed(5)
+        ref = cudnnex._infer_impl(q, k, v, causal, scale, mask, dropout)
+    assert "cudnn_sdpa(" in str(thunder.last_traces(tfn)[-1])
+    assert torch.equal(out, ref)
+    # Training: forward and backward.
+    ins = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(7)
+    out = tfn(*ins, mask)
+    grads = torch.autograd.grad(out, ins, ct)
+    assert "cudnn_sdpa_bwd(" in _backward_text(tfn)
+    torch.manual_seed(7)
+    res = cudnnex._fwd_impl(q, k, v, causal, scale, mask, dropout)
+    assert torch.equal(out, res[0])
+    seed_offset = (res[2], res[3]) if dropout else (None, None)
+    ref_grads = cudnnex._bwd_impl(ct, q, k, v, res[0], res[1], causal, scale, mask, dropout, *seed_offset)
+    for a, e in zip(grads, ref_grads):
+        torch.testing.assert_close(a, e, rtol=1e-2, atol=1e-2)

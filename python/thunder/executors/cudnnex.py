@@ -13,7 +13,7 @@ memory-efficient kernels, or the decomposition) runs. Traces print
     (t0, t1) = cudnn_sdpa_fwd(q, k, v, True, None)
     (t2, t3, t4) = cudnn_sdpa_bwd(g, q, k, v, t0, t1, True, None)
 
-where t1 is the float32 logsumexp (B, H, L, 1) that the backward reads instead of the probabilities;
+(and `t0 = cudnn_sdpa(q, k, v, True, None)` where no gradient is taken), where t1 is the float32 logsumexp (B, H, L, 1) that the backward reads instead of the probabilities;
 with a mask or dropout both take them as trailing arguments, and with dropout the forward also
 returns the kernel's random state (seed, offset), which the backward reads to drop the same
 elements. Eager picks this kernel for BERT's and GPT-2's masked attention with dropout on an H200;
@@ -24,9 +24,12 @@ forward+backward in 1.15 ms against 2.12 ms for ATen's flash kernel.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 import thunder.torch as ltorch
+from thunder import _C
 from thunder.core import dtypes
 from thunder.core.devices import DeviceType
 from thunder.core.proxies import TensorProxy
@@ -34,7 +37,7 @@ from thunder.core.symbolic import has_symbolic_size
 from thunder.core.transforms import get_grad, put_grads
 from thunder.extend import OperatorExecutor, declined, register_executor
 
-__all__ = ["cudnn_ex", "cudnn_sdpa_fwd", "cudnn_sdpa_bwd", "cudnn_available"]
+__all__ = ["cudnn_ex", "cudnn_sdpa_fwd", "cudnn_sdpa_bwd", "cudnn_sdpa", "cudnn_available"]
 
 
 def cudnn_available() -> bool:
@@ -134,8 +137,31 @@ def _bwd_impl(grad, query, key, value, out, logsumexp, is_causal, scale, attn_ma
     return dq, dk, dv
 
 
+def _infer_meta(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0):
+    b, h, length, _ = query.shape
+    return TensorProxy(like=query, shape=(b, h, length, value.shape[-1]))
+
+
+def _infer_impl(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0):
+    # No gradient will be taken: cuDNN computes no logsumexp.
+    return _aten._scaled_dot_product_cudnn_attention(
+        _dense(query), _dense(key), _dense(value), _bias(attn_mask, query, key), False, dropout_p, is_causal, False,
+        scale=scale
+    )[0]
+
+
 cudnn_sdpa_fwd = cudnn_ex.register_operator("cudnn_sdpa_fwd", meta=_fwd_meta, fn=_fwd_impl)
 cudnn_sdpa_bwd = cudnn_ex.register_operator("cudnn_sdpa_bwd", meta=_bwd_meta, fn=_bwd_impl)
+cudnn_sdpa = cudnn_ex.register_operator("cudnn_sdpa", meta=_infer_meta, fn=_infer_impl)
+
+# The runtime runs the three with C++ kernels doing what the functions above do (the functions run
+# where a printed trace is run as Python): through Python a call cost 30-80 us of host time, which
+# BERT's and GPT-2's inference (5 ms steps) felt. THUNDER_CUDNN_NATIVE=0 keeps the functions.
+# _NATIVE names the operators that run so.
+_NATIVE = frozenset(
+    op.name for op in (cudnn_sdpa_fwd, cudnn_sdpa_bwd, cudnn_sdpa)
+    if os.environ.get("THUNDER_CUDNN_NATIVE", "1") != "0" and _C.extend_use_native_kernel(op, op.name)
+)
 
 
 def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> bool:
@@ -189,9 +215,8 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
 def _execution_transform(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                          enable_gqa=False):
     if attn_mask is None and dropout_p == 0.0:
-        out, _ = cudnn_sdpa_fwd(query, key, value, is_causal, scale)
-        return out
-    return cudnn_sdpa_fwd(query, key, value, is_causal, scale, attn_mask, dropout_p)[0]
+        return cudnn_sdpa(query, key, value, is_causal, scale)
+    return cudnn_sdpa(query, key, value, is_causal, scale, attn_mask, dropout_p)
 
 
 def _grad_transform(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

@@ -689,7 +689,7 @@ int pow2ceil(int64_t x) {
   return p;
 }
 
-RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t rows) {
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t rows, bool packed) {
   int64_t chunks = (L + vec - 1) / vec;
   RowLaunch r;
   // Few rows (decoding's single token: one row of the model width) leave most SMs idle whatever
@@ -700,11 +700,22 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t
   // a warp per [4096, 2048] bf16 RMSNorm-backward row (8 chunks of 8 per lane) took 168 registers,
   // one block of 256 threads per multiprocessor. Past two chunks per lane a block per row takes
   // them, a chunk per thread (46 registers).
-  bool wideColumns = columns && chunks > 32 * 2;
+  // THUNDER_FUSER_COLUMN_LANE_CHUNKS: the most chunks per lane of a warp per row with column
+  // sums (experiments; 2 by default).
+  static const int64_t laneChunks = [] {
+    const char* e = std::getenv("THUNDER_FUSER_COLUMN_LANE_CHUNKS");
+    int64_t n = e ? std::atoll(e) : 0;
+    return n >= 1 && n <= 8 ? n : int64_t(2);
+  }();
+  bool wideColumns = columns && chunks > 32 * laneChunks;
   if (chunks <= 32 * 8 && !fewRows && !wideColumns) {  // short rows: one warp per row, eight rows per block, no shared memory
     r.warp = true;
     r.threads = 256;
-    r.items = pow2ceil((chunks + 31) / 32);
+    // Rows of fewer than 32 chunks: as many lanes per row as chunks (a power of two), several rows
+    // per warp. One row per warp left 20 of 32 lanes idle on ConvNeXt's 96-channel LayerNorm
+    // ([64, 56, 56, 96] bf16: 93 us, 0.8 TB/s).
+    r.tpr = packed && !columns ? std::min(32, pow2ceil(chunks)) : 32;
+    r.items = pow2ceil((chunks + r.tpr - 1) / r.tpr);
     return r;
   }
   // Long rows: one block per row, about 32 elements per thread held in registers (8 chunks of
@@ -730,7 +741,7 @@ bool columnsPerBlock(const KernelProgram& p, const CudaVariant& v) {
 std::string CudaVariant::entry(const std::string& kernel) const {
   if (row) {
     return kernel + "_r" + std::to_string(items) + "_v" + std::to_string(vec) + (warp ? "_w" : "_b") +
-           std::to_string(threads);
+           std::to_string(threads) + (warp && tpr != 32 ? "_p" + std::to_string(tpr) : "");
   }
   return kernel + (vec > 1 ? "_t" + std::to_string(unroll) + "_v" + std::to_string(vec) + "_" + pattern : "") +
          (idx32 ? "_32" : "");
@@ -798,9 +809,10 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
   if (p.rowKernel()) {
     v.row = true;
     v.vec = vecOk ? w : 1;
-    RowLaunch l = chooseRowLaunch(L, v.vec, 0, p.hasColumns(), L ? numel / L : 0);
+    RowLaunch l = chooseRowLaunch(L, v.vec, 0, p.hasColumns(), L ? numel / L : 0, !p.indexed());
     v.items = l.items;
     v.warp = l.warp;
+    v.tpr = l.tpr;
     v.threads = l.threads;
   } else {
     v.vec = vecOk && !p.indexed() ? w : 1;  // gathers and scatters: element by element
@@ -1219,9 +1231,10 @@ __device__ __forceinline__ IdxT thunder_divmod(IdxT& rem, int64_t size, int64_t 
   // With ITEMS > 0 the thread keeps its (at most ITEMS) chunks of every input that varies along
   // the row in registers, in their storage type: read once, reused by every phase. ITEMS == 0
   // re-reads the row in each phase (rows of any length).
-  s << R"(template <bool WARP, typename T, typename F>
+  s << R"(template <bool WARP, int TPR, typename T, typename F>
 __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identity) {
-  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  // WARP: a row's TPR lanes (an aligned group of a warp whose lanes all take part) combine.
+  for (int o = (WARP ? TPR : 32) >> 1; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (WARP) return v;
   // Across warps: each warp's result goes through shared memory, and every warp reduces the
   // (at most 32) partial results with shuffles again.
@@ -1236,12 +1249,15 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
 )";
   // THREADS (the block size) is a compile-time constant so that the columns of a thread's chunks
   // are constant offsets from one address: fewer registers than one 64-bit address per chunk.
-  s << "template <int ITEMS, int VEC, bool WARP, int THREADS>\n__device__ __forceinline__ void " << p.name << "_row(" << params << ") {\n";
+  // WARP with TPR < 32: 32 / TPR rows per warp, TPR lanes each. The rows loop runs per warp (its
+  // shuffles need every lane); a lane group past the last row recomputes the last row and stores
+  // nothing (`valid`).
+  s << "template <int ITEMS, int VEC, bool WARP, int THREADS, int TPR>\n__device__ __forceinline__ void " << p.name << "_row(" << params << ") {\n";
   s << "  __shared__ double shared_d[32];\n";
   s << "  const int64_t L = g.v[" << gL << "], rows = g.v[" << gRows << "];\n";
-  s << "  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;\n";
-  s << "  constexpr int tpr = WARP ? 32 : THREADS;\n";
-  s << "  constexpr int64_t rpb = WARP ? (THREADS >> 5) : 1;\n";
+  s << "  const int lane = WARP ? (threadIdx.x & (TPR - 1)) : threadIdx.x;\n";
+  s << "  constexpr int tpr = WARP ? TPR : THREADS;\n";
+  s << "  constexpr int64_t rpb = WARP ? (THREADS / TPR) : 1;\n";
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const KOutput& o = p.outputs[j];
     if (!o.column) continue;
@@ -1249,7 +1265,11 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
     s << "#pragma unroll\n  for (int it = 0; it < (ITEMS ? ITEMS : 1); ++it)\n#pragma unroll\n    for (int v = 0; v < VEC; ++v) col" << j
       << "[it][v] = 0;\n";
   }
-  s << "  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {\n";
+  s << "  for (int64_t row0 = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) * (32 / TPR) : 0); row0 < rows; row0 += (int64_t)gridDim.x * rpb) {\n";
+  s << "    const int64_t mine = row0 + (WARP ? (threadIdx.x & 31) / TPR : 0);\n";
+  s << "    const bool valid = mine < rows;\n";
+  s << "    const int64_t row = valid ? mine : rows - 1;\n";
+  s << "    (void)valid;\n";
   s << "    int64_t rem = row;\n";
   for (size_t k = R - 1; k-- > 0;) {
     if (k == 0) s << "    const int64_t i0 = rem;\n";
@@ -1355,7 +1375,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string T = e.rt(n.dtype);
-      s << "    const " << T << " v" << r << " = thunder_reduce<WARP, " << T << ">(acc" << r << ", [](" << T << " a, " << T
+      s << "    const " << T << " v" << r << " = thunder_reduce<WARP, TPR, " << T << ">(acc" << r << ", [](" << T << " a, " << T
         << " b) { return " << reduceCombine(n, "a", "b") << "; }, reinterpret_cast<" << T << "*>(shared_d), "
         << reduceInit(n, cuda) << ");\n";
       available.insert(r);
@@ -1381,7 +1401,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
       }
       if (o.reduced) continue;
       head += "          alignas(16) " + storageType(o.tensor->dtype, cuda) + " o" + js + "[VEC];\n";
-      tail += "          thunder_vcopy<VEC>(out" + js + " + row * L + col, o" + js + ");\n";
+      tail += "          if (valid) thunder_vcopy<VEC>(out" + js + " + row * L + col, o" + js + ");\n";
     }
     pass(body, head, tail, streamBody);
   }
@@ -1389,7 +1409,7 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   for (const KOutput& o : p.outputs)
     if (o.reduced) rowOuts.push_back(o.node);
   if (!rowOuts.empty()) {
-    s << "    if (lane == 0) {\n";
+    s << "    if (lane == 0 && valid) {\n";
     std::string rb;
     e.emitNodes(rowOuts, available, rowOff, "      ", rb);
     s << rb << storeLines(p, true, "out", "row", "      ", ";\n") << "    }\n";
@@ -1436,7 +1456,8 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   s << "}\n";
   s << "extern \"C\" __global__ void __launch_bounds__(" << variant.threads << ") " << variant.entry(p.name) << "("
     << params << ") { " << p.name << "_row<" << variant.items << ", " << variant.vec << ", "
-    << (variant.warp ? "true" : "false") << ", " << variant.threads << ">(" << argNames << "); }\n";
+    << (variant.warp ? "true" : "false") << ", " << variant.threads << ", " << (variant.warp ? variant.tpr : 32) << ">("
+    << argNames << "); }\n";
   return s.str();
 }
 

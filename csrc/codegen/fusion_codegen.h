@@ -48,6 +48,7 @@ struct CudaVariant {
   std::string pattern;
   int items = 0;       // row: chunks of VEC per thread kept in registers (0: re-read per phase)
   bool warp = false;   // row: one warp per row (else one block per row)
+  int tpr = 32;        // row, warp: threads per row (fewer than 32: 32 / tpr rows per warp)
   int threads = 256;   // threads per block
   /// The entry point's name for a kernel: `<kernel>`, `<kernel>_t2_v4_110_32`, `<kernel>_r4_v4_b256`...
   std::string entry(const std::string& kernel) const;
@@ -68,12 +69,16 @@ struct RowLaunch {
   int items = 0;
   int threads = 256;
   bool warp = false;
+  int tpr = 32;  // warp: threads per row
 };
 /// `threads` forces the block size of a long-row launch (0: chosen from L); `columns`: the kernel
 /// also sums columns (it reads two full inputs per row, and wants more threads per row); `rows`:
 /// the number of rows (-1: many), fewer than kFewRows get a block per row even when short.
+/// Rows of fewer than 32 chunks share a warp (tpr < 32) unless the kernel sums columns or
+/// `packed` is false (kernels that gather: a lane past the last row would read an index).
 constexpr int64_t kFewRows = 64;
-RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false, int64_t rows = -1);
+RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = false, int64_t rows = -1,
+                          bool packed = true);
 
 /// The variant a program gets for contiguous inputs of its traced shapes on a GPU of `sms`
 /// multiprocessors (0: unknown, as for a large tensor).

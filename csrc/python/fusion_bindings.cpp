@@ -67,10 +67,11 @@ void init(py::module_& m) {
       if (predicted.row) {
         for (int64_t L : {int64_t(100), int64_t(2048), int64_t(8192), int64_t(1) << 20}) {
           // 2048: one row of it (decoding) takes a block
-          codegen::RowLaunch l = codegen::chooseRowLaunch(L, predicted.vec, 0, false, L == 2048 ? 1 : -1);
+          codegen::RowLaunch l = codegen::chooseRowLaunch(L, predicted.vec, 0, false, L == 2048 ? 1 : -1, !prog.indexed());
           codegen::CudaVariant v = predicted;
           v.items = l.items;
           v.warp = l.warp;
+          v.tpr = l.tpr;
           v.threads = l.items ? l.threads : 1024;
           vs.push_back(v);
         }

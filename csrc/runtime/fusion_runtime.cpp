@@ -966,6 +966,43 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
   return into;
 }
 
+/// Adds up the partial rows of a launch's column outputs ((output, its [slots, L] rows) each; the
+/// rows of one accumulation dtype lie in one [outputs, slots, L] tensor) into the outputs: one ATen
+/// sum per such tensor and one conversion of its sums where its outputs convert alike, not a sum
+/// and a conversion per output (a ViT-B/16 training step had 87 column outputs: 174 launches of a
+/// few microseconds each). Each output is then a row of its block's [outputs, L] result.
+void finishColumnSums(const codegen::KernelProgram& p, const std::vector<std::pair<size_t, at::Tensor>>& partials,
+                      std::vector<at::Tensor>& outs) {
+  struct Block {
+    at::Tensor sums, converted;
+    const std::vector<DType>* epilogue = nullptr;
+    bool alike = true;  // every output of the block converts through the same dtypes
+  };
+  std::map<const c10::TensorImpl*, Block> blocks;
+  for (const auto& [j, part] : partials) {
+    Block& b = blocks[part._base().unsafeGetTensorImpl()];
+    if (!b.sums.defined()) b.sums = at::Tensor(part._base()).sum(1);
+    if (b.epilogue && *b.epilogue != p.outputs[j].epilogue) b.alike = false;
+    b.epilogue = &p.outputs[j].epilogue;
+  }
+  for (const auto& [j, part] : partials) {
+    Block& b = blocks[part._base().unsafeGetTensorImpl()];
+    int64_t row = (part.storage_offset() - part._base().storage_offset()) / part.numel();
+    at::Tensor t;
+    if (b.alike) {
+      if (!b.converted.defined()) {
+        b.converted = b.sums;
+        for (DType d : *b.epilogue) b.converted = b.converted.to(toScalarType(d));
+      }
+      t = b.converted.select(0, row);
+    } else {
+      t = b.sums.select(0, row);
+      for (DType d : p.outputs[j].epilogue) t = t.to(toScalarType(d));
+    }
+    outs[j] = t.reshape(p.outputs[j].tensor->shape);
+  }
+}
+
 /// How one launch of a CUDA region runs: the kernel, its grid and block, and the partial rows of
 /// its column sums. It depends only on the call's geometry (sizes, strides) and the alignment of
 /// its inputs, so a region keeps the last one and reuses it while they repeat (every step of a
@@ -1049,16 +1086,17 @@ CudaLaunch planCudaLaunch(CompiledRegion& r, const std::vector<int64_t>& g, cons
       int t = e ? std::atoi(e) : 0;
       return t >= 32 && t <= 1024 ? t : 0;
     }();
-    codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns(), rows);
+    codegen::RowLaunch l = codegen::chooseRowLaunch(L, v.vec, rowThreads, p.hasColumns(), rows, !r.indexed);
     static const bool uncached = std::getenv("THUNDER_FUSER_ROW_UNCACHED") != nullptr;
     if (uncached && !l.warp) l.items = 0;
     if (l.items == 0 && !(uncached && rowThreads)) l.threads = 1024;
     v.row = true;
     v.items = l.items;
     v.warp = l.warp;
+    v.tpr = l.tpr;
     v.threads = l.threads;
     blockX = static_cast<unsigned>(l.threads);
-    int64_t rowsPerBlock = l.warp ? l.threads / 32 : 1;
+    int64_t rowsPerBlock = l.warp ? l.threads / l.tpr : 1;
     gridX = static_cast<unsigned>(std::min<int64_t>((rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 20));
     if (p.hasColumns()) {
       // About one wave of blocks, each summing its rows' columns into one partial row per slot.
@@ -1293,11 +1331,26 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
           finish = plan->finishStream->load() == stream;
         }
         int64_t L = g[R + I * R + 1];
+        // The partial rows of all column outputs of one accumulation dtype lie in one tensor
+        // [outputs, slots, L]: one ATen sum adds them all up after the launch.
+        // THUNDER_FUSER_COLUMNS_APART=1: a tensor (a sum, a conversion) per output (A/B timings).
+        static const bool apart = std::getenv("THUNDER_FUSER_COLUMNS_APART") != nullptr;
+        std::map<int64_t, at::Tensor> blocks;  // by accumulation dtype (by output where apart)
+        std::map<int64_t, int64_t> counts;
+        auto blockOf = [&](size_t j) { return apart ? int64_t(j) : -1 - int64_t(p.outputs[j].accDtype); };
+        for (size_t j = 0; j < p.outputs.size(); ++j)
+          if (p.outputs[j].column) ++counts[blockOf(j)];
+        for (size_t j = 0; j < p.outputs.size(); ++j) {
+          if (!p.outputs[j].column || blocks.count(blockOf(j))) continue;
+          auto opts = at::TensorOptions().dtype(toScalarType(p.outputs[j].accDtype)).device(dev);
+          int64_t n = counts[blockOf(j)];
+          blocks[blockOf(j)] = plan->zeroPartials ? at::zeros({n, plan->slots, L}, opts) : at::empty({n, plan->slots, L}, opts);
+          counts[blockOf(j)] = 0;
+        }
         for (size_t j = 0; j < p.outputs.size(); ++j) {
           const codegen::KOutput& o = p.outputs[j];
           if (!o.column) continue;
-          auto opts = at::TensorOptions().dtype(toScalarType(o.accDtype)).device(dev);
-          at::Tensor part = plan->zeroPartials ? at::zeros({plan->slots, L}, opts) : at::empty({plan->slots, L}, opts);
+          at::Tensor part = blocks[blockOf(j)].select(0, counts[blockOf(j)]++);
           outPtrs[j] = part.data_ptr();
           partials.emplace_back(j, part);
           if (finish) {
@@ -1322,13 +1375,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       THUNDER_CHECK(driver().launch(plan->fn, plan->grid[0], plan->grid[1], 1, plan->block[0], plan->block[1], 1, 0, stream,
                                     params.data(), nullptr) == 0,
                     "fuser: launching ", plan->entry, " failed");
-      for (auto& [j, part] : partials) {
-        if (finish) break;
-        const codegen::KOutput& o = p.outputs[j];
-        at::Tensor t = part.sum(0);
-        for (DType d : o.epilogue) t = t.to(toScalarType(d));
-        outs[j] = t.reshape(o.tensor->shape);
-      }
+      if (!finish) finishColumnSums(p, partials, outs);
     }
   } else {
     for (size_t j = 0; j < p.outputs.size(); ++j)

@@ -922,6 +922,34 @@ def test_cuda_row_reductions_up_to_256k(n):
 
 
 @cuda
+@pytest.mark.parametrize("n,dtype,tpr", [(96, torch.bfloat16, 16), (40, torch.bfloat16, 8), (8, torch.bfloat16, 1),
+                                         (12, torch.float32, 4), (24, torch.float32, 8)])
+def test_cuda_short_rows_share_a_warp(n, dtype, tpr):
+    # Rows of fewer than 32 chunks take that many lanes (a power of two), 32 / tpr rows per warp;
+    # the last warp's lanes past the last row store nothing (1001 rows: not a multiple of the
+    # rows per block). ConvNeXt's LayerNorm reads a channels-last convolution's output.
+    torch.manual_seed(0)
+    x = torch.randn(1001, 7, n, device="cuda", dtype=dtype)
+    w, b = (torch.randn(n, device="cuda", dtype=dtype) for _ in range(2))
+    img = torch.randn(3, n, 13, 11, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+
+    def f(x, w, b, img):
+        y = torch.nn.functional.layer_norm(x, (n,), w, b)
+        z = torch.nn.functional.layer_norm(img.permute(0, 2, 3, 1), (n,), w, b)
+        return y, x.softmax(-1), x.amax(-1), z
+
+    jf = thunder.jit(f)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = jf(x, w, b, img)
+    ref = f(*(t.double() for t in (x, w, b, img)))
+    for a, r in zip(got, ref):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), r, atol=3e-2 if dtype == torch.bfloat16 else 1e-5, rtol=2e-2)
+    names = {e.name for e in prof.events() if e.name.startswith("cudaFusion")}
+    assert any(f"_p{tpr}" in nm for nm in names), names
+
+
+@cuda
 @pytest.mark.parametrize("rows,n", [(4096, 2048), (3000, 1000), (77, 512)])
 def test_cuda_column_sums_per_block_match_and_repeat(rows, n):
     # Warp-per-row kernels (rows of 512) add their warps' column sums in shared memory and write

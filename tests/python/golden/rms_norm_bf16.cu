@@ -130,9 +130,10 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   typedef typename thunder_raw<sizeof(T) * VEC>::type V;
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 }
-template <bool WARP, typename T, typename F>
+template <bool WARP, int TPR, typename T, typename F>
 __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identity) {
-  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  // WARP: a row's TPR lanes (an aligned group of a warp whose lanes all take part) combine.
+  for (int o = (WARP ? TPR : 32) >> 1; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (WARP) return v;
   // Across warps: each warp's result goes through shared memory, and every warp reduces the
   // (at most 32) partial results with shuffles again.
@@ -144,14 +145,18 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <int ITEMS, int VEC, bool WARP, int THREADS>
+template <int ITEMS, int VEC, bool WARP, int THREADS, int TPR>
 __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) {
   __shared__ double shared_d[32];
   const int64_t L = g.v[7], rows = g.v[8];
-  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;
-  constexpr int tpr = WARP ? 32 : THREADS;
-  constexpr int64_t rpb = WARP ? (THREADS >> 5) : 1;
-  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {
+  const int lane = WARP ? (threadIdx.x & (TPR - 1)) : threadIdx.x;
+  constexpr int tpr = WARP ? TPR : THREADS;
+  constexpr int64_t rpb = WARP ? (THREADS / TPR) : 1;
+  for (int64_t row0 = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) * (32 / TPR) : 0); row0 < rows; row0 += (int64_t)gridDim.x * rpb) {
+    const int64_t mine = row0 + (WARP ? (threadIdx.x & 31) / TPR : 0);
+    const bool valid = mine < rows;
+    const int64_t row = valid ? mine : rows - 1;
+    (void)valid;
     int64_t rem = row;
     const int64_t i0 = rem;
     const int64_t b0 = i0 * g.v[2];
@@ -205,7 +210,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
         }
       }
     }
-    const float v3 = thunder_reduce<WARP, float>(acc3, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d), static_cast<float>(0));
+    const float v3 = thunder_reduce<WARP, TPR, float>(acc3, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d), static_cast<float>(0));
     if constexpr (ITEMS > 0) {
 #pragma unroll
       for (int it = 0; it < ITEMS; ++it) {
@@ -233,7 +238,7 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v12 = (v9 * v11);  // mul
             o0[v] = thunder_float_to_bf16(v12);
           }
-          thunder_vcopy<VEC>(out0 + row * L + col, o0);
+          if (valid) thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
       }
     } else {
@@ -263,11 +268,11 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
             const float v12 = (v9 * v11);  // mul
             o0[v] = thunder_float_to_bf16(v12);
           }
-          thunder_vcopy<VEC>(out0 + row * L + col, o0);
+          if (valid) thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
       }
     }
     if (!WARP) __syncthreads();
   }
 }
-extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v8_w256(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 8, true, 256>(in0, in1, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v8_w256_p8(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 8, true, 256, 8>(in0, in1, out0, g); }

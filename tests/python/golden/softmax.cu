@@ -130,9 +130,10 @@ __device__ __forceinline__ void thunder_vcopy(T* dst, const T* src) {
   typedef typename thunder_raw<sizeof(T) * VEC>::type V;
   *reinterpret_cast<V*>(dst) = *reinterpret_cast<const V*>(src);
 }
-template <bool WARP, typename T, typename F>
+template <bool WARP, int TPR, typename T, typename F>
 __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identity) {
-  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+  // WARP: a row's TPR lanes (an aligned group of a warp whose lanes all take part) combine.
+  for (int o = (WARP ? TPR : 32) >> 1; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (WARP) return v;
   // Across warps: each warp's result goes through shared memory, and every warp reduces the
   // (at most 32) partial results with shuffles again.
@@ -144,14 +145,18 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <int ITEMS, int VEC, bool WARP, int THREADS>
+template <int ITEMS, int VEC, bool WARP, int THREADS, int TPR>
 __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) {
   __shared__ double shared_d[32];
   const int64_t L = g.v[5], rows = g.v[6];
-  const int lane = WARP ? (threadIdx.x & 31) : threadIdx.x;
-  constexpr int tpr = WARP ? 32 : THREADS;
-  constexpr int64_t rpb = WARP ? (THREADS >> 5) : 1;
-  for (int64_t row = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) : 0); row < rows; row += (int64_t)gridDim.x * rpb) {
+  const int lane = WARP ? (threadIdx.x & (TPR - 1)) : threadIdx.x;
+  constexpr int tpr = WARP ? TPR : THREADS;
+  constexpr int64_t rpb = WARP ? (THREADS / TPR) : 1;
+  for (int64_t row0 = (int64_t)blockIdx.x * rpb + (WARP ? (threadIdx.x >> 5) * (32 / TPR) : 0); row0 < rows; row0 += (int64_t)gridDim.x * rpb) {
+    const int64_t mine = row0 + (WARP ? (threadIdx.x & 31) / TPR : 0);
+    const bool valid = mine < rows;
+    const int64_t row = valid ? mine : rows - 1;
+    (void)valid;
     int64_t rem = row;
     const int64_t i0 = rem;
     const int64_t b0 = i0 * g.v[2];
@@ -199,7 +204,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
         }
       }
     }
-    const float v1 = thunder_reduce<WARP, float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d), -THUNDER_INF);
+    const float v1 = thunder_reduce<WARP, TPR, float>(acc1, [](float a, float b) { return (b != b || b > a) ? b : a; }, reinterpret_cast<float*>(shared_d), -THUNDER_INF);
     float acc4 = static_cast<float>(0);
     if constexpr (ITEMS > 0) {
 #pragma unroll
@@ -236,7 +241,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
         }
       }
     }
-    const float v4 = thunder_reduce<WARP, float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d), static_cast<float>(0));
+    const float v4 = thunder_reduce<WARP, TPR, float>(acc4, [](float a, float b) { return a + b; }, reinterpret_cast<float*>(shared_d), static_cast<float>(0));
     if constexpr (ITEMS > 0) {
 #pragma unroll
       for (int it = 0; it < ITEMS; ++it) {
@@ -254,7 +259,7 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
             const float v5 = (v3 / v4);  // div
             o0[v] = v5;
           }
-          thunder_vcopy<VEC>(out0 + row * L + col, o0);
+          if (valid) thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
       }
     } else {
@@ -274,11 +279,11 @@ __device__ __forceinline__ void cudaFusion0_row(const float* __restrict__ in0, f
             const float v5 = (v3 / v4);  // div
             o0[v] = v5;
           }
-          thunder_vcopy<VEC>(out0 + row * L + col, o0);
+          if (valid) thunder_vcopy<VEC>(out0 + row * L + col, o0);
         }
       }
     }
     if (!WARP) __syncthreads();
   }
 }
-extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v4_w256(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 4, true, 256>(in0, out0, g); }
+extern "C" __global__ void __launch_bounds__(256) cudaFusion0_r1_v4_w256_p16(const float* __restrict__ in0, float* __restrict__ out0, const Geometry g) { cudaFusion0_row<1, 4, true, 256, 16>(in0, out0, g); }

@@ -483,6 +483,55 @@ size_t defaultCacheSize() {
   return static_cast<size_t>(n);
 }
 
+/// A jitted module's state, read before every call: the tensors in its (module, "_parameters" or
+/// "_buffers", name) slots, as a tuple. The generated Python tuple of `m._parameters[name]` reads
+/// it replaces took 48 us a call for 400 slots (0.12 us a slot), as long as the rest of the call's
+/// host work; this takes about a tenth of that.
+class StateReader {
+ public:
+  explicit StateReader(const py::list& slots) {
+    for (py::handle h : slots) {
+      auto t = h.cast<py::tuple>();
+      py::object mod = py::reinterpret_borrow<py::object>(t[0]);
+      py::str kind = t[1].cast<py::str>();
+      size_t m = 0;
+      while (m < modules_.size() && !(modules_[m].is(mod) && kinds_[m].equal(kind))) ++m;
+      if (m == modules_.size()) {
+        modules_.push_back(mod);
+        kinds_.push_back(kind);
+      }
+      slots_.emplace_back(m, t[2].cast<py::str>());
+    }
+  }
+  py::tuple read() const {
+    // Each module's dict is looked up once per call: a module whose `_parameters` was replaced is
+    // read from the new one, as the generated code read it.
+    std::vector<py::object> dicts;
+    dicts.reserve(modules_.size());
+    for (size_t m = 0; m < modules_.size(); ++m) dicts.push_back(modules_[m].attr(kinds_[m]));
+    py::tuple out(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const auto& [m, name] = slots_[i];
+      PyObject* d = dicts[m].ptr();
+      PyObject* v = PyDict_Check(d) ? PyDict_GetItemWithError(d, name.ptr()) : nullptr;
+      if (v == nullptr) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        py::object item = dicts[m][name];  // a mapping that is not a dict, or a KeyError as Python's
+        PyTuple_SET_ITEM(out.ptr(), i, item.release().ptr());
+        continue;
+      }
+      Py_INCREF(v);
+      PyTuple_SET_ITEM(out.ptr(), i, v);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<py::object> modules_;
+  std::vector<py::str> kinds_;
+  std::vector<std::pair<size_t, py::str>> slots_;
+};
+
 class CompiledFunction {
  public:
   explicit CompiledFunction(py::object compile) : compile_(std::move(compile)) {}
@@ -606,6 +655,12 @@ class CompiledFunction {
       return xs;
     };
     std::vector<at::Tensor> inputs = gather();
+    // The program drops its references to the inputs without the GIL. Where a tensor's last C++
+    // reference beside its Python object's goes, PyTorch releases the Python object (it holds it
+    // while C++ shares the tensor), which takes the GIL: once per input, each time waiting for
+    // this thread's own lock (15% of a 400-parameter call's host time). These references go
+    // after the GIL is back instead; they keep nothing alive that the caller does not.
+    std::vector<at::Tensor> kept = inputs;
     std::vector<at::Tensor> outs;
     {
       py::gil_scoped_release release;
@@ -1189,6 +1244,11 @@ PYBIND11_MODULE(_C, m) {
       .def("closures", &TracingContext::closures)
       .def("mark_dynamic", &TracingContext::markDynamic);
 
+  py::class_<StateReader>(m, "StateReader")
+      .def(py::init<const py::list&>(), py::arg("slots"),
+           "slots: (module, '_parameters' or '_buffers', name) each; calling the reader returns their "
+           "tensors as a tuple.")
+      .def("__call__", &StateReader::read);
   py::class_<CompiledFunction>(m, "CompiledFunction", py::dynamic_attr())
       .def(py::init<py::object>())
       .def("__call__", &CompiledFunction::call)

@@ -1016,66 +1016,6 @@ void registerShapeOps() {
       [](const Args& a) { return getitem(a[0], a[1]); });
 }
 
-/// x[i0, i1, ..., ik-1] with k >= 2 integer index tensors, broadcast together to a shape S: the
-/// [S..., x.shape[k:]...] gather of x's first k dims (transformers' masks read a padding mask as
-/// mask[batch_idx, kv_idx]). One take over the k dims flattened, at the linear index of each
-/// element; an index out of its dim's range (after Python's wrap of negatives) makes the linear
-/// index out of range, so that the take raises (or stops the kernel) as eager does, never reading
-/// a neighbouring row.
-Value gatherByIndexTensors(const Value& a, const std::vector<Value>& key) {
-  const std::string name = "ltorch.getitem";
-  const TensorProxy& t = a.tensor();
-  const int64_t k = static_cast<int64_t>(key.size());
-  std::vector<Shape> shapes;
-  for (const Value& v : key) {
-    const TensorProxy& idx = v.tensor();
-    THUNDER_CHECK_KIND(idx.dtype != DType::Bool, ErrorKind::NotImplemented, name,
-                       ": indexing with a boolean mask makes a data-dependent shape and is not supported");
-    THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, name,
-                       ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
-    THUNDER_CHECK_KIND(!idx.symbolic(), ErrorKind::NotImplemented, name,
-                       ": index tensors with symbolic sizes are not supported");
-    shapes.push_back(idx.shape);
-  }
-  THUNDER_CHECK_KIND(k <= t.ndim(), ErrorKind::Index, name, ": too many indices for tensor of shape ",
-                     shapeStr(t.shape), " (", k, " given)");
-  THUNDER_CHECK_KIND(!t.symbolic(), ErrorKind::NotImplemented, name,
-                     ": indexing a tensor of symbolic sizes with several index tensors is not supported");
-  Shape s;
-  try {
-    s = clang::broadcastShapes(shapes, name);
-  } catch (const Error&) {
-    std::string all;
-    for (const Shape& sh : shapes) all += (all.empty() ? "" : ", ") + shapeStr(sh);
-    throw Error(ErrorKind::Index, name + ": shape mismatch: indexing tensors could not be broadcast together with shapes " + all);
-  }
-  int64_t lead = 1;
-  for (int64_t d = 0; d < k; ++d) lead *= t.shape[d];
-  Value linear, inRange;
-  int64_t stride = 1;
-  for (int64_t d = k - 1; d >= 0; --d) {
-    const int64_t n = t.shape[d];
-    Value i = clang::maybeConvert(key[d], DType::Int64);
-    Value ok = op("logical_and", {op("ge", {i, Value(-n)}), op("lt", {i, Value(n)})});
-    Value wrapped = op("where", {op("lt", {i, Value(int64_t(0))}), op("add", {i, Value(n)}), i});
-    Value term = stride == 1 ? wrapped : op("mul", {wrapped, Value(stride)});
-    linear = d == k - 1 ? term : op("add", {linear, term});
-    inRange = d == k - 1 ? ok : op("logical_and", {inRange, ok});
-    stride *= n;
-  }
-  linear = op("where", {inRange, linear, Value(lead)});
-  linear = clang::expandTo(linear, s, name);
-  Shape flatShape{lead};
-  flatShape.insert(flatShape.end(), t.shape.begin() + k, t.shape.end());
-  Value flat = clang::reshape(a, flatShape, name);
-  int64_t count = 1;
-  for (int64_t x : s) count *= x;
-  Value taken = prims::take(flat, clang::reshape(linear, {count}, name), 0);
-  Shape out = s;
-  out.insert(out.end(), t.shape.begin() + k, t.shape.end());
-  return clang::reshape(taken, out, name);
-}
-
 Value getitem(const Value& a, const Value& keyIn) {
   const std::string op = "ltorch.getitem";
   const TensorProxy& t = expectTensor(a, op, "a");
@@ -1094,8 +1034,6 @@ Value getitem(const Value& a, const Value& keyIn) {
     out.insert(out.end(), t.shape.begin() + 1, t.shape.end());
     return clang::reshape(taken, out, op);
   }
-  if (key.size() >= 2 && std::all_of(key.begin(), key.end(), [](const Value& k) { return k.isTensor(); }))
-    return gatherByIndexTensors(a, key);
   int64_t consumed = 0;
   for (const Value& k : key) {
     if (k.isInt() || k.isSlice()) ++consumed;

@@ -874,14 +874,6 @@ def _getitem_samples(dtype):
     yield (make((), dtype), None), {}
     yield (make((), dtype), Ellipsis), {}
     yield (transposed((4, 3), dtype), (1, slice(None, None, 2))), {}
-    # Several index tensors, broadcast together (transformers' mask[batch_idx, kv_idx]): a gather
-    # of the first k dims; negative indices wrap per dim.
-    yield (x(), (index((4, 1), 4), index((1, 3), 3))), {}
-    yield (x(), (index((2,), 4), index((2,), 3), index((2,), 2))), {}
-    yield (x(), (torch.tensor([-1, 0, -4], device=DEVICE), torch.tensor([2, -3, 1], device=DEVICE))), {}
-    yield (x(), (index((3,), 4, torch.int32), index((3,), 3, torch.int32))), {}
-    yield (x(), (torch.tensor(1, device=DEVICE), index((5,), 3))), {}
-    yield (transposed((4, 3), dtype), (index((2, 1, 1), 4), index((1, 1, 5), 3))), {}
 
 
 def _getitem_errors():
@@ -890,10 +882,6 @@ def _getitem_errors():
     yield ErrorInput((make((4, 3)), make((4,), b8)), {}, NotImplementedError, r"getitem: indexing with a boolean mask",
                      False)
     yield ErrorInput((make((4, 3)), make((2,), f32)), {}, IndexError, r"getitem: tensors used as indices must be integer")
-    yield ErrorInput((make((4, 3)), (index((2,), 4), index((3,), 3))), {}, IndexError,
-                     r"getitem: shape mismatch: indexing tensors could not be broadcast together with shapes [\[(]2,?[\])], [\[(]3,?[\])]")
-    yield ErrorInput((make((4, 3)), (index((2,), 4), index((2,), 3), index((2,), 3))), {}, IndexError,
-                     r"getitem: too many indices for tensor of shape [\[(]4, 3,?[\])] \(3 given\)")
 
 
 opinfos += [

@@ -539,3 +539,30 @@ def test_tensor_a_module_stores_on_its_first_call_is_real_afterwards():
         torch.testing.assert_close(m.cached, ref.cached)
         torch.testing.assert_close(m.lin.last, ref.lin.last)
     assert thunder.cache_misses(tm) == 2  # without the table, then with it
+
+
+def test_module_state_is_read_at_every_call():
+    # A jitted module reads its parameters and buffers (thunder._C.StateReader) before each call:
+    # a parameter replaced by assignment, one updated in place and a replaced buffer are all seen.
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+            self.register_buffer("shift", torch.zeros(3))
+
+        def forward(self, x):
+            return self.lin(x) + self.shift
+
+    m = M()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(jm(x), m(x))
+    m.lin.weight = torch.nn.Parameter(torch.randn(3, 4))
+    torch.testing.assert_close(jm(x), m(x))
+    with torch.no_grad():
+        m.lin.bias.mul_(3)
+    torch.testing.assert_close(jm(x), m(x))
+    m.shift = torch.ones(3)
+    torch.testing.assert_close(jm(x), m(x))
+    assert isinstance(jm._read_state, thunder._C.StateReader)
+    assert len(jm._read_state()) == 3

@@ -94,10 +94,13 @@ size_t kernelCount();
 void setKernel(const Symbol* execSymbol, Kernel kernel);
 /// The kernel of an executor symbol, or nullptr.
 const Kernel* findKernel(const Symbol* execSymbol);
-/// A C++ kernel that an operator registered from Python (thunder.extend) runs instead of its Python
-/// function, by name, or nullptr: the cudnn executor's attention ("cudnn_sdpa_fwd", "cudnn_sdpa",
-/// "cudnn_sdpa_bwd"), whose per-call host time through Python was 30-80 us.
+/// A C++ kernel that an operator registered from Python (thunder.extend, the fallback) runs instead
+/// of its Python function, by name, or nullptr: the cudnn executor's attention ("cudnn_sdpa_fwd",
+/// "cudnn_sdpa", "cudnn_sdpa_bwd"), whose per-call host time through Python was 30-80 us, and
+/// "Tensor.__getitem__" (a tensor and its key, as the torch executor's getitem kernel takes them).
 const Kernel* nativeKernel(const std::string& name);
+/// Adds a kernel to nativeKernel's table (at registration, before any lookup).
+void registerNativeKernel(const std::string& name, Kernel kernel);
 /// The apex executor's fused cross-entropy forward on CUDA (executors/cross_entropy.h): the loss
 /// reduced as `reduction` says ("none", "mean" over the rows not ignored, "sum"), in float32 (the
 /// kernels' math; apex_cross_entropy rounds it to the logits' dtype, apex_cross_entropy_upcast

@@ -210,15 +210,11 @@ c10::IValue cudnnBackward(K& a) {
 
 }  // namespace
 
-const Kernel* nativeKernel(const std::string& name) {
-  static const std::map<std::string, Kernel> kernels = {
-      {"cudnn_sdpa_fwd", cudnnForward}, {"cudnn_sdpa", cudnnInference}, {"cudnn_sdpa_bwd", cudnnBackward}};
-  auto it = kernels.find(name);
-  return it == kernels.end() ? nullptr : &it->second;
-}
-
 void registerSdpaKernels(Executor& torch) {
   sdpa::registerSdpaSymbols();
+  registerNativeKernel("cudnn_sdpa_fwd", cudnnForward);
+  registerNativeKernel("cudnn_sdpa", cudnnInference);
+  registerNativeKernel("cudnn_sdpa_bwd", cudnnBackward);
   for (auto [semantic, kernel] : {std::pair<const Symbol*, Kernel>{&sdpa::forwardSymbol(), forward},
                                   std::pair<const Symbol*, Kernel>{&sdpa::backwardSymbol(), backward}}) {
     const Symbol* exec = makeExecSymbol("torch", "sdpaex", semantic->name, *semantic);

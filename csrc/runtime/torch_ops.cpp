@@ -4,6 +4,7 @@
 #include <ATen/TensorIndexing.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -233,6 +234,37 @@ const Kernel* findKernel(const Symbol* execSymbol) {
 namespace {
 
 using K = KernelArgs;
+/// Tensor.__getitem__ whole, as ATen indexes: the key as the runtime lowers it (an int, None, "..."
+/// for an ellipsis, a tuple (start, stop, step) for a slice, a tensor; a list of those for a tuple
+/// key).
+c10::IValue getitemKernel(K& a) {
+  namespace ix = at::indexing;
+  std::vector<ix::TensorIndex> idx;
+  auto opt = [](const c10::IValue& x) { return x.isNone() ? std::optional<c10::SymInt>() : c10::SymInt(x.toInt()); };
+  auto add = [&](const c10::IValue& x) {
+    if (x.isNone()) idx.emplace_back(ix::None);
+    else if (x.isBool()) idx.emplace_back(x.toBool());
+    else if (x.isInt()) idx.emplace_back(x.toInt());
+    else if (x.isString()) idx.emplace_back(ix::Ellipsis);
+    else if (x.isTensor()) idx.emplace_back(x.toTensor());
+    else if (x.isTuple()) {
+      const auto& e = x.toTupleRef().elements();
+      idx.emplace_back(ix::Slice(opt(e[0]), opt(e[1]), opt(e[2])));
+    } else {
+      throw InternalError("runtime: Tensor.__getitem__ cannot index with a " + x.tagKind());
+    }
+  };
+  const c10::IValue& key = a.v[1];
+  if (key.isIntList()) {
+    for (int64_t i : key.toIntVector()) idx.emplace_back(i);
+  } else if (key.isList()) {
+    for (const c10::IValue& x : key.toListRef()) add(x);
+  } else {
+    add(key);
+  }
+  return a.t(0).index(idx);
+}
+
 Executor* gTorch = nullptr;
 
 /// Registers `kernel` as the torch executor's implementation of `semanticId`, printing as
@@ -244,6 +276,12 @@ const Symbol* impl(const std::string& semanticId, const std::string& module, con
   setKernel(exec, std::move(kernel));
   gTorch->addImplementation(semanticId, Implementation{exec, std::move(checker), {}});
   return exec;
+}
+
+std::mutex gNativeMu;
+std::map<std::string, Kernel>& nativeKernels() {
+  static auto* table = new std::map<std::string, Kernel>();  // (never freed: outlives every program)
+  return *table;
 }
 
 /// Registers `kernel` (which writes its first argument and returns it) as the in-place form of
@@ -756,36 +794,11 @@ void registerLTorchKernels() {
   implUpdate("ltorch.index_add", "torch", "index_add", "Tensor", "index_add_",
              [](K& a) -> c10::IValue { return a.t(0).index_add_(a.i(1), a.t(2), a.t(3), a.s(4)); });
   // Indexing runs whole only where its sizes are symbolic (elsewhere its decomposition into
-  // slices and views is claimed, and fused where it can be). The key as the runtime lowers it:
-  // an int, None, "..." for an ellipsis, a tuple (start, stop, step) for a slice, a tensor; a
-  // list of those for a tuple key.
-  impl("ltorch.getitem", "Tensor", "__getitem__", [](K& a) -> c10::IValue {
-    namespace ix = at::indexing;
-    std::vector<ix::TensorIndex> idx;
-    auto opt = [](const c10::IValue& x) { return x.isNone() ? std::optional<c10::SymInt>() : c10::SymInt(x.toInt()); };
-    auto add = [&](const c10::IValue& x) {
-      if (x.isNone()) idx.emplace_back(ix::None);
-      else if (x.isBool()) idx.emplace_back(x.toBool());
-      else if (x.isInt()) idx.emplace_back(x.toInt());
-      else if (x.isString()) idx.emplace_back(ix::Ellipsis);
-      else if (x.isTensor()) idx.emplace_back(x.toTensor());
-      else if (x.isTuple()) {
-        const auto& e = x.toTupleRef().elements();
-        idx.emplace_back(ix::Slice(opt(e[0]), opt(e[1]), opt(e[2])));
-      } else {
-        throw InternalError("runtime: Tensor.__getitem__ cannot index with a " + x.tagKind());
-      }
-    };
-    const c10::IValue& key = a.v[1];
-    if (key.isIntList()) {
-      for (int64_t i : key.toIntVector()) idx.emplace_back(i);
-    } else if (key.isList()) {
-      for (const c10::IValue& x : key.toListRef()) add(x);
-    } else {
-      add(key);
-    }
-    return a.t(0).index(idx);
-  }, [](const BoundSymbol& b) { return b.symbolicRule != nullptr; });
+  // slices and views is claimed, and fused where it can be). The fallback's calls of
+  // Tensor.__getitem__ with index tensors (mask[batch_idx, kv_idx]) run this kernel too.
+  impl("ltorch.getitem", "Tensor", "__getitem__", getitemKernel,
+       [](const BoundSymbol& b) { return b.symbolicRule != nullptr; });
+  registerNativeKernel("Tensor.__getitem__", getitemKernel);
   // Calls the torch executor runs whole only where their sizes are symbolic (elsewhere their
   // decompositions are claimed: views, fused where they can be).
   auto symbolicOnly = [](const BoundSymbol& b) { return b.symbolicRule != nullptr; };
@@ -1040,6 +1053,18 @@ void registerTensorOpKernels() {
 }
 
 }  // namespace
+
+void registerNativeKernel(const std::string& name, Kernel kernel) {
+  std::lock_guard<std::mutex> lock(gNativeMu);
+  nativeKernels()[name] = std::move(kernel);
+}
+
+const Kernel* nativeKernel(const std::string& name) {
+  registerTorchExecutor();
+  std::lock_guard<std::mutex> lock(gNativeMu);
+  auto it = nativeKernels().find(name);
+  return it == nativeKernels().end() ? nullptr : &it->second;
+}
 
 void registerTorchExecutor() {
   static std::once_flag once;

@@ -157,3 +157,60 @@ def test_examine_a_cnn_has_no_failing_calls():
     )
     report = thunder.examine(m, torch.randn(2, 3, 16, 16))
     assert report.failing == {} and report.num_calls >= 7
+
+
+@pytest.mark.parametrize("case", ["mask", "float_grad", "one_tensor_2d", "negative", "out_of_range"])
+def test_getitem_with_index_tensors_runs_atens_index_from_cpp(case):
+    # x[i0, i1] with index tensors has no thunder decomposition: the fallback records it, and the
+    # runtime runs ATen's index from C++ (no call back into Python): eager's values, gradient and
+    # error.
+    from thunder.core import fallback
+
+    torch.manual_seed(0)
+    if case == "mask":  # transformers' padding mask: mask[batch_idx, kv_idx]
+        x = torch.rand(3, 16) > 0.3
+        key = (torch.arange(3)[:, None, None, None], torch.arange(16)[None, None, None, :])
+    elif case == "float_grad":
+        x = torch.randn(4, 3, 2, requires_grad=True)
+        key = (torch.tensor([[0], [3]]), torch.tensor([[1, 2]]))
+    elif case == "one_tensor_2d":
+        x = torch.randn(5, 4)
+        key = (torch.tensor([[0, 4], [2, 2]]), torch.tensor([1, 3]))
+    elif case == "negative":
+        x = torch.randn(4, 3)
+        key = (torch.tensor([-1, 0]), torch.tensor([-3, 2]))
+    else:
+        x = torch.randn(4, 3)
+        key = (torch.tensor([0, 4]), torch.tensor([1, 1]))
+
+    def f(x, i, j):
+        return x[i, j]
+
+    jf = thunder.jit(f)
+    if case == "out_of_range":
+        with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with size 4"):
+            jf(x, *key)
+        return
+    out = jf(x, *key)
+    assert torch.equal(out, f(x, *key))
+    if not x.requires_grad:
+        # (a call whose gradient is taken runs the Python function that also saves the random state)
+        assert "torch.Tensor.__getitem__(" in str(thunder.last_traces(jf)[-1])
+        recorded = fallback._Call(torch.Tensor.__getitem__, "torch.Tensor.__getitem__", (x, key), {}).key()
+        assert fallback._symbols[recorded][0].name in fallback._NATIVE
+    else:
+        g = torch.randn_like(out)
+        torch.testing.assert_close(torch.autograd.grad(out, x, g)[0], torch.autograd.grad(f(x, *key), x, g)[0])
+
+
+def test_native_getitem_takes_only_keys_of_tensors():
+    from thunder.core import fallback
+
+    t = torch.zeros(2, 3)
+    i = torch.tensor([0, 1])
+    call = lambda *args: fallback._Call(torch.Tensor.__getitem__, "torch.Tensor.__getitem__", args, {})  # noqa: E731
+    assert fallback._native_getitem(call(t, (i, i)))
+    assert fallback._native_getitem(call(t, i))
+    assert not fallback._native_getitem(call(t, (i, slice(None))))  # a slice: a constant of the symbol
+    assert not fallback._native_getitem(call(t, (i, None)))  # mixed: flat leaves
+    assert not fallback._native_getitem(fallback._Call(torch.Tensor.__setitem__, "x", (t, i, 1.0), {}))

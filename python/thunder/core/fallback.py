@@ -27,6 +27,8 @@ _lock = threading.Lock()
 # (qualname, structure, constants) -> the fallback symbol of those calls.
 _symbols: dict = {}
 _counter = itertools.count()
+# The names of the symbols whose runs call a C++ kernel instead of their Python function.
+_NATIVE: set = set()
 
 # Values a symbol argument can hold (thunder._C converts them); anything else is a constant of
 # the symbol, kept in its closure (a torch.memory_format, a torch.Generator, ...).
@@ -188,11 +190,25 @@ def _make_symbol(call: _Call):
 
     sym_name = f"{_sanitize(qualname)}_{next(_counter)}"
     sym = _C.extend_register_operator(EXECUTOR, sym_name, call.params(), None, meta, fn, [], qualname)
+    if _native_getitem(call) and _C.extend_use_native_kernel(sym, "Tensor.__getitem__"):
+        # x[i0, i1] with index tensors (transformers' mask[batch_idx, kv_idx]): ATen's index
+        # called from C++, not this Python function (a call back into Python each run).
+        _NATIVE.add(sym.name)
     sym_rng = _C.extend_register_operator(EXECUTOR, sym_name + "_rng", call.params(), None, meta_rng, fn_rng, [], "")
     from thunder.core.transforms import _register_executor_grad_transform
 
     _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym_rng, call))
     return sym, box
+
+
+def _native_getitem(call: _Call) -> bool:
+    """Whether a fallback call is `tensor[key]` with a key of tensors only (one, or a tuple), which
+    the runtime's C++ getitem kernel takes as the symbol's two arguments."""
+    if call.func is not torch.Tensor.__getitem__ or call.flat or call.constants or call.kwnames or call.nargs != 2:
+        return False
+    key = call.args[1]
+    keys = key if isinstance(key, tuple) else (key,)
+    return len(keys) > 0 and all(isinstance(k, (_C.TensorProxy, torch.Tensor)) for k in keys)
 
 
 def _rng_state_size(device) -> int:

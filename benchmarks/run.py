@@ -264,6 +264,33 @@ def overhead(device, contender):
     return step
 
 
+def module_overhead(device, contender):
+    """A jitted module's fixed cost per call: 400 small parameters (ResNet-50 has 320 parameters
+    and buffers, BERT-base about 200), one of them used. Every call reads the module's state and
+    keys the cache on all of it."""
+
+    class Many(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4, device=device)) for _ in range(400)])
+
+        def forward(self, x):
+            return x + self.ps[0]
+
+    model = Many().eval()
+    jm = _fn(model, contender)
+    x = torch.randn(4, device=device)
+    calls = 100
+
+    def step():
+        with torch.no_grad():
+            for _ in range(calls):
+                jm(x)
+
+    step.per = calls
+    return step
+
+
 def cpu_chain(device, contender):
     x = torch.randn(16 * 2**20, device=device)
     jf = _fn(lambda x: torch.erf(torch.log1p(torch.exp(torch.sigmoid(x) - torch.tanh(x))) * 2.0 - 1.0), contender)
@@ -309,6 +336,7 @@ WORKLOADS = {
     "gelu_chain": gelu_chain,
     "softmax": softmax,
     "overhead": overhead,
+    "module_overhead": module_overhead,
     "cpu_chain": cpu_chain,
     "cpu_mlp": cpu_mlp,
     "cpu_gpt_train": cpu_gpt_train,

@@ -966,40 +966,33 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
   return into;
 }
 
-/// Adds up the partial rows of a launch's column outputs ((output, its [slots, L] rows) each; the
-/// rows of one accumulation dtype lie in one [outputs, slots, L] tensor) into the outputs: one ATen
-/// sum per such tensor and one conversion of its sums where its outputs convert alike, not a sum
-/// and a conversion per output (a ViT-B/16 training step had 87 column outputs: 174 launches of a
-/// few microseconds each). Each output is then a row of its block's [outputs, L] result.
-void finishColumnSums(const codegen::KernelProgram& p, const std::vector<std::pair<size_t, at::Tensor>>& partials,
+/// The partial rows of a launch's column outputs that share an accumulation dtype: one tensor
+/// [outputs, slots, L], row k of it for outputs[k].
+struct ColumnBlock {
+  at::Tensor parts;
+  std::vector<size_t> outputs;
+};
+
+/// Adds up each block's partial rows into its outputs: one ATen sum per block, and one conversion
+/// where its outputs convert alike, not a sum and a conversion per output (a ViT-B/16 training step
+/// had 87 column outputs: 174 launches of a few microseconds each). Each output is then a row of
+/// its block's [outputs, L] result.
+void finishColumnSums(const codegen::KernelProgram& p, const std::map<int64_t, ColumnBlock>& blocks,
                       std::vector<at::Tensor>& outs) {
-  struct Block {
-    at::Tensor sums, converted;
-    const std::vector<DType>* epilogue = nullptr;
-    bool alike = true;  // every output of the block converts through the same dtypes
-  };
-  std::map<const c10::TensorImpl*, Block> blocks;
-  for (const auto& [j, part] : partials) {
-    Block& b = blocks[part._base().unsafeGetTensorImpl()];
-    if (!b.sums.defined()) b.sums = at::Tensor(part._base()).sum(1);
-    if (b.epilogue && *b.epilogue != p.outputs[j].epilogue) b.alike = false;
-    b.epilogue = &p.outputs[j].epilogue;
-  }
-  for (const auto& [j, part] : partials) {
-    Block& b = blocks[part._base().unsafeGetTensorImpl()];
-    int64_t row = (part.storage_offset() - part._base().storage_offset()) / part.numel();
-    at::Tensor t;
-    if (b.alike) {
-      if (!b.converted.defined()) {
-        b.converted = b.sums;
-        for (DType d : *b.epilogue) b.converted = b.converted.to(toScalarType(d));
-      }
-      t = b.converted.select(0, row);
-    } else {
-      t = b.sums.select(0, row);
-      for (DType d : p.outputs[j].epilogue) t = t.to(toScalarType(d));
+  for (const auto& [_, b] : blocks) {
+    at::Tensor sums = b.parts.sum(1);
+    const std::vector<DType>& first = p.outputs[b.outputs.front()].epilogue;
+    bool alike = std::all_of(b.outputs.begin(), b.outputs.end(),
+                             [&](size_t j) { return p.outputs[j].epilogue == first; });
+    if (alike)
+      for (DType d : first) sums = sums.to(toScalarType(d));
+    for (size_t k = 0; k < b.outputs.size(); ++k) {
+      size_t j = b.outputs[k];
+      at::Tensor t = sums.select(0, static_cast<int64_t>(k));
+      if (!alike)
+        for (DType d : p.outputs[j].epilogue) t = t.to(toScalarType(d));
+      outs[j] = t.reshape(p.outputs[j].tensor->shape);
     }
-    outs[j] = t.reshape(p.outputs[j].tensor->shape);
   }
 }
 
@@ -1322,7 +1315,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       // where the plan says so (kernelFinish), by the kernel itself (finishColumns) unless it
       // cannot (atomics into one zeroed row, a grid beyond its counters, a second stream).
       int finish = 0;
-      std::vector<std::pair<size_t, at::Tensor>> partials;  // (held until the launch is queued)
+      std::map<int64_t, ColumnBlock> columnBlocks;  // (held until the launch is queued)
       std::vector<void*> finPtrs;
       if (plan->slots > 0) {
         if (plan->kernelFinish && !plan->zeroPartials && plan->grid[0] <= codegen::kColumnFinishBlocks) {
@@ -1335,24 +1328,24 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
         // [outputs, slots, L]: one ATen sum adds them all up after the launch.
         // THUNDER_FUSER_COLUMNS_APART=1: a tensor (a sum, a conversion) per output (A/B timings).
         static const bool apart = std::getenv("THUNDER_FUSER_COLUMNS_APART") != nullptr;
-        std::map<int64_t, at::Tensor> blocks;  // by accumulation dtype (by output where apart)
-        std::map<int64_t, int64_t> counts;
-        auto blockOf = [&](size_t j) { return apart ? int64_t(j) : -1 - int64_t(p.outputs[j].accDtype); };
-        for (size_t j = 0; j < p.outputs.size(); ++j)
-          if (p.outputs[j].column) ++counts[blockOf(j)];
+        std::vector<std::pair<int64_t, int64_t>> rowOf(p.outputs.size());  // output -> (block, row)
         for (size_t j = 0; j < p.outputs.size(); ++j) {
-          if (!p.outputs[j].column || blocks.count(blockOf(j))) continue;
-          auto opts = at::TensorOptions().dtype(toScalarType(p.outputs[j].accDtype)).device(dev);
-          int64_t n = counts[blockOf(j)];
-          blocks[blockOf(j)] = plan->zeroPartials ? at::zeros({n, plan->slots, L}, opts) : at::empty({n, plan->slots, L}, opts);
-          counts[blockOf(j)] = 0;
+          if (!p.outputs[j].column) continue;
+          int64_t key = apart ? int64_t(j) : -1 - int64_t(p.outputs[j].accDtype);
+          std::vector<size_t>& members = columnBlocks[key].outputs;
+          rowOf[j] = {key, static_cast<int64_t>(members.size())};
+          members.push_back(j);
+        }
+        for (auto& [_, b] : columnBlocks) {
+          auto opts = at::TensorOptions().dtype(toScalarType(p.outputs[b.outputs.front()].accDtype)).device(dev);
+          int64_t n = static_cast<int64_t>(b.outputs.size());
+          b.parts = plan->zeroPartials ? at::zeros({n, plan->slots, L}, opts) : at::empty({n, plan->slots, L}, opts);
         }
         for (size_t j = 0; j < p.outputs.size(); ++j) {
           const codegen::KOutput& o = p.outputs[j];
           if (!o.column) continue;
-          at::Tensor part = blocks[blockOf(j)].select(0, counts[blockOf(j)]++);
+          at::Tensor part = columnBlocks[rowOf[j].first].parts.select(0, rowOf[j].second);
           outPtrs[j] = part.data_ptr();
-          partials.emplace_back(j, part);
           if (finish) {
             outs[j] = newOutputTensor(o.tensor->shape, toScalarType(o.tensor->dtype), dev);
             THUNDER_INTERNAL(outs[j].numel() == L, p.name, ": column output ", o.tensor->name, " has ", outs[j].numel(),
@@ -1375,7 +1368,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       THUNDER_CHECK(driver().launch(plan->fn, plan->grid[0], plan->grid[1], 1, plan->block[0], plan->block[1], 1, 0, stream,
                                     params.data(), nullptr) == 0,
                     "fuser: launching ", plan->entry, " failed");
-      if (!finish) finishColumnSums(p, partials, outs);
+      if (!finish) finishColumnSums(p, columnBlocks, outs);
     }
   } else {
     for (size_t j = 0; j < p.outputs.size(); ++j)

@@ -126,30 +126,24 @@ std::optional<double> optScale(K& a, size_t i) {
   return a.none(i) ? std::nullopt : std::optional<double>(a.d(i));
 }
 
-at::Tensor cudnnForwardCall(K& a, bool logsumexp, c10::IValue* lse, c10::IValue* seed, c10::IValue* offset) {
+auto cudnnAttention(K& a, bool logsumexp) {
   const at::Tensor q = denseLastDim(a.t(0)), k = denseLastDim(a.t(1)), v = denseLastDim(a.t(2));
   double dropout = a.v.size() > 6 ? a.d(6) : 0.0;
-  auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, cudnnBias(a, 5, q, k), logsumexp, dropout, a.b(3),
-                                                   false, optScale(a, 4));
-  if (lse) *lse = std::get<1>(r);
-  if (seed) *seed = std::get<6>(r);
-  if (offset) *offset = std::get<7>(r);
-  return std::get<0>(r);
+  return at::_scaled_dot_product_cudnn_attention(q, k, v, cudnnBias(a, 5, q, k), logsumexp, dropout, a.b(3), false,
+                                                 optScale(a, 4));
 }
 
 // cudnn_sdpa_fwd(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0)
 //   -> (out, logsumexp) or, with dropout, (out, logsumexp, seed, offset)
 c10::IValue cudnnForward(K& a) {
-  bool dropout = a.v.size() > 6 && a.d(6) != 0.0;
-  c10::IValue lse, seed, offset;
-  at::Tensor out = cudnnForwardCall(a, true, &lse, dropout ? &seed : nullptr, dropout ? &offset : nullptr);
-  if (!dropout) return tuple({out, lse});
-  return tuple({out, lse, seed, offset});
+  auto r = cudnnAttention(a, true);
+  if (a.v.size() <= 6 || a.d(6) == 0.0) return tuple({std::get<0>(r), std::get<1>(r)});
+  return tuple({std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r)});
 }
 
 // cudnn_sdpa(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0) -> out: the
 // forward without the logsumexp a backward would read (no gradient is taken).
-c10::IValue cudnnInference(K& a) { return cudnnForwardCall(a, false, nullptr, nullptr, nullptr); }
+c10::IValue cudnnInference(K& a) { return std::get<0>(cudnnAttention(a, false)); }
 
 bool sameLayout(const at::Tensor& a, const at::Tensor& b) {
   for (int64_t d = 0; d < a.dim(); ++d)

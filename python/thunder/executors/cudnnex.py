@@ -13,10 +13,10 @@ memory-efficient kernels, or the decomposition) runs. Traces print
     (t0, t1) = cudnn_sdpa_fwd(q, k, v, True, None)
     (t2, t3, t4) = cudnn_sdpa_bwd(g, q, k, v, t0, t1, True, None)
 
-(and `t0 = cudnn_sdpa(q, k, v, True, None)` where no gradient is taken), where t1 is the float32 logsumexp (B, H, L, 1) that the backward reads instead of the probabilities;
-with a mask or dropout both take them as trailing arguments, and with dropout the forward also
-returns the kernel's random state (seed, offset), which the backward reads to drop the same
-elements. Eager picks this kernel for BERT's and GPT-2's masked attention with dropout on an H200;
+and `t0 = cudnn_sdpa(q, k, v, True, None)` where no gradient is taken. t1 is the float32
+logsumexp (B, H, L, 1) that the backward reads instead of the probabilities; with a mask or
+dropout both take them as trailing arguments, and with dropout the forward also returns the
+kernel's random state (seed, offset), which the backward reads to drop the same elements. Eager picks this kernel for BERT's and GPT-2's masked attention with dropout on an H200;
 ATen's memory-efficient kernel took 17.4 ms of a GPT-2 step where this one takes about 3.
 On an H100, eager PyTorch picks this kernel for causal bf16 attention; it ran the [4, 32, 2048, 128]
 forward+backward in 1.15 ms against 2.12 ms for ATen's flash kernel.

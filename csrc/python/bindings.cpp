@@ -1112,6 +1112,29 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   return traces;
 }
 
+/// The constant evaluator of the pipelines (transforms/pipeline.h): the trace through the inference
+/// pipeline with the non-fusion executors (a few ATen calls; no kernel compiled for them), run
+/// once. Any failure is "cannot": the rewrite that asked leaves its call as it is.
+std::optional<double> evaluateConstant(const Trace& trace, const std::vector<Executor*>& executors) {
+  try {
+    std::vector<std::string> names;
+    for (const Executor* ex : executors)
+      if (!ex->isFusion()) names.push_back(ex->name());
+    std::vector<std::shared_ptr<Trace>> traces = runPipeline(std::make_shared<Trace>(trace), names, false);
+    runtime::Program program(traces.back());
+    at::NoGradGuard noGrad;
+    std::vector<at::Tensor> out = program.run({});
+    if (out.size() != 1 || out[0].numel() != 1) return std::nullopt;
+    return out[0].item<double>();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    PyErr_Clear();
+    return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::vector<std::function<void(py::module_&)>>& moduleInits() {
   static std::vector<std::function<void(py::module_&)>> inits;
   return inits;
@@ -1125,6 +1148,7 @@ using namespace thunder::python;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "thunder's C++ core";
   runtime::registerTorchExecutor();
+  setConstantEvaluator(&evaluateConstant);
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

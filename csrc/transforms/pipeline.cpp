@@ -21,10 +21,22 @@ std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*
   return std::nullopt;
 }
 
+namespace {
+TraceEvaluator& constantEvaluator() {
+  static TraceEvaluator e;
+  return e;
+}
+}  // namespace
+
+void setConstantEvaluator(TraceEvaluator evaluator) { constantEvaluator() = std::move(evaluator); }
+
 void beforeAutodiff(PassLog& log, const std::vector<Executor*>& executors) {
   log.run("Dead Code Elimination", [](const Trace& t) { return dce(t); });
   log.runIfChanged("Cross-entropy upcast fold", [&](const Trace& t) { return foldUpcasts(t, executors); });
-  log.runIfChanged("Causal attention masks", [](const Trace& t) { return sdpaCausalMasks(t); });
+  ConstantEvaluator evaluate;
+  if (constantEvaluator())
+    evaluate = [&executors](const Trace& t) { return constantEvaluator()(t, executors); };
+  log.runIfChanged("Causal attention masks", [&](const Trace& t) { return sdpaCausalMasks(t, evaluate); });
   log.runIfChanged("Attention masks to bias", [](const Trace& t) { return sdpaMasksToBias(t); });
   log.runIfChanged("Pad matmuls", [](const Trace& t) { return padMatmuls(t); });
 }

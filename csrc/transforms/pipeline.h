@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,8 +48,16 @@ class PassLog {
 /// ltorch.cross_entropy_upcast and a call matches; else nothing.
 std::optional<Trace> foldUpcasts(const Trace& trace, const std::vector<Executor*>& executors);
 
+/// Runs, at compile time, a trace with no inputs whose output is one 0-dim tensor, with the
+/// non-fusion executors among `executors`; returns its value, or nothing when it cannot. The
+/// bindings set one (it needs the runtime, which this layer does not see); without one, the
+/// rewrites that would evaluate such a trace (sdpaCausalMasks) read the calls only.
+using TraceEvaluator = std::function<std::optional<double>(const Trace&, const std::vector<Executor*>& executors)>;
+void setConstantEvaluator(TraceEvaluator evaluator);
+
 /// What every pipeline (inference, grad, training) does to an acquired trace before autodiff:
-/// dead code elimination, the cross-entropy upcast fold, causal masks to is_causal, boolean masks
+/// dead code elimination, the cross-entropy upcast fold, causal masks to is_causal (masks computed
+/// from no input compared with the causal pattern through the constant evaluator), boolean masks
 /// to additive ones (transforms/sdpa_rules.h) and the padding of unaligned linear layers
 /// (transforms/pad_matmuls.h), each appended where it changes something.
 void beforeAutodiff(PassLog& log, const std::vector<Executor*>& executors);

@@ -248,26 +248,122 @@ bool isCausal(const Predicate& m) {
   return true;
 }
 
+/// A call whose value depends on nothing but its arguments, which may be evaluated at compile
+/// time: a torch-language or prim call (not random, not kept for a side effect, not `empty`,
+/// whose values are undefined), or the fallback's `tensor[key]`.
+bool pureCall(const BoundSymbol& b) {
+  const Symbol& s = *b.sym;
+  if (s.hasTag(kRandomOp) || s.hasTag(kDontDce)) return false;
+  if (s.executor.empty()) return s.name.rfind("empty", 0) != 0;
+  return s.printAs == "torch.Tensor.__getitem__";
+}
+
+/// The top-level calls of a trace that read none of its inputs, transitively: what can be
+/// computed once at compile time.
+class ConstantCalls {
+ public:
+  explicit ConstantCalls(const Trace& t) : trace_(t), constant_(t.bsyms.size(), false) {
+    for (size_t i = 0; i < t.bsyms.size(); ++i) {
+      const BoundSymbol& b = t.bsyms[i];
+      if (!pureCall(b)) continue;
+      bool ok = true;
+      for (const Value& a : b.args) ok = ok && !a.hasSymbolic();
+      for (const TensorPtr& in : b.inputTensors()) ok = ok && producer_.count(in.get()) != 0;
+      std::vector<TensorPtr> outs = b.outputTensors();
+      if (!ok || outs.empty()) continue;
+      constant_[i] = true;
+      for (const TensorPtr& o : outs) producer_[o.get()] = i;
+    }
+  }
+
+  bool constant(const TensorProxy* t) const { return producer_.count(t) != 0; }
+
+  /// A trace with no inputs holding the calls `t` needs, in order, and no output yet.
+  Trace slice(const TensorProxy* t) const {
+    std::vector<bool> need(trace_.bsyms.size(), false);
+    std::vector<const TensorProxy*> work{t};
+    while (!work.empty()) {
+      auto it = producer_.find(work.back());
+      work.pop_back();
+      if (it == producer_.end() || need[it->second]) continue;
+      need[it->second] = true;
+      for (const TensorPtr& in : trace_.bsyms[it->second].inputTensors()) work.push_back(in.get());
+    }
+    Trace sub = trace_.emptyCopy();
+    sub.inputs.clear();
+    sub.output = Value();
+    for (size_t i = 0; i < need.size(); ++i)
+      if (need[i]) sub.bsyms.push_back(trace_.bsyms[i]);
+    return sub;
+  }
+
+ private:
+  const Trace& trace_;
+  std::vector<bool> constant_;
+  std::unordered_map<const TensorProxy*, size_t> producer_;
+};
+
+/// Whether `mask`, read by no input of the trace, is the causal pattern over [..., t, t]: the
+/// comparison traced after the mask's calls and run by `evaluate`.
+bool evaluatesCausal(const ConstantCalls& calls, const Value& mask, int64_t t, const ConstantEvaluator& evaluate) {
+  const TensorProxy& m = mask.tensor();
+  if (m.ndim() < 2 || m.symbolic()) return false;
+  Trace sub = calls.slice(&m);
+  Value ok;
+  try {
+    ok = appendTraced(sub, [&] {
+      Value lower = ltorch::op("tril", {ltorch::op("full", {Value::ints({t, t}), true},
+                                                   {{"device", m.device}, {"dtype", DType::Bool}})});
+      Value same = m.dtype == DType::Bool
+                       ? ltorch::op("eq", {mask, lower})
+                       : ltorch::op("where", {lower, ltorch::op("eq", {mask, 0.0}),
+                                              ltorch::op("eq", {mask, Value(-INFINITY)})});
+      return ltorch::op("all", {same});
+    });
+  } catch (const std::exception&) {
+    return false;  // (a mask that does not broadcast to [..., t, t]: the call's own check says so)
+  }
+  sub.output = ok;
+  std::optional<double> v = evaluate(sub);
+  return v && *v != 0.0;
+}
+
 }  // namespace
 
-std::optional<Trace> sdpaCausalMasks(const Trace& trace) {
+std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator& evaluate) {
   const Symbol* sdpa = SymbolRegistry::get().find("ltorch.scaled_dot_product_attention");
   if (sdpa == nullptr) return std::nullopt;
   PositionReader reader(trace);
+  std::optional<ConstantCalls> constants;
+  std::unordered_map<const TensorProxy*, bool> evaluated;
   auto causal = [&](const BoundSymbol& b) {
     if (b.sym != sdpa || b.args.size() < 6 || !b.args[3].isTensor() || b.args[5].toBool() || !b.output.isTensor())
       return false;
     const TensorProxy &q = b.args[0].tensor(), &k = b.args[1].tensor();
     if (q.ndim() < 2 || k.ndim() < 2 || q.shape[q.ndim() - 2] != k.shape[k.ndim() - 2]) return false;
     std::optional<Predicate> m = reader.predicate(b.args[3]);
-    return m && m->d.shape.back() == k.shape[k.ndim() - 2] && isCausal(*m);
+    if (m) return m->d.shape.back() == k.shape[k.ndim() - 2] && isCausal(*m);
+    if (!evaluate || !trace.symbols.empty()) return false;
+    const TensorProxy* mask = b.args[3].toTensor().get();
+    auto seen = evaluated.find(mask);
+    if (seen != evaluated.end()) return seen->second;
+    if (!constants) constants.emplace(trace);
+    bool yes = constants->constant(mask) &&
+               evaluatesCausal(*constants, b.args[3], k.shape[k.ndim() - 2], evaluate);
+    evaluated[mask] = yes;
+    return yes;
   };
+  std::vector<bool> rewrite;
   bool any = false;
-  for (const BoundSymbol& b : trace.bsyms) any = any || causal(b);
+  for (const BoundSymbol& b : trace.bsyms) {
+    rewrite.push_back(causal(b));
+    any = any || rewrite.back();
+  }
   if (!any) return std::nullopt;
   Trace out = trace.emptyCopy();
-  for (const BoundSymbol& b : trace.bsyms) {
-    if (!causal(b)) {
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (!rewrite[i]) {
       out.bsyms.push_back(b);
       continue;
     }

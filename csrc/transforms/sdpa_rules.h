@@ -1,6 +1,7 @@
 // The grad rule of ltorch.scaled_dot_product_attention through fused attention kernels.
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "ir/trace.h"
@@ -21,14 +22,26 @@ void registerSdpaGradRule();
 /// when no call has a bool mask.
 std::optional<Trace> sdpaMasksToBias(const Trace& trace);
 
+/// Runs a trace that has no inputs and returns one 0-dim tensor, at compile time; gives its value,
+/// or nothing when it cannot run it (pipeline.h's setConstantEvaluator supplies one).
+using ConstantEvaluator = std::function<std::optional<double>(const Trace&)>;
+
 /// Attention masks that are the causal pattern become `is_causal=True`: each
-/// ltorch.scaled_dot_product_attention call whose `attn_mask` is a boolean tensor computed from
-/// positions alone (iotas, additions of constants, broadcasts and one comparison: what
-/// transformers' mask functions trace to when the program is compiled) and equal to
-/// `key position <= query position` over a square [..., T, T] drops the mask and sets
-/// is_causal. The values are the same; the fused kernels then skip the masked blocks instead of
-/// reading a T x T bias. Calls whose masks depend on an input (padding) are left as they are.
-/// Returns nothing when no call changes.
-std::optional<Trace> sdpaCausalMasks(const Trace& trace);
+/// ltorch.scaled_dot_product_attention call over a square [..., T, T] whose `attn_mask` is
+/// `key position <= query position` drops the mask and sets is_causal. The values are the same;
+/// the fused kernels then skip the masked blocks instead of reading a T x T bias. A mask is known
+/// causal in one of two ways:
+/// - read from its calls: a boolean tensor computed from positions alone (iotas, additions of
+///   constants, broadcasts and one comparison);
+/// - computed, with `evaluate`: a mask (boolean, or additive 0 / -inf) that reads no input of the
+///   trace (its calls are creations such as iota and full, pure torch-language calls and
+///   `tensor[index tensors]`; nothing random, nothing symbolic) is compared with the causal
+///   pattern once, at compile time. transformers' masks are this kind: they AND the causal
+///   pattern with a packed-sequence test over position ids made by iota and cumsum, true
+///   everywhere when the positions are the trace's own. The trace is specialized on its sizes, so
+///   what the comparison found holds at every call the trace serves.
+/// Calls whose masks depend on an input (padding) are left as they are. Returns nothing when no
+/// call changes.
+std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator& evaluate = {});
 
 }  // namespace thunder

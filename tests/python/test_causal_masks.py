@@ -2,7 +2,10 @@
 (csrc/transforms/sdpa_rules.h, sdpaCausalMasks). transformers builds its decoders' masks from
 aranges when the program is compiled (torch.compiler.is_compiling() is True under thunder.jit, as
 under torch.compile), and a mask makes the fused kernels read a T x T bias instead of skipping the
-masked blocks. Each case compares with eager and checks whether the final trace still reads a mask."""
+masked blocks. A mask that reads no input but is not read as positions (transformers' packed-sequence
+test: a cumsum over position ids, indexed with tensors) is computed once at compile time and
+compared with the causal pattern. Each case compares with eager and checks whether the final trace
+still reads a mask."""
 
 import pytest
 import torch
@@ -56,6 +59,57 @@ def test_position_masks(name, mask_fn, rewritten):
         assert not rewritten, str(thunder.last_traces(jf)[-1])
 
 
+def _packed(i, j):
+    # transformers' shape of it: positions -> sequence index by cumsum of "not the next position",
+    # then mask[b, q] == mask[b, kv] by index tensors, ANDed with the causal pattern.
+    pos = i[None, :].expand(2, -1)
+    first = torch.cat([pos[:, :1] - 1, pos], dim=1)
+    seq = ((first[:, 1:] - first[:, :-1]) != 1).long().cumsum(1)
+    b = torch.arange(2)[:, None, None, None]
+    q, kv = i[None, None, :, None], j[None, None, None, :]
+    return (kv <= q) & (seq[b, q] == seq[b, kv])
+
+
+EVALUATED = [
+    # (name, mask from (query positions i, key positions j), rewritten)
+    ("packed_sequences", _packed, True),
+    ("additive", lambda i, j: torch.where(j[None, :] <= i[:, None], 0.0, float("-inf")), True),
+    ("masked_fill", lambda i, j: torch.zeros(16, 16).masked_fill(j[None, :] > i[:, None], float("-inf")), True),
+    ("tril_ones", lambda i, j: torch.ones(16, 16, dtype=torch.bool).tril(), True),
+    ("and_true", lambda i, j: (j[None, :] <= i[:, None]) & (i[:, None] < 100), True),
+    ("additive_minus_large", lambda i, j: torch.where(j[None, :] <= i[:, None], 0.0, -1e9), False),
+    ("window_by_value", lambda i, j: (j[None, :] <= i[:, None]) & ((i[:, None] - j[None, :]).abs() < 4), False),
+    ("packed_two_sequences", lambda i, j: _packed(torch.cat([i[:8], i[:8]]), j), False),
+    ("triu", lambda i, j: torch.ones(16, 16, dtype=torch.bool).triu(), False),
+    ("random", lambda i, j: (j[None, :] <= i[:, None]) & (torch.rand(16, 16) < 2), False),
+]
+
+
+@pytest.mark.parametrize("name,mask_fn,rewritten", EVALUATED, ids=[c[0] for c in EVALUATED])
+def test_constant_masks_are_evaluated(name, mask_fn, rewritten):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+    f = _attend(mask_fn)
+    jf = thunder.jit(f)
+    out, ref = jf(q, k, v), f(q, k, v)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    for a, e in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, e)
+    calls = _sdpa_calls(jf)
+    if calls:
+        assert all((", None, True," in c) == rewritten for c in calls), calls
+    else:
+        assert not rewritten, str(thunder.last_traces(jf)[-1])
+    if rewritten:  # the mask's calls are gone from the program
+        assert "cumsum" not in str(thunder.last_traces(jf)[-1])
+    with torch.no_grad():  # inference: the same rewrite, the same values
+        jf2 = thunder.jit(f)
+        torch.testing.assert_close(jf2(q, k, v), f(q, k, v))
+        passes = [str(t).splitlines()[0] for t in thunder.last_traces(jf2)]
+        assert any("Causal attention masks" in p for p in passes) == rewritten, passes
+
+
 def test_mask_from_an_input_is_kept():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
@@ -93,16 +147,21 @@ def _hf(name):
     return transformers.LlamaForCausalLM(cfg)
 
 
+@pytest.mark.parametrize("use_cache", [None, False])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_transformers_decoders_attend_causally(name):
+def test_transformers_decoders_attend_causally(name, use_cache):
+    # use_cache=False: no cache positions; the mask then ANDs the causal pattern with a packed-
+    # sequence test over the position ids, which only the evaluation finds true everywhere.
     torch.manual_seed(0)
     m = _hf(name).eval()
     x = torch.randint(0, 1000, (2, 24))
     jm = thunder.jit(m)
-    torch.testing.assert_close(jm(input_ids=x).logits, m(input_ids=x).logits)
+    kw = {} if use_cache is None else {"use_cache": use_cache}
+    torch.testing.assert_close(jm(input_ids=x, **kw).logits, m(input_ids=x, **kw).logits)
     calls = _sdpa_calls(jm)
     assert calls and all(", None, True," in c for c in calls), calls
     # With a padding mask the mask reads the input and stays.
     am = torch.ones(2, 24, dtype=torch.long)
     am[0, :5] = 0
-    torch.testing.assert_close(jm(input_ids=x, attention_mask=am).logits, m(input_ids=x, attention_mask=am).logits)
+    torch.testing.assert_close(jm(input_ids=x, attention_mask=am, **kw).logits,
+                               m(input_ids=x, attention_mask=am, **kw).logits)

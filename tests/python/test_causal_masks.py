@@ -7,11 +7,16 @@ test: a cumsum over position ids, indexed with tensors) is computed once at comp
 compared with the causal pattern. Each case compares with eager and checks whether the final trace
 still reads a mask."""
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import thunder
+
+# THUNDER_TEST_DEVICE=cuda: the masks evaluated at compile time are made and compared on the GPU.
+DEVICE = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
 
 
 def _sdpa_calls(jf) -> list[str]:
@@ -65,7 +70,7 @@ def _packed(i, j):
     pos = i[None, :].expand(2, -1)
     first = torch.cat([pos[:, :1] - 1, pos], dim=1)
     seq = ((first[:, 1:] - first[:, :-1]) != 1).long().cumsum(1)
-    b = torch.arange(2)[:, None, None, None]
+    b = torch.arange(2, device=i.device)[:, None, None, None]
     q, kv = i[None, None, :, None], j[None, None, None, :]
     return (kv <= q) & (seq[b, q] == seq[b, kv])
 
@@ -74,21 +79,22 @@ EVALUATED = [
     # (name, mask from (query positions i, key positions j), rewritten)
     ("packed_sequences", _packed, True),
     ("additive", lambda i, j: torch.where(j[None, :] <= i[:, None], 0.0, float("-inf")), True),
-    ("masked_fill", lambda i, j: torch.zeros(16, 16).masked_fill(j[None, :] > i[:, None], float("-inf")), True),
-    ("tril_ones", lambda i, j: torch.ones(16, 16, dtype=torch.bool).tril(), True),
+    ("masked_fill", lambda i, j: torch.zeros(16, 16, device=i.device).masked_fill(j[None, :] > i[:, None],
+                                                                                  float("-inf")), True),
+    ("tril_ones", lambda i, j: torch.ones(16, 16, dtype=torch.bool, device=i.device).tril(), True),
     ("and_true", lambda i, j: (j[None, :] <= i[:, None]) & (i[:, None] < 100), True),
     ("additive_minus_large", lambda i, j: torch.where(j[None, :] <= i[:, None], 0.0, -1e9), False),
     ("window_by_value", lambda i, j: (j[None, :] <= i[:, None]) & ((i[:, None] - j[None, :]).abs() < 4), False),
     ("packed_two_sequences", lambda i, j: _packed(torch.cat([i[:8], i[:8]]), j), False),
-    ("triu", lambda i, j: torch.ones(16, 16, dtype=torch.bool).triu(), False),
-    ("random", lambda i, j: (j[None, :] <= i[:, None]) & (torch.rand(16, 16) < 2), False),
+    ("triu", lambda i, j: torch.ones(16, 16, dtype=torch.bool, device=i.device).triu(), False),
+    ("random", lambda i, j: (j[None, :] <= i[:, None]) & (torch.rand(16, 16, device=i.device) < 2), False),
 ]
 
 
 @pytest.mark.parametrize("name,mask_fn,rewritten", EVALUATED, ids=[c[0] for c in EVALUATED])
 def test_constant_masks_are_evaluated(name, mask_fn, rewritten):
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(2, 3, 16, 8, device=DEVICE, requires_grad=True) for _ in range(3))
     f = _attend(mask_fn)
     jf = thunder.jit(f)
     out, ref = jf(q, k, v), f(q, k, v)
@@ -153,15 +159,15 @@ def test_transformers_decoders_attend_causally(name, use_cache):
     # use_cache=False: no cache positions; the mask then ANDs the causal pattern with a packed-
     # sequence test over the position ids, which only the evaluation finds true everywhere.
     torch.manual_seed(0)
-    m = _hf(name).eval()
-    x = torch.randint(0, 1000, (2, 24))
+    m = _hf(name).eval().to(DEVICE)
+    x = torch.randint(0, 1000, (2, 24), device=DEVICE)
     jm = thunder.jit(m)
     kw = {} if use_cache is None else {"use_cache": use_cache}
     torch.testing.assert_close(jm(input_ids=x, **kw).logits, m(input_ids=x, **kw).logits)
     calls = _sdpa_calls(jm)
     assert calls and all(", None, True," in c for c in calls), calls
     # With a padding mask the mask reads the input and stays.
-    am = torch.ones(2, 24, dtype=torch.long)
+    am = torch.ones(2, 24, dtype=torch.long, device=DEVICE)
     am[0, :5] = 0
     torch.testing.assert_close(jm(input_ids=x, attention_mask=am, **kw).logits,
                                m(input_ids=x, attention_mask=am, **kw).logits)

@@ -8,6 +8,7 @@ compared with the causal pattern. Each case compares with eager and checks wheth
 still reads a mask."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -20,8 +21,22 @@ DEVICE = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
 
 
 def _sdpa_calls(jf) -> list[str]:
+    """The fused attention calls of the final trace, each reduced to ", None, True," where it reads
+    no mask and is causal (sdpaex's `fused_attention_forward(q, k, v, mask, causal, ...)`; on CUDA
+    the cudnn executor's `cudnn_sdpa[_fwd](q, k, v, causal, scale[, mask, dropout])`)."""
     text = str(thunder.last_traces(jf)[-1])
-    return [ln.strip() for ln in text.splitlines() if "fused_attention_forward(" in ln and not ln.strip().startswith("#")]
+    calls = []
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if ln.startswith("#"):
+            continue
+        if "fused_attention_forward(" in ln:
+            calls.append(ln)
+        elif m := re.search(r"cudnn_sdpa(?:_fwd)?\(([^)]*)\)", ln):
+            args = m[1].split(", ")  # (q, k, v, causal, scale[, mask, dropout])
+            mask = args[5] if len(args) > 5 else "None"
+            calls.append(f"{m[0]} -> , {mask}, {args[3]},")
+    return calls
 
 
 def _attend(mask_fn):

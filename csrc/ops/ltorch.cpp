@@ -1376,6 +1376,27 @@ void registerCreation() {
     const TensorProxy& t = T(a[0], "rand_like");
     return rand(t.shape, deviceOr(a[1], t.device), optDType(a[2]).value_or(t.dtype));
   }, kCreation | kRandomOp);
+  // A draw per element: 1 with probability p (a number, or the elements of `a` when p is None),
+  // else 0, in a's dtype. The probabilities are compared with a float32 uniform draw for the
+  // low-precision dtypes (as dropout does). timm's DropPath: x.new_empty(shape).bernoulli_(keep).
+  def("bernoulli", "a, p=None, *, generator=None", {"torch.bernoulli", "torch.Tensor.bernoulli"},
+      [](const Args& a) -> Value {
+        const TensorProxy& t = T(a[0], "bernoulli");
+        THUNDER_CHECK_KIND(a[2].isNone(), ErrorKind::NotImplemented,
+                           "ltorch.bernoulli: a generator argument is not supported");
+        THUNDER_CHECK_KIND(!isComplex(t.dtype) && (isFloating(t.dtype) || !a[1].isNone()), ErrorKind::NotImplemented,
+                           "ltorch.bernoulli: the input must be a real floating-point tensor of probabilities, "
+                           "or p given, but got ", dtypeName(t.dtype), " with p=None");
+        if (!a[1].isNone()) {
+          double p = a[1].toDouble();
+          THUNDER_CHECK_KIND(p >= 0 && p <= 1, ErrorKind::Value,
+                             "ltorch.bernoulli: p must be in [0, 1], but got ", p);
+        }
+        DType draw = isFloating(t.dtype) && !isLowPrecision(t.dtype) ? t.dtype : DType::Float32;
+        Value u = prims::uniform(t.shape, 0.0, 1.0, t.device, draw);
+        Value prob = a[1].isNone() ? a[0] : a[1];
+        return clang::maybeConvert(op("lt", {u, prob}), t.dtype);
+      }, kRandomOp);
   auto normal = [](const Shape& shape, Device dev, DType dt) {
     // Box-Muller over two uniform draws.
     DType comp = isLowPrecision(dt) ? DType::Float32 : dt;

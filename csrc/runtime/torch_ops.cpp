@@ -828,9 +828,11 @@ void registerLTorchKernels() {
        symbolicOnly);
   impl("ltorch.flip", "torch", "flip", [intsOrInt](K& a) -> c10::IValue { return at::flip(a.t(0), intsOrInt(a, 1)); },
        symbolicOnly);
+  // Whole, at every size: one gather kernel, where the decomposition is a slice and a cat per
+  // rolled dim (Swin's shifted windows: two cats of the activations per block, forward and back).
   impl("ltorch.roll", "torch", "roll", [intsOrInt](K& a) -> c10::IValue {
     return at::roll(a.t(0), intsOrInt(a, 1), a.none(2) ? std::vector<int64_t>{} : intsOrInt(a, 2));
-  }, symbolicOnly);
+  });
   impl("ltorch.cumsum", "torch", "cumsum", [](K& a) -> c10::IValue { return at::cumsum(a.t(0), a.i(1), a.dtype(2)); },
        symbolicOnly);
   impl("ltorch.movedim", "torch", "movedim", [intsOrInt](K& a) -> c10::IValue {

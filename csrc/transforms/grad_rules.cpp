@@ -781,6 +781,16 @@ void registerTorchRules() {
   }, [](const BoundSymbol& b, const std::function<bool(const TensorProxy&)>&) {
     return b.args[0].isTensor() && isFloating(b.args[0].tensor().dtype);
   });
+  // roll: the gradient rolled back (roll is a permutation of the elements), so that the call stays
+  // whole for the torch executor's roll kernel instead of becoming slices and a cat.
+  const Symbol* rollSym = &ltorch::symbol("roll");
+  registerGradRule(rollSym->id(), [rollSym](const Args& a) {
+    Value y = call(*rollSym, a);
+    std::vector<int64_t> back = a[1].isInt() ? std::vector<int64_t>{a[1].toInt()} : a[1].toInts();
+    for (int64_t& s : back) s = -s;
+    putGrad(a[0], call(*rollSym, {getGrad(y), Value::ints(back), a[2]}));
+    return y;
+  });
   // var and var_mean: eager's var_backward (varBackward above); var_mean's mean gets eager's
   // mean_backward, g expanded / n in the input's dtype, added after the var's term as eager adds.
   const Symbol* varSym = &ltorch::symbol("var");

@@ -1,6 +1,9 @@
 """Gradients of thunder.jit against torch.autograd in float64 for the neural-network ops, and a
 ResNet-like block (written as torchvision writes it) in train and eval mode."""
 
+import os
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -223,6 +226,9 @@ RANDOM = [
     ("alpha_dropout", lambda x: F.alpha_dropout(x, 0.3, True)),
     ("feature_alpha_dropout", lambda x: F.feature_alpha_dropout(x, 0.3, True)),
     ("rrelu_train", lambda x: F.rrelu(x, 0.1, 0.3, True)),
+    ("bernoulli_p", lambda x: x.bernoulli(0.3)),
+    ("bernoulli_probs", lambda x: torch.bernoulli(torch.sigmoid(x))),
+    ("drop_path", lambda x: x * x.new_empty(x.shape[0], 1, 1).bernoulli_(0.7) / 0.7),
 ]
 
 
@@ -236,6 +242,66 @@ def test_random_ops_follow_the_seed(name, fn):
     b = jf(x)
     assert torch.equal(a, b), f"{name}: the same seed gave different results"
     assert not torch.equal(a, jf(x)), f"{name}: two draws without reseeding were equal"
+
+
+# Bernoulli draws (timm's DropPath: x.new_empty(shape).bernoulli_(keep)) as thunder calls, not the
+# Python fallback: the value's dtype, the frequency of ones, probabilities read per element, the
+# gradient through the kept rows, and the errors.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_bernoulli_with_p(dtype):
+    x = torch.zeros(20000, dtype=dtype)
+    jf = thunder.jit(lambda x: x.bernoulli(0.3))
+    y = jf(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert set(torch.unique(y.double()).tolist()) <= {0.0, 1.0}
+    assert abs(y.double().mean().item() - 0.3) < 0.02
+    assert "bernoulli" not in "".join(
+        ln for ln in str(thunder.last_traces(jf)[-1]).splitlines() if not ln.strip().startswith("#")), \
+        "the draw ran through the fallback"
+
+
+def test_bernoulli_reads_each_probability():
+    p = torch.tensor([0.0, 1.0] * 5000 + [0.5] * 10000, dtype=f64)
+    y = thunder.jit(torch.bernoulli)(p)
+    assert torch.equal(y[:10000], p[:10000])
+    assert abs(y[10000:].mean().item() - 0.5) < 0.03
+
+
+def test_drop_path_gradient_is_the_kept_rows():
+    x = torch.randn(64, 3, 5, dtype=f64, requires_grad=True)
+    y = thunder.jit(lambda x: x * x.new_empty(64, 1, 1).bernoulli_(0.6) / 0.6)(x)
+    y.backward(torch.ones_like(y))
+    kept = (y.detach() != 0).all(dim=(1, 2)).to(f64)[:, None, None].expand_as(x)
+    torch.testing.assert_close(x.grad, kept / 0.6)
+    assert 0 < kept[:, 0, 0].sum() < 64
+
+
+@pytest.mark.parametrize("fn,err,msg", [
+    (lambda x: x.bernoulli(1.5), ValueError, "p must be in [0, 1]"),
+    (lambda x: torch.bernoulli(x.long()), NotImplementedError, "Long"),  # (eager's own error, via the fallback)
+])
+def test_bernoulli_errors(fn, err, msg):
+    with pytest.raises(err, match=re.escape(msg)):
+        thunder.jit(fn)(torch.rand(4, dtype=f64))
+
+
+@pytest.mark.parametrize("shifts,dims", [((-3, 2), (1, 2)), (5, None), (1, 0), ((2,), (-1,))])
+def test_roll_runs_whole(shifts, dims):
+    # Swin's shifted windows: a roll is one kernel (a fused one, or ATen's roll), forward and
+    # backward, not a slice and a concatenation per rolled dim.
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    x = torch.randn(3, 8, 6, 5, dtype=f64, device=device, requires_grad=True)
+    fn = lambda x: torch.roll(x, shifts, dims) * 2  # noqa: E731
+    jf = thunder.jit(fn)
+    y = jf(x)
+    (g,) = torch.autograd.grad(y, x, torch.arange(y.numel(), dtype=f64, device=device).view_as(y))
+    ref = fn(x)
+    (rg,) = torch.autograd.grad(ref, x, torch.arange(y.numel(), dtype=f64, device=device).view_as(y))
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(g, rg)
+    for tr in (thunder.last_traces(jf)[-1], thunder.last_backward_traces(jf)[-1]):
+        code = [ln for ln in str(tr).splitlines() if not ln.strip().startswith("#")]
+        assert not any("cat(" in ln or "slice(" in ln for ln in code), "\n".join(code)
 
 
 def test_dropout2d_gradient_is_the_scaled_mask():

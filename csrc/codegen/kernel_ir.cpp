@@ -493,8 +493,12 @@ class Lowering {
           guard[d] = view.guard[d];
           narrower = true;
         }
+        // Only where d alone reads dim j: where several iteration dims were merged into it (a
+        // reshape), the offset belongs to none of them, and the reshape guarded the dims it came
+        // from (a cat's piece of a [2, 8, 8, 32] view of a [2, 64, 32] input, offset -16 in the
+        // merged dim, once read as "i2 >= 16": never true, the piece was never loaded).
         int j = dimMap[d];
-        if (j < 0 || view.coef[d] != 1) continue;
+        if (j < 0 || view.coef[d] != 1 || soleReader(view, j) != d) continue;
         int64_t lo = std::max<int64_t>(0, -view.offset[j]), hi = std::min(prog_.iterShape[d], t->shape[j] - view.offset[j]);
         if (lo > guard[d].first || hi < guard[d].second) {
           lo = std::max(lo, guard[d].first);

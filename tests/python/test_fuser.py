@@ -1409,3 +1409,44 @@ def test_float32_chains_of_random_bf16_programs_are_as_accurate_as_eager(seed, m
     xs = [(torch.randn(16, 64, generator=g) * 2).to(torch.bfloat16) for _ in range(n_in)]
     got = thunder.jit(f, executors=["fuser"])(*xs)
     assert_as_accurate_as_eager(got, f(*xs), f(*[x.double() for x in xs]), slack=1.5, what=f"program {seed}")
+
+
+# Pieces of a concatenation read through a reshape that splits the input's dim (a roll after a
+# reshape: Swin's backward rolls the gradient back): a piece's offset in the merged source dim was
+# read as a range of one iteration dim, and the piece was never loaded (zeros where it belonged).
+def _split_cat(x):
+    y = x.reshape(2, 8, 8, 32) * 3
+    return torch.cat([y[:, 6:], y[:, :6]], 1) * 2
+
+
+def _split_roll(x):
+    return torch.roll(x.reshape(2, 8, 8, 32), (2, -3), (1, 2)).sin()
+
+
+def _split_pad(x):
+    return torch.nn.functional.pad(x.reshape(2, 8, 8, 32)[:, 2:], (0, 0, 1, 1, 2, 0)).exp()
+
+
+def _merge_cat(x):
+    y = x.reshape(2, 64, 32) * 3
+    return torch.cat([y[:, 40:], y[:, :40]], 1) * 2
+
+
+SHIFTED_RESHAPES = [("split_cat", _split_cat, (2, 64, 32)), ("split_roll", _split_roll, (2, 64, 32)),
+                    ("split_pad", _split_pad, (2, 64, 32)), ("merge_cat", _merge_cat, (2, 8, 8, 32))]
+
+
+@pytest.mark.parametrize("name,fn,shape", SHIFTED_RESHAPES, ids=[c[0] for c in SHIFTED_RESHAPES])
+def test_shifted_pieces_of_a_reshaped_input(name, fn, shape):
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    x = torch.randn(*shape, dtype=torch.float64, device=device, requires_grad=True)
+    executors = ["fuser"] if device == "cpu" else None  # (the tests' default leaves the CPU fuser off)
+    jf = thunder.jit(fn, executors=executors)
+    y = jf(x)
+    g = torch.randn_like(y)
+    torch.testing.assert_close(y, fn(x))
+    torch.testing.assert_close(torch.autograd.grad(y, x, g)[0], torch.autograd.grad(fn(x), x, g)[0])
+    with torch.no_grad():
+        jf = thunder.jit(fn, executors=executors)
+        torch.testing.assert_close(jf(x), fn(x))
+    assert "Fusion0(" in str(thunder.last_traces(jf)[-1]), "the program is to run as one fused kernel"

@@ -34,6 +34,24 @@ void init(py::module_& m) {
     std::vector<std::pair<std::string, std::string>> out;
     int counter = 0;
     const std::unordered_set<const TensorProxy*> casts = codegen::castOutputs(*trace);
+    // An accepted region as the fuser makes it: one call of a fusion symbol (the partitioned
+    // trace itself is not used; the partition tells a fused call from the calls it left).
+    static Symbol fusionSym = [] {
+      Symbol s;
+      s.name = "fusion";
+      s.executor = "generate_fusion_sources";
+      return s;
+    }();
+    auto accepted = [](const FusionRegion& r) {
+      BoundSymbol b;
+      b.sym = &fusionSym;
+      for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
+      std::vector<Value> outs;
+      for (const TensorPtr& t : r.outputs) outs.push_back(Value(t));
+      b.output = Value::list(std::move(outs));
+      b.subsymbols = r.prims;
+      return std::optional<BoundSymbol>(std::move(b));
+    };
     // CUDA sources of a trace on another device include the gathers the fuser fuses on CUDA.
     auto fusible = [&](const BoundSymbol& b) {
       return codegen::isFusiblePrim(b) || (target == "cuda" && codegen::isFusibleGather(b));
@@ -52,7 +70,7 @@ void init(py::module_& m) {
       if (target != "cuda" || !variants) {
         out.emplace_back(name, target == "cuda" ? codegen::emitCuda(prog)
                                                 : codegen::emitCpp(prog, codegen::contiguousPattern(prog)));
-        return r.originals.front();  // accepted (the partitioned trace itself is not used)
+        return accepted(r);
       }
       // Every kind of launch variant the runtime may pick for other strides and row lengths.
       codegen::CudaVariant predicted = codegen::predictCudaVariant(prog);
@@ -87,7 +105,7 @@ void init(py::module_& m) {
       std::set<std::string> seen;
       for (const codegen::CudaVariant& v : vs)
         if (seen.insert(v.entry(name)).second) out.emplace_back(v.entry(name), codegen::emitCuda(prog, v));
-      return r.originals.front();
+      return accepted(r);
     }, codegen::isColumnSum);
     return out;
   }, py::arg("trace"), py::arg("target"), py::arg("variants") = false,

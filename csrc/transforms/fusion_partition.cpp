@@ -615,10 +615,12 @@ std::vector<size_t> columnSumsAfterProducers(const Trace& t,
 
 }  // namespace
 
-Trace fusionPartition(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
-                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
-                      const std::function<bool(const BoundSymbol&)>& terminal,
-                      const std::function<bool(const BoundSymbol&)>& pointwise) {
+namespace {
+
+Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
+                    const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                    const std::function<bool(const BoundSymbol&)>& terminal,
+                    const std::function<bool(const BoundSymbol&)>& pointwise) {
   std::unordered_set<const TensorProxy*> keptGathers;
   const std::optional<Trace> cloned = gathersPerReader(traceIn, fusible, keptGathers);
   const Trace& trace = cloned ? *cloned : traceIn;
@@ -747,6 +749,45 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
     return false;
   };
 
+  // A group no kernel can take whole, as kernels of its longest fusible runs in program order
+  // (members stay in program order, a valid order within a group, so a run reads only what the
+  // runs before it made). A call no run takes runs as it is. GroupNorm was such a group: its
+  // statistics are a row reduction over [N, G, C/G * H * W], its normalization and affine a
+  // pointwise kernel over [N, C, H, W], and the row kernel cannot split its rows back into
+  // channels; the whole norm ran as a dozen ATen calls (a diffusion UNet's 61 norms a step).
+  // The longest run from each start is found by halving (fusing is not monotone in the length,
+  // so a shorter fusible run may be taken where a longer one would also fuse: fewer lowerings).
+  auto emitPrefixes = [&](const std::vector<size_t>& members) {
+    size_t start = 0;
+    while (start < members.size()) {
+      auto run = [&](size_t end) { return std::vector<size_t>(members.begin() + start, members.begin() + end); };
+      size_t n = members.size();
+      if (n - start > 1 && emitFused(run(n))) return;
+      // Longest end in (start + 1, n) whose run fuses: lo fuses (or is start + 1), hi does not.
+      size_t lo = start + 1, hi = n;
+      while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        std::vector<size_t> r = run(mid);
+        bool ok = false;
+        {
+          // A trial: emitFused appends on success; take it back, the final run is emitted below.
+          size_t mark = out.bsyms.size(), marks = regions.size();
+          ok = emitFused(r);
+          out.bsyms.resize(mark);
+          regions.resize(marks);
+        }
+        if (ok) lo = mid;
+        else hi = mid;
+      }
+      if (lo > start + 1 && emitFused(run(lo))) {
+        start = lo;
+        continue;
+      }
+      out.bsyms.push_back(*units[members[start]].bsym);
+      ++start;
+    }
+  };
+
   // A run of fusible calls that cannot be one kernel (most often: values of several iteration
   // shapes, as in a backward that starts by recomputing a whole forward) is split into groups of
   // one iteration shape each. A call joins the open group of a value it reads when that group's
@@ -827,11 +868,7 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
       }
     }
     for (size_t k = 0; k < subs.size(); ++k) close(k);
-    for (size_t k : order) {
-      // Members stay in program order, which is a valid order within a group.
-      if (subs[k].members.size() > 1 && emitFused(subs[k].members)) continue;
-      for (size_t i : subs[k].members) out.bsyms.push_back(*units[i].bsym);
-    }
+    for (size_t k : order) emitPrefixes(subs[k].members);
   };
 
   // The shapes the open group iterates over (each member's unitShape, without unit dims).
@@ -952,6 +989,60 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
   mergeIndependentRegions(out, regions, returned, fuse, pointwise);
   recomputeAcrossRegions(out, regions, returned, fuse, terminal);
   return out;
+}
+
+/// A composite call of fusible prims that the partition left unfused although it computes much
+/// (a reduction and at least six other computing prims: a norm, not a sum with its conversions,
+/// which the partition passes over on purpose and ATen runs as one call): no kernel could take
+/// its decomposition whole.
+bool unfusedComposite(const BoundSymbol& b, const std::function<bool(const BoundSymbol&)>& fusible) {
+  if (b.sym->isPrim() || !b.sym->executor.empty() || b.sym->hasTag(kDel) || b.subsymbols.empty()) return false;
+  std::vector<BoundSymbol> prims;
+  if (!leafPrims(b, fusible, prims)) return false;
+  int compute = 0;
+  bool reduces = false;
+  for (const BoundSymbol& p : prims) {
+    compute += !p.sym->hasTag(kShapeOp);
+    reduces |= p.sym->hasTag(kReductionOp);
+  }
+  return reduces && compute >= 7;
+}
+
+}  // namespace
+
+Trace fusionPartition(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
+                      const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
+                      const std::function<bool(const BoundSymbol&)>& terminal,
+                      const std::function<bool(const BoundSymbol&)>& pointwise) {
+  Trace out = partitionOnce(traceIn, fusible, fuse, terminal, pointwise);
+  // A composite whose decomposition no kernel could take whole (GroupNorm: statistics over
+  // [N, G, C/G * H * W] rows, the normalization over [N, C, H, W], which one row kernel cannot
+  // read back into channels) ran as its torch-language calls, each an ATen call (a dozen per norm:
+  // a diffusion UNet's inference ran 1510 launches against torch.compile's 700). Partitioned again
+  // with those composites one level flatter, their calls form kernels of their own shapes.
+  std::unordered_map<const TensorProxy*, const Symbol*> composites;  // output -> the call's symbol
+  for (const BoundSymbol& b : traceIn.bsyms)
+    if (unfusedComposite(b, fusible))
+      for (const TensorPtr& o : b.outputTensors()) composites[o.get()] = b.sym;
+  std::unordered_set<const TensorProxy*> unfused;
+  for (const BoundSymbol& b : out.bsyms) {
+    std::vector<TensorPtr> outs = b.outputTensors();
+    auto it = outs.empty() ? composites.end() : composites.find(outs[0].get());
+    if (it != composites.end() && it->second == b.sym)  // the call itself, not a kernel making its value
+      for (const TensorPtr& o : outs) unfused.insert(o.get());
+  }
+  if (unfused.empty()) return out;
+  Trace flat = traceIn.emptyCopy();
+  for (const BoundSymbol& b : traceIn.bsyms) {
+    bool hit = false;
+    for (const TensorPtr& o : b.outputTensors()) hit |= unfused.count(o.get()) > 0;
+    if (!hit || !unfusedComposite(b, fusible)) {
+      flat.bsyms.push_back(b);
+      continue;
+    }
+    for (const BoundSymbol& s : b.subsymbols) flat.bsyms.push_back(s);
+  }
+  return partitionOnce(flat, fusible, fuse, terminal, pointwise);
 }
 
 }  // namespace thunder

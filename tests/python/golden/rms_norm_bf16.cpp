@@ -128,12 +128,17 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     int64_t base1 = 0;
     const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     float v3 = static_cast<float>(0);
-    #pragma omp simd reduction(+:v3)
-    for (int64_t n = 0; n < L; ++n) {
-      const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0
-      const float v1 = static_cast<float>(v0);  // convert_element_type
-      const float v2 = (v1 * v1);  // mul
-      v3 = v3 + v2;
+    for (int64_t b = 0; b < L; b += 1024) {
+      const int64_t bn = b + 1024 < L ? b + 1024 : L;
+      float v3_b = static_cast<float>(0);
+      #pragma omp simd reduction(+:v3_b)
+      for (int64_t n = b; n < bn; ++n) {
+        const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0
+        const float v1 = static_cast<float>(v0);  // convert_element_type
+        const float v2 = (v1 * v1);  // mul
+        v3_b = v3_b + v2;
+      }
+      v3 = v3 + v3_b;
     }
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0

@@ -400,12 +400,17 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
       v1 = (v0 != v0 || v0 > v1) ? v0 : v1;
     }
     float v4 = static_cast<float>(0);
-    #pragma omp simd reduction(+:v4)
-    for (int64_t n = 0; n < L; ++n) {
-      const float v0 = in0[base0 + n];  // load in0
-      const float v2 = (v0 - v1);  // sub
-      const float v3 = thunder_expf(v2);  // exp
-      v4 = v4 + v3;
+    for (int64_t b = 0; b < L; b += 1024) {
+      const int64_t bn = b + 1024 < L ? b + 1024 : L;
+      float v4_b = static_cast<float>(0);
+      #pragma omp simd reduction(+:v4_b)
+      for (int64_t n = b; n < bn; ++n) {
+        const float v0 = in0[base0 + n];  // load in0
+        const float v2 = (v0 - v1);  // sub
+        const float v3 = thunder_expf(v2);  // exp
+        v4_b = v4_b + v3;
+      }
+      v4 = v4 + v4_b;
     }
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = in0[base0 + n];  // load in0

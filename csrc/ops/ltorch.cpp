@@ -1802,7 +1802,16 @@ void registerNN() {
           else
             scores = op("add", {scores, a[3]});
         }
-        Value probs = op("softmax", {scores, -1});
+        Value probs;
+        if (a[3].isNone()) {
+          probs = op("softmax", {scores, -1});
+        } else {
+          // A row the mask hides whole attends to nothing: its weights are 0, as eager's math
+          // backend makes them (_safe_softmax), not the NaN of a softmax over -inf. The row is
+          // replaced by zeros before the softmax too, so that its gradient is 0, not NaN.
+          Value hidden = op("eq", {op("amax", {scores, Value::ints({-1}), true}), Value(-INFINITY)});
+          probs = op("where", {hidden, 0.0, op("softmax", {op("where", {hidden, 0.0, scores}), -1})});
+        }
         // Dropout of the attention weights, as PyTorch's math backend applies it.
         if (dropoutP > 0.0) probs = op("dropout", {probs, dropoutP});
         return convert(op("matmul", {probs, value}), dt);

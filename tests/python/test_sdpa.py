@@ -440,3 +440,32 @@ def test_cudnn_native_kernels_compute_what_the_python_functions_do(name, mask_sh
     ref_grads = cudnnex._bwd_impl(ct, q, k, v, res[0], res[1], causal, scale, mask, dropout, *seed_offset)
     for a, e in zip(grads, ref_grads):
         torch.testing.assert_close(a, e, rtol=1e-2, atol=1e-2)
+
+
+# Rows a mask hides whole attend to nothing: eager's math backend gives them weights of 0 (its
+# _safe_softmax) where a plain softmax over -inf gives NaN, which then spread through every later
+# position of a left-padded batch (transformers' decoders with an attention_mask). The
+# decomposition, which runs where no fused kernel applies (float64; float32 with a mask on CUDA),
+# follows eager, values and gradients.
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_fully_masked_rows_attend_to_nothing(kind, dtype):
+    import os
+
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 1, 6, 6, dtype=torch.bool, device=device)
+    keep[0, :, :2, :] = False  # two query rows of the first sample see no key
+    keep[1, :, :, 4:] = False
+    mask = keep if kind == "bool" else torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, float("-inf"))
+    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    jf = thunder.jit(f)
+    out, ref = jf(q, k, v), f(q, k, v)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    for a, e in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, e)
+    with torch.no_grad():
+        torch.testing.assert_close(thunder.jit(f)(q, k, v), ref)

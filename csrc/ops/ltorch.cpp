@@ -1389,7 +1389,7 @@ void registerCreation() {
                            "or p given, but got ", dtypeName(t.dtype), " with p=None");
         if (!a[1].isNone()) {
           double p = a[1].toDouble();
-          THUNDER_CHECK_KIND(p >= 0 && p <= 1, ErrorKind::Value,
+          THUNDER_CHECK_KIND(p >= 0 && p <= 1, ErrorKind::Runtime,  // (eager's RuntimeError)
                              "ltorch.bernoulli: p must be in [0, 1], but got ", p);
         }
         DType draw = isFloating(t.dtype) && !isLowPrecision(t.dtype) ? t.dtype : DType::Float32;

@@ -1422,9 +1422,36 @@ def _dropout_check(result, args, kwargs):
     torch.testing.assert_close(result[kept], expected, **({"rtol": 2e-2, "atol": 2e-2} if x.dtype in (bf16, f16) else {}))
 
 
+def _bernoulli_samples(dtype):
+    yield (make((100, 50), dtype, low=0, high=1),), {}  # probabilities read per element
+    yield (make((100, 50), dtype), 0.3), {}  # p given: the input's values are not read
+    yield (transposed((60, 40), dtype), 0.8), {}
+    yield (make((0, 3), dtype), 0.5), {}
+    yield (make((), dtype), 1.0), {}
+
+
+def _bernoulli_check(result, args, kwargs):
+    x = args[0]
+    assert result.dtype == x.dtype and result.shape == x.shape
+    assert bool(((result == 0) | (result == 1)).all()), "a draw is neither 0 nor 1"
+    if result.numel() < 1000:
+        if len(args) > 1 and args[1] in (0.0, 1.0):
+            assert bool((result == args[1]).all())
+        return
+    expected = args[1] if len(args) > 1 else x.double().mean().item()
+    frac = result.double().mean().item()
+    assert abs(frac - expected) < 0.05, f"fraction of ones {frac} far from {expected}"
+
+
+def _bernoulli_errors():
+    yield ErrorInput((make((4,), f32), 1.5), {}, RuntimeError, r"ltorch.bernoulli: p must be in \[0, 1\]")
+
+
 opinfos += [
     OpInfo("dropout_random", (("torch.nn.functional.dropout", torch.nn.functional.dropout),),
            _dropout_random_samples, FLOATS, random=True, check=_dropout_check),
+    OpInfo("bernoulli", ("torch.bernoulli", "torch.Tensor.bernoulli"), _bernoulli_samples, FLOATS, random=True,
+           check=_bernoulli_check, error_inputs=_bernoulli_errors),
 ]
 
 

@@ -991,11 +991,10 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
   return out;
 }
 
-/// A composite call of fusible prims that the partition left unfused although it computes much
-/// (a reduction and at least six other computing prims: a norm, not a sum with its conversions,
-/// which the partition passes over on purpose and ATen runs as one call): no kernel could take
-/// its decomposition whole.
-bool unfusedComposite(const BoundSymbol& b, const std::function<bool(const BoundSymbol&)>& fusible) {
+/// A composite call of fusible prims that computes much: at least seven computing prims, one of
+/// them a reduction (a norm; not a sum with its conversions, which the partition passes over on
+/// purpose and ATen runs as one call). Left unfused, no kernel could take its decomposition whole.
+bool computingComposite(const BoundSymbol& b, const std::function<bool(const BoundSymbol&)>& fusible) {
   if (b.sym->isPrim() || !b.sym->executor.empty() || b.sym->hasTag(kDel) || b.subsymbols.empty()) return false;
   std::vector<BoundSymbol> prims;
   if (!leafPrims(b, fusible, prims)) return false;
@@ -1022,7 +1021,7 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
   // with those composites one level flatter, their calls form kernels of their own shapes.
   std::unordered_map<const TensorProxy*, const Symbol*> composites;  // output -> the call's symbol
   for (const BoundSymbol& b : traceIn.bsyms)
-    if (unfusedComposite(b, fusible))
+    if (computingComposite(b, fusible))
       for (const TensorPtr& o : b.outputTensors()) composites[o.get()] = b.sym;
   std::unordered_set<const TensorProxy*> unfused;
   for (const BoundSymbol& b : out.bsyms) {
@@ -1036,7 +1035,7 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
   for (const BoundSymbol& b : traceIn.bsyms) {
     bool hit = false;
     for (const TensorPtr& o : b.outputTensors()) hit |= unfused.count(o.get()) > 0;
-    if (!hit || !unfusedComposite(b, fusible)) {
+    if (!hit || !computingComposite(b, fusible)) {
       flat.bsyms.push_back(b);
       continue;
     }

@@ -262,7 +262,7 @@ bool pureCall(const BoundSymbol& b) {
 /// computed once at compile time.
 class ConstantCalls {
  public:
-  explicit ConstantCalls(const Trace& t) : trace_(t), constant_(t.bsyms.size(), false) {
+  explicit ConstantCalls(const Trace& t) : trace_(t) {
     for (size_t i = 0; i < t.bsyms.size(); ++i) {
       const BoundSymbol& b = t.bsyms[i];
       if (!pureCall(b)) continue;
@@ -271,7 +271,6 @@ class ConstantCalls {
       for (const TensorPtr& in : b.inputTensors()) ok = ok && producer_.count(in.get()) != 0;
       std::vector<TensorPtr> outs = b.outputTensors();
       if (!ok || outs.empty()) continue;
-      constant_[i] = true;
       for (const TensorPtr& o : outs) producer_[o.get()] = i;
     }
   }
@@ -299,8 +298,7 @@ class ConstantCalls {
 
  private:
   const Trace& trace_;
-  std::vector<bool> constant_;
-  std::unordered_map<const TensorProxy*, size_t> producer_;
+  std::unordered_map<const TensorProxy*, size_t> producer_;  // a constant tensor -> its call
 };
 
 /// Whether `mask`, read by no input of the trace, is the causal pattern over [..., t, t]: the

@@ -64,14 +64,8 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     placeholder->executor = Executor::name();
     // (a dropped placeholder's address may come back: the newest program wins)
     lowered.insert_or_assign(placeholder.get(), Lowered{std::move(prog), dev});
-    BoundSymbol b;
-    b.sym = placeholder.get();
+    BoundSymbol b = r.asCall(placeholder.get());
     b.owner = std::move(placeholder);
-    for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
-    std::vector<Value> outs;
-    for (const TensorPtr& t : r.outputs) outs.push_back(Value(t));
-    b.output = Value::list(std::move(outs));
-    b.subsymbols = r.prims;
     return b;
   };
   // Compiles the final regions, numbered in program order; false if a device has no compiler.

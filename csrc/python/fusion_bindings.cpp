@@ -42,16 +42,7 @@ void init(py::module_& m) {
       s.executor = "generate_fusion_sources";
       return s;
     }();
-    auto accepted = [](const FusionRegion& r) {
-      BoundSymbol b;
-      b.sym = &fusionSym;
-      for (const TensorPtr& t : r.inputs) b.args.push_back(Value(t));
-      std::vector<Value> outs;
-      for (const TensorPtr& t : r.outputs) outs.push_back(Value(t));
-      b.output = Value::list(std::move(outs));
-      b.subsymbols = r.prims;
-      return std::optional<BoundSymbol>(std::move(b));
-    };
+    auto accepted = [](const FusionRegion& r) { return std::optional<BoundSymbol>(r.asCall(&fusionSym)); };
     // CUDA sources of a trace on another device include the gathers the fuser fuses on CUDA.
     auto fusible = [&](const BoundSymbol& b) {
       return codegen::isFusiblePrim(b) || (target == "cuda" && codegen::isFusibleGather(b));

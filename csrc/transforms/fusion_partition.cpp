@@ -991,6 +991,21 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
   return out;
 }
 
+}  // namespace
+
+BoundSymbol FusionRegion::asCall(const Symbol* sym) const {
+  BoundSymbol b;
+  b.sym = sym;
+  for (const TensorPtr& t : inputs) b.args.push_back(Value(t));
+  std::vector<Value> outs;
+  for (const TensorPtr& t : outputs) outs.push_back(Value(t));
+  b.output = Value::list(std::move(outs));
+  b.subsymbols = prims;
+  return b;
+}
+
+namespace {
+
 /// A composite call of fusible prims that computes much: at least seven computing prims, one of
 /// them a reduction (a norm; not a sum with its conversions, which the partition passes over on
 /// purpose and ATen runs as one call). Left unfused, no kernel could take its decomposition whole.
@@ -1033,9 +1048,9 @@ Trace fusionPartition(const Trace& traceIn, const std::function<bool(const Bound
   if (unfused.empty()) return out;
   Trace flat = traceIn.emptyCopy();
   for (const BoundSymbol& b : traceIn.bsyms) {
-    bool hit = false;
+    bool hit = false;  // (only computing composites' outputs are in `unfused`)
     for (const TensorPtr& o : b.outputTensors()) hit |= unfused.count(o.get()) > 0;
-    if (!hit || !computingComposite(b, fusible)) {
+    if (!hit) {
       flat.bsyms.push_back(b);
       continue;
     }

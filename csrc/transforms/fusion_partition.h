@@ -21,6 +21,10 @@ struct FusionRegion {
   std::vector<TensorPtr> outputs;
   /// Prims that compute (everything but shape ops: broadcasts, reshapes, squeezes).
   int computeOps = 0;
+
+  /// The region as one call of `sym`: its inputs as arguments, a list of its outputs, its prims as
+  /// the subsymbols (what a fusion executor's `fuse` returns for an accepted region).
+  BoundSymbol asCall(const Symbol* sym) const;
 };
 
 /// Groups fusible calls into regions respecting data dependencies: a call that is not fusible and

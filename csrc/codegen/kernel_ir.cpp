@@ -208,7 +208,8 @@ bool isFusiblePrim(const BoundSymbol& b) {
   }
   // Index remapping, read inside the kernel (see KInput): slices of unit step, permutes, cats,
   // and pads without interior padding.
-  if (n == "transpose" || n == "cat") return true;
+  // A copy into a layout (`contiguous`) keeps every value: inside a kernel it reads through.
+  if (n == "transpose" || n == "cat" || n == "stride_order") return true;
   if (n == "slice") {
     if (b.args.size() < 4 || b.args[3].isNone()) return true;
     for (int64_t st : b.args[3].toInts())
@@ -565,6 +566,7 @@ class Lowering {
       return binary("add", x, constant(Value(0.0), dt), dt);
     }
     if (op == "take" || op == "embedding") return gather(t, b, view);
+    if (op == "stride_order") return lower(b.args[0].toTensor(), view);  // the same values
     if (op == "transpose") {
       // t's dim j is the source's dim perm[j].
       const TensorPtr& src = b.args[0].toTensor();
@@ -1108,6 +1110,11 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
     }
     out.outputs.push_back({t, node, isReduced});
   }
+  std::unordered_set<const TensorProxy*> laidOut;
+  for (const BoundSymbol& p : prims)
+    if (p.sym->name == "stride_order")
+      for (const TensorPtr& o : p.outputTensors()) laidOut.insert(o.get());
+  for (KOutput& o : out.outputs) o.rowMajor = laidOut.count(o.tensor.get()) > 0;
   if (casts != nullptr && !outputs.empty() && float32Chains(outputs.front()->device.type)) readUnrounded(out);
   // An output rounded to its own 16-bit dtype just before it is stored is stored from the float
   // value: the store rounds it (the same value, one conversion instead of two).
@@ -1219,7 +1226,7 @@ bool permutableIteration(const KernelProgram& prog) {
   for (const KNode& n : prog.nodes)
     if (n.kind == KNode::Kind::InRange) return false;
   for (const KOutput& o : prog.outputs)
-    if (o.reduced || o.column || o.tensor->shape != prog.iterShape) return false;
+    if (o.reduced || o.column || o.rowMajor || o.tensor->shape != prog.iterShape) return false;
   return true;
 }
 

@@ -94,6 +94,9 @@ struct KOutput {
   std::vector<int64_t> coef;
   int scatterDim = -1;
   int scatterNode = -1;
+  /// A `contiguous` result (prims.stride_order): stored row-major whatever order the kernel
+  /// iterates in, so the program keeps its own iteration order (permutableIteration).
+  bool rowMajor = false;
   bool scattered() const { return scatterDim >= 0; }
 };
 

@@ -1453,6 +1453,47 @@ def test_shifted_pieces_of_a_reshaped_input(name, fn, shape):
     assert "Fusion0(" in str(thunder.last_traces(jf)[-1]), "the program is to run as one fused kernel"
 
 
+# `contiguous` copies into a layout and keeps every value: inside a kernel it reads through (Swin's
+# window reverse, a permute made contiguous and added to the residual, was a copy kernel and an
+# add kernel). Where its result is used outside the kernel it stays eager's call, laid out as eager's.
+def _window_reverse(x, shortcut):
+    y = x.view(2, 2, 2, 4, 4, 8).permute(0, 1, 3, 2, 4, 5).contiguous().view(2, 8, 8, 8)
+    return shortcut + y * 2
+
+
+def _contiguous_kept(x, shortcut):
+    y = x.reshape(2, 8, 8, 8).transpose(1, 2).contiguous()
+    return y, (y + shortcut).exp()
+
+
+def _computed_contiguous_kept(x, shortcut):
+    # On CUDA the kernel iterates in its channels-last input's order: y is still stored row-major.
+    y = (x * 2).contiguous()
+    return y, y.sin() + shortcut
+
+
+@pytest.mark.parametrize("fn", [_window_reverse, _contiguous_kept, _computed_contiguous_kept],
+                         ids=["window_reverse", "contiguous_kept", "computed_contiguous_kept"])
+def test_contiguous_reads_through(fn):
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    x = torch.randn(8, 4, 4, 8, dtype=torch.float64, device=device)
+    if fn is _computed_contiguous_kept:
+        x = x.reshape(2, 8, 8, 8).to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    s = torch.randn(2, 8, 8, 8, dtype=torch.float64, device=device, requires_grad=True)
+    executors = ["fuser"] if device == "cpu" else None
+    jf = thunder.jit(fn, executors=executors)
+    got, want = jf(x, s), fn(x, s)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride(), (g.stride(), w.stride())
+    gs = [torch.randn_like(w) for w in want]
+    torch.testing.assert_close(torch.autograd.grad(got, (x, s), gs), torch.autograd.grad(want, (x, s), gs))
+    trace = str(thunder.last_traces(jf)[-1])
+    assert "Fusion0(" in trace and "Fusion1(" not in trace, trace
+
+
 # GroupNorm in inference: its decomposition (statistics over [N, G, C/G * H * W] rows, the
 # normalization over [N, C, H, W]) is no one kernel, and the norm ran as a dozen ATen calls. The
 # partition takes such a composite one level flatter: a row kernel of the statistics, a pointwise

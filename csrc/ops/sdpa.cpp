@@ -122,12 +122,22 @@ Value backwardMeta(const std::vector<Value>& a) {
   double p = dropoutArg(a[10], op);
   THUNDER_CHECK_KIND(p == 0.0 || (a[11].isTensor() && a[12].isTensor()), ErrorKind::Value, op,
                      ": dropout_p=", p, " needs the forward's rng_seed and rng_offset");
+  THUNDER_CHECK_KIND(a[13].isBool(), ErrorKind::Type, op, ": argument 'mask_grad' must be a bool, but got ",
+                     describe(a[13]));
+  bool maskGrad = a[13].toBool();
+  THUNDER_CHECK_KIND(!maskGrad || (b == Backend::Efficient && a[6].isTensor()), ErrorKind::Value, op,
+                     ": mask_grad=True needs an attn_mask and the 'efficient' kernel, but got the '", backendName(b),
+                     "' kernel and attn_mask ", describe(a[6]));
   TraceContext& ctx = requireContext(op);
   std::vector<Value> grads;
   for (size_t i = 1; i <= 3; ++i) {
     const TensorProxy& t = a[i].tensor();
     grads.push_back(Value(ctx.newTensor(t.shape, t.dtype, t.device)));
   }
+  // The mask's gradient at the attention's shape (B, H, L, S): the rule sums it to the mask's.
+  if (maskGrad)
+    grads.push_back(Value(ctx.newTensor({q.shape[0], q.shape[1], q.shape[2], a[2].tensor().shape[2]},
+                                        a[6].tensor().dtype, q.device)));
   return Value::tuple(std::move(grads));
 }
 
@@ -181,7 +191,9 @@ Backend chooseBackend(const std::vector<Value>& a, bool maskIsDifferentiable) {
   if (Hk != H && !(gqa && Hk > 0 && H % Hk == 0)) return Backend::None;
   if (!(a[6].isNone() || a[6].isInt() || a[6].isFloat())) return Backend::None;
   if (!mask.isNone()) {
-    if (!mask.isTensor() || causal || maskIsDifferentiable) return Backend::None;
+    // A mask that needs a gradient: the memory-efficient kernel's backward gives it (CUDA).
+    if (!mask.isTensor() || causal || (maskIsDifferentiable && q.device.type != DeviceType::CUDA))
+      return Backend::None;
     const TensorProxy& m = mask.tensor();
     if (m.dtype != DType::Bool && m.dtype != dt) return Backend::None;
     if (m.device != q.device || m.ndim() < 2 || m.ndim() > 4) return Backend::None;
@@ -230,7 +242,7 @@ void registerSdpaSymbols() {
         "query, key, value, attn_mask, is_causal, scale, backend, dropout_p=0.0", forwardMeta);
     add("fused_attention_backward",
         "grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale, backend, "
-        "dropout_p=0.0, rng_seed=None, rng_offset=None",
+        "dropout_p=0.0, rng_seed=None, rng_offset=None, mask_grad=False",
         backwardMeta);
   });
 }

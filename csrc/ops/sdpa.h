@@ -33,8 +33,9 @@ Backend parseBackend(const std::string& name, const std::string& op);
 /// (enable_gqa). On CPU: the flash kernel, which also takes a mask (bool, or of q's dtype) but
 /// not together with is_causal. On CUDA: flash for f16/bf16 with head dim <= 256 and a multiple
 /// of 8, no mask and (when causal) square attention; else memory-efficient attention for head
-/// dims that are multiples of 8 up to 256 and no mask. `maskIsDifferentiable` says whether the
-/// mask needs a gradient, which the fused backward does not give.
+/// dims that are multiples of 8 up to 256 and no mask; with a mask (f16/bf16, head dim up to 128),
+/// memory-efficient attention. `maskIsDifferentiable` says whether the mask needs a gradient,
+/// which only the memory-efficient backward gives (CUDA).
 Backend chooseBackend(const std::vector<Value>& sdpaArgs, bool maskIsDifferentiable);
 
 /// The rows of the logsumexp a backend keeps per (batch, head): L, or L rounded up to a multiple
@@ -48,8 +49,9 @@ int64_t logsumexpLength(Backend b, int64_t queryLength);
 /// outputs: the kernel's random state (rng_seed, rng_offset), which the backward takes.
 const Symbol& forwardSymbol();
 /// sdpaex.fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_mask,
-/// is_causal, scale, backend, dropout_p=0.0, rng_seed=None, rng_offset=None) -> (grad_query,
-/// grad_key, grad_value) of q's, k's, v's metadata.
+/// is_causal, scale, backend, dropout_p=0.0, rng_seed=None, rng_offset=None, mask_grad=False) ->
+/// (grad_query, grad_key, grad_value) of q's, k's, v's metadata; with mask_grad (the 'efficient'
+/// kernel) a fourth, the mask's gradient at the attention's shape (B, H, L, S).
 const Symbol& backwardSymbol();
 
 /// Registers the two symbols (idempotent).

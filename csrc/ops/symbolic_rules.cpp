@@ -586,7 +586,7 @@ bool crossEntropy(RuleCtx& c, std::vector<Dims>& outs) {
 /// The fused attention kernels (ops/sdpa.h): the output of the query's shape with the value's
 /// last size and the log-sum-exp per query row, which the memory-efficient kernel pads to a
 /// multiple of 32 (an expression only where the length is static); the backward gives the
-/// query's, key's and value's shapes.
+/// query's, key's and value's shapes, and with mask_grad the attention's (B, H, L, S).
 bool fusedAttention(RuleCtx& c, std::vector<Dims>& outs) {
   Dims q = shapeOf(c.arg("query")), k = shapeOf(c.arg("key")), v = shapeOf(c.arg("value"));
   if (q.size() != 4 || k.size() != 4 || v.size() != 4) return false;
@@ -595,6 +595,8 @@ bool fusedAttention(RuleCtx& c, std::vector<Dims>& outs) {
   if (!c.equal(q[0], k[0]) || !c.equal(q[3], k[3]) || !c.equal(k[2], v[2])) return false;
   if (c.b.sym->name == "fused_attention_backward") {
     outs = {q, k, v};
+    const Value& maskGrad = c.arg("mask_grad");
+    if (maskGrad.isBool() && maskGrad.toBool()) outs.push_back({q[0], q[1], q[2], k[2]});
     return true;
   }
   const Value& backend = c.arg("backend");

@@ -78,7 +78,7 @@ c10::IValue forward(K& a) {
 }
 
 // fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_mask, is_causal,
-//                          scale, backend)
+//                          scale, backend, dropout_p, rng_seed, rng_offset, mask_grad)
 c10::IValue backward(K& a) {
   const at::Tensor g = denseLastDim(a.t(0)), q = denseLastDim(a.t(1)), k = denseLastDim(a.t(2)),
                    v = denseLastDim(a.t(3)), out = denseLastDim(a.t(4)), &lse = a.t(5);
@@ -102,9 +102,11 @@ c10::IValue backward(K& a) {
     }
     case sdpa::Backend::Efficient: {
       at::Tensor bias = efficientBias(a, 6, q, k).value_or(at::Tensor());
+      bool maskGrad = a.v.size() > 13 && a.b(13);
       auto r = at::_scaled_dot_product_efficient_attention_backward(
-          g, q, k, v, bias, out, lse, seed, offset, dropout, {true, true, true, false}, causal,
+          g, q, k, v, bias, out, lse, seed, offset, dropout, {true, true, true, maskGrad}, causal,
           scale);
+      if (maskGrad) return tuple({std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)});
       return tuple({std::get<0>(r), std::get<1>(r), std::get<2>(r)});
     }
     case sdpa::Backend::None: break;

@@ -72,6 +72,7 @@ struct Recording {
   TraceContext* ctx = nullptr;
   Block* block = nullptr;
   bool inBackward = false;
+  const std::unordered_set<const TensorProxy*>* differentiable = nullptr;  // the gradient path
 };
 thread_local Recording* tlsRecording = nullptr;
 
@@ -606,7 +607,7 @@ class Differentiator {
   void applyRule(const BoundSymbol& b, const GradRule& rule) {
     Block block;
     block.key = nextKey_++;
-    Recording rec{&ctx(), &block, false};
+    Recording rec{&ctx(), &block, false, &diff_};
     Recording* prev = tlsRecording;
     tlsRecording = &rec;
     std::vector<BoundSymbol>& fwdScope = ctx().scope();
@@ -823,6 +824,13 @@ void putGrad(const Value& in, const Value& g) {
   THUNDER_CHECK_KIND(g.isTensor(), ErrorKind::Type, "put_grad: the gradient of ",
                      in.tensor().name, " must be a tensor, but got ", describe(g));
   tlsRecording->block->grads.push_back({in, g});
+}
+
+bool needsGrad(const Value& in) {
+  THUNDER_CHECK(tlsRecording != nullptr,
+                "needs_grad can only be called inside a grad rule (a grad transform being traced)");
+  const Recording& r = *tlsRecording;
+  return in.isTensor() && (r.differentiable == nullptr || r.differentiable->count(in.toTensor().get()) > 0);
 }
 
 Trace gradTransform(const Trace& computation, size_t numArgs,

@@ -67,6 +67,9 @@ Value getGrad(const Value& forwardOutput);
 /// are ignored; a gradient of another shape is summed to the input's (unbroadcast), and one of
 /// another dtype converted.
 void putGrad(const Value& forwardInput, const Value& grad);
+/// Inside a grad rule: whether a forward input is on the gradient path (a gradient put for it is
+/// used); false for numbers and None.
+bool needsGrad(const Value& forwardInput);
 
 /// The trace of thunder.core.transforms.grad: same inputs as `computation`, the gradients of
 /// every floating-point tensor among its first `numArgs` inputs as a list, with every tensor

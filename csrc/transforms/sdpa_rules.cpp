@@ -35,7 +35,8 @@ Value sumRepeatedHeads(const Value& g, int64_t rep) {
 }
 
 Value fusedRule(const Args& a) {
-  sdpa::Backend backend = sdpa::chooseBackend(a, false);
+  bool maskGrad = a[3].isTensor() && needsGrad(a[3]);
+  sdpa::Backend backend = sdpa::chooseBackend(a, maskGrad);
   THUNDER_INTERNAL(backend != sdpa::Backend::None,
                    "the fused grad rule of scaled_dot_product_attention got a call no fused "
                    "kernel applies to");
@@ -68,7 +69,9 @@ Value fusedRule(const Args& a) {
 
   Value g = getGrad(out);
   Value grads = call(sdpa::backwardSymbol(), {g, a[0], key, value, out, lse, mask, causal, scale,
-                                              name, dropout, seed, offset});
+                                              name, dropout, seed, offset, maskGrad});
+  // (T5's position bias, a learned additive mask: summed back to the mask's shape by putGrad)
+  if (maskGrad) putGrad(a[3], grads.items()[3]);
   Value dk = grads.items()[1], dv = grads.items()[2];
   if (rep != 1) {
     dk = sumRepeatedHeads(dk, rep);

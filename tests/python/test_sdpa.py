@@ -99,7 +99,7 @@ FALLBACK_CASES = [
         q, k, v, attn_mask=MASK_2D.double(), scale=0.5, enable_gqa=True),
      [rand(2, 4, 5, 4, dtype=torch.float64), rand(2, 2, 7, 4, dtype=torch.float64),
       rand(2, 2, 7, 4, dtype=torch.float64)]),
-    # The fused backward gives no gradient for the mask.
+    # On the CPU no fused backward gives the mask's gradient (on CUDA the memory-efficient one does).
     ("mask_needs_grad", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      [rand(2, 2, 5, 4, dtype=torch.float64) for _ in range(3)] + [rand(5, 5, dtype=torch.float64)]),
     # The flash kernel needs one head dim for q, k and v.
@@ -377,6 +377,57 @@ def test_fused_dropout_drops_what_eager_drops(name, backend, masked, causal):
     assert (actual[0] - undropped).abs().max() > 0.1
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
+
+
+MASK_GRAD_CASES = [
+    # (name, mask shape, dropout): a learned additive mask (T5's position bias) differentiated by the
+    # memory-efficient kernel's backward, its gradient summed back over the dims the mask broadcasts.
+    ("position_bias", (1, 4, 64, 64), 0.0),
+    ("position_bias_dropout", (1, 4, 64, 64), 0.3),
+    ("full", (2, 4, 64, 64), 0.0),
+    ("per_batch_row", (2, 1, 1, 64), 0.0),
+    ("two_dims", (64, 64), 0.2),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,mask_shape,dropout", MASK_GRAD_CASES, ids=[c[0] for c in MASK_GRAD_CASES])
+def test_mask_gradient_through_the_efficient_kernel(name, mask_shape, dropout):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from thunder.extend import get_default_executors
+
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.randn(*mask_shape, device="cuda", dtype=torch.bfloat16)
+    ct = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask * 2, dropout_p=dropout)
+
+    # (the cudnn executor takes no mask that needs a gradient: thunder's own choice either way)
+    tfn = thunder.jit(fn, executors=[e for e in get_default_executors() if e.name != "cudnn"])
+
+    def run(f):
+        ins = [t.clone().requires_grad_() for t in (q, k, v, mask)]
+        torch.manual_seed(12)
+        out = f(*ins)
+        return (out, *torch.autograd.grad(out, ins, ct))
+
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        expected = run(fn)
+    actual = run(tfn)
+    bwd = _backward_text(tfn)
+    assert "fused_attention_backward(" in bwd, bwd
+    assert "matmul" not in bwd and "softmax" not in bwd, bwd
+    assert actual[4].shape == mask.shape
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
+    # The float64 decomposition's mask gradient: as close as eager's.
+    ins64 = [t.double().requires_grad_() for t in (q, k, v, mask)]
+    if dropout == 0.0:
+        ref = torch.autograd.grad(fn(*ins64), ins64, ct.double())[3]
+        err, eager_err = (actual[4].double() - ref).abs().max(), (expected[4].double() - ref).abs().max()
+        assert err <= 2 * eager_err + 1e-3, (err, eager_err)
 
 
 CUDNN_NATIVE_CASES = [

@@ -48,8 +48,9 @@ def fused_attention_forward(query, key, value, attn_mask, is_causal, scale, back
 
 
 def fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale, backend,
-                             dropout_p=0.0, rng_seed=None, rng_offset=None):
-    """(grad_query, grad_key, grad_value) from the forward's output and logsumexp."""
+                             dropout_p=0.0, rng_seed=None, rng_offset=None, mask_grad=False):
+    """(grad_query, grad_key, grad_value) from the forward's output and logsumexp; with mask_grad
+    ("efficient") also the mask's gradient at the attention's shape (B, H, L, S)."""
     seed = _unused_rng_state() if rng_seed is None else rng_seed
     offset = _unused_rng_state() if rng_offset is None else rng_offset
     if backend == "flash_cpu":
@@ -62,6 +63,6 @@ def fused_attention_backward(grad_out, query, key, value, out, logsumexp, attn_m
     if backend == "efficient":
         r = _aten._scaled_dot_product_efficient_attention_backward(
             grad_out, query, key, value, _bias(attn_mask, query, key), out, logsumexp, seed, offset, dropout_p,
-            [True, True, True, False], is_causal, scale=scale)
-        return r[0], r[1], r[2]
+            [True, True, True, mask_grad], is_causal, scale=scale)
+        return tuple(r) if mask_grad else (r[0], r[1], r[2])
     raise ValueError(f"sdpaex.fused_attention_backward: no fused kernel named {backend!r}")

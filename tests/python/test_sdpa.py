@@ -387,6 +387,8 @@ MASK_GRAD_CASES = [
     ("full", (2, 4, 64, 64), 0.0),
     ("per_batch_row", (2, 1, 1, 64), 0.0),
     ("two_dims", (64, 64), 0.2),
+    # T5's: a table of (L, S, H) read as (1, H, L, S), and so not dense along S.
+    ("permuted", "permuted", 0.1),
 ]
 
 
@@ -398,11 +400,14 @@ def test_mask_gradient_through_the_efficient_kernel(name, mask_shape, dropout):
 
     torch.manual_seed(4)
     q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    mask = torch.randn(*mask_shape, device="cuda", dtype=torch.bfloat16)
+    permuted = mask_shape == "permuted"
+    mask = torch.randn(*((64, 64, 4) if permuted else mask_shape), device="cuda", dtype=torch.bfloat16)
     ct = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
 
     def fn(q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask * 2, dropout_p=dropout)
+        # (the permuted view reaches the kernel as it is; a computed mask is written densely)
+        m = mask.permute(2, 0, 1).unsqueeze(0) if permuted else mask * 2
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout)
 
     # (the cudnn executor takes no mask that needs a gradient: thunder's own choice either way)
     tfn = thunder.jit(fn, executors=[e for e in get_default_executors() if e.name != "cudnn"])

@@ -37,8 +37,15 @@ at::Tensor denseLastDim(const at::Tensor& t) {
 /// only its strides change), then expanded to the attention's shape (broadcast dims: stride 0).
 std::optional<at::Tensor> efficientBias(K& a, size_t i, const at::Tensor& q, const at::Tensor& k) {
   if (a.none(i)) return std::nullopt;
-  // (a bias written in a permuted order, T5's position bias, is copied dense first)
-  at::Tensor bias = denseLastDim(a.t(i));
+  // A bias written in a permuted order (T5's position bias) is copied dense first, its broadcast
+  // dims (stride 0) kept broadcast: only the distinct elements are copied.
+  at::Tensor bias = a.t(i);
+  if (bias.dim() > 0 && bias.stride(-1) != 1) {
+    at::Tensor base = bias;
+    for (int64_t d = 0; d < bias.dim(); ++d)
+      if (bias.stride(d) == 0 && bias.size(d) > 1) base = base.narrow(d, 0, 1);
+    bias = base.contiguous().expand(bias.sizes());
+  }
   constexpr int64_t kAlign = 16;
   bool aligned = bias.dim() > 0 && bias.stride(-1) == 1;
   for (int64_t d = 0; aligned && d + 1 < bias.dim(); ++d)

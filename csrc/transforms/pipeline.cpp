@@ -37,6 +37,7 @@ void beforeAutodiff(PassLog& log, const std::vector<Executor*>& executors) {
   if (constantEvaluator())
     evaluate = [&executors](const Trace& t) { return constantEvaluator()(t, executors); };
   log.runIfChanged("Causal attention masks", [&](const Trace& t) { return sdpaCausalMasks(t, evaluate); });
+  log.runIfChanged("Constant conditions", [&](const Trace& t) { return foldConstantConditions(t, evaluate); });
   log.runIfChanged("Attention masks to bias", [](const Trace& t) { return sdpaMasksToBias(t); });
   log.runIfChanged("Pad matmuls", [](const Trace& t) { return padMatmuls(t); });
 }

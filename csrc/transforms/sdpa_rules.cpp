@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ir/error.h"
 #include "ops/ltorch.h"
@@ -375,6 +376,112 @@ std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator
       return call(*sdpa, std::move(args));
     }, b.output.toTensor(), "sdpa causal masks");
   }
+  return dce(out);
+}
+
+namespace {
+
+void collectTensors(const Value& v, std::unordered_set<const TensorProxy*>& out) {
+  if (v.isTensor()) out.insert(v.toTensor().get());
+  else if (v.isSequence() || v.isDict())
+    for (const Value& x : v.items()) collectTensors(x, out);
+}
+
+Value substituted(const Value& v, const std::unordered_map<const TensorProxy*, TensorPtr>& m) {
+  if (v.isTensor()) {
+    auto it = m.find(v.toTensor().get());
+    return it == m.end() ? v : Value(it->second);
+  }
+  if (!(v.isSequence() || v.isDict())) return v;
+  std::vector<Value> items;
+  for (const Value& x : v.items()) items.push_back(substituted(x, m));
+  switch (v.kind()) {
+    case Value::Kind::Tuple: return Value::tuple(std::move(items));
+    case Value::Kind::List: return Value::list(std::move(items));
+    case Value::Kind::Dict: return Value::dict(v.keys(), std::move(items));
+    default: return v;
+  }
+}
+
+}  // namespace
+
+std::optional<Trace> foldConstantConditions(const Trace& trace, const ConstantEvaluator& evaluate) {
+  const Symbol* where = SymbolRegistry::get().find("ltorch.where");
+  const Symbol* fill = SymbolRegistry::get().find("ltorch.masked_fill");
+  if (!evaluate || !trace.symbols.empty() || where == nullptr || fill == nullptr) return std::nullopt;
+  std::unordered_set<const TensorProxy*> returned;
+  collectTensors(trace.output, returned);
+  std::optional<ConstantCalls> constants;
+  std::unordered_map<const TensorProxy*, int> known;  // condition -> 1 all true, 0 all false, -1 neither or unknown
+  auto state = [&](const Value& c) {
+    if (!c.isTensor() || c.tensor().dtype != DType::Bool || c.tensor().symbolic() || c.tensor().numel() == 0) return -1;
+    const TensorProxy* t = c.toTensor().get();
+    auto it = known.find(t);
+    if (it != known.end()) return it->second;
+    if (!constants) constants.emplace(trace);
+    int r = -1;
+    if (constants->constant(t)) {
+      Trace sub = constants->slice(t);
+      try {
+        sub.output = appendTraced(sub, [&] { return ltorch::op("sum", {ltorch::op("to", {c, Value(), DType::Int64})}); });
+        std::optional<double> n = evaluate(sub);
+        if (n && *n == static_cast<double>(c.tensor().numel())) r = 1;
+        else if (n && *n == 0.0) r = 0;
+      } catch (const std::exception&) {
+        r = -1;
+      }
+    }
+    known[t] = r;
+    return r;
+  };
+  // A branch the call never takes may be dropped where it is a number or a constant: a tensor
+  // made from an input keeps its place in the gradient's graph (eager gives it a zero gradient).
+  auto droppable = [&](const Value& v) {
+    return !v.isTensor() || (constants && constants->constant(v.toTensor().get()));
+  };
+  // The value a call takes whole: (the branch, or nothing).
+  auto chosen = [&](const BoundSymbol& b) -> std::optional<Value> {
+    if (!b.output.isTensor() || returned.count(b.output.toTensor().get())) return std::nullopt;
+    if (b.sym == where && b.args.size() == 3) {
+      int s = state(b.args[0]);
+      if (s < 0 || !droppable(b.args[s == 1 ? 2 : 1])) return std::nullopt;
+      return b.args[s == 1 ? 1 : 2];
+    }
+    if (b.sym == fill && b.args.size() == 3) {
+      int s = state(b.args[1]);
+      if (s < 0 || !droppable(b.args[s == 1 ? 0 : 2])) return std::nullopt;
+      return b.args[s == 1 ? 2 : 0];
+    }
+    return std::nullopt;
+  };
+  Trace out = trace.emptyCopy();
+  std::unordered_map<const TensorProxy*, TensorPtr> renamed;
+  bool any = false;
+  for (const BoundSymbol& b0 : trace.bsyms) {
+    BoundSymbol b = b0;
+    for (const auto& [from, to] : renamed) replaceTensor(b, from, to);
+    std::optional<Value> x = chosen(b);
+    if (!x) {
+      out.bsyms.push_back(std::move(b));
+      continue;
+    }
+    any = true;
+    const TensorPtr& result = b.output.toTensor();
+    if (x->isTensor() && x->tensor().dtype == result->dtype && x->tensor().shape == result->shape) {
+      renamed[result.get()] = x->toTensor();  // the branch itself: later calls read it
+      continue;
+    }
+    appendTraced(out, [&] {
+      if (!x->isTensor())
+        return ltorch::op("full", {Value::ints(result->shape), *x}, {{"device", result->device}, {"dtype", result->dtype}});
+      Value v = *x;
+      if (v.tensor().dtype != result->dtype) v = ltorch::op("to", {v, Value(), result->dtype});
+      if (v.tensor().shape != result->shape) v = ltorch::op("expand", {v, Value::ints(result->shape)});
+      return v;
+    }, result, "constant conditions");
+  }
+  if (!any) return std::nullopt;
+  out.output = substituted(trace.output, renamed);
   return dce(out);
 }
 

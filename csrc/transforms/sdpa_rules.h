@@ -44,4 +44,14 @@ using ConstantEvaluator = std::function<std::optional<double>(const Trace&)>;
 /// call changes.
 std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator& evaluate = {});
 
+/// `torch.where(cond, a, b)` and `a.masked_fill(cond, v)` whose condition reads no input of the
+/// trace (what ConstantCalls of sdpaCausalMasks computes) and is true everywhere or nowhere: the
+/// call becomes the branch it always takes (converted and broadcast to the call's result). The
+/// condition is counted once at compile time with `evaluate`; the trace is specialized on its
+/// sizes, so the count holds at every call it serves. T5's encoder builds its attention bias as
+/// `where(positions >= 0, position_bias, min)`: a [B, H, T, T] bias written, read, and its
+/// gradient masked again in the backward, where the position bias itself is the value. Calls
+/// whose result the trace returns are left as they are (the branch would alias it).
+std::optional<Trace> foldConstantConditions(const Trace& trace, const ConstantEvaluator& evaluate);
+
 }  // namespace thunder

@@ -188,3 +188,80 @@ def test_transformers_decoders_attend_causally(name, use_cache):
     am[0, :5] = 0
     torch.testing.assert_close(jm(input_ids=x, attention_mask=am, **kw).logits,
                                m(input_ids=x, attention_mask=am, **kw).logits)
+
+
+# ---- conditions computed from no input (foldConstantConditions) --------------------------------
+# A `where` / `masked_fill` whose condition reads no input and is true everywhere (or nowhere) is
+# the branch it always takes. T5's encoder builds its attention bias as where(positions >= 0,
+# position_bias, min): a [B, H, T, T] tensor written and read, and masked again in the backward.
+
+def _t5_bias(x, table):
+    t = x.shape[-2]
+    pos = torch.arange(t, device=x.device)
+    keep = (pos[None, None, :, None] >= 0).expand(x.shape[0], 1, t, t)
+    bias = table.permute(2, 0, 1).unsqueeze(0)
+    return torch.where(keep, bias, torch.finfo(x.dtype).min) + x
+
+
+def _never_filled(x, table):
+    pos = torch.arange(x.shape[-1], device=x.device)
+    return x.masked_fill(pos > 10_000, 0.0) * table.sum()
+
+
+def _always_filled(x, table):
+    pos = torch.arange(x.shape[-1], device=x.device)
+    return x.masked_fill(pos >= 0, 2.0) * table.sum()
+
+
+def _some_filled(x, table):
+    pos = torch.arange(x.shape[-1], device=x.device)
+    return x.masked_fill(pos > 3, 0.0) * table.sum()
+
+
+def _constant_filled(x, table):
+    pos = torch.arange(x.shape[-1], device=x.device)
+    return torch.zeros(x.shape[-1], device=x.device).masked_fill(pos >= 0, 2.0) * x * table.sum()
+
+
+def _input_condition(x, table):
+    return torch.where(x > -100.0, x, 0.0) * table.sum()
+
+
+CONDITION_CASES = [
+    ("t5_bias", _t5_bias, True),
+    ("never_filled", _never_filled, True),
+    # (x would leave the gradient's graph, where eager gives it zeros: left as it is)
+    ("always_filled", _always_filled, False),
+    ("constant_filled", _constant_filled, True),
+    ("some_filled", _some_filled, False),
+    ("input_condition", _input_condition, False),
+]
+
+
+@pytest.mark.parametrize("name,fn,folded", CONDITION_CASES, ids=[c[0] for c in CONDITION_CASES])
+def test_constant_conditions_take_their_branch(name, fn, folded):
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 8, 8, device=DEVICE, requires_grad=True)
+    table = torch.randn(8, 8, 4, device=DEVICE, requires_grad=True)
+    jf = thunder.jit(fn)
+    out, expected = jf(x, table), fn(x, table)
+    torch.testing.assert_close(out, expected)
+    ct = torch.randn_like(out)
+    for g, e in zip(torch.autograd.grad(out, (x, table), ct), torch.autograd.grad(expected, (x, table), ct)):
+        torch.testing.assert_close(g, e)
+    passes = [str(t).splitlines()[0] for t in thunder.last_traces(jf)]
+    assert any("Constant conditions" in p for p in passes) == folded, passes
+    text = str(thunder.last_traces(jf)[-1]) + str(thunder.last_backward_traces(jf)[-1])
+    assert (re.search(r"\b(where|masked_fill)\(", text) is None) == folded, text
+
+
+def test_a_returned_constant_condition_stays_a_new_tensor():
+    # Folded, the result would be its branch itself: the caller's tensor, aliased.
+    def f(x):
+        keep = torch.arange(x.shape[0], device=x.device) >= 0
+        return torch.where(keep, x, 0.0)
+
+    x = torch.randn(5, device=DEVICE)
+    out = thunder.jit(f)(x)
+    torch.testing.assert_close(out, x)
+    assert out.data_ptr() != x.data_ptr()

@@ -25,8 +25,14 @@ def _bias(attn_mask, query, key):
     if attn_mask is None:
         return None
     s = attn_mask.shape[-1]
-    if attn_mask.stride(-1) != 1:  # (a bias written in a permuted order, T5's position bias)
-        attn_mask = attn_mask.contiguous()
+    if attn_mask.stride(-1) != 1:
+        # A bias written in a permuted order (T5's position bias) is copied dense first, its
+        # broadcast dims (stride 0) kept broadcast.
+        base = attn_mask
+        for d in range(attn_mask.dim()):
+            if attn_mask.stride(d) == 0 and attn_mask.shape[d] > 1:
+                base = base.narrow(d, 0, 1)
+        attn_mask = base.contiguous().expand(attn_mask.shape)
     if any(st % 16 for st in attn_mask.stride()[:-1]):
         attn_mask = torch.nn.functional.pad(attn_mask, (0, (16 - s % 16) % 16))[..., :s]
     return attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])

@@ -175,6 +175,28 @@ bool isColumnSum(const BoundSymbol& b) {
   return !isUnrolledSum(b);  // a few rows: additions of loads, no partial sums
 }
 
+/// The dim a permuted column sum keeps, or -1.
+int permutedColumnDim(const BoundSymbol& b) {
+  if (!b.sym->isPrim() || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor()) return -1;
+  const TensorProxy& a = b.args[0].tensor();
+  if (a.dtype != DType::Float32 && a.dtype != DType::Float64) return -1;
+  std::vector<int64_t> dims = b.args[1].toInts();
+  int64_t rank = a.ndim();
+  if (rank < 3 || static_cast<int64_t>(dims.size()) != rank - 1) return -1;
+  for (int64_t x : a.shape)
+    if (x <= 0) return -1;
+  std::vector<bool> reduced(rank, false);
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank || reduced[d]) return -1;
+    reduced[d] = true;
+  }
+  for (int64_t k = 0; k + 1 < rank; ++k)
+    if (!reduced[k]) return static_cast<int>(k);
+  return -1;  // the last dim kept: a column sum
+}
+
+bool isPermutedColumnSum(const BoundSymbol& b) { return permutedColumnDim(b) >= 0; }
+
 bool isFusibleGather(const BoundSymbol& b) {
   // Indices of up to 64 bits; the source is read where it lies (a region input: Lowering::gather).
   const std::string& n = b.sym->name;
@@ -223,6 +245,7 @@ bool isFusiblePrim(const BoundSymbol& b) {
     return true;
   }
   if (isColumnSum(b) || isUnrolledSum(b)) return true;
+  if (isPermutedColumnSum(b)) return b.args[0].tensor().device.type == DeviceType::CUDA;
   if (n == "squeeze") return sameUpToUnitDims(b.args[0].tensor().shape, b.outputTensors()[0]->shape);
   if (n == "reshape") {
     // Inserting or removing length-1 dims relabels dims. Merging and splitting dims reads the
@@ -365,12 +388,22 @@ class Lowering {
         cur = b.args[0].toTensor().get();
         continue;
       }
-      if (!isColumnSum(b) || b.args[0].tensor().shape != prog_.iterShape) return false;
+      if (prog_.order.empty() ? !isColumnSum(b) || b.args[0].tensor().shape != prog_.iterShape
+                              : permutedColumnDim(b) != prog_.order.back() || b.args[0].tensor().shape != logicalShape())
+        return false;
       summed = b.args[0].toTensor();
       acc = cur->dtype;
       epilogue = converts;
       return true;
     }
+  }
+
+  /// The shape of the full-size values: the iteration shape in their own dim order.
+  Shape logicalShape() const {
+    if (prog_.order.empty()) return prog_.iterShape;
+    Shape s(prog_.iterShape.size());
+    for (size_t d = 0; d < s.size(); ++d) s[prog_.order[d]] = prog_.iterShape[d];
+    return s;
   }
 
   std::string whyNot;
@@ -690,7 +723,7 @@ class Lowering {
       }
       return acc;
     }
-    if (isColumnSum(b)) {
+    if (isColumnSum(b) || isPermutedColumnSum(b)) {
       whyNot = "a column sum whose value is used inside the region";
       return -1;
     }
@@ -993,6 +1026,37 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
       if (larger(a.shape, true)) out.iterShape = a.shape;
     }
   }
+  // A permuted column sum: the region iterates its values with the kept dim last, where the
+  // column sum is an ordinary one. Every reduction of the region must be such a sum over values
+  // of one shape, keeping one dim.
+  int kept = -1;
+  const TensorProxy* summedLike = nullptr;
+  for (const BoundSymbol& b : prims) {
+    int k = permutedColumnDim(b);
+    if (k < 0) continue;
+    if ((kept >= 0 && k != kept) || (summedLike && summedLike->shape != b.args[0].tensor().shape)) {
+      whyNot = "permuted column sums of different dims or shapes";
+      return false;
+    }
+    kept = k;
+    summedLike = &b.args[0].tensor();
+  }
+  if (kept >= 0) {
+    for (const BoundSymbol& b : prims)
+      if (b.sym->hasTag(kReductionOp) && permutedColumnDim(b) < 0 && !isUnrolledSum(b) && !isUnitReduction(b)) {
+        whyNot = "a permuted column sum beside another reduction";
+        return false;
+      }
+    const Shape& s = summedLike->shape;
+    out.order.clear();
+    for (int d = 0; d < static_cast<int>(s.size()); ++d)
+      if (d != kept) out.order.push_back(d);
+    out.order.push_back(kept);
+    out.iterShape.clear();
+    for (int d : out.order) out.iterShape.push_back(s[d]);
+    std::optional<std::pair<int, int64_t>> split;
+    return lowerOver(prims, inputs, outputs, true, out, whyNot, split, casts);
+  }
   // A reshape inside the region may need a finer iteration space (an iteration dim split in
   // two): then the region is lowered again over it. Pointwise regions only.
   for (int attempt = 0;; ++attempt) {
@@ -1060,7 +1124,7 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
     KOutput col{t, -1, false, true};
     if (low.columnSource(t, summed, col.accDtype, col.epilogue)) {
       // A column sum: the kernel accumulates the full-size value per column.
-      for (int d = 0; d < rank; ++d) map[d] = d;
+      for (int d = 0; d < rank; ++d) map[d] = out.order.empty() ? d : out.order[d];
       col.node = low.lower(summed, map);
       if (col.node < 0) {
         whyNot = low.whyNot;
@@ -1070,7 +1134,15 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       continue;
     }
     bool isReduced;
-    if (t->shape == out.iterShape) {
+    if (!out.order.empty()) {
+      // Iterated in `order`: full-size values only, stored in iteration order.
+      if (t->shape != low.logicalShape()) {
+        whyNot = "output " + t->name + " has shape " + t->typeString() + ", not the shape the permuted column sum reads";
+        return false;
+      }
+      for (int d = 0; d < rank; ++d) map[d] = out.order[d];
+      isReduced = false;
+    } else if (t->shape == out.iterShape) {
       for (int d = 0; d < rank; ++d) map[d] = d;
       isReduced = false;
     } else if (rank > 0 && reduces && (t->shape == reduced || t->shape == keepdim)) {

@@ -109,6 +109,11 @@ struct KernelProgram {
   std::vector<KInput> inputs;
   std::vector<KNode> nodes;
   std::vector<KOutput> outputs;
+  /// Empty, or the order the program iterates its values' dims in: iteration dim d is dim
+  /// order[d] of every full-size value (a permuted column sum's region: its kept dim last). Full-
+  /// size outputs are stored contiguously in iteration order (the runtime returns them as views
+  /// in their own dim order).
+  std::vector<int> order;
   /// Number of row reductions chained in sequence (0 for a pointwise kernel).
   int numPhases = 0;
   bool hasReduction() const { return numPhases > 0; }
@@ -152,6 +157,13 @@ KernelProgram permuteIteration(const KernelProgram& prog, const std::vector<int>
 /// A float sum over every dimension but the last (a bias gradient): fusible, but its value can
 /// only leave the region (through dtype conversions), not feed other ops in it.
 bool isColumnSum(const BoundSymbol& b);
+
+/// A float sum over every dimension but one that is not the last, over at least two dims (a
+/// channel gradient of an [N, C, H, W] tensor, dims (0, 2, 3): a conv's bias, a layer scale, a
+/// norm's affine): a column sum of the values iterated with that dim last (KernelProgram::order).
+/// Fused on CUDA only, where half-type convolutions leave their outputs channels-last, so the
+/// permuted iteration reads them at unit stride.
+bool isPermutedColumnSum(const BoundSymbol& b);
 
 /// A float sum over at most kUnrolledSum elements per result, over dims other than the last (the
 /// gradient of an expand, as grouped-query attention's key and value heads): kernels compute it

@@ -111,9 +111,11 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
       return codegen::isFusiblePrim(b);
     };
   }
-  Trace out = fusionPartition(trace, fusible, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
+  // (column sums, permuted ones too, end their values' use in a region)
+  auto terminal = [](const BoundSymbol& b) { return codegen::isColumnSum(b) || codegen::isPermutedColumnSum(b); };
+  Trace out = fusionPartition(trace, fusible, fuse, terminal, codegen::isUnrolledSum);
   // A device without a compiler: partition again, leaving its regions to the other executors.
-  while (!compileAll(out)) out = fusionPartition(trace, fusible, fuse, codegen::isColumnSum, codegen::isUnrolledSum);
+  while (!compileAll(out)) out = fusionPartition(trace, fusible, fuse, terminal, codegen::isUnrolledSum);
   static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
   if (timing)
     std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",

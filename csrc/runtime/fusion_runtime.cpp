@@ -1233,7 +1233,7 @@ c10::IValue runRegion(CompiledRegion& r, KernelArgs& a) {
       outs.push_back(a.t(into[j]));  // (dense in the region's order: laid out as a new output)
       continue;
     }
-    if (!r.order.empty()) {
+    if (!r.order.empty() && !o.column && !o.reduced) {
       // Stored in iteration order: the tensor is that order's contiguous buffer, seen in the
       // trace's dim order.
       std::vector<int64_t> shape, back(r.order.size());
@@ -1434,6 +1434,7 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
   if (device.type == DeviceType::CUDA && !nvrtc()) return nullptr;  // no NVRTC: left to the other executors
   if (device.type != DeviceType::CUDA && !cpuCompiler()) return nullptr;  // no C++ compiler: likewise
   std::shared_ptr<CompiledRegion> r = makeRegion(prog, device, std::move(argOf), std::move(intoArg));
+  r->order = prog.order;  // (a permuted column sum's region: its outputs are views of that order)
   r->permutable = device.type == DeviceType::CUDA && codegen::permutableIteration(prog);
   if (r->permutable && prog.iterShape.size() == 4 &&
       std::find(prog.iterShape.begin(), prog.iterShape.end(), 1) == prog.iterShape.end()) {

@@ -1494,6 +1494,55 @@ def test_contiguous_reads_through(fn):
     assert "Fusion0(" in trace and "Fusion1(" not in trace, trace
 
 
+# A channel gradient (the sum of an [N, C, H, W] value over every dim but C: a conv's bias, a layer
+# scale, an affine) is a column sum of the values iterated with C last: on CUDA the kernel that
+# computes the value sums it (ATen summed a tensor the kernel wrote, 20-40 us a call, 60 calls in a
+# ConvNeXt-T step). The full-size outputs of such a kernel are stored in that order.
+def _layer_scale(x, gamma, bias):
+    return (x * gamma.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)).relu() * 2
+
+
+def _middle_dim(x, gamma, bias):
+    return x.sin() * gamma.view(1, 1, -1, 1) + bias.view(1, 1, -1, 1)
+
+
+def _three_dims(x, gamma, bias):
+    return (x.flatten(2) * gamma.view(1, -1, 1)).exp() + bias.view(1, -1, 1)
+
+
+CHANNEL_SUMS = [("layer_scale", _layer_scale, 1), ("middle_dim", _middle_dim, 2), ("three_dims", _three_dims, 1)]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name,fn,dim", CHANNEL_SUMS, ids=[c[0] for c in CHANNEL_SUMS])
+def test_channel_gradients_are_column_sums(name, fn, dim, dtype, layout):
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    torch.manual_seed(0)
+    x = torch.randn(4, 24, 6, 10, device=device, dtype=dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    c = x.shape[dim]
+    gamma = torch.randn(c, device=device, dtype=dtype, requires_grad=True)
+    bias = torch.randn(c, device=device, dtype=dtype, requires_grad=True)
+    x.requires_grad_()
+    executors = ["fuser"] if device == "cpu" else None
+    jf = thunder.jit(fn, executors=executors)
+    out = jf(x, gamma, bias)
+    ct = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, gamma, bias), ct)
+    want = torch.autograd.grad(fn(x, gamma, bias), (x, gamma, bias), ct)
+    ref = torch.autograd.grad(fn(x.double(), gamma.double(), bias.double()), (x, gamma, bias), ct.double())
+    for g, w, r in zip(got, want, ref):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        # As close to float64 as eager is (summation orders differ), within a rounding of the dtype.
+        err, eager_err = (g.double() - r).abs().max().item(), (w.double() - r).abs().max().item()
+        assert err <= 2 * eager_err + 8 * torch.finfo(dtype).eps * r.abs().max().item(), (err, eager_err)
+    if device == "cuda":
+        bwd = str(thunder.last_backward_traces(jf)[-1])
+        assert "torch.sum(" not in bwd, bwd
+
+
 # GroupNorm in inference: its decomposition (statistics over [N, G, C/G * H * W] rows, the
 # normalization over [N, C, H, W]) is no one kernel, and the norm ran as a dozen ATen calls. The
 # partition takes such a composite one level flatter: a row kernel of the statistics, a pointwise

@@ -182,7 +182,7 @@ int permutedColumnDim(const BoundSymbol& b) {
   if (a.dtype != DType::Float32 && a.dtype != DType::Float64) return -1;
   std::vector<int64_t> dims = b.args[1].toInts();
   int64_t rank = a.ndim();
-  if (rank < 3 || static_cast<int64_t>(dims.size()) != rank - 1) return -1;
+  if (rank != 4 || static_cast<int64_t>(dims.size()) != rank - 1) return -1;
   for (int64_t x : a.shape)
     if (x <= 0) return -1;
   std::vector<bool> reduced(rank, false);
@@ -190,9 +190,7 @@ int permutedColumnDim(const BoundSymbol& b) {
     if (d < 0 || d >= rank || reduced[d]) return -1;
     reduced[d] = true;
   }
-  for (int64_t k = 0; k + 1 < rank; ++k)
-    if (!reduced[k]) return static_cast<int>(k);
-  return -1;  // the last dim kept: a column sum
+  return reduced[1] ? -1 : 1;  // the channel dim of [N, C, H, W]
 }
 
 bool isPermutedColumnSum(const BoundSymbol& b) { return permutedColumnDim(b) >= 0; }

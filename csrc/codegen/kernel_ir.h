@@ -158,11 +158,10 @@ KernelProgram permuteIteration(const KernelProgram& prog, const std::vector<int>
 /// only leave the region (through dtype conversions), not feed other ops in it.
 bool isColumnSum(const BoundSymbol& b);
 
-/// A float sum over every dimension but one that is not the last, over at least two dims (a
-/// channel gradient of an [N, C, H, W] tensor, dims (0, 2, 3): a conv's bias, a layer scale, a
-/// norm's affine): a column sum of the values iterated with that dim last (KernelProgram::order).
-/// Fused on CUDA only, where half-type convolutions leave their outputs channels-last, so the
-/// permuted iteration reads them at unit stride.
+/// A float sum of an [N, C, H, W] value over (0, 2, 3) (a channel gradient: a conv's bias, a layer
+/// scale, a norm's affine): a column sum of the values iterated with C last (KernelProgram::order).
+/// Fused on CUDA only, and by the fuser only in traces whose activations are channels-last (see
+/// FusionExecutor): there the permuted iteration reads them at unit stride.
 bool isPermutedColumnSum(const BoundSymbol& b);
 
 /// A float sum over at most kUnrolledSum elements per result, over dims other than the last (the

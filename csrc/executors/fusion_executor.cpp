@@ -13,6 +13,33 @@
 
 namespace thunder {
 
+namespace {
+
+/// Whether a trace's 4-D activations are channels-last at run time: the runtime runs 2-D
+/// convolutions of half types on CUDA in channels-last (runtime/torch_ops.cpp convInChannelsLast,
+/// unless THUNDER_CONV_NCHW), and the kernels after them iterate in their inputs' memory order.
+bool channelsLastActivations(const Trace& trace) {
+  static const bool nchw = std::getenv("THUNDER_CONV_NCHW") != nullptr;
+  if (nchw) return false;
+  std::function<bool(const BoundSymbol&)> halfConv = [&](const BoundSymbol& b) {
+    if (b.sym->name.rfind("convolution", 0) == 0) {
+      for (const TensorPtr& x : b.inputTensors())
+        if (x->ndim() == 4 && x->device.type == DeviceType::CUDA &&
+            (x->dtype == DType::BFloat16 || x->dtype == DType::Float16))
+          return true;
+      return false;
+    }
+    for (const BoundSymbol& s : b.subsymbols)
+      if (halfConv(s)) return true;
+    return false;
+  };
+  for (const BoundSymbol& b : trace.bsyms)
+    if (halfConv(b)) return true;
+  return false;
+}
+
+}  // namespace
+
 bool worthFusing(const FusionRegion& region) {
   if (region.computeOps < 2) return false;
   const Device* dev = nullptr;
@@ -110,6 +137,12 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
         if (!pinned.count(k)) return false;
       return codegen::isFusiblePrim(b);
     };
+  }
+  // Channel sums (sums over (0, 2, 3)) iterate their regions channels-last: only in traces whose
+  // activations are channels-last at run time, so that the kernels read them at unit stride and
+  // leave the layout as it was (the next convolution's algorithm, and its rounding, depend on it).
+  if (!channelsLastActivations(trace)) {
+    fusible = [inner = fusible](const BoundSymbol& b) { return !codegen::isPermutedColumnSum(b) && inner(b); };
   }
   // (column sums, permuted ones too, end their values' use in a region)
   auto terminal = [](const BoundSymbol& b) { return codegen::isColumnSum(b) || codegen::isPermutedColumnSum(b); };

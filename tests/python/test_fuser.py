@@ -1494,10 +1494,17 @@ def test_contiguous_reads_through(fn):
     assert "Fusion0(" in trace and "Fusion1(" not in trace, trace
 
 
-# A channel gradient (the sum of an [N, C, H, W] value over every dim but C: a conv's bias, a layer
-# scale, an affine) is a column sum of the values iterated with C last: on CUDA the kernel that
+# A channel gradient (the sum of an [N, C, H, W] value over (0, 2, 3): a conv's bias, a layer
+# scale, an affine) is a column sum of the values iterated with C last: on CUDA, in traces with
+# half-type convolutions (whose activations the runtime keeps channels-last), the kernel that
 # computes the value sums it (ATen summed a tensor the kernel wrote, 20-40 us a call, 60 calls in a
-# ConvNeXt-T step). The full-size outputs of such a kernel are stored in that order.
+# ConvNeXt-T step). The full-size outputs of such a kernel are stored in that order. Other sums
+# over several dims stay ATen's.
+def _conv_bias(x, gamma, bias):
+    y = torch.nn.functional.conv2d(x, gamma.view(-1, 1, 1, 1), groups=x.shape[1])  # (a per-channel scale)
+    return (y + bias.view(1, -1, 1, 1)).relu() * 2
+
+
 def _layer_scale(x, gamma, bias):
     return (x * gamma.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)).relu() * 2
 
@@ -1510,7 +1517,8 @@ def _three_dims(x, gamma, bias):
     return (x.flatten(2) * gamma.view(1, -1, 1)).exp() + bias.view(1, -1, 1)
 
 
-CHANNEL_SUMS = [("layer_scale", _layer_scale, 1), ("middle_dim", _middle_dim, 2), ("three_dims", _three_dims, 1)]
+CHANNEL_SUMS = [("conv_bias", _conv_bias, 1), ("layer_scale", _layer_scale, 1), ("middle_dim", _middle_dim, 2),
+                ("three_dims", _three_dims, 1)]
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
@@ -1540,7 +1548,9 @@ def test_channel_gradients_are_column_sums(name, fn, dim, dtype, layout):
         assert err <= 2 * eager_err + 8 * torch.finfo(dtype).eps * r.abs().max().item(), (err, eager_err)
     if device == "cuda":
         bwd = str(thunder.last_backward_traces(jf)[-1])
-        assert "torch.sum(" not in bwd, bwd
+        # Only in traces whose activations are channels-last (half-type convolutions run so).
+        fused = name == "conv_bias" and dtype == torch.bfloat16
+        assert ("torch.sum(" not in bwd) == fused, bwd
 
 
 # GroupNorm in inference: its decomposition (statistics over [N, G, C/G * H * W] rows, the

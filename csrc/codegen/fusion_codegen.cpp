@@ -662,10 +662,22 @@ int cudaVecWidth(const KernelProgram& p) {
 
 namespace {
 
-/// The stride of input `in` along iteration dim d, from its eager layout as traced.
-int64_t tracedStride(const KInput& in, size_t d) {
+/// The strides input `in` is expected to have: its eager layout as traced, except in a channel
+/// sum's region (KernelProgram::order; the fuser makes those only where the activations are
+/// channels-last at run time), whose 4-D inputs traced as contiguous are taken as channels-last:
+/// predicted as traced, each of its kernels was compiled again on the critical path of the first
+/// call (a ConvNeXt-T step's first call took 11 s where it took 5).
+std::vector<int64_t> expectedStrides(const KernelProgram& p, const KInput& in) {
+  const TensorProxy& t = *in.tensor;
+  if (p.order.empty() || t.ndim() != 4 || !t.strides.empty()) return t.stridesOrContiguous();
+  const Shape& s = t.shape;
+  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+}
+
+/// The stride of input `in` along iteration dim d, from its expected layout.
+int64_t tracedStride(const KernelProgram& p, const KInput& in, size_t d) {
   if (in.dimMap[d] < 0) return 0;
-  std::vector<int64_t> st = in.tensor->stridesOrContiguous();
+  std::vector<int64_t> st = expectedStrides(p, in);
   return st[in.dimMap[d]] * in.coef[d];
 }
 
@@ -677,7 +689,7 @@ std::string contiguousPattern(const KernelProgram& p) {
   std::string pattern;
   size_t R = p.iterShape.size();
   for (const KInput& in : p.inputs) {
-    int64_t s = R ? tracedStride(in, R - 1) : 0;
+    int64_t s = R ? tracedStride(p, in, R - 1) : 0;
     pattern += s == 0 ? '0' : s == 1 ? '1' : 'g';
   }
   return pattern;
@@ -799,8 +811,8 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
       vecOk = false;
     if (pat[k] == 'g' && p.rowKernel()) vecOk = false;
     if (pat[k] != '1') continue;
-    for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(in, d) % w == 0;
-    std::vector<int64_t> st = in.tensor->stridesOrContiguous();
+    for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(p, in, d) % w == 0;
+    std::vector<int64_t> st = expectedStrides(p, in);
     if (in.gathers()) vecOk = vecOk && st[in.gatherDim] % w == 0;
     int64_t off = 0;
     for (size_t j = 0; j < in.offset.size(); ++j) off += in.offset[j] * st[j];

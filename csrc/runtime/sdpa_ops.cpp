@@ -32,20 +32,23 @@ at::Tensor denseLastDim(const at::Tensor& t) {
   return t.dim() == 0 || t.stride(-1) == 1 ? t : t.contiguous();
 }
 
+/// `t` dense along its last dim, its broadcast dims (stride 0) kept broadcast: only the distinct
+/// elements are copied (a bias written in a permuted order, T5's position bias, expanded over the
+/// batch, copied whole was a [B, H, L, S] write per attention call).
+at::Tensor denseLastDimKeepingBroadcast(const at::Tensor& t) {
+  if (t.dim() == 0 || t.stride(-1) == 1) return t;
+  at::Tensor base = t;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1) base = base.narrow(d, 0, 1);
+  return base.contiguous().expand(t.sizes());
+}
+
 /// The memory-efficient kernels read the bias as (B, H, L, S) with a dense last dim and the other
 /// strides multiples of 16 elements: a bias that is not is padded along S (and sliced back, so
 /// only its strides change), then expanded to the attention's shape (broadcast dims: stride 0).
 std::optional<at::Tensor> efficientBias(K& a, size_t i, const at::Tensor& q, const at::Tensor& k) {
   if (a.none(i)) return std::nullopt;
-  // A bias written in a permuted order (T5's position bias) is copied dense first, its broadcast
-  // dims (stride 0) kept broadcast: only the distinct elements are copied.
-  at::Tensor bias = a.t(i);
-  if (bias.dim() > 0 && bias.stride(-1) != 1) {
-    at::Tensor base = bias;
-    for (int64_t d = 0; d < bias.dim(); ++d)
-      if (bias.stride(d) == 0 && bias.size(d) > 1) base = base.narrow(d, 0, 1);
-    bias = base.contiguous().expand(bias.sizes());
-  }
+  at::Tensor bias = denseLastDimKeepingBroadcast(a.t(i));
   constexpr int64_t kAlign = 16;
   bool aligned = bias.dim() > 0 && bias.stride(-1) == 1;
   for (int64_t d = 0; aligned && d + 1 < bias.dim(); ++d)
@@ -129,7 +132,7 @@ c10::IValue backward(K& a) {
 /// wrote in a permuted order, as T5's position bias, has another stride there).
 std::optional<at::Tensor> cudnnBias(K& a, size_t i, const at::Tensor& q, const at::Tensor& k) {
   if (a.v.size() <= i || a.none(i)) return std::nullopt;
-  return denseLastDim(a.t(i)).expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+  return denseLastDimKeepingBroadcast(a.t(i)).expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
 std::optional<double> optScale(K& a, size_t i) {

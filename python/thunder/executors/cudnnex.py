@@ -73,8 +73,12 @@ def _bias(attn_mask, query, key):
     if attn_mask is None:
         return None
     # Dense along the key dim, as q, k and v are passed (a bias a kernel wrote in a permuted order,
-    # like T5's position bias gathered as [L, S, H] and permuted, has another stride there).
-    return _dense(attn_mask).expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    # like T5's position bias gathered as [L, S, H] and permuted, has another stride there), its
+    # broadcast dims kept broadcast.
+    from thunder.executors.sdpaex import dense_last_dim_keeping_broadcast
+
+    return dense_last_dim_keeping_broadcast(attn_mask).expand(query.shape[0], query.shape[1], query.shape[2],
+                                                              key.shape[2])
 
 
 def _fwd_impl(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0):

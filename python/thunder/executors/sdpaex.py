@@ -20,19 +20,25 @@ def _unused_rng_state():
     return torch.empty((), dtype=torch.long)
 
 
+def dense_last_dim_keeping_broadcast(t):
+    """`t` dense along its last dim, its broadcast dims (stride 0) kept broadcast: only the distinct
+    elements are copied (a bias written in a permuted order, T5's position bias, expanded over the
+    batch)."""
+    if t.dim() == 0 or t.stride(-1) == 1:
+        return t
+    base = t
+    for d in range(t.dim()):
+        if t.stride(d) == 0 and t.shape[d] > 1:
+            base = base.narrow(d, 0, 1)
+    return base.contiguous().expand(t.shape)
+
+
 def _bias(attn_mask, query, key):
     # The memory-efficient kernels read the bias as (B, H, L, S) with strides in multiples of 16.
     if attn_mask is None:
         return None
     s = attn_mask.shape[-1]
-    if attn_mask.stride(-1) != 1:
-        # A bias written in a permuted order (T5's position bias) is copied dense first, its
-        # broadcast dims (stride 0) kept broadcast.
-        base = attn_mask
-        for d in range(attn_mask.dim()):
-            if attn_mask.stride(d) == 0 and attn_mask.shape[d] > 1:
-                base = base.narrow(d, 0, 1)
-        attn_mask = base.contiguous().expand(attn_mask.shape)
+    attn_mask = dense_last_dim_keeping_broadcast(attn_mask)
     if any(st % 16 for st in attn_mask.stride()[:-1]):
         attn_mask = torch.nn.functional.pad(attn_mask, (0, (16 - s % 16) % 16))[..., :s]
     return attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])

@@ -122,9 +122,10 @@ Value backwardMeta(const std::vector<Value>& a) {
   double p = dropoutArg(a[10], op);
   THUNDER_CHECK_KIND(p == 0.0 || (a[11].isTensor() && a[12].isTensor()), ErrorKind::Value, op,
                      ": dropout_p=", p, " needs the forward's rng_seed and rng_offset");
-  THUNDER_CHECK_KIND(a[13].isBool(), ErrorKind::Type, op, ": argument 'mask_grad' must be a bool, but got ",
-                     describe(a[13]));
-  bool maskGrad = a[13].toBool();
+  const Value& maskGradArg = a.size() > 13 ? a[13] : Value();
+  THUNDER_CHECK_KIND(maskGradArg.isNone() || maskGradArg.isBool(), ErrorKind::Type, op,
+                     ": argument 'mask_grad' must be a bool, but got ", describe(maskGradArg));
+  bool maskGrad = maskGradArg.isBool() && maskGradArg.toBool();
   THUNDER_CHECK_KIND(!maskGrad || (b == Backend::Efficient && a[6].isTensor()), ErrorKind::Value, op,
                      ": mask_grad=True needs an attn_mask and the 'efficient' kernel, but got the '", backendName(b),
                      "' kernel and attn_mask ", describe(a[6]));

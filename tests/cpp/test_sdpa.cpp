@@ -78,6 +78,25 @@ TEST_F(SdpaTest, ForwardMetaPerKernel) {
               "argument 'dropout_p' must be in [0, 1), but got 1");
 }
 
+TEST_F(SdpaTest, MaskGradientFromTheEfficientBackward) {
+  // mask_grad: the memory-efficient backward also gives the mask's gradient, at (B, H, L, S).
+  Value qb = tensor({2, 3, 8, 16}, DType::BFloat16, kCuda0);
+  Value bias = tensor({2, 1, 8, 8}, DType::BFloat16, kCuda0);
+  Value r = forward({qb, qb, qb, bias, false, 0.25, std::string("efficient")});
+  Value g = backward({r.items()[0], qb, qb, qb, r.items()[0], r.items()[1], bias, false, 0.25,
+                      std::string("efficient"), 0.0, Value(), Value(), true});
+  ASSERT_EQ(g.items().size(), 4u);
+  EXPECT_EQ(g.items()[3].tensor().shape, (Shape{2, 3, 8, 8}));
+  EXPECT_EQ(g.items()[3].tensor().dtype, DType::BFloat16);
+  Value f = forward({qb, qb, qb, Value(), false, 0.25, std::string("flash")});
+  expectError([&] { backward({f.items()[0], qb, qb, qb, f.items()[0], f.items()[1], Value(), false, 0.25,
+                              std::string("flash"), 0.0, Value(), Value(), true}); },
+              ErrorKind::Value, "mask_grad=True needs an attn_mask and the 'efficient' kernel");
+  expectError([&] { backward({r.items()[0], qb, qb, qb, r.items()[0], r.items()[1], bias, false, 0.25,
+                              std::string("efficient"), 0.0, Value(), Value(), 1.5}); },
+              ErrorKind::Type, "argument 'mask_grad' must be a bool");
+}
+
 TEST_F(SdpaTest, BackwardMetaGivesInputMetadata) {
   Value q = tensor({1, 2, 4, 8}), k = tensor({1, 2, 6, 8}), v = tensor({1, 2, 6, 8});
   Value r = forward({q, k, v, Value(), false, 0.5, "flash_cpu"});
@@ -155,6 +174,9 @@ TEST_F(SdpaTest, ChooseBackendMirrorsFusedSdpChoice) {
   EXPECT_EQ(choose(sdpaArgs(q12, q12, q12)), Backend::None);
   EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({16, 16}, DType::Bool))), Backend::Efficient);
   EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({2, 1, 1, 16}, DType::BFloat16))), Backend::Efficient);
+  // A mask that needs a gradient (T5's position bias): the memory-efficient backward gives it.
+  EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({1, 4, 16, 16}, DType::BFloat16)), true), Backend::Efficient);
+  EXPECT_EQ(choose(sdpaArgs(qb, kb, kb, cuda({1, 4, 16, 16}, DType::BFloat16), 0.0, true), true), Backend::None);
   EXPECT_EQ(choose(sdpaArgs(qf, qf, qf, cuda({16, 16}, DType::Float32))), Backend::None);
   Value qwide = cuda({1, 1, 8, 256}, DType::BFloat16);
   EXPECT_EQ(choose(sdpaArgs(qwide, qwide, qwide, cuda({8, 8}, DType::Bool))), Backend::None);

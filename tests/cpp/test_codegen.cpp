@@ -171,6 +171,51 @@ TEST(Gather, RowKernelsTakeTheIndexPerRow) {
   EXPECT_NE(src.find("thunder_index((int64_t)in"), std::string::npos) << src;
 }
 
+TEST(ChannelSum, IteratesWithTheChannelLast) {
+  // A layer scale's gradient: g * x summed over (0, 2, 3) of [N, C, H, W], and g * gamma stored.
+  // The region iterates [N, H, W, C] (order {0, 2, 3, 1}), the sum is its column output, the
+  // full-size output is stored in that order, and the bf16 activations are predicted channels-last
+  // (read at unit stride along C, vectorized).
+  prims::registerPrims();
+  Trace t;
+  Value g = addInput(t, "g", {4, 24, 6, 10}, DType::BFloat16, kCuda0);
+  Value x = addInput(t, "x", {4, 24, 6, 10}, DType::BFloat16, kCuda0);
+  Value gamma = addInput(t, "gamma", {1, 24, 1, 1}, DType::Float32, kCuda0);
+  Value gx, sum;
+  {
+    TracingScope scope(t);
+    Value gf = prims::convert_element_type(g, DType::Float32);
+    Value xf = prims::convert_element_type(x, DType::Float32);
+    sum = prims::sum(prims::mul(gf, xf), {0, 2, 3});
+    gx = prims::convert_element_type(prims::mul(gf, prims::broadcast_in_dim(gamma, {4, 24, 6, 10}, {0, 1, 2, 3})),
+                                     DType::BFloat16);
+  }
+  EXPECT_TRUE(isPermutedColumnSum(t.bsyms[3]));  // (after two conversions and the product)
+  KernelProgram p = lower(t, {sum, gx});
+  EXPECT_EQ(p.order, (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(p.iterShape, (Shape{4, 6, 10, 24}));
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_TRUE(p.outputs[0].column);
+  EXPECT_FALSE(p.outputs[1].column || p.outputs[1].reduced);
+  for (const KInput& in : p.inputs)
+    if (in.tensor->name == "x") EXPECT_EQ(in.dimMap, (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_FALSE(permutableIteration(p));
+  CudaVariant v = predictCudaVariant(p);
+  EXPECT_TRUE(v.row);
+  EXPECT_GT(v.vec, 1);
+  EXPECT_FALSE(emitCuda(p, v).empty());
+  // Sums over other dims, or keeping the last one, are not channel sums.
+  Trace u;
+  Value y = addInput(u, "y", {4, 24, 6, 10}, DType::Float32, kCuda0);
+  {
+    TracingScope scope(u);
+    prims::sum(y, {0, 1, 3});
+    prims::sum(y, {0, 1, 2});
+    prims::sum(y, {0, 2});
+  }
+  for (const thunder::BoundSymbol& b : u.bsyms) EXPECT_FALSE(isPermutedColumnSum(b)) << b.args[1].toInts().size();
+}
+
 TEST(Scatter, AnOutputIsStoredIntoTheBufferAtTheIndex) {
   prims::registerPrims();
   Trace t;

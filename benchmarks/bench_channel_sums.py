@@ -2,25 +2,14 @@
 bias, a layer scale, a norm's affine) costs when it runs as a reduction of its own, for the
 activation shapes of ConvNeXt-T / Swin-T / T5 at batch 64 (32 for T5), in NCHW, channels-last and
 a permuted view; beside it, the same sum as two ATen sums (the reduced dims innermost in memory
-first). Prints microseconds per call (CUDA events, mean of 50 after 5 warm-ups).
+first). Prints microseconds per call (CUDA events, mean of 50 after 3 warm-ups).
 
-    python benchmarks/bench_channel_sums.py
+    python -m benchmarks.bench_channel_sums
 """
 
 import torch
 
-
-def _time(f, n=50):
-    for _ in range(5):
-        f()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        f()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n * 1000
+from benchmarks.bench_projections import _time
 
 
 def _cases():
@@ -39,7 +28,7 @@ def main():
     torch.manual_seed(0)
     print("case | ATen us | two ATen sums us | reduced dims inner, outer")
     for name, x, dims in _cases():
-        base = _time(lambda: torch.sum(x, dims))
+        base = _time(lambda: torch.sum(x, dims), 50)
         order = sorted(range(x.dim()), key=lambda d: x.stride(d))
         inner = []
         for d in order:
@@ -51,7 +40,7 @@ def main():
         outer = [d for d in dims if d not in inner]
         two = "-"
         if inner and outer:
-            two = f"{_time(lambda: torch.sum(torch.sum(x, inner, keepdim=True, dtype=torch.float32), outer).to(x.dtype)):.1f}"
+            two = f"{_time(lambda: torch.sum(torch.sum(x, inner, keepdim=True, dtype=torch.float32), outer).to(x.dtype), 50):.1f}"
         print(f"{name} | {base:.1f} | {two} | {inner}, {outer}")
 
 

@@ -175,25 +175,18 @@ bool isColumnSum(const BoundSymbol& b) {
   return !isUnrolledSum(b);  // a few rows: additions of loads, no partial sums
 }
 
-/// The dim a permuted column sum keeps, or -1.
-int permutedColumnDim(const BoundSymbol& b) {
-  if (!b.sym->isPrim() || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor()) return -1;
+bool isPermutedColumnSum(const BoundSymbol& b) {
+  if (!b.sym->isPrim() || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor()) return false;
   const TensorProxy& a = b.args[0].tensor();
-  if (a.dtype != DType::Float32 && a.dtype != DType::Float64) return -1;
-  std::vector<int64_t> dims = b.args[1].toInts();
-  int64_t rank = a.ndim();
-  if (rank != 4 || static_cast<int64_t>(dims.size()) != rank - 1) return -1;
+  if ((a.dtype != DType::Float32 && a.dtype != DType::Float64) || a.ndim() != 4) return false;
   for (int64_t x : a.shape)
-    if (x <= 0) return -1;
-  std::vector<bool> reduced(rank, false);
-  for (int64_t d : dims) {
-    if (d < 0 || d >= rank || reduced[d]) return -1;
-    reduced[d] = true;
-  }
-  return reduced[1] ? -1 : 1;  // the channel dim of [N, C, H, W]
+    if (x <= 0) return false;
+  std::vector<int64_t> dims = b.args[1].toInts();
+  std::sort(dims.begin(), dims.end());
+  return dims == std::vector<int64_t>{0, 2, 3};
 }
 
-bool isPermutedColumnSum(const BoundSymbol& b) { return permutedColumnDim(b) >= 0; }
+bool isTerminalSum(const BoundSymbol& b) { return isColumnSum(b) || isPermutedColumnSum(b); }
 
 bool isFusibleGather(const BoundSymbol& b) {
   // Indices of up to 64 bits; the source is read where it lies (a region input: Lowering::gather).
@@ -387,7 +380,7 @@ class Lowering {
         continue;
       }
       if (prog_.order.empty() ? !isColumnSum(b) || b.args[0].tensor().shape != prog_.iterShape
-                              : permutedColumnDim(b) != prog_.order.back() || b.args[0].tensor().shape != logicalShape())
+                              : !isPermutedColumnSum(b) || b.args[0].tensor().shape != logicalShape())
         return false;
       summed = b.args[0].toTensor();
       acc = cur->dtype;
@@ -721,7 +714,7 @@ class Lowering {
       }
       return acc;
     }
-    if (isColumnSum(b) || isPermutedColumnSum(b)) {
+    if (isTerminalSum(b)) {
       whyNot = "a column sum whose value is used inside the region";
       return -1;
     }
@@ -1024,34 +1017,26 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
       if (larger(a.shape, true)) out.iterShape = a.shape;
     }
   }
-  // A permuted column sum: the region iterates its values with the kept dim last, where the
-  // column sum is an ordinary one. Every reduction of the region must be such a sum over values
-  // of one shape, keeping one dim.
-  int kept = -1;
-  const TensorProxy* summedLike = nullptr;
+  // A channel sum: the region iterates its values as [N, H, W, C], where the sum is an ordinary
+  // column sum. Every reduction of the region must be such a sum, over values of one shape.
+  const TensorProxy* summed = nullptr;
   for (const BoundSymbol& b : prims) {
-    int k = permutedColumnDim(b);
-    if (k < 0) continue;
-    if ((kept >= 0 && k != kept) || (summedLike && summedLike->shape != b.args[0].tensor().shape)) {
-      whyNot = "permuted column sums of different dims or shapes";
+    if (!isPermutedColumnSum(b)) continue;
+    if (summed && summed->shape != b.args[0].tensor().shape) {
+      whyNot = "channel sums of values of different shapes";
       return false;
     }
-    kept = k;
-    summedLike = &b.args[0].tensor();
+    summed = &b.args[0].tensor();
   }
-  if (kept >= 0) {
+  if (summed) {
     for (const BoundSymbol& b : prims)
-      if (b.sym->hasTag(kReductionOp) && permutedColumnDim(b) < 0 && !isUnrolledSum(b) && !isUnitReduction(b)) {
-        whyNot = "a permuted column sum beside another reduction";
+      if (b.sym->hasTag(kReductionOp) && !isPermutedColumnSum(b) && !isUnrolledSum(b) && !isUnitReduction(b)) {
+        whyNot = "a channel sum beside another reduction";
         return false;
       }
-    const Shape& s = summedLike->shape;
-    out.order.clear();
-    for (int d = 0; d < static_cast<int>(s.size()); ++d)
-      if (d != kept) out.order.push_back(d);
-    out.order.push_back(kept);
+    out.order = {0, 2, 3, 1};
     out.iterShape.clear();
-    for (int d : out.order) out.iterShape.push_back(s[d]);
+    for (int d : out.order) out.iterShape.push_back(summed->shape[d]);
     std::optional<std::pair<int, int64_t>> split;
     return lowerOver(prims, inputs, outputs, true, out, whyNot, split, casts);
   }

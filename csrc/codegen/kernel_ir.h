@@ -110,7 +110,7 @@ struct KernelProgram {
   std::vector<KNode> nodes;
   std::vector<KOutput> outputs;
   /// Empty, or the order the program iterates its values' dims in: iteration dim d is dim
-  /// order[d] of every full-size value (a permuted column sum's region: its kept dim last). Full-
+  /// order[d] of every full-size value (a channel sum's region: {0, 2, 3, 1}, C last). Full-
   /// size outputs are stored contiguously in iteration order (the runtime returns them as views
   /// in their own dim order).
   std::vector<int> order;
@@ -163,6 +163,10 @@ bool isColumnSum(const BoundSymbol& b);
 /// Fused on CUDA only, and by the fuser only in traces whose activations are channels-last (see
 /// FusionExecutor): there the permuted iteration reads them at unit stride.
 bool isPermutedColumnSum(const BoundSymbol& b);
+
+/// A column sum, plain or permuted: its value can only leave the region (the partition's terminal
+/// prims).
+bool isTerminalSum(const BoundSymbol& b);
 
 /// A float sum over at most kUnrolledSum elements per result, over dims other than the last (the
 /// gradient of an expand, as grouped-query attention's key and value heads): kernels compute it

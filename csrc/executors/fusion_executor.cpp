@@ -144,11 +144,9 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
   if (!channelsLastActivations(trace)) {
     fusible = [inner = fusible](const BoundSymbol& b) { return !codegen::isPermutedColumnSum(b) && inner(b); };
   }
-  // (column sums, permuted ones too, end their values' use in a region)
-  auto terminal = [](const BoundSymbol& b) { return codegen::isColumnSum(b) || codegen::isPermutedColumnSum(b); };
-  Trace out = fusionPartition(trace, fusible, fuse, terminal, codegen::isUnrolledSum);
+  Trace out = fusionPartition(trace, fusible, fuse, codegen::isTerminalSum, codegen::isUnrolledSum);
   // A device without a compiler: partition again, leaving its regions to the other executors.
-  while (!compileAll(out)) out = fusionPartition(trace, fusible, fuse, terminal, codegen::isUnrolledSum);
+  while (!compileAll(out)) out = fusionPartition(trace, fusible, fuse, codegen::isTerminalSum, codegen::isUnrolledSum);
   static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
   if (timing)
     std::fprintf(stderr, "timing: %s fusion pass %.1f ms: %d kernels, lowering %.1f ms, compile requests %.1f ms\n",

@@ -97,7 +97,7 @@ void init(py::module_& m) {
       for (const codegen::CudaVariant& v : vs)
         if (seen.insert(v.entry(name)).second) out.emplace_back(v.entry(name), codegen::emitCuda(prog, v));
       return accepted(r);
-    }, [](const BoundSymbol& b) { return codegen::isColumnSum(b) || codegen::isPermutedColumnSum(b); });
+    }, codegen::isTerminalSum);
     return out;
   }, py::arg("trace"), py::arg("target"), py::arg("variants") = false,
      "Partitions a trace as the fuser does and returns (name, source) per region for 'cuda' or "

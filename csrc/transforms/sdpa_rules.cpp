@@ -379,38 +379,14 @@ std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator
   return dce(out);
 }
 
-namespace {
-
-void collectTensors(const Value& v, std::unordered_set<const TensorProxy*>& out) {
-  if (v.isTensor()) out.insert(v.toTensor().get());
-  else if (v.isSequence() || v.isDict())
-    for (const Value& x : v.items()) collectTensors(x, out);
-}
-
-Value substituted(const Value& v, const std::unordered_map<const TensorProxy*, TensorPtr>& m) {
-  if (v.isTensor()) {
-    auto it = m.find(v.toTensor().get());
-    return it == m.end() ? v : Value(it->second);
-  }
-  if (!(v.isSequence() || v.isDict())) return v;
-  std::vector<Value> items;
-  for (const Value& x : v.items()) items.push_back(substituted(x, m));
-  switch (v.kind()) {
-    case Value::Kind::Tuple: return Value::tuple(std::move(items));
-    case Value::Kind::List: return Value::list(std::move(items));
-    case Value::Kind::Dict: return Value::dict(v.keys(), std::move(items));
-    default: return v;
-  }
-}
-
-}  // namespace
-
 std::optional<Trace> foldConstantConditions(const Trace& trace, const ConstantEvaluator& evaluate) {
   const Symbol* where = SymbolRegistry::get().find("ltorch.where");
   const Symbol* fill = SymbolRegistry::get().find("ltorch.masked_fill");
   if (!evaluate || !trace.symbols.empty() || where == nullptr || fill == nullptr) return std::nullopt;
+  std::vector<TensorPtr> outs;
+  trace.output.collectTensors(outs);
   std::unordered_set<const TensorProxy*> returned;
-  collectTensors(trace.output, returned);
+  for (const TensorPtr& t : outs) returned.insert(t.get());
   std::optional<ConstantCalls> constants;
   std::unordered_map<const TensorProxy*, int> known;  // condition -> 1 all true, 0 all false, -1 neither or unknown
   auto state = [&](const Value& c) {
@@ -455,11 +431,11 @@ std::optional<Trace> foldConstantConditions(const Trace& trace, const ConstantEv
     return std::nullopt;
   };
   Trace out = trace.emptyCopy();
-  std::unordered_map<const TensorProxy*, TensorPtr> renamed;
+  TensorRenames renamed;
   bool any = false;
   for (const BoundSymbol& b0 : trace.bsyms) {
     BoundSymbol b = b0;
-    for (const auto& [from, to] : renamed) replaceTensor(b, from, to);
+    substituteReads(b, renamed);
     std::optional<Value> x = chosen(b);
     if (!x) {
       out.bsyms.push_back(std::move(b));
@@ -481,7 +457,7 @@ std::optional<Trace> foldConstantConditions(const Trace& trace, const ConstantEv
     }, result, "constant conditions");
   }
   if (!any) return std::nullopt;
-  out.output = substituted(trace.output, renamed);
+  out.output = substitute(trace.output, renamed);
   return dce(out);
 }
 

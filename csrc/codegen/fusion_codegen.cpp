@@ -726,7 +726,17 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads, bool columns, int64_t
     // Rows of fewer than 32 chunks: as many lanes per row as chunks (a power of two), several rows
     // per warp. One row per warp left 20 of 32 lanes idle on ConvNeXt's 96-channel LayerNorm
     // ([64, 56, 56, 96] bf16: 93 us, 0.8 TB/s).
-    r.tpr = packed && !columns ? std::min(32, pow2ceil(chunks)) : 32;
+    // Rows of single elements (an odd length: no wide access) take several chunks per lane, and
+    // fewer lanes per row: a row per warp had a warp's 32 two-byte loads in flight, too few to
+    // cover memory latency (Swin's [4096, 3, 49, 49] bf16 softmax ran at 1.5 TB/s).
+    // THUNDER_FUSER_NARROW_CHUNKS: chunks per lane for such rows (experiments; 4 by default).
+    static const int64_t narrow = [] {
+      const char* e = std::getenv("THUNDER_FUSER_NARROW_CHUNKS");
+      int64_t n = e ? std::atoll(e) : 0;
+      return n >= 1 && n <= 16 ? n : int64_t(4);
+    }();
+    const int64_t perLane = vec == 1 ? narrow : 1;
+    r.tpr = packed && !columns ? std::min(32, pow2ceil((chunks + perLane - 1) / perLane)) : 32;
     r.items = pow2ceil((chunks + r.tpr - 1) / r.tpr);
     return r;
   }

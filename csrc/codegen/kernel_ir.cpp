@@ -306,6 +306,37 @@ int addLoad(KernelProgram& prog, const KInput& k) {
 
 /// How a tensor is read at an iteration index (see KInput): its index along dim j is the sum of
 /// coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus offset[j].
+/// If `shape` merges consecutive dims of `iter` (length-1 dims aside), the dims of `shape` each
+/// iteration dim indexes and with which coefficient (a contiguous tensor of `shape` has the
+/// iteration order's layout).
+bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, std::vector<int64_t>& coef) {
+  int rank = static_cast<int>(iter.size());
+  for (int64_t x : iter)
+    if (x == 0) return false;  // empty: nothing to store, and no sizes to divide by
+  dimMap.assign(rank, -1);
+  coef.assign(rank, 1);
+  int j = static_cast<int>(shape.size()) - 1;
+  auto skipUnit = [&] {
+    while (j >= 0 && shape[j] == 1) --j;
+  };
+  skipUnit();
+  int64_t acc = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (iter[d] == 1) continue;
+    if (j < 0 || shape[j] % (acc * iter[d]) != 0) return false;
+    dimMap[d] = j;
+    coef[d] = acc;
+    acc *= iter[d];
+    if (acc == shape[j]) {
+      --j;
+      acc = 1;
+      skipUnit();
+    }
+  }
+  return j < 0 && acc == 1;
+}
+
+
 struct View {
   std::vector<int> dimMap;
   std::vector<int64_t> coef;
@@ -719,35 +750,45 @@ class Lowering {
       return -1;
     }
     if (op == "sum" || op == "amax" || op == "amin" || op == "var") {
-      if (!view.plain()) {
+      bool shifted = !view.guard.empty();
+      for (int64_t o : view.offset) shifted |= o != 0;
+      if (shifted) {
         whyNot = "a row reduction read through an index remapping";
         return -1;
       }
       // Reduced values are read per row: the reduced tensor's dims are the leading iteration dims.
       // The input has the iteration shape, up to length-1 dims ([M, N] in a [1, M, N] region),
-      // and its last dim is the last iteration dim, the one reduced.
+      // or merges leading iteration dims (a region split finer for a reshape of its rows: the
+      // tokens of [B, H * W, C] iterated as [B, H, W, C]); its last dim is the last iteration
+      // dim, the one reduced.
       const TensorPtr& src = b.args[0].toTensor();
       int rank = static_cast<int>(prog_.iterShape.size());
       std::vector<int> srcMap(rank);  // iteration dim -> dim of src
+      std::vector<int64_t> srcCoef(rank, 1);
       if (src->shape == prog_.iterShape) {
         for (int d = 0; d < rank; ++d) srcMap[d] = d;
       } else if (rank > 0 && sameUpToUnitDims(prog_.iterShape, src->shape) &&
                  unitDimMap(prog_.iterShape, src->shape).back() == src->ndim() - 1) {
         srcMap = unitDimMap(prog_.iterShape, src->shape);
-      } else {
+      } else if (!(rank > 0 && !src->shape.empty() && src->shape.back() == prog_.iterShape.back() &&
+                   mergeMap(prog_.iterShape, src->shape, srcMap, srcCoef) && srcMap[rank - 1] == src->ndim() - 1 &&
+                   srcCoef[rank - 1] == 1)) {
         whyNot = "a reduction whose input is not of the iteration shape";
         return -1;
       }
       // The value of a row is read in that row only: each iteration dim reads the dim of the
-      // reduced tensor it reads of the input, the last none (length-1 dims do not matter). A
-      // broadcast that moves the reduced dims, as in x.sum(-1)[None, :], reads across rows.
+      // reduced tensor it reads of the input, with the same coefficient, the last none (length-1
+      // dims do not matter). A broadcast that moves the reduced dims, as in x.sum(-1)[None, :],
+      // reads across rows.
       for (int d = 0; d < rank; ++d) {
-        if (prog_.iterShape[d] != 1 && dimMap[d] != (d + 1 < rank ? srcMap[d] : -1)) {
+        if (prog_.iterShape[d] == 1) continue;
+        int want = d + 1 < rank ? srcMap[d] : -1;
+        if (dimMap[d] != want || (want >= 0 && view.coef[d] != srcCoef[d])) {
           whyNot = "a row reduction read across rows";
           return -1;
         }
       }
-      int x = lower(src, srcMap);
+      int x = lower(src, View{srcMap, srcCoef, std::vector<int64_t>(src->shape.size(), 0), {}});
       if (x < 0) return -1;
       if (op != "var") return reduce(op, x, src->dtype);
       // var = sum((x - mean)^2) / max(N - correction, 0), mean = sum(x) / N: as eager's, no
@@ -1041,11 +1082,12 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     return lowerOver(prims, inputs, outputs, true, out, whyNot, split, casts);
   }
   // A reshape inside the region may need a finer iteration space (an iteration dim split in
-  // two): then the region is lowered again over it. Pointwise regions only.
+  // two): then the region is lowered again over it.
   for (int attempt = 0;; ++attempt) {
     std::optional<std::pair<int, int64_t>> split;
     if (lowerOver(prims, inputs, outputs, reduces, out, whyNot, split, casts)) return true;
-    if (!split || reduces || attempt >= 8) return false;
+    // (A row kernel's rows can be split, not its last dim: the one it reduces.)
+    if (!split || attempt >= 8 || (reduces && split->first + 1 >= static_cast<int>(out.iterShape.size()))) return false;
     Shape finer = out.iterShape;
     auto [d, minor] = *split;
     finer[d] /= minor;
@@ -1057,36 +1099,6 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
 }
 
 namespace {
-
-/// If `shape` merges consecutive dims of `iter` (length-1 dims aside), the dims of `shape` each
-/// iteration dim indexes and with which coefficient (a contiguous tensor of `shape` has the
-/// iteration order's layout).
-bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, std::vector<int64_t>& coef) {
-  int rank = static_cast<int>(iter.size());
-  for (int64_t x : iter)
-    if (x == 0) return false;  // empty: nothing to store, and no sizes to divide by
-  dimMap.assign(rank, -1);
-  coef.assign(rank, 1);
-  int j = static_cast<int>(shape.size()) - 1;
-  auto skipUnit = [&] {
-    while (j >= 0 && shape[j] == 1) --j;
-  };
-  skipUnit();
-  int64_t acc = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    if (iter[d] == 1) continue;
-    if (j < 0 || shape[j] % (acc * iter[d]) != 0) return false;
-    dimMap[d] = j;
-    coef[d] = acc;
-    acc *= iter[d];
-    if (acc == shape[j]) {
-      --j;
-      acc = 1;
-      skipUnit();
-    }
-  }
-  return j < 0 && acc == 1;
-}
 
 }  // namespace
 
@@ -1117,6 +1129,8 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       continue;
     }
     bool isReduced;
+    std::vector<int> rowMap;
+    std::vector<int64_t> rowCoef;
     if (!out.order.empty()) {
       // Iterated in `order`: full-size values only, stored in iteration order.
       if (t->shape != low.logicalShape()) {
@@ -1139,6 +1153,19 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       std::vector<int> rows = unitDimMap(reduced, t->shape);
       std::copy(rows.begin(), rows.end(), map.begin());
       isReduced = true;
+    } else if (rank > 0 && reduces && mergeMap(reduced, t->shape, rowMap, rowCoef)) {
+      // One value per row, of rows split finer than the reduced tensor's (stored in row order).
+      std::copy(rowMap.begin(), rowMap.end(), map.begin());
+      std::vector<int64_t> coef = rowCoef;
+      coef.push_back(1);
+      int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
+      if (node < 0) {
+        whyNot = low.whyNot;
+        split = low.split;
+        return false;
+      }
+      out.outputs.push_back({t, node, true});
+      continue;
     } else if (std::vector<int64_t> coef;
                mergeMap(out.iterShape, t->shape, map, coef) &&
                (!reduces || (rank > 0 && !t->shape.empty() && t->shape.back() == out.iterShape.back() && coef[rank - 1] == 1))) {

@@ -25,6 +25,7 @@
 #include "transforms/cat_reshapes.h"
 #include "transforms/column_sums.h"
 #include "transforms/grad_layout.h"
+#include "transforms/matmul_operands.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
 #include "transforms/prefetch.h"
@@ -85,6 +86,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
+  log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {

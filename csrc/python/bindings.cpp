@@ -27,6 +27,7 @@
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
 #include "transforms/cat_reshapes.h"
+#include "transforms/matmul_operands.h"
 #include "transforms/column_sums.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
@@ -1095,6 +1096,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.runIfChanged("Convolution bias to add", [](const Trace& t) { return convBiasToAdd(t); });
+  log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,
   // which the next call writes before this call's backward runs.

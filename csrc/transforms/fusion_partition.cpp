@@ -25,11 +25,19 @@ bool leafPrims(const BoundSymbol& b, const std::function<bool(const BoundSymbol&
 
 /// A reshape that is no view of its source's eager layout (a merge of permuted or expanded dims):
 /// ATen copies it, element by element; inside a fused kernel it is an index remapping.
+/// A `contiguous` (prims.stride_order, row-major) of a source not in that layout: a copy too.
 bool copyingReshape(const BoundSymbol& p) {
-  if (p.sym->name != "reshape" || p.args.empty() || !p.args[0].isTensor()) return false;
+  if ((p.sym->name != "reshape" && p.sym->name != "stride_order") || p.args.empty() || !p.args[0].isTensor())
+    return false;
   const TensorProxy& src = p.args[0].tensor();
   std::vector<TensorPtr> outs = p.outputTensors();
   if (outs.empty() || src.numel() == 0) return false;
+  if (p.sym->name == "stride_order") {
+    std::vector<int64_t> order = p.args[1].toInts();
+    for (size_t d = 0; d < order.size(); ++d)
+      if (order[d] != static_cast<int64_t>(order.size() - 1 - d)) return false;
+    return !isContiguousLayout(src.shape, src.stridesOrContiguous());
+  }
   std::vector<int64_t> strides;
   return !viewStrides(src.shape, src.stridesOrContiguous(), outs[0]->shape, strides);
 }
@@ -113,7 +121,6 @@ bool covers(const Shape& outer, const Shape& inner) {
   Shape rows(outer.begin(), outer.end() - 1);
   return withoutUnitDims(rows) == i;
 }
-
 
 /// Where a fused call's output feeds only later fused calls, and is computed from the first
 /// call's inputs by pointwise prims alone, the later calls compute it again from those inputs
@@ -706,6 +713,25 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
     // that false dependency moves the kernel after the input's producer (a sharded parameter's
     // all-gather wait, which then no longer overlaps the kernel).
     const std::vector<bool> inKernel = feeding(units, members_, {}, [&](size_t i) { return !isViewUnit(i); });
+    // Permutes of values the kernel computes that only calls outside read (a transpose of a copy
+    // that a matmul reads transposed): made after the kernel, from the value it stores, for free.
+    // Inside, the kernel would store the permuted layout (a transposing store), or fail to lower.
+    // (Other views, which keep the order of the elements, are stored as they are.)
+    std::unordered_set<size_t> after;
+    for (size_t k = members_.size(); k-- > 0;) {
+      size_t i = members_[k];
+      if (isViewUnit(i) || units[i].prims.empty()) continue;
+      bool pure = true, permutes = false;
+      for (const BoundSymbol& p : units[i].prims) {
+        pure &= p.sym->hasTag(kShapeOp) && !copyingReshape(p) && p.sym->name != "broadcast_in_dim";
+        permutes |= p.sym->name == "transpose";
+      }
+      pure &= permutes;
+      if (!pure) continue;
+      for (const TensorPtr& t : units[i].bsym->outputTensors())
+        for (size_t reader : readers[t.get()]) pure &= !members.count(reader) || after.count(reader) > 0;
+      if (pure) after.insert(i);
+    }
     // First with the views inside the kernel (a reshape that is no view in ATen becomes an index
     // remapping), then, if that cannot be lowered, with every view computed outside and read.
     for (bool inside : {true, false}) {
@@ -715,7 +741,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       for (size_t m = 0; m < members_.size(); ++m) {
         size_t i = members_[m];
         r.originals.push_back(*units[i].bsym);
-        if (isViewUnit(i) && (!inside || !inKernel[m])) continue;
+        if (after.count(i) || (isViewUnit(i) && (!inside || !inKernel[m]))) continue;
         for (const BoundSymbol& p : units[i].prims) {
           for (const TensorPtr& t : p.inputTensors())
             if (!produced.count(t.get()) && seenIn.insert(t.get()).second) r.inputs.push_back(t);
@@ -729,9 +755,9 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       }
       for (size_t i : members_) {
         for (const TensorPtr& t : units[i].bsym->outputTensors()) {
-          if (viewOut.count(t.get())) continue;
+          if (viewOut.count(t.get()) || after.count(i)) continue;
           bool usedOutside = returned.count(t.get()) > 0;
-          for (size_t reader : readers[t.get()]) usedOutside |= !members.count(reader);
+          for (size_t reader : readers[t.get()]) usedOutside |= !members.count(reader) || after.count(reader) > 0;
           if (usedOutside) r.outputs.push_back(t);
         }
       }
@@ -744,6 +770,8 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       }
       out.bsyms.push_back(std::move(*fused));
       regions.emplace_back(out.bsyms.size() - 1, std::move(r));
+      for (size_t i : members_)
+        if (after.count(i)) out.bsyms.push_back(*units[i].bsym);
       return true;
     }
     return false;
@@ -757,6 +785,13 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
   // channels; the whole norm ran as a dozen ATen calls (a diffusion UNet's 61 norms a step).
   // The longest run from each start is found by halving (fusing is not monotone in the length,
   // so a shorter fusible run may be taken where a longer one would also fuse: fewer lowerings).
+  // Whether a run has too few compute ops to be worth a kernel of its own (see emitFused).
+  auto tooSmall = [&](const std::vector<size_t>& run) {
+    int ops = 0;
+    for (size_t i : run)
+      for (const BoundSymbol& p : units[i].prims) ops += !p.sym->hasTag(kShapeOp) ? 1 : copyingReshape(p) ? 2 : 0;
+    return ops < 2;
+  };
   auto emitPrefixes = [&](const std::vector<size_t>& members) {
     size_t start = 0;
     while (start < members.size()) {
@@ -776,7 +811,9 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
           out.bsyms.resize(mark);
           regions.resize(marks);
         }
-        if (ok) lo = mid;
+        // (Too little to fuse alone is not a failure to lower: the residual add before a norm
+        // fuses with the norm, not alone.)
+        if (ok || tooSmall(r)) lo = mid;
         else hi = mid;
       }
       if (lo > start + 1 && emitFused(run(lo))) {
@@ -801,6 +838,21 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       std::unordered_set<const TensorProxy*> produced;
       std::vector<size_t> deps;  // indices of subs read
       bool closed = false;
+      /// Shapes of views of its values it holds (reshapes keeping the elements' order): a call
+      /// over one of them joins it as a call over `shape` would.
+      std::vector<Shape> views;
+      bool holds(const Shape& s) const {
+        if (covers(shape, s)) return true;
+        for (const Shape& v : views)
+          if (covers(v, s)) return true;
+        return false;
+      }
+      bool iterates(const Shape& s) const {
+        if (withoutUnitDims(s) == withoutUnitDims(shape)) return true;
+        for (const Shape& v : views)
+          if (withoutUnitDims(s) == withoutUnitDims(v)) return true;
+        return false;
+      }
     };
     std::vector<Sub> subs;
     std::vector<size_t> order;
@@ -827,13 +879,25 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       auto fits = [&](size_t k) {
         for (const BoundSymbol& p : u.prims)
           if (p.sym->hasTag(kReductionOp) && !(pointwise && pointwise(p)) && !p.args.empty() && p.args[0].isTensor() &&
-              withoutUnitDims(p.args[0].tensor().shape) != withoutUnitDims(subs[k].shape))
+              !subs[k].iterates(p.args[0].tensor().shape))
             return false;
         return true;
       };
       std::optional<size_t> target;
       for (size_t k : readsFrom)
-        if (!target && covers(subs[k].shape, shape) && fits(k)) target = k;
+        if (!target && subs[k].holds(shape) && fits(k)) target = k;
+      // A view of a sub's value that keeps its elements' order (the [B, H, W, C] view of a
+      // residual sum over [B, H * W, C]) stays with it: the kernel stores it as a merge or a split
+      // of its rows. A sub of the view's shape would close the sub it reads, and leave the sum
+      // alone, apart from the norm that reads it.
+      if (!target && readsFrom.size() == 1 && !u.prims.empty()) {
+        bool view = true;
+        for (const BoundSymbol& p : u.prims) view &= p.sym->name == "reshape" && !copyingReshape(p);
+        if (view) {
+          target = readsFrom[0];
+          subs[*target].views.push_back(shape);
+        }
+      }
       if (!target)
         for (size_t k = 0; k < subs.size(); ++k)
           if (!subs[k].closed && subs[k].shape == shape) {

@@ -1585,3 +1585,56 @@ def test_group_norm_runs_as_kernels(dtype, channels_last):
     names = thunder.last_traces(jf)[-1].bound_symbol_names
     assert sum("Fusion" in n for n in names) >= 2, names
     assert not [n for n in names if n in ("torch.mean", "torchex.var", "torch.rsqrt", "torch.sub")], names
+
+
+# Row kernels over rows split finer than a value's own shape (kernel_ir's split of a row kernel's
+# leading dims): a residual sum over [B, H * W, C] and the norm of its [B, H, W, C] view (Swin's
+# blocks) are one kernel, and so are a window reverse (a permuted read of windows), the residual
+# and the norm after it. (name, fn, shapes, kernels in the forward)
+def _residual_then_norm_of_view(x, y, w, b):
+    B, L, C = x.shape
+    t = x + y
+    r = t.reshape(B, 4, L // 4, C)
+    return r, torch.nn.functional.layer_norm(r, (C,), w, b)
+
+
+def _norm_then_finer_view(x, w, b):
+    # A norm over [B, L, C] whose result is stored as [B, 2, L // 2, C] (a split of its rows).
+    B, L, C = x.shape
+    n = torch.nn.functional.layer_norm(x * 2, (C,), w, b)
+    return n.reshape(B, 2, L // 2, C) + 1
+
+
+def _window_reverse_residual_norm(a, s, w, b):
+    # a: windows [B * 4, 9, C] of a [B, 6, 6, C] map (3 x 3 windows); s: the shortcut.
+    B, H, W, C = s.shape
+    x = a.view(B, 2, 2, 3, 3, C).permute(0, 1, 3, 2, 4, 5).reshape(B, H, W, C)
+    y = s + x
+    return y, torch.nn.functional.layer_norm(y.view(B, H * W, C), (C,), w, b)
+
+
+SPLIT_ROWS = [
+    ("residual_then_norm_of_view", _residual_then_norm_of_view, [(2, 12, 16), (2, 12, 16), (16,), (16,)]),
+    ("norm_then_finer_view", _norm_then_finer_view, [(3, 10, 24), (24,), (24,)]),
+    ("window_reverse_residual_norm", _window_reverse_residual_norm, [(8, 9, 16), (2, 6, 6, 16), (16,), (16,)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", SPLIT_ROWS, ids=[c[0] for c in SPLIT_ROWS])
+def test_rows_split_for_reshapes(name, fn, shapes):
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    _check(fn, *args, fusions=1)
+    # Training, float64: values and gradients as eager's, and the forward still one kernel.
+    args = [a.double().requires_grad_() for a in args]
+    jf = thunder.jit(fn, executors=["fuser"])
+    out, expected = jf(*args), fn(*args)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    out, expected = (out, expected) if isinstance(out, tuple) else ((out,), (expected,))
+    grads_out = [torch.randn_like(o) for o in expected]
+    got = torch.autograd.grad(out, args, grads_out)
+    want = torch.autograd.grad(expected, args, grads_out)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-10)
+    forward = [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n.startswith("cpuFusion")]
+    assert len(forward) == 1, str(thunder.last_traces(jf)[-1])

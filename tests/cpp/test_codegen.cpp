@@ -103,6 +103,7 @@ using thunder::Value;
 namespace prims = thunder::prims;
 using thunder::testing::addInput;
 using thunder::testing::kCuda0;
+using thunder::testing::kCpu;
 
 /// The prims of `t` as one region, lowered (inputs: the trace's inputs; outputs: `outs`).
 KernelProgram lower(const Trace& t, const std::vector<Value>& outs) {
@@ -298,4 +299,61 @@ TEST(AnonymousSource, ProgramsDifferingOnlyInNamesShareOneModule) {
   EXPECT_EQ(ca, anonymousSource(emitCpp(b, pattern), b.name));
   EXPECT_NE(ca, anonymousSource(emitCpp(c, pattern), c.name));
   EXPECT_NE(ca.find(std::string("void ") + kAnonymousEntry + "("), std::string::npos);
+}
+
+TEST(RowLaunch, NarrowRowsTakeSeveralChunksPerLane) {
+  // 49 single elements (Swin's attention rows in bf16): 16 lanes of 4 chunks, two rows per warp.
+  RowLaunch n = chooseRowLaunch(49, 1);
+  EXPECT_TRUE(n.warp);
+  EXPECT_EQ(n.tpr, 16);
+  EXPECT_EQ(n.items, 4);
+  // Wide accesses keep a chunk per lane (ConvNeXt's 96 bf16 channels: 12 chunks of 8, 16 lanes).
+  RowLaunch w = chooseRowLaunch(96, 8);
+  EXPECT_EQ(w.tpr, 16);
+  EXPECT_EQ(w.items, 1);
+  // Kernels that gather keep a warp per row.
+  EXPECT_EQ(chooseRowLaunch(49, 1, 0, false, -1, /*packed=*/false).tpr, 32);
+  for (int64_t L : {1, 3, 31, 49, 97, 255, 1000})
+    for (int vec : {1, 2, 4}) {
+      RowLaunch r = chooseRowLaunch(L, vec);
+      if (r.warp) EXPECT_GE(int64_t(r.items) * r.tpr, (L + vec - 1) / vec) << L << " " << vec;
+    }
+}
+
+TEST(RowKernel, RowsSplitForAReshape) {
+  // A sum of rows over [2, 12, 16] and the same values stored as [2, 4, 3, 16] (a residual sum and
+  // its [B, H, W, C] view): one row kernel over the finer rows, the reduced value stored as [2, 12].
+  prims::registerPrims();
+  Trace t;
+  Value x = addInput(t, "x", {2, 12, 16}, DType::Float32, kCpu);
+  Value y = addInput(t, "y", {2, 12, 16}, DType::Float32, kCpu);
+  Value view, rowSum;
+  {
+    TracingScope scope(t);
+    Value s = prims::add(x, y);
+    view = prims::reshape(s, {2, 4, 3, 16});
+    rowSum = prims::sum(s, {2});
+  }
+  KernelProgram p = lower(t, {view, rowSum});
+  EXPECT_EQ(p.iterShape, (Shape{2, 4, 3, 16}));
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_FALSE(p.outputs[0].reduced);
+  EXPECT_TRUE(p.outputs[1].reduced);
+  EXPECT_EQ(p.numPhases, 1);
+  EXPECT_FALSE(emitCpp(p, std::string(p.inputs.size(), '1')).empty());
+  EXPECT_FALSE(emitCuda(p).empty());
+  // A reshape that splits the reduced dim itself cannot be a row kernel.
+  Trace u;
+  Value a = addInput(u, "a", {2, 12, 16}, DType::Float32, kCpu);
+  Value split, sum;
+  {
+    TracingScope scope(u);
+    Value e = prims::exp(a);
+    split = prims::reshape(e, {2, 12, 4, 4});
+    sum = prims::sum(e, {2});
+  }
+  KernelProgram q;
+  std::string why;
+  EXPECT_FALSE(lowerRegion("k", u.bsyms, u.inputs, {split.toTensor(), sum.toTensor()}, q, why));
+  EXPECT_FALSE(why.empty());
 }

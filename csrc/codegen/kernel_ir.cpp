@@ -1128,6 +1128,8 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       out.outputs.push_back(col);
       continue;
     }
+    // The iteration dims' coefficients in t's index (1 unless t merges iteration dims).
+    std::vector<int64_t> coef(rank, 1);
     bool isReduced;
     std::vector<int> rowMap;
     std::vector<int64_t> rowCoef;
@@ -1156,35 +1158,19 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
     } else if (rank > 0 && reduces && mergeMap(reduced, t->shape, rowMap, rowCoef)) {
       // One value per row, of rows split finer than the reduced tensor's (stored in row order).
       std::copy(rowMap.begin(), rowMap.end(), map.begin());
-      std::vector<int64_t> coef = rowCoef;
-      coef.push_back(1);
-      int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
-      if (node < 0) {
-        whyNot = low.whyNot;
-        split = low.split;
-        return false;
-      }
-      out.outputs.push_back({t, node, true});
-      continue;
-    } else if (std::vector<int64_t> coef;
-               mergeMap(out.iterShape, t->shape, map, coef) &&
+      std::copy(rowCoef.begin(), rowCoef.end(), coef.begin());
+      isReduced = true;
+    } else if (mergeMap(out.iterShape, t->shape, map, coef) &&
                (!reduces || (rank > 0 && !t->shape.empty() && t->shape.back() == out.iterShape.back() && coef[rank - 1] == 1))) {
       // Coarser than the iteration space (dims merged): stored in the same order. A row kernel
       // keeps its rows: only the outer dims may merge (the normalized rows of an RMSNorm's
       // backward, stored as the [tokens, width] matrix a weight gradient's matmul reads).
-      int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
-      if (node < 0) {
-        whyNot = low.whyNot;
-        split = low.split;
-        return false;
-      }
-      out.outputs.push_back({t, node, false});
-      continue;
+      isReduced = false;
     } else {
       whyNot = "output " + t->name + " has shape " + t->typeString() + ", not the iteration shape";
       return false;
     }
-    int node = low.lower(t, map);
+    int node = low.lower(t, View{map, coef, std::vector<int64_t>(t->shape.size(), 0), {}});
     if (node < 0) {
       whyNot = low.whyNot;
       split = low.split;

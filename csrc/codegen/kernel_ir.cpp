@@ -304,8 +304,6 @@ int addLoad(KernelProgram& prog, const KInput& k) {
   return static_cast<int>(prog.nodes.size()) - 1;
 }
 
-/// How a tensor is read at an iteration index (see KInput): its index along dim j is the sum of
-/// coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus offset[j].
 /// If `shape` merges consecutive dims of `iter` (length-1 dims aside), the dims of `shape` each
 /// iteration dim indexes and with which coefficient (a contiguous tensor of `shape` has the
 /// iteration order's layout).
@@ -336,7 +334,8 @@ bool mergeMap(const Shape& iter, const Shape& shape, std::vector<int>& dimMap, s
   return j < 0 && acc == 1;
 }
 
-
+/// How a tensor is read at an iteration index (see KInput): its index along dim j is the sum of
+/// coef[d] * i_d over the iteration dims d with dimMap[d] == j, plus offset[j].
 struct View {
   std::vector<int> dimMap;
   std::vector<int64_t> coef;
@@ -1097,10 +1096,6 @@ bool lowerRegion(const std::string& name, const std::vector<BoundSymbol>& prims,
     out.iterShape = finer;
   }
 }
-
-namespace {
-
-}  // namespace
 
 bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPtr>& inputs,
                const std::vector<TensorPtr>& outputs, bool reduces, KernelProgram& out, std::string& whyNot,

@@ -23,10 +23,11 @@ bool leafPrims(const BoundSymbol& b, const std::function<bool(const BoundSymbol&
   return true;
 }
 
-/// A reshape that is no view of its source's eager layout (a merge of permuted or expanded dims):
-/// ATen copies it, element by element; inside a fused kernel it is an index remapping.
-/// A `contiguous` (prims.stride_order, row-major) of a source not in that layout: a copy too.
-bool copyingReshape(const BoundSymbol& p) {
+/// A shape op that ATen makes by copying: a reshape that is no view of its source's eager layout
+/// (a merge of permuted or expanded dims), element by element, or a `contiguous`
+/// (prims.stride_order, row-major) of a source not in that layout. Inside a fused kernel it is an
+/// index remapping.
+bool copyingView(const BoundSymbol& p) {
   if ((p.sym->name != "reshape" && p.sym->name != "stride_order") || p.args.empty() || !p.args[0].isTensor())
     return false;
   const TensorProxy& src = p.args[0].tensor();
@@ -41,6 +42,10 @@ bool copyingReshape(const BoundSymbol& p) {
   std::vector<int64_t> strides;
   return !viewStrides(src.shape, src.stridesOrContiguous(), outs[0]->shape, strides);
 }
+
+/// What a prim counts toward a kernel being worth its launch (FusionRegion::computeOps): a shape op
+/// nothing, a copy made by ATen two, any other op one.
+int computeCost(const BoundSymbol& p) { return !p.sym->hasTag(kShapeOp) ? 1 : copyingView(p) ? 2 : 0; }
 
 struct Unit {
   const BoundSymbol* bsym;
@@ -680,7 +685,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       for (const BoundSymbol& p : units[i].prims) {
         // (Broadcasts are stored: read as an input, an expanded view has stride 0 along the row,
         // which a row kernel cannot read with wide loads.)
-        view &= p.sym->hasTag(kShapeOp) && !copyingReshape(p) && p.sym->name != "broadcast_in_dim";
+        view &= p.sym->hasTag(kShapeOp) && !copyingView(p) && p.sym->name != "broadcast_in_dim";
         // A view of the region's inputs, of other views, or of the unit's own earlier prims.
         for (const TensorPtr& t : p.inputTensors())
           view &= ownOut.count(t.get()) || !memberOut.count(t.get()) || viewOut.count(t.get());
@@ -723,7 +728,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       if (isViewUnit(i) || units[i].prims.empty()) continue;
       bool pure = true, permutes = false;
       for (const BoundSymbol& p : units[i].prims) {
-        pure &= p.sym->hasTag(kShapeOp) && !copyingReshape(p) && p.sym->name != "broadcast_in_dim";
+        pure &= p.sym->hasTag(kShapeOp) && !copyingView(p) && p.sym->name != "broadcast_in_dim";
         permutes |= p.sym->name == "transpose";
       }
       pure &= permutes;
@@ -748,8 +753,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
           for (const TensorPtr& t : p.outputTensors()) produced.insert(t.get());
           // Broadcasts and reshapes only relabel dims: a region of shape ops alone is no fusion.
           // A reshape that eager makes by copying is a kernel of its own: worth one fused copy.
-          if (!p.sym->hasTag(kShapeOp)) ++r.computeOps;
-          else if (copyingReshape(p)) r.computeOps += 2;
+          r.computeOps += computeCost(p);
           r.prims.push_back(p);
         }
       }
@@ -789,8 +793,8 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
   auto tooSmall = [&](const std::vector<size_t>& run) {
     int ops = 0;
     for (size_t i : run)
-      for (const BoundSymbol& p : units[i].prims) ops += !p.sym->hasTag(kShapeOp) ? 1 : copyingReshape(p) ? 2 : 0;
-    return ops < 2;
+      for (const BoundSymbol& p : units[i].prims) ops += computeCost(p);
+    return ops < 2;  // (the executor's worthFusing)
   };
   auto emitPrefixes = [&](const std::vector<size_t>& members) {
     size_t start = 0;
@@ -892,7 +896,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       // alone, apart from the norm that reads it.
       if (!target && readsFrom.size() == 1 && !u.prims.empty()) {
         bool view = true;
-        for (const BoundSymbol& p : u.prims) view &= p.sym->name == "reshape" && !copyingReshape(p);
+        for (const BoundSymbol& p : u.prims) view &= p.sym->name == "reshape" && !copyingView(p);
         if (view) {
           target = readsFrom[0];
           subs[*target].views.push_back(shape);

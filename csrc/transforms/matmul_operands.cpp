@@ -58,7 +58,7 @@ std::optional<Trace> contiguousMatmulOperands(const Trace& trace) {
     for (const TensorPtr& t : trace.inputs) inputs.insert(t.get());
     refreshViewStrides(trace, inputs);
   }
-  // The call that made each tensor (the transposes looked through).
+  // The call that made each tensor.
   std::unordered_map<const TensorProxy*, const BoundSymbol*> producer;
   for (const BoundSymbol& b : trace.bsyms)
     for (const TensorPtr& t : b.outputTensors()) producer[t.get()] = &b;
@@ -169,35 +169,13 @@ void refreshViewStrides(const Trace& trace, std::unordered_set<const TensorProxy
     for (const TensorPtr& t : b.inputTensors()) reads |= changed.count(t.get()) > 0;
     std::vector<const BoundSymbol*> prims;
     if (!reads || !viewPrims(b, prims)) continue;
+    // Each prim's meta function gives its output the strides eager's view of the input has.
+    Trace scratch;
+    TracingScope scope(scratch);
     for (const BoundSymbol* p : prims) {
-      if (p->args.empty() || !p->args[0].isTensor() || !p->output.isTensor()) continue;
-      const TensorProxy& a = p->args[0].tensor();
-      TensorProxy& r = *p->output.toTensor();
-      std::vector<int64_t> in = a.stridesOrContiguous(), st;
-      const std::string& n = p->sym->name;
-      if (n == "transpose") {
-        for (int64_t d : p->args[1].toInts()) st.push_back(in[d]);
-      } else if (n == "reshape") {
-        if (a.strides.empty() || !viewStrides(a.shape, a.strides, r.shape, st)) st.clear();
-      } else if (n == "squeeze") {
-        std::vector<int64_t> dims = p->args[1].toInts();
-        for (int64_t& d : dims)
-          if (d < 0) d += a.ndim();
-        for (int64_t i = 0; i < a.ndim(); ++i)
-          if (std::find(dims.begin(), dims.end(), i) == dims.end()) st.push_back(in[i]);
-      } else if (n == "slice") {
-        st = in;
-        if (p->args.size() > 3 && !p->args[3].isNone()) {
-          std::vector<int64_t> step = p->args[3].toInts();
-          for (size_t i = 0; i < st.size(); ++i) st[i] *= step[i];
-        }
-      } else {  // broadcast_in_dim
-        std::vector<int64_t> bdims = p->args[2].toInts();
-        st.assign(r.shape.size(), 0);
-        for (size_t i = 0; i < bdims.size(); ++i) st[bdims[i]] = a.shape[i] == r.shape[bdims[i]] ? in[i] : 0;
-      }
-      r.setStrides(st);
-      changed.insert(&r);
+      if (!p->output.isTensor()) continue;
+      p->output.toTensor()->strides = p->sym->meta(p->args).tensor().strides;
+      changed.insert(p->output.toTensor().get());
     }
     for (const TensorPtr& t : b.outputTensors()) changed.insert(t.get());
   }

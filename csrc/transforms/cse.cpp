@@ -58,6 +58,22 @@ bool movesOnly(const BoundSymbol& b) {
   return true;
 }
 
+/// A call that only converts one tensor's dtype (a prim, or a call whose one subsymbol is one).
+bool convertsOnly(const BoundSymbol& b) {
+  if (b.sym->isPrim()) return b.sym->name == "convert_element_type";
+  return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
+}
+
+/// Whether every value of `from` is a value of `to` (a conversion there and back is the identity).
+bool holdsExactly(DType from, DType to) {
+  if (from == to) return true;
+  switch (to) {
+    case DType::Float64: return from == DType::Float32 || isLowPrecision(from);
+    case DType::Float32: return isLowPrecision(from);
+    default: return false;
+  }
+}
+
 /// The outputs of a call by position: a tensor, or null where dce pruned an unused output (or
 /// the output is not a tensor). Two calls' outputs correspond position by position; their
 /// tensors alone do not (the first split's unused second part and the second's unused first
@@ -84,11 +100,28 @@ Trace cse(const Trace& trace) {
   std::unordered_set<const TensorProxy*> tables;
   for (const TensorPtr& t : trace.inputs) tables.insert(t.get());
   std::unordered_map<std::string, std::vector<TensorPtr>> seen;  // key -> the first call's outputs (slotsOf)
+  // A widening conversion's output -> its input. The autodiff makes round trips: the gradient of
+  // a bfloat16 softmax's input is rounded to bfloat16 and widened (x.to(float32)) for the add
+  // that fed it, whose gradient of its bfloat16 operand narrows it again (to(bfloat16)); the
+  // narrowing is the bfloat16 value itself, which a kernel then need not widen and store.
+  std::unordered_map<const TensorProxy*, TensorPtr> widened;
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
     if (!renames.empty()) substituteReads(b, renames);
     const Symbol& s = *b.sym;
     std::vector<TensorPtr> outs = b.outputTensors();
+    if (outs.size() == 1 && convertsOnly(b)) {
+      std::vector<TensorPtr> ins = b.inputTensors();
+      if (ins.size() == 1 && ins[0]->shape == outs[0]->shape) {
+        auto w = widened.find(ins[0].get());
+        if (w != widened.end() && w->second->dtype == outs[0]->dtype) {
+          renames.emplace(outs[0].get(), w->second);
+          continue;
+        }
+        if (ins[0]->dtype != outs[0]->dtype && holdsExactly(ins[0]->dtype, outs[0]->dtype))
+          widened.emplace(outs[0].get(), ins[0]);
+      }
+    }
     if (movesOnly(b)) {
       std::vector<TensorPtr> ins = b.inputTensors();
       bool fromTables = !ins.empty();

@@ -662,23 +662,35 @@ int cudaVecWidth(const KernelProgram& p) {
 
 namespace {
 
-/// The strides input `in` is expected to have: its eager layout as traced, except in a channel
-/// sum's region (KernelProgram::order; the fuser makes those only where the activations are
-/// channels-last at run time), whose 4-D inputs traced as contiguous are taken as channels-last:
-/// predicted as traced, each of its kernels was compiled again on the critical path of the first
-/// call (a ConvNeXt-T step's first call took 11 s where it took 5).
-std::vector<int64_t> expectedStrides(const KernelProgram& p, const KInput& in) {
+/// The strides input `in` is expected to have: its eager layout as traced, except where its 4-D
+/// tensors are taken as channels-last (`channelsLast`, or a channel sum's region: the fuser makes
+/// those only where the activations are channels-last at run time), whose 4-D inputs traced as
+/// contiguous are then channels-last: predicted as traced, each kernel of a channels-last CNN was
+/// compiled again on the critical path of the first call (a ConvNeXt-T step's first call took
+/// 11 s where it took 5).
+std::vector<int64_t> expectedStrides(const KernelProgram& p, const KInput& in, bool channelsLast) {
   const TensorProxy& t = *in.tensor;
-  if (p.order.empty() || t.ndim() != 4 || !t.strides.empty()) return t.stridesOrContiguous();
+  if ((p.order.empty() && !channelsLast) || t.ndim() != 4 || !t.strides.empty()) return t.stridesOrContiguous();
   const Shape& s = t.shape;
   return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
 }
 
 /// The stride of input `in` along iteration dim d, from its expected layout.
-int64_t tracedStride(const KernelProgram& p, const KInput& in, size_t d) {
+int64_t tracedStride(const KernelProgram& p, const KInput& in, size_t d, bool channelsLast = false) {
   if (in.dimMap[d] < 0) return 0;
-  std::vector<int64_t> st = expectedStrides(p, in);
+  std::vector<int64_t> st = expectedStrides(p, in, channelsLast);
   return st[in.dimMap[d]] * in.coef[d];
+}
+
+/// The inner-stride pattern of the inputs in their expected layouts (contiguousPattern).
+std::string expectedPattern(const KernelProgram& p, bool channelsLast) {
+  std::string pattern;
+  size_t R = p.iterShape.size();
+  for (const KInput& in : p.inputs) {
+    int64_t s = R ? tracedStride(p, in, R - 1, channelsLast) : 0;
+    pattern += s == 0 ? '0' : s == 1 ? '1' : 'g';
+  }
+  return pattern;
 }
 
 }  // namespace
@@ -686,13 +698,7 @@ int64_t tracedStride(const KernelProgram& p, const KInput& in, size_t d) {
 std::string contiguousPattern(const KernelProgram& p) {
   // Inputs as traced: contiguous ones, and views whose layout the trace knows (a permute, a
   // slice read through an index remapping).
-  std::string pattern;
-  size_t R = p.iterShape.size();
-  for (const KInput& in : p.inputs) {
-    int64_t s = R ? tracedStride(p, in, R - 1) : 0;
-    pattern += s == 0 ? '0' : s == 1 ? '1' : 'g';
-  }
-  return pattern;
+  return expectedPattern(p, false);
 }
 
 int pow2ceil(int64_t x) {
@@ -803,7 +809,7 @@ void fitRegisters(const KernelProgram& p, CudaVariant& v, int64_t budget) {
   while (v.vec > 4 && staged() > budget) v.vec /= 2;
 }
 
-CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
+CudaVariant predictCudaVariant(const KernelProgram& p, int sms, bool channelsLast) {
   CudaVariant v;
   size_t R = p.iterShape.size();
   int64_t numel = 1;
@@ -814,15 +820,15 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
   // are multiples of VEC (the runtime decides from the actual tensors; a different variant there
   // is one more compile on the first call).
   bool vecOk = R > 0 && L % w == 0;
-  std::string pat = contiguousPattern(p);
+  std::string pat = expectedPattern(p, channelsLast);
   for (size_t k = 0; k < p.inputs.size() && vecOk; ++k) {
     const KInput& in = p.inputs[k];
     if (in.guarded() && (in.guard[R - 1].first % w != 0 || (in.guard[R - 1].second % w != 0 && in.guard[R - 1].second < L)))
       vecOk = false;
     if (pat[k] == 'g' && p.rowKernel()) vecOk = false;
     if (pat[k] != '1') continue;
-    for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(p, in, d) % w == 0;
-    std::vector<int64_t> st = expectedStrides(p, in);
+    for (size_t d = 0; d + 1 < R; ++d) vecOk = vecOk && tracedStride(p, in, d, channelsLast) % w == 0;
+    std::vector<int64_t> st = expectedStrides(p, in, channelsLast);
     if (in.gathers()) vecOk = vecOk && st[in.gatherDim] % w == 0;
     int64_t off = 0;
     for (size_t j = 0; j < in.offset.size(); ++j) off += in.offset[j] * st[j];
@@ -848,6 +854,15 @@ CudaVariant predictCudaVariant(const KernelProgram& p, int sms) {
     fitRegisters(p, v);
   }
   return v;
+}
+
+std::vector<CudaVariant> predictCudaVariants(const KernelProgram& p, int sms) {
+  std::vector<CudaVariant> vs = {predictCudaVariant(p, sms)};
+  if (p.channelsLastHint) {
+    CudaVariant last = predictCudaVariant(p, sms, true);
+    if (last.entry(p.name) != vs[0].entry(p.name)) vs.push_back(last);
+  }
+  return vs;
 }
 
 /// A column output's stored value: its sum `v` (in the accumulation dtype) converted through each

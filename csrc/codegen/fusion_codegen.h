@@ -82,7 +82,12 @@ RowLaunch chooseRowLaunch(int64_t L, int vec, int threads = 0, bool columns = fa
 
 /// The variant a program gets for contiguous inputs of its traced shapes on a GPU of `sms`
 /// multiprocessors (0: unknown, as for a large tensor).
-CudaVariant predictCudaVariant(const KernelProgram& prog, int sms = 0);
+CudaVariant predictCudaVariant(const KernelProgram& prog, int sms = 0, bool channelsLast = false);
+
+/// The variants a region's first call may run, to compile ahead: the one its traced layouts give
+/// and, where prog.channelsLastHint is set and it differs, the one it runs when its 4-D inputs
+/// traced contiguous are channels-last.
+std::vector<CudaVariant> predictCudaVariants(const KernelProgram& prog, int sms);
 
 /// A pointwise launch of `numel` elements that fills less than a wave of threads (`sms` x 256)
 /// takes one element per thread: several per thread would leave most of the GPU idle and make

@@ -114,6 +114,10 @@ struct KernelProgram {
   /// size outputs are stored contiguously in iteration order (the runtime returns them as views
   /// in their own dim order).
   std::vector<int> order;
+  /// A hint for the variant compiled ahead of the first call (predictCudaVariants): the trace's
+  /// 4-D activations are channels-last at run time (convolutions make them so), though traced
+  /// contiguous. Set by the fusion executor; the code does not depend on it.
+  bool channelsLastHint = false;
   /// Number of row reductions chained in sequence (0 for a pointwise kernel).
   int numPhases = 0;
   bool hasReduction() const { return numPhases > 0; }

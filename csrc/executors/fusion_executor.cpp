@@ -95,6 +95,8 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     b.owner = std::move(placeholder);
     return b;
   };
+  // Whether convolutions make the activations channels-last at run time (traced contiguous).
+  const bool channelsLast = channelsLastActivations(trace);
   // Compiles the final regions, numbered in program order; false if a device has no compiler.
   int counter = 0;
   auto compileAll = [&](Trace& out) {
@@ -109,6 +111,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
       }
       Lowered& l = it->second;
       l.prog.name = std::string(l.dev.type == DeviceType::CUDA ? "cudaFusion" : "cpuFusion") + std::to_string(counter);
+      l.prog.channelsLastHint = channelsLast;
       std::vector<TensorPtr> inputs;
       for (const Value& v : b.args) inputs.push_back(v.toTensor());
       auto t0 = Clock::now();
@@ -141,7 +144,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
   // Channel sums (sums over (0, 2, 3)) iterate their regions channels-last: only in traces whose
   // activations are channels-last at run time, so that the kernels read them at unit stride and
   // leave the layout as it was (the next convolution's algorithm, and its rounding, depend on it).
-  if (!channelsLastActivations(trace)) {
+  if (!channelsLast) {
     fusible = [inner = fusible](const BoundSymbol& b) { return !codegen::isPermutedColumnSum(b) && inner(b); };
   }
   Trace out = fusionPartition(trace, fusible, fuse, codegen::isTerminalSum, codegen::isUnrolledSum);

@@ -1156,9 +1156,12 @@ CudaLaunch planCudaLaunch(CompiledRegion& r, const std::vector<int64_t>& g, cons
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.modules.find(entry);
     if (it == r.modules.end()) {
-      if (debugFusion())
-        std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted)\n", p.name.c_str(),
-                     entry.c_str());
+      if (debugFusion()) {
+        std::string had;
+        for (const auto& [name, m] : r.modules) had += (had.empty() ? "" : ", ") + name;
+        std::fprintf(stderr, "fuser: %s compiles variant %s at its first call (not predicted; has %s)\n",
+                     p.name.c_str(), entry.c_str(), had.c_str());
+      }
       it = r.modules.emplace(entry, sharedModule(p.name, v, codegen::emitCuda(p, v), device)).first;
     }
     module = it->second;
@@ -1400,9 +1403,12 @@ std::shared_ptr<CompiledRegion> makeRegion(const KernelProgram& prog, Device dev
   if (device.type == DeviceType::CUDA) {
     // The variant predicted from the traced shapes compiles on the compile pool, so a cold start
     // compiles many kernels at once; other variants compile when a call first needs them.
-    codegen::CudaVariant v = codegen::predictCudaVariant(prog, deviceInfo(device.index).sms);
-    r->cudaSource = codegen::emitCuda(prog, v);
-    r->modules[v.entry(prog.name)] = sharedModule(prog.name, v, r->cudaSource, device.index);
+    // (Two where the trace's activations are channels-last and that changes the variant.)
+    for (const codegen::CudaVariant& v : codegen::predictCudaVariants(prog, deviceInfo(device.index).sms)) {
+      std::string src = codegen::emitCuda(prog, v);
+      if (r->cudaSource.empty()) r->cudaSource = src;
+      r->modules[v.entry(prog.name)] = sharedModule(prog.name, v, src, device.index);
+    }
   } else {
     r->contiguousPattern = codegen::contiguousPattern(prog);
     r->bounds = codegen::rangeBounds(prog);
@@ -1433,11 +1439,17 @@ std::shared_ptr<const Symbol> compileRegion(const KernelProgram& prog, Device de
   }
   if (device.type == DeviceType::CUDA && !nvrtc()) return nullptr;  // no NVRTC: left to the other executors
   if (device.type != DeviceType::CUDA && !cpuCompiler()) return nullptr;  // no C++ compiler: likewise
-  std::shared_ptr<CompiledRegion> r = makeRegion(prog, device, std::move(argOf), std::move(intoArg));
+  const bool permutable = device.type == DeviceType::CUDA && codegen::permutableIteration(prog);
+  const bool twin = permutable && prog.iterShape.size() == 4 &&
+                    std::find(prog.iterShape.begin(), prog.iterShape.end(), 1) == prog.iterShape.end();
+  // A region with a channels-last twin (below) runs the twin on channels-last inputs: its own
+  // channels-last variant would never run.
+  KernelProgram base = prog;
+  if (twin) base.channelsLastHint = false;
+  std::shared_ptr<CompiledRegion> r = makeRegion(base, device, std::move(argOf), std::move(intoArg));
   r->order = prog.order;  // (a permuted column sum's region: its outputs are views of that order)
-  r->permutable = device.type == DeviceType::CUDA && codegen::permutableIteration(prog);
-  if (r->permutable && prog.iterShape.size() == 4 &&
-      std::find(prog.iterShape.begin(), prog.iterShape.end(), 1) == prog.iterShape.end()) {
+  r->permutable = permutable;
+  if (twin) {
     // Channels-last (what half-type convolutions produce): compiled ahead on the pool as well,
     // or a CNN's first call compiles each such kernel on its critical path (ResNet-50: 11 s).
     const std::vector<int> nhwc = {0, 2, 3, 1};

@@ -217,6 +217,46 @@ TEST(ChannelSum, IteratesWithTheChannelLast) {
   for (const thunder::BoundSymbol& b : u.bsyms) EXPECT_FALSE(isPermutedColumnSum(b)) << b.args[1].toInts().size();
 }
 
+TEST(ChannelsLast, FirstCallVariantsPredictedBothWays) {
+  // ConvNeXt's LayerNorm over channels: a row kernel over [N, H, W, C], the permute of a
+  // convolution's [N, C, H, W] output. As traced (contiguous NCHW) the rows are read at stride
+  // H * W: one element at a time; at run time the convolution's output is channels-last and the
+  // rows are read 16 bytes at a time. With the trace's hint both variants are compiled ahead
+  // (the first call of a ConvNeXt-T step compiled 76 kernels on its critical path).
+  prims::registerPrims();
+  Trace t;
+  Value x = addInput(t, "x", {4, 64, 6, 10}, DType::BFloat16, kCuda0);
+  Value y;
+  {
+    TracingScope scope(t);
+    Value xf = prims::convert_element_type(prims::transpose(x, {0, 2, 3, 1}), DType::Float32);
+    Value s = prims::sum(prims::mul(xf, xf), {3});
+    y = prims::convert_element_type(
+        prims::mul(xf, prims::broadcast_in_dim(prims::rsqrt(s), {4, 6, 10, 64}, {0, 1, 2})), DType::BFloat16);
+  }
+  KernelProgram p = lower(t, {y});
+  ASSERT_TRUE(p.rowKernel());
+  std::vector<CudaVariant> plain = predictCudaVariants(p, 132);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].vec, 1);
+  p.channelsLastHint = true;
+  std::vector<CudaVariant> both = predictCudaVariants(p, 132);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].entry(p.name), plain[0].entry(p.name));
+  EXPECT_EQ(both[1].vec, 8);
+  // A program without 4-D inputs compiles one.
+  Trace u;
+  Value a = addInput(u, "a", {240, 4096}, DType::BFloat16, kCuda0);
+  Value b;
+  {
+    TracingScope scope(u);
+    b = prims::neg(prims::exp(a));
+  }
+  KernelProgram q = lower(u, {b});
+  q.channelsLastHint = true;
+  EXPECT_EQ(predictCudaVariants(q, 132).size(), 1u);
+}
+
 TEST(Scatter, AnOutputIsStoredIntoTheBufferAtTheIndex) {
   prims::registerPrims();
   Trace t;

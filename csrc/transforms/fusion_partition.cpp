@@ -801,7 +801,9 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
     while (start < members.size()) {
       auto run = [&](size_t end) { return std::vector<size_t>(members.begin() + start, members.begin() + end); };
       size_t n = members.size();
-      if (n - start > 1 && emitFused(run(n))) return;
+      // (One call alone is a kernel when it is worth one, as it is outside a split: a roll
+      // after the window reverse whose merged dims it cannot read through.)
+      if ((n - start > 1 || !tooSmall(run(n))) && emitFused(run(n))) return;
       // Longest end in (start + 1, n) whose run fuses: lo fuses (or is start + 1), hi does not.
       size_t lo = start + 1, hi = n;
       while (hi - lo > 1) {
@@ -820,7 +822,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
         if (ok || tooSmall(r)) lo = mid;
         else hi = mid;
       }
-      if (lo > start + 1 && emitFused(run(lo))) {
+      if ((lo > start + 1 || !tooSmall(run(lo))) && emitFused(run(lo))) {
         start = lo;
         continue;
       }

@@ -1638,3 +1638,29 @@ def test_rows_split_for_reshapes(name, fn, shapes):
         torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-10)
     forward = [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n.startswith("cpuFusion")]
     assert len(forward) == 1, str(thunder.last_traces(jf)[-1])
+
+
+def test_a_roll_split_from_its_neighbours_is_a_kernel_of_its_own():
+    # Swin's shifted block: the window reverse (a copy through a merge of dims), the roll back,
+    # then drop_path's random draw between the roll and the residual add + LayerNorm. The roll
+    # cannot join the copy (it cannot read through the merged dims) nor the norm's row kernel
+    # (no guarded loads there); alone it was left to ATen's roll kernel.
+    def f(x, s, w, b):
+        y = x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, 16, 16, 32)
+        y = torch.roll(y, (3, 3), (1, 2))
+        r = torch.rand(y.shape[0], 1, 1, 1)
+        h = s + y * ((r < 0.9).to(y.dtype) / 0.9)
+        return r, h, torch.nn.functional.layer_norm(h, (32,), w, b)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 4, 4, 4, 4, 32, generator=g)
+    s = torch.randn(8, 16, 16, 32, generator=g)
+    w, b = torch.randn(32, generator=g), torch.randn(32, generator=g)
+    jf = thunder.jit(f, executors=["fuser"])
+    r, h, n = jf(x, s, w, b)
+    y = torch.roll(x.permute(0, 1, 3, 2, 4, 5).reshape(-1, 16, 16, 32), (3, 3), (1, 2))
+    want = s + y * ((r < 0.9).to(y.dtype) / 0.9)
+    torch.testing.assert_close(h, want)
+    torch.testing.assert_close(n, torch.nn.functional.layer_norm(want, (32,), w, b))
+    names = thunder.last_traces(jf)[-1].bound_symbol_names
+    assert not [c for c in names if "roll" in c], names

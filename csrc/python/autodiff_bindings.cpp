@@ -88,6 +88,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
+  log.runIfChanged("Sums of widened values", [](const Trace& t) { return sumsOfWidenedValues(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {
     log.runIfChanged("Reinplace", [&](const Trace& t) -> std::optional<Trace> {

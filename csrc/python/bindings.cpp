@@ -1092,6 +1092,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   beforeAutodiff(log, exs);
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
+  log.runIfChanged("Sums of widened values", [](const Trace& t) { return sumsOfWidenedValues(t); });
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });

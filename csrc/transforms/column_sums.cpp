@@ -1,5 +1,6 @@
 #include "transforms/column_sums.h"
 
+#include <functional>
 #include <unordered_map>
 
 #include "ops/ltorch.h"
@@ -61,6 +62,47 @@ std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
   }
   // (The reshapes only those sums read go.)
   return dce(replaceCalls(trace, replace, "column sums through reshapes"));
+}
+
+std::optional<Trace> sumsOfWidenedValues(const Trace& trace) {
+  // A call that only converts its one tensor (a prim, or a call whose one subsymbol is one).
+  std::function<bool(const BoundSymbol&)> convertsOnly = [&](const BoundSymbol& b) {
+    if (b.sym->isPrim()) return b.sym->name == "convert_element_type";
+    return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
+  };
+  std::unordered_map<const TensorProxy*, TensorPtr> widened;  // float32 value -> its 16-bit source
+  std::unordered_map<size_t, TensorPtr> source;
+  for (size_t i = 0; i < trace.bsyms.size(); ++i) {
+    const BoundSymbol& b = trace.bsyms[i];
+    if (b.output.isTensor() && convertsOnly(b)) {
+      std::vector<TensorPtr> ins = b.inputTensors();
+      const TensorPtr& out = b.output.toTensor();
+      if (ins.size() == 1 && isLowPrecision(ins[0]->dtype) && out->dtype == DType::Float32 &&
+          ins[0]->shape == out->shape)
+        widened[out.get()] = ins[0];
+      continue;
+    }
+    if (b.sym->module != "ltorch" || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor() ||
+        !b.output.isTensor())
+      continue;
+    if (b.args.size() > 3 && !b.args[3].isNone()) continue;  // a dtype of its own
+    auto it = widened.find(b.args[0].toTensor().get());
+    if (it == widened.end() || it->second->symbolic()) continue;
+    source[i] = it->second;
+  }
+  if (source.empty()) return std::nullopt;
+  std::unordered_map<size_t, std::function<Value()>> replace;
+  for (const auto& [i, x] : source) {
+    const BoundSymbol& b = trace.bsyms[i];
+    replace[i] = [&b, x = x] {
+      std::vector<Value> args = b.args;
+      args[0] = Value(x);
+      while (args.size() < 4) args.push_back(args.size() == 2 ? Value(false) : Value());
+      args[3] = Value(DType::Float32);
+      return call(*b.sym, args);
+    };
+  }
+  return dce(replaceCalls(trace, replace, "sums of widened values"));
 }
 
 }  // namespace thunder

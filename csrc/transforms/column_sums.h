@@ -18,4 +18,13 @@ namespace thunder {
 /// nothing when no sum matches.
 std::optional<Trace> columnSumsThroughReshapes(const Trace& trace);
 
+/// Rewrites `ltorch.sum(w, dims, keepdim)` where `w` is a widening of a 16-bit float tensor `x` to
+/// float32 (one conversion call) as `ltorch.sum(x, dims, keepdim, dtype=float32)`: the same prims
+/// (the conversion, then the sum), but what is stored between kernels is `x`. The autodiff widens
+/// a bfloat16 gradient for a bias that was added in float32 (Swin's relative position bias, the
+/// softmax's gradient of [B * windows, heads, 49, 49]); a kernel then stored the float32 copy
+/// beside the bfloat16 one for the sum alone, which ATen runs (it keeps dims no kernel form takes).
+/// The widening stays where something else reads it. Returns nothing when no sum matches.
+std::optional<Trace> sumsOfWidenedValues(const Trace& trace);
+
 }  // namespace thunder

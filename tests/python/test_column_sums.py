@@ -96,3 +96,39 @@ def test_rewrite_sums_the_reshapes_source():
     assert len(sums) == 1 and "(0, 1)" in sums[0], sums
     before = [l for l in str(traces[0]).splitlines() if re.match(r"\s+\w+ = ltorch\.sum\(", l)]
     assert len(before) == 1 and "(0,)" in before[0], before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_sum_of_a_widened_gradient_reads_the_16_bit_value(dtype):
+    # Swin's attention: a position bias broadcast over the windows is added to the 16-bit scores
+    # before a softmax. The bias's gradient sums the softmax's gradient over the windows; the
+    # autodiff widens that gradient to float32 for it (the add ran in float32). The sum now reads
+    # the 16-bit gradient (sum(..., dtype=float32)), and no kernel stores a float32 copy of it.
+    torch.manual_seed(0)
+    scores = torch.randn(8, 3, 7, 7, dtype=dtype, requires_grad=True)
+    bias = torch.randn(3, 7, 7, dtype=dtype, requires_grad=True)
+    v = torch.randn(8, 3, 7, 5, dtype=dtype)
+
+    def f(s, b, v):
+        return ((s + b.unsqueeze(0)).softmax(-1) @ v).float().square().sum()
+
+    jf = thunder.jit(f, executors=["fuser"])
+    jf(scores, bias, v).backward()
+    got = scores.grad, bias.grad
+    s64, b64 = (t.detach().double().requires_grad_() for t in (scores, bias))
+    f(s64, b64, v.double()).backward()
+    scores.grad = bias.grad = None
+    f(scores, bias, v).backward()
+    for g, want, eager in zip(got, (s64.grad, b64.grad), (scores.grad, bias.grad)):
+        assert g.dtype == dtype
+        # as close to float64 as eager is (twice its error, and a 16-bit step)
+        err, eager_err = (g.double() - want).abs().max(), (eager.double() - want).abs().max()
+        assert err <= 2 * eager_err + 1e-2 * want.abs().max(), (err, eager_err)
+    bwd = str(thunder.last_backward_traces(jf)[-1])
+    # No kernel stores a float32 copy of the [8, 3, 7, 7] gradient; a sum ATen runs reads 16 bits.
+    outs = [o.strip() for m in re.findall(r"^  \[([\w, ]+)\] = cpuFusion", bwd, re.M) for o in m.split(",")]
+    assert outs, bwd
+    for o in outs:
+        assert f'# {o}: "cpu f32[8, 3, 7, 7]"' not in bwd, bwd
+    for dt in re.findall(r"^  \w+ = torch\.sum\(\w+, .*dtype=(\S+)\)  #", bwd, re.M):
+        assert dt == "torch.float32", bwd

@@ -90,6 +90,22 @@ std::optional<Trace> sumsOfWidenedValues(const Trace& trace) {
     if (it == widened.end() || it->second->symbolic()) continue;
     source[i] = it->second;
   }
+  // Only where the sums are all that read the widening (which then goes): a widening that stays
+  // is read by a kernel, where the sum of it is a column output at no cost, and alone it would
+  // be a conversion kernel of its own (a LayerNorm's bias gradient).
+  std::unordered_map<const TensorProxy*, size_t> readers, summed;
+  for (const BoundSymbol& b : trace.bsyms)
+    for (const TensorPtr& t : b.inputTensors()) ++readers[t.get()];
+  {
+    std::vector<TensorPtr> returned;
+    trace.output.collectTensors(returned);
+    for (const TensorPtr& t : returned) ++readers[t.get()];
+  }
+  for (const auto& [i, x] : source) ++summed[trace.bsyms[i].args[0].toTensor().get()];
+  for (auto it = source.begin(); it != source.end();) {
+    const TensorProxy* w = trace.bsyms[it->first].args[0].toTensor().get();
+    it = summed[w] == readers[w] ? std::next(it) : source.erase(it);
+  }
   if (source.empty()) return std::nullopt;
   std::unordered_map<size_t, std::function<Value()>> replace;
   for (const auto& [i, x] : source) {

@@ -24,7 +24,8 @@ std::optional<Trace> columnSumsThroughReshapes(const Trace& trace);
 /// a bfloat16 gradient for a bias that was added in float32 (Swin's relative position bias, the
 /// softmax's gradient of [B * windows, heads, 49, 49]); a kernel then stored the float32 copy
 /// beside the bfloat16 one for the sum alone, which ATen runs (it keeps dims no kernel form takes).
-/// The widening stays where something else reads it. Returns nothing when no sum matches.
+/// Only where sums are all that read the widening (else a kernel reads it, and takes the sum as a
+/// column output). Returns nothing when no sum matches.
 std::optional<Trace> sumsOfWidenedValues(const Trace& trace);
 
 }  // namespace thunder

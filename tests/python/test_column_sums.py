@@ -132,3 +132,23 @@ def test_a_sum_of_a_widened_gradient_reads_the_16_bit_value(dtype):
         assert f'# {o}: "cpu f32[8, 3, 7, 7]"' not in bwd, bwd
     for dt in re.findall(r"^  \w+ = torch\.sum\(\w+, .*dtype=(\S+)\)  #", bwd, re.M):
         assert dt == "torch.float32", bwd
+
+
+def test_a_widening_other_kernels_read_is_summed_where_it_is():
+    # A LayerNorm's bias gradient sums the widened output gradient, which the norm's backward
+    # kernel reads as well: the sum stays on the widening (a column output of that kernel on
+    # CUDA). Summing the 16-bit value instead left the widening alone, an ATen conversion.
+    x = torch.randn(7, 768, dtype=torch.bfloat16, requires_grad=True)
+    w, b = (torch.randn(768, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+
+    def f(x, w, b):
+        return F.layer_norm(x, x.shape[-1:], w, b) * 2.0
+
+    jf = thunder.jit(f, executors=["fuser"])
+    g = torch.randn(7, 768, dtype=torch.bfloat16)
+    got = torch.autograd.grad(jf(x, w, b), (x, w, b), g)
+    want = torch.autograd.grad(f(x, w, b), (x, w, b), g)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2 * e.abs().max().item())
+    bwd = str(thunder.last_backward_traces(jf)[-1])
+    assert not re.search(r"^  \w+ = (Tensor\.to|torchex\.convert_element_type)\(", bwd, re.M), bwd

@@ -105,6 +105,15 @@ Trace cse(const Trace& trace) {
   // that fed it, whose gradient of its bfloat16 operand narrows it again (to(bfloat16)); the
   // narrowing is the bfloat16 value itself, which a kernel then need not widen and store.
   std::unordered_map<const TensorProxy*, TensorPtr> widened;
+  // (A returned narrowing of an input, or of another result, stays: in eager it is a new tensor,
+  // which the caller may write without changing the input or the other result.)
+  std::unordered_set<const TensorProxy*> returned, inputs;
+  for (const TensorPtr& t : trace.inputs) inputs.insert(t.get());
+  {
+    std::vector<TensorPtr> outs;
+    trace.output.collectTensors(outs);
+    for (const TensorPtr& t : outs) returned.insert(t.get());
+  }
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
     if (!renames.empty()) substituteReads(b, renames);
@@ -115,8 +124,15 @@ Trace cse(const Trace& trace) {
       if (ins.size() == 1 && ins[0]->shape == outs[0]->shape) {
         auto w = widened.find(ins[0].get());
         if (w != widened.end() && w->second->dtype == outs[0]->dtype) {
-          renames.emplace(outs[0].get(), w->second);
-          continue;
+          const TensorPtr& x = w->second;
+          // A returned narrowing becomes x only where x is a tensor of this trace's own that the
+          // caller gets nowhere else (then x is returned, once).
+          bool ownTensor = !inputs.count(x.get()) && !returned.count(x.get());
+          if (!returned.count(outs[0].get()) || ownTensor) {
+            if (returned.count(outs[0].get())) returned.insert(x.get());
+            renames.emplace(outs[0].get(), x);
+            continue;
+          }
         }
         if (ins[0]->dtype != outs[0]->dtype && holdsExactly(ins[0]->dtype, outs[0]->dtype))
           widened.emplace(outs[0].get(), ins[0]);
@@ -153,6 +169,9 @@ Trace cse(const Trace& trace) {
       if (slots[k] == nullptr) continue;
       const TensorPtr& was = it->second[k];
       same = was != nullptr && was->shape == slots[k]->shape && was->dtype == slots[k]->dtype;
+      // Two results the caller gets are two tensors, as in eager (one written must not change
+      // the other; two gradients must not be one tensor that autograd accumulates into).
+      same = same && !(returned.count(was.get()) && returned.count(slots[k].get()));
     }
     if (!same) {
       out.bsyms.push_back(std::move(b));

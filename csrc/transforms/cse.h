@@ -11,7 +11,10 @@ namespace thunder {
 /// op may fill) or belong to an executor are left alone, and so are slices, broadcasts and
 /// conversions of the trace's inputs (a rotary table in float32: each kernel computes its own).
 /// (The autodiff converts one gradient to bfloat16 once per consumer; a fused kernel then stored
-/// the same values twice.)
+/// the same values twice.) Two calls whose results are both returned stay two calls: the caller
+/// gets two tensors, as from eager. A value widened and narrowed back to its dtype (bfloat16
+/// through float32) is the value itself, unless the narrowing is returned and the value is an
+/// input or returned as well.
 Trace cse(const Trace& trace);
 
 }  // namespace thunder

@@ -477,6 +477,31 @@ def test_cse_drops_a_conversion_there_and_back(low, wide):
     assert str(low) not in converts and converts.count(str(other)) == 1, final
 
 
+@pytest.mark.parametrize("executors", [["torch"], ["fuser"]])
+def test_a_returned_conversion_there_and_back_is_a_new_tensor(executors):
+    # x.float().to(bfloat16) is x's value, but eager returns a new tensor: writing into the result
+    # must not change x.
+    x = torch.randn(4, dtype=torch.bfloat16)
+    y = thunder.jit(lambda x: x.float().to(torch.bfloat16), executors=executors)(x)
+    assert torch.equal(y, x) and y.data_ptr() != x.data_ptr()
+    y.add_(1)
+    assert not torch.equal(y, x)
+    # Two returned round trips of one computed value: two tensors.
+    a, b = thunder.jit(lambda x: ((x * 2).float().to(torch.bfloat16), (x * 2).float().to(torch.bfloat16)),
+                       executors=executors)(x)
+    assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+
+
+@pytest.mark.parametrize("executors", [["torch"], ["fuser"]])
+def test_cse_keeps_two_returned_results_apart(executors):
+    # (x * 2, x * 2): eager returns two tensors; one written must not change the other.
+    x = torch.randn(4)
+    a, b = thunder.jit(lambda x: (x * 2, x * 2), executors=executors)(x)
+    assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    a.add_(1)
+    torch.testing.assert_close(b, x * 2)
+
+
 def test_jitted_callables_run_as_they_are_inside_torch_compile():
     # torch.compile over a program that calls a jitted function or module (transformers compiles
     # the forward it decodes with when the cache is static): dynamo does not trace into thunder;

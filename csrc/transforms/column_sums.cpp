@@ -1,6 +1,5 @@
 #include "transforms/column_sums.h"
 
-#include <functional>
 #include <unordered_map>
 
 #include "ops/ltorch.h"
@@ -65,11 +64,6 @@ std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
 }
 
 std::optional<Trace> sumsOfWidenedValues(const Trace& trace) {
-  // A call that only converts its one tensor (a prim, or a call whose one subsymbol is one).
-  std::function<bool(const BoundSymbol&)> convertsOnly = [&](const BoundSymbol& b) {
-    if (b.sym->isPrim()) return b.sym->name == "convert_element_type";
-    return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
-  };
   std::unordered_map<const TensorProxy*, TensorPtr> widened;  // float32 value -> its 16-bit source
   std::unordered_map<size_t, TensorPtr> source;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {

@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "transforms/rewrites.h"
+
 namespace thunder {
 namespace {
 
@@ -56,12 +58,6 @@ bool movesOnly(const BoundSymbol& b) {
   for (const BoundSymbol& s : b.subsymbols)
     if (!movesOnly(s)) return false;
   return true;
-}
-
-/// A call that only converts one tensor's dtype (a prim, or a call whose one subsymbol is one).
-bool convertsOnly(const BoundSymbol& b) {
-  if (b.sym->isPrim()) return b.sym->name == "convert_element_type";
-  return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
 }
 
 /// Whether every value of `from` is a value of `to` (a conversion there and back is the identity).

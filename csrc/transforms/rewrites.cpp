@@ -9,6 +9,11 @@ bool isReshapeCall(const BoundSymbol& b) {
          b.args[0].isTensor() && b.output.isTensor();
 }
 
+bool convertsOnly(const BoundSymbol& b) {
+  if (b.sym->isPrim()) return b.sym->name == "convert_element_type";
+  return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
+}
+
 Trace replaceCalls(const Trace& trace, const std::unordered_map<size_t, std::function<Value()>>& replace,
                    const std::string& pass) {
   Trace out = trace.emptyCopy();

@@ -1,5 +1,5 @@
 // Helpers of the passes that replace single calls by traced expressions (column_sums,
-// cat_reshapes, grad_layout).
+// cat_reshapes, grad_layout) and of cse.
 #pragma once
 
 #include <functional>
@@ -11,6 +11,10 @@ namespace thunder {
 
 /// A reshape of a tensor: ltorch.reshape or ltorch.view, prims.reshape.
 bool isReshapeCall(const BoundSymbol& b);
+
+/// A call that only converts its one tensor's dtype: prims.convert_element_type, or a call whose
+/// one subsymbol is such a call (ltorch.to, Tensor.float).
+bool convertsOnly(const BoundSymbol& b);
 
 /// A copy of `trace` with each call at a position in `replace` replaced by what its function
 /// traces (which must return a tensor of the call's output's shape and dtype; the later calls

@@ -164,14 +164,7 @@ std::optional<Trace> FusionExecutor::fuseInplaceUpdates(
   for (size_t i = 0; i < calls.size(); ++i)
     for (const TensorPtr& t : calls[i].outputTensors()) producer.emplace(t.get(), i);
   // How many calls read each tensor, the trace's output counting as one.
-  std::unordered_map<const TensorProxy*, size_t> readers;
-  for (const BoundSymbol& b : calls)
-    for (const TensorPtr& t : b.inputTensors()) ++readers[t.get()];
-  {
-    std::vector<TensorPtr> returned;
-    trace.output.collectTensors(returned);
-    for (const TensorPtr& t : returned) ++readers[t.get()];
-  }
+  std::unordered_map<const TensorProxy*, size_t> readers = readCounts(trace);
   // Per fused call that takes updates: its program (lowered again from its prims) and arguments.
   struct Pending {
     codegen::KernelProgram prog;

@@ -177,6 +177,16 @@ Value traceScratch(Trace& out, const std::function<Value()>& build, std::vector<
   return made;
 }
 
+std::unordered_map<const TensorProxy*, size_t> readCounts(const Trace& trace) {
+  std::unordered_map<const TensorProxy*, size_t> readers;
+  for (const BoundSymbol& b : trace.bsyms)
+    for (const TensorPtr& t : b.inputTensors()) ++readers[t.get()];
+  std::vector<TensorPtr> returned;
+  trace.output.collectTensors(returned);
+  for (const TensorPtr& t : returned) ++readers[t.get()];
+  return readers;
+}
+
 Value appendTraced(Trace& out, const std::function<Value()>& build) {
   std::vector<BoundSymbol> calls;
   Value made = traceScratch(out, build, calls);

@@ -121,6 +121,9 @@ Value call(const Symbol& sym, std::vector<Value> args);
 /// Replaces the tensor `from` by `to` in a call's arguments, output and decomposition.
 void replaceTensor(BoundSymbol& b, const TensorProxy* from, const TensorPtr& to);
 
+/// How many calls of `trace` read each tensor, its output counting once per place it returns it.
+std::unordered_map<const TensorProxy*, size_t> readCounts(const Trace& trace);
+
 /// Traces `build` into a scratch copy of `out` (new names follow `out`'s, which `out` then
 /// reserves) and returns what it returned, with the calls it recorded in `calls`; nothing is
 /// appended to `out`.

@@ -68,12 +68,9 @@ std::optional<Trace> sumsOfWidenedValues(const Trace& trace) {
   std::unordered_map<size_t, TensorPtr> source;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (b.output.isTensor() && convertsOnly(b)) {
-      std::vector<TensorPtr> ins = b.inputTensors();
-      const TensorPtr& out = b.output.toTensor();
-      if (ins.size() == 1 && isLowPrecision(ins[0]->dtype) && out->dtype == DType::Float32 &&
-          ins[0]->shape == out->shape)
-        widened[out.get()] = ins[0];
+    if (TensorPtr from = widenedFrom(b)) {
+      if (isLowPrecision(from->dtype) && b.output.tensor().dtype == DType::Float32)
+        widened[b.output.toTensor().get()] = from;
       continue;
     }
     if (b.sym->module != "ltorch" || b.sym->name != "sum" || b.args.size() < 2 || !b.args[0].isTensor() ||
@@ -87,14 +84,7 @@ std::optional<Trace> sumsOfWidenedValues(const Trace& trace) {
   // Only where the sums are all that read the widening (which then goes): a widening that stays
   // is read by a kernel, where the sum of it is a column output at no cost, and alone it would
   // be a conversion kernel of its own (a LayerNorm's bias gradient).
-  std::unordered_map<const TensorProxy*, size_t> readers, summed;
-  for (const BoundSymbol& b : trace.bsyms)
-    for (const TensorPtr& t : b.inputTensors()) ++readers[t.get()];
-  {
-    std::vector<TensorPtr> returned;
-    trace.output.collectTensors(returned);
-    for (const TensorPtr& t : returned) ++readers[t.get()];
-  }
+  std::unordered_map<const TensorProxy*, size_t> readers = readCounts(trace), summed;
   for (const auto& [i, x] : source) ++summed[trace.bsyms[i].args[0].toTensor().get()];
   for (auto it = source.begin(); it != source.end();) {
     const TensorProxy* w = trace.bsyms[it->first].args[0].toTensor().get();

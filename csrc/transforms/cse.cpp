@@ -60,16 +60,6 @@ bool movesOnly(const BoundSymbol& b) {
   return true;
 }
 
-/// Whether every value of `from` is a value of `to` (a conversion there and back is the identity).
-bool holdsExactly(DType from, DType to) {
-  if (from == to) return true;
-  switch (to) {
-    case DType::Float64: return from == DType::Float32 || isLowPrecision(from);
-    case DType::Float32: return isLowPrecision(from);
-    default: return false;
-  }
-}
-
 /// The outputs of a call by position: a tensor, or null where dce pruned an unused output (or
 /// the output is not a tensor). Two calls' outputs correspond position by position; their
 /// tensors alone do not (the first split's unused second part and the second's unused first
@@ -101,10 +91,10 @@ Trace cse(const Trace& trace) {
   // that fed it, whose gradient of its bfloat16 operand narrows it again (to(bfloat16)); the
   // narrowing is the bfloat16 value itself, which a kernel then need not widen and store.
   std::unordered_map<const TensorProxy*, TensorPtr> widened;
-  // (A returned narrowing of an input, or of another result, stays: in eager it is a new tensor,
-  // which the caller may write without changing the input or the other result.)
-  std::unordered_set<const TensorProxy*> returned, inputs;
-  for (const TensorPtr& t : trace.inputs) inputs.insert(t.get());
+  // (A returned narrowing of an input (or of a view of one: `tables`), or of another result,
+  // stays: in eager it is a new tensor, which the caller may write without changing the input or
+  // the other result.)
+  std::unordered_set<const TensorProxy*> returned;
   {
     std::vector<TensorPtr> outs;
     trace.output.collectTensors(outs);
@@ -117,22 +107,19 @@ Trace cse(const Trace& trace) {
     std::vector<TensorPtr> outs = b.outputTensors();
     if (outs.size() == 1 && convertsOnly(b)) {
       std::vector<TensorPtr> ins = b.inputTensors();
-      if (ins.size() == 1 && ins[0]->shape == outs[0]->shape) {
-        auto w = widened.find(ins[0].get());
-        if (w != widened.end() && w->second->dtype == outs[0]->dtype) {
-          const TensorPtr& x = w->second;
-          // A returned narrowing becomes x only where x is a tensor of this trace's own that the
-          // caller gets nowhere else (then x is returned, once).
-          bool ownTensor = !inputs.count(x.get()) && !returned.count(x.get());
-          if (!returned.count(outs[0].get()) || ownTensor) {
-            if (returned.count(outs[0].get())) returned.insert(x.get());
-            renames.emplace(outs[0].get(), x);
-            continue;
-          }
+      auto w = ins.size() == 1 ? widened.find(ins[0].get()) : widened.end();
+      if (w != widened.end() && w->second->dtype == outs[0]->dtype) {
+        const TensorPtr& x = w->second;
+        // A returned narrowing becomes x only where x is a tensor of this trace's own that the
+        // caller gets nowhere else (then x is returned, once).
+        bool ownTensor = !tables.count(x.get()) && !returned.count(x.get());
+        if (!returned.count(outs[0].get()) || ownTensor) {
+          if (returned.count(outs[0].get())) returned.insert(x.get());
+          renames.emplace(outs[0].get(), x);
+          continue;
         }
-        if (ins[0]->dtype != outs[0]->dtype && holdsExactly(ins[0]->dtype, outs[0]->dtype))
-          widened.emplace(outs[0].get(), ins[0]);
       }
+      if (TensorPtr from = widenedFrom(b)) widened.emplace(outs[0].get(), from);
     }
     if (movesOnly(b)) {
       std::vector<TensorPtr> ins = b.inputTensors();

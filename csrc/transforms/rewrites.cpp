@@ -14,6 +14,18 @@ bool convertsOnly(const BoundSymbol& b) {
   return b.subsymbols.size() == 1 && convertsOnly(b.subsymbols[0]);
 }
 
+TensorPtr widenedFrom(const BoundSymbol& b) {
+  if (!b.output.isTensor() || !convertsOnly(b)) return nullptr;
+  std::vector<TensorPtr> ins = b.inputTensors();
+  const TensorPtr& out = b.output.toTensor();
+  if (ins.size() != 1 || ins[0]->shape != out->shape || ins[0]->dtype == out->dtype) return nullptr;
+  const DType from = ins[0]->dtype;
+  const bool exact = out->dtype == DType::Float64 ? from == DType::Float32 || isLowPrecision(from)
+                     : out->dtype == DType::Float32 ? isLowPrecision(from)
+                                                    : false;
+  return exact ? ins[0] : nullptr;
+}
+
 Trace replaceCalls(const Trace& trace, const std::unordered_map<size_t, std::function<Value()>>& replace,
                    const std::string& pass) {
   Trace out = trace.emptyCopy();

@@ -16,6 +16,11 @@ bool isReshapeCall(const BoundSymbol& b);
 /// one subsymbol is such a call (ltorch.to, Tensor.float).
 bool convertsOnly(const BoundSymbol& b);
 
+/// The tensor `b` widens, where `b` only converts it to a dtype that holds every one of its values
+/// (float16/bfloat16 to float32 or float64, float32 to float64: converting back is the identity);
+/// else null.
+TensorPtr widenedFrom(const BoundSymbol& b);
+
 /// A copy of `trace` with each call at a position in `replace` replaced by what its function
 /// traces (which must return a tensor of the call's output's shape and dtype; the later calls
 /// read it under the old name). `pass` names the pass in an internal error.

@@ -173,8 +173,11 @@ Trace cse(const Trace& trace) {
       out.bsyms.push_back(std::move(b));
       continue;
     }
-    for (size_t k = 0; k < slots.size(); ++k)
-      if (slots[k] != nullptr) renames.emplace(slots[k].get(), it->second[k]);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (slots[k] == nullptr) continue;
+      if (returned.count(slots[k].get())) returned.insert(it->second[k].get());  // (returned once)
+      renames.emplace(slots[k].get(), it->second[k]);
+    }
   }
   out.output = substitute(trace.output, renames);
   return out;

@@ -498,6 +498,9 @@ def test_cse_keeps_two_returned_results_apart(executors):
     x = torch.randn(4)
     a, b = thunder.jit(lambda x: (x * 2, x * 2), executors=executors)(x)
     assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    # The first computed for something else, then returned twice: still two tensors.
+    a, b = thunder.jit(lambda x: ((x * 2).sum(), x * 2, x * 2), executors=executors)(x)[1:]
+    assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
     a.add_(1)
     torch.testing.assert_close(b, x * 2)
 

@@ -1339,8 +1339,14 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
     if (rowVarying(k)) varying.push_back(k);
   auto loadChunk = [&](const std::string& dst, size_t k, const char* indent) {
     std::string ks = std::to_string(k);
-    return std::string(indent) + "if constexpr (VEC > 1) thunder_vcopy<VEC>(" + dst + ", in" + ks + " + b" + ks +
-           " + col);\n" + indent + "else " + dst + "[0] = in" + ks + "[b" + ks + " + col * s" + ks + "];\n";
+    std::string load = std::string(indent) + "if constexpr (VEC > 1) thunder_vcopy<VEC>(" + dst + ", in" + ks + " + b" +
+                       ks + " + col);\n" + indent + "else " + dst + "[0] = in" + ks + "[b" + ks + " + col * s" + ks + "];\n";
+    // A guarded input (a cat's or a roll's piece along a dim before the last) is read for whole
+    // rows or not at all (lowerRegion): outside its range its chunk reads as zeros.
+    std::string cond = e.guardCond(static_cast<int>(k), false);
+    if (cond.empty()) return load;
+    return std::string(indent) + "if (" + cond + ") {\n" + load + indent + "} else {\n" + indent +
+           "  for (int z = 0; z < VEC; ++z) " + dst + "[z] = 0;\n" + indent + "}\n";
   };
   // Inputs that differ from row to row are kept in registers; inputs the same for every row
   // (a weight along the row) are re-read where used, from cache, to save registers.

@@ -1193,15 +1193,17 @@ bool lowerOver(const std::vector<BoundSymbol>& prims, const std::vector<TensorPt
       return false;
     }
   if (out.rowKernel()) {
-    // Row kernels read whole rows in chunks: no guarded loads or index ranges there (yet).
+    // Row kernels read whole rows in chunks: a guarded load or an index range must decide per
+    // row (a cat's or a roll's pieces along a dim before the last: whole rows), not along it.
+    const int64_t L = rank > 0 ? out.iterShape[rank - 1] : 1;
     for (const KInput& in : out.inputs)
-      if (in.guarded()) {
-        whyNot = "a guarded load (cat or pad) in a row kernel";
+      if (in.guarded() && rank > 0 && (in.guard[rank - 1].first > 0 || in.guard[rank - 1].second < L)) {
+        whyNot = "a guarded load (cat or pad) along a row kernel's rows";
         return false;
       }
     for (const KNode& n : out.nodes)
-      if (n.kind == KNode::Kind::InRange) {
-        whyNot = "a cat or pad in a row kernel";
+      if (n.kind == KNode::Kind::InRange && n.dim + 1 == rank) {
+        whyNot = "a cat or pad along a row kernel's rows";
         return false;
       }
     // A gather reads each row at one index (an embedding's rows, a table's at a position): the

@@ -1664,3 +1664,59 @@ def test_a_roll_split_from_its_neighbours_is_a_kernel_of_its_own():
     torch.testing.assert_close(n, torch.nn.functional.layer_norm(want, (32,), w, b))
     names = thunder.last_traces(jf)[-1].bound_symbol_names
     assert not [c for c in names if "roll" in c], names
+
+
+def _roll_norm(x, s, w, b):
+    # Swin's shifted block: the roll back, the residual add and the next LayerNorm.
+    h = s + torch.roll(x, (3, 3), (1, 2))
+    return h, torch.nn.functional.layer_norm(h, (32,), w, b)
+
+
+def _cat_norm(x, w, b):
+    # A cat along a dim before the last, normalized along the last; a pad of that dim, a softmax.
+    y = torch.cat([x[:, 5:], x[:, :5] * 2], 1)
+    z = torch.nn.functional.pad(x, (0, 0, 1, 2))
+    return torch.nn.functional.layer_norm(y, (32,), w, b), torch.softmax(z, -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_row_kernels_read_cat_pieces_by_whole_rows(dtype):
+    # A cat's (or a roll's) pieces along a dim before the last are whole rows: a row kernel reads
+    # each row from the piece that holds it (the others read as zeros), forward and backward.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 16, 16, 32, generator=g).to(dtype).requires_grad_()
+    s = torch.randn(4, 16, 16, 32, generator=g).to(dtype)
+    w, b = (torch.randn(32, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    x3 = torch.randn(4, 12, 32, generator=g).to(dtype)
+    for fn, args in ((_roll_norm, (x, s, w, b)), (_cat_norm, (x3, w, b))):
+        jf = thunder.jit(fn, executors=["fuser"])
+        got = jf(*args)
+        want = fn(*args)
+        ref = fn(*(a.double() for a in args))
+        # (The CPU kernel's float32 LayerNorm, roll or not, lands 1.1-1.2x eager's error norm.)
+        assert_as_accurate_as_eager(got, want, ref, slack=1.5, what=f"{fn.__name__} forward")
+        names = thunder.last_traces(jf)[-1].bound_symbol_names
+        assert not [n for n in names if "roll" in n or "cat" in n or "pad" in n], names
+    # _roll_norm: one kernel forward; gradients against float64
+    jf = thunder.jit(_roll_norm, executors=["fuser"])
+    h, n = jf(x, s, w, b)
+    assert [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n.startswith("cpuFusion")] == ["cpuFusion0"]
+    gh, gn = torch.randn_like(h), torch.randn_like(n)
+    got = torch.autograd.grad((h, n), (x, w, b), (gh, gn))
+    want = torch.autograd.grad(_roll_norm(x, s, w, b), (x, w, b), (gh, gn))
+    x64, w64, b64 = (a.detach().double().requires_grad_() for a in (x, w, b))
+    ref = torch.autograd.grad(_roll_norm(x64, s.double(), w64, b64), (x64, w64, b64), (gh.double(), gn.double()))
+    assert_as_accurate_as_eager(got, want, ref, slack=1.5, what="_roll_norm backward")
+
+
+@pytest.mark.skipif(not _C.nvrtc_available(), reason="libnvrtc is not installed (make setup installs it)")
+def test_row_kernels_reading_cat_pieces_compile_with_nvrtc():
+    x = torch.randn(4, 16, 16, 32, dtype=torch.bfloat16)
+    w = torch.randn(32, dtype=torch.bfloat16)
+    jf = thunder.jit(_roll_norm, executors=[])
+    jf(x, x, w, w)
+    sources = _C.generate_fusion_sources(thunder.last_traces(jf)[1], "cuda", variants=True)
+    rows = [(e, src) for e, src in sources if "_r" in e]
+    assert rows and any("for (int z = 0; z < VEC; ++z)" in src for _, src in rows)
+    for entry, source in sources:
+        assert _C.nvrtc_compile(source, "sm_90") > 0, entry

@@ -88,6 +88,9 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
+  // Again: CSE drops the conversions there and back (widened, narrowed) that stood between a sum
+  // and the rows it reads (Swin's window partition's gradient).
+  log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Sums of widened values", [](const Trace& t) { return sumsOfWidenedValues(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   if (forward) {

@@ -29,22 +29,30 @@ bool sumsAllButLast(const BoundSymbol& b) {
 }  // namespace
 
 std::optional<Trace> columnSumsThroughReshapes(const Trace& trace) {
-  std::unordered_map<const TensorProxy*, const BoundSymbol*> reshapeOf;
-  // The sums to rewrite, by position, with the reshape's source.
+  // Each value that only moves whole rows of another (a reshape keeping the last dim, a window
+  // partition's permute), to that other.
+  std::unordered_map<const TensorProxy*, TensorPtr> movedFrom;
+  // The sums to rewrite, by position, with the value they sum the rows of.
   std::unordered_map<size_t, TensorPtr> source;
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (isReshapeCall(b)) reshapeOf[b.output.toTensor().get()] = &b;
+    TensorPtr from = rowsMovedFrom(b);
+    if (!from && isReshapeCall(b)) {
+      const TensorPtr& x = b.args[0].toTensor();
+      const TensorProxy& r = b.output.tensor();
+      // (Sizes that vary between calls are compared at one call's values only: those stay.)
+      if (x->ndim() > 0 && r.ndim() > 0 && x->shape.back() == r.shape.back() && x->dtype == r.dtype &&
+          !x->symbolic() && !r.symbolic())
+        from = x;
+    }
+    if (from) movedFrom[b.output.toTensor().get()] = from;
     if (!sumsAllButLast(b)) continue;
-    auto it = reshapeOf.find(b.args[0].toTensor().get());
-    if (it == reshapeOf.end()) continue;
-    const TensorPtr& x = it->second->args[0].toTensor();
-    const TensorProxy& r = b.args[0].tensor();
-    // (Sizes that vary between calls are compared at one call's values only: those stay.)
-    if (x->ndim() < 2 || x->shape.back() != r.shape.back() || x->dtype != r.dtype || x->numel() == 0 ||
-        x->symbolic() || r.symbolic())
-      continue;
-    source[i] = x;
+    // The earliest of the chain: the value a kernel computes, in the shape it iterates.
+    TensorPtr x;
+    for (auto it = movedFrom.find(b.args[0].toTensor().get()); it != movedFrom.end();
+         it = movedFrom.find(it->second.get()))
+      if (it->second->ndim() >= 2 && it->second->numel() > 0) x = it->second;
+    if (x) source[i] = x;
   }
   if (source.empty()) return std::nullopt;
   std::unordered_map<size_t, std::function<Value()>> replace;

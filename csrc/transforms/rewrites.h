@@ -12,6 +12,13 @@ namespace thunder {
 /// A reshape of a tensor: ltorch.reshape or ltorch.view, prims.reshape.
 bool isReshapeCall(const BoundSymbol& b);
 
+/// The tensor `b` reads, where `b` only moves whole rows of it (its last dim's runs of elements)
+/// to other places: each of its prims a reshape that keeps the last dim's length, a transpose that
+/// keeps the last dim last, or a copy into a layout (`contiguous`); else null. A window partition
+/// (reshape, permute, reshape) is one; a sum over every dim but the last reads the same elements
+/// into the same columns from either side of it.
+TensorPtr rowsMovedFrom(const BoundSymbol& b);
+
 /// A call that only converts its one tensor's dtype: prims.convert_element_type, or a call whose
 /// one subsymbol is such a call (ltorch.to, Tensor.float).
 bool convertsOnly(const BoundSymbol& b);

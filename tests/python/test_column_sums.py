@@ -43,6 +43,22 @@ def _keepdim(x, w, b):
     return y.reshape(-1, y.shape[-1]).sum(0, keepdim=True)
 
 
+def _window_reverse(x, w, b):
+    # Swin's attention output: a linear layer over windows of 2 x 2 tokens, the windows put back in
+    # place (view, permute, view), a residual add and a LayerNorm. The bias gradient sums the
+    # LayerNorm's input gradient moved back into windows: whole rows moved, the same column sums.
+    y = F.linear(x, w, b)
+    B, C = y.shape[0] // 4, y.shape[-1]
+    y = y.view(B, 2, 2, 2, 2, C).permute(0, 1, 3, 2, 4, 5).contiguous().view(B, 4, 4, C)
+    return F.layer_norm(y + 1, (C,))
+
+
+def _last_dim_moved(x, w, b):
+    # A square transpose keeps the last dim's length but not its elements: no rewrite.
+    y = (x @ w + b).transpose(-1, -2)
+    return (y * torch.arange(y.shape[-1], dtype=y.dtype)).tanh()
+
+
 CASES = {
     # name: (fn, x shape, w shape, b shape, the backward has no ATen sum left)
     "conv1d_gelu": (_conv1d_gelu, (2, 5, 8), (8, 12), (12,), True),
@@ -51,6 +67,8 @@ CASES = {
     "not_a_column_sum": (_not_a_column_sum, (2, 4, 6), (6, 6), (6,), False),
     "keepdim": (_keepdim, (2, 4, 6), (6, 6), (6,), False),
     "empty_rows": (_conv1d_gelu, (0, 5, 8), (8, 12), (12,), False),
+    "window_reverse": (_window_reverse, (8, 4, 6), (6, 6), (6,), True),
+    "last_dim_moved": (_last_dim_moved, (2, 6, 6), (6, 6), (6,), False),
 }
 
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-10), torch.bfloat16: (3e-2, 3e-2)}

@@ -868,13 +868,54 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       for (size_t d : subs[k].deps) close(d);
       order.push_back(k);
     };
+    // Calls that only widen or broadcast values from outside the run (a drop-path mask, [B, 1, 1]
+    // as float32, expanded over [B, N, C]) wait for their first reader and join its group: alone
+    // they were an ATen conversion and an expanded view, read by the kernel with stride 0 along
+    // its rows, which keeps a row kernel from wide loads.
+    std::unordered_map<const TensorProxy*, size_t> deferred;  // output -> unit
+    std::vector<size_t> deferredOrder;
+    // (Also a broadcast of a group's value: the group stores the small value, the reader's kernel
+    // broadcasts it.)
+    auto feeder = [&](const Unit& u) {
+      if (u.prims.empty()) return false;
+      bool expands = false;
+      for (const BoundSymbol& p : u.prims) {
+        if (p.sym->name != "convert_element_type" && p.sym->name != "broadcast_in_dim") return false;
+        expands |= p.sym->name == "broadcast_in_dim" && p.args[0].isTensor() &&
+                   p.outputTensors()[0]->numel() > p.args[0].tensor().numel();
+      }
+      if (expands) return true;
+      for (const TensorPtr& t : u.bsym->inputTensors())
+        for (const Sub& s : subs)
+          if (s.produced.count(t.get())) return false;
+      return true;
+    };
+    // The deferred units that u reads, and those they read, in program order.
+    std::function<void(const Unit&, std::vector<size_t>&)> deferredReads = [&](const Unit& u, std::vector<size_t>& js) {
+      for (const TensorPtr& t : u.bsym->inputTensors()) {
+        auto it = deferred.find(t.get());
+        if (it == deferred.end() || std::find(js.begin(), js.end(), it->second) != js.end()) continue;
+        deferredReads(units[it->second], js);
+        js.push_back(it->second);
+      }
+    };
     for (size_t i : run) {
       const Unit& u = units[i];
+      if (feeder(u)) {
+        for (const TensorPtr& o : u.bsym->outputTensors()) deferred[o.get()] = i;
+        deferredOrder.push_back(i);
+        continue;
+      }
       Shape shape = unitShape(u, pointwise);
+      std::vector<size_t> feeders;  // deferred units u reads: they join u's sub
+      deferredReads(u, feeders);
+      std::vector<TensorPtr> inputs = u.bsym->inputTensors();
+      for (size_t j : feeders)
+        for (const TensorPtr& t : units[j].bsym->inputTensors()) inputs.push_back(t);
       std::vector<size_t> readsFrom;
       for (size_t k = 0; k < subs.size(); ++k) {
         if (subs[k].closed) continue;
-        for (const TensorPtr& t : u.bsym->inputTensors())
+        for (const TensorPtr& t : inputs)
           if (subs[k].produced.count(t.get())) {
             readsFrom.push_back(k);
             break;
@@ -925,17 +966,36 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
         target = subs.size() - 1;
       }
       Sub& sub = subs[*target];
+      for (size_t j : feeders) {
+        sub.members.push_back(j);
+        for (const TensorPtr& t : units[j].bsym->outputTensors()) {
+          sub.produced.insert(t.get());
+          deferred.erase(t.get());
+        }
+      }
       sub.members.push_back(i);
       for (const TensorPtr& t : u.bsym->outputTensors()) sub.produced.insert(t.get());
       // Every earlier sub it reads (open or closed) must come out before it.
       for (size_t k = 0; k < subs.size(); ++k) {
         if (k == *target) continue;
-        for (const TensorPtr& t : u.bsym->inputTensors())
+        for (const TensorPtr& t : inputs)
           if (subs[k].produced.count(t.get())) {
             sub.deps.push_back(k);
             break;
           }
       }
+    }
+    // Feeders no call of the run reads (their readers come after it): a group of their own, after
+    // the groups they read.
+    std::vector<size_t> unread;
+    for (size_t j : deferredOrder)
+      if (deferred.count(units[j].bsym->outputTensors()[0].get())) unread.push_back(j);
+    if (!unread.empty()) {
+      subs.push_back(Sub{unitShape(units[unread.front()], pointwise), unread, {}, {}, false, {}});
+      for (size_t j : unread)
+        for (const TensorPtr& t : units[j].bsym->inputTensors())
+          for (size_t k = 0; k + 1 < subs.size(); ++k)
+            if (subs[k].produced.count(t.get())) subs.back().deps.push_back(k);
     }
     for (size_t k = 0; k < subs.size(); ++k) close(k);
     for (size_t k : order) emitPrefixes(subs[k].members);
@@ -952,11 +1012,18 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
     for (size_t i : group)
       for (const TensorPtr& t : units[i].bsym->inputTensors()) groupReads.insert(t.get());
     const std::vector<bool> before = feeding(units, pending, std::move(groupReads), [](size_t) { return false; });
+    // (A column sum passed over is a kernel of its own: ATen's reduction over leading dims ran a
+    // bf16 [12544, 1152] sum, Swin's qkv bias gradient, at a third of the bandwidth.)
+    auto emitPending = [&](size_t i) {
+      bool sum = false;
+      for (const BoundSymbol& p : units[i].prims) sum |= sumsLeadingDims(p);
+      if (!(sum && !tooSmall({i}) && emitFused({i}))) out.bsyms.push_back(*units[i].bsym);
+    };
     for (size_t k = 0; k < pending.size(); ++k)
-      if (before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
+      if (before[k]) emitPending(pending[k]);
     if (!group.empty() && !emitFused(group)) emitSplit(group);
     for (size_t k = 0; k < pending.size(); ++k)
-      if (!before[k]) out.bsyms.push_back(*units[pending[k]].bsym);
+      if (!before[k]) emitPending(pending[k]);
     pending.clear();
     group.clear();
     groupShapes.clear();

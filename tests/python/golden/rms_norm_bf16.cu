@@ -145,6 +145,15 @@ __device__ __forceinline__ T thunder_reduce(T v, F combine, T* shared, T identit
   for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// A row's index in each iteration dim: with 32-bit rows, a multiply-high by the host's magic
+// number per dim, where a 64-bit division by a size known only at run time takes tens of
+// instructions per dim and row (Swin's [4096, 3, 49, 49] softmax: 600K rows of 49).
+__device__ __forceinline__ int64_t thunder_row_divmod(uint32_t& rem, int64_t magic, int64_t shift, int64_t size) {
+  const uint32_t q = (__umulhi(rem, (uint32_t)magic) + rem) >> (uint32_t)shift;
+  const uint32_t r = rem - q * (uint32_t)size;
+  rem = q;
+  return r;
+}
 template <int ITEMS, int VEC, bool WARP, int THREADS, int TPR>
 __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0, const uint16_t* __restrict__ in1, uint16_t* __restrict__ out0, const Geometry g) {
   __shared__ double shared_d[32];
@@ -157,8 +166,14 @@ __device__ __forceinline__ void cudaFusion0_row(const uint16_t* __restrict__ in0
     const bool valid = mine < rows;
     const int64_t row = valid ? mine : rows - 1;
     (void)valid;
-    int64_t rem = row;
-    const int64_t i0 = rem;
+    int64_t i0;
+    if (rows <= 0x7fffffffLL) {
+      uint32_t rem = static_cast<uint32_t>(row);
+      i0 = rem;
+    } else {
+      int64_t rem = row;
+      i0 = rem;
+    }
     const int64_t b0 = i0 * g.v[2];
     const int64_t s0 = g.v[3];
     const int64_t b1 = 0;

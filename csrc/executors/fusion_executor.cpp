@@ -84,6 +84,15 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     if (!ok) {
       static const bool debug = std::getenv("THUNDER_DEBUG_FUSION") != nullptr;
       if (debug) std::fprintf(stderr, "fuser: a region of %zu prims is not fused: %s\n", r.prims.size(), whyNot.c_str());
+      // THUNDER_DEBUG_FUSION=2: and the region's prims, with their inputs and output shapes.
+      if (debug && std::getenv("THUNDER_DEBUG_FUSION")[0] == '2')
+        for (const BoundSymbol& p : r.prims) {
+          std::fprintf(stderr, "    %s = %s(", p.outputTensors().empty() ? "?" : p.outputTensors()[0]->name.c_str(), p.sym->name.c_str());
+          for (const TensorPtr& t : p.inputTensors()) std::fprintf(stderr, "%s ", t->name.c_str());
+          std::fprintf(stderr, ") [");
+          if (!p.outputTensors().empty()) for (int64_t x : p.outputTensors()[0]->shape) std::fprintf(stderr, "%ld,", (long)x);
+          std::fprintf(stderr, "]\n");
+        }
       return std::nullopt;
     }
     auto placeholder = std::make_shared<Symbol>();

@@ -1,6 +1,7 @@
 #include "transforms/fusion_partition.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -188,10 +189,11 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
     std::vector<const TensorProxy*> leaves;
   };
   std::unordered_map<const TensorProxy*, Chain> chains;  // the values recomputed downstream
-  for (auto& [t, readers] : regionReaders) {
-    if (otherReaders.count(t) || returned.count(t)) continue;
-    Chain c{chainOf(regions[producerRegion.at(t)].second, t), {}};
-    if (c.prims.empty()) continue;
+  // The chain of prims with its leaves, if every reader can recompute it reading at most t's bytes
+  // of tensors it did not read already.
+  auto evaluate = [&](const TensorProxy* t, std::vector<BoundSymbol> prims) -> std::optional<Chain> {
+    Chain c{std::move(prims), {}};
+    if (c.prims.empty() || c.prims.size() > kMaxChain) return std::nullopt;
     std::unordered_set<const TensorProxy*> made, seen;
     for (const BoundSymbol& p : c.prims)
       for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
@@ -218,16 +220,56 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
       }
     }
     for (const TensorProxy* in : whole) cost[in] = in->numel() * dtypeItemSize(in->dtype);
-    bool all = true;
-    for (size_t b : readers) {
+    for (size_t b : regionReaders.at(t)) {
       std::unordered_set<const TensorProxy*> has;
       for (const TensorPtr& in : regions[b].second.inputs) has.insert(in.get());
       int64_t extra = 0;
       for (const TensorProxy* in : c.leaves)
         if (!has.count(in)) extra += cost[in];
-      all &= extra <= t->numel() * dtypeItemSize(t->dtype);
+      if (extra > t->numel() * dtypeItemSize(t->dtype)) return std::nullopt;
     }
-    if (all) chains.emplace(t, std::move(c));
+    return c;
+  };
+  // A chain whose leaves other regions compute (by pointwise prims from what they read) takes
+  // those computations in too: a LayerNorm backward's weight-gradient kernel made g * w from the
+  // matmul's output and the weight, itself recomputed from the saved input and statistics, and
+  // each of these was a float32 value stored for the next kernel.
+  auto expanded = [&](std::vector<BoundSymbol> prims) {
+    for (bool grew = true; grew && prims.size() <= kMaxChain;) {
+      grew = false;
+      std::unordered_set<const TensorProxy*> made;
+      for (const BoundSymbol& p : prims)
+        for (const TensorPtr& o : p.outputTensors()) made.insert(o.get());
+      std::vector<BoundSymbol> before;
+      for (const BoundSymbol& p : prims)
+        for (const TensorPtr& in : p.inputTensors()) {
+          if (made.count(in.get())) continue;
+          auto pr = producerRegion.find(in.get());
+          if (pr == producerRegion.end() || returned.count(in.get())) continue;
+          std::vector<BoundSymbol> more = chainOf(regions[pr->second].second, in.get());
+          if (more.empty()) continue;
+          for (BoundSymbol& q : more) {
+            bool dup = false;
+            for (const TensorPtr& o : q.outputTensors()) dup |= made.count(o.get()) > 0;
+            if (dup) continue;
+            for (const TensorPtr& o : q.outputTensors()) made.insert(o.get());
+            before.push_back(std::move(q));
+          }
+          grew = true;
+        }
+      if (!grew) break;
+      for (BoundSymbol& p : prims) before.push_back(std::move(p));
+      prims = std::move(before);
+    }
+    return prims;
+  };
+  for (auto& [t, readers] : regionReaders) {
+    if (otherReaders.count(t) || returned.count(t)) continue;
+    std::vector<BoundSymbol> base = chainOf(regions[producerRegion.at(t)].second, t);
+    if (base.empty()) continue;
+    std::optional<Chain> c = evaluate(t, expanded(base));
+    if (!c) c = evaluate(t, std::move(base));
+    if (c) chains.emplace(t, std::move(*c));
   }
   // A chain may not start from another dropped value (it would no longer be computed anywhere).
   for (bool again = true; again;) {
@@ -243,24 +285,12 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
       }
     }
   }
-  if (chains.empty()) return;
-  std::unordered_set<const TensorProxy*> dropped;
-  std::vector<std::vector<const TensorProxy*>> recomputes(regions.size());
-  for (const auto& [t, c] : chains) {
-    dropped.insert(t);
-    for (size_t b : regionReaders.at(t))
-      if (std::find(recomputes[b].begin(), recomputes[b].end(), t) == recomputes[b].end()) recomputes[b].push_back(t);
-  }
-
-  // The new regions: readers get the chains ahead of their prims, producers lose the outputs.
-  std::vector<std::optional<FusionRegion>> changed(regions.size());
-  for (size_t b = 0; b < regions.size(); ++b) {
-    if (recomputes[b].empty()) continue;
+  // Reader b with the chains of `ts` ahead of its prims, reading their leaves instead of them.
+  auto readerRegion = [&](size_t b, std::vector<const TensorProxy*> ts) {
     FusionRegion r = regions[b].second;
     std::vector<BoundSymbol> prims;
-    std::unordered_set<const TensorProxy*> made, removed(recomputes[b].begin(), recomputes[b].end());
+    std::unordered_set<const TensorProxy*> made, removed(ts.begin(), ts.end());
     // Chains in producer order (regions come in program order), each prim once.
-    std::vector<const TensorProxy*> ts = recomputes[b];
     std::sort(ts.begin(), ts.end(), [&](const TensorProxy* x, const TensorProxy* y) {
       size_t rx = producerRegion.at(x), ry = producerRegion.at(y);
       return rx != ry ? rx < ry : x->name < y->name;  // a deterministic kernel source
@@ -284,36 +314,181 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
     for (BoundSymbol& p : r.prims) prims.push_back(std::move(p));
     r.prims = std::move(prims);
     r.inputs = std::move(inputs);
-    changed[b] = std::move(r);
+    return r;
+  };
+  for (bool retry = true; retry;) {
+    retry = false;
+    if (chains.empty()) return;
+    std::unordered_set<const TensorProxy*> dropped;
+    std::vector<std::vector<const TensorProxy*>> recomputes(regions.size());
+    for (const auto& [t, c] : chains) {
+      dropped.insert(t);
+      for (size_t b : regionReaders.at(t))
+        if (std::find(recomputes[b].begin(), recomputes[b].end(), t) == recomputes[b].end()) recomputes[b].push_back(t);
+    }
+
+    // The new regions: readers get the chains ahead of their prims, producers lose the outputs.
+    std::vector<std::optional<FusionRegion>> changed(regions.size());
+    for (size_t b = 0; b < regions.size(); ++b)
+      if (!recomputes[b].empty()) changed[b] = readerRegion(b, recomputes[b]);
+    for (size_t a = 0; a < regions.size(); ++a) {
+      const FusionRegion& base = changed[a] ? *changed[a] : regions[a].second;
+      bool loses = false;
+      for (const TensorPtr& t : base.outputs) loses |= dropped.count(t.get()) > 0;
+      if (!loses) continue;
+      FusionRegion r = base;
+      r.outputs.clear();
+      for (const TensorPtr& t : base.outputs)
+        if (!dropped.count(t.get())) r.outputs.push_back(t);
+      changed[a] = std::move(r);
+    }
+    // Fuse them all again. A region declined keeps what it had: the chains it was to recompute
+    // stay values its producers store (one region that could not take a chain undid all of them:
+    // Swin-T's backward stored 109 float32 values, its norms' recomputed statistics and broadcast
+    // weights among them).
+    std::vector<std::optional<BoundSymbol>> fused(regions.size());
+    for (size_t k = 0; k < regions.size(); ++k) {
+      if (!changed[k] || changed[k]->outputs.empty()) continue;
+      fused[k] = fuse(*changed[k]);
+      if (fused[k]) continue;
+      size_t before = chains.size();
+      // A reader keeps the chains it can take one at a time, if it takes them together.
+      std::vector<const TensorProxy*> keep;
+      for (const TensorProxy* t : recomputes[k])
+        if (recomputes[k].size() > 1 && fuse(readerRegion(k, {t}))) keep.push_back(t);
+      if (!keep.empty() && !fuse(readerRegion(k, keep))) keep.clear();
+      for (const TensorProxy* t : recomputes[k])
+        if (std::find(keep.begin(), keep.end(), t) == keep.end()) chains.erase(t);
+      for (auto it = chains.begin(); it != chains.end();)
+        it = producerRegion.at(it->first) == k ? chains.erase(it) : std::next(it);
+      if (chains.size() == before) return;  // (cannot happen: a declined region is a reader or a producer)
+      retry = true;
+      break;
+    }
+    if (retry) continue;
+    std::vector<BoundSymbol> bsyms;
+    std::vector<std::pair<size_t, FusionRegion>> kept;  // the regions at their new positions
+    for (size_t i = 0; i < out.bsyms.size(); ++i) {
+      auto at = regionAt.find(i);
+      if (at != regionAt.end() && changed[at->second]) {
+        if (fused[at->second]) {  // else: nothing left to compute
+          kept.emplace_back(bsyms.size(), std::move(*changed[at->second]));
+          bsyms.push_back(std::move(*fused[at->second]));
+        }
+        continue;
+      }
+      if (at != regionAt.end()) kept.emplace_back(bsyms.size(), std::move(regions[at->second].second));
+      bsyms.push_back(std::move(out.bsyms[i]));
+    }
+    out.bsyms = std::move(bsyms);
+    regions = std::move(kept);
   }
-  for (size_t a = 0; a < regions.size(); ++a) {
-    const FusionRegion& base = changed[a] ? *changed[a] : regions[a].second;
-    bool loses = false;
-    for (const TensorPtr& t : base.outputs) loses |= dropped.count(t.get()) > 0;
-    if (!loses) continue;
-    FusionRegion r = base;
-    r.outputs.clear();
-    for (const TensorPtr& t : base.outputs)
-      if (!dropped.count(t.get())) r.outputs.push_back(t);
-    changed[a] = std::move(r);
-  }
-  // Fuse them all again; if any is declined, nothing changes.
-  std::vector<std::optional<BoundSymbol>> fused(regions.size());
-  for (size_t k = 0; k < regions.size(); ++k) {
-    if (!changed[k] || changed[k]->outputs.empty()) continue;
-    fused[k] = fuse(*changed[k]);
-    if (!fused[k]) return;
-  }
-  std::vector<BoundSymbol> bsyms;
+}
+
+/// Where a fused call stores a widened value (a float32 conversion of a bf16 one it computes) that
+/// only later fused calls read, it stores the narrow value and they widen it as they load it: half
+/// the bytes written and read. (Swin's backward rolls the gradient back and widens it in one
+/// kernel, whose roll the LayerNorm-backward kernel cannot read through: the float32 copy was a
+/// [64, 56, 56, 128] tensor stored and read again per block.)
+void narrowStoredWidenings(Trace& out, std::vector<std::pair<size_t, FusionRegion>>& regions,
+                           const std::unordered_set<const TensorProxy*>& returned,
+                           const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse) {
+  std::unordered_map<const TensorProxy*, size_t> producerRegion;
+  for (size_t k = 0; k < regions.size(); ++k)
+    for (const TensorPtr& t : regions[k].second.outputs) producerRegion[t.get()] = k;
+  std::unordered_map<size_t, size_t> regionAt;
+  for (size_t k = 0; k < regions.size(); ++k) regionAt[regions[k].first] = k;
+  std::unordered_map<const TensorProxy*, std::vector<size_t>> regionReaders;
+  std::unordered_set<const TensorProxy*> otherReaders;
   for (size_t i = 0; i < out.bsyms.size(); ++i) {
     auto at = regionAt.find(i);
-    if (at != regionAt.end() && changed[at->second]) {
-      if (fused[at->second]) bsyms.push_back(std::move(*fused[at->second]));  // else: nothing left to compute
-      continue;
+    for (const TensorPtr& t : out.bsyms[i].inputTensors()) {
+      if (!producerRegion.count(t.get())) continue;
+      if (at != regionAt.end()) regionReaders[t.get()].push_back(at->second);
+      else otherReaders.insert(t.get());
     }
-    bsyms.push_back(std::move(out.bsyms[i]));
   }
-  out.bsyms = std::move(bsyms);
+  // Candidates: t = convert_element_type(n) inside its region, n computed there, narrower than t.
+  struct Narrowing {
+    const BoundSymbol* convert;
+    TensorPtr narrow;
+  };
+  std::map<std::string, std::pair<const TensorProxy*, Narrowing>> byName;  // (a deterministic order)
+  for (auto& [t, readers] : regionReaders) {
+    if (otherReaders.count(t) || returned.count(t)) continue;
+    const FusionRegion& a = regions[producerRegion.at(t)].second;
+    const BoundSymbol* conv = nullptr;
+    std::unordered_set<const TensorProxy*> made;
+    for (const BoundSymbol& p : a.prims) {
+      for (const TensorPtr& o : p.outputTensors()) {
+        made.insert(o.get());
+        if (o.get() == t) conv = &p;
+      }
+      if (conv) break;
+    }
+    if (!conv || conv->sym->name != "convert_element_type" || !conv->args[0].isTensor()) continue;
+    TensorPtr n = conv->args[0].toTensor();
+    if (!made.count(n.get()) || returned.count(n.get()) || n->shape != t->shape ||
+        dtypeItemSize(n->dtype) >= dtypeItemSize(t->dtype))
+      continue;
+    byName.emplace(t->name, std::make_pair(t, Narrowing{conv, n}));
+  }
+  std::unordered_map<const TensorProxy*, Narrowing> cands;
+  for (auto& [_, v] : byName) cands.emplace(v.first, v.second);
+  while (!cands.empty()) {
+    std::vector<std::optional<FusionRegion>> changed(regions.size());
+    auto edit = [&](size_t k) -> FusionRegion& {
+      if (!changed[k]) changed[k] = regions[k].second;
+      return *changed[k];
+    };
+    for (auto& [_, v] : byName) {
+      const TensorProxy* t = v.first;
+      if (!cands.count(t)) continue;
+      const Narrowing& c = cands.at(t);
+      FusionRegion& a = edit(producerRegion.at(t));
+      bool has = false;
+      for (const TensorPtr& o : a.outputs) has |= o.get() == c.narrow.get();
+      std::vector<TensorPtr> outs;
+      for (const TensorPtr& o : a.outputs)
+        if (o.get() != t) outs.push_back(o);
+      if (!has) outs.push_back(c.narrow);
+      a.outputs = std::move(outs);
+      std::vector<size_t> rs = regionReaders.at(t);
+      std::sort(rs.begin(), rs.end());
+      rs.erase(std::unique(rs.begin(), rs.end()), rs.end());
+      for (size_t b : rs) {
+        FusionRegion& r = edit(b);
+        r.prims.insert(r.prims.begin(), *c.convert);
+        bool reads = false;
+        for (const TensorPtr& in : r.inputs) reads |= in.get() == c.narrow.get();
+        std::vector<TensorPtr> ins;
+        for (const TensorPtr& in : r.inputs)
+          if (in.get() != t) ins.push_back(in);
+        if (!reads) ins.push_back(c.narrow);
+        r.inputs = std::move(ins);
+      }
+    }
+    std::vector<std::optional<BoundSymbol>> fused(regions.size());
+    bool declined = false;
+    for (size_t k = 0; k < regions.size() && !declined; ++k) {
+      if (!changed[k]) continue;
+      fused[k] = fuse(*changed[k]);
+      if (fused[k]) continue;
+      declined = true;  // drop what region k took part in, and try the rest again
+      for (auto it = cands.begin(); it != cands.end();) {
+        const std::vector<size_t>& rs = regionReaders.at(it->first);
+        bool involved = producerRegion.at(it->first) == k || std::find(rs.begin(), rs.end(), k) != rs.end();
+        it = involved ? cands.erase(it) : std::next(it);
+      }
+    }
+    if (declined) continue;
+    for (size_t k = 0; k < regions.size(); ++k) {
+      if (!changed[k]) continue;
+      out.bsyms[regions[k].first] = std::move(*fused[k]);
+      regions[k].second = std::move(*changed[k]);
+    }
+    return;
+  }
 }
 
 /// Where a fused call and a later one iterate over the same shape, read a common input, and the
@@ -1125,6 +1300,7 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
   flush();
   mergeIndependentRegions(out, regions, returned, fuse, pointwise);
   recomputeAcrossRegions(out, regions, returned, fuse, terminal);
+  narrowStoredWidenings(out, regions, returned, fuse);
   return out;
 }
 

@@ -1760,3 +1760,92 @@ def test_broadcast_mask_joins_the_kernel_that_reads_it(dtype):
     assert_as_accurate_as_eager(got, run(block, dtype), run(block, torch.float64), slack=1.5)
     bw = str(thunder.last_backward_traces(jf)[-1])
     assert "torchex.broadcast_in_dim" not in bw and "torchex.convert_element_type" not in bw, bw
+
+
+def _f32_values_between_kernels(trace_text, min_numel):
+    # The float32 tensors one fused kernel stores and another reads, of at least min_numel elements.
+    dtypes = dict(re.findall(r'# (t\w+): "\S+ (\w+)\[', trace_text))
+    shapes = dict(re.findall(r'# (t\w+): "\S+ \w+\[([^\]]*)\]', trace_text))
+    outs, ins = set(), set()
+    for o, a in re.findall(r"^  \[([^\]]*)\] = \w+Fusion\d+\(([^)]*)\)", trace_text, re.M):
+        outs.update(x.strip() for x in o.split(","))
+        ins.update(x.strip() for x in a.split(","))
+    return sorted(t for t in outs & ins
+                  if dtypes.get(t) == "f32" and math.prod(int(x) for x in shapes[t].split(",") if x.strip()) >= min_numel)
+
+
+def _norm_mlp(x, nw, nb, w1, b1, w2, b2):
+    # A transformer's MLP branch in bf16 (ViT, Swin): the backward recomputes the norm's output for
+    # fc1's weight gradient, and the norm's backward reads the same statistics and weight.
+    h = torch.nn.functional.layer_norm(x, (x.shape[-1],), nw, nb)
+    return x + torch.nn.functional.linear(torch.nn.functional.gelu(torch.nn.functional.linear(h, w1, b1)), w2, b2)
+
+
+def _rolled_windows(x, nw, nb, w):
+    # Swin's shifted windows: the norm's output rolled and cut into 2 x 2 windows for a linear
+    # layer. The backward puts the windows back and rolls the gradient back in one kernel (the norm
+    # backward's row kernel cannot read through both), widening it to float32 for the norm.
+    B, H, W, C = x.shape
+    h = torch.roll(torch.nn.functional.layer_norm(x, (C,), nw, nb), (-1, -1), (1, 2))
+    h = h.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, C)
+    return h @ w
+
+
+def _swin_blocks(x, keep, *p):
+    # Two Swin-style blocks (window attention with a position bias, MLP, drop-path masks) over
+    # [B, H * W, C] tokens in 2 x 2 windows.
+    B, C, H, W, heads, ws = x.shape[0], x.shape[2], 4, 4, 2, 2
+
+    def block(x, n1w, n1b, wqkv, bqkv, table, wp, bp, n2w, n2b, w1, b1, w2, b2):
+        idx = torch.arange(ws**4, device=x.device) % table.shape[0]
+        h = torch.nn.functional.layer_norm(x, (C,), n1w, n1b).view(B, H // ws, ws, W // ws, ws, C)
+        h = h.permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, C)
+        q, k, v = torch.nn.functional.linear(h, wqkv, bqkv).reshape(-1, ws * ws, 3, heads, C // heads).permute(2, 0, 3, 1, 4)
+        bias = table[idx].view(ws * ws, ws * ws, heads).permute(2, 0, 1).unsqueeze(0)
+        a = ((q * 0.3) @ k.transpose(-2, -1) + bias).softmax(-1)
+        o = torch.nn.functional.linear((a @ v).transpose(1, 2).reshape(-1, ws * ws, C), wp, bp)
+        o = o.view(B, H // ws, W // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, H * W, C)
+        mask = (keep > 0.3).to(x.dtype) / 0.7
+        x = x + o * mask
+        h = torch.nn.functional.layer_norm(x, (C,), n2w, n2b)
+        return x + torch.nn.functional.linear(torch.nn.functional.gelu(torch.nn.functional.linear(h, w1, b1)), w2, b2) * mask
+
+    return block(block(x, *p[:13]), *p[13:])
+
+
+_SWIN_PARAMS = [(32,), (32,), (96, 32), (96,), (9, 2), (32, 32), (32,), (32,), (32,), (128, 32), (128,), (32, 128), (32,)]
+
+# (name, fn, argument shapes, how many such values remain): backward kernels pass no float32 value
+# of the activations' size to each other; a value a later kernel can compute from what it reads
+# (through other kernels' pointwise math) is computed there, and a widened one is stored narrow and
+# widened as it is read. Two Swin blocks still pass three (from six): a norm's input gradient that
+# ATen's bias-gradient sum reads too, and the norm weight's product with it.
+FLOAT32_HANDOFF_CASES = [
+    ("norm_mlp", _norm_mlp, [(2, 24, 64), (64,), (64,), (128, 64), (128,), (64, 128), (64,)], 0),
+    ("rolled_windows", _rolled_windows, [(2, 4, 4, 64), (64,), (64,), (64, 64)], 0),
+    ("swin_blocks", _swin_blocks, [(2, 16, 32), (2, 1, 1)] + _SWIN_PARAMS * 2, 3),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,remain", FLOAT32_HANDOFF_CASES, ids=[c[0] for c in FLOAT32_HANDOFF_CASES])
+def test_backward_kernels_hand_over_no_float32_activations(name, fn, shapes, remain):
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    torch.manual_seed(0)
+    ref = [torch.randn(s, dtype=torch.float64, device=device) for s in shapes]
+    g = torch.randn_like(fn(*ref))
+
+    if name == "swin_blocks":
+        ref[1] = torch.rand(shapes[1], device=device)  # the drop-path draw, not differentiated
+
+    def run(f, dt):
+        args = [t.to(dt).requires_grad_() if t.dtype == torch.float64 else t for t in ref]
+        y = f(*args)
+        diff = [a for a in args if a.requires_grad]
+        return [y, *torch.autograd.grad(y, diff, g.to(dt))]
+
+    executors = ["fuser"] if device == "cpu" else None
+    jf = thunder.jit(fn, executors=executors)
+    assert_as_accurate_as_eager(run(jf, torch.bfloat16), run(fn, torch.bfloat16), run(fn, torch.float64), slack=1.5)
+    bw = str(thunder.last_backward_traces(jf)[-1])
+    activation = math.prod(shapes[0]) // 2
+    assert len(_f32_values_between_kernels(bw, activation)) <= remain, (_f32_values_between_kernels(bw, activation), bw)

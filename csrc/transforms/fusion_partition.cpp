@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "transforms/dce.h"
+
 namespace thunder {
 namespace {
 
@@ -1337,10 +1339,45 @@ bool computingComposite(const BoundSymbol& b, const std::function<bool(const Bou
 
 }  // namespace
 
-Trace fusionPartition(const Trace& traceIn, const std::function<bool(const BoundSymbol&)>& fusible,
+namespace {
+
+/// A call whose decomposition draws random numbers and then computes on them (bernoulli: a uniform
+/// draw, a comparison, a conversion) as its calls: the draw stays a call of its own, the rest joins
+/// kernels (timm's DropPath made three launches of its [B, 1, 1] mask per block, and the
+/// `new_empty` whose shape it filled a fourth, which nothing reads once the call is split).
+Trace splitRandomComposites(const Trace& trace, const std::function<bool(const BoundSymbol&)>& fusible) {
+  auto split = [&](const BoundSymbol& b) {
+    if (b.sym->isPrim() || !b.sym->executor.empty() || b.sym->hasTag(kDel) || b.subsymbols.empty()) return false;
+    std::vector<BoundSymbol> prims;
+    if (leafPrims(b, fusible, prims)) return false;
+    bool draws = false, computes = false;
+    for (const BoundSymbol& s : b.subsymbols) {
+      draws |= s.sym->hasTag(kRandomOp);
+      computes |= !s.sym->hasTag(kRandomOp) && !s.sym->hasTag(kShapeOp);
+    }
+    return draws && computes;
+  };
+  bool any = false;
+  for (const BoundSymbol& b : trace.bsyms) any |= split(b);
+  if (!any) return trace;
+  Trace flat = trace.emptyCopy();
+  for (const BoundSymbol& b : trace.bsyms) {
+    if (!split(b)) {
+      flat.bsyms.push_back(b);
+      continue;
+    }
+    for (const BoundSymbol& s : b.subsymbols) flat.bsyms.push_back(s);
+  }
+  return dce(flat);
+}
+
+}  // namespace
+
+Trace fusionPartition(const Trace& traceIn0, const std::function<bool(const BoundSymbol&)>& fusible,
                       const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
                       const std::function<bool(const BoundSymbol&)>& terminal,
                       const std::function<bool(const BoundSymbol&)>& pointwise) {
+  const Trace traceIn = splitRandomComposites(traceIn0, fusible);
   Trace out = partitionOnce(traceIn, fusible, fuse, terminal, pointwise);
   // A composite whose decomposition no kernel could take whole (GroupNorm: statistics over
   // [N, G, C/G * H * W] rows, the normalization over [N, C, H, W], which one row kernel cannot

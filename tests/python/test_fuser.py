@@ -1849,3 +1849,32 @@ def test_backward_kernels_hand_over_no_float32_activations(name, fn, shapes, rem
     bw = str(thunder.last_backward_traces(jf)[-1])
     activation = math.prod(shapes[0]) // 2
     assert len(_f32_values_between_kernels(bw, activation)) <= remain, (_f32_values_between_kernels(bw, activation), bw)
+
+
+def test_drop_path_mask_is_one_draw_and_one_kernel():
+    # timm's DropPath: x.new_empty((B, 1, 1)).bernoulli_(keep), divided by keep. The draw is one
+    # call; the comparison, conversion and division join a kernel; the new_empty it fills (read for
+    # its shape only) is not made at all.
+    keep = 0.8
+
+    def drop_path(x):
+        mask = x.new_empty((x.shape[0], 1, 1)).bernoulli_(keep)
+        mask.div_(keep)
+        return (x * mask).exp()
+
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    torch.manual_seed(0)
+    x = torch.rand(64, 3, 8, device=device) + 0.5
+    executors = ["fuser"] if device == "cpu" else None
+    jf = thunder.jit(drop_path, executors=executors)
+    y = jf(x)
+    names = [n for n in thunder.last_traces(jf)[-1].bound_symbol_names if n != "del"]
+    assert names.count("torchex.uniform") == 1, names
+    for op in ("torchex.full", "torch.lt", "torchex.lt", "torchex.convert_element_type", "torch.div"):
+        assert op not in names, (op, names)
+    # Each sample is kept whole (scaled by 1 / keep) or dropped whole, about `keep` of them kept.
+    ratio = (y.log() / x).reshape(64, -1)
+    kept = (ratio - 1 / keep).abs().amax(1) < 1e-4
+    dropped = (y == 1).reshape(64, -1).all(1)
+    assert bool((kept | dropped).all()), ratio
+    assert 30 <= int(kept.sum()) <= 64

@@ -19,7 +19,7 @@ from collections import defaultdict
 import torch
 from benchmarks import models
 from benchmarks.profile_step import (host_by_symbol, host_during, host_step_time, host_waits, idle_gaps,
-                                     profiled_events)
+                                     profiled_events, wide_handoffs)
 
 
 def _profile(step, iters):
@@ -78,6 +78,13 @@ def run(name, mode, contenders, iters, top, traces=""):
             for _ in range(3):  # (the first steps after the profiler ran slower: BERT 30 ms against 20)
                 step()
             r["host_s"], r["step_s"] = host_step_time(step)
+            if c == "thunder":
+                import thunder
+
+                bwd = thunder.last_backward_traces(step.compiled)
+                if bwd:
+                    found = wide_handoffs(str(bwd[-1]))
+                    r["backward_wide_handoffs"] = [len(found), sum(n for _, n in found)]
             if traces and c == "thunder":
                 _dump_traces(step, traces, f"{name}_{mode}")
         except Exception as e:
@@ -104,6 +111,9 @@ def run(name, mode, contenders, iters, top, traces=""):
         print("  thunder's host time by trace symbol (us per step, calls; fusions together):")
         for k, us, n in t["host_by_symbol_us"][:top]:
             print(f"      {us:9.1f} us {n:6.0f}x  {k[:110]}")
+        if "backward_wide_handoffs" in t:
+            n, elems = t["backward_wide_handoffs"]
+            print(f"  thunder's backward: {n} float32/float64 values one kernel stores for another ({elems} elements)")
         print("  host calls that wait (us per step):", {k[:40]: round(v[1]) for k, v in list(t["host_waits"].items())[:6]})
         print("  longest GPU gaps (us, kernel before, kernel after, host work in the gap):")
         for g in t["longest_gaps"][:5]:

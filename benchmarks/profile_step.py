@@ -15,6 +15,29 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.run import CONTENDERS, WORKLOADS
 
 
+def wide_handoffs(trace_text, min_numel=1):
+    """The float32 and float64 tensors one fused kernel of a printed trace stores and another reads
+    (of at least min_numel elements), as (name, elements) pairs: what a kernel could have computed
+    from what it reads, or read at 16 bits."""
+    import math
+    import re
+
+    dtypes = dict(re.findall(r'# (t\w+): "\S+ (\w+)\[', trace_text))
+    shapes = dict(re.findall(r'# (t\w+): "\S+ \w+\[([^\]]*)\]', trace_text))
+    outs, ins = set(), set()
+    for o, a in re.findall(r"^  \[([^\]]*)\] = \w+Fusion\d+\(([^)]*)\)", trace_text, re.M):
+        outs.update(x.strip() for x in o.split(","))
+        ins.update(x.strip() for x in a.split(","))
+    found = []
+    for t in sorted(outs & ins):
+        if dtypes.get(t) not in ("f32", "f64"):
+            continue
+        n = math.prod(int(x) for x in shapes[t].split(",") if x.strip())
+        if n >= min_numel:
+            found.append((t, n))
+    return found
+
+
 def profiled_events(step, iters=3, warmup=2):
     """torch.profiler's events (host and CUDA) of `iters` steps after `warmup` unprofiled ones."""
     for _ in range(warmup):

@@ -1764,14 +1764,10 @@ def test_broadcast_mask_joins_the_kernel_that_reads_it(dtype):
 
 def _f32_values_between_kernels(trace_text, min_numel):
     # The float32 tensors one fused kernel stores and another reads, of at least min_numel elements.
-    dtypes = dict(re.findall(r'# (t\w+): "\S+ (\w+)\[', trace_text))
-    shapes = dict(re.findall(r'# (t\w+): "\S+ \w+\[([^\]]*)\]', trace_text))
-    outs, ins = set(), set()
-    for o, a in re.findall(r"^  \[([^\]]*)\] = \w+Fusion\d+\(([^)]*)\)", trace_text, re.M):
-        outs.update(x.strip() for x in o.split(","))
-        ins.update(x.strip() for x in a.split(","))
-    return sorted(t for t in outs & ins
-                  if dtypes.get(t) == "f32" and math.prod(int(x) for x in shapes[t].split(",") if x.strip()) >= min_numel)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+    from benchmarks.profile_step import wide_handoffs
+
+    return [t for t, _ in wide_handoffs(trace_text, min_numel)]
 
 
 def _norm_mlp(x, nw, nb, w1, b1, w2, b2):

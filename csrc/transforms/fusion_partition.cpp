@@ -130,6 +130,38 @@ bool covers(const Shape& outer, const Shape& inner) {
   return withoutUnitDims(rows) == i;
 }
 
+/// Who reads the fused calls' outputs: the producing region of each output, the region at each
+/// position of `out`, and per output the regions reading it and whether anything else does.
+struct RegionReads {
+  std::unordered_map<const TensorProxy*, size_t> producerRegion;  // output -> index in regions
+  std::unordered_map<size_t, size_t> regionAt;                    // position in out -> index in regions
+  std::unordered_map<const TensorProxy*, std::vector<size_t>> regionReaders;
+  std::unordered_set<const TensorProxy*> otherReaders;
+
+  RegionReads(const Trace& out, const std::vector<std::pair<size_t, FusionRegion>>& regions) {
+    for (size_t k = 0; k < regions.size(); ++k) {
+      for (const TensorPtr& t : regions[k].second.outputs) producerRegion[t.get()] = k;
+      regionAt[regions[k].first] = k;
+    }
+    for (size_t i = 0; i < out.bsyms.size(); ++i) {
+      auto at = regionAt.find(i);
+      for (const TensorPtr& t : out.bsyms[i].inputTensors()) {
+        if (!producerRegion.count(t.get())) continue;
+        if (at != regionAt.end()) regionReaders[t.get()].push_back(at->second);
+        else otherReaders.insert(t.get());
+      }
+    }
+  }
+};
+
+/// `list` without `from`, with `to` appended unless it is there already.
+void replaceTensor(std::vector<TensorPtr>& list, const TensorProxy* from, const TensorPtr& to) {
+  bool has = false;
+  for (const TensorPtr& t : list) has |= t.get() == to.get();
+  list.erase(std::remove_if(list.begin(), list.end(), [&](const TensorPtr& t) { return t.get() == from; }), list.end());
+  if (!has) list.push_back(to);
+}
+
 /// Where a fused call's output feeds only later fused calls, and is computed from the first
 /// call's inputs by pointwise prims alone, the later calls compute it again from those inputs
 /// instead of reading it, when that reads no more bytes than the value itself: the value is not
@@ -140,25 +172,11 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
                             const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse,
                             const std::function<bool(const BoundSymbol&)>& terminal) {
   constexpr size_t kMaxChain = 48;
-  std::unordered_map<const TensorProxy*, size_t> producerRegion;  // output -> index in regions
-  for (size_t k = 0; k < regions.size(); ++k)
-    for (const TensorPtr& t : regions[k].second.outputs) producerRegion[t.get()] = k;
-  std::unordered_map<size_t, size_t> regionAt;  // position in out -> index in regions
-  for (size_t k = 0; k < regions.size(); ++k) regionAt[regions[k].first] = k;
-  // Readers of each region output: the regions among them, and whether anything else reads it.
-  std::unordered_map<const TensorProxy*, std::vector<size_t>> regionReaders;
-  std::unordered_set<const TensorProxy*> otherReaders;
-  for (size_t i = 0; i < out.bsyms.size(); ++i) {
-    auto at = regionAt.find(i);
-    for (const TensorPtr& t : out.bsyms[i].inputTensors()) {
-      if (!producerRegion.count(t.get())) continue;
-      if (at != regionAt.end()) {
-        regionReaders[t.get()].push_back(at->second);
-      } else {
-        otherReaders.insert(t.get());
-      }
-    }
-  }
+  const RegionReads reads(out, regions);
+  const auto& producerRegion = reads.producerRegion;
+  const auto& regionAt = reads.regionAt;
+  const auto& regionReaders = reads.regionReaders;
+  const auto& otherReaders = reads.otherReaders;
   // The prims of region A computing t, in A's order; empty if t needs a reduction or is too long.
   auto chainOf = [&](const FusionRegion& a, const TensorProxy* t) {
     std::unordered_map<const TensorProxy*, size_t> producer;
@@ -395,21 +413,11 @@ void recomputeAcrossRegions(Trace& out, std::vector<std::pair<size_t, FusionRegi
 void narrowStoredWidenings(Trace& out, std::vector<std::pair<size_t, FusionRegion>>& regions,
                            const std::unordered_set<const TensorProxy*>& returned,
                            const std::function<std::optional<BoundSymbol>(const FusionRegion&)>& fuse) {
-  std::unordered_map<const TensorProxy*, size_t> producerRegion;
-  for (size_t k = 0; k < regions.size(); ++k)
-    for (const TensorPtr& t : regions[k].second.outputs) producerRegion[t.get()] = k;
-  std::unordered_map<size_t, size_t> regionAt;
-  for (size_t k = 0; k < regions.size(); ++k) regionAt[regions[k].first] = k;
-  std::unordered_map<const TensorProxy*, std::vector<size_t>> regionReaders;
-  std::unordered_set<const TensorProxy*> otherReaders;
-  for (size_t i = 0; i < out.bsyms.size(); ++i) {
-    auto at = regionAt.find(i);
-    for (const TensorPtr& t : out.bsyms[i].inputTensors()) {
-      if (!producerRegion.count(t.get())) continue;
-      if (at != regionAt.end()) regionReaders[t.get()].push_back(at->second);
-      else otherReaders.insert(t.get());
-    }
-  }
+  const RegionReads reads(out, regions);
+  const auto& producerRegion = reads.producerRegion;
+  const auto& regionAt = reads.regionAt;
+  const auto& regionReaders = reads.regionReaders;
+  const auto& otherReaders = reads.otherReaders;
   // Candidates: t = convert_element_type(n) inside its region, n computed there, narrower than t.
   struct Narrowing {
     const BoundSymbol* convert;
@@ -447,27 +455,14 @@ void narrowStoredWidenings(Trace& out, std::vector<std::pair<size_t, FusionRegio
       const TensorProxy* t = v.first;
       if (!cands.count(t)) continue;
       const Narrowing& c = cands.at(t);
-      FusionRegion& a = edit(producerRegion.at(t));
-      bool has = false;
-      for (const TensorPtr& o : a.outputs) has |= o.get() == c.narrow.get();
-      std::vector<TensorPtr> outs;
-      for (const TensorPtr& o : a.outputs)
-        if (o.get() != t) outs.push_back(o);
-      if (!has) outs.push_back(c.narrow);
-      a.outputs = std::move(outs);
+      replaceTensor(edit(producerRegion.at(t)).outputs, t, c.narrow);
       std::vector<size_t> rs = regionReaders.at(t);
       std::sort(rs.begin(), rs.end());
       rs.erase(std::unique(rs.begin(), rs.end()), rs.end());
       for (size_t b : rs) {
         FusionRegion& r = edit(b);
         r.prims.insert(r.prims.begin(), *c.convert);
-        bool reads = false;
-        for (const TensorPtr& in : r.inputs) reads |= in.get() == c.narrow.get();
-        std::vector<TensorPtr> ins;
-        for (const TensorPtr& in : r.inputs)
-          if (in.get() != t) ins.push_back(in);
-        if (!reads) ins.push_back(c.narrow);
-        r.inputs = std::move(ins);
+        replaceTensor(r.inputs, t, c.narrow);
       }
     }
     std::vector<std::optional<BoundSymbol>> fused(regions.size());

@@ -327,7 +327,7 @@ def test_compiled_cast_and_record_are_the_eager_ones(fp8):
 # Triton's interpreter with float32 output (the interpreter's own float8 rounding is not the
 # hardware's; test_gpu_triton_cast_is_torchs checks the FP8 bits): the row-major copy, the
 # transposed one, the zero rows and the partial amaxes, for tiles cut at both edges, several
-# programs along K, padded token counts, strided inputs and another tiling.
+# programs along K, padded token counts, strided inputs, another tiling and float32 inputs.
 _INTERPRETED_CAST = r"""
 import importlib.util, sys
 import torch
@@ -336,9 +336,11 @@ ft = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ft)
 torch.manual_seed(0)
 cases = [(40, 70, 48, False), (130, 600, 144, True), (64, 64, 64, False), (3, 1100, 16, True)]
-for (m, k, m_pad, strided), config in [(c, ft.CONFIG) for c in cases] + [(cases[1], (32, 64, 3, 4))]:
+runs = [(c, ft.CONFIG, torch.bfloat16) for c in cases] + [(cases[1], (32, 64, 3, 4), torch.bfloat16)]
+runs += [(c, ft.CONFIG, torch.float32) for c in cases]  # float32 inputs load the transposed tile again
+for (m, k, m_pad, strided), config, dtype in runs:
     cast = lambda *args: ft.cast(*args, config=config)
-    x = torch.randn((k, m) if strided else (m, k), dtype=torch.bfloat16) * 100
+    x = torch.randn((k, m) if strided else (m, k), dtype=dtype) * 100
     x = x.t() if strided else x
     scale = torch.tensor([2.5])
     want = torch.nn.functional.pad((x.float() * scale).clamp(-448.0, 448.0), (0, 0, 0, m_pad - m))

@@ -63,11 +63,17 @@ if triton is not None:
                 tl.store(y_ptr + rows[:, None] * K + cols[None, :], y,
                          mask=(rows[:, None] < M_PAD) & (cols[None, :] < K))
             if COL:
-                # From a float32 x, Triton 3.6 transposes the FP8 tile wrongly on an H200 (about
-                # half the elements of the transposed copy came out as other elements or nan):
-                # there the float32 tile is transposed and then rounded. From 16-bit inputs the
-                # FP8 transpose is right, and moves a quarter of the bytes.
-                yt = tl.trans(y32).to(OUT) if WIDE_INPUT else tl.trans(y)
+                if WIDE_INPUT:
+                    # From a float32 x, Triton 3.6 on an H200 miscompiles a transposed float32 or
+                    # FP8 tile next to the row-major store (both copies came out wrong, rows of
+                    # zeros or of one value): the transposed tile is loaded again, transposed in
+                    # the addresses (from L2, just read), and rounded on its own.
+                    xt = tl.load(x_ptr + rows[None, :] * stride_m + cols[:, None] * stride_k,
+                                 mask=(cols[:, None] < K) & (rows[None, :] < M), other=0.0).to(tl.float32)
+                    yt = tl.clamp(xt * scale, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL).to(OUT)
+                else:
+                    # From 16-bit inputs the FP8 transpose is right, and moves a quarter of the bytes.
+                    yt = tl.trans(y)
                 tl.store(yt_ptr + cols[:, None] * M_PAD + rows[None, :], yt,
                          mask=(cols[:, None] < K) & (rows[None, :] < M_PAD))
             if AMAX:

@@ -928,7 +928,10 @@ bool denseInOrder(const at::Tensor& x, const std::vector<int>& order) {
 /// written (no broadcast, offset, guard or merged dims). Each element is then read before it is
 /// written, by the same loop iteration (CPU) or thread (CUDA), and by no other. Checked before the
 /// call's tensors are copied, which would count as other holders; a channels-last input is checked
-/// by the permuted region that iterates in its memory order. Empty (no allocation on the
+/// by the permuted region that iterates in its memory order. A view counts when `owned` says its
+/// base is held by nothing else: a linear of a 3-D or 4-D input returns a view of addmm's result
+/// (ConvNeXt's MLP: the GELU's output and the fc1 output it reads, 147 MiB each, were both alive
+/// at the inference peak). Empty (no allocation on the
 /// no-donation path of every call) where no output can be.
 /// On the CPU a fresh 32 MB tensor's page faults cost more than the GELU kernel of
 /// benchmarks/run.py's cpu_mlp that fills it. On CUDA the caching allocator makes a new output
@@ -950,7 +953,7 @@ std::vector<int> outputsIntoInputs(const CompiledRegion& r, const KernelArgs& a)
     const int arg = r.argOf[k];
     if (std::count(r.argOf.begin(), r.argOf.end(), arg) != 1 || !a.owned(arg)) continue;
     const at::Tensor& x = a.t(arg);
-    if (x.is_view() || !denseInOrder(x, r.order) || x.numel() == 0 || in.guarded() ||
+    if (!denseInOrder(x, r.order) || x.numel() == 0 || in.guarded() ||
         !readsElementForElement(p, in, r.order) || !x.sizes().equals(in.tensor->shape))
       continue;
     for (size_t j = 0; j < p.outputs.size(); ++j) {

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import gc
 import copy
 import os
@@ -114,6 +115,8 @@ class _CompilingFlag:
         script = getattr(pytorch.jit, "ScriptFunction", None)
         if script is not None:
             patches.append((script, "__call__", _script_call_for(script.__call__)))
+        function = pytorch.autograd.function.Function
+        patches.append((function, "apply", classmethod(_function_apply_for(function.__dict__["apply"].__func__))))
         try:
             # (the package's own `associative_scan` attribute is the function, not this module)
             scan = importlib.import_module("torch._higher_order_ops.associative_scan")
@@ -125,7 +128,10 @@ class _CompilingFlag:
         for name in _SIZED_TORCH_FACTORIES:
             if hasattr(pytorch, name):
                 patches.append((pytorch, name, _factory_for(getattr(pytorch, name))))
-        self._old = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        # (A class's own attribute as its __dict__ holds it: getattr would give a classmethod
+        # bound to the class, which put back would bind every subclass's call to the base.)
+        self._old = [(owner, name, owner.__dict__[name] if isinstance(owner, type) and name in owner.__dict__
+                      else getattr(owner, name)) for owner, name, _ in patches]
         for owner, name, value in patches:
             setattr(owner, name, value)
         return self
@@ -200,6 +206,34 @@ def _associative_scan_for(original):
         return pytree.tree_unflatten(leaves, spec)
 
     return associative_scan
+
+
+# A torch.autograd.Function subclass -> the callable its traced calls record: the original
+# Function.apply bound to it (one per class, so that the fallback's symbols are shared by calls).
+_function_appliers: dict = {}
+
+
+def _function_apply_for(original):
+    """torch.autograd.Function.apply while a program is traced: a call with proxies is one opaque
+    fallback call of the function (thunder.core.fallback), whose outputs' metadata come from its
+    forward run on meta tensors, which runs as PyTorch runs it, and whose gradient is the user's
+    own backward (PyTorch's autograd on a rerun of the call), not the derivative of the forward's
+    operations: a straight-through estimator or a clipped gradient stays what its author wrote.
+    PyTorch's apply would hand the proxies to C++ code that takes only tensors (transformers'
+    BLOOM GELU, PhiMoE's router, RecurrentGemma's scan)."""
+
+    def apply(cls, *args, **kwargs):
+        from thunder.core import fallback
+        from thunder.core.proxies import _has_proxy
+
+        if not (_has_proxy(args) or _has_proxy(kwargs)):
+            return original(cls, *args, **kwargs)
+        fn = _function_appliers.get(cls)
+        if fn is None:
+            fn = _function_appliers[cls] = functools.partial(original, cls)
+        return fallback.call(fn, f"{cls.__module__}.{cls.__qualname__}.apply", args, kwargs)
+
+    return apply
 
 
 def _script_call_for(original):

@@ -269,7 +269,7 @@ def _float32_matmul(ctx, a, b):
 def test_custom_fwd_casts_its_inputs_and_runs_without_autocast():
     # The forward of an autograd.Function decorated as AMP recipes do, called with its context
     # object: its tensor arguments (bfloat16 here) are cast to float32 and it runs with autocast off.
-    # (thunder.jit does not trace torch.autograd.Function.apply itself yet.)
+    # (A call of the Function's apply is a fallback call: test_fallback.py.)
     torch.manual_seed(0)
     a, b = torch.randn(4, 8), torch.randn(8, 3)
 

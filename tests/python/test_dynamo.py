@@ -172,7 +172,10 @@ def test_unsupported_op_is_split_out_with_reason(positive):
     assert "tanh" in str(f.last_traces[1][-1])
 
 
-def test_custom_autograd_function_runs_in_pytorch():
+def test_custom_autograd_function_runs_in_thunder_with_its_own_backward():
+    # Dynamo records the Function as its autograd_function_apply higher-order op; thunder takes it
+    # (its apply is a fallback call: the forward as PyTorch runs it, the gradient from the
+    # author's backward, here twice the forward's derivative), so nothing splits the graph.
     class Cube(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -182,14 +185,15 @@ def test_custom_autograd_function_runs_in_pytorch():
         @staticmethod
         def backward(ctx, g):
             (x,) = ctx.saved_tensors
-            return 3 * x * x * g
+            return 6 * x * x * g
 
     def fn(x):
         return Cube.apply(x.sin()).cos().sum()
 
     f = _check_values_and_grads(fn, _randn(5))
     (info,) = f.subgraph_infos
-    assert [r.target for r in info.split_reasons] == ["torch.ops.higher_order.autograd_function_apply"]
+    assert info.split_reasons == [] and [p.thunder for p in info.pieces] == [True]
+    assert "_apply" in str(f.last_traces[0][-1])
 
 
 def regions_across_a_split(x, w):

@@ -214,3 +214,97 @@ def test_native_getitem_takes_only_keys_of_tensors():
     assert not fallback._native_getitem(call(t, (i, slice(None))))  # a slice: a constant of the symbol
     assert not fallback._native_getitem(call(t, (i, None)))  # mixed: flat leaves
     assert not fallback._native_getitem(fallback._Call(torch.Tensor.__setitem__, "x", (t, i, 1.0), {}))
+
+
+# ---- torch.autograd.Function ----------------------------------------------------------------------
+
+
+class _RoundSTE(torch.autograd.Function):
+    """A straight-through estimator: the forward rounds, the backward passes the gradient where
+    |x| < limit (the derivative of the forward's ops would be zero everywhere)."""
+
+    @staticmethod
+    def forward(ctx, x, scale, limit=1.0):
+        ctx.save_for_backward(x)
+        ctx.limit = limit
+        return torch.round(x * scale) / scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x.abs() < ctx.limit).to(g.dtype), None, None
+
+
+class _TanhGelu(torch.autograd.Function):
+    """BLOOM's GELU as transformers writes it: an analytic backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        return (0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t)) * g
+
+
+class _SplitScale(torch.autograd.Function):
+    """Two outputs, one of them marked non-differentiable."""
+
+    @staticmethod
+    def forward(ctx, x, w, factor):
+        ctx.factor = factor
+        ctx.save_for_backward(w)
+        y = x * w * factor
+        mask = y > 0
+        ctx.mark_non_differentiable(mask)
+        return y, mask
+
+    @staticmethod
+    def backward(ctx, gy, gmask):
+        (w,) = ctx.saved_tensors
+        return gy * w * ctx.factor * 3.0, gy * 0.5, None  # not the forward's derivative: the rule is the author's
+
+
+AUTOGRAD_FUNCTION_CASES = [
+    ("ste", lambda x, w: _RoundSTE.apply(x @ w, 4.0) * 2, ((6, 8), (8, 5))),
+    ("ste_keyword_default", lambda x, w: _RoundSTE.apply(x * w, 2.0, limit=0.5).sin(), ((6, 8), (6, 8))),
+    ("gelu", lambda x, w: _TanhGelu.apply(x @ w).sum(-1), ((6, 8), (8, 5))),
+    ("two_outputs", lambda x, w: (lambda y, m: (y * m, m))(*_SplitScale.apply(x, w, 0.5)), ((4, 3), (4, 3))),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", AUTOGRAD_FUNCTION_CASES, ids=[c[0] for c in AUTOGRAD_FUNCTION_CASES])
+def test_autograd_function_runs_its_own_backward(name, fn, shapes):
+    # A torch.autograd.Function called with proxies is one fallback call: the forward as PyTorch
+    # runs it, the gradient from the author's backward (PyTorch's autograd on a rerun), which here
+    # differs from the derivative of the forward's operations.
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    jf = thunder.jit(fn)
+    out, grads = _grads(jf, *inputs)
+    expected, expected_grads = _grads(fn, *inputs)
+    torch.testing.assert_close(out, expected)
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e)
+    assert "_apply" in str(thunder.last_traces(jf)[-1])
+    # Without gradients; and outside thunder.jit, apply is PyTorch's again (for subclasses too).
+    with torch.no_grad():
+        torch.testing.assert_close(jf(*inputs), fn(*inputs))
+    torch.testing.assert_close(fn(*inputs), expected)
+
+
+def test_autograd_function_with_data_dependent_forward_names_it():
+    class Nonzero(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x[x > 0]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    with pytest.raises(NotImplementedError, match="Nonzero.apply"):
+        thunder.jit(lambda x: Nonzero.apply(x) * 2)(torch.randn(5))

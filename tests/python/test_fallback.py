@@ -123,6 +123,16 @@ def test_fallback_refuses_data_dependent_shapes():
         thunder.jit(lambda x: torch.unique(x))(torch.randn(4))
 
 
+def test_a_number_read_from_a_tensor_is_refused_by_name():
+    # Funnel's relative positions: torch.arange of 0-dim tensors (values known only from the data).
+    def f(x):
+        pos = torch.arange(0, 8)
+        return torch.arange(pos[0], pos[-1]) + x.sum()
+
+    with pytest.raises(NotImplementedError, match=r"torch.arange takes a number .* tensor t\d+: cpu i64\[\]"):
+        thunder.jit(f)(torch.randn(3))
+
+
 def test_fallback_with_non_value_constants():
     def f(x):
         return torch.randint_like(x, 10, memory_format=torch.contiguous_format) * 2  # a memory_format argument

@@ -212,6 +212,15 @@ def _dispatch(func, args, kwargs):
             out = fallback.call(func, _qualname(func), cargs, ckwargs)
         except Exception:  # noqa: BLE001 - PyTorch (on meta tensors) cannot run it either:
             raise e from None  # the symbol's error names the case and has eager's type
+    except TypeError as e:
+        # A 0-dim tensor where the op takes a number (Funnel's torch.arange(pooled_pos[0] - pos[0],
+        # ...)): its value is the data's, unknown while tracing.
+        if "but got tensor" not in str(e):
+            raise
+        raise NotImplementedError(
+            f"thunder.jit: {_qualname(func)} takes a number where it was given a tensor ({e}); a number "
+            f"read from a tensor's values is data-dependent and cannot be traced: pass a Python number"
+        ) from None
     out = _named_result(func, out)
     _note_range(sym.name, sargs, skwargs, out)
     return out

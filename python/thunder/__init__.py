@@ -549,11 +549,16 @@ class ThunderModule(pytorch.nn.Module):
         self._read_state = _state_reader(self._slots)
 
     def _collect_slots(self):
-        slots = []
+        # One slot per module attribute: a module registered under two names (CoaT's shared
+        # convolutional position encodings, `self.cpe1` and each serial block's `cpe`) holds one
+        # parameter, which is one input of the trace, named by its first path. (Two slots of one
+        # attribute got two proxies, and the one set last looked like an assignment to the other.)
+        slots, seen = [], set()
         for mod_name, mod in self._model.named_modules(remove_duplicate=False):
             for kind in ("_parameters", "_buffers"):
                 for name, value in getattr(mod, kind).items():
-                    if value is not None:
+                    if value is not None and (id(mod), kind, name) not in seen:
+                        seen.add((id(mod), kind, name))
                         slots.append((mod, kind, name, f"{mod_name}.{name}" if mod_name else name))
         return slots
 

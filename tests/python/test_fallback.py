@@ -280,7 +280,7 @@ class _SplitScale(torch.autograd.Function):
 
 AUTOGRAD_FUNCTION_CASES = [
     ("ste", lambda x, w: _RoundSTE.apply(x @ w, 4.0) * 2, ((6, 8), (8, 5))),
-    ("ste_keyword_default", lambda x, w: _RoundSTE.apply(x * w, 2.0, limit=0.5).sin(), ((6, 8), (6, 8))),
+    ("ste_three_arguments", lambda x, w: _RoundSTE.apply(x * w, 2.0, 0.5).sin(), ((6, 8), (6, 8))),
     ("gelu", lambda x, w: _TanhGelu.apply(x @ w).sum(-1), ((6, 8), (8, 5))),
     ("two_outputs", lambda x, w: (lambda y, m: (y * m, m))(*_SplitScale.apply(x, w, 0.5)), ((4, 3), (4, 3))),
 ]

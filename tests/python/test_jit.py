@@ -118,6 +118,43 @@ def test_module_parameters_and_buffers_are_inputs():
     assert thunder.cache_misses(tm) == 1 and thunder.cache_hits(tm) == 1
 
 
+def test_a_module_registered_under_two_names_trains_like_eager():
+    # CoaT (timm) registers its position encodings as `cpe1` and again as each block's `cpe`: one
+    # parameter, one input of the trace, gradient summed over both uses, buffers updated once.
+    class Block(torch.nn.Module):
+        def __init__(self, shared):
+            super().__init__()
+            self.shared, self.fc = shared, torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(self.shared(x)).tanh()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+            self.blocks = torch.nn.ModuleList([Block(self.enc), Block(self.enc)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return self.enc(x).sum()
+
+    torch.manual_seed(0)
+    m = Net()
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    x = torch.randn(6, 8)
+    tm(x).backward()
+    ref(x).backward()
+    names = [p.name for p in thunder.last_traces(tm)[-1].inputs]
+    assert names.count("t_enc_0_weight") == 1 and not any("blocks_0_shared" in n for n in names), names
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=n)
+    torch.testing.assert_close(m.enc[1].running_mean, ref.enc[1].running_mean)
+    assert m.enc[1].num_batches_tracked.item() == ref.enc[1].num_batches_tracked.item() == 3
+
+
 def test_closure_tensors_become_inputs():
     w = torch.randn(3, 3)
 

@@ -155,6 +155,61 @@ def test_a_module_registered_under_two_names_trains_like_eager():
     assert m.enc[1].num_batches_tracked.item() == ref.enc[1].num_batches_tracked.item() == 3
 
 
+def _funnel_positions(x):
+    # Funnel's relative positions (transformers): numbers read from tensors made of constants.
+    pos = torch.arange(0, 8, dtype=torch.int64, device=x.device).to(x.dtype)
+    pooled = torch.cat([pos.new_tensor([-1]), pos[1:-1][::2]], 0)
+    ref = pooled[0] - pos[0]
+    rel = torch.arange(ref + 2 * pooled.shape[0], pooled[0] - pos[-1] - 1, -2, dtype=torch.long, device=x.device)
+    if (rel > 100).any():
+        return x * 0
+    return x * rel.float().sum() + pos[3].item()
+
+
+# (name, fn): eager's result, or a refusal naming a read of a tensor's value; never another value.
+KNOWN_VALUE_CASES = [
+    ("funnel_positions", _funnel_positions, True),
+    ("updated_in_place", lambda x: (lambda z: (z.add_(1), x * z[0].item())[1])(torch.arange(4)), True),
+    ("branch_on_constants", lambda x: x * 2 if (torch.arange(5) > 3).any() else x * 3, True),
+    ("updated_with_the_input", lambda x: (lambda z: (z.mul_(x.sum()), x * z[1].item())[1])(torch.arange(3.0)), False),
+    ("copied_from_the_input", lambda x: (lambda z: (z.copy_(x), x * z[1].item())[1])(torch.zeros(3)), False),
+    ("drawn", lambda x: x * torch.randint(0, 5, (1,)).item(), False),
+    ("of_the_input", lambda x: x * x.sum().item(), False),
+]
+
+
+@pytest.mark.parametrize("name,fn,known", KNOWN_VALUE_CASES, ids=[c[0] for c in KNOWN_VALUE_CASES])
+def test_values_computed_from_constants_are_known_while_tracing(name, fn, known):
+    # A small tensor the program computes from constants alone has its values while tracing: a
+    # number read from it (.item(), int(), a branch, an op's number argument) is that constant.
+    # Anything the inputs, an in-place update with them, or a random draw decide stays refused.
+    x = torch.tensor([1.0, -2.0, 3.0])
+    jf = thunder.jit(fn)
+    if known:
+        torch.testing.assert_close(jf(x), fn(x))
+        torch.testing.assert_close(jf(x * 2), fn(x * 2))
+    else:
+        with pytest.raises(NotImplementedError, match="needs the value of a tensor while tracing"):
+            jf(x)
+
+
+@pytest.mark.parametrize("draw", [lambda: torch.randint(0, 1000, (4,)), lambda: torch.randperm(8)[:4]],
+                         ids=["randint", "randperm"])
+def test_random_factories_without_a_symbol_draw_at_every_call(draw):
+    # torch.randint has no thunder symbol: it is a call of the program (a fallback), not a draw
+    # made while tracing and kept as a constant (every call returned the same numbers).
+    fn = lambda x: x * draw()  # noqa: E731
+    jf = thunder.jit(fn)
+    x = torch.ones(4)
+    jf(x)
+    torch.manual_seed(0)
+    a = jf(x)
+    b = jf(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(a, fn(x))  # eager's numbers from the same generator state
+    assert not torch.equal(a, b)
+
+
 def test_closure_tensors_become_inputs():
     w = torch.randn(3, 3)
 

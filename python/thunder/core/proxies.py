@@ -144,7 +144,9 @@ def _dispatch(func, args, kwargs):
     mapped ltorch symbol, or the fallback."""
     special = _SPECIAL.get(func)
     if special is not None:
-        return special(*args, **kwargs)
+        out = special(*args, **kwargs)
+        _note_known(func, getattr(func, "__name__", ""), args, kwargs, out)
+        return out
     if "_stacklevel" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
     if func is torch.Tensor.__getitem__ and len(args) == 2:
@@ -159,12 +161,19 @@ def _dispatch(func, args, kwargs):
             # A property (x.shape) of a tensor the function updated in place, now its latest value.
             return getattr(args[0], owner.__name__)
         if not _has_proxy(args) and not _has_proxy(kwargs):
+            if _draws(func, args, kwargs):
+                # A random factory with no thunder symbol (torch.randint, randperm): a call of the
+                # program, drawn anew at each run as eager draws it. Run now, its draw would be a
+                # constant of the trace, the same numbers at every call.
+                return fallback.call(func, _qualname(func), args, kwargs)
             # Only real tensors and constants: run it as PyTorch would (e.g. a property of a
             # tensor the function closes over).
             with torch._C.DisableTorchFunction():
                 return func(*args, **kwargs)
         cargs, ckwargs = autocast.apply(getattr(func, "__name__", ""), args, kwargs)
-        return fallback.call(func, _qualname(func), cargs, ckwargs)
+        out = fallback.call(func, _qualname(func), cargs, ckwargs)
+        _note_known(func, getattr(func, "__name__", ""), cargs, ckwargs, out)
+        return out
     sym, swapped = entry
     if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
         # A result's values do not depend on the memory format it is laid out in.
@@ -214,15 +223,23 @@ def _dispatch(func, args, kwargs):
             raise e from None  # the symbol's error names the case and has eager's type
     except TypeError as e:
         # A 0-dim tensor where the op takes a number (Funnel's torch.arange(pooled_pos[0] - pos[0],
-        # ...)): its value is the data's, unknown while tracing.
+        # ...)): its value when the program computed it from constants, else the data's, unknown
+        # while tracing.
         if "but got tensor" not in str(e):
             raise
+        nargs, nkwargs = _known_numbers(sargs), _known_numbers(skwargs)
+        if nargs is not None and nkwargs is not None:
+            out = sym(*nargs, **nkwargs)
+            out = _named_result(func, out)
+            _note_known(func, sym.name, _known_numbers(args), _known_numbers(kwargs), out)
+            return out
         raise NotImplementedError(
             f"thunder.jit: {_qualname(func)} takes a number where it was given a tensor ({e}); a number "
             f"read from a tensor's values is data-dependent and cannot be traced: pass a Python number"
         ) from None
     out = _named_result(func, out)
     _note_range(sym.name, sargs, skwargs, out)
+    _note_known(func, sym.name, args, kwargs, out)
     return out
 
 
@@ -280,6 +297,106 @@ def _note_range(name, args, kwargs, out):
             out._static_bool = known
 
 
+# A tensor the program computes from constants alone (factories of Python numbers, and ops of
+# such tensors: Funnel's relative positions, `pos = torch.arange(n)`, `pos[0] - pos[-1]`) has
+# values known while tracing: a small one keeps them (`_known`, a CPU tensor), and reading a number
+# from it (`.item()`, int(), a branch, an op's number argument) gives that number, a constant of
+# the trace as it is of the program. Tensors read from the program's inputs, parameters, buffers
+# or the random generators are never known; nor is anything of a symbolic size.
+_KNOWN_MAX_NUMEL = 4096
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "uniform", "exponential",
+                 "geometric", "cauchy", "rrelu", "fractional")
+_UNKNOWN_WORDS = _RANDOM_WORDS + ("empty",)  # (an empty tensor's values are whatever memory held)
+
+
+def _draws(func, args, kwargs) -> bool:
+    """Whether a call of no tensors draws random numbers (by its name, as _RANDOM_WORDS)."""
+    name = getattr(func, "__name__", "")
+    if not any(w in name for w in _RANDOM_WORDS):
+        return False
+    import torch.utils._pytree as pytree
+
+    return not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves((args, kwargs)))
+
+
+def known_value(x):
+    """The values of a traced tensor computed from constants alone (a CPU tensor), or None."""
+    if type(x) is not TensorProxy:
+        return None
+    return getattr(_latest(x), "_known", None)
+
+
+def _leaf_known(x):
+    if type(x) is TensorProxy:
+        return known_value(x)
+    return x
+
+
+def _note_known(func, name, args, kwargs, out):
+    if args is None or kwargs is None or any(w in name for w in _UNKNOWN_WORDS):
+        return
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if not outs or not all(type(o) is TensorProxy and not o._sym for o in outs):
+        return
+    if sum(o.numel() for o in outs) > _KNOWN_MAX_NUMEL:
+        return
+    if any(type(a) is TensorProxy and known_value(a) is None for a in args):
+        return  # (the common case, before the arguments' walk)
+    import torch.utils._pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    values = []
+    for x in leaves:
+        if type(x) is TensorProxy:
+            v = known_value(x)
+            if v is None:
+                return
+            values.append(v)
+        elif symbolic.is_symbolic(x) or isinstance(x, torch.Tensor):
+            return  # a symbolic size, or a real tensor the program closes over (it may change)
+        elif isinstance(x, (torch.device, devices.Device)) or (func is torch.Tensor.to and isinstance(x, str)):
+            values.append(torch.device("cpu"))  # (values only: a CUDA tensor's are computed on the CPU)
+        else:
+            values.append(x)
+    cargs, ckwargs = pytree.tree_unflatten(values, spec)
+    if "device" in ckwargs:
+        ckwargs["device"] = "cpu"
+    # (All torch calls here with torch functions off: the program's mode would trace them.)
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        try:
+            real = func(*cargs, **ckwargs)
+        except Exception:  # noqa: BLE001 - what PyTorch cannot compute here is simply not known
+            return
+        reals = real if isinstance(real, (tuple, list)) else (real,)
+        if len(reals) != len(outs):
+            return
+        for o, r in zip(outs, reals):
+            if not isinstance(r, torch.Tensor) or tuple(r.shape) != tuple(o._shape) or r.dtype != o.dtype:
+                return
+        for o, r in zip(outs, reals):
+            o._known = r.detach().clone()
+
+
+def _known_numbers(x):
+    """x with each known 0-dim tensor a Python number; None where some tensor is not known."""
+    if type(x) is TensorProxy:
+        v = known_value(x)
+        if v is not None and v.dim() == 0:
+            with torch._C.DisableTorchFunction():
+                return v.item()
+        return None if x.ndim == 0 else x
+    if isinstance(x, tuple):
+        items = [_known_numbers(y) for y in x]
+        return None if any(i is None for i, y in zip(items, x) if y is not None) else tuple(items)
+    if isinstance(x, list):
+        items = [_known_numbers(y) for y in x]
+        return None if any(i is None for i, y in zip(items, x) if y is not None) else items
+    if isinstance(x, dict):
+        items = {k: _known_numbers(v) for k, v in x.items()}
+        return None if any(items[k] is None for k, v in x.items() if v is not None) else items
+    return x
+
+
 def known_comparison(name, value_range, b):
     """The answer of `x <name> b` ("lt", "le", "gt", "ge") for every x in `value_range` (lo, hi,
     hi included), or None when it depends on x."""
@@ -298,6 +415,10 @@ def _bool(self):
     known = getattr(self, "_static_bool", None)
     if known is not None and self.numel() == 1:
         return known
+    value = known_value(self)
+    if value is not None:
+        with torch._C.DisableTorchFunction():
+            return bool(value)
     return _unsupported("Tensor.__bool__")(self)
 
 
@@ -668,6 +789,12 @@ def _cuda(self, device=None, non_blocking=False, memory_format=None):
 def _unsupported(what):
     def f(self, *args, **kwargs):
         from thunder.core.guards import user_location
+
+        value = known_value(self)
+        if value is not None and what != "Tensor.__bool__":
+            # Tensor.item, tolist, numpy, __float__, __int__, __index__ of values known while tracing
+            with torch._C.DisableTorchFunction():
+                return getattr(value, what.removeprefix("Tensor."))(*args, **kwargs)
 
         where = user_location()
         raise NotImplementedError(

@@ -645,6 +645,14 @@ class ThunderModule(pytorch.nn.Module):
             # `self.buf = new_value` in forward: the buffer takes the new value, as in eager.
             for (mod, kind, name, qual), p, now in replaced:
                 if now is not None:
+                    if (kind == "_buffers" and isinstance(now, TensorProxy)
+                            and (now.shape != p.shape or now.dtype != p.dtype)):
+                        # A buffer forward replaces by a table of another shape (ConViT's relative
+                        # indices, made for the token count on the first call): the module holds
+                        # the new tensor after every call, as in eager; the next call, with a
+                        # buffer of the new shape, is traced again.
+                        getattr(mod, kind)[name] = now
+                        continue
                     if not isinstance(now, TensorProxy) or now.shape != p.shape or now.dtype != p.dtype:
                         raise NotImplementedError(
                             f"thunder.jit: forward replaced the {kind[1:-1]} {qual} by a value of another "

@@ -210,6 +210,36 @@ def test_random_factories_without_a_symbol_draw_at_every_call(draw):
     assert not torch.equal(a, b)
 
 
+def test_forward_replacing_a_buffer_by_a_table_of_another_shape():
+    # ConViT (timm) makes its relative indices for the token count on the first call and stores
+    # them in a buffer first registered as a placeholder: after every call the module holds what
+    # eager's holds, and a call with the new buffer is traced again, then served from the cache.
+    class Table(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.register_buffer("table", torch.zeros(1, 1), persistent=False)
+
+        def forward(self, x):
+            n = x.shape[0]
+            if self.table.shape[0] != n:
+                self.table = torch.arange(n, dtype=x.dtype)[:, None].expand(n, 4).contiguous()
+            return self.fc(x) * self.table
+
+    torch.manual_seed(0)
+    m = Table()
+    ref = copy.deepcopy(m)
+    tm = thunder.jit(m)
+    for n in (3, 3, 5, 5, 5):
+        x = torch.randn(n, 4, requires_grad=True)
+        torch.testing.assert_close(tm(x), ref(x))
+        assert type(m.table) is torch.Tensor and torch.equal(m.table, ref.table)
+    tm(x).sum().backward()
+    ref(x).sum().backward()
+    torch.testing.assert_close(m.fc.weight.grad, ref.fc.weight.grad)
+    assert [n for n, _ in m.named_buffers()] == ["table"] and thunder.cache_hits(tm) >= 2
+
+
 def test_closure_tensors_become_inputs():
     w = torch.randn(3, 3)
 

@@ -171,6 +171,10 @@ KNOWN_VALUE_CASES = [
     ("funnel_positions", _funnel_positions, True),
     ("updated_in_place", lambda x: (lambda z: (z.add_(1), x * z[0].item())[1])(torch.arange(4)), True),
     ("branch_on_constants", lambda x: x * 2 if (torch.arange(5) > 3).any() else x * 3, True),
+    ("view_read_after_its_base_changed", lambda x: (lambda z: (lambda v: (z.add_(10), x * v[1].item())[1])(z[:2]))(
+        torch.arange(4)), True),
+    ("base_read_after_a_view_changed", lambda x: (lambda z: (z.view(2, 2).mul_(3), x * z[3].item())[1])(
+        torch.arange(4)), True),
     ("updated_with_the_input", lambda x: (lambda z: (z.mul_(x.sum()), x * z[1].item())[1])(torch.arange(3.0)), False),
     ("copied_from_the_input", lambda x: (lambda z: (z.copy_(x), x * z[1].item())[1])(torch.zeros(3)), False),
     ("drawn", lambda x: x * torch.randint(0, 5, (1,)).item(), False),

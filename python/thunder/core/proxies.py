@@ -326,12 +326,6 @@ def known_value(x):
     return getattr(_latest(x), "_known", None)
 
 
-def _leaf_known(x):
-    if type(x) is TensorProxy:
-        return known_value(x)
-    return x
-
-
 def _note_known(func, name, args, kwargs, out):
     if args is None or kwargs is None or any(w in name for w in _UNKNOWN_WORDS):
         return

@@ -231,7 +231,10 @@ def _function_apply_for(original):
         fn = _function_appliers.get(cls)
         if fn is None:
             fn = _function_appliers[cls] = functools.partial(original, cls)
-        return fallback.call(fn, f"{cls.__module__}.{cls.__qualname__}.apply", args, kwargs)
+        # (By its module and class: `transformers.models.bloom.modeling_bloom.GeLUFunction.apply`; a
+        # class defined inside a function by its own name.)
+        where = f"{cls.__module__}.{cls.__qualname__}" if "<locals>" not in cls.__qualname__ else cls.__name__
+        return fallback.call(fn, f"{where}.apply", args, kwargs)
 
     return apply
 

@@ -81,3 +81,53 @@ def test_an_unused_output_gives_no_gradient(name, fn, x, executors):
         pytest.skip(f"eager has no gradient here in torch {torch.__version__}: {e}")  # aminmax before 2.13
     (gt,) = torch.autograd.grad(got, xt, cot)
     torch.testing.assert_close(gt, ge, equal_nan=True)
+
+
+# A module returning a second output the loss does not read (GoogLeNet's and Inception-v3's
+# auxiliary logits in training mode): the parameters only that output reaches keep no gradient
+# (None, as eager leaves them: an optimizer skips them, where zeros would still decay them), also
+# through the nn ops' backward prims (batch norm, convolution, pooling, embedding, upsampling).
+def _aux(*layers):
+    return lambda: torch.nn.Sequential(*layers)
+
+
+AUX_HEADS = [
+    ("linear", _aux(torch.nn.Linear(6, 5))),
+    ("conv_batchnorm", _aux(torch.nn.Conv2d(6, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU())),
+    ("conv_avgpool", _aux(torch.nn.Conv2d(6, 4, 1), torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(16, 3))),
+    ("maxpool_adaptive", _aux(torch.nn.MaxPool2d(2), torch.nn.Conv2d(6, 4, 1), torch.nn.AdaptiveAvgPool2d(1))),
+    ("adaptive_max_upsample", _aux(torch.nn.Conv2d(6, 4, 1), torch.nn.AdaptiveMaxPool2d(2), torch.nn.Upsample(scale_factor=2))),
+]
+
+
+class _TwoHeads(torch.nn.Module):
+    def __init__(self, aux):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 6)
+        self.trunk = torch.nn.Conv2d(6, 6, 3, padding=1)
+        self.main = torch.nn.Linear(6, 2)
+        self.aux_emb = torch.nn.Embedding(10, 6)
+        self.aux = aux
+
+    def forward(self, x, ids):
+        h = torch.relu(self.trunk(x + self.emb(ids)[:, :, None, None]))
+        aux_in = h if not isinstance(self.aux[0], torch.nn.Linear) else h.mean((2, 3))
+        aux = self.aux(aux_in + self.aux_emb(ids).reshape((-1, 6) + (1,) * (aux_in.dim() - 2)))
+        return self.main(h.mean((2, 3))), aux
+
+
+@pytest.mark.parametrize("name,aux", AUX_HEADS, ids=[c[0] for c in AUX_HEADS])
+def test_parameters_only_an_unread_output_reaches_keep_no_gradient(name, aux):
+    import copy
+
+    torch.manual_seed(0)
+    m = _TwoHeads(aux()).double().train()
+    ref = copy.deepcopy(m)
+    x, ids = torch.randn(3, 6, 4, 4, dtype=torch.float64), torch.tensor([1, 4, 7])
+    thunder.jit(m)(x, ids)[0].square().sum().backward()
+    ref(x, ids)[0].square().sum().backward()
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), (n, p.grad is None, q.grad is None)
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, msg=n)
+    assert all(p.grad is None for p in m.aux.parameters()) and m.aux_emb.weight.grad is None

@@ -931,8 +931,8 @@ bool denseInOrder(const at::Tensor& x, const std::vector<int>& order) {
 /// by the permuted region that iterates in its memory order. A view counts when `owned` says its
 /// base is held by nothing else: a linear of a 3-D or 4-D input returns a view of addmm's result
 /// (ConvNeXt's MLP: the GELU's output and the fc1 output it reads, 147 MiB each, were both alive
-/// at the inference peak). Empty (no allocation on the
-/// no-donation path of every call) where no output can be.
+/// at the inference peak). Empty (no allocation on the no-donation path of every call) where no
+/// output can be.
 /// On the CPU a fresh 32 MB tensor's page faults cost more than the GELU kernel of
 /// benchmarks/run.py's cpu_mlp that fills it. On CUDA the caching allocator makes a new output
 /// cheap; what it saves there is memory: a CNN's fused BatchNorm-ReLU output and the convolution

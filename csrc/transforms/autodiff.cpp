@@ -178,8 +178,8 @@ std::vector<int> freeSymbols(const Trace& trace, const BoundSymbol& b) {
 /// only zero cotangents flow into are zero and are left out: a product or quotient of one and a
 /// value is zero, a sum with one is the other term, shape ops and reductions of one are zero, and
 /// so are all outputs of a call linear in its cotangents (a fallback's `vjp_*`, fused attention's
-/// backward, the nn ops' backward prims) whose cotangent-derived arguments are all zero. Any other use reads zeros, made by
-/// `makeZeros` where that use is.
+/// backward, the nn ops' backward prims) whose cotangent-derived arguments are all zero. Any other
+/// use reads zeros, made by `makeZeros` where that use is.
 class ZeroCotangents {
  public:
   explicit ZeroCotangents(std::function<Value(const TensorPtr&)> makeZeros)
@@ -248,24 +248,17 @@ class ZeroCotangents {
   }
 
   /// Linear in the cotangents it reads (a fallback call's VJP, `vjp_<name>(inputs...,
-  /// cotangents...)`, fused attention's backward), each of them zero.
+  /// cotangents...)`, fused attention's backward, the nn ops' backward prims), each of them zero.
+  /// The prims take the output's gradient first; all their outputs (a batch norm's or a
+  /// convolution's input, weight and bias gradients) are zero with it. (A BatchNorm in an
+  /// auxiliary head whose logits the loss does not read gave its parameters zero gradients where
+  /// eager leaves them None: GoogLeNet, Inception-v3.)
   bool linearInCotangents(const BoundSymbol& b, const std::vector<TensorPtr>& ins) const {
-    // The backward prims of the nn ops, linear in their first argument, the output's gradient:
-    // all their outputs (a batch norm's or a convolution's input, weight and bias gradients) are
-    // zero with it. (A BatchNorm in an auxiliary head whose logits the loss does not read gave its
-    // parameters zero gradients where eager leaves them None: GoogLeNet, Inception-v3.)
-    static const std::unordered_set<std::string> linearInGrad = {
-        "prims.batch_norm_backward", "prims.convolution_backward", "prims.embedding_backward",
-        "prims.max_pool_backward", "prims.avg_pool_backward", "prims.adaptive_avg_pool_backward",
-        "prims.adaptive_max_pool_backward", "prims.upsample_backward"};
-    if (linearInGrad.count(b.sym->id())) {
-      if (b.args.empty() || !isZero(b.args[0])) return false;
-      for (size_t i = 1; i < b.args.size(); ++i)
-        if (isDep(b.args[i])) return false;
-      return true;
-    }
-    if (b.sym->name.rfind("vjp_", 0) != 0 && b.sym->id() != "sdpaex.fused_attention_backward")
-      return false;
+    static const std::unordered_set<std::string> linear = {
+        "sdpaex.fused_attention_backward", "prims.batch_norm_backward", "prims.convolution_backward",
+        "prims.embedding_backward", "prims.max_pool_backward", "prims.avg_pool_backward",
+        "prims.adaptive_avg_pool_backward", "prims.adaptive_max_pool_backward", "prims.upsample_backward"};
+    if (b.sym->name.rfind("vjp_", 0) != 0 && !linear.count(b.sym->id())) return false;
     for (const TensorPtr& t : ins)
       if (dep_.count(t.get()) && !zero_.count(t.get())) return false;
     return true;

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import builtins
-import functools
 import gc
 import copy
 import os
@@ -208,11 +207,6 @@ def _associative_scan_for(original):
     return associative_scan
 
 
-# A torch.autograd.Function subclass -> the callable its traced calls record: the original
-# Function.apply bound to it (one per class, so that the fallback's symbols are shared by calls).
-_function_appliers: dict = {}
-
-
 def _function_apply_for(original):
     """torch.autograd.Function.apply while a program is traced: a call with proxies is one opaque
     fallback call of the function (thunder.core.fallback), whose outputs' metadata come from its
@@ -228,9 +222,9 @@ def _function_apply_for(original):
 
         if not (_has_proxy(args) or _has_proxy(kwargs)):
             return original(cls, *args, **kwargs)
-        fn = _function_appliers.get(cls)
-        if fn is None:
-            fn = _function_appliers[cls] = functools.partial(original, cls)
+        # The original apply bound to the class: bound methods of one function and class compare
+        # equal, so the fallback's symbol of this Function is shared by its calls.
+        fn = types.MethodType(original, cls)
         # (By its module and class: `transformers.models.bloom.modeling_bloom.GeLUFunction.apply`; a
         # class defined inside a function by its own name.)
         where = f"{cls.__module__}.{cls.__qualname__}" if "<locals>" not in cls.__qualname__ else cls.__name__

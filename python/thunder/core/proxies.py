@@ -379,15 +379,12 @@ def _known_numbers(x):
             with torch._C.DisableTorchFunction():
                 return v.item()
         return None if x.ndim == 0 else x
-    if isinstance(x, tuple):
-        items = [_known_numbers(y) for y in x]
-        return None if any(i is None for i, y in zip(items, x) if y is not None) else tuple(items)
-    if isinstance(x, list):
-        items = [_known_numbers(y) for y in x]
-        return None if any(i is None for i, y in zip(items, x) if y is not None) else items
-    if isinstance(x, dict):
-        items = {k: _known_numbers(v) for k, v in x.items()}
-        return None if any(items[k] is None for k, v in x.items() if v is not None) else items
+    if isinstance(x, (tuple, list, dict)):
+        keys = list(x) if isinstance(x, dict) else range(len(x))
+        items = {k: _known_numbers(x[k]) for k in keys}
+        if any(items[k] is None and x[k] is not None for k in keys):
+            return None
+        return items if isinstance(x, dict) else (tuple if isinstance(x, tuple) else list)(items.values())
     return x
 
 

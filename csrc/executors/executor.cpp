@@ -9,6 +9,7 @@
 
 #include "codegen/python_printer.h"
 #include "ir/error.h"
+#include "transforms/conv_layout.h"
 
 namespace thunder {
 
@@ -197,6 +198,16 @@ Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& ex
   auto start = std::chrono::steady_clock::now();
   Claimer claimer(out, executors);
   for (const BoundSymbol& b : current.bsyms) claimer.claim(b, 0);
+  if (convolutionLayout(trace) == ConvLayout::AsLaidOut) {
+    // Convolutions in the layouts their tensors come in (the fusion executors' kernels were
+    // planned from the same decision).
+    for (BoundSymbol& b : out.bsyms)
+      for (const Executor* ex : executors)
+        if (const Symbol* v = ex->asLaidOutVariant(b.sym)) {
+          b.sym = v;
+          break;
+        }
+  }
   static const bool timing = std::getenv("THUNDER_DEBUG_TIMING") != nullptr;
   if (timing)
     std::fprintf(stderr, "timing: claiming %zu calls %.1f ms\n", current.bsyms.size(),

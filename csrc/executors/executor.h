@@ -74,11 +74,22 @@ class Executor {
     auto it = inplace_.find(exec);
     return it == inplace_.end() ? nullptr : it->second;
   }
+  /// Makes `asLaidOut` the form of this executor's call symbol `exec` that computes on its
+  /// tensors in the layouts they come in, where `exec` converts them to channels-last (CUDA
+  /// convolutions of half types): claiming calls it in traces whose convolutions keep their
+  /// layouts (transforms/conv_layout.h).
+  void addAsLaidOutVariant(const Symbol* exec, const Symbol* asLaidOut) { asLaidOut_[exec] = asLaidOut; }
+  /// The as-laid-out form of `exec`, or nullptr.
+  const Symbol* asLaidOutVariant(const Symbol* exec) const {
+    auto it = asLaidOut_.find(exec);
+    return it == asLaidOut_.end() ? nullptr : it->second;
+  }
 
  private:
   std::string name_, version_;
   std::unordered_map<std::string, std::vector<Implementation>> impls_;
   std::unordered_map<const Symbol*, const Symbol*> inplace_;
+  std::unordered_map<const Symbol*, const Symbol*> asLaidOut_;
   std::unordered_map<const Symbol*, UpdatingVariant> updating_;
 };
 

@@ -10,35 +10,9 @@
 #include <unordered_set>
 
 #include "ops/symbolic_rules.h"
+#include "transforms/conv_layout.h"
 
 namespace thunder {
-
-namespace {
-
-/// Whether a trace's 4-D activations are channels-last at run time: the runtime runs 2-D
-/// convolutions of half types on CUDA in channels-last (runtime/torch_ops.cpp convInChannelsLast,
-/// unless THUNDER_CONV_NCHW), and the kernels after them iterate in their inputs' memory order.
-bool channelsLastActivations(const Trace& trace) {
-  static const bool nchw = std::getenv("THUNDER_CONV_NCHW") != nullptr;
-  if (nchw) return false;
-  std::function<bool(const BoundSymbol&)> halfConv = [&](const BoundSymbol& b) {
-    if (b.sym->name.rfind("convolution", 0) == 0) {
-      for (const TensorPtr& x : b.inputTensors())
-        if (x->ndim() == 4 && x->device.type == DeviceType::CUDA &&
-            (x->dtype == DType::BFloat16 || x->dtype == DType::Float16))
-          return true;
-      return false;
-    }
-    for (const BoundSymbol& s : b.subsymbols)
-      if (halfConv(s)) return true;
-    return false;
-  };
-  for (const BoundSymbol& b : trace.bsyms)
-    if (halfConv(b)) return true;
-  return false;
-}
-
-}  // namespace
 
 bool worthFusing(const FusionRegion& region) {
   if (region.computeOps < 2) return false;
@@ -105,7 +79,7 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
     return b;
   };
   // Whether convolutions make the activations channels-last at run time (traced contiguous).
-  const bool channelsLast = channelsLastActivations(trace);
+  const bool channelsLast = convolutionLayout(trace) == ConvLayout::ChannelsLast;
   // Compiles the final regions, numbered in program order; false if a device has no compiler.
   int counter = 0;
   auto compileAll = [&](Trace& out) {

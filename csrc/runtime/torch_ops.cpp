@@ -132,10 +132,10 @@ bool batchNormFloatParams(const KernelArgs& a, size_t first, size_t last) {
 /// and for depthwise ones ATen's own NCHW kernels run instead, several times slower (a ConvNeXt-T
 /// step spent 17 of 42 ms in them). The outputs stay channels-last: BatchNorm, pooling and the
 /// fuser's pointwise kernels (which iterate in their inputs' memory order) keep the layout up to
-/// the next convolution. THUNDER_CONV_NCHW=1 keeps the layouts as they come (A/B timings).
+/// the next convolution. Traces where that layout would not hold call the as-laid-out forms
+/// instead (transforms/conv_layout.h).
 bool convInChannelsLast(const at::Tensor& x, bool transposed) {
-  static const bool off = std::getenv("THUNDER_CONV_NCHW") != nullptr;
-  return !off && x.is_cuda() && x.dim() == 4 && !transposed && at::isReducedFloatingType(x.scalar_type());
+  return x.is_cuda() && x.dim() == 4 && !transposed && at::isReducedFloatingType(x.scalar_type());
 }
 
 /// prims.batch_norm's arguments as ATen takes them: the parameters (arguments 1 to 4) in float32
@@ -292,6 +292,14 @@ void inplace(const Symbol* exec, const std::string& module, const std::string& n
   gTorch->addInplaceVariant(exec, in);
 }
 
+/// Registers `kernel` as the as-laid-out form of `exec` (transforms/conv_layout.h), printing as
+/// module.name; claiming calls it where a trace's convolutions keep their tensors' layouts.
+void asLaidOut(const Symbol* exec, const std::string& module, const std::string& name, Kernel kernel) {
+  const Symbol* form = makeExecSymbol("torch", module, name, *exec);
+  setKernel(form, std::move(kernel));
+  gTorch->addAsLaidOutVariant(exec, form);
+}
+
 /// Registers `kernel` as the updating form of the multi-output call `exec` (outputs written
 /// into arguments as `outputToArg` pairs them), printing as module.name; for the reinplace pass.
 void updating(const Symbol* exec, const std::string& module, const std::string& name,
@@ -320,9 +328,10 @@ c10::IValue nnTuple(std::vector<c10::IValue> items) {
   return c10::ivalue::Tuple::create(std::move(items));
 }
 
-/// prims.convolution_backward: the input's gradient (None where `input` is false) and the weight's.
-c10::IValue convolutionBackward(K& a, bool input) {
-  bool nhwc = convInChannelsLast(a.t(1), a.b(6));
+/// prims.convolution_backward: the input's gradient (None where `input` is false) and the weight's;
+/// channels-last where convInChannelsLast says so and `laidOut` does not keep the layouts.
+c10::IValue convolutionBackward(K& a, bool input, bool laidOut = false) {
+  bool nhwc = !laidOut && convInChannelsLast(a.t(1), a.b(6));
   auto r = at::convolution_backward(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
                                     channelsLastIf(a.t(2), nhwc), std::nullopt, a.ints(3), a.ints(4),
                                     a.ints(5), a.b(6), a.ints(7), a.i(8), {input, true, false});
@@ -601,19 +610,27 @@ void registerPrimKernels() {
     return at::embedding_dense_backward(a.t(0), a.t(1), a.i(2), a.none(3) ? -1 : a.i(3), false);
   });
   // ---- nn ops ----
-  impl("prims.convolution", "torchex", "convolution", [](K& a) -> c10::IValue {
-    bool nhwc = convInChannelsLast(a.t(0), a.b(6));
+  auto convolution = [](K& a, bool laidOut) -> c10::IValue {
+    bool nhwc = !laidOut && convInChannelsLast(a.t(0), a.b(6));
     return at::convolution(channelsLastIf(a.t(0), nhwc), channelsLastIf(a.t(1), nhwc),
                            a.none(2) ? std::optional<at::Tensor>() : std::optional(a.t(2)),
                            a.ints(3), a.ints(4), a.ints(5), a.b(6), a.ints(7), a.i(8));
-  });
-  impl("prims.convolution_backward", "torchex", "convolution_backward",
-       [](K& a) -> c10::IValue { return convolutionBackward(a, true); });
+  };
+  const Symbol* conv = impl("prims.convolution", "torchex", "convolution",
+                            [convolution](K& a) { return convolution(a, false); });
+  asLaidOut(conv, "torchex", "convolution_as_laid_out", [convolution](K& a) { return convolution(a, true); });
+  const Symbol* convBackward = impl("prims.convolution_backward", "torchex", "convolution_backward",
+                                    [](K& a) -> c10::IValue { return convolutionBackward(a, true); });
+  asLaidOut(convBackward, "torchex", "convolution_backward_as_laid_out",
+            [](K& a) -> c10::IValue { return convolutionBackward(a, true, true); });
   // Where nothing reads the input's gradient (a network's first convolution, whose input needs
   // none), only the weight's is computed: ResNet-50's stem spent 0.8 ms of a 30 ms step on it.
-  impl("prims.convolution_backward", "torchex", "convolution_backward_weight",
-       [](K& a) -> c10::IValue { return convolutionBackward(a, false); },
-       [](const BoundSymbol& b) { return b.output.isSequence() && b.output.items()[0].isNone(); });
+  const Symbol* weightBackward = impl(
+      "prims.convolution_backward", "torchex", "convolution_backward_weight",
+      [](K& a) -> c10::IValue { return convolutionBackward(a, false); },
+      [](const BoundSymbol& b) { return b.output.isSequence() && b.output.items()[0].isNone(); });
+  asLaidOut(weightBackward, "torchex", "convolution_backward_weight_as_laid_out",
+            [](K& a) -> c10::IValue { return convolutionBackward(a, false, true); });
   impl("prims.max_pool", "torchex", "max_pool", [](K& a) -> c10::IValue {
     auto r = a.ints(1).size() == 2 ? at::max_pool2d_with_indices(a.t(0), a.ints(1), a.ints(2),
                                                                  a.ints(3), a.ints(4), a.b(5))

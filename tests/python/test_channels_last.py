@@ -179,3 +179,70 @@ def test_results_have_eager_layouts():
     # A channels-last input returned as it is stays the caller's tensor.
     y = x.contiguous(memory_format=CL)
     assert thunder.jit(lambda t: t)(y) is y or thunder.jit(lambda t: t)(y).data_ptr() == y.data_ptr()
+
+
+class _GroupNormBlock(nn.Module):
+    """A diffusion UNet's residual block: GroupNorm, SiLU, convolution, twice, and the skip."""
+
+    def __init__(self, c, groups=4):
+        super().__init__()
+        self.norm1, self.conv1 = nn.GroupNorm(groups, c), nn.Conv2d(c, c, 3, padding=1)
+        self.norm2, self.conv2 = nn.GroupNorm(groups, c), nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv1(F.silu(self.norm1(x)))
+        return x + self.conv2(F.silu(self.norm2(y)))
+
+
+class _GroupNormNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_in = nn.Conv2d(4, 32, 3, padding=1)
+        self.blocks = nn.Sequential(_GroupNormBlock(32), _GroupNormBlock(32))
+        self.conv_out = nn.Conv2d(32, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv_out(F.silu(self.blocks(self.conv_in(x))))
+
+
+def _calls(trace):
+    return [line.split("=", 1)[-1].strip().split("(")[0] for line in str(trace).splitlines()
+            if "convolution" in line and not line.lstrip().startswith("#")]
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_group_norm_networks_keep_their_layout(train):
+    # GroupNorm groups channels with pixels by a reshape: a copy of a channels-last tensor and a
+    # second one into the next convolution. Such traces call the convolutions as laid out (NCHW
+    # here, cuDNN transposing inside the call); a BatchNorm network still runs channels-last.
+    # Values against a float64 run of the same model, as close as eager's bfloat16 run is.
+    torch.manual_seed(0)
+    ref = _GroupNormNet().cuda().double()
+    x64 = torch.randn(2, 4, 16, 16, device="cuda", dtype=torch.float64)
+    eager = copy.deepcopy(ref).to(torch.bfloat16)
+    model = copy.deepcopy(ref).to(torch.bfloat16)
+    tm = thunder.jit(model)
+    x = x64.to(torch.bfloat16)
+    eps = torch.finfo(torch.bfloat16).eps
+
+    def err(a, b):
+        return (a.double() - b.double()).abs().max().item()
+
+    with torch.set_grad_enabled(train):
+        out64, oute, outt = ref(x64), eager(x), tm(x)
+    assert err(outt, out64) <= 2 * err(oute, out64) + eps * out64.abs().max().item()
+    assert outt.is_contiguous()
+    fwd = _calls(thunder.last_traces(tm)[-1])
+    assert fwd and all(c == "torchex.convolution_as_laid_out" for c in fwd), fwd
+    if train:
+        for m, o in ((ref, out64), (eager, oute), (model, outt)):
+            (o.double() ** 2).mean().backward()
+        for (n, p), pe, p64 in zip(model.named_parameters(), eager.parameters(), ref.parameters()):
+            bound = 2 * err(pe.grad, p64.grad) + eps * p64.grad.abs().max().item()
+            assert err(p.grad, p64.grad) <= bound, (n, err(p.grad, p64.grad), err(pe.grad, p64.grad))
+        bwd = _calls(thunder.last_backward_traces(tm)[-1])
+        assert bwd and all(c.endswith("_as_laid_out") for c in bwd), bwd
+    # The BatchNorm network of the tests above: channels-last.
+    bn = thunder.jit(_Net().cuda().to(torch.bfloat16))
+    bn(torch.randn(2, 3, 16, 16, device="cuda", dtype=torch.bfloat16))
+    assert all(c == "torchex.convolution" for c in _calls(thunder.last_traces(bn)[-1]))

@@ -257,6 +257,13 @@ def convolution_backward_weight(grad, a, weight, stride, padding, dilation, tran
     return None, gw
 
 
+# The forms a trace calls where its convolutions keep their tensors' layouts (the C++ runtime's
+# default forms convert CUDA half-type convolutions to channels-last; these calls never do).
+convolution_as_laid_out = convolution
+convolution_backward_as_laid_out = convolution_backward
+convolution_backward_weight_as_laid_out = convolution_backward_weight
+
+
 def _bn_float_params(a, params):
     # As the C++ runtime: half-type inputs take float32 parameters on the CPU, and on CUDA where
     # the parameters' dtypes differ.

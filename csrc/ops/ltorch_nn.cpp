@@ -250,10 +250,13 @@ Value groupNorm(const Args& a) {
                   i == 2 ? "weight" : "bias", " of shape (", c, ",), but got ", shapeStr(p.shape));
   }
   DType comp = isLowPrecision(t.dtype) ? DType::Float32 : t.dtype;
-  Value x = clang::maybeConvert(a[0], comp);
   int64_t per = c / g;
   for (int64_t d = 2; d < t.ndim(); ++d) per *= t.shape[d];
-  Value grouped = op("reshape", {x, ints({t.shape[0], g, per})});
+  // Grouped in the input's dtype, then widened: the widening joins the kernel of the statistics
+  // (a kernel reads its inputs through reshapes, not its own values), where widening first stored
+  // a float32 copy of the activation for that kernel to read; in the backward the gradient is
+  // narrowed inside the kernel that computes it, before the reshape back.
+  Value grouped = clang::maybeConvert(op("reshape", {a[0], ints({t.shape[0], g, per})}), comp);
   Value mean = op("mean", {grouped, ints({2}), true});
   Value var = clang::keepDims(prims::var(grouped, {2}, 0.0), {t.shape[0], g, per}, {2});
   Value y = op("mul", {op("sub", {grouped, mean}), op("rsqrt", {op("add", {var, a[4]})})});

@@ -1052,7 +1052,10 @@ Trace partitionOnce(const Trace& traceIn, const std::function<bool(const BoundSy
       if (u.prims.empty()) return false;
       bool expands = false;
       for (const BoundSymbol& p : u.prims) {
-        if (p.sym->name != "convert_element_type" && p.sym->name != "broadcast_in_dim") return false;
+        // (A reshape of a value from outside the run too: a norm's weight shaped [1, C, 1, 1]
+        // before its widening, which alone stayed an ATen conversion of its own.)
+        if (p.sym->name != "convert_element_type" && p.sym->name != "broadcast_in_dim" && p.sym->name != "reshape")
+          return false;
         expands |= p.sym->name == "broadcast_in_dim" && p.args[0].isTensor() &&
                    p.outputTensors()[0]->numel() > p.args[0].tensor().numel();
       }

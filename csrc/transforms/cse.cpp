@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "transforms/dce.h"
 #include "transforms/rewrites.h"
 
 namespace thunder {
@@ -100,6 +101,7 @@ Trace cse(const Trace& trace) {
     trace.output.collectTensors(outs);
     for (const TensorPtr& t : outs) returned.insert(t.get());
   }
+  bool roundTrips = false;
   for (const BoundSymbol& call : trace.bsyms) {
     BoundSymbol b = call;
     if (!renames.empty()) substituteReads(b, renames);
@@ -116,6 +118,7 @@ Trace cse(const Trace& trace) {
         if (!returned.count(outs[0].get()) || ownTensor) {
           if (returned.count(outs[0].get())) returned.insert(x.get());
           renames.emplace(outs[0].get(), x);
+          roundTrips = true;
           continue;
         }
       }
@@ -167,7 +170,9 @@ Trace cse(const Trace& trace) {
     }
   }
   out.output = substitute(trace.output, renames);
-  return out;
+  // A widening that only round trips read is dead now (a full-size float32 copy of a bfloat16
+  // gradient that nothing reads, computed by a kernel of its own).
+  return roundTrips ? dce(out) : out;
 }
 
 }  // namespace thunder

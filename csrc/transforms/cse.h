@@ -14,7 +14,7 @@ namespace thunder {
 /// the same values twice.) Two calls whose results are both returned stay two calls: the caller
 /// gets two tensors, as from eager. A value widened and narrowed back to its dtype (bfloat16
 /// through float32) is the value itself, unless the narrowing is returned and the value is an
-/// input or returned as well.
+/// input or returned as well; a widening only such round trips read is then dropped too.
 Trace cse(const Trace& trace);
 
 }  // namespace thunder

@@ -604,6 +604,37 @@ def test_cse_drops_a_conversion_there_and_back(low, wide):
 
 
 @pytest.mark.parametrize("executors", [["torch"], ["fuser"]])
+def test_a_widening_only_round_trips_read_is_dropped(executors):
+    # A bfloat16 residual block's backward widens the incoming gradient once and narrows it for
+    # each input of the residual add: with the narrowings gone (they are the gradient itself), the
+    # widening is read by nothing and goes too, where it was a float32 copy of the gradient made
+    # by a call of its own.
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.GroupNorm(4, 16), torch.nn.SiLU(), torch.nn.Conv2d(16, 16, 3, padding=1))
+    block = block.to(torch.bfloat16)
+
+    def f(x):
+        return x + block(x)
+
+    x = torch.randn(2, 16, 8, 8, dtype=torch.bfloat16, requires_grad=True)
+    jf = thunder.jit(f, executors=executors)
+    g = torch.randn(2, 16, 8, 8, dtype=torch.bfloat16)
+    jf(x).backward(g)
+    got = [x.grad] + [p.grad for p in block.parameters()]
+    x.grad = None
+    block.zero_grad(set_to_none=True)
+    f(x).backward(g)
+    for a, b in zip(got, [x.grad] + [p.grad for p in block.parameters()]):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    bwd = str(thunder.last_backward_traces(jf)[-1])
+    code = [line for line in bwd.splitlines() if not line.lstrip().startswith(("#", "del "))]
+    for k, line in enumerate(code):
+        made = re.match(r"^  (t\w+) = ", line)
+        if made:  # every value made is read later, or returned
+            assert any(re.search(rf"\b{made[1]}\b", later) for later in code[k + 1:]), (made[1], bwd)
+
+
+@pytest.mark.parametrize("executors", [["torch"], ["fuser"]])
 def test_a_returned_conversion_there_and_back_is_a_new_tensor(executors):
     # x.float().to(bfloat16) is x's value, but eager returns a new tensor: writing into the result
     # must not change x.

@@ -1594,6 +1594,31 @@ def test_group_norm_runs_as_kernels(dtype, channels_last):
     assert not [n for n in names if n in ("torch.mean", "torchex.var", "torch.rsqrt", "torch.sub")], names
 
 
+def test_group_norm_training_widens_its_weight_in_the_kernels():
+    # A bfloat16 GroupNorm's weight, shaped [1, C, 1, 1] and widened to float32, is read by the
+    # normalization's kernel and by its backward's: reshaped and widened there as they load it, not
+    # by two ATen calls of their own in each trace (a diffusion UNet's 61 norms a step).
+    device = os.environ.get("THUNDER_TEST_DEVICE", "cpu")
+    torch.manual_seed(0)
+    gn = torch.nn.GroupNorm(4, 32).to(device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+    x = torch.randn(2, 32, 8, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    fn = lambda x: torch.nn.functional.silu(gn(x))  # noqa: E731
+    jf = thunder.jit(fn, executors=["fuser"] if device == "cpu" else None)
+    g = torch.randn(2, 32, 8, 8, device=device, dtype=torch.bfloat16)
+    jf(x).backward(g)
+    got = [x.grad, gn.weight.grad, gn.bias.grad]
+    x.grad = gn.weight.grad = gn.bias.grad = None
+    fn(x).backward(g)
+    for a, b in zip(got, [x.grad, gn.weight.grad, gn.bias.grad]):
+        torch.testing.assert_close(a, b, rtol=3e-2, atol=3e-2)
+    for trace in (thunder.last_traces(jf)[-1], thunder.last_backward_traces(jf)[-1]):
+        widened = re.findall(r"^  \w+ = (?:torchex\.convert_element_type|Tensor\.to)\(.*float32.*\[1, 32, 1, 1\]", str(trace), re.M)
+        assert not widened, str(trace)
+
+
 # Row kernels over rows split finer than a value's own shape (kernel_ir's split of a row kernel's
 # leading dims): a residual sum over [B, H * W, C] and the norm of its [B, H, W, C] view (Swin's
 # blocks) are one kernel, and so are a window reverse (a permuted read of windows), the residual

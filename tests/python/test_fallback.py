@@ -305,6 +305,32 @@ def test_autograd_function_runs_its_own_backward(name, fn, shapes):
     torch.testing.assert_close(out, _grads(jf, *inputs)[0])
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_printed_programs_with_fallback_calls_run(grad):
+    # A trace is a runnable program: with thunder.extend.execution_scope, the forward of a call of
+    # a custom Function (printed `test_fallback._RoundSTE.apply(...)` without gradients, its
+    # random-state-saving form `..._rng(...)` in training) computes what the runtime computed, and
+    # the backward's scope binds the call that reruns it for the gradient.
+    from thunder import extend
+
+    def fn(x):
+        return _TanhGelu.apply(torch.sin(x)) * 2
+
+    x = torch.randn(3, 5, requires_grad=grad)
+    jf = thunder.jit(fn)
+    want = jf(x)
+    fwd = thunder.last_traces(jf)[-1]
+    scope = extend.execution_scope(fwd)
+    exec(compile(str(fwd), "<forward>", "exec"), scope)
+    got = scope["computation"](x.detach())
+    torch.testing.assert_close(got[0] if grad else got, want.detach(), rtol=0, atol=0)
+    if grad:
+        bwd = thunder.last_backward_traces(jf)[-1]
+        scope = extend.execution_scope(bwd)
+        called = re.findall(r"^  .*= (vjp_\w+)\(", str(bwd), re.M)
+        assert called and all(callable(scope.get(n)) for n in called), (called, sorted(scope))
+
+
 def test_autograd_function_with_data_dependent_forward_names_it():
     class Nonzero(torch.autograd.Function):
         @staticmethod

@@ -189,12 +189,12 @@ def _make_symbol(call: _Call):
         return (*(out if isinstance(out, tuple) else (out,)), state)
 
     sym_name = f"{_sanitize(qualname)}_{next(_counter)}"
-    sym = _C.extend_register_operator(EXECUTOR, sym_name, call.params(), None, meta, fn, [], qualname)
+    sym = _register(sym_name, call.params(), meta, fn, qualname)
     if _native_getitem(call) and _C.extend_use_native_kernel(sym, "Tensor.__getitem__"):
         # x[i0, i1] with index tensors (transformers' mask[batch_idx, kv_idx]): ATen's index
         # called from C++, not this Python function (a call back into Python each run).
         _NATIVE.add(sym.name)
-    sym_rng = _C.extend_register_operator(EXECUTOR, sym_name + "_rng", call.params(), None, meta_rng, fn_rng, [], "")
+    sym_rng = _register(sym_name + "_rng", call.params(), meta_rng, fn_rng)
     from thunder.core.transforms import _register_executor_grad_transform
 
     _register_executor_grad_transform(EXECUTOR, sym, _grad_rule(sym_rng, call))
@@ -341,7 +341,17 @@ def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
 
     name = f"vjp_{_sanitize(qualname)}_{next(_counter)}"
     params = [(f"a{i}", "positional", False, None) for i in range(n + 1 + len(diff_out))]
-    return _C.extend_register_operator(EXECUTOR, name, params, None, meta, fn, [], "")
+    return _register(name, params, meta, fn)
+
+
+def _register(name, params, meta, fn, prints_as=""):
+    """A fallback operator, and its function in the scope a printed execution trace runs in
+    (thunder.extend.execution_scope), by the name it prints with."""
+    from thunder.extend import _OPERATOR_FNS
+
+    sym = _C.extend_register_operator(EXECUTOR, name, params, None, meta, fn, [], prints_as)
+    _OPERATOR_FNS[sym.id] = fn
+    return sym
 
 
 def call(func, qualname: str, args: tuple, kwargs: dict):

@@ -213,8 +213,16 @@ def execution_scope(trace) -> dict[str, Callable]:
     scope = dict(_C.fusion_callables(trace))
     for name, sym_id in zip(trace.bound_symbol_names, trace.bound_symbol_ids):
         fn = _OPERATOR_FNS.get(sym_id)
-        if fn is not None:
+        if fn is None:
+            continue
+        if name.isidentifier():
             scope[name] = fn
+        else:
+            # A call printed as the callable it runs (a custom autograd Function's
+            # `mymodule.Scale.apply`): the program reaches it through its module.
+            root = name.split(".")[0]
+            if root in sys.modules and root not in ("torch", "thunder"):
+                scope.setdefault(root, sys.modules[root])
     return scope
 
 

@@ -892,25 +892,33 @@ void registerShapeUtilities() {
         return clang::reshape(a[0], out, "ltorch.unflatten");
       },
       kShapeOp);
-  define("tensor_split", "a, indices_or_sections, dim=0",
+  // PyTorch's overloads name the second argument `sections` (an int) or `indices` (a list) when
+  // it is passed by keyword (torchvision's MViT: tensor_split(x, indices=(1,), dim=2)).
+  define("tensor_split", "a, indices_or_sections=None, dim=0, *, indices=None, sections=None",
          {"torch.tensor_split", "torch.Tensor.tensor_split"}, [](const Args& a) {
            const TensorProxy& t = T(a[0], "tensor_split");
            THUNDER_CHECK(
                t.ndim() >= 1,
                "ltorch.tensor_split: expected at least 1 dimension, but got a 0-dim tensor");
+           int given = !a[1].isNone() + !a[3].isNone() + !a[4].isNone();
+           THUNDER_CHECK(given == 1, "ltorch.tensor_split: expected exactly one of indices_or_sections, indices and "
+                                     "sections, but got ", given);
+           const Value& what = !a[1].isNone() ? a[1] : !a[3].isNone() ? a[3] : a[4];
+           THUNDER_CHECK(a[3].isNone() || !what.isInt(), "ltorch.tensor_split: indices must be a sequence of ints");
+           THUNDER_CHECK(a[4].isNone() || what.isInt(), "ltorch.tensor_split: sections must be an int");
            int64_t d = dimOf(t, a[2], "tensor_split");
            int64_t n = t.shape[d];
            std::vector<int64_t> bounds;
-           if (a[1].isInt()) {
-             int64_t s = a[1].toInt();
+           if (what.isInt()) {
+             int64_t s = what.toInt();
              THUNDER_CHECK(s > 0,
                            "ltorch.tensor_split: number of sections must be positive, but got ", s);
              int64_t q = n / s, r = n % s, at = 0;
              for (int64_t i = 0; i < s - 1; ++i) bounds.push_back(at += q + (i < r ? 1 : 0));
            } else {
-             THUNDER_CHECK_KIND(!a[1].isTensor(), ErrorKind::NotImplemented,
+             THUNDER_CHECK_KIND(!what.isTensor(), ErrorKind::NotImplemented,
                                 "ltorch.tensor_split: a tensor of indices is not supported");
-             bounds = a[1].toInts();
+             bounds = what.toInts();
            }
            std::vector<Value> out;
            int64_t prev = 0;

@@ -485,6 +485,9 @@ def _tensor_split_samples(dtype):
     yield (make((2, 5), dtype), 2), dict(dim=1)
     yield (transposed((4, 3), dtype), (5,)), {}
     yield (make((0, 3), dtype), 2), {}
+    # By keyword, as PyTorch's overloads name them (torchvision's MViT: indices=(1,), dim=2).
+    yield (make((2, 3, 7), dtype),), dict(indices=(1,), dim=2)
+    yield (make((2, 7), dtype),), dict(sections=3, dim=-1)
 
 
 def _hsplit_samples(dtype):

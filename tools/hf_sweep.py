@@ -124,7 +124,9 @@ for name in only:
     try:
         torch.manual_seed(0)
         model = MODELS[name]().train()
-        exact = copy.deepcopy(model)  # float32: in bfloat16 each side's gradients are compared with it
+        # A wider copy each side's gradients are compared with where they differ: float32 for a
+        # bfloat16 run, float64 for a float32 one.
+        exact = copy.deepcopy(model).to(torch.float64 if DTYPE == torch.float32 else torch.float32)
         model = model.to(DTYPE)
         ref = copy.deepcopy(model)
         g = torch.Generator().manual_seed(1)
@@ -133,24 +135,26 @@ for name in only:
         y = out_tensor(ref(**x)); y.float().square().mean().backward()
         jm = thunder.jit(model)
         yt = out_tensor(jm(**x)); yt.float().square().mean().backward()
+        wide = {k: v.to(next(exact.parameters()).dtype) if v.is_floating_point() else v for k, v in raw.items()}
+        y32 = out_tensor(exact(**wide))
+        y32.double().square().mean().backward()
         if DTYPE != torch.float32:
-            y32 = out_tensor(exact(**raw))
-            y32.float().square().mean().backward()
             if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
                 t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
                 assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
         else:
             torch.testing.assert_close(yt, y, **TOL)
         def close(p, q, e):
-            if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]) or DTYPE == torch.float32:
-                return torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"])
-            # bfloat16 gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is
-            # 8) differ from eager's by rounding: thunder's error against float32 at most twice
-            # eager's, plus 1% of the scale. (Convolutional nets with batch norm have bf16 errors
-            # of the size of some gradients in eager too: there the direct comparison decides.)
+            if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]):
+                return True
+            # Gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is 8 and
+            # float32's rounding of the sums that make it is ~1e-3) differ from eager's by
+            # rounding: thunder's error against the wider run at most twice eager's, plus 1% of the
+            # scale in bfloat16. (Convolutional nets with batch norm have bf16 errors of the size
+            # of some gradients in eager too: there the direct comparison decides.)
             scale = e.grad.abs().max().item()
-            t_err, e_err = (p.grad.float() - e.grad).abs().max().item(), (q.grad.float() - e.grad).abs().max().item()
-            ok = t_err <= 2 * e_err + 1e-2 * scale + 1e-6
+            t_err, e_err = (p.grad.double() - e.grad.double()).abs().max().item(), (q.grad.double() - e.grad.double()).abs().max().item()
+            ok = t_err <= 2 * e_err + (1e-2 if DTYPE != torch.float32 else 1e-6) * scale + 1e-6
             if not ok and len(only) == 1: print(f"  {t_err=:.3g} {e_err=:.3g} {scale=:.3g}")
             return ok
         bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), exact.named_parameters())

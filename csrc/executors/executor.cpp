@@ -10,6 +10,7 @@
 #include "codegen/python_printer.h"
 #include "ir/error.h"
 #include "transforms/conv_layout.h"
+#include "transforms/dce.h"
 
 namespace thunder {
 
@@ -192,6 +193,9 @@ Trace transformForExecution(const Trace& trace, const std::vector<Executor*>& ex
   // Fusion executors partition the calls first; operator executors then claim the rest.
   for (const Executor* ex : executors)
     if (ex->isFusion()) current = ex->fusionPass(current);
+  // A kernel whose values later kernels all compute again for themselves (a rotary embedding's
+  // negated half, recomputed where it is concatenated) is read by nothing: it goes.
+  current = dce(current);
   Trace out = current.emptyCopy();
   out.isExecution = true;
   out.provenance = "Transform for execution";

@@ -1619,6 +1619,23 @@ def test_group_norm_training_widens_its_weight_in_the_kernels():
         assert not widened, str(trace)
 
 
+def test_no_kernel_is_left_that_nothing_reads():
+    # A kernel whose values the kernels after it all compute again for themselves (Mistral's
+    # rotary embedding: the negated half of q, recomputed where it is concatenated) is read by
+    # nothing and goes; it ran as a launch of its own per layer.
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = T.MistralConfig(vocab_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = T.MistralForCausalLM(cfg).to(torch.bfloat16).train()
+    ids = torch.randint(1, 128, (2, 32))
+    jm = thunder.jit(model, executors=["fuser"] if os.environ.get("THUNDER_TEST_DEVICE", "cpu") == "cpu" else None)
+    jm(input_ids=ids, labels=ids).loss.backward()
+    for trace in (thunder.last_traces(jm)[-1], thunder.last_backward_traces(jm)[-1]):
+        dead = re.findall(r"^  \[[_, ]+\] = \w+\(.*", str(trace), re.M)
+        assert not dead, dead
+
+
 # Row kernels over rows split finer than a value's own shape (kernel_ir's split of a row kernel's
 # leading dims): a residual sum over [B, H * W, C] and the norm of its [B, H, W, C] view (Swin's
 # blocks) are one kernel, and so are a window reverse (a permuted read of windows), the residual

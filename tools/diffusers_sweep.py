@@ -6,7 +6,8 @@ float64): the loss and every parameter's gradient, relative to the largest gradi
 Dropout is set to 0 and zero-initialized parameters (ControlNet's output convolutions, adaLN-Zero)
 are drawn again, so that what feeds them is compared too. --embedding64: diffusers computes the
 sinusoidal timestep embedding in float32 whatever the model's dtype; with this flag it runs in
-float64, so that the models compare to float64's rounding. Prints ok / FAIL / ERR per model.
+float64, so that the models compare to float64's rounding. Prints ok / FAIL / ERR per model, with eager's
+own movement under a few float64 roundings of its inputs and parameters beside (tools/float64_sweep.py).
 
 Session 37 (diffusers 0.42.1, torch 2.13 CPU): with --embedding64 all 12 models that run in eager
 in float64 match to 4e-15 or better (AutoencoderTiny fails in eager in float64); without it DiT,
@@ -15,12 +16,11 @@ in eager as in thunder.
 """
 import math
 import sys
-import time
-import traceback
 
-import torch
 import diffusers as D
-import thunder
+import torch
+
+from float64_sweep import names, prepare, report
 
 torch.manual_seed(0)
 B = 2
@@ -108,43 +108,6 @@ CASES = {
 }
 
 
-def step(model, call, inputs, pick):
-    model.zero_grad(set_to_none=True)
-    out = pick(call(**inputs))
-    loss = (out.double() ** 2).mean()
-    loss.backward()
-    return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
-
-
-def run(name):
-    build, inputs_fn, pick = CASES[name]
-    torch.manual_seed(0)
-    model = build().double().train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    with torch.no_grad():  # zero-initialized layers (ControlNet's outputs, adaLN-Zero) hide what feeds them
-        for p in model.parameters():
-            if p.numel() > 1 and not p.any():
-                p.normal_(0, 0.05)
-    inputs = inputs_fn()
-    t0 = time.time()
-    le, ge = step(model, model, inputs, pick)
-    lt, gt = step(model, thunder.jit(model), inputs, pick)
-    scale = max([g.abs().max().item() for g in ge.values() if g is not None] + [1e-30])
-    worst, where = abs(lt - le).item() / max(abs(le.item()), 1e-30), "loss"
-    for n in ge:
-        if (ge[n] is None) != (gt[n] is None):
-            return f"FAIL {name}: grad of {n} is {'None' if gt[n] is None else 'set'} in thunder, {'None' if ge[n] is None else 'set'} in eager"
-        if ge[n] is None:
-            continue
-        e = (gt[n] - ge[n]).abs().max().item() / scale
-        if e > worst:
-            worst, where = e, n
-    status = "ok  " if worst < 1e-9 else "FAIL"
-    return f"{status} {name}: worst {worst:.2e} ({where}), {len(ge)} params, {time.time() - t0:.1f} s"
-
-
 if "--embedding64" in sys.argv:
     # The sinusoidal timestep embedding computes in float32 whatever the model's dtype: in float64
     # here, so that thunder and eager can be compared to float64's rounding.
@@ -163,9 +126,12 @@ if "--embedding64" in sys.argv:
         return emb
     E.get_timestep_embedding = emb64
 
-for name in ([a for a in sys.argv[1:] if not a.startswith("--")] or CASES):
-    try:
-        print(run(name), flush=True)
-    except Exception as e:
-        print(f"ERR  {name}: {type(e).__name__}: {str(e)[:400]}", flush=True)
-        traceback.print_exc(limit=-3)
+
+def build(name):
+    make, inputs_fn, pick = CASES[name]
+    model = prepare(make().double().train())  # (drawn again before the inputs are drawn)
+    return model, inputs_fn(), pick
+
+
+for name in names(CASES):
+    report(name, lambda: build(name))

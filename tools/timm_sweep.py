@@ -13,15 +13,10 @@ LCNet and GhostNetV2 (up to 8e-9) because ATen's hardsigmoid backward multiplies
 match to 3e-15), EfficientViT-MIT (9e-8) and XCiT (2e-9) because their attention and Fourier
 features compute in float32 inside the model.
 """
-import copy
-import sys
-import time
-
-import torch
 import timm
-import thunder
+import torch
 
-MODELS = [a for a in sys.argv[1:] if not a.startswith("--")]
+from float64_sweep import exact_hardsigmoid_if_asked, names, report
 
 DEFAULT = """levit_128s pvt_v2_b0 poolformer_s12 efficientformer_l1 edgenext_xx_small mobilevit_xxs mobilevitv2_050
 fastvit_t8 repvit_m1 efficientvit_b0 tiny_vit_5m_224 hiera_tiny_224 davit_tiny focalnet_tiny_srf gcvit_xxtiny
@@ -31,17 +26,8 @@ visformer_tiny volo_d1_224 regnetz_b16 res2net50_14w_8s resnest14d skresnet18 dl
 cspresnet50 ese_vovnet19b_dw nf_resnet26 lambda_resnet26t botnet26t_256 halonet26t gernet_s repvgg_a0 mobileone_s0
 ghostnetv2_100 hardcorenas_a lcnet_050 selecsls42b xception41 convmixer_768_32 mambaout_femto starnet_s1 rdnet_tiny
 vit_little_patch16_reg4_gap_256 samvit_base_patch16""".split()
-MODELS = MODELS or DEFAULT
-if "--exact-hardsigmoid" in sys.argv:
-    # ATen's hardsigmoid backward multiplies by float32's 1/6 whatever the dtype: an exact one in
-    # both runs, to compare the rest of the model.
-    import torch.nn.functional as F
-
-    def _exact(x, inplace=False):
-        return F.relu6(x + 3.0) / 6.0
-
-    F.hardsigmoid = _exact
-    torch.nn.Hardsigmoid.forward = lambda self, x: _exact(x)
+MODELS = names(DEFAULT)
+exact_hardsigmoid_if_asked()
 
 
 def make(name):
@@ -57,53 +43,11 @@ def make(name):
                 x = torch.randn(2, 3, s, s, dtype=torch.float64)
                 with torch.no_grad():
                     m(x)
-                return m, x
+                return m, {"x": x}
             except Exception as e:
                 last = e
     raise RuntimeError(f"no size fits: {last}")
 
 
-def step(model, call, x):
-    model.zero_grad(set_to_none=True)
-    loss = (call(x).double() ** 2).mean()
-    loss.backward()
-    return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
-
-
 for name in MODELS:
-    try:
-        torch.manual_seed(0)
-        t0 = time.time()
-        m, x = make(name)
-        for mod in m.modules():
-            if isinstance(mod, torch.nn.Dropout):
-                mod.p = 0.0
-        with torch.no_grad():  # zero-initialized heads and scales hide what feeds them
-            for p in m.parameters():
-                if p.numel() > 1 and not p.any():
-                    p.normal_(0, 0.05)
-        le, ge = step(m, m, x)
-        lt, gt = step(m, thunder.jit(m), x)
-        scale = max([g.abs().max().item() for g in ge.values() if g is not None] + [1e-30])
-        worst, where = abs(lt - le).item() / max(abs(le.item()), 1e-30), "loss"
-        bad = ""
-        for n in ge:
-            if (ge[n] is None) != (gt[n] is None):
-                bad = f"grad of {n}: thunder {'None' if gt[n] is None else 'set'}, eager {'None' if ge[n] is None else 'set'}"
-                break
-            if ge[n] is not None:
-                e = (gt[n] - ge[n]).abs().max().item() / scale
-                if e > worst:
-                    worst, where = e, n
-        # Eager's own sensitivity: the same step with every input and parameter moved by a few
-        # float64 roundings (how ill-conditioned the step is at this size).
-        m2 = copy.deepcopy(m)
-        with torch.no_grad():
-            for p in m2.parameters():
-                p.mul_(1 + 4e-16 * torch.randn_like(p))
-        ls, gs = step(m2, m2, x * (1 + 4e-16 * torch.randn_like(x)))
-        sens = max((gs[n] - ge[n]).abs().max().item() / scale for n in ge if ge[n] is not None)
-        status = "ok  " if (worst < 1e-9 or worst <= 10 * sens) and not bad else "FAIL"
-        print(f"{status} {name} ({x.shape[-1]}²): worst {worst:.2e} ({where}), eager moved by rounding {sens:.2e} {bad} {time.time() - t0:.1f} s", flush=True)
-    except Exception as e:
-        print(f"ERR  {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+    report(name, lambda: (*make(name), lambda out: out), lambda inputs: f"({inputs['x'].shape[-1]}²)")

@@ -5,6 +5,7 @@ with the new value (it traces again), and a call with nothing changed must hit t
 
 import argparse
 import types
+import warnings
 
 import pytest
 import torch
@@ -355,3 +356,34 @@ def test_scalars_read_from_argument_attributes_are_not_stale(make, change, retra
         retraces = isinstance(s, types.SimpleNamespace)
     assert misses == (2 if retraces else 1)
     assert "__getattribute__" not in vars(_Settings)  # the read hook is gone after the trace
+
+
+class _WarnsOnConfigNames(torch.nn.Module):
+    """diffusers' models: a config value read as a module attribute works, with a FutureWarning."""
+
+    def __init__(self):
+        super().__init__()
+        self._config = {"patch_size": 2}
+
+    def __getattr__(self, name):
+        if name in self.__dict__.get("_config", {}):
+            warnings.warn(f"{name} read as an attribute", FutureWarning)
+            return self._config[name]
+        return super().__getattr__(name)
+
+    def forward(self, x, patches: bool = False):
+        if patches:  # the branch eager does not take: no warning
+            return x * self.patch_size
+        return x + 1
+
+
+def test_reading_the_program_for_guards_warns_of_nothing_eager_does_not():
+    model, x = _WarnsOnConfigNames(), torch.randn(3)
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        expected = model(x)
+    with warnings.catch_warnings(record=True) as jitted:
+        warnings.simplefilter("always")
+        got = thunder.jit(model)(x)
+    assert [str(w.message) for w in eager] == [] and [str(w.message) for w in jitted] == []
+    torch.testing.assert_close(got, expected)

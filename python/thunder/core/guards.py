@@ -28,6 +28,7 @@ import itertools
 import os
 import sys
 import types
+import warnings
 from typing import Callable
 
 import torch
@@ -51,6 +52,15 @@ def _library(obj) -> bool:
     return root in ("torch", "thunder", "builtins", "typing", "functools", "math", "operator") or (
         root in sys.stdlib_module_names
     )
+
+
+def _probe(obj, name: str):
+    """getattr(obj, name, _MISSING) for the scan, which reads names in code that may never run: a
+    library's __getattr__ may warn of a deprecated name the program does not read (diffusers'
+    config attributes read as module attributes), and eager would print nothing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(obj, name, _MISSING)
 
 
 def _user_data(value) -> bool:
@@ -165,7 +175,7 @@ class _Collector:
         elif isinstance(value, types.ModuleType):
             if not _library(value):
                 for name in code.co_names:
-                    v = getattr(value, name, _MISSING)
+                    v = _probe(value, name)
                     if v is not _MISSING and isinstance(v, _SCALARS + (tuple,)):
                         self.attr(value, name)
                     elif isinstance(v, types.FunctionType):
@@ -248,7 +258,7 @@ def _container_path(value, steps, how) -> bool:
         else:
             if not (_user_data(value) or isinstance(value, types.ModuleType) and not _library(value)):
                 return False
-            value = getattr(value, key, _MISSING)
+            value = _probe(value, key)
             if value is _MISSING:
                 return True
     return how in ("value", "len") or isinstance(value, _CONTAINERS)

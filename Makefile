@@ -2,6 +2,8 @@
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# timm and torchvision where none is installed (make deps; benchmarks/libraries.py reads it).
+VISION_LIBS := .vision-libs
 export PYTHONPATH := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH),)
 # The CPU kernels' -march for the fuser and the tests (native where empty): x86-64-v3 tests what
 # a CPU with AVX2 and no AVX-512 runs.
@@ -12,8 +14,8 @@ export THUNDER_CPU_MARCH
 
 setup: deps build develop
 
-# Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, transformers,
-# GoogleTest.
+# Installs what is missing and nothing else: torch (the CPU build, pinned), pytest, numpy, the model
+# libraries (transformers, torch_geometric, timm, torchvision, diffusers), ninja, NVRTC, GoogleTest.
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest || echo "pytest could not be installed"
@@ -25,6 +27,21 @@ deps:
 	@# torch_geometric (GCNConv, GATConv in test_dynamo.py) is pure Python and requires no torch.
 	@$(PYTHON) -c "import torch_geometric" 2>/dev/null || $(PYTHON) -m pip install -q torch_geometric==2.8.1 || \
 	  echo "torch_geometric could not be installed (its tests in test_dynamo.py will be skipped)"
+	@# timm, torchvision and diffusers: the suite's vision and diffusion models, the float64 model
+	@# sweep's and the autocast tests'. None of them may bring another torch. PyPI's x86_64
+	@# torchvision is built for CUDA torch: beside the CPU build its compiled ops do not load and its
+	@# import fails, and transformers imports any torchvision it finds. So where none is installed,
+	@# torchvision (the release made with torch 2.13) and timm go into $(VISION_LIBS), without their
+	@# dependencies (transformers brings timm's), where only the suite, the sweeps and the tests look
+	@# (benchmarks/libraries.py). diffusers and pillow require no torch.
+	@$(PYTHON) -c "import PIL" 2>/dev/null || $(PYTHON) -m pip install -q pillow || echo "pillow could not be installed"
+	@$(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('torchvision') is None)" || [ -d $(VISION_LIBS)/torchvision ] || \
+	  $(PYTHON) -m pip install -q --no-deps --target $(VISION_LIBS) torchvision==0.28.0 || \
+	  echo "torchvision could not be installed (its models and timm's will be skipped)"
+	@$(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('timm') is None)" || [ -d $(VISION_LIBS)/timm ] || \
+	  $(PYTHON) -m pip install -q --no-deps --target $(VISION_LIBS) timm==1.0.29 || echo "timm could not be installed (its models will be skipped)"
+	@$(PYTHON) -c "import diffusers" 2>/dev/null || $(PYTHON) -m pip install -q diffusers==0.42.1 || \
+	  echo "diffusers could not be installed (its models will be skipped)"
 	@$(PYTHON) -c "import ninja" 2>/dev/null || command -v ninja >/dev/null || $(PYTHON) -m pip install -q ninja
 	@# NVRTC compiles the fuser's CUDA kernels (no GPU needed); the wheel is used where the
 	@# CUDA toolkit has none. Machines without network access skip it.
@@ -96,4 +113,4 @@ bench: setup
 	$(PYTHON) benchmarks/bench_overhead.py
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) python/thunder/_C*.so
+	rm -rf $(BUILD) $(ASAN_BUILD) $(VISION_LIBS) python/thunder/_C*.so

@@ -46,7 +46,6 @@ import argparse
 import copy
 import dataclasses
 import gc
-import importlib
 import json
 import math
 import os
@@ -62,6 +61,7 @@ import torch.nn.functional as F
 # The disk caches the caller named, seen before benchmarks.run names its own.
 _USER_CACHES = {k: k in os.environ for k in ("THUNDER_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
 
+from benchmarks.libraries import import_library
 from benchmarks.run import commit, error_text, time_interleaved
 
 import thunder  # (benchmarks.run puts the in-tree package on sys.path)
@@ -339,7 +339,7 @@ def library(name):
     """The library's module, or None (a line printed once) where it cannot be imported."""
     if name not in _libraries:
         try:
-            _libraries[name] = importlib.import_module(name)
+            _libraries[name] = import_library(name)
             if name in ("transformers", "diffusers"):  # notes on configs made up for a benchmark
                 _libraries[name].logging.set_verbosity_error()
         except Exception as e:  # a missing or broken library skips its models

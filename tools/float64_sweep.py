@@ -2,12 +2,16 @@
 share: preparing a model for an exact comparison, one training step under eager and under
 thunder.jit, and the comparison of their losses and gradients with eager's own conditioning."""
 import copy
+import os
 import sys
 import time
 
 import torch
 
 import thunder
+
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.libraries import import_library  # noqa: E402,F401 (the sweeps import their library through it)
 
 
 def names(default):

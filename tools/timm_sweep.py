@@ -13,10 +13,11 @@ LCNet and GhostNetV2 (up to 8e-9) because ATen's hardsigmoid backward multiplies
 match to 3e-15), EfficientViT-MIT (9e-8) and XCiT (2e-9) because their attention and Fourier
 features compute in float32 inside the model.
 """
-import timm
 import torch
 
-from float64_sweep import exact_hardsigmoid_if_asked, names, report
+from float64_sweep import exact_hardsigmoid_if_asked, import_library, names, report
+
+timm = import_library("timm")
 
 DEFAULT = """levit_128s pvt_v2_b0 poolformer_s12 efficientformer_l1 edgenext_xx_small mobilevit_xxs mobilevitv2_050
 fastvit_t8 repvit_m1 efficientvit_b0 tiny_vit_5m_224 hiera_tiny_224 davit_tiny focalnet_tiny_srf gcvit_xxtiny

@@ -12,10 +12,12 @@ ATen's hardsigmoid backward multiplies by float32's 1/6 whatever the dtype (Mobi
 squeeze-excitation); an exact one in both runs compares the rest of the model.
 """
 import torch
-import torchvision.models as M
-import torchvision.models.video as V
 
-from float64_sweep import exact_hardsigmoid_if_asked, names, report
+from float64_sweep import exact_hardsigmoid_if_asked, import_library, names, report
+
+import_library("torchvision")
+import torchvision.models as M  # noqa: E402
+import torchvision.models.video as V  # noqa: E402
 
 IMAGE = """resnet18 resnext50_32x4d wide_resnet50_2 vgg11_bn alexnet squeezenet1_1 densenet121 mnasnet0_5 shufflenet_v2_x0_5
 mobilenet_v2 mobilenet_v3_small efficientnet_b0 efficientnet_v2_s regnet_y_400mf regnet_x_400mf convnext_tiny

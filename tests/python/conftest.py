@@ -23,6 +23,17 @@ import zlib  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# PyPI's torchvision stops importing beside the CPU build of torch, and make deps keeps it and timm
+# out of site-packages (benchmarks/libraries.py says why): the tests' own `import torchvision` and
+# `pytest.importorskip("timm")` find them the way the suite and the sweeps do.
+sys.path.append(os.path.normpath(os.path.join(_HERE, "..", "..")))
+from benchmarks.libraries import prepare_vision_libraries  # noqa: E402
+
+try:
+    prepare_vision_libraries()
+except Exception:  # a broken install: the tests that need it fail or skip at their own import
+    pass
+
 
 @pytest.fixture(autouse=True)
 def _seed(request):

@@ -387,3 +387,28 @@ def test_reading_the_program_for_guards_warns_of_nothing_eager_does_not():
         got = thunder.jit(model)(x)
     assert [str(w.message) for w in eager] == [] and [str(w.message) for w in jitted] == []
     torch.testing.assert_close(got, expected)
+
+
+_GLOBAL_NET = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+
+
+def _call_global_net(x):
+    return _GLOBAL_NET(x)
+
+
+@pytest.mark.parametrize("how", ["closure", "global", "bound forward"])
+def test_a_module_the_function_reaches_is_guarded_like_a_jitted_module(how):
+    # model.eval() (and a changed scalar attribute) between calls of a function that calls the
+    # model: a new trace, as thunder.jit(model) gets, not the training trace's dropout.
+    net = _GLOBAL_NET if how == "global" else torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    net.train()
+    fn = {"closure": lambda x: net(x), "global": _call_global_net, "bound forward": net.forward}[how]
+    jfn = thunder.jit(fn)
+    x = torch.ones(3, 4)
+    jfn(x)
+    net.eval()
+    torch.testing.assert_close(jfn(x), net(x))
+    net[1].p = 0.0
+    net.train()
+    torch.testing.assert_close(jfn(x), net(x))  # p = 0: training with no dropout
+    net[1].p = 0.5

@@ -107,6 +107,7 @@ class _Collector:
         self.readers: list[tuple] = []
         self._seen_code: set = set()
         self._seen_attr: set = set()
+        self._seen_modules: set = set()
 
     def attr(self, obj, name: str) -> None:
         key = (id(obj), name)
@@ -115,8 +116,30 @@ class _Collector:
         self._seen_attr.add(key)
         self.readers.append(("attr", obj, name))
 
+    def module(self, module: torch.nn.Module, depth: int = 0) -> None:
+        """Every submodule's `training` and scalar attributes, and the globals and containers
+        its class's forward (and the methods it names) read."""
+        for mod in module.modules():
+            if id(mod) in self._seen_modules:
+                continue
+            self._seen_modules.add(id(mod))
+            self.attr(mod, "training")
+            for name, v in vars(mod).items():
+                if name != "training" and not name.startswith("_") and isinstance(v, _SCALARS + (tuple,)):
+                    self.attr(mod, name)
+            fwd = type(mod).forward
+            if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
+                self.function(fwd, depth, self_obj=mod)
+                for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
+                    m = getattr(type(mod), name, None)
+                    if isinstance(m, types.FunctionType):
+                        self.function(m, depth + 1, self_obj=mod)
+
     def function(self, fn, depth: int = 0, self_obj=_MISSING) -> None:
         if isinstance(fn, types.MethodType):
+            if isinstance(fn.__self__, torch.nn.Module):
+                # thunder.jit(model.forward): the model's state is read as a jitted model's is
+                self.module(fn.__self__, depth)
             self.obj_attrs(fn.__self__, fn.__func__.__code__)
             fn, self_obj = fn.__func__, fn.__self__
         if not isinstance(fn, types.FunctionType) or _library(fn) or depth > _MAX_DEPTH:
@@ -168,9 +191,12 @@ class _Collector:
                 self.attr(obj, name)
 
     def value(self, value, code, depth: int) -> None:
-        """What a global or closure value leads to: the user code it names, or the attributes
-        `code` reads from it."""
-        if isinstance(value, (types.FunctionType, types.MethodType)):
+        """What a global or closure value leads to: the user code it names, a module's state
+        (a function calling a model it closes over reads its `training` as the model would), or
+        the attributes `code` reads from it."""
+        if isinstance(value, torch.nn.Module):
+            self.module(value, depth + 1)
+        elif isinstance(value, (types.FunctionType, types.MethodType)):
             self.function(value, depth + 1)
         elif isinstance(value, types.ModuleType):
             if not _library(value):
@@ -551,18 +577,7 @@ def guard_for_module(module: torch.nn.Module) -> Callable[[], tuple] | None:
     """The guard of a jitted module: every submodule's `training` and scalar attributes, and the
     globals its classes' forward code reads."""
     c = _Collector()
-    for mod in module.modules():
-        c.attr(mod, "training")
-        for name, v in vars(mod).items():
-            if name != "training" and not name.startswith("_") and isinstance(v, _SCALARS + (tuple,)):
-                c.attr(mod, name)
-        fwd = type(mod).forward
-        if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
-            c.function(fwd, self_obj=mod)
-            for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
-                m = getattr(type(mod), name, None)
-                if isinstance(m, types.FunctionType):
-                    c.function(m, 1, self_obj=mod)
+    c.module(module)
     return _make_guard(c.readers)
 
 

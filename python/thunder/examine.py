@@ -100,7 +100,8 @@ def _meta(x):
 
 def _classify(func, args, kwargs):
     """("native" | "fallback" | "failing", reason)."""
-    if func in proxies._TORCH_MAP or func in proxies._SPECIAL or _is_attribute_read(func):
+    if (func in proxies._TORCH_MAP or func in proxies._SPECIAL or func in proxies._TRACED_THROUGH
+            or _is_attribute_read(func)):
         return "native", ""
     if func is torch.Tensor.__setitem__:
         return "native", ""

@@ -5,6 +5,7 @@ methods and operators, each a call of the ltorch symbol that the torch name maps
 """
 
 import functools
+import types
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -154,6 +155,8 @@ def _dispatch(func, args, kwargs):
     if func is torch.where and len(args) + len(kwargs) == 1:
         _refuse_where_of_condition(args, kwargs)
     entry = _TORCH_MAP.get(func)
+    if entry is None and func in _TRACED_THROUGH:
+        return _traced_through(func)(*args, **kwargs)
     if entry is None:
         owner = getattr(func, "__self__", None)
         if (type(owner).__name__ == "getset_descriptor" and getattr(func, "__name__", "") == "__get__" and args
@@ -241,6 +244,32 @@ def _dispatch(func, args, kwargs):
     _note_range(sym.name, sargs, skwargs, out)
     _note_known(func, sym.name, args, kwargs, out)
     return out
+
+
+# torch functions written in Python over other torch functions, with no symbol of their own:
+# traced through, so their parts become symbols that fuse, claim fused attention and differentiate
+# in thunder, instead of one opaque fallback call whose gradient torch.autograd computes.
+# nn.MultiheadAttention (and nn.Transformer*Layer, torchvision's ViT, CLIP-style attention pools)
+# computes through multi_head_attention_forward: its projections, scaled_dot_product_attention
+# (need_weights=False) or the explicit softmax(q k^T) v with averaged weights.
+_TRACED_THROUGH = {torch.nn.functional.multi_head_attention_forward}
+_NO_OVERRIDES = {
+    "has_torch_function": lambda *a: False,
+    "has_torch_function_unary": lambda *a: False,
+    "has_torch_function_variadic": lambda *a: False,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_through(func):
+    """func's own code, run on proxies: a copy whose check for __torch_function__ overrides
+    answers no (the check would hand the call back to thunder's dispatch, as the one call it is
+    tracing). The torch functions its body calls dispatch as any call does."""
+    globals_ = dict(func.__globals__)
+    globals_.update(_NO_OVERRIDES)
+    body = types.FunctionType(func.__code__, globals_, func.__name__, func.__defaults__, func.__closure__)
+    body.__kwdefaults__ = func.__kwdefaults__
+    return body
 
 
 def _refuse_where_of_condition(args, kwargs):
@@ -898,6 +927,11 @@ _SPECIAL = {
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.Tensor.__len__: lambda self: len(self),
+    # Answers of the dtype alone (multi_head_attention_forward's mask checks, XLNet).
+    torch.is_floating_point: lambda self: self.dtype.is_floating_point,
+    torch.Tensor.is_floating_point: lambda self: self.dtype.is_floating_point,
+    torch.is_complex: lambda self: self.dtype.is_complex,
+    torch.Tensor.is_complex: lambda self: self.dtype.is_complex,
 }
 
 _build_maps()

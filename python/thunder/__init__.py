@@ -631,6 +631,13 @@ class ThunderModule(pytorch.nn.Module):
                 for mod_name, mod, tensors in before:
                     for (kind, key), old in tensors.items():
                         now = (vars(mod) if kind == "__dict__" else getattr(mod, kind)).get(key)
+                        if (now is not old and kind == "__dict__" and old.requires_grad
+                                and isinstance(now, TensorProxy)):
+                            # `self.weight = compute(...)` over one computed before (the old
+                            # weight_norm's pre-hook): the attribute is rebound, as in eager, to the
+                            # call's new tensor (outputs.updated), not written into the old one,
+                            # which is part of an autograd graph.
+                            continue
                         if now is not old:
                             attributes.append((mod_name, key, old, now))
                             if kind == "__dict__":

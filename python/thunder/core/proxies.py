@@ -801,6 +801,37 @@ def _concrete_device(device):
     return d
 
 
+def _type(self, dtype=None, non_blocking=False, **kwargs):
+    """Tensor.type(): the legacy type name ("torch.FloatTensor", "torch.cuda.HalfTensor");
+    Tensor.type(dtype or type name or legacy class): a conversion, as Tensor.to."""
+    if dtype is None:
+        with torch._C.DisableTorchFunction():
+            name = torch.empty(0, dtype=self.dtype).type()
+        return name.replace("torch.", "torch.cuda.", 1) if self.device.type == "cuda" else name
+    if isinstance(dtype, torch.dtype):
+        return _to(self, dtype)
+    legacy = dtype
+    if isinstance(dtype, str):
+        legacy = torch
+        for part in dtype.split(".")[1:] if dtype.startswith("torch.") else dtype.split("."):
+            legacy = getattr(legacy, part, None)
+    if not isinstance(getattr(legacy, "dtype", None), torch.dtype):
+        raise ValueError(f"Tensor.type: invalid type {dtype!r}")
+    if getattr(legacy, "is_cuda", False):
+        return _to(self, "cuda" if self.device.type != "cuda" else None, legacy.dtype)
+    return _to(self, "cpu", legacy.dtype)
+
+
+def _weight_norm(v, g, dim=0):
+    """torch._weight_norm (nn.utils.weight_norm and its parametrization): v * g / ||v||, the norm
+    over every dim but `dim` (over all of them for dim -1)."""
+    if dim < -1:
+        dim += v.ndim  # (ATen's norm_except_dim reads -1 as "every dim", other negatives as dims)
+    dims = [d for d in range(v.ndim) if d != dim] if dim != -1 else list(range(v.ndim))
+    norm = torch.linalg.vector_norm(v, 2, dim=dims, keepdim=True) if dims else v.abs()
+    return v * (g / norm)
+
+
 def _cuda(self, device=None, non_blocking=False, memory_format=None):
     """Tensor.cuda(device=None): a copy on that CUDA device (the current one by default)."""
     return _to(self, _concrete_device("cuda" if device is None else device))
@@ -927,6 +958,8 @@ _SPECIAL = {
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.Tensor.__len__: lambda self: len(self),
+    torch.Tensor.type: _type,
+    torch._weight_norm: _weight_norm,
     # Answers of the dtype alone (multi_head_attention_forward's mask checks, XLNet).
     torch.is_floating_point: lambda self: self.dtype.is_floating_point,
     torch.Tensor.is_floating_point: lambda self: self.dtype.is_floating_point,

@@ -1,0 +1,73 @@
+"""torch.nn.utils' weight reparametrizations under thunder.jit, and Tensor.type: outputs, every
+gradient and the module's state after each call match eager's, with one trace for all calls."""
+
+import warnings
+
+import pytest
+import torch
+from torch.nn.utils import parametrizations
+
+import thunder
+
+
+def _steps(make, shape, steps=3):
+    torch.manual_seed(0)
+    model, ref = make(), make()
+    ref.load_state_dict(model.state_dict())
+    jm = thunder.jit(model)
+    for _ in range(steps):
+        x = torch.randn(shape)
+        out, want = jm(x), ref(x)
+        torch.testing.assert_close(out, want)
+        got_g = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+        want_g = torch.autograd.grad(want.square().sum(), list(ref.parameters()))
+        for g, w in zip(got_g, want_g):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    return model, ref, jm
+
+
+def _old_weight_norm(module, dim):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # (deprecated in favor of parametrizations)
+        return torch.nn.utils.weight_norm(module, dim=dim)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -2, None])
+@pytest.mark.parametrize("api", ["hook", "parametrization"])
+def test_weight_norm_matches_eager(api, dim):
+    wrap = _old_weight_norm if api == "hook" else parametrizations.weight_norm
+    model, ref, jm = _steps(lambda: wrap(torch.nn.Conv1d(4, 6, 3), dim=dim), (2, 4, 9))
+    assert thunder.cache_misses(jm) == 1
+    assert "_weight_norm" not in str(thunder.last_traces(jm)[0])  # thunder's own norm, not a fallback
+    if api == "hook":
+        # The pre-hook's `module.weight = ...` rebinds the attribute to this call's weight, as in
+        # eager: a tensor of the autograd graph.
+        torch.testing.assert_close(model.weight, ref.weight)
+        assert model.weight.grad_fn is not None
+
+
+def test_spectral_norm_matches_eager():
+    # Power iteration on buffers updated in place without grad, every training call.
+    model, ref, jm = _steps(lambda: parametrizations.spectral_norm(torch.nn.Linear(5, 4)), (3, 5))
+    torch.testing.assert_close(model.parametrizations.weight[0]._u, ref.parametrizations.weight[0]._u)
+
+
+@pytest.mark.parametrize("to", [torch.float64, "torch.IntTensor", torch.HalfTensor, "torch.BFloat16Tensor", None])
+def test_tensor_type(to):
+    x = torch.randn(3, 2) * 4
+
+    def f(x):
+        return (x + 1).type(to) if to is not None else (x + 1, x.type())
+
+    got, want = thunder.jit(f)(x), f(x)
+    if to is None:
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] == "torch.FloatTensor"
+    else:
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+
+def test_tensor_type_rejects_unknown_names():
+    with pytest.raises(ValueError, match="Tensor.type: invalid type 'torch.NoSuchTensor'"):
+        thunder.jit(lambda x: x.type("torch.NoSuchTensor"))(torch.ones(2))

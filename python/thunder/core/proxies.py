@@ -251,8 +251,19 @@ def _dispatch(func, args, kwargs):
 # in thunder, instead of one opaque fallback call whose gradient torch.autograd computes.
 # nn.MultiheadAttention (and nn.Transformer*Layer, torchvision's ViT, CLIP-style attention pools)
 # computes through multi_head_attention_forward: its projections, scaled_dot_product_attention
-# (need_weights=False) or the explicit softmax(q k^T) v with averaged weights.
-_TRACED_THROUGH = {torch.nn.functional.multi_head_attention_forward}
+# (need_weights=False) or the explicit softmax(q k^T) v with averaged weights. The others are
+# compositions of pooling, padding and pointwise math. (Not here: functions whose Python asks the
+# data a question, as gaussian_nll_loss's `torch.any(var < 0)`, and thin wrappers of one ATen op.)
+_TRACED_THROUGH = {
+    torch.nn.functional.multi_head_attention_forward,
+    torch.nn.functional.local_response_norm,
+    torch.nn.functional.lp_pool1d,
+    torch.nn.functional.lp_pool2d,
+    torch.nn.functional.lp_pool3d,
+    torch.nn.functional.multilabel_soft_margin_loss,
+    torch.nn.functional.softmin,
+    torch.nn.functional.triplet_margin_with_distance_loss,
+}
 _NO_OVERRIDES = {
     "has_torch_function": lambda *a: False,
     "has_torch_function_unary": lambda *a: False,

@@ -116,6 +116,16 @@ class _CompilingFlag:
             patches.append((script, "__call__", _script_call_for(script.__call__)))
         function = pytorch.autograd.function.Function
         patches.append((function, "apply", classmethod(_function_apply_for(function.__dict__["apply"].__func__))))
+        # torch.utils.checkpoint (Hugging Face's gradient_checkpointing_enable, checkpoint_sequential):
+        # both forms hand the proxies to autograd machinery that takes only tensors (saved-tensor
+        # hooks; CheckpointFunction, whose rerun would also miss the gradients of the parameters
+        # the function closes over). While traced, the function's calls are traced as the rest
+        # of the program is: the same values and gradients.
+        ckpt = importlib.import_module("torch.utils.checkpoint")
+        if hasattr(ckpt, "_checkpoint_without_reentrant_generator"):
+            patches.append((ckpt, "_checkpoint_without_reentrant_generator", _checkpoint_traced_generator))
+        if hasattr(ckpt, "CheckpointFunction"):
+            patches.append((ckpt, "CheckpointFunction", _CheckpointTraced))
         try:
             # (the package's own `associative_scan` attribute is the function, not this module)
             scan = importlib.import_module("torch._higher_order_ops.associative_scan")
@@ -205,6 +215,20 @@ def _associative_scan_for(original):
         return pytree.tree_unflatten(leaves, spec)
 
     return associative_scan
+
+
+def _checkpoint_traced_generator(function, *args, **kwargs):
+    """torch.utils.checkpoint's non-reentrant form, while a program is traced: nothing before or
+    after the function's own calls (checkpoint runs `function(*args)` between two steps)."""
+    yield
+
+
+class _CheckpointTraced:
+    """torch.utils.checkpoint's reentrant form (CheckpointFunction.apply), while traced."""
+
+    @staticmethod
+    def apply(function, preserve_rng_state, *args):
+        return function(*args)
 
 
 def _function_apply_for(original):

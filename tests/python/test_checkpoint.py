@@ -1,0 +1,90 @@
+"""torch.utils.checkpoint under thunder.jit: both forms, checkpoint_sequential and Hugging Face's
+gradient_checkpointing_enable() give eager's values and gradients (the parameters the checkpointed
+function closes over included)."""
+
+import copy
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+import thunder
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x, scale=1.0):
+        return x + scale * self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, reentrant, d=8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block(d) for _ in range(3))
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        for b in self.blocks:
+            if self.reentrant is None:
+                x = b(x, 0.5)
+            else:
+                x = checkpoint(b, x, 0.5, use_reentrant=self.reentrant)
+        return x.square().mean()
+
+
+def _compare(model, *inputs):
+    ref = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    loss, want = jm(*inputs), ref(*inputs)
+    torch.testing.assert_close(loss, want)
+    loss.backward(), want.backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    return jm
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint_matches_eager(reentrant):
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, requires_grad=True)
+    _compare(Net(reentrant), x)
+
+
+def test_checkpoint_sequential_matches_eager():
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(*(Block(8) for _ in range(4)))
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = seq
+
+        def forward(self, x):
+            return checkpoint_sequential(self.seq, 2, x, use_reentrant=False).sum()
+
+    _compare(M(), torch.randn(3, 8))
+
+
+def test_hugging_face_gradient_checkpointing_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    model = transformers.LlamaForCausalLM(cfg).train()
+    model.gradient_checkpointing_enable()
+    ids = torch.randint(1, 64, (2, 12))
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, labels=ids).loss
+
+    _compare(Loss(), ids)

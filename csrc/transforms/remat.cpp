@@ -109,6 +109,10 @@ bool recomputablePrim(const Symbol& s) {
          markedRecomputable().count(s.id()) > 0;
 }
 
+bool drawsRandom(const BoundSymbol& b) {
+  return b.sym->hasTag(kRandomOp) || std::any_of(b.subsymbols.begin(), b.subsymbols.end(), drawsRandom);
+}
+
 }  // namespace
 
 int64_t tensorBytes(const TensorProxy& t) { return t.numel() * dtypeItemSize(t.dtype); }
@@ -117,6 +121,8 @@ void markRecomputable(const std::string& symbolId) { markedRecomputable().insert
 
 bool isRecomputable(const BoundSymbol& b) {
   if (b.sym->hasTag(kRandomOp) || b.sym->hasTag(kDontDce)) return false;
+  // A checkpointed call (its random draws aside: those are saved, so a rerun sees the same ones).
+  if (b.recompute) return std::none_of(b.subsymbols.begin(), b.subsymbols.end(), drawsRandom);
   if (b.subsymbols.empty()) return recomputablePrim(*b.sym);
   return std::all_of(b.subsymbols.begin(), b.subsymbols.end(), isRecomputable);
 }

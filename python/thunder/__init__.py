@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import gc
 import copy
 import os
@@ -217,10 +218,26 @@ def _associative_scan_for(original):
     return associative_scan
 
 
-def _checkpoint_traced_generator(function, *args, **kwargs):
-    """torch.utils.checkpoint's non-reentrant form, while a program is traced: nothing before or
-    after the function's own calls (checkpoint runs `function(*args)` between two steps)."""
+@contextlib.contextmanager
+def _checkpointed():
+    """The calls traced inside are marked for the backward to run again rather than have their
+    outputs saved (BoundSymbol::recompute; the rematerialization's cut then may recompute a
+    matmul): the memory torch.utils.checkpoint saves in eager. Random draws stay saved."""
+    from thunder.core import functionalize
+
+    state = functionalize.current()
+    trace = getattr(state, "trace", None)
+    first = trace.num_bound_symbols if trace is not None else 0
     yield
+    if trace is not None:
+        trace.mark_recompute(first, trace.num_bound_symbols)
+
+
+def _checkpoint_traced_generator(function, *args, **kwargs):
+    """torch.utils.checkpoint's non-reentrant form, while a program is traced: checkpoint runs
+    `function(*args)` between this generator's two steps, as a checkpointed region."""
+    with _checkpointed():
+        yield
 
 
 class _CheckpointTraced:
@@ -228,7 +245,8 @@ class _CheckpointTraced:
 
     @staticmethod
     def apply(function, preserve_rng_state, *args):
-        return function(*args)
+        with _checkpointed():
+            return function(*args)
 
 
 def _function_apply_for(original):

@@ -24,6 +24,9 @@ RecurrentGemma) matched at once: 69, in float32 and bfloat16 (Funnel's bf16 logi
 compared against float32: thunder 0.261 off, eager 0.268). Session 36 (transformers 5.17): BLOOM,
 PhiMoE and RecurrentGemma failed (a torch.autograd.Function's apply got proxies) and Funnel
 (torch.arange of 0-dim tensors made from constants); all 69 OK after, in float32 and bfloat16.
+Session 38: 12 more (ModernBERT, DeepSeek-V3, OLMo2, SmolLM3, GPT-OSS, Mamba2, GraniteMoE,
+Cohere2, Llama 4 text, Jamba, GLM-4, EXAONE 4): Llama 4 failed (`torch.zeros(n, dtype=int)`, a
+Python type as the dtype, in its chunked attention mask); all 81 OK after.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
@@ -101,6 +104,18 @@ MODELS = {
  "persimmon": lambda: T.PersimmonForCausalLM(T.PersimmonConfig(**_D)),
  "phimoe": lambda: T.PhimoeForCausalLM(T.PhimoeConfig(**_D, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0, input_jitter_noise=0.0)),
  "recurrent_gemma": lambda: T.RecurrentGemmaForCausalLM(T.RecurrentGemmaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, lru_width=64, attention_window_size=8, block_types=("recurrent", "attention"))),
+ "modernbert": lambda: T.ModernBertForMaskedLM(T.ModernBertConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=2, local_attention=16)),
+ "deepseek_v3": lambda: T.DeepseekV3ForCausalLM(T.DeepseekV3Config(**_D, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1)),
+ "olmo2": lambda: T.Olmo2ForCausalLM(T.Olmo2Config(**_D, num_key_value_heads=2)),
+ "smollm3": lambda: T.SmolLM3ForCausalLM(T.SmolLM3Config(**_D, num_key_value_heads=2, pad_token_id=0)),
+ "gpt_oss": lambda: T.GptOssForCausalLM(T.GptOssConfig(**_D, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=8)),
+ "mamba2": lambda: T.Mamba2ForCausalLM(T.Mamba2Config(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=16, n_groups=1, expand=2, chunk_size=8)),
+ "granitemoe": lambda: T.GraniteMoeForCausalLM(T.GraniteMoeConfig(**_D, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+ "cohere2": lambda: T.Cohere2ForCausalLM(T.Cohere2Config(**_D, num_key_value_heads=2, sliding_window=8)),
+ "llama4_text": lambda: T.Llama4ForCausalLM(T.Llama4TextConfig(**_D, num_key_value_heads=2, head_dim=16, intermediate_size_mlp=128, num_local_experts=2, num_experts_per_tok=1, interleave_moe_layer_step=1, attention_chunk_size=8)),
+ "jamba": lambda: T.JambaForCausalLM(T.JambaConfig(**_D, num_key_value_heads=2, num_experts=2, num_experts_per_tok=1, expert_layer_period=2, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False)),
+ "glm4": lambda: T.Glm4ForCausalLM(T.Glm4Config(**_D, num_key_value_heads=2, head_dim=16, pad_token_id=0)),
+ "exaone4": lambda: T.Exaone4ForCausalLM(T.Exaone4Config(**_D, num_key_value_heads=2)),
  "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
 }
 def inputs(name, g):
@@ -136,9 +151,14 @@ for name in only:
         jm = thunder.jit(model)
         yt = out_tensor(jm(**x)); yt.float().square().mean().backward()
         wide = {k: v.to(next(exact.parameters()).dtype) if v.is_floating_point() else v for k, v in raw.items()}
-        y32 = out_tensor(exact(**wide))
-        y32.double().square().mean().backward()
-        if DTYPE != torch.float32:
+        try:
+            y32 = out_tensor(exact(**wide))
+            y32.double().square().mean().backward()
+        except RuntimeError:
+            # torch._grouped_mm (the MoE experts of DeepSeek-V3, GPT-OSS, GraniteMoE, Jamba) takes
+            # no float64: no referee; the gradients are compared directly
+            exact = y32 = None
+        if DTYPE != torch.float32 and y32 is not None:
             if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
                 t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
                 assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
@@ -147,6 +167,8 @@ for name in only:
         def close(p, q, e):
             if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]):
                 return True
+            if e is None:
+                return False
             # Gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is 8 and
             # float32's rounding of the sums that make it is ~1e-3) differ from eager's by
             # rounding: thunder's error against the wider run at most twice eager's, plus 1% of the
@@ -157,7 +179,8 @@ for name in only:
             ok = t_err <= 2 * e_err + (1e-2 if DTYPE != torch.float32 else 1e-6) * scale + 1e-6
             if not ok and len(only) == 1: print(f"  {t_err=:.3g} {e_err=:.3g} {scale=:.3g}")
             return ok
-        bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), exact.named_parameters())
+        wider = exact.named_parameters() if exact is not None else ((n, None) for n, _ in model.named_parameters())
+        bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), wider)
                if (p.grad is None) != (q.grad is None) or (p.grad is not None and not close(p, q, e))]
         print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}", flush=True)
     except Exception as e:

@@ -71,3 +71,18 @@ def test_tensor_type(to):
 def test_tensor_type_rejects_unknown_names():
     with pytest.raises(ValueError, match="Tensor.type: invalid type 'torch.NoSuchTensor'"):
         thunder.jit(lambda x: x.type("torch.NoSuchTensor"))(torch.ones(2))
+
+
+@pytest.mark.parametrize("pytype", [int, float, bool, complex])
+def test_python_types_as_dtypes(pytype):
+    # torch reads int, float, bool and complex as int64, float64, bool and complex128
+    x = torch.randn(3, 2)
+
+    def f(x):
+        made = torch.zeros(3, dtype=pytype), (x * 3).to(pytype), torch.ones_like(x, dtype=pytype)
+        return made + ((torch.arange(3, dtype=pytype),) if pytype in (int, float) else ())  # (eager has no such aranges)
+
+    got, want = thunder.jit(f)(x), f(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        torch.testing.assert_close(g, w)

@@ -140,6 +140,11 @@ def _detached(out, args):
     return out
 
 
+# The dtypes torch's argument parser reads Python's scalar types as (float is float64 whatever
+# the default dtype).
+_PYTHON_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
+
+
 def _dispatch(func, args, kwargs):
     """The value of func(*args, **kwargs) on values (no in-place op): a special case, the
     mapped ltorch symbol, or the fallback."""
@@ -150,6 +155,9 @@ def _dispatch(func, args, kwargs):
         return out
     if "_stacklevel" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "_stacklevel"}
+    if type(kwargs.get("dtype")) is type and kwargs["dtype"] in _PYTHON_DTYPES:
+        # torch.zeros(n, dtype=int) (transformers' chunked masks): Python's types as torch reads them
+        kwargs = dict(kwargs, dtype=_PYTHON_DTYPES[kwargs["dtype"]])
     if func is torch.Tensor.__getitem__ and len(args) == 2:
         args = (args[0], _index_lists_as_tensors(args[0], args[1]))
     if func is torch.where and len(args) + len(kwargs) == 1:
@@ -790,8 +798,11 @@ def _to(self, *args, **kwargs):
     kwargs.pop("non_blocking", None)
     kwargs.pop("copy", None)
     kwargs.pop("memory_format", None)
+    dtype = _PYTHON_DTYPES.get(dtype, dtype) if type(dtype) is type else dtype
     for a in args:
-        if isinstance(a, TensorProxy):
+        if type(a) is type and a in _PYTHON_DTYPES:
+            dtype = _PYTHON_DTYPES[a]  # x.to(int)
+        elif isinstance(a, TensorProxy):
             device, dtype = a.device, a.dtype
         elif isinstance(a, (torch.dtype,)) or hasattr(a, "_thunder_dtype"):
             dtype = a

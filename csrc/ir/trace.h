@@ -29,9 +29,10 @@ struct BoundSymbol {
   /// kept when an executor claims the call). Such a call runs whole at every size its guards
   /// allow; its decomposition was traced at the hints only.
   const Symbol* symbolicRule = nullptr;
-  /// Set on calls the program made inside torch.utils.checkpoint: the backward may run them
-  /// again instead of having their outputs saved, whatever their kind (a matmul included).
-  bool recompute = false;
+  /// Nonzero on calls the program made inside torch.utils.checkpoint, one number per checkpointed
+  /// call: the backward may run them again instead of having their outputs saved, whatever their
+  /// kind (a matmul included), from what enters the region (transforms/remat.h).
+  int checkpointRegion = 0;
 
   /// Tensor proxies read by this call (its arguments, recursively).
   std::vector<TensorPtr> inputTensors() const;

@@ -1233,9 +1233,11 @@ PYBIND11_MODULE(_C, m) {
       .def("set_provenance", [](Trace& t, const std::string& p) { t.provenance = p; })
       .def_property_readonly("inputs", [](const Trace& t) { return t.inputs; })
       .def_property_readonly("num_bound_symbols", [](const Trace& t) { return t.bsyms.size(); })
-      .def("mark_recompute", [](Trace& t, size_t first, size_t end) {
-        // The calls [first, end): made inside torch.utils.checkpoint (BoundSymbol::recompute).
-        for (size_t i = first; i < std::min(end, t.bsyms.size()); ++i) t.bsyms[i].recompute = true;
+      .def("mark_checkpointed", [](Trace& t, size_t first, size_t end) {
+        // The calls [first, end): one call of torch.utils.checkpoint (BoundSymbol::checkpointRegion;
+        // an enclosing checkpoint's region takes in the calls of those inside it).
+        for (size_t i = first; i < std::min(end, t.bsyms.size()); ++i)
+          t.bsyms[i].checkpointRegion = static_cast<int>(first) + 1;
       }, py::arg("first"), py::arg("end"))
       .def_property_readonly("bound_symbol_names", [](const Trace& t) {
         std::vector<std::string> n;

@@ -379,8 +379,8 @@ class Differentiator {
     for (const BoundSymbol& b : comp_.bsyms) {
       size_t first = joint_.bsyms.size();
       walk(b);
-      if (b.recompute)  // the forward parts of a checkpointed call's rule are checkpointed too
-        for (size_t i = first; i < joint_.bsyms.size(); ++i) joint_.bsyms[i].recompute = true;
+      if (b.checkpointRegion)  // the forward parts of a checkpointed call's rule are checkpointed too
+        for (size_t i = first; i < joint_.bsyms.size(); ++i) joint_.bsyms[i].checkpointRegion = b.checkpointRegion;
     }
     userOutput_ = env_.empty() ? comp_.output : subst(comp_.output, env_);
   }

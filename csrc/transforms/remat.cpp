@@ -122,7 +122,7 @@ void markRecomputable(const std::string& symbolId) { markedRecomputable().insert
 bool isRecomputable(const BoundSymbol& b) {
   if (b.sym->hasTag(kRandomOp) || b.sym->hasTag(kDontDce)) return false;
   // A checkpointed call (its random draws aside: those are saved, so a rerun sees the same ones).
-  if (b.recompute) return std::none_of(b.subsymbols.begin(), b.subsymbols.end(), drawsRandom);
+  if (b.checkpointRegion) return std::none_of(b.subsymbols.begin(), b.subsymbols.end(), drawsRandom);
   if (b.subsymbols.empty()) return recomputablePrim(*b.sym);
   return std::all_of(b.subsymbols.begin(), b.subsymbols.end(), isRecomputable);
 }
@@ -166,12 +166,23 @@ RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
     if (inputSet.count(t.get())) return 1;
     return 2 * tensorBytes(*t) + (neededSet.count(t.get()) ? 0 : 1);
   };
+  // What leaves a checkpointed region (read by a call outside it) is saved, as eager's checkpoint
+  // saves each call's inputs: a region is recomputed from its own inputs, when its backward runs,
+  // not from the program's start through every region before it.
+  std::unordered_set<const TensorProxy*> leavesRegion;
+  for (const BoundSymbol& b : forward)
+    for (const TensorPtr& u : b.inputTensors()) {
+      auto p = producer.find(u.get());
+      if (p != producer.end() && forward[p->second].checkpointRegion != 0 &&
+          forward[p->second].checkpointRegion != b.checkpointRegion)
+        leavesRegion.insert(u.get());
+    }
   for (size_t k = 0; k < tensors.size(); ++k) {
     const TensorPtr& t = tensors[k];
     int kk = static_cast<int>(k);
     g.addEdge(in(kk), out(kk), weight(t));
     auto p = producer.find(t.get());
-    bool forwardOnly = inputSet.count(t.get()) || p == producer.end() ||
+    bool forwardOnly = inputSet.count(t.get()) || p == producer.end() || leavesRegion.count(t.get()) ||
                        !isRecomputable(forward[p->second]);
     if (forwardOnly) {
       g.addEdge(src, in(kk), kInf);

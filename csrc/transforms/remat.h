@@ -22,7 +22,7 @@ int64_t tensorBytes(const TensorProxy& t);
 
 /// True for calls cheap to run again: elementwise, shape and non-random creation ops, calls of
 /// symbols marked recomputable, and composites made only of them; and for calls made inside
-/// torch.utils.checkpoint (BoundSymbol::recompute) that draw no random numbers.
+/// torch.utils.checkpoint (BoundSymbol::checkpointRegion) that draw no random numbers.
 bool isRecomputable(const BoundSymbol& b);
 
 /// Marks a symbol (by id) whose calls the backward may run again rather than have their outputs

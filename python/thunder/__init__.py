@@ -221,8 +221,9 @@ def _associative_scan_for(original):
 @contextlib.contextmanager
 def _checkpointed():
     """The calls traced inside are marked for the backward to run again rather than have their
-    outputs saved (BoundSymbol::recompute; the rematerialization's cut then may recompute a
-    matmul): the memory torch.utils.checkpoint saves in eager. Random draws stay saved."""
+    outputs saved (BoundSymbol::checkpointRegion; the rematerialization's cut then may recompute a
+    matmul from what enters the region): the memory torch.utils.checkpoint saves in eager. Random
+    draws stay saved."""
     from thunder.core import functionalize
 
     state = functionalize.current()
@@ -230,7 +231,7 @@ def _checkpointed():
     first = trace.num_bound_symbols if trace is not None else 0
     yield
     if trace is not None:
-        trace.mark_recompute(first, trace.num_bound_symbols)
+        trace.mark_checkpointed(first, trace.num_bound_symbols)
 
 
 def _checkpoint_traced_generator(function, *args, **kwargs):

@@ -93,8 +93,9 @@ def test_hugging_face_gradient_checkpointing_matches_eager():
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_checkpointed_calls_are_recomputed_not_saved(reentrant):
     # The checkpointed blocks' activations (LayerNorm, both matmuls, GELU) are recomputed by the
-    # backward: what it saves beyond the parameters is a fraction of what the same network saves
-    # without checkpoints, where the matmuls' outputs are saved.
+    # backward from each block's input, which is saved, as eager's checkpoint saves it: beyond the
+    # parameters, the three blocks' inputs, the last one's output and LayerNorm's row statistics
+    # (the same network without checkpoints also saves both matmuls' outputs).
     from thunder.core.transforms import saved_for_backward
 
     def activation_bytes(reentrant):
@@ -106,7 +107,8 @@ def test_checkpointed_calls_are_recomputed_not_saved(reentrant):
         return saved_for_backward(jm)["bytes"] - params
 
     plain, checkpointed = activation_bytes(None), activation_bytes(reentrant)
-    assert checkpointed <= 256 * 64 * 4 * 1.5 < plain, (checkpointed, plain)
+    activation = 256 * 64 * 4
+    assert 4 * activation <= checkpointed <= 4.5 * activation < plain, (checkpointed, plain)
 
 
 def test_random_draws_in_a_checkpointed_region_are_not_drawn_again():

@@ -1024,7 +1024,8 @@ Value getitem(const Value& a, const Value& keyIn) {
   if (key.size() == 1 && key[0].isTensor()) {
     const TensorProxy& idx = key[0].tensor();
     THUNDER_CHECK_KIND(idx.dtype != DType::Bool, ErrorKind::NotImplemented, op,
-                       ": indexing with a boolean mask makes a data-dependent shape and is not supported");
+                       ": indexing with a boolean mask makes a data-dependent shape and is not supported "
+                       "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
     THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, op,
                        ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
     THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, op, ": cannot index a 0-dim tensor with a tensor");

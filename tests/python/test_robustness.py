@@ -1584,3 +1584,15 @@ def test_a_python_wrapper_of_torch_select_traces_as_eager_runs_it(monkeypatch, s
     g = torch.randn(want.shape)
     torch.testing.assert_close(torch.autograd.grad(got, xt, g)[0], torch.autograd.grad(f(xe), xe, g)[0],
                                rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[x > 0].sum(), lambda x: torch.nonzero(x).float().sum()], ids=["mask", "nonzero"])
+def test_data_dependent_shapes_are_refused_naming_thunderfx(fn):
+    # thunder.jit refuses a shape the data decides, naming what runs it; thunderfx runs it.
+    from thunder.dynamo import thunderfx
+
+    x = torch.randn(6)
+    with pytest.raises(NotImplementedError, match="data-dependent|depend on the tensors' data|without running it") as e:
+        thunder.jit(fn)(x)
+    assert "thunder.dynamo.thunderfx" in str(e.value)
+    torch.testing.assert_close(thunderfx(fn)(x), fn(x))

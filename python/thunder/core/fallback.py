@@ -148,7 +148,8 @@ def _make_symbol(call: _Call):
                     raise
                 raise NotImplementedError(
                     f"thunder.jit: {qualname} has no thunder symbol, and PyTorch cannot tell its output's "
-                    f"metadata without running it ({text.splitlines()[0][:160]}); it cannot be traced"
+                    f"metadata without running it ({text.splitlines()[0][:160]}); it cannot be traced "
+                    f"(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)"
                 ) from None
         out_leaves, out_spec = pytree.tree_flatten(out)
         device = _device_of(pytree.tree_leaves(args), mkwargs.get("device"))
@@ -161,7 +162,8 @@ def _make_symbol(call: _Call):
             else:
                 raise NotImplementedError(
                     f"thunder.jit: {qualname} has no thunder symbol, and it returns a {type(x).__name__}, whose "
-                    f"value may depend on the tensors' data or strides; it cannot be traced"
+                    f"value may depend on the tensors' data or strides; it cannot be traced "
+                    f"(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)"
                 )
         box["spec"], box["none"] = out_spec, [p is None for p in proxies]
         tensors = tuple(p for p in proxies if p is not None)

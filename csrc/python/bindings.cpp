@@ -274,7 +274,8 @@ struct TreeSpec {
   enum class Kind : uint8_t { Leaf, Tuple, List, Dict } kind = Kind::Leaf;
   std::vector<TreeSpec> children;
   std::vector<py::object> keys;  // dict keys
-  /// A dict subclass's type (transformers' ModelOutput, an OrderedDict), rebuilt as it; else null.
+  /// A dict or tuple subclass's type (transformers' ModelOutput, an OrderedDict, a namedtuple as
+  /// PackedSequence), rebuilt as it; else null.
   py::object type;
 };
 
@@ -297,7 +298,7 @@ void flatten(py::handle obj, std::vector<py::handle>& leaves, TreeSpec* spec, st
   }
   if (spec) spec->kind = kind;
   if (key) key->push_back(open);
-  if (kind == TreeSpec::Kind::Dict && !PyDict_CheckExact(o)) {
+  if ((kind == TreeSpec::Kind::Dict && !PyDict_CheckExact(o)) || (kind == TreeSpec::Kind::Tuple && !PyTuple_CheckExact(o))) {
     // (the type joins the key: an entry rebuilds the container it was traced with)
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
     if (spec) spec->type = py::reinterpret_borrow<py::object>(type);
@@ -347,7 +348,11 @@ py::object unflatten(const TreeSpec& spec, const py::list& leaves, size_t& pos) 
     default: {
       py::list l;
       for (const TreeSpec& c : spec.children) l.append(unflatten(c, leaves, pos));
-      return spec.kind == TreeSpec::Kind::Tuple ? py::object(py::tuple(l)) : py::object(l);
+      if (spec.kind != TreeSpec::Kind::Tuple) return py::object(l);
+      if (!spec.type) return py::tuple(l);
+      // A tuple subclass as it was: a namedtuple takes its fields one by one, others a sequence.
+      if (py::hasattr(spec.type, "_fields")) return spec.type(*py::tuple(l));
+      return spec.type(py::tuple(l));
     }
   }
 }

@@ -86,3 +86,17 @@ def test_python_types_as_dtypes(pytype):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
         torch.testing.assert_close(g, w)
+
+
+def test_namedtuple_arguments_keep_their_type():
+    # A namedtuple (a PackedSequence, a config record) reaches the program as itself: fields by name.
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x scale")
+
+    def f(p, m):
+        return p.x * p.scale + m.values
+
+    x = torch.randn(3)
+    m = torch.max(torch.randn(2, 3), dim=0)  # torch.return_types.max, a tuple subclass too
+    torch.testing.assert_close(thunder.jit(f)(Pair(x, 2.0), m), f(Pair(x, 2.0), m))

@@ -549,6 +549,11 @@ def _guard_updated_objects(owner, cfn, updated, read=None) -> None:
         # before: the key's layout changes once per new attribute, not once per trace.
         owner._read_slots.update(new_reads)
         owner._read_guard = outputs.read_guard(owner._read_slots.values())
+    _install_guard(owner, cfn)
+
+
+def _install_guard(owner, cfn) -> None:
+    """The compiled function's guard: the owner's base guard, then its state and read guards."""
     base, extra = owner._base_guard, tuple(owner._state_guards) + ((owner._read_guard,) if owner._read_slots else ())
 
     def guard():
@@ -587,6 +592,17 @@ class ThunderModule(pytorch.nn.Module):
                         if cudagraphs else None)
         self._slots = self._collect_slots()
         self._read_state = _state_reader(self._slots)
+        self._structure = guards.STRUCTURE.version
+
+    def _restructured(self):
+        """A submodule, parameter or buffer was registered in the model after it was jitted
+        (`model.fc = nn.Linear(...)`, a LoRA adapter added): the slots and the guard are taken
+        again, and the guard's structure version makes the next call trace the new model."""
+        self._structure = guards.STRUCTURE.version
+        self._slots = self._collect_slots()
+        self._read_state = _state_reader(self._slots)
+        self._base_guard = guards.guard_for_module(self._model)
+        _install_guard(self, self._cfn)
 
     def _collect_slots(self):
         # One slot per module attribute: a module registered under two names (CoaT's shared
@@ -627,6 +643,8 @@ class ThunderModule(pytorch.nn.Module):
     def forward(self, *args, **kwargs):
         if _dynamo_compiling():
             return _opaque_to_dynamo(self.forward, *args, **kwargs)
+        if self._structure != guards.STRUCTURE.version:
+            self._restructured()
         if self._graphs is not None:
             return self._graphs.cache(self._state(), *args, **kwargs)
         return outputs.finish(self._cfn(self._state(), *args, **kwargs))

@@ -412,3 +412,23 @@ def test_a_module_the_function_reaches_is_guarded_like_a_jitted_module(how):
     net.train()
     torch.testing.assert_close(jfn(x), net(x))  # p = 0: training with no dropout
     net[1].p = 0.5
+
+
+@pytest.mark.parametrize("how", ["module", "closure"])
+def test_a_model_changed_after_jit_is_traced_again(how):
+    # A head replaced, a module appended, a parameter registered under a new name after the
+    # first call: the next call computes what eager computes (it ran the old model's trace).
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    jnet = thunder.jit(net) if how == "module" else thunder.jit(lambda x: net(x))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(jnet(x), net(x))
+    net[2] = torch.nn.Linear(4, 2)  # same shapes: the old trace would run silently
+    torch.testing.assert_close(jnet(x), net(x))
+    net.append(torch.nn.Tanh())
+    torch.testing.assert_close(jnet(x), net(x))
+    net[0].bias = torch.nn.Parameter(torch.ones(4))  # a new tensor in the slot
+    torch.testing.assert_close(jnet(x), net(x))
+    misses = thunder.cache_misses(jnet)
+    jnet(x)
+    assert thunder.cache_misses(jnet) == misses  # nothing changed: the cache hits

@@ -29,6 +29,7 @@ import os
 import sys
 import types
 import warnings
+import weakref
 from typing import Callable
 
 import torch
@@ -100,6 +101,29 @@ def _kept_as_is(v: tuple) -> bool:
     return _AS_IS.issuperset(map(type, itertools.chain.from_iterable(filter(_is_tuple, v))))
 
 
+# The structure of the models jitted code reads: its version moves when one of their modules is
+# given a submodule, a parameter or a buffer outside a trace (a head replaced, an adapter added,
+# `layer.weight = nn.Parameter(...)`). The guard of every jitted function or module that reads a
+# model keys on it, so the next call traces the new model instead of running the old one's trace
+# (a jitted function holds the parameters it read as the tensors they were).
+STRUCTURE = types.SimpleNamespace(version=0)
+_watched: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+
+
+def _registered(module, name, value):
+    if module in _watched:
+        from thunder.core import functionalize
+
+        if functionalize.current() is None:  # (a forward's own assignments, traced, write back)
+            STRUCTURE.version += 1
+    return None
+
+
+torch.nn.modules.module.register_module_module_registration_hook(_registered)
+torch.nn.modules.module.register_module_parameter_registration_hook(_registered)
+torch.nn.modules.module.register_module_buffer_registration_hook(_registered)
+
+
 class _Collector:
     def __init__(self):
         # What the guard reads, in order: ("attr", obj, name), ("global", globals dict, name)
@@ -119,10 +143,12 @@ class _Collector:
     def module(self, module: torch.nn.Module, depth: int = 0) -> None:
         """Every submodule's `training` and scalar attributes, and the globals and containers
         its class's forward (and the methods it names) read."""
+        self.attr(STRUCTURE, "version")
         for mod in module.modules():
             if id(mod) in self._seen_modules:
                 continue
             self._seen_modules.add(id(mod))
+            _watched.add(mod)
             self.attr(mod, "training")
             for name, v in vars(mod).items():
                 if name != "training" and not name.startswith("_") and isinstance(v, _SCALARS + (tuple,)):

@@ -471,11 +471,14 @@ std::string maskedKey(const std::string& key, const std::vector<py::handle>& lea
 
 /// Appends whether autocast is on for CUDA and for CPU, and each one's dtype, to a cache key: a
 /// trace applies the autocast policy that was in force while it was traced (thunder/core/autocast.py).
+/// Then torch's default dtype: a trace's factories (torch.ones(3), torch.tensor(0.1)) made tensors of
+/// the dtype that was the default while it was traced.
 void appendAutocastState(std::string& key) {
   for (at::DeviceType d : {at::kCUDA, at::kCPU}) {
     key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(d)));
     key.push_back(static_cast<char>(at::autocast::get_autocast_dtype(d)));
   }
+  key.push_back(static_cast<char>(c10::typeMetaToScalarType(c10::get_default_dtype())));
 }
 
 /// The default bound on a compiled function's cache entries: THUNDER_CACHE_SIZE, else 256.

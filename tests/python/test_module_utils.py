@@ -100,3 +100,29 @@ def test_namedtuple_arguments_keep_their_type():
     x = torch.randn(3)
     m = torch.max(torch.randn(2, 3), dim=0)  # torch.return_types.max, a tuple subclass too
     torch.testing.assert_close(thunder.jit(f)(Pair(x, 2.0), m), f(Pair(x, 2.0), m))
+
+
+FACTORIES = [
+    lambda: torch.ones(3), lambda: torch.zeros(2, 2), lambda: torch.full((3,), 0.1), lambda: torch.full((3,), 2),
+    lambda: torch.arange(3.0), lambda: torch.arange(3), lambda: torch.tensor(0.1), lambda: torch.tensor([1, 2]),
+    lambda: torch.eye(2), lambda: torch.linspace(0, 1, 5), lambda: torch.empty(2).fill_(1.5),
+]
+
+
+@pytest.mark.parametrize("k", range(len(FACTORIES)))
+def test_factories_follow_the_default_dtype(k):
+    # torch.set_default_dtype between calls: factories make what eager makes, traced again.
+    make = FACTORIES[k]
+
+    def f(x):
+        return x.sum() * 0 + make()
+
+    jf, x = thunder.jit(f), torch.ones(2, dtype=torch.int32)
+    try:
+        for default in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(default)
+            got, want = jf(x), f(x)
+            assert got.dtype == want.dtype, (default, got.dtype, want.dtype)
+            torch.testing.assert_close(got, want)
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -207,6 +207,13 @@ def _dispatch(func, args, kwargs):
         default = torch.get_default_device()
         if default.type != "cpu":
             skwargs = dict(skwargs, device=default)
+    if (sym.name in _FACTORIES or sym.name == "tensor") and kwargs.get("dtype") is None \
+            and torch.get_default_dtype() is not torch.float32:
+        # ... and its default dtype (torch.set_default_dtype(torch.float64)): the dtype eager's
+        # call makes, found on the meta device (thunder's symbols default to float32).
+        dtype = _eager_factory_dtype(func, args, kwargs)
+        if dtype is not None:
+            skwargs = dict(skwargs, dtype=dtype)
     if (sym.name in ("add", "mul") and len(sargs) == 2 and type(sargs[1]) is TensorProxy and sargs[1]._sym
             and type(sargs[0]) is not TensorProxy and skwargs.get("alpha", 1) == 1):
         # 16 + t of a symbolic t: as t + 16, which the runtime runs whole (number-first calls are
@@ -289,6 +296,16 @@ def _traced_through(func):
     body = types.FunctionType(func.__code__, globals_, func.__name__, func.__defaults__, func.__closure__)
     body.__kwdefaults__ = func.__kwdefaults__
     return body
+
+
+def _eager_factory_dtype(func, args, kwargs):
+    """The dtype func(*args, **kwargs), a factory, makes in eager under the current default
+    dtype; None where the call cannot run on the meta device (a symbolic size)."""
+    try:
+        with torch._C.DisableTorchFunction():
+            return func(*args, **dict(kwargs, device="meta")).dtype
+    except Exception:  # noqa: BLE001 - the symbol's own default then
+        return None
 
 
 def _refuse_where_of_condition(args, kwargs):

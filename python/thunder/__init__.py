@@ -590,17 +590,18 @@ class ThunderModule(pytorch.nn.Module):
         self._graphs = (CUDAGraphRunner(self._call_compiled, stable_first=True, guard=guard,
                                         written=self._cfn.last_written_leaves, devices=self._cfn.last_devices)
                         if cudagraphs else None)
+        self._take_slots()
+
+    def _take_slots(self):
+        self._structure = guards.STRUCTURE.version
         self._slots = self._collect_slots()
         self._read_state = _state_reader(self._slots)
-        self._structure = guards.STRUCTURE.version
 
     def _restructured(self):
         """A submodule, parameter or buffer was registered in the model after it was jitted
         (`model.fc = nn.Linear(...)`, a LoRA adapter added): the slots and the guard are taken
         again, and the guard's structure version makes the next call trace the new model."""
-        self._structure = guards.STRUCTURE.version
-        self._slots = self._collect_slots()
-        self._read_state = _state_reader(self._slots)
+        self._take_slots()
         self._base_guard = guards.guard_for_module(self._model)
         _install_guard(self, self._cfn)
 

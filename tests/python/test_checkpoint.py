@@ -10,6 +10,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import thunder
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 class Block(torch.nn.Module):
     def __init__(self, d):
@@ -48,11 +49,12 @@ def _compare(model, *inputs):
     return jm
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reentrant", [False, True])
-def test_checkpoint_matches_eager(reentrant):
+def test_checkpoint_matches_eager(reentrant, device):
     torch.manual_seed(0)
-    x = torch.randn(4, 8, requires_grad=True)
-    _compare(Net(reentrant), x)
+    x = torch.randn(4, 8, device=device, requires_grad=True)
+    _compare(Net(reentrant).to(device), x)
 
 
 def test_checkpoint_sequential_matches_eager():
@@ -90,8 +92,9 @@ def test_hugging_face_gradient_checkpointing_matches_eager():
     _compare(Loss(), ids)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reentrant", [False, True])
-def test_checkpointed_calls_are_recomputed_not_saved(reentrant):
+def test_checkpointed_calls_are_recomputed_not_saved(reentrant, device):
     # The checkpointed blocks' activations (LayerNorm, both matmuls, GELU) are recomputed by the
     # backward from each block's input, which is saved, as eager's checkpoint saves it: beyond the
     # parameters, the three blocks' inputs, the last one's output and LayerNorm's row statistics
@@ -100,9 +103,9 @@ def test_checkpointed_calls_are_recomputed_not_saved(reentrant):
 
     def activation_bytes(reentrant):
         torch.manual_seed(0)
-        model = Net(reentrant, d=64)
+        model = Net(reentrant, d=64).to(device)
         jm = thunder.jit(model)
-        jm(torch.randn(256, 64, requires_grad=True)).backward()
+        jm(torch.randn(256, 64, device=device, requires_grad=True)).backward()
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         return saved_for_backward(jm)["bytes"] - params
 
@@ -111,16 +114,17 @@ def test_checkpointed_calls_are_recomputed_not_saved(reentrant):
     assert 4 * activation <= checkpointed <= 4.5 * activation < plain, (checkpointed, plain)
 
 
-def test_random_draws_in_a_checkpointed_region_are_not_drawn_again():
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_draws_in_a_checkpointed_region_are_not_drawn_again(device):
     # Dropout inside checkpoint: the backward uses the forward's mask (gradient zero exactly where
     # the output was dropped), as eager's preserved RNG state does.
     torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 16)
+    lin = torch.nn.Linear(16, 16, device=device)
 
     def f(x):
         return checkpoint(lambda y: torch.nn.functional.dropout(lin(y), 0.5), x, use_reentrant=False)
 
-    x = torch.randn(64, 16, requires_grad=True)
+    x = torch.randn(64, 16, device=device, requires_grad=True)
     out = thunder.jit(f)(x)
     (gx,) = torch.autograd.grad(out, x, torch.ones_like(out))
     kept = (out != 0).float()

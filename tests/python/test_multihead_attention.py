@@ -9,6 +9,8 @@ import torch
 import thunder
 
 E, H, B, L, S = 16, 4, 2, 5, 7
+# The GPU runs the same cases where one is present (sdpa's CUDA kernels, thunder's fusions there).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _mask(kind, batched=True):
@@ -68,8 +70,9 @@ def _inputs(mod_kwargs, how, batched):
     return q, torch.randn(shape(s, kdim), requires_grad=True), torch.randn(shape(s, vdim), requires_grad=True)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,mod_kwargs,call_kwargs,how,batched", CASES, ids=[c[0] for c in CASES])
-def test_multihead_attention_matches_eager(name, mod_kwargs, call_kwargs, how, batched):
+def test_multihead_attention_matches_eager(name, mod_kwargs, call_kwargs, how, batched, device):
     torch.manual_seed(0)
     m = torch.nn.MultiheadAttention(E, H, **mod_kwargs)
     if m.in_proj_bias is not None:
@@ -84,6 +87,10 @@ def test_multihead_attention_matches_eager(name, mod_kwargs, call_kwargs, how, b
         kw["attn_mask"] = _mask(kw["attn_mask"])
     if "key_padding_mask" in kw:
         kw["key_padding_mask"] = _padding(kw["key_padding_mask"])
+    m.to(device)
+    q, k, v = (t.detach().to(device).requires_grad_() for t in (q, k, v)) if how != "self" else \
+        (q.detach().to(device).requires_grad_(),) * 3
+    kw = {n: t.to(device) if isinstance(t, torch.Tensor) else t for n, t in kw.items()}
 
     def f(q, k, v):
         return m(q, k, v, **kw)
@@ -107,14 +114,15 @@ def test_multihead_attention_matches_eager(name, mod_kwargs, call_kwargs, how, b
     assert "multi_head_attention_forward" not in trace, trace
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("training", [True, False])
-def test_transformer_encoder_layer_matches_eager(norm_first, training):
+def test_transformer_encoder_layer_matches_eager(norm_first, training, device):
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(E, H, dim_feedforward=32, dropout=0.0, batch_first=True,
-                                             norm_first=norm_first).train(training)
-    x = torch.randn(B, L, E, requires_grad=True)
-    padding = _padding("bool")[:, :L]
+                                             norm_first=norm_first, device=device).train(training)
+    x = torch.randn(B, L, E, device=device, requires_grad=True)
+    padding = _padding("bool")[:, :L].to(device)
     jl = thunder.jit(layer)
     with torch.set_grad_enabled(training):
         out = jl(x, src_key_padding_mask=padding)

@@ -140,6 +140,55 @@ THUNDER_DEVICE inline float thunder_round_bf16(float x) { return thunder_bf16_to
 THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_float(thunder_float_to_f16(x)); }
 )";
 
+// Emitted only into kernels with an FP8 input or output (usesFloat8).
+const char* kFloat8Prelude = R"(// FP8 as torch's `.to()` rounds: to nearest even. e4m3fn (bias 7, 3 mantissa bits, largest 448)
+// has no inf: a value that rounds past 448 (|x| >= 464, inf) saturates to +-448 and NaN stays NaN
+// (0x7f), as torch 2.13 converts. e5m2 (bias 15, 2 mantissa bits, largest 57344) rounds past it
+// to inf. Values below the smallest normal round on the subnormal grid: adding 2**14 (e4m3) or
+// 2**7 (e5m2), whose float ulp is the format's smallest subnormal, rounds |x| to that grid in one
+// float addition, and the low bits of the sum are the subnormal's code.
+THUNDER_DEVICE inline uint8_t thunder_float_to_e4m3(float f) {
+  uint32_t u = thunder_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);    // nan
+  if (a >= 0x43e80000u) return static_cast<uint8_t>(sign | 0x7eu);   // >= 464, inf: 448
+  if (a < 0x3c800000u) {                                              // below 2**-6
+    uint32_t r = thunder_bits(thunder_float(a) + 16384.0f) - 0x46800000u;
+    return static_cast<uint8_t>(sign | r);
+  }
+  uint32_t r = (a + ((7u - 127u) << 23) + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  return static_cast<uint8_t>(sign | r);
+}
+THUNDER_DEVICE inline uint8_t thunder_float_to_e5m2(float f) {
+  uint32_t u = thunder_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);     // nan
+  if (a >= 0x47800000u) return static_cast<uint8_t>(sign | 0x7cu);    // >= 65536, inf
+  if (a < 0x38800000u) {                                              // below 2**-14
+    uint32_t r = thunder_bits(thunder_float(a) + 128.0f) - 0x43000000u;
+    return static_cast<uint8_t>(sign | r);
+  }
+  uint32_t r = (a + ((15u - 127u) << 23) + 0xfffffu + ((a >> 21) & 1u)) >> 21;
+  return static_cast<uint8_t>(sign | r);
+}
+THUNDER_DEVICE inline float thunder_e4m3_to_float(uint8_t b) {
+  uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+  if (e == 0xfu && m == 7u) return thunder_float(sign | 0x7fc00000u);
+  if (e == 0) return thunder_float(sign | thunder_bits(static_cast<float>(m) * 0.001953125f));  // m * 2**-9
+  return thunder_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+THUNDER_DEVICE inline float thunder_e5m2_to_float(uint8_t b) { return thunder_f16_to_float(static_cast<uint16_t>(b) << 8); }
+THUNDER_DEVICE inline float thunder_round_e4m3(float x) { return thunder_e4m3_to_float(thunder_float_to_e4m3(x)); }
+THUNDER_DEVICE inline float thunder_round_e5m2(float x) { return thunder_e5m2_to_float(thunder_float_to_e5m2(x)); }
+)";
+
+/// Whether a program reads or writes an FP8 tensor.
+bool usesFloat8(const KernelProgram& p) {
+  for (const KInput& in : p.inputs)
+    if (isFloat8(in.tensor->dtype)) return true;
+  for (const KOutput& o : p.outputs)
+    if (isFloat8(o.tensor->dtype)) return true;
+  return false;
+}
+
 bool isF(DType d) { return isFloating(d); }
 
 /// A float math function: expf for float registers, exp for double.
@@ -238,6 +287,8 @@ class Emitter {
   static std::string fromStorage(DType d, const std::string& x) {
     if (d == DType::BFloat16) return "thunder_bf16_to_float(" + x + ")";
     if (d == DType::Float16) return "thunder_f16_to_float(" + x + ")";
+    if (d == DType::Float8E4M3FN) return "thunder_e4m3_to_float(" + x + ")";
+    if (d == DType::Float8E5M2) return "thunder_e5m2_to_float(" + x + ")";
     return x;
   }
 
@@ -258,6 +309,8 @@ class Emitter {
     }
     if (d == DType::BFloat16) return "thunder_round_bf16(" + c + ")";
     if (d == DType::Float16) return "thunder_round_f16(" + c + ")";
+    if (d == DType::Float8E4M3FN) return "thunder_round_e4m3(" + c + ")";
+    if (d == DType::Float8E5M2) return "thunder_round_e5m2(" + c + ")";
     return c;
   }
 
@@ -331,6 +384,8 @@ class Emitter {
   static std::string store(DType d, const std::string& v) {
     if (d == DType::BFloat16) return "thunder_float_to_bf16(" + v + ")";
     if (d == DType::Float16) return "thunder_float_to_f16(" + v + ")";
+    if (d == DType::Float8E4M3FN) return "thunder_float_to_e4m3(" + v + ")";
+    if (d == DType::Float8E5M2) return "thunder_float_to_e5m2(" + v + ")";
     return v;
   }
 
@@ -946,7 +1001,7 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
   s << "typedef unsigned char uint8_t;\ntypedef signed char int8_t;\ntypedef short int16_t;\n"
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
-  s << kCudaDefs << kPrelude << kRemainder << kLimits;
+  s << kCudaDefs << kPrelude << (usesFloat8(p) ? kFloat8Prelude : "") << kRemainder << kLimits;
   if (p.hasColumns()) {
     s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";
     // The finishing blocks' sums of n partial rows `stride` apart: eight loads in flight (a
@@ -1535,7 +1590,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Out s;
   s << header(p, "C++");
   s << kCppIncludes;
-  s << kCppDefs << kPrelude;
+  s << kCppDefs << kPrelude << (usesFloat8(p) ? kFloat8Prelude : "");
   if (usesCpuMath(p)) s << cpuMathSource();
   s << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";

@@ -201,10 +201,14 @@ bool isFusibleGather(const BoundSymbol& b) {
 bool isFusiblePrim(const BoundSymbol& b) {
   if (!b.sym->isPrim()) return false;
   const std::string& n = b.sym->name;
+  // FP8 tensors enter and leave kernels through conversions only (`(x * s).clamp(-m, m).to(f8)`,
+  // `x8.float()`), as in eager, where no other op computes on them. Data movement of FP8 tensors
+  // (views, copies into a layout) stays with ATen.
+  bool conversion = n == "convert_element_type";
   for (const TensorPtr& t : b.inputTensors())
-    if (!dtypeOk(t->dtype)) return false;
+    if (!dtypeOk(t->dtype) && !(conversion && isFloat8(t->dtype))) return false;
   for (const TensorPtr& t : b.outputTensors())
-    if (!dtypeOk(t->dtype)) return false;
+    if (!dtypeOk(t->dtype) && !(conversion && isFloat8(t->dtype))) return false;
   for (const Value& a : b.args)
     if (a.isComplex()) return false;
   std::vector<TensorPtr> ins = b.inputTensors();
@@ -268,6 +272,8 @@ std::string registerType(DType d, bool cuda) {
     case DType::Int64: return "int64_t";
     case DType::BFloat16:
     case DType::Float16:
+    case DType::Float8E4M3FN:
+    case DType::Float8E5M2:
     case DType::Float32: return "float";
     case DType::Float64: return "double";
     default: throw InternalError("codegen: no register type for " + std::string(dtypeName(d)));
@@ -276,6 +282,7 @@ std::string registerType(DType d, bool cuda) {
 
 std::string storageType(DType d, bool cuda) {
   if (d == DType::BFloat16 || d == DType::Float16) return "uint16_t";
+  if (isFloat8(d)) return "uint8_t";
   return registerType(d, cuda);
 }
 

@@ -1,5 +1,6 @@
 // thunder._C: the bindings. The only code that sees both Python and the C++ core.
 #include <ATen/ATen.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -471,14 +472,23 @@ std::string maskedKey(const std::string& key, const std::vector<py::handle>& lea
 
 /// Appends whether autocast is on for CUDA and for CPU, and each one's dtype, to a cache key: a
 /// trace applies the autocast policy that was in force while it was traced (thunder/core/autocast.py).
-/// Then torch's default dtype: a trace's factories (torch.ones(3), torch.tensor(0.1)) made tensors of
-/// the dtype that was the default while it was traced.
+/// Then torch's default dtype and device: a trace's factories (torch.ones(3), torch.tensor(0.1))
+/// made tensors of the dtype and on the device that were the defaults while it was traced. The
+/// default device (torch.set_default_device, `with torch.device(...)`) is a torch function mode:
+/// with no mode active (the usual call) it is the CPU and nothing is asked of Python.
 void appendAutocastState(std::string& key) {
   for (at::DeviceType d : {at::kCUDA, at::kCPU}) {
     key.push_back(static_cast<char>(at::autocast::is_autocast_enabled(d)));
     key.push_back(static_cast<char>(at::autocast::get_autocast_dtype(d)));
   }
   key.push_back(static_cast<char>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  if (at::impl::PythonTorchFunctionTLS::stack_len() > 0) {
+    static PyObject* getDefaultDevice = py::object(py::module_::import("torch").attr("get_default_device")).release().ptr();
+    std::string device = py::str(py::handle(getDefaultDevice)());
+    key.push_back('@');
+    key.append(device);
+    key.push_back('\0');
+  }
 }
 
 /// The default bound on a compiled function's cache entries: THUNDER_CACHE_SIZE, else 256.

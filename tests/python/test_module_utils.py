@@ -126,3 +126,37 @@ def test_factories_follow_the_default_dtype(k):
             torch.testing.assert_close(got, want)
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+def _device_cases():
+    # (how the default device is set, the device factories then use): the global setting and the
+    # context manager; "meta" stands in for an accelerator on machines without one.
+    other = "cuda" if torch.cuda.is_available() else "meta"
+    return [("set_default_device", other), ("with torch.device", other)]
+
+
+@pytest.mark.parametrize("how,device", _device_cases())
+def test_factories_follow_the_default_device(how, device):
+    # A trace made on the CPU default ran again under torch.set_default_device(...): its factories
+    # made CPU tensors where eager's are on the new default. The default device is in the cache key.
+    def f(n):
+        return torch.ones(n) * 2 + torch.arange(n)
+
+    jf = thunder.jit(f)
+    assert jf(3).device.type == "cpu"
+    try:
+        if how == "set_default_device":
+            torch.set_default_device(device)
+            got, want = jf(3), f(3)
+        else:
+            with torch.device(device):
+                got, want = jf(3), f(3)
+    finally:
+        torch.set_default_device(None)
+    assert got.device == want.device, (got.device, want.device)
+    if device != "meta":
+        torch.testing.assert_close(got, want)
+    back = jf(3)  # the CPU trace again, from the cache
+    assert back.device.type == "cpu"
+    torch.testing.assert_close(back, f(3))
+    assert thunder.cache_misses(jf) == 2

@@ -142,15 +142,20 @@ THUNDER_DEVICE inline float thunder_round_f16(float x) { return thunder_f16_to_f
 
 // Emitted only into kernels with an FP8 input or output (usesFloat8).
 const char* kFloat8Prelude = R"(// FP8 as torch's `.to()` rounds: to nearest even. e4m3fn (bias 7, 3 mantissa bits, largest 448)
-// has no inf: a value that rounds past 448 (|x| >= 464, inf) saturates to +-448 and NaN stays NaN
-// (0x7f), as torch 2.13 converts. e5m2 (bias 15, 2 mantissa bits, largest 57344) rounds past it
+// has no inf: a value that rounds past 448 (|x| >= 464, inf) saturates to +-448 as torch 2.13
+// converts, or becomes NaN (0x7f) as torch 2.11 does (THUNDER_E4M3_SATURATES, defined before this
+// text: setFloat8E4M3Saturates); NaN stays NaN. e5m2 (bias 15, 2 mantissa bits, largest 57344) rounds past it
 // to inf. Values below the smallest normal round on the subnormal grid: adding 2**14 (e4m3) or
 // 2**7 (e5m2), whose float ulp is the format's smallest subnormal, rounds |x| to that grid in one
 // float addition, and the low bits of the sum are the subnormal's code.
 THUNDER_DEVICE inline uint8_t thunder_float_to_e4m3(float f) {
   uint32_t u = thunder_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);    // nan
+#if THUNDER_E4M3_SATURATES
   if (a >= 0x43e80000u) return static_cast<uint8_t>(sign | 0x7eu);   // >= 464, inf: 448
+#else
+  if (a >= 0x43f00000u) return static_cast<uint8_t>(sign | 0x7fu);   // >= 480, inf: NaN
+#endif
   if (a < 0x3c800000u) {                                              // below 2**-6
     uint32_t r = thunder_bits(thunder_float(a) + 16384.0f) - 0x46800000u;
     return static_cast<uint8_t>(sign | r);
@@ -179,6 +184,13 @@ THUNDER_DEVICE inline float thunder_e5m2_to_float(uint8_t b) { return thunder_f1
 THUNDER_DEVICE inline float thunder_round_e4m3(float x) { return thunder_e4m3_to_float(thunder_float_to_e4m3(x)); }
 THUNDER_DEVICE inline float thunder_round_e5m2(float x) { return thunder_e5m2_to_float(thunder_float_to_e5m2(x)); }
 )";
+
+bool e4m3Saturates = true;
+
+/// The FP8 helpers, after the e4m3fn overflow rule of the torch in use.
+std::string float8Prelude() {
+  return std::string("#define THUNDER_E4M3_SATURATES ") + (e4m3Saturates ? "1\n" : "0\n") + kFloat8Prelude;
+}
 
 /// Whether a program reads or writes an FP8 tensor.
 bool usesFloat8(const KernelProgram& p) {
@@ -981,6 +993,8 @@ static void finishColumns(Out& s, const KernelProgram& p, bool perBlock) {
   s << "  }\n";
 }
 
+void setFloat8E4M3Saturates(bool saturates) { e4m3Saturates = saturates; }
+
 std::string emitCuda(const KernelProgram& p) { return emitCuda(p, predictCudaVariant(p)); }
 
 std::string anonymousSource(const std::string& src, const std::string& name) {
@@ -1001,7 +1015,7 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
   s << "typedef unsigned char uint8_t;\ntypedef signed char int8_t;\ntypedef short int16_t;\n"
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
        "typedef long long int64_t;\n";
-  s << kCudaDefs << kPrelude << (usesFloat8(p) ? kFloat8Prelude : "") << kRemainder << kLimits;
+  s << kCudaDefs << kPrelude << (usesFloat8(p) ? float8Prelude() : std::string()) << kRemainder << kLimits;
   if (p.hasColumns()) {
     s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";
     // The finishing blocks' sums of n partial rows `stride` apart: eight loads in flight (a
@@ -1590,7 +1604,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   Out s;
   s << header(p, "C++");
   s << kCppIncludes;
-  s << kCppDefs << kPrelude << (usesFloat8(p) ? kFloat8Prelude : "");
+  s << kCppDefs << kPrelude << (usesFloat8(p) ? float8Prelude() : std::string());
   if (usesCpuMath(p)) s << cpuMathSource();
   s << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";

@@ -114,6 +114,11 @@ void fitRegisters(const KernelProgram& prog, CudaVariant& v, int64_t budget = kS
 bool columnsPerBlock(const KernelProgram& prog, const CudaVariant& variant);
 
 /// CUDA source of one variant of a kernel program (templates plus one `extern "C"` entry).
+/// Whether a float8_e4m3fn conversion saturates out-of-range values at +-448 (torch 2.13's `.to()`)
+/// or makes them NaN (torch 2.11's): the extension sets it from the torch it runs with, so that
+/// kernels round as eager does. Default: saturating.
+void setFloat8E4M3Saturates(bool saturates);
+
 std::string emitCuda(const KernelProgram& prog, const CudaVariant& variant);
 /// CUDA source of the predicted variant.
 std::string emitCuda(const KernelProgram& prog);

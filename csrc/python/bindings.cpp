@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/fusion_codegen.h"
 #include "codegen/python_printer.h"
 #include "executors/executor.h"
 #include "ir/error.h"
@@ -1167,6 +1168,9 @@ using namespace thunder;
 using namespace thunder::python;
 
 PYBIND11_MODULE(_C, m) {
+  // Kernels convert to float8_e4m3fn as this torch does: saturating (torch 2.13) or to NaN (2.11).
+  thunder::codegen::setFloat8E4M3Saturates(
+      at::full({1}, 1000.0f).to(at::kFloat8_e4m3fn).view(at::kByte).item<uint8_t>() == 0x7e);
   m.doc() = "thunder's C++ core";
   runtime::registerTorchExecutor();
   setConstantEvaluator(&evaluateConstant);

@@ -83,8 +83,19 @@ def test_scaled_cast_fuses_with_its_producer(fp8, device):
 
     jf = thunder.jit(f, executors=["fuser"])
     (y8, amax), (r8, ramax) = jf(x, w, scale), f(x, w, scale)
-    assert _same(y8, r8) == 0
-    torch.testing.assert_close(amax, ramax, rtol=0, atol=0)
+    if device == "cpu":
+        assert _same(y8, r8) == 0
+        torch.testing.assert_close(amax, ramax, rtol=0, atol=0)
+    else:
+        # CUDA kernels compute RMSNorm's bfloat16 chain in float32 (kernel_ir.cpp, readUnrounded):
+        # the cast reads y unrounded, so a value next to a rounding boundary of bfloat16 may land on
+        # the neighbouring FP8 value, and the amax is the unrounded one.
+        ulp = 2.0 ** -(3 if fp8 == torch.float8_e4m3fn else 2)
+        tiny = torch.finfo(fp8).smallest_normal * ulp
+        torch.testing.assert_close(y8.float(), r8.float(), rtol=ulp, atol=tiny)
+        # (a bfloat16 ulp is 2**-5 of an e4m3 ulp: about that share of values may cross)
+        assert _same(y8, r8) < 0.05 * y8.numel()
+        torch.testing.assert_close(amax, ramax, rtol=2.0 ** -8, atol=0)
     assert str(thunder.last_traces(jf)[-1]).count("Fusion") == 1
 
 

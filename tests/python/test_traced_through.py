@@ -50,12 +50,14 @@ def test_traced_through_matches_eager(name, fn, makers, traced):
     args = [m() for m in makers]
     jfn = thunder.jit(fn)
     got, want = jfn(*args), fn(*args)
-    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got, want, equal_nan=True)
     leaves = [a for a in args if a.requires_grad]
     if want.numel():
         g = torch.randn_like(want)
+        # NaN where eager's is: torch 2.11's lp_pool2d of p=inf computes x.pow(inf), whose
+        # gradient is NaN (torch 2.13's takes a max pool).
         for a, b in zip(torch.autograd.grad(got, leaves, g), torch.autograd.grad(want, leaves, g)):
-            torch.testing.assert_close(a, b)
+            torch.testing.assert_close(a, b, equal_nan=True)
     assert f"torch.nn.functional.{traced}(" not in str(thunder.last_traces(jfn)[0])
 
 

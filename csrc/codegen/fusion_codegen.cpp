@@ -148,39 +148,43 @@ const char* kFloat8Prelude = R"(// FP8 as torch's `.to()` rounds: to nearest eve
 // to inf. Values below the smallest normal round on the subnormal grid: adding 2**14 (e4m3) or
 // 2**7 (e5m2), whose float ulp is the format's smallest subnormal, rounds |x| to that grid in one
 // float addition, and the low bits of the sum are the subnormal's code.
+// Branch-free (selects), so that C++ loops with a conversion still vectorize.
 THUNDER_DEVICE inline uint8_t thunder_float_to_e4m3(float f) {
   uint32_t u = thunder_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);    // nan
+  uint32_t sub = thunder_bits(thunder_float(a) + 16384.0f) - 0x46800000u;          // below 2**-6
+  uint32_t r = (a + ((7u - 127u) << 23) + 0x7ffffu + ((a >> 20) & 1u)) >> 20;       // normal
+  r = a < 0x3c800000u ? sub : r;
 #if THUNDER_E4M3_SATURATES
-  if (a >= 0x43e80000u) return static_cast<uint8_t>(sign | 0x7eu);   // >= 464, inf: 448
+  r = a >= 0x43e80000u ? 0x7eu : r;  // >= 464, inf: 448
 #else
-  if (a >= 0x43f00000u) return static_cast<uint8_t>(sign | 0x7fu);   // >= 480, inf: NaN
+  r = a >= 0x43f00000u ? 0x7fu : r;  // >= 480, inf: NaN
 #endif
-  if (a < 0x3c800000u) {                                              // below 2**-6
-    uint32_t r = thunder_bits(thunder_float(a) + 16384.0f) - 0x46800000u;
-    return static_cast<uint8_t>(sign | r);
-  }
-  uint32_t r = (a + ((7u - 127u) << 23) + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  r = a > 0x7f800000u ? 0x7fu : r;   // nan
   return static_cast<uint8_t>(sign | r);
 }
 THUNDER_DEVICE inline uint8_t thunder_float_to_e5m2(float f) {
   uint32_t u = thunder_bits(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);     // nan
-  if (a >= 0x47800000u) return static_cast<uint8_t>(sign | 0x7cu);    // >= 65536, inf
-  if (a < 0x38800000u) {                                              // below 2**-14
-    uint32_t r = thunder_bits(thunder_float(a) + 128.0f) - 0x43000000u;
-    return static_cast<uint8_t>(sign | r);
-  }
-  uint32_t r = (a + ((15u - 127u) << 23) + 0xfffffu + ((a >> 21) & 1u)) >> 21;
-  return static_cast<uint8_t>(sign | r);
+  uint32_t sub = thunder_bits(thunder_float(a) + 128.0f) - 0x43000000u;            // below 2**-14
+  uint32_t r = (a + ((15u - 127u) << 23) + 0xfffffu + ((a >> 21) & 1u)) >> 21;      // normal
+  r = a < 0x38800000u ? sub : r;
+  r = a >= 0x47800000u ? 0x7cu : r;  // >= 65536, inf: inf
+  r = a > 0x7f800000u ? 0x7fu : r;   // nan
+  return static_cast<uint8_t>(sign | (r & 0xffu));
 }
 THUNDER_DEVICE inline float thunder_e4m3_to_float(uint8_t b) {
   uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
-  if (e == 0xfu && m == 7u) return thunder_float(sign | 0x7fc00000u);
-  if (e == 0) return thunder_float(sign | thunder_bits(static_cast<float>(m) * 0.001953125f));  // m * 2**-9
-  return thunder_float(sign | ((e + 120u) << 23) | (m << 20));
+  uint32_t r = thunder_bits(static_cast<float>(m) * 0.001953125f);  // subnormal: m * 2**-9
+  r = e != 0 ? ((e + 120u) << 23) | (m << 20) : r;
+  r = (e == 0xfu && m == 7u) ? 0x7fc00000u : r;
+  return thunder_float(sign | r);
 }
-THUNDER_DEVICE inline float thunder_e5m2_to_float(uint8_t b) { return thunder_f16_to_float(static_cast<uint16_t>(b) << 8); }
+THUNDER_DEVICE inline float thunder_e5m2_to_float(uint8_t b) {
+  uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 2) & 0x1fu, m = b & 3u;
+  uint32_t r = thunder_bits(static_cast<float>(m) * 0.0000152587890625f);  // subnormal: m * 2**-16
+  r = e != 0 ? ((e + 112u) << 23) | (m << 21) : r;
+  r = e == 0x1fu ? 0x7f800000u | (m << 21) : r;  // inf, nan
+  return thunder_float(sign | r);
+}
 THUNDER_DEVICE inline float thunder_round_e4m3(float x) { return thunder_e4m3_to_float(thunder_float_to_e4m3(x)); }
 THUNDER_DEVICE inline float thunder_round_e5m2(float x) { return thunder_e5m2_to_float(thunder_float_to_e5m2(x)); }
 )";

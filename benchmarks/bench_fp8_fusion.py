@@ -88,7 +88,8 @@ def main(argv=None):
         differ = float((t8.view(torch.uint8) != e8.view(torch.uint8)).float().mean())
         row = {"case": name, "eager_ms": _time(fn, a, dev), "compile_ms": _time(tc, a, dev), "thunder_ms": _time(jt, a, dev),
                "fusions": str(thunder.last_traces(jt)[-1]).count("Fusion"), "fp8_values_differing": differ,
-               "amax_close": bool(torch.allclose(tmax, emax, rtol=2**-8))}
+               # (CUDA's float32 chains skip the bfloat16 roundings between ops: up to two ulps apart)
+               "amax_close": bool(torch.allclose(tmax, emax, rtol=2**-6))}
         rows.append(row)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

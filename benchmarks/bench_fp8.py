@@ -69,7 +69,9 @@ class WithLoss(torch.nn.Module):
 
 
 def wrap(module, contender: str, recipe):
-    if contender in ("thunder fp8", "thunder fp8 current"):
+    # "thunder fp8 triton casts": the executor's own Triton casts throughout, no casts in the trace
+    # (THUNDER_FP8_FUSED_CASTS=0, set by time_step and loss_curve while it runs).
+    if contender in ("thunder fp8", "thunder fp8 current", "thunder fp8 triton casts"):
         if contender.endswith("current"):
             recipe = fp8ex.CurrentScaling(skip=recipe.skip)
         return thunder.jit(module, executors=["fp8", *thunder.get_default_executors()], fp8_recipe=recipe)
@@ -86,9 +88,29 @@ def fp8_linears(jitted) -> str:
         text = str(thunder.last_traces(jitted)[-1])
     except TypeError:  # not a thunder function
         return ""
-    fp8 = text.count("= fp8_linear(")
+    fp8 = text.count("= fp8_linear(") + text.count("= fp8_linear_cast(")
     other = text.count("= linear_not_fp8(") + text.count("= torch.nn.functional.linear(")
     return f"{fp8} of {fp8 + other}"
+
+
+class _casts_env:
+    """THUNDER_FP8_FUSED_CASTS=0 while the "thunder fp8 triton casts" contender runs."""
+
+    def __init__(self, contender):
+        self.on = contender == "thunder fp8 triton casts"
+
+    def __enter__(self):
+        self.old = os.environ.get("THUNDER_FP8_FUSED_CASTS")
+        if self.on:
+            os.environ["THUNDER_FP8_FUSED_CASTS"] = "0"
+
+    def __exit__(self, *exc):
+        if self.on:
+            if self.old is None:
+                os.environ.pop("THUNDER_FP8_FUSED_CASTS", None)
+            else:
+                os.environ["THUNDER_FP8_FUSED_CASTS"] = self.old
+        return False
 
 
 def _sync(device):
@@ -320,7 +342,8 @@ def main(argv=None):
         rows = []
         for c in contenders:
             try:
-                rows.append(time_step(c, device, smoke, recipe, args.repeats, args.warmup))
+                with _casts_env(c):
+                    rows.append(time_step(c, device, smoke, recipe, args.repeats, args.warmup))
             except Exception as e:  # one failing contender still leaves the others' numbers
                 rows.append({"contender": c, "error": f"{type(e).__name__}: {str(e)[:300]}"})
                 _release()
@@ -357,7 +380,8 @@ def main(argv=None):
         batches, entropy_rate = markov_batches(cfg.vocab_size, B, T, steps)
         curves, linears = {}, {}
         for c in ("thunder bf16", "thunder fp8"):
-            curves[c], linears[c] = loss_curve(c, device, smoke, recipe, steps, batches)
+            with _casts_env(c):
+                curves[c], linears[c] = loss_curve(c, device, smoke, recipe, steps, batches)
         tail = min(10, steps)
         final = {c: statistics.fmean(v[-tail:]) for c, v in curves.items()}
         gap = 100.0 * (final["thunder fp8"] - final["thunder bf16"]) / final["thunder bf16"]

@@ -37,11 +37,11 @@ def jit_fp8(model, **kw):
 
 
 def linear_calls(jfn) -> list[str]:
-    """The fp8_linear / linear_not_fp8 / linear calls of the last forward trace (right-hand sides,
+    """The fp8_linear / fp8_linear_cast / linear_not_fp8 / linear calls of the last forward trace (right-hand sides,
     intermediate names as t?)."""
     text = str(thunder.last_traces(jfn)[-1])
     return [re.sub(r"\bt\d+\b", "t?", ln.strip().split("  #")[0].split(" = ", 1)[1]) for ln in text.splitlines()
-            if re.search(r"= (fp8_linear|linear_not_fp8|torch\.nn\.functional\.linear)\(", ln)]
+            if re.search(r"= (fp8_linear|fp8_linear_cast|linear_not_fp8|torch\.nn\.functional\.linear)\(", ln)]
 
 
 class Mixed(nn.Module):
@@ -426,11 +426,15 @@ def test_weight_cast_once_per_version(cpu_fp8, monkeypatch):
             jm(torch.randn(2, 16, 64)).square().mean().backward()
         opt.step()
         opt.zero_grad()
-    # Per step and layer: one weight cast, three input and three gradient casts.
+    # Per step and layer: one weight cast, three input and three gradient casts. The first
+    # micro-batch's input and gradient casts are _quantize's (each scale from its own amax); the
+    # next call traces again with those casts as torch ops in the trace, each recording its amax.
     assert casts.count(fp8ex.WEIGHT) == 2 * 2
-    assert casts.count(fp8ex.INPUT) == casts.count(fp8ex.GRAD) == 2 * 2 * 3
+    assert casts.count(fp8ex.INPUT) == casts.count(fp8ex.GRAD) == 2
+    for role in (fp8ex.INPUT, fp8ex.GRAD):
+        assert m.up.fp8_amax_history[:, role].ne(0).sum() == 2 * 3
     assert m.up.fp8_amax_history[:, fp8ex.WEIGHT].ne(0).sum() == 2
-    assert thunder.cache_misses(jm) == 1
+    assert thunder.cache_misses(jm) == 2
 
 
 def test_inference_then_training_with_one_weight_version(cpu_fp8):
@@ -520,6 +524,67 @@ def test_scaling_state_saved_and_restored(cpu_fp8):
     opt3 = torch.optim.AdamW(m3.parameters(), lr=1e-2)
     opt3.load_state_dict(opt_state)
     assert not torch.equal(_train(jm3, m3, opt3, xs[3:4])[0], want[0])
+
+
+def _fused_and_not(monkeypatch, make_xs, steps=4):
+    """Trains MLP copies with the casts in the trace (the default) and without
+    (THUNDER_FP8_FUSED_CASTS=0): (losses, model, jitted) of each."""
+    runs = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("THUNDER_FP8_FUSED_CASTS", flag)
+        torch.manual_seed(0)
+        m = MLP()
+        jm = jit_fp8(m)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        runs.append((_train(jm, m, opt, make_xs()), m, jm))
+    return runs
+
+
+def test_casts_in_the_trace_once_every_role_had_its_first_cast(cpu_fp8, monkeypatch):
+    # After the first step the input and gradient casts are torch ops of the trace (the fuser
+    # fuses them into the kernels producing those tensors): the same casts, scales and amax
+    # records as the executor's own, bit for bit (biases included), and one more trace.
+    (got, m1, jm1), (want, m0, jm0) = _fused_and_not(
+        monkeypatch, lambda: [torch.randn(2, 16, 64) * (1 + i) for i in range(4)])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    for (name, p), q in zip(m1.named_parameters(), m0.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+    for layer in ("up", "down"):
+        torch.testing.assert_close(getattr(m1, layer).fp8_amax_history, getattr(m0, layer).fp8_amax_history,
+                                   rtol=0, atol=0)
+    fwd, bwd = str(thunder.last_traces(jm1)[-1]), str(thunder.last_backward_traces(jm1)[-1])
+    assert fwd.count("= fp8_linear_cast(") == 2 and "= fp8_linear(" not in fwd, fwd
+    assert fwd.count("= fp8_scale(") == 2 and "f8e4m3fn[2, 16, 64]" in fwd
+    assert bwd.count("= fp8_linear_cast_backward(") == 2 and "f8e5m2[2, 16, 64]" in bwd, bwd
+    assert thunder.cache_misses(jm1) == 2
+    assert "= fp8_linear_cast(" not in str(thunder.last_traces(jm0)[-1])
+
+
+def test_casts_in_the_trace_follow_the_state(cpu_fp8):
+    torch.manual_seed(0)
+    m = MLP()
+    jm = jit_fp8(m)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-2)
+    _train(jm, m, opt, [torch.randn(32, 64) for _ in range(2)])
+    assert "= fp8_linear_cast(" in str(thunder.last_traces(jm)[-1])
+    # Inference: the forward's casts in the trace too.
+    with torch.no_grad():
+        jm(torch.randn(32, 64))
+    assert "= fp8_linear_cast(" in str(thunder.last_traces(jm)[-1])
+    # A token count that is not a multiple of 16 keeps the executor's cast (it pads the rows).
+    x = torch.randn(7, 64)
+    padded = jm(torch.cat([x, torch.zeros(9, 64)]))[:7]
+    torch.testing.assert_close(jm(x), padded, rtol=0, atol=0)
+    assert "= fp8_linear_cast(" not in str(thunder.last_traces(jm)[-1])
+    # An empty scaling state loaded: the first casts take their own amaxes again, then the trace's.
+    state = {k: torch.zeros_like(v) if "amax_history" in k else v for k, v in jm.state_dict().items()}
+    jm.load_state_dict(state)
+    _train(jm, m, opt, [torch.randn(32, 64)])
+    assert "= fp8_linear(" in str(thunder.last_traces(jm)[-1])
+    assert m.up.fp8_amax_history[:, fp8ex.INPUT].ne(0).sum() == 1
+    _train(jm, m, opt, [torch.randn(32, 64)])
+    assert "= fp8_linear_cast(" in str(thunder.last_traces(jm)[-1])
 
 
 def test_deepcopy_keeps_recipe_and_state(cpu_fp8):
@@ -723,3 +788,40 @@ def test_gpu_training_step_copies_no_fp8_tensor():
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert not [n for n in names if "float8_copy" in n], names
     assert sum("_cast_kernel" in n for n in names) == 2 * 3, names
+
+
+@requires_fp8_triton
+@pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+def test_gpu_triton_transpose_of_fp8(fp8):
+    # The transposed copy the weight gradient reads of an FP8 tensor the fused kernels made.
+    x8 = (torch.randn(272, 96, device="cuda") * 20).to(fp8)
+    torch.testing.assert_close(fp8ex._transposed(x8).view(torch.uint8), x8.t().contiguous().view(torch.uint8),
+                               rtol=0, atol=0)
+
+
+@requires_fp8_triton
+def test_gpu_casts_in_the_trace_train_as_the_executors(monkeypatch):
+    # bfloat16 on CUDA: the casts fused into the producing kernels read the producer's float32
+    # value (README, FP8 in fused kernels), so a value may land on the neighbouring FP8 value; the
+    # training follows the executor's own casts closely, and the traces hold the casts.
+    torch.manual_seed(0)
+    base = MLP(256, 1024).cuda().to(torch.bfloat16)
+    data = [torch.randn(256, 256, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    losses = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("THUNDER_FP8_FUSED_CASTS", flag)
+        m = copy.deepcopy(base)
+        jm = jit_fp8(m)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        out = []
+        for step in range(20):
+            loss = (jm(data[step % 4]) - 1).float().square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            out.append(loss.item())
+        losses[flag] = out
+        fused = "= fp8_linear_cast(" in str(thunder.last_traces(jm)[-1])
+        assert fused == (flag == "1")
+    for a, b in zip(losses["1"], losses["0"]):
+        assert abs(a - b) <= 0.02 * abs(b), losses

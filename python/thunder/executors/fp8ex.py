@@ -176,15 +176,15 @@ def _recipe_in_scope() -> Recipe:
 class _RecipeScope:
     """While a jitted object traces: its recipe is the one its linears use."""
 
-    def __init__(self, recipe: Recipe):
-        self._recipe = recipe
+    def __init__(self, recipe: Recipe, group: _Group | None = None):
+        self._recipe, self._group = recipe, group
 
     def __enter__(self):
-        self._old = getattr(_tls, "recipe", None)
-        _tls.recipe = self._recipe
+        self._old = getattr(_tls, "recipe", None), getattr(_tls, "group", None)
+        _tls.recipe, _tls.group = self._recipe, self._group
 
     def __exit__(self, *exc):
-        _tls.recipe = self._old
+        _tls.recipe, _tls.group = self._old
         return False
 
 
@@ -201,6 +201,8 @@ class _Info:
         self.owner = None  # weakref to the Linear holding w
         self.loose = None  # (amax history, scale) of a weight no module holds
         self.fresh = [True, True, True]
+        self.group = None  # the _Group of the jitted module whose linear holds w
+        self.trace_name = None  # w's name in that module's traces
         self.cache_key = None
         self.w8 = None
         self.w8_t = None
@@ -222,6 +224,29 @@ def _info(w: torch.Tensor) -> _Info:
         info = _INFO[id(w)] = _Info(w)
         weakref.finalize(w, _forget, id(w), info)
     return info
+
+
+class _Group:
+    """The FP8 linears of one jitted module, and whether each role that the casts in the trace
+    serve (inputs, output gradients) has had its first cast in all of them: `warm()`, part of the
+    module's cache key. A role's first cast scales by its tensor's own amax, a pass over the tensor
+    before the cast; after it the scale is known before the tensor is made, and the module traces
+    again with those casts written as torch ops (the scale's product, the saturation, the
+    conversion and each row's amax) that the fuser computes in the kernel producing the tensor
+    (an RMSNorm, a SwiGLU, a residual add), in place of a Triton pass that reads it again."""
+
+    def __init__(self):
+        self.infos: list[_Info] = []
+        self._warm = [False, False]
+
+    def warm(self) -> tuple[bool, bool]:
+        for k, role in enumerate((INPUT, GRAD)):
+            if not self._warm[k]:  # once warm, a role stays so until a state is loaded (reset)
+                self._warm[k] = all(not i.fresh[role] for i in self.infos)
+        return self._warm[0], self._warm[1]
+
+    def reset(self) -> None:
+        self._warm = [False, False]
 
 
 def _new_state(history_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,6 +273,8 @@ def _read_state(module) -> None:
     info = _info(module.weight)
     info.fresh = [not bool(module.fp8_amax_history[:, r].any()) for r in range(3)]
     info.cache_key = None
+    if info.group is not None:
+        info.group.reset()
 
 
 def _after_load(module, incompatible_keys) -> None:
@@ -268,11 +295,12 @@ def _static_reason(in_features: int, out_features: int, name: str, recipe: Recip
     return None
 
 
-def prepare_module(module: torch.nn.Module, recipe: Recipe) -> None:
+def prepare_module(module: torch.nn.Module, recipe: Recipe) -> _Group | None:
     """Gives module's nn.Linear layers that can run in FP8 their scaling state buffers (for
-    DelayedScaling; CurrentScaling keeps none)."""
+    DelayedScaling; CurrentScaling keeps none); returns their _Group."""
     if not isinstance(recipe, DelayedScaling):
-        return
+        return None
+    group = _Group()
     for name, mod in module.named_modules():
         if not isinstance(mod, torch.nn.Linear) or not isinstance(mod.weight, torch.Tensor):
             continue
@@ -292,6 +320,9 @@ def prepare_module(module: torch.nn.Module, recipe: Recipe) -> None:
         if info.owner is None or info.owner() is not mod:
             mod.register_load_state_dict_post_hook(_after_load)
             info.owner = weakref.ref(mod)
+        info.group, info.trace_name = group, qual
+        group.infos.append(info)
+    return group
 
 
 # ---- casts and matmuls -------------------------------------------------------------------------
@@ -502,6 +533,91 @@ def _bwd_impl(g, a8_t, a_scale_inv, w, layer, recipe, has_bias):
     return ga, gw
 
 
+# The casts written as torch ops (_Group): fp8_scale gives the scale, the trace casts with it
+# (fused into the kernel producing the tensor), fp8_linear_cast / fp8_linear_cast_backward record
+# the rows' amaxes and multiply.
+
+
+def _scale_meta(w, layer, recipe, role):
+    return TensorProxy(like=w, shape=(), dtype=dtypes.float32)
+
+
+def _scale_impl(w, layer, recipe, role):
+    """The layer's scale for `role` now (a copy: the record after the cast updates the state)."""
+    _, scales = _state(w, _RECIPES[recipe])
+    return scales[role].clone()
+
+
+def _traced_cast(x, scale, fp8):
+    """x times scale, saturated and rounded to fp8, and the largest |x| of each row, as torch ops."""
+    fp8_max = torch.finfo(fp8).max
+    x32 = ltorch.to(x, dtype=dtypes.float32)
+    x8 = ltorch.to(ltorch.clamp(ltorch.mul(x32, scale), -fp8_max, fp8_max), dtype=dtypes.to_dtype(fp8))
+    return x8, ltorch.amax(ltorch.abs(x32), -1)
+
+
+def _transposed(x8: torch.Tensor) -> torch.Tensor:
+    """The FP8 matrix x8 [M, K] as [K, M] row-major: one Triton pass on CUDA (ATen's FP8 strided
+    copy moves a byte per access)."""
+    global _triton_ok
+    if _use_triton(x8):
+        try:
+            one = torch.ones(1, dtype=torch.float32, device=x8.device)
+            return fp8_triton.cast(x8, one, x8.dtype, torch.finfo(x8.dtype).max, x8.shape[0], row=False, col=True,
+                                   amax=False)[1]
+        except Exception as e:
+            import warnings
+
+            warnings.warn(f"thunder fp8 executor: the Triton FP8 transpose failed ({type(e).__name__}: {e}); "
+                          "transposing with torch ops")
+            _triton_ok = False
+    return x8.t().contiguous()
+
+
+def _record_rows(rows, w, recipe, role, fp8):
+    hist, scales = _state(w, recipe)
+    _run(_record, rows, hist[:, role], scales[role:role + 1], torch.finfo(fp8).max,
+         recipe.amax_compute_algo == "most_recent", recipe.margin)
+
+
+def _cast_fwd_meta(a8, rows, scale, w, bias, layer, recipe, for_backward):
+    out = TensorProxy(like=w, shape=(*a8.shape[:-1], w.shape[0]))
+    if not for_backward:
+        return out
+    m = 1
+    for d in a8.shape[:-1]:
+        m *= d
+    return out, TensorProxy(like=a8, shape=(a8.shape[-1], m)), TensorProxy(like=w, shape=(), dtype=dtypes.float32)
+
+
+def _cast_fwd_impl(a8, rows, scale, w, bias, layer, recipe, for_backward):
+    recipe = _RECIPES[recipe]
+    a_scale_inv = scale.reciprocal()
+    _record_rows(rows, w, recipe, INPUT, E4M3)
+    a2 = a8.reshape(-1, a8.shape[-1])
+    w8, _, w_scale_inv = _weight_fp8(w, recipe, transposed=for_backward)
+    out = _mm(a2, w8.t(), a_scale_inv, w_scale_inv, w.dtype, bias, fast_accum=True)
+    out = out.reshape(*a8.shape[:-1], w.shape[0])
+    if not for_backward:
+        return out
+    return out, _transposed(a2), a_scale_inv
+
+
+def _cast_bwd_meta(g8, rows, scale, a8_t, a_scale_inv, w, layer, recipe):
+    return TensorProxy(like=w, shape=(*g8.shape[:-1], w.shape[1])), TensorProxy(like=w)
+
+
+def _cast_bwd_impl(g8, rows, scale, a8_t, a_scale_inv, w, layer, recipe):
+    recipe = _RECIPES[recipe]
+    g_scale_inv = scale.reciprocal()
+    _record_rows(rows, w, recipe, GRAD, E5M2)
+    g2 = g8.reshape(-1, g8.shape[-1])
+    _, w8_t, w_scale_inv = _weight_fp8(w, recipe, transposed=True)
+    ga = _mm(g2, w8_t.t(), g_scale_inv, w_scale_inv, w.dtype).reshape(*g8.shape[:-1], w.shape[1])
+    gw = _mm(_transposed(g2), a8_t.t(), g_scale_inv, a_scale_inv, w.dtype)
+    return ga, gw
+
+
 def _not_fp8_meta(a, w, bias, why):
     return TensorProxy(like=a, shape=(*a.shape[:-1], w.shape[0]))
 
@@ -521,9 +637,14 @@ class FP8Executor(OperatorExecutor):
         if not isinstance(recipe, Recipe):
             raise TypeError(f"thunder.jit: fp8_recipe must be a DelayedScaling or CurrentScaling, got "
                             f"{type(recipe).__name__}")
-        if isinstance(fn, torch.nn.Module):
-            prepare_module(fn, recipe)
-        jitted._trace_scopes.append(lambda: _RecipeScope(recipe))
+        group = prepare_module(fn, recipe) if isinstance(fn, torch.nn.Module) else None
+        jitted._trace_scopes.append(lambda: _RecipeScope(recipe, group))
+        if group is not None and hasattr(jitted, "_cfn"):
+            # Whether the casts are written as torch ops (_Group) is part of the cache key.
+            from thunder import _install_guard
+
+            jitted._state_guards.append(group.warm)
+            _install_guard(jitted, jitted._cfn)
 
 
 fp8_ex = FP8Executor("fp8", version=f"scaled_mm-torch-{torch.__version__}")
@@ -532,6 +653,9 @@ register_executor(fp8_ex)
 fp8_linear = fp8_ex.register_operator("fp8_linear", meta=_fwd_meta, fn=_fwd_impl)
 fp8_linear_backward = fp8_ex.register_operator("fp8_linear_backward", meta=_bwd_meta, fn=_bwd_impl)
 linear_not_fp8 = fp8_ex.register_operator("linear_not_fp8", meta=_not_fp8_meta, fn=_not_fp8_impl)
+fp8_scale = fp8_ex.register_operator("fp8_scale", meta=_scale_meta, fn=_scale_impl)
+fp8_linear_cast = fp8_ex.register_operator("fp8_linear_cast", meta=_cast_fwd_meta, fn=_cast_fwd_impl)
+fp8_linear_cast_backward = fp8_ex.register_operator("fp8_linear_cast_backward", meta=_cast_bwd_meta, fn=_cast_bwd_impl)
 
 
 # ---- claiming ----------------------------------------------------------------------------------
@@ -580,11 +704,33 @@ def _register_recipe() -> Recipe:
     return recipe
 
 
+def _traced_casts(a, w, recipe) -> tuple[bool, bool]:
+    """Whether this linear's input cast and its output gradient's cast are written as torch ops
+    (_Group): a module's linear, delayed scaling, every role of the kind had its first cast, a
+    token count that is a multiple of 16 (no padded rows). THUNDER_FP8_FUSED_CASTS=0: never."""
+    group = getattr(_tls, "group", None)
+    if group is None or not isinstance(recipe, DelayedScaling) or os.environ.get("THUNDER_FP8_FUSED_CASTS") == "0":
+        return False, False
+    info = next((i for i in group.infos if i.trace_name == w.name and i.ref() is not None), None)
+    m = 1
+    for d in a.shape[:-1]:
+        if not isinstance(d, int):
+            return False, False
+        m *= d
+    if info is None or m % _ALIGN:
+        return False, False
+    return group.warm()
+
+
 def _execution_transform(a, w, bias=None):
     recipe = _register_recipe()
     why = _reason(a, w, bias, recipe)
     if why is not None:
         return linear_not_fp8(a, w, bias, why)
+    if _traced_casts(a, w, recipe)[0]:
+        scale = fp8_scale(w, w.name, recipe.key, INPUT)
+        a8, rows = _traced_cast(a, scale, E4M3)
+        return fp8_linear_cast(a8, rows, scale, w, bias, w.name, recipe.key, False)
     return fp8_linear(a, w, bias, w.name, recipe.key, False)
 
 
@@ -600,8 +746,21 @@ def _grad_transform(a, w, bias=None):
         gb = ltorch.sum(g2, 0) if bias is not None else None
         put_grads((a, w, bias), (ga, gw, gb))
         return out
-    out, a8_t, a_scale_inv = fp8_linear(a, w, bias, w.name, recipe.key, True)
+    fused_input, fused_grad = _traced_casts(a, w, recipe)
+    if fused_input:
+        scale = fp8_scale(w, w.name, recipe.key, INPUT)
+        a8, rows = _traced_cast(a, scale, E4M3)
+        out, a8_t, a_scale_inv = fp8_linear_cast(a8, rows, scale, w, bias, w.name, recipe.key, True)
+    else:
+        out, a8_t, a_scale_inv = fp8_linear(a, w, bias, w.name, recipe.key, True)
     g = get_grad(out)
+    if fused_grad:
+        gscale = fp8_scale(w, w.name, recipe.key, GRAD)
+        g8, grows = _traced_cast(g, gscale, E5M2)
+        ga, gw = fp8_linear_cast_backward(g8, grows, gscale, a8_t, a_scale_inv, w, w.name, recipe.key)
+        gb = ltorch.sum(ltorch.reshape(g, (-1, w.shape[0])), 0) if bias is not None else None
+        put_grads((a, w, bias), (ga, gw, gb))
+        return out
     grads = fp8_linear_backward(g, a8_t, a_scale_inv, w, w.name, recipe.key, bias is not None)
     put_grads((a, w, bias)[: len(grads)], grads)
     return out

@@ -69,9 +69,10 @@ class WithLoss(torch.nn.Module):
 
 
 def wrap(module, contender: str, recipe):
-    # "thunder fp8 triton casts": the executor's own Triton casts throughout, no casts in the trace
-    # (THUNDER_FP8_FUSED_CASTS=0, set by time_step and loss_curve while it runs).
-    if contender in ("thunder fp8", "thunder fp8 current", "thunder fp8 triton casts"):
+    # "thunder fp8 traced casts": the input and gradient casts written into the trace, fused by the
+    # fuser into their producers (THUNDER_FP8_FUSED_CASTS=1 while it runs; the default keeps the
+    # executor's Triton casts).
+    if contender in ("thunder fp8", "thunder fp8 current", "thunder fp8 traced casts"):
         if contender.endswith("current"):
             recipe = fp8ex.CurrentScaling(skip=recipe.skip)
         return thunder.jit(module, executors=["fp8", *thunder.get_default_executors()], fp8_recipe=recipe)
@@ -94,15 +95,15 @@ def fp8_linears(jitted) -> str:
 
 
 class _casts_env:
-    """THUNDER_FP8_FUSED_CASTS=0 while the "thunder fp8 triton casts" contender runs."""
+    """THUNDER_FP8_FUSED_CASTS=1 while the "thunder fp8 traced casts" contender runs."""
 
     def __init__(self, contender):
-        self.on = contender == "thunder fp8 triton casts"
+        self.on = contender == "thunder fp8 traced casts"
 
     def __enter__(self):
         self.old = os.environ.get("THUNDER_FP8_FUSED_CASTS")
         if self.on:
-            os.environ["THUNDER_FP8_FUSED_CASTS"] = "0"
+            os.environ["THUNDER_FP8_FUSED_CASTS"] = "1"
 
     def __exit__(self, *exc):
         if self.on:

@@ -240,6 +240,8 @@ class _Group:
         self._warm = [False, False]
 
     def warm(self) -> tuple[bool, bool]:
+        if os.environ.get("THUNDER_FP8_FUSED_CASTS") != "1":  # (off: no second trace)
+            return False, False
         for k, role in enumerate((INPUT, GRAD)):
             if not self._warm[k]:  # once warm, a role stays so until a state is loaded (reset)
                 self._warm[k] = all(not i.fresh[role] for i in self.infos)
@@ -556,13 +558,18 @@ def _traced_cast(x, scale, fp8):
     return x8, ltorch.amax(ltorch.abs(x32), -1)
 
 
+_ONES: dict = {}  # a float32 1 per device: the transpose's scale
+
+
 def _transposed(x8: torch.Tensor) -> torch.Tensor:
     """The FP8 matrix x8 [M, K] as [K, M] row-major: one Triton pass on CUDA (ATen's FP8 strided
     copy moves a byte per access)."""
     global _triton_ok
     if _use_triton(x8):
         try:
-            one = torch.ones(1, dtype=torch.float32, device=x8.device)
+            one = _ONES.get(x8.device)
+            if one is None:
+                one = _ONES[x8.device] = torch.ones(1, dtype=torch.float32, device=x8.device)
             return fp8_triton.cast(x8, one, x8.dtype, torch.finfo(x8.dtype).max, x8.shape[0], row=False, col=True,
                                    amax=False)[1]
         except Exception as e:
@@ -704,12 +711,20 @@ def _register_recipe() -> Recipe:
     return recipe
 
 
+# The longest rows whose casts are written as torch ops: the cast's row amax makes the kernel a
+# row kernel, and a [16384, 128256] output gradient (the lm_head's, made by the cross-entropy's own
+# kernel) cast alone that way took 7.1 ms on an H200 against the Triton pass's 2.4.
+_MAX_TRACED_ROW = 16384
+
+
 def _traced_casts(a, w, recipe) -> tuple[bool, bool]:
     """Whether this linear's input cast and its output gradient's cast are written as torch ops
-    (_Group): a module's linear, delayed scaling, every role of the kind had its first cast, a
-    token count that is a multiple of 16 (no padded rows). THUNDER_FP8_FUSED_CASTS=0: never."""
+    (_Group): with THUNDER_FP8_FUSED_CASTS=1, for a module's linear, delayed scaling, every role of
+    the kind past its first cast, a token count that is a multiple of 16 (no padded rows), rows of
+    at most _MAX_TRACED_ROW. Off by default: on the 4-layer Llama step (H200) the traced casts made
+    the step slower (benchmarks/RESULTS.md, session 39)."""
     group = getattr(_tls, "group", None)
-    if group is None or not isinstance(recipe, DelayedScaling) or os.environ.get("THUNDER_FP8_FUSED_CASTS") == "0":
+    if group is None or not isinstance(recipe, DelayedScaling) or os.environ.get("THUNDER_FP8_FUSED_CASTS") != "1":
         return False, False
     info = next((i for i in group.infos if i.trace_name == w.name and i.ref() is not None), None)
     m = 1
@@ -719,7 +734,8 @@ def _traced_casts(a, w, recipe) -> tuple[bool, bool]:
         m *= d
     if info is None or m % _ALIGN:
         return False, False
-    return group.warm()
+    warm_input, warm_grad = group.warm()
+    return warm_input and w.shape[1] <= _MAX_TRACED_ROW, warm_grad and w.shape[0] <= _MAX_TRACED_ROW
 
 
 def _execution_transform(a, w, bias=None):

@@ -60,9 +60,16 @@ writes the layouts asked for and, for delayed scaling, the tensor's amax (the pr
 known before the pass); the history and scale update is one kernel that torch.compile makes of
 it. Current scaling reads the tensor once more for its amax first. THUNDER_FP8_TRITON=0 casts with
 torch ops (compiled by torch.compile where THUNDER_FP8_COMPILED_CASTS says: by default on CUDA,
-=0 eager ops, =1 on CPU too). The fuser does not yet fuse the casts into the kernels that produce
-their inputs (RMSNorm, SwiGLU; it leaves float8 tensors to ATen): each cast still reads its
-bfloat16 tensor once more.
+=0 eager ops, =1 on CPU too).
+
+THUNDER_FP8_FUSED_CASTS=1 writes the input and gradient casts into the trace as torch ops, once
+every such role of a jitted module's linears has had its first cast (_Group, in the module's cache
+key: one more trace): `fp8_scale` gives the layer's scale, the trace multiplies, saturates,
+converts and takes each row's amax, and the fuser computes that in the kernel producing the
+tensor (an RMSNorm, a SwiGLU, a residual add); `fp8_linear_cast` / `fp8_linear_cast_backward`
+record the amaxes, transpose the FP8 tensor in one Triton pass and multiply. Bit for bit the
+same casts as the executor's own on CPU. Off by default: on the H200's Llama step it was slower
+(benchmarks/RESULTS.md, session 39).
 """
 
 from __future__ import annotations

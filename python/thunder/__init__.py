@@ -408,13 +408,23 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         trace.records_guards = True
-        with functionalize.tracing_state(trace) as state, _compiling():
-            with ThunderTorchMode(), scalar_reads:
-                out = fn(*pargs, **pkwargs)
-                if on_exit is not None:
-                    on_exit(state)
-            out = state.fresh(out)
-            _write_back(state)
+        try:
+            with functionalize.tracing_state(trace) as state, _compiling():
+                with ThunderTorchMode(), scalar_reads:
+                    out = fn(*pargs, **pkwargs)
+                    if on_exit is not None:
+                        on_exit(state)
+                out = state.fresh(out)
+                _write_back(state)
+        except BaseException:
+            # A trace that stopped (a data-dependent shape refused, an error in the program) leaves
+            # the objects as they were: proxies it set on them (torchvision's AnchorGenerator caches
+            # its anchors on itself) made the model fail in eager afterwards.
+            for obj, attr, index, t, p in substituted:
+                if outputs.get_slot(obj, attr, index) is p:
+                    outputs.set_slot(obj, attr, index, t)
+            outputs.restore(outputs.updated(given), before)
+            raise
         for obj, attr, index, t, p in substituted:
             if outputs.get_slot(obj, attr, index) is p:  # (not set by the program: not an update)
                 outputs.set_slot(obj, attr, index, t)

@@ -1596,3 +1596,37 @@ def test_data_dependent_shapes_are_refused_naming_thunderfx(fn):
         thunder.jit(fn)(x)
     assert "thunder.dynamo.thunderfx" in str(e.value)
     torch.testing.assert_close(thunderfx(fn)(x), fn(x))
+
+
+class _CachesOnItself(torch.nn.Module):
+    """Sets tensors on itself while it runs (torchvision's AnchorGenerator caches its anchors so),
+    then fails: `how` says where."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.anchors = [torch.ones(3)]
+        self.seen = []
+
+    def forward(self, x):
+        self.anchors = [a.to(x.dtype) * 2 for a in self.anchors]
+        self.seen.append(x + 1)
+        if self.how == "data-dependent":
+            return x[x > 0]
+        if self.how == "error":
+            raise ValueError("the program's own error")
+        return x * self.anchors[0].sum()
+
+
+@pytest.mark.parametrize("how", ["data-dependent", "error"])
+def test_a_trace_that_stops_leaves_the_model_as_it_was(how):
+    # The proxies a failed trace had set on the module stayed there: the model then failed in
+    # eager ("ltorch.to can only be called while tracing").
+    m = _CachesOnItself(how)
+    anchors, seen = m.anchors, m.seen
+    with pytest.raises((NotImplementedError, ValueError)):
+        thunder.jit(m)(torch.randn(3))
+    assert m.anchors is anchors and m.seen is seen and seen == []
+    assert all(type(a) is torch.Tensor for a in m.anchors)
+    m.how = "ok"
+    torch.testing.assert_close(m(torch.ones(3)), torch.full((3,), 6.0))

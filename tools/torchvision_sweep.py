@@ -23,14 +23,23 @@ IMAGE = """resnet18 resnext50_32x4d wide_resnet50_2 vgg11_bn alexnet squeezenet1
 mobilenet_v2 mobilenet_v3_small efficientnet_b0 efficientnet_v2_s regnet_y_400mf regnet_x_400mf convnext_tiny
 swin_t swin_v2_t vit_b_16 maxvit_t googlenet inception_v3""".split()
 VIDEO = "r3d_18 r2plus1d_18 mc3_18 swin3d_t s3d mvit_v2_s".split()
+# Segmentation: dict outputs, atrous convolutions, bilinear upsampling; the loss reads "out" and
+# the auxiliary head's "aux". (RAFT's optical flow makes float32 grids: eager fails in float64.)
+SEGMENTATION = "fcn_resnet50 deeplabv3_mobilenet_v3_large lraspp_mobilenet_v3_large".split()
 SIZE = {"vit_b_16": 224, "maxvit_t": 224, "inception_v3": 299, "googlenet": 96, "alexnet": 96, "swin_v2_t": 64}
 VSIZE = {"s3d": (1, 3, 16, 224, 224), "mvit_v2_s": (1, 3, 16, 224, 224)}
 
-NAMES = names(IMAGE + VIDEO)
+NAMES = names(IMAGE + VIDEO + SEGMENTATION)
 exact_hardsigmoid_if_asked()
 
 
 def make(name):
+    if name in SEGMENTATION:
+        import torchvision.models.segmentation as S
+
+        m = getattr(S, name)(num_classes=5, weights=None, weights_backbone=None,
+                             **({} if name.startswith("lraspp") else {"aux_loss": True}))
+        return m.double().train(), {"input" if name.startswith("lraspp") else "x": torch.randn(2, 3, 64, 64, dtype=torch.float64)}
     kw = {"num_classes": 10}
     if name in ("googlenet", "inception_v3"):
         kw.update(aux_logits=True, init_weights=True)
@@ -45,8 +54,10 @@ def make(name):
 
 
 def logits(out):
+    if isinstance(out, dict):  # segmentation: the main and the auxiliary head
+        return out["out"] + out["aux"] if "aux" in out else out["out"]
     return out.logits if hasattr(out, "logits") else out
 
 
 for name in NAMES:
-    report(name, lambda: (*make(name), logits), lambda inputs: str(tuple(inputs["x"].shape[2:])))
+    report(name, lambda: (*make(name), logits), lambda inputs: str(tuple(next(iter(inputs.values())).shape[2:])))

@@ -1741,8 +1741,21 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     // took 1024 roundings a lane, twice the error of ATen's cascaded sum. A row of one block adds
     // as before.
     constexpr int kSumBlock = 1024;
+    // Float maxima and minima: the loop keeps a plain max (min) and, apart, whether a NaN was
+    // seen, so that it vectorizes as an OpenMP max (min) reduction; the combine testing each
+    // element for NaN ran scalar (a [256, 2048] float32 row amax took 3x eager's time).
+    bool allFloatExtrema = !allSums;
+    for (int r : phases[ph])
+      allFloatExtrema &= (p.nodes[r].op == "amax" || p.nodes[r].op == "amin") && isFloating(p.nodes[r].dtype);
     std::string in = "    ", suffix;
-    if (allSums) {
+    if (allFloatExtrema) {
+      for (int r : phases[ph]) s << "    int nan" << r << " = 0;\n";
+      s << "    #pragma omp simd";
+      for (int r : phases[ph])
+        s << " reduction(" << (p.nodes[r].op == "amax" ? "max" : "min") << ":v" << r << ") reduction(|:nan" << r << ")";
+      s << "\n";
+      s << "    for (int64_t n = 0; n < L; ++n) {\n";
+    } else if (allSums) {
       s << "    for (int64_t b = 0; b < L; b += " << kSumBlock << ") {\n";
       s << "      const int64_t bn = b + " << kSumBlock << " < L ? b + " << kSumBlock << " : L;\n";
       for (int r : phases[ph]) {
@@ -1766,9 +1779,16 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     for (int r : phases[ph]) {
       const KNode& n = p.nodes[r];
       std::string acc = "v" + std::to_string(r) + suffix, v = "v" + std::to_string(n.operands[0]);
-      s << in << "  " << acc << " = " << reduceCombine(n, acc, v) << ";\n";
+      if (allFloatExtrema) {
+        s << in << "  nan" << r << " |= (" << v << " != " << v << ");\n";
+        s << in << "  " << acc << " = " << v << (n.op == "amax" ? " > " : " < ") << acc << " ? " << v << " : " << acc << ";\n";
+      } else {
+        s << in << "  " << acc << " = " << reduceCombine(n, acc, v) << ";\n";
+      }
     }
     s << in << "}\n";
+    if (allFloatExtrema)
+      for (int r : phases[ph]) s << "    if (nan" << r << ") v" << r << " = THUNDER_NAN;\n";
     if (allSums) {
       for (int r : phases[ph]) {
         const KNode& n = p.nodes[r];

@@ -395,10 +395,14 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     int64_t base0 = 0;
     const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     float v1 = -THUNDER_INF;
+    int nan1 = 0;
+    #pragma omp simd reduction(max:v1) reduction(|:nan1)
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = in0[base0 + n];  // load in0
-      v1 = (v0 != v0 || v0 > v1) ? v0 : v1;
+      nan1 |= (v0 != v0);
+      v1 = v0 > v1 ? v0 : v1;
     }
+    if (nan1) v1 = THUNDER_NAN;
     float v4 = static_cast<float>(0);
     for (int64_t b = 0; b < L; b += 1024) {
       const int64_t bn = b + 1024 < L ? b + 1024 : L;

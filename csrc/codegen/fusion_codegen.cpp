@@ -1799,6 +1799,9 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     }
     for (int r : phases[ph]) available.insert(r);
   }
+  // Independent elements (stores and column sums at n): as a simd loop GCC if-converts the
+  // selects (a clamp, a conversion's NaN test) that kept it scalar ("control flow in loop").
+  s << "    #pragma omp simd\n";
   s << "    for (int64_t n = 0; n < L; ++n) {\n";
   std::vector<int> targets = fullOuts;
   targets.insert(targets.end(), colOuts.begin(), colOuts.end());

@@ -140,6 +140,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
       }
       v3 = v3 + v3_b;
     }
+    #pragma omp simd
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0
       const float v1 = static_cast<float>(v0);  // convert_element_type

@@ -416,6 +416,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
       }
       v4 = v4 + v4_b;
     }
+    #pragma omp simd
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = in0[base0 + n];  // load in0
       const float v2 = (v0 - v1);  // sub

@@ -205,10 +205,11 @@ bool isFusiblePrim(const BoundSymbol& b) {
   // `x8.float()`), as in eager, where no other op computes on them. Data movement of FP8 tensors
   // (views, copies into a layout) stays with ATen.
   bool conversion = n == "convert_element_type";
+  auto ok = [&](const TensorPtr& t) { return dtypeOk(t->dtype) || (conversion && isFloat8(t->dtype)); };
   for (const TensorPtr& t : b.inputTensors())
-    if (!dtypeOk(t->dtype) && !(conversion && isFloat8(t->dtype))) return false;
+    if (!ok(t)) return false;
   for (const TensorPtr& t : b.outputTensors())
-    if (!dtypeOk(t->dtype) && !(conversion && isFloat8(t->dtype))) return false;
+    if (!ok(t)) return false;
   for (const Value& a : b.args)
     if (a.isComplex()) return false;
   std::vector<TensorPtr> ins = b.inputTensors();

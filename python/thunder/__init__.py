@@ -365,6 +365,14 @@ class _AutoDynamic:
         return sorted(self._dims.get(key, ()))
 
 
+
+def _put_back(substituted) -> None:
+    """The tensors that symbolic-size proxies stood in for while tracing, back in their slots
+    (where the program did not set the slot itself: not an update)."""
+    for obj, attr, index, t, p in substituted:
+        if outputs.get_slot(obj, attr, index) is p:
+            outputs.set_slot(obj, attr, index, t)
+
 def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | None], on_exit=None,
            holders=(), reads=None, auto: _AutoDynamic | None = None):
     """Calls fn on proxies; returns (computation trace, input sources, closure tensors, the given
@@ -420,14 +428,10 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             # A trace that stopped (a data-dependent shape refused, an error in the program) leaves
             # the objects as they were: proxies it set on them (torchvision's AnchorGenerator caches
             # its anchors on itself) made the model fail in eager afterwards.
-            for obj, attr, index, t, p in substituted:
-                if outputs.get_slot(obj, attr, index) is p:
-                    outputs.set_slot(obj, attr, index, t)
+            _put_back(substituted)
             outputs.restore(outputs.updated(given), before)
             raise
-        for obj, attr, index, t, p in substituted:
-            if outputs.get_slot(obj, attr, index) is p:  # (not set by the program: not an update)
-                outputs.set_slot(obj, attr, index, t)
+        _put_back(substituted)
         updated = outputs.updated(given)
         trace.set_output(outputs.prepare(out, updated, state.fresh))
         trace.records_guards = False

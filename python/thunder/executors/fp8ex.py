@@ -437,12 +437,11 @@ def _quantize(x2: torch.Tensor, role: int, fp8: torch.dtype, recipe: Recipe, w: 
     fp8_max = torch.finfo(fp8).max
     if isinstance(recipe, DelayedScaling) and not info.fresh[role]:
         # The previous casts' scale: the amax and the cast are independent, one pass over x2.
-        hist, scales = _state(w, recipe)
+        _, scales = _state(w, recipe)
         scale = scales[role:role + 1]
         scale_inv = scale.reciprocal().reshape(())
         x8, x8_t, amaxes = _cast(x2, scale, fp8, m_pad, row, col, amax=True)
-        _run(_record, amaxes, hist[:, role], scale, fp8_max, recipe.amax_compute_algo == "most_recent",
-             recipe.margin)
+        _record_rows(amaxes, w, recipe, role, fp8)
         return x8, x8_t, scale_inv
     # The scale from x's own amax (a pass before the cast): current scaling, and a delayed
     # role's first cast, whose history is empty.
@@ -482,6 +481,17 @@ def _mm(a8, b8, a_scale_inv, b_scale_inv, out_dtype, bias=None, fast_accum=False
     return out
 
 
+def _tokens(shape) -> int | None:
+    """The rows of a linear's input of this shape (the product of all dims but the last); None
+    where one is symbolic."""
+    m = 1
+    for d in shape[:-1]:
+        if not isinstance(d, int):
+            return None
+        m *= d
+    return m
+
+
 def _padded(m: int) -> int:
     """m rounded up to a multiple of 16."""
     return m + (-m % _ALIGN)
@@ -499,10 +509,7 @@ def _fwd_meta(a, w, bias, layer, recipe, for_backward):
     out = TensorProxy(like=a, shape=(*a.shape[:-1], w.shape[0]))
     if not for_backward:
         return out
-    m = 1
-    for d in a.shape[:-1]:
-        m *= d
-    a8_t = TensorProxy(like=a, shape=(a.shape[-1], _padded(m)), dtype=dtypes.float8_e4m3fn)
+    a8_t = TensorProxy(like=a, shape=(a.shape[-1], _padded(_tokens(a.shape))), dtype=dtypes.float8_e4m3fn)
     a_scale_inv = TensorProxy(like=a, shape=(), dtype=dtypes.float32)
     return out, a8_t, a_scale_inv
 
@@ -589,6 +596,7 @@ def _transposed(x8: torch.Tensor) -> torch.Tensor:
 
 
 def _record_rows(rows, w, recipe, role, fp8):
+    """Records the largest of `rows` (partial amaxes) as role's latest amax in w's layer's state."""
     hist, scales = _state(w, recipe)
     _run(_record, rows, hist[:, role], scales[role:role + 1], torch.finfo(fp8).max,
          recipe.amax_compute_algo == "most_recent", recipe.margin)
@@ -598,10 +606,8 @@ def _cast_fwd_meta(a8, rows, scale, w, bias, layer, recipe, for_backward):
     out = TensorProxy(like=w, shape=(*a8.shape[:-1], w.shape[0]))
     if not for_backward:
         return out
-    m = 1
-    for d in a8.shape[:-1]:
-        m *= d
-    return out, TensorProxy(like=a8, shape=(a8.shape[-1], m)), TensorProxy(like=w, shape=(), dtype=dtypes.float32)
+    return (out, TensorProxy(like=a8, shape=(a8.shape[-1], _tokens(a8.shape))),
+            TensorProxy(like=w, shape=(), dtype=dtypes.float32))
 
 
 def _cast_fwd_impl(a8, rows, scale, w, bias, layer, recipe, for_backward):
@@ -734,12 +740,8 @@ def _traced_casts(a, w, recipe) -> tuple[bool, bool]:
     if group is None or not isinstance(recipe, DelayedScaling) or os.environ.get("THUNDER_FP8_FUSED_CASTS") != "1":
         return False, False
     info = next((i for i in group.infos if i.trace_name == w.name and i.ref() is not None), None)
-    m = 1
-    for d in a.shape[:-1]:
-        if not isinstance(d, int):
-            return False, False
-        m *= d
-    if info is None or m % _ALIGN:
+    m = _tokens(a.shape)
+    if info is None or m is None or m % _ALIGN:
         return False, False
     warm_input, warm_grad = group.warm()
     return warm_input and w.shape[1] <= _MAX_TRACED_ROW, warm_grad and w.shape[0] <= _MAX_TRACED_ROW

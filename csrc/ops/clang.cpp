@@ -81,8 +81,22 @@ std::vector<Value> maybeBroadcast(const std::vector<Value>& args, const std::str
     if (v.isTensor()) shapes.push_back(v.tensor().shape);
   if (shapes.size() < 2) return args;
   Shape common = broadcastShapes(shapes, op);
+  // A 0-dim CPU tensor beside tensors on another device (`torch.where(m, torch.tensor(3), x)` on
+  // CUDA, as DeBERTa's relative positions write it) is read there, as PyTorch reads it: moved
+  // before it is expanded, since an expanded CPU tensor may not meet a CUDA one.
+  const TensorProxy* elsewhere = nullptr;
+  for (const Value& v : args)
+    if (v.isTensor() && v.tensor().device.type != DeviceType::CPU) elsewhere = &v.tensor();
   std::vector<Value> out;
-  for (const Value& v : args) out.push_back(v.isTensor() ? expandTo(v, common, op) : v);
+  for (const Value& v : args) {
+    if (!v.isTensor()) {
+      out.push_back(v);
+      continue;
+    }
+    const TensorProxy& t = v.tensor();
+    bool move = elsewhere && t.ndim() == 0 && !common.empty() && t.device.type == DeviceType::CPU;
+    out.push_back(expandTo(move ? prims::device_put(v, elsewhere->device) : v, common, op));
+  }
   return out;
 }
 

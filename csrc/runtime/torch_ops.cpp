@@ -500,8 +500,13 @@ void registerPrimKernels() {
   });
   impl("prims.convert_element_type", "torchex", "convert_element_type",
        [](K& a) -> c10::IValue { return a.t(0).to(*a.dtype(1)); });
-  impl("prims.device_put", "torchex", "device_put",
-       [](K& a) -> c10::IValue { return a.t(0).to(a.outDevice); });
+  impl("prims.device_put", "torchex", "device_put", [](K& a) -> c10::IValue {
+    // Host to device without waiting for the stream: a copy from pageable memory is staged
+    // before the call returns, so the source may change after it (a 0-dim CPU tensor made in
+    // the trace, moved to the CUDA tensors it meets).
+    at::Tensor t = a.t(0);
+    return t.to(a.outDevice, /*non_blocking=*/t.is_cpu() && a.outDevice.type() != c10::kCPU);
+  });
   impl("prims.full", "torchex", "full", [](K& a) -> c10::IValue { return fullTensor(a); });
   impl("prims.iota", "torchex", "iota", [](K& a) -> c10::IValue {
     int64_t n = a.i(0), start = a.i(1), step = a.i(2);

@@ -61,6 +61,29 @@ def test_narrowing_conversion_happens_before_the_move():
     assert narrow and put and narrow[0] < put[0], lines
 
 
+_CPU_SCALAR_CASES = [
+    # A 0-dim CPU tensor meets tensors on another device, as PyTorch allows: made in the function
+    # (DeBERTa's `torch.where(..., torch.tensor(mid - 1).type_as(pos), ...)`) or passed in.
+    ("where_made", lambda m, x, s: torch.where(m, torch.tensor(3.0), x)),
+    ("where_type_as", lambda m, x, s: torch.where(m, x, torch.tensor(1).type_as(x))),
+    ("add_made", lambda m, x, s: x + torch.tensor(2.0)),
+    ("mul_passed", lambda m, x, s: x * s),
+    ("sub_passed_first", lambda m, x, s: s - x),
+    ("clamp_tensor_bound", lambda m, x, s: x.clamp(min=s)),
+    ("lerp_weight", lambda m, x, s: torch.lerp(x, x.exp(), s)),
+    ("both_0dim", lambda m, x, s: x.sum() * s),
+]
+
+
+@pytest.mark.parametrize("name, fn", _CPU_SCALAR_CASES)
+def test_cpu_scalar_tensor_meets_another_device(name, fn):
+    x = torch.randn(3, 4, device="meta")
+    m, s = x > 0, torch.tensor(0.5)
+    jf = thunder.jit(fn)
+    out, ref = jf(m, x, s), fn(m, x, s)
+    assert (out.device, out.shape, out.dtype) == (ref.device, ref.shape, ref.dtype)
+
+
 def test_move_to_unknown_device_names_it():
     with pytest.raises(Exception, match="not .xpu."):
         thunder.jit(lambda x: x.to("xpu"))(torch.randn(2))
@@ -103,6 +126,20 @@ def test_moves_between_cpu_and_cuda_match_eager_with_gradients(name, fn, devices
         assert o.device == r.device and o.dtype == r.dtype
         torch.testing.assert_close(o, r)
     assert "device_put" in _symbols(jf)
+
+
+@cuda
+@pytest.mark.parametrize("name, fn", _CPU_SCALAR_CASES)
+def test_cpu_scalar_tensor_meets_cuda_with_gradients(name, fn):
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, device="cuda")
+    m, s = x > 0, torch.tensor(0.5)
+    jf = thunder.jit(fn)
+    outs, grads = _grads(lambda x, s: jf(m, x, s), x, s)
+    ref_outs, ref_grads = _grads(lambda x, s: fn(m, x, s), x, s)
+    for o, r in zip(outs + grads, ref_outs + ref_grads):
+        assert o.device == r.device and o.dtype == r.dtype
+        torch.testing.assert_close(o, r)
 
 
 @cuda

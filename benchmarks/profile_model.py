@@ -4,7 +4,7 @@ the GPU's idle time between kernels and the host time of a step.
 
     python -m benchmarks.profile_model --only gpt2,convnext_tiny --mode train [--contenders ...]
 
-The models and their settings are `benchmarks.models`'s. Writes one JSON file per model and mode
+The models and their settings are `benchmarks.models`'s (and `benchmarks.models_unseen`'s). Writes one JSON file per model and mode
 under --out when given, and prints a summary: the top kernels of each contender side by side,
 then thunder's symbols by GPU time.
 """
@@ -123,7 +123,7 @@ def run(name, mode, contenders, iters, top, traces=""):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", required=True, help="comma-separated suite models")
+    ap.add_argument("--only", required=True, help="comma-separated models of the suite or of models_unseen")
     ap.add_argument("--mode", default="train", choices=("train", "infer", "both"))
     ap.add_argument("--contenders", default=",".join(models.CONTENDERS))
     ap.add_argument("--iters", type=int, default=3)
@@ -131,6 +131,9 @@ def main(argv=None):
     ap.add_argument("--out", default="")
     ap.add_argument("--traces", action="store_true", help="write thunder's final traces under --out")
     args = ap.parse_args(argv)
+    from benchmarks.models_unseen import EXTRA
+
+    models.MODELS.update({k: v for k, v in EXTRA.items() if k not in models.MODELS})
     modes = models.MODES if args.mode == "both" else (args.mode,)
     for name in models.selected(args.only):
         for mode in modes:

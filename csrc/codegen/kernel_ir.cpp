@@ -213,6 +213,13 @@ bool isFusiblePrim(const BoundSymbol& b) {
   for (const Value& a : b.args)
     if (a.isComplex()) return false;
   std::vector<TensorPtr> ins = b.inputTensors();
+  // A kernel reads every operand on its own device: a 0-dim CPU tensor meeting CUDA tensors
+  // (`cuda_sum * torch.tensor(0.5)`, which PyTorch allows) stays with ATen, which reads it on the
+  // host. A CUDA kernel given its pointer faulted.
+  std::vector<TensorPtr> outs = b.outputTensors();
+  if (!outs.empty())
+    for (const TensorPtr& t : ins)
+      if (t->device != outs[0]->device) return false;
   DType inDt = ins.empty() ? DType::Float32 : ins[0]->dtype;
   if (kUnary.count(n) || kBinary.count(n)) {
     if (kFloatOnly.count(n) && !isFloating(inDt)) return false;

@@ -86,6 +86,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   log.runIfChanged("Pad sums to cat", [](const Trace& t) { return padSumsToCat(t); });
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
+  log.runIfChanged("Linears before permutes", [](const Trace& t) { return linearsBeforePermutes(t); });
   log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Common subexpression elimination", [](const Trace& t) { return cse(t); });
   // Again: CSE drops the conversions there and back (widened, narrowed) that stood between a sum

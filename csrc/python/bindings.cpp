@@ -1116,6 +1116,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   log.runIfChanged("Column sums through reshapes", [](const Trace& t) { return columnSumsThroughReshapes(t); });
   log.runIfChanged("Concatenation of flattened pieces", [](const Trace& t) { return catOfFlattenedPieces(t); });
   log.runIfChanged("Convolution bias to add", [](const Trace& t) { return convBiasToAdd(t); });
+  log.runIfChanged("Linears before permutes", [](const Trace& t) { return linearsBeforePermutes(t); });
   log.runIfChanged("Contiguous matmul operands", [](const Trace& t) { return contiguousMatmulOperands(t); });
   log.run("Transform for execution", [&](const Trace& t) { return transformForExecution(t, exs); });
   // Inference only: a training forward's saved tensors must not become the caller's buffers,

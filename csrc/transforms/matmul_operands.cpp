@@ -146,6 +146,101 @@ std::optional<Trace> contiguousMatmulOperands(const Trace& trace) {
 
 namespace {
 
+/// The permutation of the leading dims `b` applies, where `b` is a transpose or permute call that
+/// keeps the last dim last and moves some other dim; empty otherwise.
+std::vector<int64_t> leadingPermutation(const BoundSymbol& b) {
+  const std::string& id = b.sym->id();
+  if (!b.output.isTensor() || b.args.empty() || !b.args[0].isTensor()) return {};
+  const int64_t n = b.output.tensor().ndim();
+  if (n < 3) return {};
+  std::vector<int64_t> perm(n);
+  for (int64_t d = 0; d < n; ++d) perm[d] = d;
+  if (id == "prims.transpose" || id == "ltorch.permute") {
+    if (b.args.size() < 2 || !b.args[1].isSequence()) return {};
+    perm = b.args[1].toInts();
+    if (static_cast<int64_t>(perm.size()) != n) return {};
+    for (int64_t& d : perm)
+      if (d < 0) d += n;
+  } else if (id == "ltorch.transpose") {
+    if (b.args.size() < 3 || !b.args[1].isInt() || !b.args[2].isInt()) return {};
+    int64_t a = b.args[1].toInt(), c = b.args[2].toInt();
+    if (a < 0) a += n;
+    if (c < 0) c += n;
+    if (a < 0 || c < 0 || a >= n || c >= n) return {};
+    std::swap(perm[a], perm[c]);
+  } else {
+    return {};
+  }
+  if (perm[n - 1] != n - 1) return {};
+  for (int64_t d = 0; d < n; ++d)
+    if (perm[d] != d) return perm;
+  return {};
+}
+
+}  // namespace
+
+std::optional<Trace> linearsBeforePermutes(const Trace& trace) {
+  if (const char* v = std::getenv("THUNDER_LINEAR_PERMUTES"); v != nullptr && std::strcmp(v, "0") == 0)
+    return std::nullopt;
+  static const Symbol* linear = SymbolRegistry::get().find("ltorch.linear");
+  if (linear == nullptr) return std::nullopt;
+  std::unordered_map<const TensorProxy*, const BoundSymbol*> producer;
+  for (const BoundSymbol& b : trace.bsyms)
+    for (const TensorPtr& t : b.outputTensors()) producer[t.get()] = &b;
+  std::unordered_set<const TensorProxy*> returned;
+  {
+    std::vector<TensorPtr> outs;
+    trace.output.collectTensors(outs);
+    for (const TensorPtr& t : outs) returned.insert(t.get());
+  }
+  // The permutation to undo for each linear to rewrite, and the contiguous tensor it reads.
+  struct Plan {
+    std::vector<int64_t> perm;
+    Value source;
+  };
+  std::unordered_map<const BoundSymbol*, Plan> plans;
+  for (const BoundSymbol& b : trace.bsyms) {
+    if (b.sym != linear || b.args.size() < 2 || !b.args[0].isTensor() || !b.output.isTensor()) continue;
+    const TensorProxy& x = b.args[0].tensor();
+    const TensorProxy& y = b.output.tensor();
+    if (returned.count(&y) || x.symbolic() || y.symbolic() || x.numel() == 0) continue;
+    if (isContiguousLayout(x.shape, x.stridesOrContiguous())) continue;
+    auto p = producer.find(&x);
+    if (p == producer.end()) continue;
+    std::vector<int64_t> perm = leadingPermutation(*p->second);
+    if (perm.empty()) continue;
+    const TensorProxy& src = p->second->args[0].tensor();
+    if (!isContiguousLayout(src.shape, src.stridesOrContiguous())) continue;
+    plans.emplace(&b, Plan{perm, p->second->args[0]});
+  }
+  if (plans.empty()) return std::nullopt;
+  Trace out = trace.emptyCopy();
+  std::unordered_set<const TensorProxy*> changed;
+  for (const BoundSymbol& b : trace.bsyms) {
+    auto it = plans.find(&b);
+    if (it == plans.end()) {
+      out.bsyms.push_back(b);
+      continue;
+    }
+    std::vector<Value> args = b.args;
+    args[0] = it->second.source;
+    Value raw = appendTraced(out, [&] { return call(*linear, args); });
+    std::vector<int64_t> strides;
+    const TensorPtr& y = b.output.toTensor();
+    appendTraced(out, [&] {
+      Value v = ltorch::op("permute", {raw, Value::ints(it->second.perm)});
+      strides = v.tensor().strides;
+      return v;
+    }, y, "linear before permute");
+    y->strides = strides;
+    changed.insert(y.get());
+  }
+  refreshViewStrides(out, changed);
+  return out;
+}
+
+namespace {
+
 /// The leaf prims of a call, or false where one is not a view prim.
 bool viewPrims(const BoundSymbol& b, std::vector<const BoundSymbol*>& out) {
   if (b.sym->isPrim()) {

@@ -25,6 +25,16 @@ namespace thunder {
 /// trace's inputs (refreshViewStrides). THUNDER_MATMUL_OPERANDS=0 turns it off.
 std::optional<Trace> contiguousMatmulOperands(const Trace& trace);
 
+/// Rewrites `linear(permute(s), w, b)`, where the permute keeps the last dim last and `s` is
+/// contiguous, to `permute(linear(s, w, b))`: a linear is the same map of every row, so it runs on
+/// the rows as they lie. ATen's linear copies a non-contiguous input of rank >= 3 and then adds the
+/// bias in a kernel of its own (a strided one): nn.MultiheadAttention with batch_first=True projects
+/// `query.transpose(0, 1)`, which cost torchvision's ViT-B/16 a copy and an 85 us bias add per
+/// layer at B 64. The linear's output becomes the permuted view (its proxy's strides say so, and
+/// its views' are refreshed); outputs of the trace are left as they are, as eager returns them
+/// contiguous. THUNDER_LINEAR_PERMUTES=0 turns it off.
+std::optional<Trace> linearsBeforePermutes(const Trace& trace);
+
 /// Recomputes the strides of views (calls made of transposes, reshapes, squeezes, slices and
 /// broadcasts alone) of the tensors in `changed`, whose strides a pass changed, and of views of
 /// those, in program order, as the prims' meta functions compute them.

@@ -38,12 +38,38 @@ def broadcast_batch(x, y):
     return x.transpose(0, 1) @ y
 
 
+def seq_first_projection(x, w, b):
+    # nn.MultiheadAttention with batch_first=True: the projection reads query.transpose(0, 1).
+    y = torch.nn.functional.linear(x.transpose(0, 1), w, b)
+    return (y * 2 + 1).transpose(0, 1)
+
+
+def saved_projection(x, w, b):
+    # The projection saved for the backward (sin's gradient reads it): left as eager lays it out.
+    return torch.nn.functional.linear(x.transpose(0, 1), w, b).sin()
+
+
+def permuted_projection(x, w):
+    # A 4-D permute of the leading dims, no bias; its output read through a view.
+    y = torch.nn.functional.linear(x.permute(2, 0, 1, 3), w)
+    return y.reshape(-1, y.shape[-1]).exp()
+
+
+def returned_projection(x, w, b):
+    # Returned as it is: eager returns a contiguous tensor, and so does thunder.
+    return torch.nn.functional.linear(x.transpose(0, 1), w, b)
+
+
 CASES = {
     # name: (fn, input shapes (or a builder), extra args)
     "window_attention": (window_attention, [(6, 7, 16), (48, 16), (48,)], (2,)),
     "window_attention_odd": (window_attention, [(3, 49, 24), (72, 24), (72,)], (3,)),
     "permuted_input": (permuted_input, [(5, 3, 4, 6), (3, 5, 6, 2)], ()),
     "broadcast_batch": (broadcast_batch, [(4, 3, 5), (2, 3, 5, 6)], ()),
+    "seq_first_projection": (seq_first_projection, [(4, 5, 8), (12, 8), (12,)], ()),
+    "permuted_projection": (permuted_projection, [(2, 3, 4, 8), (6, 8)], ()),
+    "returned_projection": (returned_projection, [(4, 5, 8), (12, 8), (12,)], ()),
+    "saved_projection": (saved_projection, [(4, 5, 8), (12, 8), (12,)], ()),
 }
 
 
@@ -121,3 +147,34 @@ def test_broadcast_batch_left_alone():
     jf = thunder.jit(broadcast_batch, executors=[])
     jf(x, y)
     assert "contiguous" not in _body(thunder.last_traces(jf)[-1])
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_linear_reads_the_rows_as_they_lie(training):
+    # linear(x.transpose(0, 1)) runs on x (ATen's linear would copy the transposed input and add
+    # the bias in a kernel of its own); the output is the transposed view of the result.
+    x, w, b = _inputs([(4, 5, 8), (12, 8), (12,)], torch.float32)
+    if not training:
+        x, w, b = (t.detach() for t in (x, w, b))
+    jf = thunder.jit(seq_first_projection, executors=[])
+    out = jf(x, w, b)
+    torch.testing.assert_close(out, seq_first_projection(x, w, b))
+    body = _body(thunder.last_traces(jf)[-1])
+    line = next(ln for ln in body.splitlines() if "linear(" in ln)
+    assert "linear(t_0," in line, body
+    os.environ["THUNDER_LINEAR_PERMUTES"] = "0"
+    try:
+        jf = thunder.jit(seq_first_projection, executors=[])
+        jf(x, w, b)
+        line = next(ln for ln in _body(thunder.last_traces(jf)[-1]).splitlines() if "linear(" in ln)
+        assert "linear(t_0," not in line
+    finally:
+        del os.environ["THUNDER_LINEAR_PERMUTES"]
+
+
+def test_returned_linear_stays_contiguous():
+    x, w, b = (t.detach() for t in _inputs([(4, 5, 8), (12, 8), (12,)], torch.float32))
+    out = thunder.jit(returned_projection, executors=[])(x, w, b)
+    ref = returned_projection(x, w, b)
+    assert out.is_contiguous() and out.stride() == ref.stride()
+    torch.testing.assert_close(out, ref)

@@ -1299,12 +1299,11 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
 
 bool permutableIteration(const KernelProgram& prog) {
   if (prog.iterShape.size() < 2 || prog.rowKernel() || prog.indexed()) return false;
+  // Index ranges (a cat's pieces, a pad's source) test iteration dims, which permute with the rest.
   for (const KInput& in : prog.inputs)
-    if (in.guarded() || in.dimMap.size() != prog.iterShape.size() ||
-        (!in.coef.empty() && in.coef.size() != prog.iterShape.size()))
+    if (in.dimMap.size() != prog.iterShape.size() || (!in.coef.empty() && in.coef.size() != prog.iterShape.size()) ||
+        (in.guarded() && in.guard.size() != prog.iterShape.size()))
       return false;
-  for (const KNode& n : prog.nodes)
-    if (n.kind == KNode::Kind::InRange) return false;
   for (const KOutput& o : prog.outputs)
     if (o.reduced || o.column || o.rowMajor || o.tensor->shape != prog.iterShape) return false;
   return true;
@@ -1318,8 +1317,13 @@ KernelProgram permuteIteration(const KernelProgram& prog, const std::vector<int>
     for (size_t k = 0; k < perm.size(); ++k) {
       out.inputs[i].dimMap[k] = in.dimMap[perm[k]];
       if (!in.coef.empty()) out.inputs[i].coef[k] = in.coef[perm[k]];
+      if (in.guarded()) out.inputs[i].guard[k] = in.guard[perm[k]];
     }
   }
+  std::vector<int> position(perm.size());  // prog's dim d is the permuted program's dim position[d]
+  for (size_t k = 0; k < perm.size(); ++k) position[perm[k]] = static_cast<int>(k);
+  for (KNode& n : out.nodes)
+    if (n.kind == KNode::Kind::InRange) n.dim = position[n.dim];
   return out;
 }
 

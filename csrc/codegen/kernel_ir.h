@@ -149,9 +149,10 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
                         const TensorPtr& index, const TensorPtr& result, bool keepFrom, std::string& whyNot);
 
 /// Whether `prog` can iterate its dims in another order (permuteIteration): a pointwise program
-/// without gathers, scatters, guarded inputs or index ranges (cat, pad), whose outputs all have
-/// the iteration shape. Its outputs are then stored in the new order: a kernel whose inputs are
-/// channels-last (a convolution's output) writes channels-last outputs, at unit stride.
+/// without gathers or scatters, whose outputs all have the iteration shape (index ranges of cats
+/// and pads permute with the dims they test). Its outputs are then stored in the new order: a
+/// kernel whose inputs are channels-last (a convolution's output, the pieces of Inception's and
+/// DenseNet's channel cats) writes channels-last outputs, at unit stride.
 bool permutableIteration(const KernelProgram& prog);
 
 /// `prog` iterating its dims in the order `perm` (its dim k is prog's dim perm[k]): the same

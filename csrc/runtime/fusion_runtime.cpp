@@ -837,14 +837,29 @@ bool readsElementForElement(const KernelProgram& p, const codegen::KInput& in, c
   return true;
 }
 
-/// The order (outermost first) to iterate a permutable CUDA program in: its first input of the
-/// iteration shape read element for element, if that input is dense in another order (a
-/// channels-last tensor); empty for the program's own order. Dims of length 1 go first.
+/// Whether the kernel reads input `in` dim for dim in iteration order (each iteration dim at the
+/// input's own dim, unit coefficients), at the iteration shape except along the dims where it is
+/// one piece of a cat or a pad's source (shifted, guarded).
+bool readsInIterationOrder(const KernelProgram& p, const codegen::KInput& in) {
+  const size_t R = p.iterShape.size();
+  if (in.dimMap.size() != R || in.tensor->shape.size() != R || in.gathers()) return false;
+  for (size_t d = 0; d < R; ++d) {
+    if (in.dimMap[d] != static_cast<int>(d) || (d < in.coef.size() && in.coef[d] != 1)) return false;
+    const bool piece = in.guarded() && in.guard[d].second - in.guard[d].first == in.tensor->shape[d];
+    if (in.tensor->shape[d] != p.iterShape[d] && !piece) return false;
+  }
+  return true;
+}
+
+/// The order (outermost first) to iterate a permutable CUDA program in: its first input read in
+/// iteration order (the iteration shape element for element, or a piece of a cat), if that input
+/// is dense in another order (a channels-last tensor); empty for the program's own order. Dims of
+/// length 1 go first.
 std::vector<int> memoryOrder(const CompiledRegion& r, const std::vector<at::Tensor>& ins) {
   const KernelProgram& p = r.prog;
   const int R = static_cast<int>(p.iterShape.size());
   for (size_t k = 0; k < ins.size(); ++k) {
-    if (!readsElementForElement(p, p.inputs[k])) continue;
+    if (!readsInIterationOrder(p, p.inputs[k])) continue;
     const at::Tensor& x = ins[k];
     if (x.is_contiguous() || !x.is_non_overlapping_and_dense()) return {};
     std::vector<int> order, big;

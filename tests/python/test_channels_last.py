@@ -44,6 +44,20 @@ def _inputs(shape, x_cl, y_cl, dtype, extra=0):
     return x, y, vecs
 
 
+def _cat_relu(x, y, b):
+    # Inception's and DenseNet's block output: branches joined along the channels.
+    return torch.cat([torch.relu(x + b.view(1, -1, 1, 1)), y * 2, x.sigmoid()], 1)
+
+
+def _cat_unaligned(x, y):
+    # Pieces of 3 channels: no piece starts on a vector boundary.
+    return torch.cat([x[:, :3].exp(), y, x[:, 3:] - 1], 1)
+
+
+def _pad_relu(x, y):
+    return F.pad(torch.relu(x) + y, (1, 2, 0, 1))
+
+
 CASES = [
     # name, fn, x channels-last, y channels-last, vectors, outputs channels-last
     ("bias_relu", lambda x, y, v: _bias_relu(x, v[0]), True, None, 1, True),
@@ -51,6 +65,10 @@ CASES = [
     ("mixed_layouts", lambda x, y, v: _mixed(x, y), True, False, 0, None),
     ("contiguous_stays", lambda x, y, v: _mixed(x, y), False, False, 0, False),
     ("residual", lambda x, y, v: _residual(x, y, v[0], v[1]), True, True, 2, True),
+    ("cat_channels", lambda x, y, v: _cat_relu(x, y, v[0]), True, True, 1, True),
+    ("cat_unaligned", lambda x, y, v: _cat_unaligned(x, y), True, True, 0, True),
+    ("cat_contiguous_stays", lambda x, y, v: _cat_relu(x, y, v[0]), False, False, 1, False),
+    ("pad", lambda x, y, v: _pad_relu(x, y), True, True, 0, True),
 ]
 
 
@@ -99,6 +117,37 @@ class _Net(nn.Module):
         return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
+class _Mixed(nn.Module):
+    """An Inception block: four branches (1x1, 1x1 then 3x3, 3x3 twice, pooling then 1x1), each
+    convolution with BatchNorm and ReLU, joined along the channels; the next block reads the cat
+    in four places."""
+
+    def __init__(self, c, w):
+        super().__init__()
+
+        def conv(i, o, k):
+            return nn.Sequential(nn.Conv2d(i, o, k, padding=k // 2, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+
+        self.b1 = conv(c, w, 1)
+        self.b2 = nn.Sequential(conv(c, w, 1), conv(w, w, 3))
+        self.b3 = nn.Sequential(conv(c, w, 1), conv(w, w, 3), conv(w, w, 3))
+        self.b4 = nn.Sequential(nn.AvgPool2d(3, 1, 1), conv(c, w, 1))
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1)
+
+
+class _InceptionNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.blocks = nn.Sequential(_Mixed(32, 8), _Mixed(32, 8), nn.MaxPool2d(2), _Mixed(32, 12))
+        self.head = nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
 def _step(model, x, y, call=None):
     """One training step of `model` run through `call` (the jitted module, or the model)."""
     model.zero_grad(set_to_none=True)
@@ -107,13 +156,15 @@ def _step(model, x, y, call=None):
     return loss.detach(), {n: p.grad.detach().double() for n, p in model.named_parameters()}
 
 
-def test_cnn_training_in_channels_last_matches_eager_against_float64():
-    # A bfloat16 CNN (stem, residual blocks with a depthwise conv, BatchNorm, pooling) trained by
-    # thunder (its convolutions in channels-last) and by eager: thunder's loss, gradients and
-    # running statistics are as close to a float64 run of the same model as eager's, within
-    # twice eager's error plus one bfloat16 step of the value's size.
+@pytest.mark.parametrize("net", [_Net, _InceptionNet], ids=["residual", "inception"])
+def test_cnn_training_in_channels_last_matches_eager_against_float64(net):
+    # A bfloat16 CNN (stem, residual blocks with a depthwise conv, or Inception blocks whose
+    # branches join in a channel cat; BatchNorm, pooling) trained by thunder (its convolutions in
+    # channels-last) and by eager: thunder's loss, gradients and running statistics are as close
+    # to a float64 run of the same model as eager's, within twice eager's error plus one bfloat16
+    # step of the value's size.
     torch.manual_seed(0)
-    ref = _Net().cuda().double()
+    ref = net().cuda().double()
     x64 = torch.randn(8, 3, 32, 32, device="cuda", dtype=torch.float64)
     y = torch.randint(0, 10, (8,), device="cuda")
     eager = copy.deepcopy(ref).to(torch.bfloat16)

@@ -330,6 +330,25 @@ bool evaluatesCausal(const ConstantCalls& calls, const Value& mask, int64_t t, c
   return v && *v != 0.0;
 }
 
+/// Whether the constant `mask` masks nothing: true everywhere (boolean) or 0 everywhere (additive).
+bool evaluatesUnmasked(const ConstantCalls& calls, const Value& mask, const ConstantEvaluator& evaluate) {
+  const TensorProxy& m = mask.tensor();
+  if (m.symbolic() || m.numel() == 0) return false;
+  Trace sub = calls.slice(&m);
+  Value ok;
+  try {
+    ok = appendTraced(sub, [&] {
+      Value open = m.dtype == DType::Bool ? mask : ltorch::op("eq", {mask, 0.0});
+      return ltorch::op("all", {open});
+    });
+  } catch (const std::exception&) {
+    return false;
+  }
+  sub.output = ok;
+  std::optional<double> v = evaluate(sub);
+  return v && *v != 0.0;
+}
+
 }  // namespace
 
 std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator& evaluate) {
@@ -355,24 +374,41 @@ std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator
     evaluated[mask] = yes;
     return yes;
   };
-  std::vector<bool> rewrite;
+  // A mask that masks nothing (transformers' bidirectional mask for a batch without padding:
+  // `arange(T) >= 0`, broadcast to [B, 1, T, T]) is dropped: read as a bias it made cuDNN's
+  // attention three times slower (wav2vec2).
+  std::unordered_map<const TensorProxy*, bool> open;
+  auto unmasked = [&](const BoundSymbol& b) {
+    if (b.sym != sdpa || b.args.size() < 6 || !b.args[3].isTensor() || b.args[5].toBool() || !b.output.isTensor())
+      return false;
+    if (!evaluate || !trace.symbols.empty()) return false;
+    const TensorProxy* mask = b.args[3].toTensor().get();
+    auto seen = open.find(mask);
+    if (seen != open.end()) return seen->second;
+    if (!constants) constants.emplace(trace);
+    bool yes = constants->constant(mask) && evaluatesUnmasked(*constants, b.args[3], evaluate);
+    open[mask] = yes;
+    return yes;
+  };
+  enum class Rewrite { None, Causal, Unmasked };
+  std::vector<Rewrite> rewrite;
   bool any = false;
   for (const BoundSymbol& b : trace.bsyms) {
-    rewrite.push_back(causal(b));
-    any = any || rewrite.back();
+    rewrite.push_back(causal(b) ? Rewrite::Causal : unmasked(b) ? Rewrite::Unmasked : Rewrite::None);
+    any = any || rewrite.back() != Rewrite::None;
   }
   if (!any) return std::nullopt;
   Trace out = trace.emptyCopy();
   for (size_t i = 0; i < trace.bsyms.size(); ++i) {
     const BoundSymbol& b = trace.bsyms[i];
-    if (!rewrite[i]) {
+    if (rewrite[i] == Rewrite::None) {
       out.bsyms.push_back(b);
       continue;
     }
     appendTraced(out, [&] {
       std::vector<Value> args = b.args;
       args[3] = Value();
-      args[5] = Value(true);
+      args[5] = Value(rewrite[i] == Rewrite::Causal);
       return call(*sdpa, std::move(args));
     }, b.output.toTensor(), "sdpa causal masks");
   }

@@ -40,8 +40,9 @@ using ConstantEvaluator = std::function<std::optional<double>(const Trace&)>;
 ///   pattern with a packed-sequence test over position ids made by iota and cumsum, true
 ///   everywhere when the positions are the trace's own. The trace is specialized on its sizes, so
 ///   what the comparison found holds at every call the trace serves.
-/// Calls whose masks depend on an input (padding) are left as they are. Returns nothing when no
-/// call changes.
+/// A computed mask that masks nothing (true everywhere, or 0 everywhere: transformers' mask of a
+/// batch without padding) is dropped, whatever the call's shapes. Calls whose masks depend on an
+/// input (padding) are left as they are. Returns nothing when no call changes.
 std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator& evaluate = {});
 
 /// `torch.where(cond, a, b)` and `a.masked_fill(cond, v)` whose condition reads no input of the

@@ -265,3 +265,38 @@ def test_a_returned_constant_condition_stays_a_new_tensor():
     out = thunder.jit(f)(x)
     torch.testing.assert_close(out, x)
     assert out.data_ptr() != x.data_ptr()
+
+
+UNMASKED = [
+    # (name, mask from (query positions i, key positions j), dropped): a mask that masks nothing
+    # (transformers' bidirectional mask of a batch without padding) is dropped, whatever the shapes.
+    ("all_true", lambda i, j: (j >= 0)[None, None, None, :].expand(2, 1, i.shape[0], -1), True),
+    ("additive_zeros", lambda i, j: torch.zeros(i.shape[0], j.shape[0], device=i.device), True),
+    ("where_zero", lambda i, j: torch.where(j[None, :] >= 0, 0.0, float("-inf")).expand(i.shape[0], -1), True),
+    ("one_key_masked", lambda i, j: (j < j.shape[0] - 1)[None, :].expand(i.shape[0], -1), False),
+    ("additive_one_minus_inf", lambda i, j: torch.where(j[None, :] == 2, float("-inf"), 0.0).expand(i.shape[0], -1),
+     False),
+]
+
+
+@pytest.mark.parametrize("name,mask_fn,dropped", UNMASKED, ids=[c[0] for c in UNMASKED])
+@pytest.mark.parametrize("keys", [16, 12], ids=["square", "non_square"])
+def test_masks_that_mask_nothing_are_dropped(name, mask_fn, dropped, keys):
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 16, 8, device=DEVICE, requires_grad=True)
+    k, v = (torch.randn(2, 3, keys, 8, device=DEVICE, requires_grad=True) for _ in range(2))
+    f = _attend(mask_fn)
+    jf = thunder.jit(f)
+    out, ref = jf(q, k, v), f(q, k, v)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    for a, e in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, e)
+    assert _rewritten(jf) == dropped
+    text = str(thunder.last_traces(jf)[-1])
+    call = next(ln for ln in text.splitlines() if " = " in ln and not ln.strip().startswith("#") and ("attention(" in ln or "sdpa" in ln))
+    args = re.search(r"(?:scaled_dot_product_attention|fused_attention_forward|cudnn_sdpa\w*)\(([^)]*)\)", call)[1]
+    args = args.split(", ")
+    # (q, k, v, mask, ...), or cuDNN's (q, k, v, causal, scale[, mask, dropout])
+    mask = (args[5] if len(args) > 5 else "None") if "cudnn_sdpa" in call else args[3]
+    assert (mask == "None") == dropped, text

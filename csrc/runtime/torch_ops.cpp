@@ -918,6 +918,16 @@ void registerLTorchKernels() {
   impl("ltorch.std", "torch", "std", [](K& a) -> c10::IValue {
     return at::std(a.t(0), at::OptionalIntArrayRef(a.optInts(1)), optScalar(a, 2), a.b(3));
   });
+  // Norms over dims the fuser does not reduce (ConvNeXt-V2's GRN: the spatial dims of an NHWC
+  // tensor) in ATen's one pass, not as abs, a widening, a square and a sum of their own.
+  impl("ltorch.vector_norm", "torch.linalg", "vector_norm", [](K& a) -> c10::IValue {
+    return at::linalg_vector_norm(a.t(0), a.s(1), at::OptionalIntArrayRef(a.optInts(2)), a.b(3), a.dtype(4));
+  });
+  impl("ltorch.norm", "torch", "norm", [](K& a) -> c10::IValue {
+    // p='fro' (the default) is the 2-norm of the flattened dims, as ltorch.norm's meta reads it.
+    at::Scalar ord = a.v[1].isString() || a.none(1) ? at::Scalar(2.0) : a.s(1);
+    return at::linalg_vector_norm(a.t(0), ord, at::OptionalIntArrayRef(a.optInts(2)), a.b(3), a.dtype(5));
+  });
   auto optDim = [](K& a, size_t i) { return a.none(i) ? std::nullopt : std::optional<int64_t>(a.i(i)); };
   impl("ltorch.argmax", "torch", "argmax",
        [optDim](K& a) -> c10::IValue { return at::argmax(a.t(0), optDim(a, 1), a.b(2)); });

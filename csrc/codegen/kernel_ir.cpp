@@ -1299,7 +1299,18 @@ bool addScatteredOutput(KernelProgram& prog, const TensorPtr& from, const Tensor
 
 bool permutableIteration(const KernelProgram& prog) {
   if (prog.iterShape.size() < 2 || prog.rowKernel() || prog.indexed()) return false;
-  // Index ranges (a cat's pieces, a pad's source) test iteration dims, which permute with the rest.
+  // Index ranges (a cat's pieces, a pad's source) test iteration dims, which permute with the rest
+  // (THUNDER_FUSER_PERMUTE_RANGES=0: such programs keep their own order, for A/B runs).
+  static const bool ranges = [] {
+    const char* v = std::getenv("THUNDER_FUSER_PERMUTE_RANGES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!ranges) {
+    for (const KInput& in : prog.inputs)
+      if (in.guarded()) return false;
+    for (const KNode& n : prog.nodes)
+      if (n.kind == KNode::Kind::InRange) return false;
+  }
   for (const KInput& in : prog.inputs)
     if (in.dimMap.size() != prog.iterShape.size() || (!in.coef.empty() && in.coef.size() != prog.iterShape.size()) ||
         (in.guarded() && in.guard.size() != prog.iterShape.size()))

@@ -2,6 +2,7 @@
 // symbols PyTorch runs as one call (printed as torch.*, Tensor.* or torch.nn.functional.*).
 #include <ATen/ATen.h>
 #include <ATen/TensorIndexing.h>
+#include <algorithm>
 
 #include <cstdlib>
 #include <map>
@@ -658,9 +659,21 @@ void registerPrimKernels() {
   });
   impl("prims.avg_pool_backward", "torchex", "avg_pool_backward", [](K& a) -> c10::IValue {
     std::optional<int64_t> div = a.none(7) ? std::nullopt : std::optional<int64_t>(a.i(7));
-    if (a.ints(2).size() == 2)
-      return at::avg_pool2d_backward(a.t(0), a.t(1), a.ints(2), a.ints(3), a.ints(4), a.b(5),
-                                     a.b(6), div);
+    if (a.ints(2).size() == 2) {
+      // CUDA's channels-last kernel (torch 2.11) returns wrong gradients for overlapping or padded
+      // windows (Inception's 3x3 stride-1 pools after a channels-last convolution: every value off,
+      // bfloat16 and float32 alike); eager, whose activations are row-major, never meets it. Such
+      // pools take the row-major kernel. The input is read for its shape only.
+      at::Tensor g = a.t(0), x = a.t(1);
+      std::vector<int64_t> k = a.ints(2), st = a.ints(3), pad = a.ints(4);
+      if (st.empty()) st = k;
+      const bool tiled = k == st && std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p == 0; });
+      if (x.is_cuda() && !tiled && x.suggest_memory_format() == at::MemoryFormat::ChannelsLast) {
+        g = g.contiguous();
+        x = at::empty(x.sizes(), x.options());
+      }
+      return at::avg_pool2d_backward(g, x, a.ints(2), a.ints(3), a.ints(4), a.b(5), a.b(6), div);
+    }
     return at::avg_pool3d_backward(a.t(0), a.t(1), a.ints(2), a.ints(3), a.ints(4), a.b(5), a.b(6),
                                    div);
   });

@@ -775,3 +775,21 @@ def test_module_state_is_read_at_every_call():
     torch.testing.assert_close(jm(x), m(x))
     assert isinstance(jm._read_state, thunder._C.StateReader)
     assert len(jm._read_state()) == 3
+
+
+def test_branch_on_a_value_names_thunderfx_which_runs_it():
+    # transformers' wav2vec2 checks its CTC labels (`if labels.max() >= vocab_size: raise`): the
+    # error names the line and the entry point that runs such programs.
+    def f(x, labels):
+        if labels.max() >= 10:
+            raise ValueError("labels out of range")
+        return (x * 2).sum()
+
+    x, labels = torch.randn(3), torch.tensor([1, 2, 3])
+    with pytest.raises(NotImplementedError, match=r"labels.max\(\) >= 10.*thunder.dynamo.thunderfx"):
+        thunder.jit(f)(x, labels)
+    from thunder.dynamo import thunderfx
+
+    torch.testing.assert_close(thunderfx(f)(x, labels), f(x, labels))
+    with pytest.raises(ValueError, match="labels out of range"):
+        thunderfx(f)(x, torch.tensor([11]))

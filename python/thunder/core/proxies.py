@@ -890,6 +890,8 @@ def _unsupported(what):
         raise NotImplementedError(
             f"thunder.jit: {what} needs the value of a tensor while tracing ({self.name}), which is not supported"
             + (f", at {where}" if where else "")
+            + ". A program that branches on tensor values runs under thunder.dynamo.thunderfx(fn), which leaves "
+            "such code to PyTorch and compiles the rest with thunder."
         )
     return f
 

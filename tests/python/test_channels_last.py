@@ -297,3 +297,33 @@ def test_group_norm_networks_keep_their_layout(train):
     bn = thunder.jit(_Net().cuda().to(torch.bfloat16))
     bn(torch.randn(2, 3, 16, 16, device="cuda", dtype=torch.bfloat16))
     assert all(c == "torchex.convolution" for c in _calls(thunder.last_traces(bn)[-1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("pool", [
+    lambda y: F.avg_pool2d(y, 3, 1, 1),  # Inception's branch pool: overlapping, padded
+    lambda y: F.avg_pool2d(y, 3, 1, 1, count_include_pad=False),
+    lambda y: F.avg_pool2d(y, 3, 2),
+    lambda y: F.avg_pool2d(y, 2, 2),  # DenseNet's transition: tiled
+    lambda y: F.max_pool2d(y, 3, 1, 1),
+], ids=["avg3s1p1", "avg3s1p1_nopad", "avg3s2", "avg2s2", "max3s1p1"])
+def test_pools_after_channels_last_convolutions_have_eager_gradients(pool, dtype):
+    # torch 2.11's CUDA avg_pool2d backward for a channels-last input returns wrong values for
+    # overlapping or padded windows; the convolution before the pool makes its input channels-last
+    # here (and not in eager), so such pools take the row-major kernel.
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 8, 8, device="cuda", dtype=dtype)
+    w = torch.randn(16, 16, 3, 3, device="cuda", dtype=dtype) * 0.1
+
+    def f(x, w):
+        return pool(F.conv2d(x, w, padding=1))
+
+    results = []
+    for fn in (f, thunder.jit(f)):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = fn(xs, ws)
+        torch.manual_seed(1)
+        results.append((out, *torch.autograd.grad(out, (xs, ws), torch.randn_like(out))))
+    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+    for a, e in zip(results[1], results[0]):
+        torch.testing.assert_close(a, e, **tol)

@@ -11,6 +11,12 @@
 namespace thunder {
 namespace {
 
+/// Whether the environment variable `name` is "0" (a pass turned off, for A/B runs).
+bool turnedOff(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
 /// Whether eager's matmul copies `x` (an operand of rank >= 3 whose batch dims are those of the
 /// result) to fold its batch dims: they do not merge into one (torch's view rule), or the matrix
 /// has no unit stride (bmm copies it then).
@@ -48,8 +54,7 @@ bool lastTwoTranspose(const BoundSymbol& b) {
 }  // namespace
 
 std::optional<Trace> contiguousMatmulOperands(const Trace& trace) {
-  if (const char* v = std::getenv("THUNDER_MATMUL_OPERANDS"); v != nullptr && std::strcmp(v, "0") == 0)
-    return std::nullopt;
+  if (turnedOff("THUNDER_MATMUL_OPERANDS")) return std::nullopt;
   static const Symbol* matmul = SymbolRegistry::get().find("ltorch.matmul");
   if (matmul == nullptr) return std::nullopt;
   // A backward's inputs saved by a forward this pass made contiguous: their views as they are now.
@@ -180,8 +185,7 @@ std::vector<int64_t> leadingPermutation(const BoundSymbol& b) {
 }  // namespace
 
 std::optional<Trace> linearsBeforePermutes(const Trace& trace) {
-  if (const char* v = std::getenv("THUNDER_LINEAR_PERMUTES"); v != nullptr && std::strcmp(v, "0") == 0)
-    return std::nullopt;
+  if (turnedOff("THUNDER_LINEAR_PERMUTES")) return std::nullopt;
   static const Symbol* linear = SymbolRegistry::get().find("ltorch.linear");
   if (linear == nullptr) return std::nullopt;
   std::unordered_map<const TensorProxy*, const BoundSymbol*> producer;

@@ -13,6 +13,7 @@ pass --contenders to add it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -220,13 +221,27 @@ EXTRA = {
 }
 
 
+@contextlib.contextmanager
+def these_models(keep_suite=False):
+    """benchmarks.models' table holding these models (and the suite's too with keep_suite), for the
+    length of the block."""
+    saved = dict(M.MODELS)
+    if not keep_suite:
+        M.MODELS.clear()
+    M.MODELS.update({k: v for k, v in EXTRA.items() if k not in M.MODELS})
+    try:
+        yield
+    finally:
+        M.MODELS.clear()
+        M.MODELS.update(saved)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    M.MODELS.clear()
-    M.MODELS.update(EXTRA)
     if "--contenders" not in argv and "--check" not in argv:
         argv += ["--contenders", "eager,thunder"]
-    return M.main(argv)
+    with these_models():
+        return M.main(argv)
 
 
 if __name__ == "__main__":

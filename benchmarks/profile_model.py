@@ -131,11 +131,16 @@ def main(argv=None):
     ap.add_argument("--out", default="")
     ap.add_argument("--traces", action="store_true", help="write thunder's final traces under --out")
     args = ap.parse_args(argv)
-    from benchmarks.models_unseen import EXTRA
+    from benchmarks.models_unseen import these_models
 
-    models.MODELS.update({k: v for k, v in EXTRA.items() if k not in models.MODELS})
     modes = models.MODES if args.mode == "both" else (args.mode,)
-    for name in models.selected(args.only):
+    with these_models(keep_suite=True):
+        names = models.selected(args.only)
+        return _profile_all(names, modes, args)
+
+
+def _profile_all(names, modes, args):
+    for name in names:
         for mode in modes:
             models.fresh_caches()
             r = run(name, mode, [c for c in args.contenders.split(",") if c], args.iters, args.top,

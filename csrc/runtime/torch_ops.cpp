@@ -660,15 +660,16 @@ void registerPrimKernels() {
   impl("prims.avg_pool_backward", "torchex", "avg_pool_backward", [](K& a) -> c10::IValue {
     std::optional<int64_t> div = a.none(7) ? std::nullopt : std::optional<int64_t>(a.i(7));
     if (a.ints(2).size() == 2) {
-      // CUDA's channels-last kernel (torch 2.11) returns wrong gradients for overlapping or padded
-      // windows (Inception's 3x3 stride-1 pools after a channels-last convolution: every value off,
-      // bfloat16 and float32 alike); eager, whose activations are row-major, never meets it. Such
-      // pools take the row-major kernel. The input is read for its shape only.
+      // CUDA's channels-last kernel returns wrong gradients when the pool pads (pytorch/pytorch
+      // #188344: it maps input pixels to windows without the padding offset; fixed upstream in June
+      // 2026, present in torch 2.11). thunder's channels-last convolutions hand such pools channels-last inputs
+      // where eager's are row-major (Inception's 3x3 stride-1 padded branch pools: every value
+      // off, bfloat16 and float32 alike). They take the row-major kernel; the input is read for
+      // its shape only.
       at::Tensor g = a.t(0), x = a.t(1);
-      std::vector<int64_t> k = a.ints(2), st = a.ints(3), pad = a.ints(4);
-      if (st.empty()) st = k;
-      const bool tiled = k == st && std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p == 0; });
-      if (x.is_cuda() && !tiled && x.suggest_memory_format() == at::MemoryFormat::ChannelsLast) {
+      std::vector<int64_t> pad = a.ints(4);
+      const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
+      if (x.is_cuda() && padded && x.suggest_memory_format() == at::MemoryFormat::ChannelsLast) {
         g = g.contiguous();
         x = at::empty(x.sizes(), x.options());
       }

@@ -308,9 +308,9 @@ def test_group_norm_networks_keep_their_layout(train):
     lambda y: F.max_pool2d(y, 3, 1, 1),
 ], ids=["avg3s1p1", "avg3s1p1_nopad", "avg3s2", "avg2s2", "max3s1p1"])
 def test_pools_after_channels_last_convolutions_have_eager_gradients(pool, dtype):
-    # torch 2.11's CUDA avg_pool2d backward for a channels-last input returns wrong values for
-    # overlapping or padded windows; the convolution before the pool makes its input channels-last
-    # here (and not in eager), so such pools take the row-major kernel.
+    # CUDA's avg_pool2d backward for a channels-last input returns wrong values when the pool pads
+    # (pytorch/pytorch#188344, in torch 2.11); the convolution before the pool makes its input
+    # channels-last here (and not in eager), so padded pools take the row-major kernel.
     torch.manual_seed(0)
     x = torch.randn(4, 16, 8, 8, device="cuda", dtype=dtype)
     w = torch.randn(16, 16, 3, 3, device="cuda", dtype=dtype) * 0.1

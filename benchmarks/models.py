@@ -261,11 +261,13 @@ def vit_hf(lib, inp, big, dropout):
     return _classifier(lambda: lib.ViTForImageClassification(cfg), inp, B, res, cfg.num_labels, lambda out: out.logits)
 
 
-def _timm(name, **small):
+def _timm(name, res=224, B=64, **small):
+    """A timm classifier: at `res`² and batch B on CUDA; `small` are its config's changes for the
+    CPU sizes (batch 2, img_size or 64²)."""
     def build(lib, inp, big, dropout):
-        res = 224 if big else small.get("img_size", 64)
         kwargs = {**({} if big else small), **({} if dropout else {"drop_rate": 0.0, "drop_path_rate": 0.0})}
-        return _classifier(lambda: lib.create_model(name, pretrained=False, **kwargs), inp, 64 if big else 2, res, 1000)
+        return _classifier(lambda: lib.create_model(name, pretrained=False, **kwargs), inp, B if big else 2,
+                           res if big else small.get("img_size", 64), 1000)
 
     return build
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import models as M
-from benchmarks.models import Case, Spec, _causal_lm, _classifier, _seq2seq, _upcast
+from benchmarks.models import Case, Spec, _causal_lm, _classifier, _seq2seq, _timm, _upcast
 
 
 def _mlm(cls, cfg_cls, big_cfg, tiny_cfg, B_T_big=(32, 256), B_T_tiny=(2, 32), mask=True):
@@ -121,15 +121,6 @@ def wav2vec2(lib, inp, big, dropout):
     return Case(lambda: lib.Wav2Vec2ForCTC(cfg), f"B {B}, {samples / 16000:g} s of 16 kHz audio",
                 lambda m, audio, labels: m(input_values=audio, labels=labels).loss, {"audio": audio, "labels": labels},
                 lambda m, audio: m(input_values=audio).logits, {"audio": audio})
-
-
-def _timm(name, res=224, B=64, **small):
-    def build(lib, inp, big, dropout):
-        kwargs = {**({} if big else small), **({} if dropout else {"drop_rate": 0.0, "drop_path_rate": 0.0})}
-        return _classifier(lambda: lib.create_model(name, pretrained=False, **kwargs), inp, B if big else 2,
-                           res if big else small.get("img_size", 64), 1000)
-
-    return build
 
 
 def _torchvision(name, res=224, B=64, small_res=64, **kw):

@@ -206,17 +206,16 @@ bool isFusiblePrim(const BoundSymbol& b) {
   // (views, copies into a layout) stays with ATen.
   bool conversion = n == "convert_element_type";
   auto ok = [&](const TensorPtr& t) { return dtypeOk(t->dtype) || (conversion && isFloat8(t->dtype)); };
-  for (const TensorPtr& t : b.inputTensors())
+  const std::vector<TensorPtr> ins = b.inputTensors(), outs = b.outputTensors();
+  for (const TensorPtr& t : ins)
     if (!ok(t)) return false;
-  for (const TensorPtr& t : b.outputTensors())
+  for (const TensorPtr& t : outs)
     if (!ok(t)) return false;
   for (const Value& a : b.args)
     if (a.isComplex()) return false;
-  std::vector<TensorPtr> ins = b.inputTensors();
   // A kernel reads every operand on its own device: a 0-dim CPU tensor meeting CUDA tensors
   // (`cuda_sum * torch.tensor(0.5)`, which PyTorch allows) stays with ATen, which reads it on the
   // host. A CUDA kernel given its pointer faulted.
-  std::vector<TensorPtr> outs = b.outputTensors();
   if (!outs.empty())
     for (const TensorPtr& t : ins)
       if (t->device != outs[0]->device) return false;

@@ -31,24 +31,43 @@ bool foldCopies(const TensorProxy& x) {
   return st[n - 1] != 1 && st[n - 2] != 1 && x.shape[n - 1] != 1 && x.shape[n - 2] != 1;
 }
 
-/// Whether `b` transposes the last two dims of its input and nothing else.
-bool lastTwoTranspose(const BoundSymbol& b) {
-  const bool prim = b.sym->id() == "prims.transpose";
-  if (!prim && b.sym->id() != "ltorch.transpose") return false;
-  if (!b.output.isTensor() || b.args.empty() || !b.args[0].isTensor()) return false;
+/// The permutation a `prims.transpose`, `ltorch.transpose` or `ltorch.permute` call applies (dim d
+/// of its output is dim perm[d] of its input); empty for any other call.
+std::vector<int64_t> permutationOf(const BoundSymbol& b) {
+  const std::string& id = b.sym->id();
+  if (!b.output.isTensor() || b.args.empty() || !b.args[0].isTensor()) return {};
   const int64_t n = b.output.tensor().ndim();
-  if (n < 2) return false;
-  if (prim) {
-    std::vector<int64_t> perm = b.args[1].toInts();
-    for (int64_t d = 0; d + 2 < n; ++d)
-      if (perm[d] != d) return false;
-    return perm[n - 2] == n - 1 && perm[n - 1] == n - 2;
+  std::vector<int64_t> perm(n);
+  for (int64_t d = 0; d < n; ++d) perm[d] = d;
+  if (id == "prims.transpose" || id == "ltorch.permute") {
+    if (b.args.size() < 2 || !b.args[1].isSequence()) return {};
+    perm = b.args[1].toInts();
+    if (static_cast<int64_t>(perm.size()) != n) return {};
+    for (int64_t& d : perm)
+      if (d < 0) d += n;
+  } else if (id == "ltorch.transpose") {
+    if (b.args.size() < 3 || !b.args[1].isInt() || !b.args[2].isInt()) return {};
+    int64_t a = b.args[1].toInt(), c = b.args[2].toInt();
+    if (a < 0) a += n;
+    if (c < 0) c += n;
+    if (a < 0 || c < 0 || a >= n || c >= n) return {};
+    std::swap(perm[a], perm[c]);
+  } else {
+    return {};
   }
-  if (b.args.size() < 3 || !b.args[1].isInt() || !b.args[2].isInt()) return false;
-  int64_t a = b.args[1].toInt(), c = b.args[2].toInt();
-  if (a < 0) a += n;
-  if (c < 0) c += n;
-  return std::min(a, c) == n - 2 && std::max(a, c) == n - 1;
+  return perm;
+}
+
+/// Whether `b` (a transpose, not a permute) transposes the last two dims of its input and nothing
+/// else.
+bool lastTwoTranspose(const BoundSymbol& b) {
+  if (b.sym->id() == "ltorch.permute") return false;
+  std::vector<int64_t> perm = permutationOf(b);
+  const int64_t n = static_cast<int64_t>(perm.size());
+  if (n < 2) return false;
+  for (int64_t d = 0; d + 2 < n; ++d)
+    if (perm[d] != d) return false;
+  return perm[n - 2] == n - 1 && perm[n - 1] == n - 2;
 }
 
 }  // namespace
@@ -151,32 +170,12 @@ std::optional<Trace> contiguousMatmulOperands(const Trace& trace) {
 
 namespace {
 
-/// The permutation of the leading dims `b` applies, where `b` is a transpose or permute call that
-/// keeps the last dim last and moves some other dim; empty otherwise.
+/// The permutation of the leading dims `b` applies, where `b` is a transpose or permute call of
+/// rank >= 3 that keeps the last dim last and moves some other dim; empty otherwise.
 std::vector<int64_t> leadingPermutation(const BoundSymbol& b) {
-  const std::string& id = b.sym->id();
-  if (!b.output.isTensor() || b.args.empty() || !b.args[0].isTensor()) return {};
-  const int64_t n = b.output.tensor().ndim();
-  if (n < 3) return {};
-  std::vector<int64_t> perm(n);
-  for (int64_t d = 0; d < n; ++d) perm[d] = d;
-  if (id == "prims.transpose" || id == "ltorch.permute") {
-    if (b.args.size() < 2 || !b.args[1].isSequence()) return {};
-    perm = b.args[1].toInts();
-    if (static_cast<int64_t>(perm.size()) != n) return {};
-    for (int64_t& d : perm)
-      if (d < 0) d += n;
-  } else if (id == "ltorch.transpose") {
-    if (b.args.size() < 3 || !b.args[1].isInt() || !b.args[2].isInt()) return {};
-    int64_t a = b.args[1].toInt(), c = b.args[2].toInt();
-    if (a < 0) a += n;
-    if (c < 0) c += n;
-    if (a < 0 || c < 0 || a >= n || c >= n) return {};
-    std::swap(perm[a], perm[c]);
-  } else {
-    return {};
-  }
-  if (perm[n - 1] != n - 1) return {};
+  std::vector<int64_t> perm = permutationOf(b);
+  const int64_t n = static_cast<int64_t>(perm.size());
+  if (n < 3 || perm[n - 1] != n - 1) return {};
   for (int64_t d = 0; d < n; ++d)
     if (perm[d] != d) return perm;
   return {};

@@ -1,6 +1,7 @@
 #include "transforms/sdpa_rules.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -356,39 +357,35 @@ std::optional<Trace> sdpaCausalMasks(const Trace& trace, const ConstantEvaluator
   if (sdpa == nullptr) return std::nullopt;
   PositionReader reader(trace);
   std::optional<ConstantCalls> constants;
-  std::unordered_map<const TensorProxy*, bool> evaluated;
+  // An attention call with a mask and is_causal=False.
+  auto masked = [&](const BoundSymbol& b) {
+    return b.sym == sdpa && b.args.size() >= 6 && b.args[3].isTensor() && !b.args[5].toBool() && b.output.isTensor();
+  };
+  // A mask that reads no input of the trace and passes `test` when computed (once per mask).
+  auto computedMask = [&](const BoundSymbol& b, std::unordered_map<const TensorProxy*, bool>& seen,
+                          const std::function<bool()>& test) {
+    if (!evaluate || !trace.symbols.empty()) return false;
+    const TensorProxy* mask = b.args[3].toTensor().get();
+    auto it = seen.find(mask);
+    if (it != seen.end()) return it->second;
+    if (!constants) constants.emplace(trace);
+    return seen[mask] = constants->constant(mask) && test();
+  };
+  std::unordered_map<const TensorProxy*, bool> causalMasks, openMasks;
   auto causal = [&](const BoundSymbol& b) {
-    if (b.sym != sdpa || b.args.size() < 6 || !b.args[3].isTensor() || b.args[5].toBool() || !b.output.isTensor())
-      return false;
+    if (!masked(b)) return false;
     const TensorProxy &q = b.args[0].tensor(), &k = b.args[1].tensor();
     if (q.ndim() < 2 || k.ndim() < 2 || q.shape[q.ndim() - 2] != k.shape[k.ndim() - 2]) return false;
     std::optional<Predicate> m = reader.predicate(b.args[3]);
     if (m) return m->d.shape.back() == k.shape[k.ndim() - 2] && isCausal(*m);
-    if (!evaluate || !trace.symbols.empty()) return false;
-    const TensorProxy* mask = b.args[3].toTensor().get();
-    auto seen = evaluated.find(mask);
-    if (seen != evaluated.end()) return seen->second;
-    if (!constants) constants.emplace(trace);
-    bool yes = constants->constant(mask) &&
-               evaluatesCausal(*constants, b.args[3], k.shape[k.ndim() - 2], evaluate);
-    evaluated[mask] = yes;
-    return yes;
+    return computedMask(b, causalMasks,
+                        [&] { return evaluatesCausal(*constants, b.args[3], k.shape[k.ndim() - 2], evaluate); });
   };
   // A mask that masks nothing (transformers' bidirectional mask for a batch without padding:
   // `arange(T) >= 0`, broadcast to [B, 1, T, T]) is dropped: read as a bias it made cuDNN's
   // attention three times slower (wav2vec2).
-  std::unordered_map<const TensorProxy*, bool> open;
   auto unmasked = [&](const BoundSymbol& b) {
-    if (b.sym != sdpa || b.args.size() < 6 || !b.args[3].isTensor() || b.args[5].toBool() || !b.output.isTensor())
-      return false;
-    if (!evaluate || !trace.symbols.empty()) return false;
-    const TensorProxy* mask = b.args[3].toTensor().get();
-    auto seen = open.find(mask);
-    if (seen != open.end()) return seen->second;
-    if (!constants) constants.emplace(trace);
-    bool yes = constants->constant(mask) && evaluatesUnmasked(*constants, b.args[3], evaluate);
-    open[mask] = yes;
-    return yes;
+    return masked(b) && computedMask(b, openMasks, [&] { return evaluatesUnmasked(*constants, b.args[3], evaluate); });
   };
   enum class Rewrite { None, Causal, Unmasked };
   std::vector<Rewrite> rewrite;

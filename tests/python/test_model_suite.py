@@ -4,20 +4,11 @@ through the command line that the GPU runs use; and its report: tables, geomean 
 contenders, skipped libraries, the time limit and merged runs."""
 
 import json
-import os
 import sys
 
 import pytest
 
-_REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-# benchmarks.run gives the process fresh compile caches when imported: the other tests keep theirs.
-_env = dict(os.environ)
-from benchmarks import models as suite
-
-os.environ.clear()
-os.environ.update(_env)
+from benchmark_models import suite
 
 
 @pytest.mark.parametrize("mode", suite.MODES)

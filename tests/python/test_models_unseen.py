@@ -3,20 +3,9 @@ sizes: thunder's loss, gradients, buffers and outputs against a float64 run, as 
 (`--check`, through the command line the GPU runs use). wav2vec2's training branches on its labels'
 values: thunder.jit refuses it (its message names thunderfx, test_jit.py)."""
 
-import os
-import sys
-
 import pytest
 
-_REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-_env = dict(os.environ)
-from benchmarks import models as suite  # noqa: E402
-from benchmarks import models_unseen as unseen  # noqa: E402
-
-os.environ.clear()
-os.environ.update(_env)
+from benchmark_models import suite, unseen
 
 REFUSED = {("wav2vec2", "train"): "Tensor.__bool__ needs the value of a tensor"}
 

@@ -3,7 +3,8 @@ side by side in one process, training and inference (issue 28).
 
     python -m benchmarks.models [--device cuda|cpu] [--only NAME,...] [--mode train|infer|both]
                                 [--repeats N] [--warmup N] [--json out.json] [--out DIR]
-                                [--markdown] [--shard I/N] [--time-limit S] [--small] [--check]
+                                [--markdown] [--shard I/N] [--time-limit S] [--small]
+                                [--check [--check-dtype float32|bfloat16|float16]]
     python -m benchmarks.models --merge a.json b.json ... [--out DIR] [--markdown]
 
 Every model is built from its library's own code with random initialisation from a config (no
@@ -28,10 +29,11 @@ the median step time, ratios (eager time / thunder time: above 1 thunder is fast
 first-call time and a geomean row per mode. A contender that fails shows its error in its cell and
 the run goes on. After each model the caches of dynamo and the CUDA allocator are emptied.
 
---check compares thunder with eager instead of timing: each model in float32 (TF32 off), dropout
-off, one training step (loss, every parameter's gradient, buffers such as BatchNorm statistics)
-and one inference call, both measured against the same model in float64; thunder's error may be
-at most twice eager's plus the tolerance. The exit status is 1 if any model fails.
+--check compares thunder with eager instead of timing: each model in float32 (TF32 off; or in
+--check-dtype bfloat16 / float16), dropout off, one training step (loss, every parameter's
+gradient, buffers such as BatchNorm statistics) and one inference call, both measured against the
+same model in float64; thunder's error may be at most twice eager's plus the tolerance. The exit
+status is 1 if any model fails.
 
 A full CUDA run takes longer than one 10-minute call: --shard I/N runs every N-th model from the
 I-th; --time-limit (default 450 s on CUDA, which leaves room for the slowest model before 10
@@ -489,35 +491,39 @@ def _results(model, case, mode, inputs, fn=None):
         return {"output": (fn or Step(model, case.infer))(**inputs)}
 
 
-def _nudged(model, inputs, seed=0):
-    """The model and inputs with every floating value moved by float32's rounding, up or down at
-    random: a float32 value to its neighbour (one unit in the last place), a float64 one by
-    float32's unit roundoff (a relative 2**-24). What rounding the data alone does."""
+def _nudged(model, inputs, dtype=torch.float32, seed=0):
+    """The model and inputs with every floating value moved by dtype's rounding, up or down at
+    random: a dtype value to its neighbour (one unit in the last place), a float64 one by dtype's
+    unit roundoff (a relative 2**-24 for float32, 2**-8 for bfloat16). What rounding the data alone
+    does."""
     g = torch.Generator().manual_seed(seed)
+    roundoff = torch.finfo(dtype).eps / 2
 
     def nudge(t):
         up = torch.randint(0, 2, t.shape, generator=g).to(t.device).bool()
-        if t.dtype == torch.float32:
+        if t.dtype != torch.float64:
             return torch.nextafter(t, torch.where(up, math.inf, -math.inf).to(t.dtype))
-        return t * (1 + (up.to(t.dtype) * 2 - 1) * 2.0 ** -24)
+        return t * (1 + (up.to(t.dtype) * 2 - 1) * roundoff)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(nudge(p))
     return model, {k: nudge(v) if v.is_floating_point() else v for k, v in inputs.items()}
 
 
-def check(name, mode, device, big, tol, floor=1e-3):
-    """thunder against eager on one model in float32, dropout off. Both are measured against the
-    same model in float64: thunder's error (the largest difference, relative to the largest
-    magnitude of the float64 value, at least floor) may be at most twice the float32 noise floor
-    plus tol. The floor is the largest of eager's own error, eager's error when its parameters and
-    inputs move to their float32 neighbours, and the model's conditioning: how far the float64
-    result moves when its parameters and inputs move by float32's unit roundoff (`_nudged`). A
+def check(name, mode, device, big, tol, floor=1e-3, dtype=torch.float32):
+    """thunder against eager on one model in dtype (float32 unless told), dropout off. Both are
+    measured against the same model in float64: thunder's error (the largest difference, relative
+    to the largest magnitude of the float64 value, at least floor) may be at most twice dtype's
+    noise floor plus tol. The floor is the largest of eager's own error, eager's error when its
+    parameters and inputs move to their dtype neighbours, and the model's conditioning: how far the
+    float64 result moves when its parameters and inputs move by dtype's unit roundoff (`_nudged`).
+    A bfloat16 check catches what a float32 one cannot: thunder takes other paths for half types
+    (channels-last convolutions and the kernels after them, fused attention). A
     model whose float32 result rounding moves far (BatchNorm over a few pixels, a deep net without
     zero-initialised residual branches, ReLU gradients of a randomly initialised T5, where eager
     can land near float64 by chance) is held to that, a well-conditioned one to tol. Returns {'ok', 'thunder', 'eager', 'nudged', 'worst'}
     or {'ok', 'error'}."""
-    case = build_case(name, device, big, torch.float32, dropout=False)
+    case = build_case(name, device, big, dtype, dropout=False)
     model, ref, exact = case.model, copy.deepcopy(case.model), copy.deepcopy(case.model).double()
     ref_moved, exact_moved = copy.deepcopy(ref), copy.deepcopy(exact)  # copies before any step
     inputs = case.train_inputs if mode == "train" else case.infer_inputs
@@ -526,10 +532,14 @@ def check(name, mode, device, big, tol, floor=1e-3):
     got = _results(model, case, mode, inputs, jitted)
     expected = _results(ref, case, mode, inputs)
     truth = _results(exact, case, mode, inputs64)
-    model64, inputs64_moved = _nudged(exact_moved, inputs64)
+    model64, inputs64_moved = _nudged(exact_moved, inputs64, dtype)
     moved = _results(model64, case, mode, inputs64_moved)
-    model32, inputs32_moved = _nudged(ref_moved, inputs)
+    model32, inputs32_moved = _nudged(ref_moved, inputs, dtype)
     eager_moved = _results(model32, case, mode, inputs32_moved)
+    # In a half type one element's rounding says little (a gradient summed over a batch in
+    # bfloat16 can be off by its own size in places), so the errors there are norm-wise: the
+    # difference's 2-norm over the float64 value's. A wrong kernel still moves that by its size.
+    normwise = dtype in (torch.bfloat16, torch.float16)
     # The item most over its bound, where one is; else the one where thunder is furthest off.
     worst = {"ok": True, "thunder": -1.0, "eager": 0.0, "nudged": 0.0, "worst": ""}
     for what, x in truth.items():
@@ -546,10 +556,16 @@ def check(name, mode, device, big, tol, floor=1e-3):
                 return {"ok": False, "error": f"{what} differs"}
             continue
         x = x.detach().double()
-        scale = max(x.abs().max().item(), floor) if x.numel() else 1.0
+        if normwise:
+            scale = max(x.norm().item(), floor * math.sqrt(x.numel())) if x.numel() else 1.0
+        else:
+            scale = max(x.abs().max().item(), floor) if x.numel() else 1.0
 
         def err(r, x=x, scale=scale):
-            return (r.detach().double() - x).abs().max().item() / scale if x.numel() and r is not None else 0.0
+            if not x.numel() or r is None:
+                return 0.0
+            d = r.detach().double() - x
+            return (d.norm() if normwise else d.abs().max()).item() / scale
         t_err, e_err, n_err = err(t), err(e), max(err(moved[what]), err(eager_moved[what]))
         noise = max(e_err, n_err)
         ok = t_err <= 2 * noise + tol  # False for a NaN
@@ -702,6 +718,8 @@ def main(argv=None):
     ap.add_argument("--markdown", action="store_true", help="print the tables with a heading for RESULTS.md")
     ap.add_argument("--check", action="store_true", help="compare thunder with eager instead of timing")
     ap.add_argument("--tolerance", type=float, default=None, help="--check's bound (default 1e-4 CPU, 1e-3 CUDA)")
+    ap.add_argument("--check-dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                    help="--check's precision: the models' parameters and inputs (the reference is float64)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="join earlier runs' JSON files")
     args = ap.parse_args(argv)
 
@@ -732,18 +750,19 @@ def main(argv=None):
             for mode in modes:
                 t0 = time.perf_counter()
                 try:
-                    r = check(name, mode, args.device, big, tol)
+                    r = check(name, mode, args.device, big, tol, dtype=getattr(torch, args.check_dtype))
                 except Exception as e:
                     r = {"ok": False, "error": error_text(e)}
                 release()
                 results.setdefault(mode, {})[name] = r
                 failures += not r["ok"]
                 what = r.get("error") or (f"error against float64 {r['thunder']:.2e}, eager's {r['eager']:.2e}, "
-                                          f"with data moved by float32 rounding {r['nudged']:.2e}"
+                                          f"with data moved by {args.check_dtype} rounding {r['nudged']:.2e}"
                                           f" ({r['worst']})")
                 status = "ok  " if r["ok"] else "FAIL"
                 print(f"{status} {name} {mode}: {what}, {time.perf_counter() - t0:.1f} s", flush=True)
-        print(f"{len(names) * len(modes) - failures} passed, {failures} failed (tolerance {tol:g})")
+        print(f"{len(names) * len(modes) - failures} passed, {failures} failed "
+              f"({args.check_dtype}, tolerance {tol:g})")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -15,7 +15,6 @@
 #include "ops/prims.h"
 #include "runtime/cpu_memory.h"
 #include "runtime/kernels.h"
-#include "transforms/conv_layout.h"
 
 namespace thunder::runtime {
 
@@ -137,8 +136,7 @@ bool batchNormFloatParams(const KernelArgs& a, size_t first, size_t last) {
 /// the next convolution. Traces where that layout would not hold call the as-laid-out forms
 /// instead (transforms/conv_layout.h).
 bool convInChannelsLast(const at::Tensor& x, bool transposed) {
-  return x.is_cuda() && x.dim() == 4 && !transposed &&
-         (at::isReducedFloatingType(x.scalar_type()) || (x.scalar_type() == at::kFloat && channelsLastFloat32()));
+  return x.is_cuda() && x.dim() == 4 && !transposed && at::isReducedFloatingType(x.scalar_type());
 }
 
 /// prims.batch_norm's arguments as ATen takes them: the parameters (arguments 1 to 4) in float32

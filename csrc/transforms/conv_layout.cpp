@@ -1,7 +1,6 @@
 #include "transforms/conv_layout.h"
 
 #include <cstdlib>
-#include <string>
 #include <unordered_set>
 
 namespace thunder {
@@ -30,21 +29,12 @@ bool channelsLastReshapeIsView(const Shape& shape, const Shape& to) {
   return true;
 }
 
-bool channelsLastFloat32() {
-  static const bool yes = [] {
-    const char* v = std::getenv("THUNDER_CONV_CHANNELS_LAST_FLOAT32");
-    return v != nullptr && std::string(v) != "0";
-  }();
-  return yes;
-}
-
 namespace {
 
 bool halfConvolution(const BoundSymbol& b) {
   for (const TensorPtr& x : b.inputTensors())
     if (x->ndim() == 4 && x->device.type == DeviceType::CUDA &&
-        (x->dtype == DType::BFloat16 || x->dtype == DType::Float16 ||
-         (x->dtype == DType::Float32 && channelsLastFloat32())))
+        (x->dtype == DType::BFloat16 || x->dtype == DType::Float16))
       return true;
   return false;
 }

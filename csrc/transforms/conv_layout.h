@@ -27,11 +27,6 @@ enum class ConvLayout {
 /// executors plan their kernels and claiming picks the convolutions' forms from the same trace.
 ConvLayout convolutionLayout(const Trace& trace);
 
-/// THUNDER_CONV_CHANNELS_LAST_FLOAT32=1: float32 convolutions on CUDA take the channels-last path
-/// too. A check, not a speed-up: float32's rounding is small enough against float64 that a wrong
-/// NHWC kernel downstream shows plainly, where bfloat16's noise can hide it.
-bool channelsLastFloat32();
-
 /// Whether reshaping a channels-last tensor of `shape` (N, C, spatial...) to `to` is a view.
 bool channelsLastReshapeIsView(const Shape& shape, const Shape& to);
 

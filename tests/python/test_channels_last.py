@@ -156,7 +156,7 @@ def _step(model, x, y, call=None):
     return loss.detach(), {n: p.grad.detach().double() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("net", [_Net, _InceptionNet], ids=["residual", "inception"])
+@pytest.mark.parametrize("net", [_Net], ids=["residual"])
 def test_cnn_training_in_channels_last_matches_eager_against_float64(net):
     # A bfloat16 CNN (stem, residual blocks with a depthwise conv, or Inception blocks whose
     # branches join in a channel cat; BatchNorm, pooling) trained by thunder (its convolutions in
@@ -198,6 +198,37 @@ def test_cnn_training_in_channels_last_matches_eager_against_float64(net):
         opt_e.step()
     for (n, p), q in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p, q, atol=5e-2, rtol=5e-2, msg=n)
+
+
+def test_inception_blocks_in_channels_last_match_eager_against_float64():
+    # Each block of the Inception net alone (its branches joined by a channel cat, a padded
+    # average pool, 1x1 and 3x3 convolutions with BatchNorm), from the float64 net's activations,
+    # in bfloat16 by thunder (channels-last) and by eager (row-major): output, input gradient and
+    # parameter gradients against float64, norm-wise, within twice eager's error. Block by block,
+    # because the whole net at initialization is chaotic in bfloat16 (eager's own gradient of the
+    # stem is 40% off float64's, and any other rounding lands as far again); a wrong kernel (the
+    # padded average pool's backward, pytorch/pytorch#188344) moves a block's gradient by its size.
+    torch.manual_seed(0)
+    net = _InceptionNet().cuda().double().train()
+    blocks = [net.stem, *net.blocks]
+    x = torch.randn(8, 3, 32, 32, device="cuda", dtype=torch.float64)
+    eps = torch.finfo(torch.bfloat16).eps
+    for i, block in enumerate(blocks):
+        results = []
+        for kind in ("eager", "thunder", "float64"):
+            b = copy.deepcopy(block).to(torch.float64 if kind == "float64" else torch.bfloat16)
+            xs = x.to(torch.float64 if kind == "float64" else torch.bfloat16).requires_grad_()
+            out = (thunder.jit(b) if kind == "thunder" else b)(xs)
+            g = torch.randn(out.shape, generator=torch.Generator().manual_seed(i)).to(out)
+            grads = torch.autograd.grad(out, [xs, *b.parameters()], g)
+            results.append([out.double(), *(t.double() for t in grads)])
+        names = ["output", "grad of the input", *(n for n, _ in block.named_parameters())]
+        for what, e, t, r in zip(names, *results):
+            scale = r.norm().item()
+            e_err, t_err = (e - r).norm().item(), (t - r).norm().item()
+            assert t_err <= 2 * e_err + 4 * eps * scale, (i, what, t_err, e_err, scale)
+        with torch.no_grad():
+            x = block(x)
 
 
 def test_first_convolution_gets_a_contiguous_input_and_the_weights_keep_their_layout():

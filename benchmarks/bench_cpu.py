@@ -12,23 +12,16 @@ process. Median wall time of repeated calls after warm-up; the first call (compi
 
 import argparse
 import os
+import sys
 import platform
 import statistics
-import subprocess
 import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder
-
-
-def commit() -> str:
-    if os.environ.get("THUNDER_COMMIT"):
-        return os.environ["THUNDER_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return "unknown"
 
 
 def trans_chain(x):

@@ -29,7 +29,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -39,17 +38,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder  # noqa: E402
 from models import llama  # noqa: E402
 from thunder.executors import fp8ex  # noqa: E402
-
-
-def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return "unknown"
 
 
 def _recipe(name: str, skip: tuple[str, ...]):
@@ -332,7 +325,7 @@ def main(argv=None):
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "commit": _commit(), "smoke": smoke, "recipe": recipe.key, "skip": list(skip),
+        "torch": torch.__version__, "commit": commit(), "smoke": smoke, "recipe": recipe.key, "skip": list(skip),
         "fp8_available": fp8ex.fp8_available() if device == "cuda" else False,
     }
     print(f"# FP8 training, {doc['device']}, torch {doc['torch']}, commit {doc['commit']}, recipe {recipe.key}"

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
-import subprocess
+import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -91,12 +94,8 @@ def main(argv=None):
                # (CUDA's float32 chains skip the bfloat16 roundings between ops: up to two ulps apart)
                "amax_close": bool(torch.allclose(tmax, emax, rtol=2**-6))}
         rows.append(row)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = "unknown"
     device = torch.cuda.get_device_name() if dev == "cuda" else platform.processor() or "cpu"
-    print(f"device {device}, torch {torch.__version__}, commit {commit}")
+    print(f"device {device}, torch {torch.__version__}, commit {commit()}")
     print("| case | eager ms | torch.compile ms | thunder ms | vs eager | vs compile | thunder kernels | FP8 values differing from eager |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -18,16 +18,9 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder
-
-
-def commit() -> str:
-    if os.environ.get("THUNDER_COMMIT"):  # machines without the repository's .git
-        return os.environ["THUNDER_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return os.environ.get("THUNDER_COMMIT", "unknown")
 
 
 def cuda_time(fn, *args, iters=50):

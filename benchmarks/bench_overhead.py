@@ -6,12 +6,14 @@ figures can be recorded. Run: `make bench` or `PYTHONPATH=python python benchmar
 
 import argparse
 import os
+import sys
 import platform
-import subprocess
 import time
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder
 
 
@@ -25,13 +27,6 @@ def per_call_us(fn, args, iters: int, repeats: int = 5) -> float:
             fn(*args)
         best = min(best, (time.perf_counter() - t0) / iters)
     return best * 1e6
-
-
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return os.environ.get("THUNDER_COMMIT", "unknown")
 
 
 def main():

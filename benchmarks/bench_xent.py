@@ -13,26 +13,17 @@ torch.compile) with the device, versions and commit.
 
 import os
 import platform
-import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder
 from thunder.executors import triton_crossentropy
 from thunder.executors.apexex import apex_ex
 from thunder.executors.cudnnex import cudnn_available, cudnn_ex
-
-
-def commit() -> str:
-    if os.environ.get("THUNDER_COMMIT"):  # machines without the repository's .git
-        return os.environ["THUNDER_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return "unknown"
 
 
 def cuda_time(fn, iters=20):

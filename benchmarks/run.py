@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -66,27 +65,10 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks.provenance import commit  # noqa: E402
 import thunder  # noqa: E402
 from models import llama, nanogpt  # noqa: E402
-
-
-def commit() -> str:
-    """THUNDER_COMMIT where set (the device machine's copy of the tree carries a git directory that
-    may be older than the tree: pass the local HEAD), else HEAD, with "+changes" where tracked
-    files differ from it."""
-    if os.environ.get("THUNDER_COMMIT"):
-        return os.environ["THUNDER_COMMIT"]
-    try:
-        head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return "unknown"
-    try:
-        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=HERE,
-                                 stderr=subprocess.DEVNULL).returncode == 1
-    except Exception:
-        changed = False
-    return head + ("+changes" if changed else "")
 
 
 class Timer:

@@ -118,9 +118,25 @@ Trace FusionExecutor::fusionPass(const Trace& trace) const {
   if (!trace.symbols.empty()) {
     std::set<int> pinned;
     for (const auto& [k, v] : pinnedSymbols(trace.guards)) pinned.insert(k);
-    fusible = [pinned](const BoundSymbol& b) {
+    auto varies = [pinned](const BoundSymbol& b) {
       for (int k : symbolsOf(b))
-        if (!pinned.count(k)) return false;
+        if (!pinned.count(k)) return true;
+      return false;
+    };
+    // A call that reads a varying size as a number (`x.sum() * 2 - x.size(1)`) decomposes into
+    // prims that hold the number's value at the hints (prims.sub(t, 24.0)) on tensors of static
+    // sizes: fused, the kernel would compute with 24 at every size. Such a call runs whole.
+    auto made = std::make_shared<std::unordered_set<const TensorProxy*>>();
+    std::function<void(const BoundSymbol&)> taint = [&](const BoundSymbol& b) {
+      for (const TensorPtr& o : b.outputTensors()) made->insert(o.get());
+      for (const BoundSymbol& s : b.subsymbols) taint(s);
+    };
+    for (const BoundSymbol& b : trace.bsyms)
+      if (!b.sym->isPrim() && varies(b)) taint(b);
+    fusible = [varies, made](const BoundSymbol& b) {
+      if (varies(b)) return false;
+      for (const TensorPtr& o : b.outputTensors())
+        if (made->count(o.get())) return false;
       return codegen::isFusiblePrim(b);
     };
   }

@@ -74,6 +74,13 @@ CASES = [
      lambda n: (_x(n, 4),)),
     ("activations_bf16", lambda x: (F.silu(x), F.gelu(x, approximate="tanh"), x.tanh(), x.sigmoid()),
      lambda n: (_x(n, 4, dtype=torch.bfloat16),)),
+    # A size read as a number by math on 0-dim tensors (a loss normalized by the batch): the
+    # decomposition holds the number's value at the hints, so these calls run whole, unfused.
+    ("size_in_scalar_math", lambda x: ((x.sum() + 1) / x.size(1), x.amax() * x.shape[1] - x.shape[1]),
+     lambda n: (_x(3, n, dims=(1,)),)),
+    # torch.add/div/... given numbers only (PyTorch's parser takes them for tensors): 0-dim tensors
+    ("numbers_as_tensors", lambda x: (torch.div(x.size(0), 2, rounding_mode="trunc") - 1, torch.add(x.size(0), 0.5),
+                                      x * torch.sub(x.shape[0], 1)), lambda n: (_x(n, 3),)),
     # attention: a fused kernel (float32), and the decomposition (float64, grouped heads)
     ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      lambda n: tuple(_x(1, 2, n, 8, dims=(2,)) for _ in range(3))),
@@ -321,6 +328,27 @@ def test_cpu_fuser_keeps_symbolic_calls_in_aten():
     assert thunder.cache_misses(jf) == 1
     names = thunder.last_traces(jf)[-1].bound_symbol_names
     assert sum(n.startswith("cpuFusion") for n in names) == 1, names
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fusers_keep_sizes_read_as_numbers_out_of_kernels(device):
+    # `x.sum() * 2 - x.shape[1]` is math on 0-dim tensors, whose sizes do not vary: the
+    # decomposition of the subtraction holds the size's value at the hints (prims.sub(t, 24.0)).
+    # A kernel made of it computed with that value at every length (the CPU fuser, before).
+    from thunder import _C
+
+    if device == "cpu" and not _C.cpu_compiler_available():
+        pytest.skip("no C++ compiler for the CPU fuser")
+
+    def f(x):
+        return x.sum() * 2 - x.shape[1], (x.amax() + 1) / x.size(1) * x.shape[1]
+
+    jf = thunder.jit(f, executors=["fuser"] if device == "cpu" else None)
+    for n in (5, 8, 3, 12):
+        x = _x(3, n, dims=(1,)).to(device)
+        torch._dynamo.mark_dynamic(x, 1)
+        torch.testing.assert_close(jf(x), f(x))
+    assert thunder.cache_misses(jf) == 1, jf.last_symbolic_fallback
 
 
 def _tiny_llama(layers=2):

@@ -226,6 +226,12 @@ def _dispatch(func, args, kwargs):
     if sym.name == "arange" and len(sargs) == 1 and "end" not in skwargs and symbolic.is_symbolic(sargs[0]):
         # torch.arange(n) of a symbolic n: as arange(0, n), the form the runtime runs whole.
         sargs = (0, sargs[0])
+    if sym.name in _NUMBERS_AS_TENSORS and sargs and _is_number(sargs[0]) \
+            and not any(_is_tensor_like(a) for a in (*sargs, *skwargs.values())):
+        # torch.div(x.size(1), 4, rounding_mode="trunc") (Longformer's, LED's chunk counts): for
+        # these functions PyTorch's argument parser takes numbers for tensors, and the result is a
+        # 0-dim tensor of the numbers' type (int64, the default float dtype, bool).
+        sargs = (_number_tensor(sargs[0]), *sargs[1:])
     # Under torch.autocast, the arguments cast as autocast casts them for this op.
     sargs, skwargs = autocast.apply(sym.name, sargs, skwargs)
     try:
@@ -685,6 +691,27 @@ _INPLACE_RULES = {
     "retain_grad": _RETURN_SELF,
     "share_memory_": _RETURN_SELF,
 }
+
+
+# The torch functions whose tensor arguments PyTorch's argument parser also takes as numbers
+# (its should_allow_numbers_as_tensors list): torch.add(2, 3) is tensor(5), where torch.exp(2)
+# and torch.remainder(7, 2) are errors.
+_NUMBERS_AS_TENSORS = frozenset({"add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+                                 "floor_divide"})
+
+
+def _is_number(x):
+    return isinstance(x, (bool, int, float)) or isinstance(x, symbolic.SymInt)
+
+
+def _is_tensor_like(x):
+    return isinstance(x, (torch.Tensor, _C.TensorProxy))
+
+
+def _number_tensor(x):
+    """A Python number (or a symbolic int) as PyTorch wraps it: a 0-dim tensor of its type."""
+    dtype = torch.bool if isinstance(x, bool) else torch.get_default_dtype() if isinstance(x, float) else torch.int64
+    return _dispatch(torch.full, ((), x), {"dtype": dtype})
 
 
 # Torch-language factories with no tensor argument: they take the default device.

@@ -130,8 +130,13 @@ class Claimer {
         if (x.isNumber() && y.isNumber() && !x.isComplex() && !y.isComplex()) return x.toDouble() == y.toDouble();
         return x == y;
       };
-      for (const Value& v : sub.args)
-        own = own && std::any_of(b.args.begin(), b.args.end(), [&](const Value& x) { return same(x, v); });
+      for (Value& v : sub.args) {
+        auto it = std::find_if(b.args.begin(), b.args.end(), [&](const Value& x) { return same(x, v); });
+        own = own && it != b.args.end();
+        // A size read as a number (`x.shape[1] - x`): the decomposition holds its value at the
+        // hints (prims.sub(24.0, x)); the call takes the size itself, evaluated at each run.
+        if (it != b.args.end() && it->hasSymbolic() && !v.hasSymbolic()) v = *it;
+      }
       if (own) {
         sub.symbolicRule = b.symbolicRule;
         claim(sub, 0);

@@ -76,6 +76,8 @@ CASES = [
      lambda n: (_x(n, 4, dtype=torch.bfloat16),)),
     # A size read as a number by math on 0-dim tensors (a loss normalized by the batch): the
     # decomposition holds the number's value at the hints, so these calls run whole, unfused.
+    ("size_first", lambda x: (x.shape[1] - x, x.shape[1] * 2 - x.sum(), torch.sub(x.size(1), x)),
+     lambda n: (_x(3, n, dims=(1,)),)),
     ("size_in_scalar_math", lambda x: ((x.sum() + 1) / x.size(1), x.amax() * x.shape[1] - x.shape[1]),
      lambda n: (_x(3, n, dims=(1,)),)),
     # torch.add/div/... given numbers only (PyTorch's parser takes them for tensors): 0-dim tensors
@@ -341,7 +343,7 @@ def test_fusers_keep_sizes_read_as_numbers_out_of_kernels(device):
         pytest.skip("no C++ compiler for the CPU fuser")
 
     def f(x):
-        return x.sum() * 2 - x.shape[1], (x.amax() + 1) / x.size(1) * x.shape[1]
+        return x.sum() * 2 - x.shape[1], (x.amax() + 1) / x.size(1) * x.shape[1], x.shape[1] - x.exp()
 
     jf = thunder.jit(f, executors=["fuser"] if device == "cpu" else None)
     for n in (5, 8, 3, 12):

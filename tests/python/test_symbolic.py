@@ -76,7 +76,8 @@ CASES = [
      lambda n: (_x(n, 4, dtype=torch.bfloat16),)),
     # A size read as a number by math on 0-dim tensors (a loss normalized by the batch): the
     # decomposition holds the number's value at the hints, so these calls run whole, unfused.
-    ("size_first", lambda x: (x.shape[1] - x, x.shape[1] * 2 - x.sum(), torch.sub(x.size(1), x)),
+    ("size_first", lambda x: (x.shape[1] - x, x.shape[1] * 2 - x.sum(), torch.sub(x.size(1), x), torch.rsub(x, x.shape[1]),
+                              torch.tensor(x.shape[1]) * x.sum()),
      lambda n: (_x(3, n, dims=(1,)),)),
     ("size_in_scalar_math", lambda x: ((x.sum() + 1) / x.size(1), x.amax() * x.shape[1] - x.shape[1]),
      lambda n: (_x(3, n, dims=(1,)),)),

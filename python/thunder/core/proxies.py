@@ -162,6 +162,10 @@ def _dispatch(func, args, kwargs):
         args = (args[0], _index_lists_as_tensors(args[0], args[1]))
     if func is torch.where and len(args) + len(kwargs) == 1:
         _refuse_where_of_condition(args, kwargs)
+    if func in (torch.tensor, torch.as_tensor) and args and symbolic.is_symbolic(args[0]):
+        # torch.tensor(x.shape[1]): a 0-dim tensor of the size, computed at each run
+        return _dispatch(torch.full, ((), args[0]), {"dtype": kwargs.get("dtype") or torch.int64,
+                                                      "device": kwargs.get("device")})
     entry = _TORCH_MAP.get(func)
     if entry is None and func in _TRACED_THROUGH:
         return _traced_through(func)(*args, **kwargs)
@@ -1033,6 +1037,8 @@ _SPECIAL = {
     torch.Tensor.is_floating_point: lambda self: self.dtype.is_floating_point,
     torch.is_complex: lambda self: self.dtype.is_complex,
     torch.Tensor.is_complex: lambda self: self.dtype.is_complex,
+    # other - alpha * input, traced as the subtraction (its number may be a symbolic size)
+    torch.rsub: lambda input, other, alpha=1: dispatch(torch.sub, (other, input), {"alpha": alpha}),
 }
 
 _build_maps()

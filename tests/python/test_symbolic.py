@@ -333,6 +333,48 @@ def test_cpu_fuser_keeps_symbolic_calls_in_aten():
     assert sum(n.startswith("cpuFusion") for n in names) == 1, names
 
 
+def _n(x):
+    return x.shape[1]
+
+
+# A size read as a number by the ops that take numbers: each under cache="symbolic values" against
+# eager at four lengths (the number at the traced length would be wrong at the others).
+SIZE_AS_NUMBER = {
+ "x + n": lambda x: x + _n(x), "x - n": lambda x: x - _n(x), "n - x": lambda x: _n(x) - x, "x * n": lambda x: x * _n(x),
+ "x / n": lambda x: x / _n(x), "n / x": lambda x: _n(x) / x, "x // n": lambda x: x // _n(x), "n // x": lambda x: _n(x) // x,
+ "x % n": lambda x: x % _n(x), "n % x": lambda x: _n(x) % x, "x ** n": lambda x: x ** (_n(x) - 20), "n ** x": lambda x: _n(x) ** x,
+ "x > n": lambda x: x * 40 > _n(x), "x == n": lambda x: (x * 0 + _n(x)) == _n(x), "max(x, n)": lambda x: torch.clamp(x * 40, min=_n(x)),
+ "clamp max": lambda x: (x * 40).clamp(max=_n(x)), "where": lambda x: torch.where(x > 0.5, x, _n(x)),
+ "masked_fill": lambda x: x.masked_fill(x > 0.5, _n(x)), "add alpha": lambda x: torch.add(x, x, alpha=_n(x)),
+ "sub alpha": lambda x: torch.sub(x, x.exp(), alpha=_n(x)), "lerp": lambda x: torch.lerp(x, x.exp(), _n(x) / 100.0),
+ "addcmul": lambda x: torch.addcmul(x, x, x, value=_n(x)), "full": lambda x: torch.full((2, 2), _n(x)),
+ "full float": lambda x: torch.full((2, 2), _n(x), dtype=torch.float32) + x.sum(), "full_like": lambda x: torch.full_like(x, _n(x)),
+ "new_full": lambda x: x.new_full((3,), _n(x)), "new_tensor": lambda x: x.new_tensor(_n(x)) + x.sum(),
+ "tensor(n)": lambda x: torch.tensor(_n(x)) * x.sum(), "pad value": lambda x: F.pad(x, (1, 1), value=_n(x)),
+ "fill_": lambda x: x.clone().fill_(_n(x)), "mul_": lambda x: x.clone().mul_(_n(x)), "sub_": lambda x: x.clone().sub_(_n(x)),
+ "int x - n": lambda x: (x * 100).long() - _n(x), "n - int x": lambda x: _n(x) - (x * 100).long(),
+ "int x * n sum": lambda x: (x * 100).long().sum() * _n(x), "n & int": lambda x: _n(x) & (x * 100).long(),
+ "bool x * n": lambda x: (x > 0.5) * _n(x), "arange * n": lambda x: torch.arange(4) * _n(x),
+ "mean by n": lambda x: x.sum(1) / _n(x), "0-dim - n": lambda x: x.sum() - _n(x), "n - 0-dim": lambda x: _n(x) - x.sum(),
+ "0-dim * n * 2": lambda x: x.sum() * _n(x) * 2, "n * 0-dim * 0.5": lambda x: (_n(x) * x.amax()) * 0.5,
+ "rsub": lambda x: torch.rsub(x, _n(x)), "scale tensor": lambda x: x * torch.tensor(float(_n(x))),
+ "softmax/temp": lambda x: torch.softmax(x / (_n(x) - 10), -1), "logsumexp - log n": lambda x: torch.logsumexp(x, 1) - _n(x),
+ "cumsum / n": lambda x: x.cumsum(1) / _n(x), "bias n": lambda x: F.linear(x, torch.ones(2, _n(x)), torch.ones(2) * _n(x)),
+ "div trunc": lambda x: torch.div(x * 100, _n(x), rounding_mode="trunc"), "div floor n first": lambda x: torch.div(_n(x), x + 1, rounding_mode="floor"),
+ "float(n)": lambda x: x * float(_n(x)), "n as 0-dim via sum": lambda x: x.new_zeros(()) + _n(x),
+}
+
+
+@pytest.mark.parametrize("fn", list(SIZE_AS_NUMBER.values()), ids=list(SIZE_AS_NUMBER))
+def test_sizes_read_as_numbers_match_eager_at_every_length(fn):
+    jf = thunder.jit(fn, cache="symbolic values")
+    for n in (16, 24, 32, 40):
+        x = torch.rand(3, n, generator=torch.Generator().manual_seed(n)) + 0.25
+        expected, got = fn(x.clone()), jf(x.clone())
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (n, got, expected)
+        torch.testing.assert_close(got.double(), expected.double(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fusers_keep_sizes_read_as_numbers_out_of_kernels(device):
     # `x.sum() * 2 - x.shape[1]` is math on 0-dim tensors, whose sizes do not vary: the

@@ -26,13 +26,27 @@ PhiMoE and RecurrentGemma failed (a torch.autograd.Function's apply got proxies)
 (torch.arange of 0-dim tensors made from constants); all 69 OK after, in float32 and bfloat16.
 Session 38: 12 more (ModernBERT, DeepSeek-V3, OLMo2, SmolLM3, GPT-OSS, Mamba2, GraniteMoE,
 Cohere2, Llama 4 text, Jamba, GLM-4, EXAONE 4): Llama 4 failed (`torch.zeros(n, dtype=int)`, a
-Python type as the dtype, in its chunked attention mask); all 81 OK after.
+Python type as the dtype, in its chunked attention mask); all 81 OK after. Session 41: 51 more
+(encoder-decoders: LED, Marian, M2M-100, Blenderbot, ProphetNet, mT5, UMT5, LongT5, Switch;
+encoders: Longformer, BigBird, FNet, Nystromformer, MRA, I-BERT, LayoutLM, Megatron-BERT, RemBERT,
+LUKE, CamemBERT, ERNIE; decoders: XLM, Flaubert, CTRL, OpenAI GPT, RWKV, FalconMamba, Bamba,
+OLMoE, Helium; vision: ConvNeXt-V2, EfficientNet, LeViT, PoolFormer, PVT-v2, Swin-V2, FocalNet,
+MobileNetV2, MobileViT-V2, Hiera, Data2Vec-vision, GLPN; audio: SEW, WavLM, Data2Vec-audio,
+Speech2Text, AST; video: VideoMAE, TimeSformer; PatchTST, Decision Transformer). 44 OK, 7 refused
+with a message (REFUSED: value-dependent code, or transformers' compile path). Found on the way:
+UMT5 with SDPA is not causal in eager (transformers 5.17 drops the decoder's mask for is_causal,
+which its attention sets False; thunder, like the eager attention, is causal: compared with
+attn_implementation="eager"); LED's torch.div of two ints (fixed: a 0-dim tensor, as in eager);
+ProphetNet's is_contiguous (answered from eager's strides now); LeViT's float32 output at a batch of
+2 is 1.6e-4 off float64 in eager (BatchNorm over 2 images): batch 8.
 """
 import sys, traceback, copy, torch, transformers as T, thunder
 torch.manual_seed(0)
 S = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 _E = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=64)
 _D = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
+_S2S = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, decoder_start_token_id=0)
+_T5 = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, dropout_rate=0.0, decoder_start_token_id=0)
 def dec(cls, cfg, **kw): return lambda: getattr(T, cls)(getattr(T, cfg)(**{**S, **kw}))
 MODELS = {
  "mistral": dec("MistralForCausalLM", "MistralConfig", num_key_value_heads=2, max_position_embeddings=64),
@@ -117,9 +131,96 @@ MODELS = {
  "glm4": lambda: T.Glm4ForCausalLM(T.Glm4Config(**_D, num_key_value_heads=2, head_dim=16, pad_token_id=0)),
  "exaone4": lambda: T.Exaone4ForCausalLM(T.Exaone4Config(**_D, num_key_value_heads=2)),
  "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
+ "longformer": lambda: T.LongformerForMaskedLM(T.LongformerConfig(**{**_E, "max_position_embeddings": 80}, attention_window=8, pad_token_id=1)),
+ "big_bird": lambda: T.BigBirdForMaskedLM(T.BigBirdConfig(**_E, attention_type="original_full")),
+ "led": lambda: T.LEDForConditionalGeneration(T.LEDConfig(**{k: v for k, v in _S2S.items() if k != "max_position_embeddings"}, max_encoder_position_embeddings=64, max_decoder_position_embeddings=64, attention_window=8)),
+ "fnet": lambda: T.FNetForMaskedLM(T.FNetConfig(**{k: v for k, v in _E.items() if k not in ("num_attention_heads", "attention_probs_dropout_prob")}, use_tpu_fourier_optimizations=False)),
+ "nystromformer": lambda: T.NystromformerForMaskedLM(T.NystromformerConfig(**{**_E, "max_position_embeddings": 72}, num_landmarks=4, segment_means_seq_len=16)),
+ "marian": lambda: T.MarianMTModel(T.MarianConfig(**_S2S)),
+ "m2m_100": lambda: T.M2M100ForConditionalGeneration(T.M2M100Config(**_S2S, encoder_layerdrop=0.0, decoder_layerdrop=0.0)),
+ "blenderbot": lambda: T.BlenderbotForConditionalGeneration(T.BlenderbotConfig(**_S2S)),
+ "prophetnet": lambda: T.ProphetNetForConditionalGeneration(T.ProphetNetConfig(vocab_size=128, hidden_size=64, encoder_ffn_dim=128, decoder_ffn_dim=128, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4, num_decoder_attention_heads=4, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, ngram=2, num_buckets=8, relative_max_distance=16, decoder_start_token_id=0, pad_token_id=0)),
+ "mt5": lambda: T.MT5ForConditionalGeneration(T.MT5Config(**_T5)),
+ # (UMT5 with SDPA in eager attends the decoder non-causally: transformers 5.17 drops its causal
+ # mask for SDPA's is_causal, which its attention modules set False. thunder traces the mask and
+ # matches the eager attention. The sweep compares with the eager attention.)
+ "umt5": lambda: T.UMT5ForConditionalGeneration(T.UMT5Config(**_T5, attn_implementation="eager")),
+ "longt5": lambda: T.LongT5ForConditionalGeneration(T.LongT5Config(**_T5, encoder_attention_type="transient-global", local_radius=4, global_block_size=4)),
+ "switch_transformers": lambda: T.SwitchTransformersForConditionalGeneration(T.SwitchTransformersConfig(**_T5, num_experts=4, expert_capacity=64, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, router_jitter_noise=0.0)),
+ "xlm": lambda: T.XLMWithLMHeadModel(T.XLMConfig(vocab_size=128, emb_dim=64, n_layers=2, n_heads=4, dropout=0.0, attention_dropout=0.0, max_position_embeddings=64)),
+ "ctrl": lambda: T.CTRLLMHeadModel(T.CTRLConfig(vocab_size=128, n_embd=64, dff=128, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0)),
+ "rwkv": lambda: T.RwkvForCausalLM(T.RwkvConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64, intermediate_size=128, context_length=64)),
+ "falcon_mamba": lambda: T.FalconMambaForCausalLM(T.FalconMambaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, use_mambapy=True)),
+ "bamba": lambda: T.BambaForCausalLM(T.BambaConfig(**_D, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=8, attn_layer_indices=[1])),
+ "mra": lambda: T.MraForMaskedLM(T.MraConfig(**{**_E, "max_position_embeddings": 72}, block_per_row=2, approx_mode="full")),
+ "ibert": lambda: T.IBertForMaskedLM(T.IBertConfig(**{**_E, "max_position_embeddings": 72}, quant_mode=False)),
+ "layoutlm": lambda: T.LayoutLMForMaskedLM(T.LayoutLMConfig(**_E)),
+ "megatron_bert": lambda: T.MegatronBertForMaskedLM(T.MegatronBertConfig(**_E)),
+ "rembert": lambda: T.RemBertForMaskedLM(T.RemBertConfig(**{k: v for k, v in _E.items() if k != "hidden_size"}, hidden_size=64, input_embedding_size=32, output_embedding_size=32)),
+ "luke": lambda: T.LukeForMaskedLM(T.LukeConfig(**_E, entity_vocab_size=16, entity_emb_size=32)),
+ "camembert": lambda: T.CamembertForMaskedLM(T.CamembertConfig(**{**_E, "max_position_embeddings": 72})),
+ "ernie": lambda: T.ErnieForMaskedLM(T.ErnieConfig(**_E)),
+ "flaubert": lambda: T.FlaubertWithLMHeadModel(T.FlaubertConfig(vocab_size=128, emb_dim=64, n_layers=2, n_heads=4, dropout=0.0, attention_dropout=0.0, layerdrop=0.0, max_position_embeddings=64)),
+ "openai_gpt": lambda: T.OpenAIGPTLMHeadModel(T.OpenAIGPTConfig(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+ "olmoe": lambda: T.OlmoeForCausalLM(T.OlmoeConfig(**_D, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2)),
+ "helium": lambda: T.HeliumForCausalLM(T.HeliumConfig(**_D, num_key_value_heads=2, head_dim=16)),
+ "convnextv2": lambda: T.ConvNextV2ForImageClassification(T.ConvNextV2Config(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1], num_labels=10, drop_path_rate=0.0)),
+ "efficientnet": lambda: T.EfficientNetForImageClassification(T.EfficientNetConfig(image_size=32, width_coefficient=0.25, depth_coefficient=0.25, num_labels=10, dropout_rate=0.0, drop_connect_rate=0.0, hidden_dim=320)),
+ "levit": lambda: T.LevitForImageClassification(T.LevitConfig(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[2, 3, 4], depths=[1, 1, 1], key_dim=[8, 8, 8], mlp_ratio=[2, 2, 2], attention_ratio=[2, 2, 2], num_labels=10)),
+ "poolformer": lambda: T.PoolFormerForImageClassification(T.PoolFormerConfig(hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3], strides=[4, 2], padding=[2, 1], num_labels=10, drop_path_rate=0.0)),
+ "pvt_v2": lambda: T.PvtV2ForImageClassification(T.PvtV2Config(image_size=32, hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, num_attention_heads=[1, 2], sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], num_labels=10, drop_path_rate=0.0)),
+ "swinv2": lambda: T.Swinv2ForImageClassification(T.Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
+ "focalnet": lambda: T.FocalNetForImageClassification(T.FocalNetConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3], num_labels=10, hidden_dropout_prob=0.0, drop_path_rate=0.0)),
+ "mobilenet_v2": lambda: T.MobileNetV2ForImageClassification(T.MobileNetV2Config(image_size=32, depth_multiplier=0.25, num_labels=10, classifier_dropout_prob=0.0)),
+ "mobilevitv2": lambda: T.MobileViTV2ForImageClassification(T.MobileViTV2Config(image_size=32, width_multiplier=0.25, num_labels=10, classifier_dropout_prob=0.0)),
+ "hiera": lambda: T.HieraForImageClassification(T.HieraConfig(image_size=[64, 64], patch_size=[7, 7], patch_stride=[4, 4], patch_padding=[3, 3], embed_dim=16, num_heads=[1, 2], depths=[1, 1], query_stride=[2, 2], masked_unit_size=[4, 4], num_query_pool=1, num_labels=10, drop_path_rate=0.0)),
+ "data2vec_vision": lambda: T.Data2VecVisionForImageClassification(T.Data2VecVisionConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0, use_relative_position_bias=True)),
+ "glpn": lambda: T.GLPNForDepthEstimation(T.GLPNConfig(hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, num_attention_heads=[1, 2], sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=16, drop_path_rate=0.0, hidden_dropout_prob=0.0)),
+ "sew": lambda: T.SEWForCTC(T.SEWConfig(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, squeeze_factor=2, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0)),
+ "wavlm": lambda: T.WavLMForCTC(T.WavLMConfig(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_buckets=16, max_bucket_distance=32, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0)),
+ "data2vec_audio": lambda: T.Data2VecAudioForCTC(T.Data2VecAudioConfig(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=4, conv_pos_kernel_size=5, num_conv_pos_embeddings_layers=1, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0)),
+ "speech_to_text": lambda: T.Speech2TextForConditionalGeneration(T.Speech2TextConfig(**{**_S2S, "max_source_positions": 64, "max_target_positions": 64}, input_feat_per_channel=16, num_conv_layers=2, conv_channels=32)),
+ "ast": lambda: T.ASTForAudioClassification(T.ASTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_mel_bins=16, max_length=32, patch_size=8, frequency_stride=4, time_stride=4, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+ "videomae": lambda: T.VideoMAEForVideoClassification(T.VideoMAEConfig(image_size=32, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+ "timesformer": lambda: T.TimesformerForVideoClassification(T.TimesformerConfig(image_size=32, patch_size=8, num_frames=4, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0)),
+ "patchtst": lambda: T.PatchTSTForPrediction(T.PatchTSTConfig(num_input_channels=3, context_length=32, prediction_length=8, patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4, num_hidden_layers=2, ffn_dim=64, dropout=0.0, attention_dropout=0.0, ff_dropout=0.0, path_dropout=0.0, positional_dropout=0.0, head_dropout=0.0)),
+ "decision_transformer": lambda: T.DecisionTransformerModel(T.DecisionTransformerConfig(state_dim=6, act_dim=3, hidden_size=64, n_layer=2, n_head=4, max_ep_len=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+}
+# Models thunder.jit refuses with a message, and why (each is what torch.compile's fullgraph mode
+# also cannot capture; thunder.dynamo.thunderfx runs them, leaving those parts to PyTorch).
+REFUSED = {
+    "longformer": "Tensor.item",  # is_global_attn = is_index_global_attn.flatten().any().item()
+    "xlm": "Tensor.item",  # assert lengths.max().item() <= slen
+    "flaubert": "Tensor.item",  # the same assert
+    "ibert": "Tensor.__bool__",  # assert x_max.isnan().sum() == 0 (its quantization checks)
+    "switch_transformers": "nonzero",  # its router's token indices (data-dependent shapes)
+    "led": "torch.Tensor.stride",  # as_strided over its chunks: strides thunder cannot promise
+    # transformers' own code under compilation: its bidirectional mask is [B, 1, T, T] there and is
+    # added to Nystromformer's landmark scores [B, H, landmarks, T] (torch.compile fails the same way)
+    "nystromformer": "cannot be broadcast",
 }
 def inputs(name, g):
     ids = torch.randint(1, 128, (2, 16), generator=g)
+    if name in ("sew", "wavlm", "data2vec_audio"): return dict(input_values=torch.randn(2, 400, generator=g))
+    if name == "speech_to_text": return dict(input_features=torch.randn(2, 32, 16, generator=g), decoder_input_ids=ids[:, :8])
+    if name == "ast": return dict(input_values=torch.randn(2, 32, 16, generator=g))
+    if name in ("videomae", "timesformer"): return dict(pixel_values=torch.randn(2, 4, 3, 32, 32, generator=g))
+    # (LeViT at a batch of 8: its BatchNorms over 2 images move eager's float32 output 1.6e-4 off float64)
+    if name == "levit": return dict(pixel_values=torch.randn(8, 3, 64, 64, generator=g))
+    if name in ("hiera", "mobilevitv2"): return dict(pixel_values=torch.randn(2, 3, 64, 64, generator=g))
+    if name in ("convnextv2", "efficientnet", "poolformer", "pvt_v2", "swinv2", "focalnet", "mobilenet_v2", "data2vec_vision", "glpn"):
+        return dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g))
+    if name == "patchtst": return dict(past_values=torch.randn(2, 32, 3, generator=g))
+    if name == "decision_transformer":
+        return dict(states=torch.randn(2, 8, 6, generator=g), actions=torch.randn(2, 8, 3, generator=g), rewards=torch.randn(2, 8, 1, generator=g),
+                    returns_to_go=torch.randn(2, 8, 1, generator=g), timesteps=torch.randint(0, 64, (2, 8), generator=g), attention_mask=torch.ones(2, 8, dtype=torch.long))
+    if name in ("longt5", "switch_transformers"):
+        # (without a mask their encoders fail under torch.compile and thunder alike: transformers
+        # makes the all-ones mask only when not compiling, and the code after needs it)
+        return dict(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=ids[:, :8])
+    if name in ("led", "marian", "m2m_100", "blenderbot", "prophetnet", "mt5", "umt5"):
+        return dict(input_ids=ids, decoder_input_ids=ids[:, :8])
+    if name == "nystromformer": return dict(input_ids=ids, attention_mask=torch.ones_like(ids))
     if name == "wav2vec2": return dict(input_values=torch.randn(2, 400, generator=g))
     if name == "hubert": return dict(input_values=torch.randn(2, 400, generator=g))
     if name == "clip": return dict(input_ids=ids, pixel_values=torch.randn(2, 3, 32, 32, generator=g))
@@ -162,6 +263,11 @@ for name in only:
             if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
                 t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
                 assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
+        elif y32 is not None and not torch.allclose(yt, y, **TOL):
+            # A model whose float32 output rounding moves (LeViT's BatchNorm over a batch of 2:
+            # eager 1.6e-4 off float64) is held to twice eager's error against float64
+            t_err, e_err = (yt.double() - y32).abs().max().item(), (y.double() - y32).abs().max().item()
+            assert t_err <= 2 * e_err + 1e-6 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
         else:
             torch.testing.assert_close(yt, y, **TOL)
         def close(p, q, e):
@@ -185,5 +291,8 @@ for name in only:
         print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}", flush=True)
     except Exception as e:
         msg = str(e).strip().splitlines()
+        if name in REFUSED and REFUSED[name] in str(e):
+            print(f"{name:12s} REFUSED as expected ({REFUSED[name]})", flush=True)
+            continue
         print(f"{name:12s} FAIL {type(e).__name__}: {(msg[0] if msg else '')[:250]}", flush=True)
         if len(only) == 1: traceback.print_exc()

@@ -793,3 +793,25 @@ def test_branch_on_a_value_names_thunderfx_which_runs_it():
     torch.testing.assert_close(thunderfx(f)(x, labels), f(x, labels))
     with pytest.raises(ValueError, match="labels out of range"):
         thunderfx(f)(x, torch.tensor([11]))
+
+
+@pytest.mark.parametrize("view", [
+    lambda x: x, lambda x: x.transpose(0, 1), lambda x: x[:, 0], lambda x: x[:, :, :1], lambda x: x.permute(2, 0, 1),
+    lambda x: x[None], lambda x: x.transpose(0, 1).contiguous(), lambda x: x.unsqueeze(0).permute(0, 3, 1, 2),
+    lambda x: (x.unsqueeze(0) * 2).contiguous(memory_format=torch.channels_last), lambda x: x[:, 1:, ::2],
+    lambda x: x.expand(2, 2, 3, 4)[0], lambda x: x.reshape(6, 4)[::2],
+], ids=["itself", "transpose", "select", "narrow_last", "permute", "unsqueeze", "transpose_contiguous", "nchw_view",
+        "channels_last_copy", "strided_slice", "expand_select", "reshape_step"])
+def test_is_contiguous_answers_as_eager(view):
+    # From the strides thunder gives each proxy as eager's; a channels-last copy is laid out as
+    # eager's (transformers' ProphetNet asks before a view, YOSO before its kernel).
+    def f(x):
+        y = view(x)
+        answers = [y.is_contiguous(), y.is_contiguous(memory_format=torch.channels_last) if y.ndim == 4 else True]
+        return y * 2, torch.tensor(answers)
+
+    x = torch.randn(2, 3, 4)
+    expected, got = f(x), thunder.jit(f)(x)
+    assert torch.equal(got[1], expected[1]), (got[1], expected[1])
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[0].stride() == expected[0].stride()

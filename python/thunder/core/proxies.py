@@ -954,7 +954,36 @@ def _mH(self):
 
 
 def _contiguous(self, memory_format=None):
-    return _METHODS["contiguous"][0](self)
+    contiguous = _METHODS["contiguous"][0]
+    # Channels-last as eager lays it out: channels innermost, so that is_contiguous, strides and
+    # views answer as in eager (the copy is eager's too).
+    if memory_format == torch.channels_last and self.ndim == 4 and not _is_contiguous(self, memory_format):
+        return contiguous(self.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+    if memory_format == torch.channels_last_3d and self.ndim == 5 and not _is_contiguous(self, memory_format):
+        return contiguous(self.permute(0, 2, 3, 4, 1)).permute(0, 4, 1, 2, 3)
+    return contiguous(self)
+
+
+def _is_contiguous(self, memory_format=torch.contiguous_format):
+    """Whether eager's tensor would be laid out densely in `memory_format`, from the strides thunder
+    gives each proxy as eager's (the ones `view` is checked against). Programs ask it to decide
+    whether to copy (`if not x.is_contiguous(): x = x.contiguous()`): either answer computes the
+    same values."""
+    if type(self) is not TensorProxy:  # a real tensor (thunder's own meta tensors)
+        with torch._C.DisableTorchFunction():
+            return self.is_contiguous(memory_format=memory_format)
+    shape, strides = tuple(self.shape), self._strides
+    order = list(range(len(shape) - 1, -1, -1))  # innermost first
+    if memory_format == torch.channels_last and len(shape) == 4:
+        order = [1, 3, 2, 0]
+    elif memory_format == torch.channels_last_3d and len(shape) == 5:
+        order = [1, 4, 3, 2, 0]
+    expected = 1
+    for d in order:
+        if shape[d] != 1 and strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
 
 
 def _where(self, condition, other):
@@ -1026,6 +1055,7 @@ _SPECIAL = {
     torch.Tensor.cpu: lambda self, memory_format=None: _to(self, "cpu"),
     torch.Tensor.cuda: _cuda,
     torch.Tensor.contiguous: _contiguous,
+    torch.Tensor.is_contiguous: _is_contiguous,
     torch.Tensor.where: _where,
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),

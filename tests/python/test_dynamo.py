@@ -442,3 +442,37 @@ def test_torchaudio_wav2vec2_lengths():
     audio = torch.randn(2, 400)
     lengths = torch.tensor([400, 300])
     _check_module(model, (audio, lengths), output_of=lambda o: o[0], atol=1e-4)
+
+
+class _Router(torch.nn.Module):
+    """Switch Transformers' router: it converts its classifier to float32 in forward
+    (`self.classifier = self.classifier.to(dtype)`), which dynamo records as a set_ of the weight
+    under no_grad, between a view of the input and the classifier's matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.classifier = torch.nn.Linear(4, 3, bias=False)
+
+    def forward(self, x):
+        h = x.view(-1, 4)
+        self.classifier = self.classifier.to(torch.float32)
+        return (self.classifier(h).softmax(-1) * h[:, :3]).sum() + h.sum()
+
+
+def test_a_grad_mode_region_across_pieces_keeps_the_gradients():
+    # The no_grad region around the set_ opened right after the view: its entry joined the view's
+    # thunder piece, which then ended with grad mode off and returned the view detached, so the
+    # input got no gradient at all (Switch Transformers trained on wrong gradients). A state
+    # change now joins the piece after it.
+    eager = _Router()
+    model = copy.deepcopy(eager)
+    x1 = torch.randn(2, 3, 4, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    eager(x1).backward()
+    compiled = thunderfx(model)
+    compiled(x2).backward()
+    assert x2.grad is not None
+    torch.testing.assert_close(x2.grad, x1.grad)
+    torch.testing.assert_close(model.classifier.weight.grad, eager.classifier.weight.grad)
+    assert torch.is_grad_enabled()
+    assert len(compiled.subgraph_infos[0].thunder_pieces) == 2

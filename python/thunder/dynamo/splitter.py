@@ -336,6 +336,7 @@ def _partition(gm: GraphModule, decided: dict):
     """node -> piece index, and whether thunder runs each piece."""
     partition: dict = {}
     kinds: list = []
+    waiting: list = []  # state nodes since the last decided node
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
@@ -346,12 +347,27 @@ def _partition(gm: GraphModule, decided: dict):
             partition[node] = partition[node.args[0]]
             continue
         if node not in decided:
-            partition[node] = max(len(kinds) - 1, 0)
+            if node.op == "call_function" and node.target in _STATE_NODES:
+                # A state change joins the piece of the node after it. In a thunder piece that
+                # ended in one (`torch.no_grad()` entered just before a split: Switch
+                # Transformers' router), thunder traced the piece's outputs in the new grad mode
+                # and returned them detached, so the input got no gradient. (split_module sets
+                # the state in force at the start of each piece after it.)
+                waiting.append(node)
+            else:
+                partition[node] = max(len(kinds) - 1, 0)
             continue
         thunder_runs = decided[node].thunder
         if not kinds or kinds[-1] != thunder_runs:
             kinds.append(thunder_runs)
         partition[node] = len(kinds) - 1
+        for w in waiting:
+            partition[w] = len(kinds) - 1
+        waiting.clear()
+    if waiting and kinds and kinds[-1]:
+        kinds.append(False)  # state changes after the last node: PyTorch makes them, not a thunder piece
+    for w in waiting:
+        partition[w] = max(len(kinds) - 1, 0)
     return partition, kinds
 
 

@@ -1,9 +1,10 @@
 """Tiny Hugging Face models of many architectures, one training step each under thunder.jit against
 eager (CPU, float32): outputs and every parameter's gradient.
 
-    PYTHONPATH=python python tools/hf_sweep.py [name,name,...|all] [bfloat16]
+    PYTHONPATH=python python tools/hf_sweep.py [name,name,...|all] [bfloat16] [fx]
 
-(bfloat16: the models in bfloat16, compared at bfloat16 tolerances.)
+(bfloat16: the models in bfloat16, compared at bfloat16 tolerances; fx: each model under
+thunder.dynamo.thunderfx instead of thunder.jit.)
 
 Prints OK, GRAD MISMATCH (the parameters) or FAIL (the exception; with one name, its traceback).
 Needs `transformers`. Session 9 (transformers 5.23, torch 2.13 CPU): 28 architectures; 4 failed at
@@ -240,7 +241,8 @@ def out_tensor(o):
         if hasattr(o, k) and getattr(o, k) is not None: return getattr(o, k)
     return o[0]
 only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] != "all" else list(MODELS)
-DTYPE = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.float32
+DTYPE = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "fx" else torch.float32
+FX = sys.argv[-1] == "fx"  # every model under thunder.dynamo.thunderfx instead of thunder.jit
 TOL = dict(rtol=1e-4, atol=1e-4) if DTYPE == torch.float32 else dict(rtol=2e-2, atol=2e-2)
 for name in only:
     try:
@@ -257,7 +259,7 @@ for name in only:
         y = out_tensor(ref(**x)); y.float().square().mean().backward()
         refused = None
         try:
-            yt = out_tensor(thunder.jit(model)(**x))
+            yt = out_tensor((thunderfx if FX else thunder.jit)(model)(**x))
         except Exception as e:
             if name not in REFUSED or REFUSED[name] not in str(e):
                 raise

@@ -476,3 +476,19 @@ def test_a_grad_mode_region_across_pieces_keeps_the_gradients():
     torch.testing.assert_close(model.classifier.weight.grad, eager.classifier.weight.grad)
     assert torch.is_grad_enabled()
     assert len(compiled.subgraph_infos[0].thunder_pieces) == 2
+
+
+def test_vmap_inside_a_graph_runs_in_pytorch():
+    # dynamo inlines torch.vmap (Mamba's associative scan uses it) as functorch nesting calls
+    # around batched ops. thunder runs its pieces as C++ autograd functions, which functorch's
+    # transforms refuse, and asking thunder about a nesting call would push a vmap level for the
+    # process: what the nesting encloses runs in PyTorch, the rest in thunder.
+    def fn(x, w):
+        y = (x * w).tanh()
+        z = torch.vmap(lambda row: row.sin() * 2 + row.sum())(y)
+        return (z * y.exp()).sum()
+
+    f = _check_values_and_grads(fn, lambda: (torch.randn(3, 4), torch.randn(4, requires_grad=True)))
+    assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
+    (info,) = f.subgraph_infos
+    assert any(p.thunder for p in info.pieces) and any(not p.thunder for p in info.pieces)

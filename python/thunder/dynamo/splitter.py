@@ -195,6 +195,10 @@ def node_support(node: Node, gm: GraphModule, state: _State | None = None) -> No
         kwargs = map_arg(node.kwargs, lambda a: _input_value(gm, a))
     except _NoExample as e:
         return NodeSupport(False, f"dynamo recorded no example value for {e.args[0]}, an input of {name}")
+    except RuntimeError as e:
+        # A graph compiled inside a functorch transform (the body of Mamba's associative scan, a
+        # higher-order op): example inputs that require grad cannot be made there.
+        return NodeSupport(False, f"its example inputs cannot be made here: {_first_line(e)}")
     call = _call_of(node, gm)
     if _updates_in_place(node) and args and isinstance(args[0], torch.Tensor):
         # The tensor it updates is made in the same piece (split() keeps it so, or sends both to
@@ -284,16 +288,34 @@ def _signature(node: Node, gm: GraphModule) -> str:
     return repr((node.op, target, map_arg(node.args, arg), map_arg(node.kwargs, arg), _introduces_unbacked(node)))
 
 
+def _functorch_call(node: Node) -> bool:
+    """A call of functorch's transform machinery (vmap levels, batched tensors: the body of
+    Mamba's associative scan), not asked by tracing: the call would change the process's state."""
+    return node.op == "call_function" and (getattr(node.target, "__module__", None) or "").startswith("torch._C._functorch")
+
+
 def _decide(gm: GraphModule) -> dict:
     """node -> NodeSupport for each node that starts or joins a piece by its kind (not the nodes
     that stay in the piece they are in: state, size and scalar nodes)."""
     decided: dict = {}
     answers: dict = {}
     state = _State()
+    transforms = 0  # functorch transforms (vmap levels) the graph is inside at a node
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in _STATE_NODES:
             state.update(node)
-        if node.op in ("placeholder", "output", "get_attr") or _stays(node):
+        nesting = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+        transforms -= nesting.endswith("_decrement_nesting")
+        inside = transforms > 0 or nesting.endswith("_increment_nesting")
+        transforms += nesting.endswith("_increment_nesting")
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        if inside or _functorch_call(node):
+            # The nesting calls, what they enclose (scalar nodes too) and functorch's own calls:
+            # thunder runs a piece as a C++ autograd function, which functorch's transforms refuse.
+            decided[node] = NodeSupport(False, "inside a functorch transform (vmap): PyTorch runs it")
+            continue
+        if _stays(node):
             continue
         if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], Node) \
                 and not isinstance(_example(node.args[0]), torch.Tensor) and node.args[0] in decided:
@@ -302,7 +324,15 @@ def _decide(gm: GraphModule) -> dict:
         else:
             key = (_signature(node, gm), state.key())
             if key not in answers:
-                answers[key] = node_support(node, gm, state)
+                depth = torch._C._functorch.get_dynamic_layer_stack_depth()
+                try:
+                    answers[key] = node_support(node, gm, state)
+                finally:
+                    # A call traced to ask (a higher-order op built on vmap: Mamba's associative
+                    # scan) can fail with functorch levels still pushed; dynamo's guard on the
+                    # frame then fails. The process's functorch state is put back.
+                    if torch._C._functorch.get_dynamic_layer_stack_depth() > depth:
+                        torch._C._functorch.pop_dynamic_layer_stack_and_undo_to_depth(depth)
             decided[node] = answers[key]
     return decided
 

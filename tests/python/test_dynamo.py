@@ -492,3 +492,23 @@ def test_vmap_inside_a_graph_runs_in_pytorch():
     assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
     (info,) = f.subgraph_infos
     assert any(p.thunder for p in info.pieces) and any(not p.thunder for p in info.pieces)
+
+
+def test_a_state_change_after_the_last_node_runs_in_pytorch():
+    # The graph ends in a grad-mode change: PyTorch makes it in a piece of its own, so thunder's
+    # piece returns its output with its gradient, and grad mode is left off as eager leaves it.
+    def fn(x):
+        y = x * 2
+        torch._C._set_grad_enabled(False)
+        return y
+
+    x = torch.randn(3, requires_grad=True)
+    compiled = thunderfx(fn)
+    try:
+        y = compiled(x)
+        assert not torch.is_grad_enabled()
+    finally:
+        torch._C._set_grad_enabled(True)
+    assert y.requires_grad
+    torch.testing.assert_close(y, x * 2)
+    assert [p.thunder for p in compiled.subgraph_infos[0].pieces] == [True, False]

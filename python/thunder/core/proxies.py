@@ -231,7 +231,7 @@ def _dispatch(func, args, kwargs):
         # torch.arange(n) of a symbolic n: as arange(0, n), the form the runtime runs whole.
         sargs = (0, sargs[0])
     if sym.name in _NUMBERS_AS_TENSORS and sargs and _is_number(sargs[0]) \
-            and not any(_is_tensor_like(a) for a in (*sargs, *skwargs.values())):
+            and not any(_is_tensor(a) for a in (*sargs, *skwargs.values())):
         # torch.div(x.size(1), 4, rounding_mode="trunc") (Longformer's, LED's chunk counts): for
         # these functions PyTorch's argument parser takes numbers for tensors, and the result is a
         # 0-dim tensor of the numbers' type (int64, the default float dtype, bool).
@@ -706,10 +706,6 @@ _NUMBERS_AS_TENSORS = frozenset({"add", "sub", "subtract", "mul", "multiply", "d
 
 def _is_number(x):
     return isinstance(x, (bool, int, float)) or isinstance(x, symbolic.SymInt)
-
-
-def _is_tensor_like(x):
-    return isinstance(x, (torch.Tensor, _C.TensorProxy))
 
 
 def _number_tensor(x):

@@ -133,5 +133,6 @@ def build(name):
     return model, inputs_fn(), pick
 
 
-for name in names(CASES):
-    report(name, lambda: build(name))
+if __name__ == "__main__":
+    for name in names(CASES):
+        report(name, lambda: build(name))

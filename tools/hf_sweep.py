@@ -240,80 +240,81 @@ def out_tensor(o):
     for k in ("logits", "logits_per_image", "last_hidden_state"):
         if hasattr(o, k) and getattr(o, k) is not None: return getattr(o, k)
     return o[0]
-only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] != "all" else list(MODELS)
-DTYPE = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "fx" else torch.float32
-FX = sys.argv[-1] == "fx"  # every model under thunder.dynamo.thunderfx instead of thunder.jit
-TOL = dict(rtol=1e-4, atol=1e-4) if DTYPE == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-for name in only:
-    try:
-        torch.manual_seed(0)
-        model = MODELS[name]().train()
-        # A wider copy each side's gradients are compared with where they differ: float32 for a
-        # bfloat16 run, float64 for a float32 one.
-        exact = copy.deepcopy(model).to(torch.float64 if DTYPE == torch.float32 else torch.float32)
-        model = model.to(DTYPE)
-        ref = copy.deepcopy(model)
-        g = torch.Generator().manual_seed(1)
-        raw = inputs(name, g)
-        x = {k: v.to(DTYPE) if v.is_floating_point() else v for k, v in raw.items()}
-        y = out_tensor(ref(**x)); y.float().square().mean().backward()
-        refused = None
+if __name__ == "__main__":
+    only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] != "all" else list(MODELS)
+    DTYPE = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "fx" else torch.float32
+    FX = sys.argv[-1] == "fx"  # every model under thunder.dynamo.thunderfx instead of thunder.jit
+    TOL = dict(rtol=1e-4, atol=1e-4) if DTYPE == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name in only:
         try:
-            yt = out_tensor((thunderfx if FX else thunder.jit)(model)(**x))
+            torch.manual_seed(0)
+            model = MODELS[name]().train()
+            # A wider copy each side's gradients are compared with where they differ: float32 for a
+            # bfloat16 run, float64 for a float32 one.
+            exact = copy.deepcopy(model).to(torch.float64 if DTYPE == torch.float32 else torch.float32)
+            model = model.to(DTYPE)
+            ref = copy.deepcopy(model)
+            g = torch.Generator().manual_seed(1)
+            raw = inputs(name, g)
+            x = {k: v.to(DTYPE) if v.is_floating_point() else v for k, v in raw.items()}
+            y = out_tensor(ref(**x)); y.float().square().mean().backward()
+            refused = None
+            try:
+                yt = out_tensor((thunderfx if FX else thunder.jit)(model)(**x))
+            except Exception as e:
+                if name not in REFUSED or REFUSED[name] not in str(e):
+                    raise
+                # The refusal names thunder.dynamo.thunderfx: the same checks on that path
+                refused = REFUSED[name]
+                torch._dynamo.reset()
+                if name in COMPILE_FAILS:
+                    try:
+                        torch.compile(copy.deepcopy(ref), backend="eager")(**x)
+                    except Exception:
+                        print(f"{name:12s} REFUSED ({refused}); torch.compile fails on it too", flush=True)
+                        continue
+                yt = out_tensor(thunderfx(model)(**x))
+            yt.float().square().mean().backward()
+            wide = {k: v.to(next(exact.parameters()).dtype) if v.is_floating_point() else v for k, v in raw.items()}
+            try:
+                y32 = out_tensor(exact(**wide))
+                y32.double().square().mean().backward()
+            except RuntimeError:
+                # torch._grouped_mm (the MoE experts of DeepSeek-V3, GPT-OSS, GraniteMoE, Jamba) takes
+                # no float64: no referee; the gradients are compared directly
+                exact = y32 = None
+            if DTYPE != torch.float32 and y32 is not None:
+                if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
+                    t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
+                    assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
+            elif y32 is not None and not torch.allclose(yt, y, **TOL):
+                # A model whose float32 output rounding moves (LeViT's BatchNorm over a batch of 2:
+                # eager 1.6e-4 off float64) is held to twice eager's error against float64
+                t_err, e_err = (yt.double() - y32).abs().max().item(), (y.double() - y32).abs().max().item()
+                assert t_err <= 2 * e_err + 1e-6 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
+            else:
+                torch.testing.assert_close(yt, y, **TOL)
+            def close(p, q, e):
+                if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]):
+                    return True
+                if e is None:
+                    return False
+                # Gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is 8 and
+                # float32's rounding of the sums that make it is ~1e-3) differ from eager's by
+                # rounding: thunder's error against the wider run at most twice eager's, plus 1% of the
+                # scale in bfloat16. (Convolutional nets with batch norm have bf16 errors of the size
+                # of some gradients in eager too: there the direct comparison decides.)
+                scale = e.grad.abs().max().item()
+                t_err, e_err = (p.grad.double() - e.grad.double()).abs().max().item(), (q.grad.double() - e.grad.double()).abs().max().item()
+                ok = t_err <= 2 * e_err + (1e-2 if DTYPE != torch.float32 else 1e-6) * scale + 1e-6
+                if not ok and len(only) == 1: print(f"  {t_err=:.3g} {e_err=:.3g} {scale=:.3g}")
+                return ok
+            wider = exact.named_parameters() if exact is not None else ((n, None) for n, _ in model.named_parameters())
+            bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), wider)
+                   if (p.grad is None) != (q.grad is None) or (p.grad is not None and not close(p, q, e))]
+            how = f" (thunder.jit refuses it: {refused}; under thunderfx)" if refused else ""
+            print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}{how}", flush=True)
         except Exception as e:
-            if name not in REFUSED or REFUSED[name] not in str(e):
-                raise
-            # The refusal names thunder.dynamo.thunderfx: the same checks on that path
-            refused = REFUSED[name]
-            torch._dynamo.reset()
-            if name in COMPILE_FAILS:
-                try:
-                    torch.compile(copy.deepcopy(ref), backend="eager")(**x)
-                except Exception:
-                    print(f"{name:12s} REFUSED ({refused}); torch.compile fails on it too", flush=True)
-                    continue
-            yt = out_tensor(thunderfx(model)(**x))
-        yt.float().square().mean().backward()
-        wide = {k: v.to(next(exact.parameters()).dtype) if v.is_floating_point() else v for k, v in raw.items()}
-        try:
-            y32 = out_tensor(exact(**wide))
-            y32.double().square().mean().backward()
-        except RuntimeError:
-            # torch._grouped_mm (the MoE experts of DeepSeek-V3, GPT-OSS, GraniteMoE, Jamba) takes
-            # no float64: no referee; the gradients are compared directly
-            exact = y32 = None
-        if DTYPE != torch.float32 and y32 is not None:
-            if not torch.allclose(yt, y, **TOL):  # rounding apart: no further from float32 than eager
-                t_err, e_err = (yt.float() - y32).abs().max().item(), (y.float() - y32).abs().max().item()
-                assert t_err <= 2 * e_err + 1e-2 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
-        elif y32 is not None and not torch.allclose(yt, y, **TOL):
-            # A model whose float32 output rounding moves (LeViT's BatchNorm over a batch of 2:
-            # eager 1.6e-4 off float64) is held to twice eager's error against float64
-            t_err, e_err = (yt.double() - y32).abs().max().item(), (y.double() - y32).abs().max().item()
-            assert t_err <= 2 * e_err + 1e-6 * y32.abs().max().item(), f"output: thunder's error {t_err:.3g}, eager's {e_err:.3g}"
-        else:
-            torch.testing.assert_close(yt, y, **TOL)
-        def close(p, q, e):
-            if torch.allclose(p.grad, q.grad, rtol=10 * TOL["rtol"], atol=TOL["atol"]):
-                return True
-            if e is None:
-                return False
-            # Gradients of large magnitude (DeiT's class token: ~1350, where one bf16 step is 8 and
-            # float32's rounding of the sums that make it is ~1e-3) differ from eager's by
-            # rounding: thunder's error against the wider run at most twice eager's, plus 1% of the
-            # scale in bfloat16. (Convolutional nets with batch norm have bf16 errors of the size
-            # of some gradients in eager too: there the direct comparison decides.)
-            scale = e.grad.abs().max().item()
-            t_err, e_err = (p.grad.double() - e.grad.double()).abs().max().item(), (q.grad.double() - e.grad.double()).abs().max().item()
-            ok = t_err <= 2 * e_err + (1e-2 if DTYPE != torch.float32 else 1e-6) * scale + 1e-6
-            if not ok and len(only) == 1: print(f"  {t_err=:.3g} {e_err=:.3g} {scale=:.3g}")
-            return ok
-        wider = exact.named_parameters() if exact is not None else ((n, None) for n, _ in model.named_parameters())
-        bad = [n for (n, p), (_, q), (_, e) in zip(model.named_parameters(), ref.named_parameters(), wider)
-               if (p.grad is None) != (q.grad is None) or (p.grad is not None and not close(p, q, e))]
-        how = f" (thunder.jit refuses it: {refused}; under thunderfx)" if refused else ""
-        print(f"{name:12s} {'OK' if not bad else 'GRAD MISMATCH ' + str(bad[:3])}{how}", flush=True)
-    except Exception as e:
-        msg = str(e).strip().splitlines()
-        print(f"{name:12s} FAIL {type(e).__name__}: {(msg[0] if msg else '')[:250]}", flush=True)
-        if len(only) == 1: traceback.print_exc()
+            msg = str(e).strip().splitlines()
+            print(f"{name:12s} FAIL {type(e).__name__}: {(msg[0] if msg else '')[:250]}", flush=True)
+            if len(only) == 1: traceback.print_exc()

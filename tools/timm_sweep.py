@@ -27,8 +27,6 @@ visformer_tiny volo_d1_224 regnetz_b16 res2net50_14w_8s resnest14d skresnet18 dl
 cspresnet50 ese_vovnet19b_dw nf_resnet26 lambda_resnet26t botnet26t_256 halonet26t gernet_s repvgg_a0 mobileone_s0
 ghostnetv2_100 hardcorenas_a lcnet_050 selecsls42b xception41 convmixer_768_32 mambaout_femto starnet_s1 rdnet_tiny
 vit_little_patch16_reg4_gap_256 samvit_base_patch16""".split()
-MODELS = names(DEFAULT)
-exact_hardsigmoid_if_asked()
 
 
 def make(name):
@@ -50,5 +48,7 @@ def make(name):
     raise RuntimeError(f"no size fits: {last}")
 
 
-for name in MODELS:
-    report(name, lambda: (*make(name), lambda out: out), lambda inputs: f"({inputs['x'].shape[-1]}²)")
+if __name__ == "__main__":
+    exact_hardsigmoid_if_asked()
+    for name in names(DEFAULT):
+        report(name, lambda: (*make(name), lambda out: out), lambda inputs: f"({inputs['x'].shape[-1]}²)")

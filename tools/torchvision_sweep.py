@@ -29,8 +29,6 @@ SEGMENTATION = "fcn_resnet50 deeplabv3_mobilenet_v3_large lraspp_mobilenet_v3_la
 SIZE = {"vit_b_16": 224, "maxvit_t": 224, "inception_v3": 299, "googlenet": 96, "alexnet": 96, "swin_v2_t": 64}
 VSIZE = {"s3d": (1, 3, 16, 224, 224), "mvit_v2_s": (1, 3, 16, 224, 224)}
 
-NAMES = names(IMAGE + VIDEO + SEGMENTATION)
-exact_hardsigmoid_if_asked()
 
 
 def make(name):
@@ -59,5 +57,7 @@ def logits(out):
     return out.logits if hasattr(out, "logits") else out
 
 
-for name in NAMES:
-    report(name, lambda: (*make(name), logits), lambda inputs: str(tuple(next(iter(inputs.values())).shape[2:])))
+if __name__ == "__main__":
+    exact_hardsigmoid_if_asked()
+    for name in names(IMAGE + VIDEO + SEGMENTATION):
+        report(name, lambda: (*make(name), logits), lambda inputs: str(tuple(next(iter(inputs.values())).shape[2:])))

@@ -75,6 +75,13 @@ Value expandTo(const Value& a, const Shape& shape, const std::string& op) {
   return prims::broadcast_in_dim(a, shape, bdims);
 }
 
+Value indexOnDeviceOf(const Value& index, const TensorProxy& indexed) {
+  if (!index.isTensor() || index.tensor().device.type != DeviceType::CPU ||
+      indexed.device.type == DeviceType::CPU)
+    return index;
+  return prims::device_put(index, indexed.device);
+}
+
 std::vector<Value> maybeBroadcast(const std::vector<Value>& args, const std::string& op) {
   std::vector<Shape> shapes;
   for (const Value& v : args)

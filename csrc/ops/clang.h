@@ -25,6 +25,9 @@ Shape broadcastShapes(const std::vector<Shape>& shapes, const std::string& op);
 Value expandTo(const Value& a, const Shape& shape, const std::string& op);
 /// Broadcasts every tensor among `args` to their common shape.
 std::vector<Value> maybeBroadcast(const std::vector<Value>& args, const std::string& op);
+/// An index tensor on the CPU that indexes a tensor on another device, moved there: PyTorch's
+/// advanced indexing (`cuda_table[torch.arange(n)]`, `x[idx] = v`) reads CPU indices so.
+Value indexOnDeviceOf(const Value& index, const TensorProxy& indexed);
 
 /// Elementwise unary op with promotion, computing low-precision floats in float32.
 Value unary(PrimUnary prim, const Value& a, PromotionKind kind, const std::string& op);

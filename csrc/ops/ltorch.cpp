@@ -1029,7 +1029,8 @@ Value getitem(const Value& a, const Value& keyIn) {
     THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, op,
                        ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
     THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, op, ": cannot index a 0-dim tensor with a tensor");
-    Value flat = idx.ndim() == 1 ? key[0] : clang::reshape(key[0], {idx.numel()}, op);
+    Value index = clang::indexOnDeviceOf(key[0], t);
+    Value flat = idx.ndim() == 1 ? index : clang::reshape(index, {idx.numel()}, op);
     Value taken = prims::take(a, flat, 0);
     Shape out = idx.shape;
     out.insert(out.end(), t.shape.begin() + 1, t.shape.end());

@@ -335,7 +335,8 @@ void registerScatter() {
            int64_t lead = 1;
            for (int64_t j = 0; j < k; ++j) {
              Value i =
-                 clang::expandTo(clang::maybeConvert(idxs[j], DType::Int64), b, "ltorch.index_put");
+                 clang::expandTo(clang::maybeConvert(clang::indexOnDeviceOf(idxs[j], t), DType::Int64), b,
+                                "ltorch.index_put");
              i = wrapIndex(i, t.shape[j]);
              linear = j == 0 ? i : op("add", {op("mul", {linear, t.shape[j]}), i});
              lead *= t.shape[j];

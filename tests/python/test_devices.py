@@ -83,6 +83,30 @@ def test_cpu_scalar_tensor_meets_another_device(name, fn):
     assert (out.device, out.shape, out.dtype) == (ref.device, ref.shape, ref.dtype)
 
 
+def _setitem(x, i):
+    y = x * 2
+    y[i] = 1.0
+    return y
+
+
+_CPU_INDEX_CASES = [
+    # CPU index tensors into a tensor on another device, as PyTorch's advanced indexing reads them:
+    # BEiT's and MViT's relative position tables indexed by a torch.arange made in forward
+    ("getitem_made", lambda x, i: x[torch.arange(3)]),
+    ("getitem_passed", lambda x, i: x[i]),
+    ("getitem_2d_index", lambda x, i: x[i.view(1, 3)] * 2),
+    ("index_put", lambda x, i: x.index_put((i,), torch.ones(3, 4, device=x.device), accumulate=True)),
+    ("setitem", _setitem),
+]
+
+
+@pytest.mark.parametrize("name, fn", _CPU_INDEX_CASES)
+def test_cpu_index_tensor_into_another_device(name, fn):
+    x, i = torch.randn(5, 4, device="meta"), torch.tensor([4, 0, 2])
+    out, ref = thunder.jit(fn)(x, i), fn(x, i)
+    assert (out.device, out.shape, out.dtype) == (ref.device, ref.shape, ref.dtype)
+
+
 def test_move_to_unknown_device_names_it():
     with pytest.raises(Exception, match="not .xpu."):
         thunder.jit(lambda x: x.to("xpu"))(torch.randn(2))
@@ -144,6 +168,18 @@ def test_cpu_scalar_tensor_meets_cuda_with_gradients(name, fn):
         if o is not None:
             assert o.device == r.device and o.dtype == r.dtype
             torch.testing.assert_close(o, r)
+
+
+@cuda
+@pytest.mark.parametrize("name, fn", _CPU_INDEX_CASES)
+def test_cpu_index_tensor_into_cuda_with_gradients(name, fn):
+    torch.manual_seed(0)
+    x, i = torch.randn(5, 4, device="cuda"), torch.tensor([4, 0, 2])
+    outs, grads = _grads(thunder.jit(fn), x, i)
+    ref_outs, ref_grads = _grads(fn, x, i)
+    for o, r in zip(outs + grads, ref_outs + ref_grads):
+        assert o.device == r.device and o.dtype == r.dtype
+        torch.testing.assert_close(o, r)
 
 
 @cuda

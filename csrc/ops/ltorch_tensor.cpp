@@ -1989,13 +1989,37 @@ void registerMoreTensorOps() {
                "ltorch.cdist: expected x1 and x2 with at least 2 dimensions and the same last "
                "dimension, but got shapes ",
                shapeStr(x.shape), " and ", shapeStr(y.shape));
-           THUNDER_CHECK_KIND(
-               x.dtype == y.dtype && (x.dtype == DType::Float32 || x.dtype == DType::Float64),
-               ErrorKind::Type,
-               "ltorch.cdist: expected float32 or float64 inputs of one dtype, but got ",
-               dtypeName(x.dtype), " and ", dtypeName(y.dtype));
            double p = a[2].toDouble();
            THUNDER_CHECK(p >= 0, "ltorch.cdist: p must be non-negative, but got ", p);
+           // Eager's choice: p=2 over more than 25 rows (or compute_mode="use_mm_for_euclid_dist")
+           // is |x1|^2 + |x2|^2 - 2 x1 x2^T by one matmul, the only form that takes half types
+           // and the one that never holds [rows1, rows2, dim] (VQ-VAE codebooks).
+           std::string mode = a[3].isNone() ? "use_mm_for_euclid_dist_if_necessary" : a[3].toString();
+           int64_t r1 = x.shape[x.ndim() - 2], r2 = y.shape[y.ndim() - 2];
+           bool mm = p == 2.0 && (mode == "use_mm_for_euclid_dist" ||
+                                  (mode == "use_mm_for_euclid_dist_if_necessary" && (r1 > 25 || r2 > 25)));
+           THUNDER_CHECK_KIND(
+               x.dtype == y.dtype && (x.dtype == DType::Float32 || x.dtype == DType::Float64 ||
+                                      (mm && isLowPrecision(x.dtype))),
+               ErrorKind::Runtime,  // as eager's "not implemented for 'BFloat16'"
+               "ltorch.cdist: expected float32 or float64 inputs of one dtype (bfloat16 or float16 "
+               "only where p=2 takes the matmul form: more than 25 rows), but got ",
+               dtypeName(x.dtype), " and ", dtypeName(y.dtype), " with shapes ", shapeStr(x.shape),
+               " and ", shapeStr(y.shape));
+           if (mm) {
+             const std::string o = "ltorch.cdist";
+             auto norms = [&](const Value& v) { return op("sum", {op("mul", {v, v}), Value::ints({-1}), true}); };
+             Value n1 = norms(a[0]), n2 = norms(a[1]);
+             Value one1 = prims::full(n1.tensor().shape, Value(1.0), x.device, x.dtype);
+             Value one2 = prims::full(n2.tensor().shape, Value(1.0), y.device, y.dtype);
+             Value lhs = op("cat", {Value::list({op("mul", {a[0], -2.0}), n1, one1}), -1});
+             Value rhs = op("cat", {Value::list({a[1], one2, n2}), -1});
+             Value sq = op("clamp_min", {op("matmul", {lhs, op("transpose", {rhs, -1, -2})}), 0.0});
+             // sqrt at 0 taken at 1 and zeroed: a zero distance passes no gradient (eager's
+             // backward masks it), where sqrt's own would make inf * 0.
+             Value zero = op("eq", {sq, 0.0});
+             return op("where", {zero, 0.0, op("sqrt", {op("where", {zero, 1.0, sq})})});
+           }
            // |x1[..., i, None, :] - x2[..., None, j, :]|_p over the last dim.
            Value d = op("sub", {clang::unsqueeze(a[0], x.ndim() - 1, "ltorch.cdist"),
                                 clang::unsqueeze(a[1], y.ndim() - 2, "ltorch.cdist")});

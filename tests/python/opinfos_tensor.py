@@ -1073,10 +1073,25 @@ def _sum_to_size_errors():
 
 
 def _cdist_samples(dtype):
+    # p=2 over more than 25 rows (or compute_mode="use_mm_for_euclid_dist") is eager's matmul form,
+    # the only one that takes half types (a VQ-VAE's codebook lookup)
+    yield (make((40, 8), dtype), make((7, 8), dtype)), {}
+    yield (make((2, 3, 4), dtype), make((2, 5, 4), dtype)), dict(compute_mode="use_mm_for_euclid_dist")
+    yield (make((2, 30, 4), dtype), make((1, 6, 4), dtype)), {}  # batch dims broadcast
+    if dtype in (bf16, f16):
+        return
     yield (make((3, 4), dtype), make((2, 4), dtype)), {}
+    yield (make((40, 8), dtype), make((7, 8), dtype)), dict(compute_mode="donot_use_mm_for_euclid_dist")
     yield (make((2, 3, 4), dtype), make((2, 5, 4), dtype), 1.0), {}
     yield (make((3, 2), dtype), make((2, 2), dtype)), dict(p=math.inf)
     yield (make((3, 2), dtype), make((2, 2), dtype)), dict(p=3.0)
+
+
+def _cdist_errors():
+    from opinfo_framework import ErrorInput
+
+    yield ErrorInput((make((3, 4), bf16), make((2, 4), bf16)), {}, RuntimeError, "cdist.*bfloat16 or float16 only where p=2")
+    yield ErrorInput((make((3, 4), f32), make((2, 5), f32)), {}, RuntimeError, "cdist.*same last dimension")
 
 
 opinfos += [
@@ -1110,7 +1125,7 @@ opinfos += [
     OpInfo("dstack", ("torch.dstack",), _dstack_samples, ALL),
     OpInfo("sum_to_size", ("torch.Tensor.sum_to_size",), _sum_to_size_samples, ALL, tol=SUM_TOL,
            error_inputs=_sum_to_size_errors),
-    OpInfo("cdist", ("torch.cdist",), _cdist_samples, (f32, f64), tol=REDUCE_TOL),
+    OpInfo("cdist", ("torch.cdist",), _cdist_samples, FLOATS, tol=REDUCE_TOL, error_inputs=_cdist_errors),
     OpInfo("median", names("median"), _median_samples, REALS, error_inputs=_median_errors),
 ]
 

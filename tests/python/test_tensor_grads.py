@@ -163,6 +163,8 @@ CASES = [
     ("sum_to_size", lambda a: a.sum_to_size(3, 1), [t(2, 3, 4)]),
     ("cdist", torch.cdist, [t(3, 4), t(2, 4)]),
     ("cdist_p1", lambda a, b: torch.cdist(a, b, p=1.0), [t(2, 3, 4), t(2, 5, 4)]),
+    # the matmul form (more than 25 rows), with zero distances: no gradient passes them, as in eager
+    ("cdist_mm_zero_distance", lambda a, b: torch.cdist(a, torch.cat([b, a[:3].detach()])), [t(30, 4), t(2, 4)]),
     ("median", torch.median, [distinct(3, 4)]),
     # existing ops in the forms real models use them
     ("masked_fill_broadcast", lambda a: a.masked_fill(torch.tensor([True, False, True, False]), -1e9), [t(3, 4)]),

@@ -40,7 +40,7 @@ DEVICE = flag("--device", "cuda" if torch.cuda.is_available() else "cpu")
 DTYPE = getattr(torch, flag("--dtype", "bfloat16"))
 FLOOR = 2 * torch.finfo(DTYPE).eps  # bfloat16 0.0078, float16 0.002, float32 2.4e-7
 FX = "--fx" in sys.argv
-_VALUED = {"--device", "--dtype", "--shard", "--time-limit"}
+_VALUED = {"--device", "--dtype", "--shard", "--time-limit", "--without"}
 
 
 def positional():
@@ -92,7 +92,17 @@ SUITES = {"hf": hf_suite, "timm": timm_suite, "torchvision": torchvision_suite, 
 def _cast(v, dtype):
     if torch.is_tensor(v):
         return v.to(DEVICE, dtype) if v.is_floating_point() else v.to(DEVICE)
+    if isinstance(v, dict):  # (SDXL's added_cond_kwargs)
+        return {k: _cast(x, dtype) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_cast(x, dtype) for x in v)
     return v
+
+
+def executors():
+    """The default executors less those --without names (comma-separated), to bisect a failure."""
+    without = set(flag("--without", "").split(",")) - {""}
+    return [e for e in thunder.get_default_executors() if e.name not in without] if without else None
 
 
 def _err(x, ref):
@@ -115,7 +125,7 @@ def _wrap(model, name, refused):
         from thunder.dynamo import thunderfx
         torch._dynamo.reset()
         return thunderfx(model)
-    return thunder.jit(model)
+    return thunder.jit(model, executors=executors())
 
 
 def check(name, builder, refused):
@@ -134,16 +144,26 @@ def check(name, builder, refused):
     ref_m = copy.deepcopy(model).to(wide_dtype)
     wide = {k: _cast(v, wide_dtype) for k, v in narrow.items()}
     jitted = _wrap(thunder_m, name, refused)
-    bad, worst = [], 0.0
+    bad, worst, secs = [], 0.0, {}
+
+    def timed(what, *args):
+        torch.manual_seed(0)
+        t0 = time.time()
+        r = _run(*args)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        secs[what] = secs.get(what, 0.0) + time.time() - t0
+        return r
+
     for train in (True, False):
         for m in (ref_m, eager_m, thunder_m):
             m.train(train)
-        torch.manual_seed(0)
-        r_out, r_g = _run(ref_m, ref_m, wide, pick, train)
-        torch.manual_seed(0)
-        e_out, e_g = _run(eager_m, eager_m, narrow, pick, train)
-        torch.manual_seed(0)
-        t_out, t_g = _run(thunder_m, jitted, narrow, pick, train)
+        r_out, r_g = timed("float64", ref_m, ref_m, wide, pick, train)
+        try:
+            e_out, e_g = timed("eager", eager_m, eager_m, narrow, pick, train)
+        except Exception as e:
+            return "n/a ", f"eager fails in {DTYPE}: {type(e).__name__}: {str(e).strip()[:200]}"
+        t_out, t_g = timed("thunder", thunder_m, jitted, narrow, pick, train)
         pairs = [("output" if train else "eval output", t_out, e_out, r_out)]
         for n in r_g:
             if (t_g[n] is None) != (e_g[n] is None):
@@ -161,9 +181,10 @@ def check(name, builder, refused):
             if not ratio <= 1.0:  # (NaN fails too)
                 bad.append((ratio, f"{what}: thunder {et:.3g}, eager {ee:.3g}"))
     bad.sort(key=lambda b: -b[0] if b[0] == b[0] else -math.inf)
+    took = "; s: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())
     if bad:
-        return "FAIL", f"worst {worst:.2f}; {len(bad)} out of bound: " + "; ".join(b[1] for b in bad[:4])
-    return "ok  ", f"worst {worst:.2f}"
+        return "FAIL", f"worst {worst:.2f}; {len(bad)} out of bound: " + "; ".join(b[1] for b in bad[:6]) + took
+    return "ok  ", f"worst {worst:.2f}" + took
 
 
 def main():
@@ -186,8 +207,10 @@ def main():
         keys = keys[i::n]
     limit = float(flag("--time-limit", "inf"))
     start = time.time()
-    print(f"device_sweep: {len(keys)} models, {DEVICE}, {DTYPE}, {'thunderfx' if FX else 'thunder.jit'}, "
-          f"torch {torch.__version__}", flush=True)
+    chosen_ex = executors()
+    ex = [e.name for e in (thunder.get_default_executors() if chosen_ex is None else chosen_ex)]
+    print(f"device_sweep: {len(keys)} models, {DEVICE}, {DTYPE}, {'thunderfx' if FX else 'thunder.jit'} "
+          f"({', '.join(ex)}), torch {torch.__version__}", flush=True)
     counts = {}
     for key in keys:
         if time.time() - start > limit:

@@ -193,6 +193,8 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
         return no(f"head dim {e} (a multiple of 8, at most 128)")
     if length == 0 or s == 0:
         return no("empty sequences")
+    if length == 1 and s == 1:  # (cuDNN's backward: "s_q = s_kv = 1 is not supported"; MobileViT)
+        return no("query and key lengths of 1")
     if attn_mask is not None:
         if not isinstance(attn_mask, TensorProxy) or attn_mask.dtype != query.dtype:
             return no("an attention mask that is not an additive one of the query's dtype")

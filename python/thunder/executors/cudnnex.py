@@ -193,6 +193,15 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
         return no(f"head dim {e} (a multiple of 8, at most 128)")
     if length == 0 or s == 0:
         return no("empty sequences")
+    if any(t.requires_grad for t in qkv) and os.environ.get("THUNDER_CUDNN_TRAINING", "0") != "1":
+        # ATen caches cuDNN's backward graphs per thread by q, k and v's shapes and strides, not by
+        # the output gradient's strides, which the graph bakes in. Eager's backward and thunder's
+        # run in autograd's thread: whichever comes second with the same q, k, v layouts and
+        # another gradient layout reads its gradient through the first one's strides. Inside
+        # jitted models (tools/device_sweep.py, eager first) that gave gradients off by 100% or
+        # more: Whisper, DeepSeek-V3, SD3, Flux, EVA-02, Hiera. Until thunder's calls cannot meet
+        # eager's in that cache, training runs thunder's own fused attention.
+        return no("gradients are taken (cuDNN's backward graph cache is shared with eager's; THUNDER_CUDNN_TRAINING=1 claims it)")
     if length == 1 and s == 1:  # (cuDNN's backward: "s_q = s_kv = 1 is not supported"; MobileViT)
         return no("query and key lengths of 1")
     if attn_mask is not None:

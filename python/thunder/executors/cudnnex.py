@@ -4,7 +4,9 @@ backward (ATen's _scaled_dot_product_cudnn_attention and its backward).
     from thunder.executors.cudnnex import cudnn_ex
     thunder.jit(fn, executors=[cudnn_ex])     # or executors=["cudnn"]
 
-It claims `ltorch.scaled_dot_product_attention` for 4-D bfloat16 / float16 q, k, v on CUDA with one
+By default it claims attention only where no gradient is taken (inference; the reason is in
+`_checker`); THUNDER_CUDNN_TRAINING=1 claims training too. It claims
+`ltorch.scaled_dot_product_attention` for 4-D bfloat16 / float16 q, k, v on CUDA with one
 head count and one head dim (a multiple of 8, at most 128), an additive mask of q's dtype needing no
 gradient (key length a multiple of 8) or none, any dropout and, when causal, square attention;
 otherwise it declines (THUNDER_DEBUG_CLAIMS=1 says why) and thunder's own choice (ATen's flash or
@@ -194,13 +196,15 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if length == 0 or s == 0:
         return no("empty sequences")
     if any(t.requires_grad for t in qkv) and os.environ.get("THUNDER_CUDNN_TRAINING", "0") != "1":
-        # ATen caches cuDNN's backward graphs per thread by q, k and v's shapes and strides, not by
-        # the output gradient's strides, which the graph bakes in. Eager's backward and thunder's
-        # run in autograd's thread: whichever comes second with the same q, k, v layouts and
-        # another gradient layout reads its gradient through the first one's strides. Inside
-        # jitted models (tools/device_sweep.py, eager first) that gave gradients off by 100% or
-        # more: Whisper, DeepSeek-V3, SD3, Flux, EVA-02, Hiera. Until thunder's calls cannot meet
-        # eager's in that cache, training runs thunder's own fused attention.
+        # Inside jitted models on the H200 (torch 2.11, tools/device_sweep.py, an eager step first)
+        # cuDNN's backward returned gradients 100% off float64's, given inputs consistent with its
+        # forward: Whisper, DeepSeek-V3, SD3, Flux, EVA-02, Hiera; the same calls alone, with the
+        # same shapes, strides and scales, were right. The likely cause (not confirmed on the GPU):
+        # ATen caches cuDNN's backward graphs per thread keyed by q, k and v's shapes and strides,
+        # not by the output gradient's strides, which a graph bakes in, and eager's backward and
+        # thunder's both run in autograd's thread, so the second caller with the same q, k, v
+        # layouts but another gradient layout reads its gradient through the first one's strides.
+        # Training runs thunder's own fused attention (right on all six) until that is settled.
         return no("gradients are taken (cuDNN's backward graph cache is shared with eager's; THUNDER_CUDNN_TRAINING=1 claims it)")
     if length == 1 and s == 1:  # (cuDNN's backward: "s_q = s_kv = 1 is not supported"; MobileViT)
         return no("query and key lengths of 1")

@@ -11,7 +11,9 @@ or float32, where both run the same kernels; on a GPU in a half type thunder tak
 attention) which only this sweep reaches on code we did not write. A half-type run is not equal to
 eager's, so each side is measured against float64: for the output and for every parameter's
 gradient, the norm-wise error |x - x64| / |x64|. thunder passes a tensor when its error is at most
-twice eager's plus two units of the dtype's rounding (a slack for sums rounded in another order).
+twice eager's plus two units of the dtype's rounding (a slack for sums rounded in another order);
+where eager's own error is above 50% the tensor is not compared (ill-conditioned in the dtype:
+BatchNorm over 2 values at a net's 1x1 end) and counted.
 Prints per model: ok / FAIL (the tensors out of bound, the worst first) / ERR (the exception), the
 largest thunder-to-eager error ratio, and the seconds taken. --fx: under thunder.dynamo.thunderfx.
 Models whose thunder.jit refusal hf_sweep.REFUSED lists run under thunderfx.
@@ -144,7 +146,7 @@ def check(name, builder, refused):
     ref_m = copy.deepcopy(model).to(wide_dtype)
     wide = {k: _cast(v, wide_dtype) for k, v in narrow.items()}
     jitted = _wrap(thunder_m, name, refused)
-    bad, worst, secs = [], 0.0, {}
+    bad, worst, secs, vague = [], 0.0, {}, 0
 
     def timed(what, *args):
         torch.manual_seed(0)
@@ -176,12 +178,19 @@ def check(name, builder, refused):
                 bad.append((math.inf, f"{what}: thunder's shape {tuple(t.shape)}, float64's {tuple(r.shape)}"))
                 continue
             et, ee = _err(t, r), _err(e, r)
+            if ee > 0.5:
+                # Eager itself is more than 50% off float64: the tensor is ill-conditioned in this
+                # dtype (a BatchNorm over a batch of 2 at 1x1: its input gradient is 0 in exact
+                # arithmetic, rounding noise in any other); no bar to hold thunder to
+                vague += 1
+                continue
             ratio = et / (2 * ee + FLOOR)
             worst = max(worst, ratio)
             if not ratio <= 1.0:  # (NaN fails too)
                 bad.append((ratio, f"{what}: thunder {et:.3g}, eager {ee:.3g}"))
     bad.sort(key=lambda b: -b[0] if b[0] == b[0] else -math.inf)
-    took = "; s: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())
+    took = (f"; {vague} tensors not compared (eager >50% off float64)" if vague else "") + \
+        "; s: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items())
     if bad:
         return "FAIL", f"worst {worst:.2f}; {len(bad)} out of bound: " + "; ".join(b[1] for b in bad[:6]) + took
     return "ok  ", f"worst {worst:.2f}" + took

@@ -11,7 +11,9 @@ or float32, where both run the same kernels; on a GPU in a half type thunder tak
 attention) which only this sweep reaches on code we did not write. A half-type run is not equal to
 eager's, so each side is measured against float64: for the output and for every parameter's
 gradient, the norm-wise error |x - x64| / |x64|. thunder passes a tensor when its error is at most
-twice eager's plus two units of the dtype's rounding (a slack for sums rounded in another order);
+twice eager's plus two units of the dtype's rounding (a slack for sums rounded in another order),
+where eager's error is the larger of eager's own and that of eager with every weight and input
+moved by about half a rounding (what rounding alone moves this step by: a chaotic net's);
 where eager's own error is above 50% the tensor is not compared (ill-conditioned in the dtype:
 BatchNorm over 2 values at a net's 1x1 end) and counted.
 Prints per model: ok / FAIL (the tensors out of bound, the worst first) / ERR (the exception), the
@@ -107,6 +109,14 @@ def executors():
     return [e for e in thunder.get_default_executors() if e.name not in without] if without else None
 
 
+def _nudge(v):
+    """v with each element moved by about half a rounding step of its dtype, rounded back."""
+    if not torch.is_tensor(v) or not v.is_floating_point():
+        return v
+    eps = torch.finfo(v.dtype).eps
+    return (v.double() * (1 + 0.5 * eps * torch.randn(v.shape, dtype=torch.float64, device=v.device))).to(v.dtype)
+
+
 def _err(x, ref):
     x, ref = x.double(), ref.double()
     return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
@@ -137,6 +147,12 @@ def check(name, builder, refused):
     model = prepare(model).to(DEVICE, DTYPE)
     narrow = {k: _cast(v, DTYPE) for k, v in raw.items()}
     eager_m, thunder_m = model, copy.deepcopy(model)
+    # Eager again with every weight and input moved by about one rounding of the dtype: how far
+    # eager's own result moves when nothing but rounding changes (the step's conditioning)
+    moved_m, moved = copy.deepcopy(model), {k: _nudge(v) for k, v in narrow.items()}
+    with torch.no_grad():
+        for p in moved_m.parameters():
+            p.copy_(_nudge(p))
     wide_dtype = torch.float64
     try:  # the referee: the narrow weights and inputs, widened (tried on a copy: BatchNorm's statistics move)
         probe = copy.deepcopy(model).double()
@@ -165,19 +181,20 @@ def check(name, builder, refused):
             e_out, e_g = timed("eager", eager_m, eager_m, narrow, pick, train)
         except Exception as e:
             return "n/a ", f"eager fails in {DTYPE}: {type(e).__name__}: {str(e).strip()[:200]}"
+        m_out, m_g = timed("eager", moved_m, moved_m, moved, pick, train)
         t_out, t_g = timed("thunder", thunder_m, jitted, narrow, pick, train)
-        pairs = [("output" if train else "eval output", t_out, e_out, r_out)]
+        pairs = [("output" if train else "eval output", t_out, e_out, r_out, m_out)]
         for n in r_g:
             if (t_g[n] is None) != (e_g[n] is None):
                 bad.append((math.inf, f"grad of {n}: thunder {'None' if t_g[n] is None else 'set'}, "
                                       f"eager {'None' if e_g[n] is None else 'set'}"))
             elif r_g[n] is not None and e_g[n] is not None:
-                pairs.append((n, t_g[n], e_g[n], r_g[n]))
-        for what, t, e, r in pairs:
+                pairs.append((n, t_g[n], e_g[n], r_g[n], m_g[n]))
+        for what, t, e, r, mv in pairs:
             if t.shape != r.shape:
                 bad.append((math.inf, f"{what}: thunder's shape {tuple(t.shape)}, float64's {tuple(r.shape)}"))
                 continue
-            et, ee = _err(t, r), _err(e, r)
+            et, ee = _err(t, r), max(_err(e, r), _err(mv, r) if mv is not None else 0.0)
             if ee > 0.5:
                 # Eager itself is more than 50% off float64: the tensor is ill-conditioned in this
                 # dtype (a BatchNorm over a batch of 2 at 1x1: its input gradient is 0 in exact

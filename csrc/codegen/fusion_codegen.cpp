@@ -1666,7 +1666,16 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     s << "    const int64_t n1 = n0 + chunk < L ? n0 + chunk : L;\n";
     emitBases("    ");
     std::string start = "n0";  // of the plain loop
-    if (usesCpuMath(p)) {
+    std::string plain;
+    e.emitNodes(fullOuts, {}, offsetOf, "      ", plain);
+    plain += storeLines(p, false, "out", "row * L + n", "      ", ";\n");
+    // GCC's time grows steeply with a simd loop's length: RWKV's fused backward (a 1,700-line
+    // body, 100 inputs) compiled for more than 5 minutes interleaved, 20 s as one simd loop and
+    // 1.8 s as a plain loop (which -O3 still vectorizes where it can). Long bodies are neither
+    // interleaved nor forced to simd; their per-element work dwarfs what either saves.
+    const size_t bodyLines = static_cast<size_t>(std::count(plain.begin(), plain.end(), '\n'));
+    constexpr size_t kInterleaveMaxLines = 300, kSimdMaxLines = 600;
+    if (usesCpuMath(p) && bodyLines <= kInterleaveMaxLines) {
       // The vectorized math is a long chain of dependent instructions per element (the chain of
       // benchmarks/run.py's cpu_chain: about 280 AVX-512 instructions per 16 elements), longer
       // than the core's out-of-order window: one vector's chain ran at a fifth of the core's
@@ -1703,11 +1712,8 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
       s << "    }\n";
       start = "n0 + " + std::to_string(kInterleave) + " * h";
     }
-    s << "    #pragma omp simd\n    for (int64_t n = " << start << "; n < n1; ++n) {\n";
-    std::string body;
-    e.emitNodes(fullOuts, {}, offsetOf, "      ", body);
-    s << body;
-    s << storeLines(p, false, "out", "row * L + n", "      ", ";\n");
+    if (bodyLines <= kSimdMaxLines) s << "    #pragma omp simd\n";
+    s << "    for (int64_t n = " << start << "; n < n1; ++n) {\n" << plain;
     s << "    }\n  }\n}\n";
     return s.str();
   }

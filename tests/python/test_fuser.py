@@ -1920,3 +1920,22 @@ def test_drop_path_mask_is_one_draw_and_one_kernel():
     dropped = (y == 1).reshape(64, -1).all(1)
     assert bool((kept | dropped).all()), ratio
     assert 30 <= int(kept.sum()) <= 64
+
+
+def _long_chain(x, y):
+    for _ in range(250):
+        x = torch.sin(x) * 0.9 + y
+    return x
+
+
+def test_long_cpu_kernels_are_plain_loops_that_compile_quickly():
+    # GCC's time grows steeply with a simd loop's length: RWKV's fused backward (a 1,700-line
+    # body) compiled for more than 5 minutes as four interleaved simd parts, 1.8 s as a plain
+    # loop. Long bodies are neither interleaved nor forced to simd; short ones keep both (the
+    # golden gelu_chain.cpp).
+    x, y = torch.randn(4, 300), torch.randn(300)
+    (_, source), = _sources(_long_chain, (x, y), "cpp")
+    assert "m3 = n + 3 * h" not in source and "#pragma omp simd" not in source
+    (_, short), = _sources(_programs()["gelu_chain"][0], _programs()["gelu_chain"][1], "cpp")
+    assert "m3 = n + 3 * h" in short and "#pragma omp simd" in short
+    _check(_long_chain, x, y, atol=1e-5, rtol=1e-5)

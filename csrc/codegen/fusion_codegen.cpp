@@ -22,6 +22,7 @@ class Out {
     return *this;
   }
   std::string str() const { return text_; }
+  size_t size() const { return text_.size(); }
 
  private:
   std::string text_;
@@ -713,12 +714,16 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
 }
 
 /// Whether a C++ kernel calls one of the vectorizable float functions of cpu_math.h.
-bool usesCpuMath(const KernelProgram& p) {
+/// The calls to the vectorized math (cpu_math.cpp) a CPU kernel makes per element.
+size_t cpuMathCalls(const KernelProgram& p) {
+  size_t calls = 0;
   for (const KNode& n : p.nodes)
     if (n.kind == KNode::Kind::Op && isF(n.dtype) && n.dtype != DType::Float64 && !cpuMathFunction(n.op).empty())
-      return true;
-  return false;
+      ++calls;
+  return calls;
 }
+
+bool usesCpuMath(const KernelProgram& p) { return cpuMathCalls(p) > 0; }
 
 }  // namespace
 
@@ -1616,6 +1621,7 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
   s << header(p, "C++");
   s << kCppIncludes;
   s << kCppDefs << kPrelude << (usesFloat8(p) ? float8Prelude() : std::string());
+  const size_t mathAt = s.size();  // where a long kernel defines THUNDER_MATH
   if (usesCpuMath(p)) s << cpuMathSource();
   s << kRemainder << kLimits;
   s << "extern \"C\" void " << p.name << "(void* const* inputs, void* const* outputs, const int64_t* g) {\n";
@@ -1669,13 +1675,17 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     std::string plain;
     e.emitNodes(fullOuts, {}, offsetOf, "      ", plain);
     plain += storeLines(p, false, "out", "row * L + n", "      ", ";\n");
-    // GCC's time grows steeply with a simd loop's length: RWKV's fused backward (a 1,700-line
-    // body, 100 inputs) compiled for more than 5 minutes interleaved, 20 s as one simd loop and
-    // 1.8 s as a plain loop (which -O3 still vectorizes where it can). Long bodies are neither
-    // interleaved nor forced to simd; their per-element work dwarfs what either saves.
+    // GCC's time grows steeply with a simd loop's length, and each inlined math call is long:
+    // RWKV's fused backward (a 1,700-line body, 100 inputs) compiled for more than 5 minutes
+    // interleaved, 20 s as one simd loop and 1.8 s as a plain loop (which -O3 still vectorizes
+    // where it can); another of its kernels (24 exp calls, 190 lines) took 61 s interleaved and
+    // 3.8 s as one simd loop. Only short chains with few math calls (cpu_chain's 5, a GELU's 1)
+    // are interleaved, and long bodies are not forced to simd: their per-element work dwarfs
+    // what either saves.
     const size_t bodyLines = static_cast<size_t>(std::count(plain.begin(), plain.end(), '\n'));
-    constexpr size_t kInterleaveMaxLines = 300, kSimdMaxLines = 600;
-    if (usesCpuMath(p) && bodyLines <= kInterleaveMaxLines) {
+    constexpr size_t kInterleaveMaxLines = 300, kInterleaveMaxMath = 8, kSimdMaxLines = 600;
+    const size_t mathCalls = cpuMathCalls(p);
+    if (mathCalls > 0 && mathCalls <= kInterleaveMaxMath && bodyLines <= kInterleaveMaxLines) {
       // The vectorized math is a long chain of dependent instructions per element (the chain of
       // benchmarks/run.py's cpu_chain: about 280 AVX-512 instructions per 16 elements), longer
       // than the core's out-of-order window: one vector's chain ran at a fifth of the core's
@@ -1715,7 +1725,12 @@ std::string emitCpp(const KernelProgram& p, const std::string& innerStrides) {
     if (bodyLines <= kSimdMaxLines) s << "    #pragma omp simd\n";
     s << "    for (int64_t n = " << start << "; n < n1; ++n) {\n" << plain;
     s << "    }\n  }\n}\n";
-    return s.str();
+    std::string code = s.str();
+    // A plain loop gains nothing from inlined math, and hundreds of inlined copies are slow to
+    // compile: GCC inlines what its limits allow (the same functions: the same results)
+    if (bodyLines > kSimdMaxLines && mathCalls > 0)
+      code.insert(mathAt, "#define THUNDER_MATH static inline\n");
+    return code;
   }
   // Column sums: each thread adds into its own row of sums, then the rows are added.
   bool columns = !colOuts.empty();

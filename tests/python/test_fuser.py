@@ -1936,6 +1936,19 @@ def test_long_cpu_kernels_are_plain_loops_that_compile_quickly():
     x, y = torch.randn(4, 300), torch.randn(300)
     (_, source), = _sources(_long_chain, (x, y), "cpp")
     assert "m3 = n + 3 * h" not in source and "#pragma omp simd" not in source
+    assert "#define THUNDER_MATH static inline\n" in source  # (GCC chooses what to inline)
     (_, short), = _sources(_programs()["gelu_chain"][0], _programs()["gelu_chain"][1], "cpp")
     assert "m3 = n + 3 * h" in short and "#pragma omp simd" in short
+    assert "#define THUNDER_MATH static inline\n" not in short
+    # A short body with many math calls (RWKV: 24 exp calls, 61 s to compile interleaved, 3.8 s as
+    # one simd loop): one simd loop
+    (_, many), = _sources(_many_exps, (x, y), "cpp")
+    assert "m3 = n + 3 * h" not in many and "#pragma omp simd" in many
     _check(_long_chain, x, y, atol=1e-5, rtol=1e-5)
+    _check(_many_exps, x, y, atol=1e-5, rtol=1e-5)
+
+
+def _many_exps(x, y):
+    for _ in range(12):
+        x = torch.exp(x * 0.1) - y
+    return x

@@ -713,8 +713,7 @@ std::vector<std::vector<int>> reductionsByPhase(const KernelProgram& p) {
   return out;
 }
 
-/// Whether a C++ kernel calls one of the vectorizable float functions of cpu_math.h.
-/// The calls to the vectorized math (cpu_math.cpp) a CPU kernel makes per element.
+/// The calls to the vectorizable float functions of cpu_math.h a C++ kernel makes per element.
 size_t cpuMathCalls(const KernelProgram& p) {
   size_t calls = 0;
   for (const KNode& n : p.nodes)
@@ -723,6 +722,7 @@ size_t cpuMathCalls(const KernelProgram& p) {
   return calls;
 }
 
+/// Whether a C++ kernel calls one of them.
 bool usesCpuMath(const KernelProgram& p) { return cpuMathCalls(p) > 0; }
 
 }  // namespace

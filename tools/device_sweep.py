@@ -200,7 +200,7 @@ def check(name, builder, refused):
                 continue
             f = floor if what in r_g else 1e-30
             et, ee = _err(t, r, f), max(_err(e, r, f), _err(mv, r, f) if mv is not None else 0.0)
-            if ee > 0.5:
+            if not ee <= 0.5:  # (NaN too: eager's or float64's own result is NaN there)
                 # Eager itself is more than 50% off float64: the tensor is ill-conditioned in this
                 # dtype (a BatchNorm over a batch of 2 at 1x1: its input gradient is 0 in exact
                 # arithmetic, rounding noise in any other); no bar to hold thunder to

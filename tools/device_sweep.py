@@ -176,7 +176,7 @@ def check(name, builder, refused):
         return r
 
     for train in (True, False):
-        for m in (ref_m, eager_m, thunder_m):
+        for m in (ref_m, eager_m, moved_m, thunder_m):
             m.train(train)
         r_out, r_g = timed("float64", ref_m, ref_m, wide, pick, train)
         try:

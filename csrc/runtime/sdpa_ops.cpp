@@ -3,9 +3,21 @@
 // only) the forward returns the kernels' random state and the backward passes it back, so that
 // the same elements are dropped; without, the backward gets an unused placeholder.
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
+#include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 
 #include "executors/executor.h"
 #include "ir/error.h"
@@ -164,8 +176,8 @@ bool sameLayout(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-/// The output gradient in the output's layout, which cuDNN's backward reads (ATen copies it there
-/// otherwise): it usually arrives as the transpose of the output projection's [B, T, H*D]
+/// The output gradient in the output's layout (the one cuDNN reads fastest, and the one every
+/// backward graph in thunder's cache was built for: see OwnThread): it usually arrives as the transpose of the output projection's [B, T, H*D]
 /// gradient while the output is [B, H, T, D]. 16-bit values move four at a time, as 8-byte words
 /// (ATen's copy of a permuted bfloat16 tensor moves one element per load).
 at::Tensor gradLikeOut(const at::Tensor& grad, const at::Tensor& out) {
@@ -196,6 +208,84 @@ const std::pair<at::Tensor, at::Tensor>& noDropoutState(const c10::Device& devic
   return it->second;
 }
 
+/// A thread that runs one task at a time for its callers, each caller waiting for its task.
+///
+/// Why cuDNN's attention backward runs on one: ATen caches cuDNN's backward graphs per thread,
+/// keyed on q, k and v's sizes and strides (and the mask's, causality, dropout). A graph also fixes
+/// the strides of the output and of the output gradient, which the key leaves out. A call whose
+/// q, k and v are laid out as an earlier call's, but whose output gradient is not, runs the earlier
+/// call's graph, which reads the gradient with the wrong strides: gradients 140% off, silently
+/// (H200, torch 2.11, cuDNN 9). Eager's backward and thunder's both run in autograd's thread and
+/// hand cuDNN the gradient in different layouts (eager as autograd made it, often a transposed
+/// view; thunder in the output's), so each could poison the other's graphs: it happened inside
+/// Whisper, SD3, Flux and DeepSeek-V3 after an eager step. On this thread only thunder's calls
+/// build graphs, each with the gradient in the output's layout, which ATen allocates after q's,
+/// which is in the key: every graph in this thread's cache fits every call that finds it.
+class OwnThread {
+ public:
+  OwnThread() { std::thread([this] { loop(); }).detach(); }
+
+  /// Runs `task` on the thread (the caller's thread-local ATen state, device and stream with it)
+  /// and returns when it is done, rethrowing what it threw.
+  void run(const c10::Device& device, const std::function<void()>& task) {
+    at::ThreadLocalState state;
+    c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    std::function<void()> wrapped = [&] {
+      at::ThreadLocalStateGuard stateGuard(state);
+      c10::StreamGuard streamGuard(stream);
+      task();
+    };
+    std::lock_guard<std::mutex> one(callers_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    task_ = &wrapped;
+    error_ = nullptr;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return task_ == nullptr; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [this] { return task_ != nullptr; });
+      try {
+        (*task_)();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      task_ = nullptr;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex callers_;  // one task at a time
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  const std::function<void()>* task_ = nullptr;
+  std::exception_ptr error_;
+};
+
+/// The process's thread for cuDNN's attention backward. A child process after fork has none of
+/// its parent's threads, and starts its own. Never destroyed: the thread waits for tasks until
+/// the process exits.
+OwnThread& cudnnBackwardThread() {
+  static std::mutex mutex;
+  static OwnThread* thread = nullptr;
+  static long owner = 0;
+#if defined(__unix__) || defined(__APPLE__)
+  long pid = static_cast<long>(::getpid());
+#else
+  long pid = 0;
+#endif
+  std::lock_guard<std::mutex> lock(mutex);
+  if (thread == nullptr || owner != pid) {
+    thread = new OwnThread();
+    owner = pid;
+  }
+  return *thread;
+}
+
 // cudnn_sdpa_bwd(grad, query, key, value, out, logsumexp, is_causal, scale, attn_mask=None,
 //                dropout_p=0.0, rng_seed=None, rng_offset=None) -> (dq, dk, dv)
 c10::IValue cudnnBackward(K& a) {
@@ -209,9 +299,21 @@ c10::IValue cudnnBackward(K& a) {
   } else {
     std::tie(seed, offset) = noDropoutState(q.device());
   }
-  auto [dq, dk, dv] = at::_scaled_dot_product_cudnn_attention_backward(
-      gradLikeOut(a.t(0), out), q, k, v, out, lse, seed, offset, cudnnBias(a, 8, q, k).value_or(at::Tensor()), at::Tensor(),
-      at::Tensor(), q.size(2), k.size(2), dropout, a.b(6), optScale(a, 7));
+  const at::Tensor grad = gradLikeOut(a.t(0), out), bias = cudnnBias(a, 8, q, k).value_or(at::Tensor());
+  const bool causal = a.b(6);
+  const auto scale = optScale(a, 7);
+  at::Tensor dq, dk, dv;
+  auto call = [&] {
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_cudnn_attention_backward(
+        grad, q, k, v, out, lse, seed, offset, bias, at::Tensor(), at::Tensor(), q.size(2), k.size(2), dropout, causal,
+        scale);
+  };
+  // Under a Python dispatch mode or with tensor subclasses the call may need the GIL, which the
+  // caller holds: those run here (their graphs are not cuDNN's anyway).
+  if (c10::impl::dispatch_mode_enabled() || q.key_set().has(c10::DispatchKey::Python))
+    call();
+  else
+    cudnnBackwardThread().run(q.device(), call);
   return tuple({dq, dk, dv});
 }
 

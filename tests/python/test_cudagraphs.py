@@ -85,6 +85,31 @@ def test_module_sees_optimizer_steps_between_replays():
 
 
 @cuda
+def test_training_attention_under_graphs_matches_float64():
+    # cuDNN's attention backward runs on thunder's own thread (cudnnex._on_own_thread), which a
+    # capture on the caller's stream must take in: its kernels land on that stream.
+    from thunder.executors.cudnnex import cudnn_available
+
+    if not cudnn_available():
+        pytest.skip("this PyTorch has no cuDNN")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda") for _ in range(3))
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).float().square().sum()
+
+    jf = thunder.jit(f, plugins="reduce-overhead")
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    f(*ref).backward()
+    for _ in range(5):
+        ins = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+        jf(*ins).backward()
+        for a, r in zip(ins, ref):
+            assert ((a.grad.double() - r.grad).norm() / r.grad.norm()).item() < 0.02
+    assert "cudnn_sdpa_bwd(" in str(thunder.last_backward_traces(jf)[-1])
+
+
+@cuda
 def test_kv_cache_decode_under_graphs():
     import sys, os
     sys.path.insert(0, os.path.dirname(__file__))

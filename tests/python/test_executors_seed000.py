@@ -381,8 +381,6 @@ def test_cudnn_sdpa_with_cpu_tensors_falls_back(monkeypatch, capfd):
 def test_cudnn_sdpa_matches_float64(dtype, causal, shape, monkeypatch):
     from thunder.executors.cudnnex import cudnn_available, cudnn_ex
 
-    monkeypatch.setenv("THUNDER_CUDNN_TRAINING", "1")  # (its backward, opted in)
-
     if not cudnn_available():
         pytest.skip("this PyTorch has no cuDNN")
     q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))

@@ -4,9 +4,7 @@ backward (ATen's _scaled_dot_product_cudnn_attention and its backward).
     from thunder.executors.cudnnex import cudnn_ex
     thunder.jit(fn, executors=[cudnn_ex])     # or executors=["cudnn"]
 
-By default it claims attention only where no gradient is taken (inference; the reason is in
-`_checker`); THUNDER_CUDNN_TRAINING=1 claims training too. It claims
-`ltorch.scaled_dot_product_attention` for 4-D bfloat16 / float16 q, k, v on CUDA with one
+It claims `ltorch.scaled_dot_product_attention` for 4-D bfloat16 / float16 q, k, v on CUDA with one
 head count and one head dim (a multiple of 8, at most 128), an additive mask of q's dtype needing no
 gradient (key length a multiple of 8) or none, any dropout and, when causal, square attention;
 otherwise it declines (THUNDER_DEBUG_CLAIMS=1 says why) and thunder's own choice (ATen's flash or
@@ -18,8 +16,18 @@ memory-efficient kernels, or the decomposition) runs. Traces print
 and `t0 = cudnn_sdpa(q, k, v, True, None)` where no gradient is taken. t1 is the float32
 logsumexp (B, H, L, 1) that the backward reads instead of the probabilities; with a mask or
 dropout both take them as trailing arguments, and with dropout the forward also returns the
-kernel's random state (seed, offset), which the backward reads to drop the same elements. Eager picks this kernel for BERT's and GPT-2's masked attention with dropout on an H200;
-ATen's memory-efficient kernel took 17.4 ms of a GPT-2 step where this one takes about 3.
+kernel's random state (seed, offset), which the backward reads to drop the same elements.
+THUNDER_CUDNN_TRAINING=0 leaves training (attention whose gradient is taken) to the other kernels.
+
+The backward runs on a thread of its own (`_on_own_thread`; the C++ kernel likewise): ATen caches
+cuDNN's backward graphs per thread keyed on q, k and v's layouts but not on the output gradient's,
+which a graph also fixes, and eager's backward hands cuDNN the gradient in other layouts than
+thunder's in the same thread (autograd's). Sharing the cache, each poisoned the other's graphs:
+gradients 100% off inside Whisper, SD3, Flux and DeepSeek-V3 after an eager step (H200, torch
+2.11), and eager's after thunder's in a plain-PyTorch reproduction.
+
+Eager picks this kernel for BERT's and GPT-2's masked attention with dropout on an H200; ATen's
+memory-efficient kernel took 17.4 ms of a GPT-2 step where this one takes about 3.
 On an H100, eager PyTorch picks this kernel for causal bf16 attention; it ran the [4, 32, 2048, 128]
 forward+backward in 1.15 ms against 2.12 ms for ATen's flash kernel.
 """
@@ -116,8 +124,8 @@ def _same_layout(a, b) -> bool:
 
 
 def _grad_like_out(grad, out):
-    """The output gradient in the output's memory layout, which cuDNN's backward reads (ATen copies
-    it there otherwise). The gradient usually arrives as the transpose of the output projection's
+    """The output gradient in the output's memory layout, the one every backward graph on thunder's
+    thread was built for (`_on_own_thread`). The gradient usually arrives as the transpose of the output projection's
     [B, T, H*D] gradient while the output is [B, H, T, D]: the copy moves the head dim's 16-bit
     values four at a time (as 8-byte words; ATen's copy of a permuted bfloat16 tensor moves one
     element per load)."""
@@ -133,13 +141,38 @@ def _grad_like_out(grad, out):
     return dst.copy_(grad)
 
 
+_OWN_THREAD: list = []  # [(pid, executor)]: a child process after fork starts its own
+
+
+def _on_own_thread(fn, device):
+    """fn() run on thunder's thread for cuDNN's attention backward, on the caller's CUDA stream.
+    ATen's cache of cuDNN backward graphs is per thread and keyed on q, k and v's layouts only; a
+    graph also fixes the output gradient's layout, which thunder always passes as the output's (and
+    ATen allocates the output after q), so that on this thread every cached graph fits every call
+    that finds it, whatever eager's backward cached in autograd's thread (the C++ kernel's
+    `OwnThread` says more). Under a dispatch mode fn runs here (the mode is this thread's)."""
+    if torch._C._len_torch_dispatch_stack() > 0:
+        return fn()
+    import concurrent.futures
+
+    if not _OWN_THREAD or _OWN_THREAD[0][0] != os.getpid():
+        _OWN_THREAD[:] = [(os.getpid(), concurrent.futures.ThreadPoolExecutor(1, "thunder-cudnn-backward"))]
+    stream = torch.cuda.current_stream(device)
+
+    def task():
+        with torch.cuda.device(device), torch.cuda.stream(stream), torch.no_grad():
+            return fn()
+
+    return _OWN_THREAD[0][1].submit(task).result()
+
+
 def _bwd_impl(grad, query, key, value, out, logsumexp, is_causal, scale, attn_mask=None, dropout_p=0.0,
               rng_seed=None, rng_offset=None):
     seed, offset = (rng_seed, rng_offset) if dropout_p != 0.0 else _no_dropout_state(query.device)
-    dq, dk, dv = _aten._scaled_dot_product_cudnn_attention_backward(
-        _grad_like_out(grad, out), _dense(query), _dense(key), _dense(value), out, logsumexp, seed, offset,
-        _bias(attn_mask, query, key), None, None, query.shape[2], key.shape[2], dropout_p, is_causal, scale=scale,
-    )
+    args = (_grad_like_out(grad, out), _dense(query), _dense(key), _dense(value), out, logsumexp, seed, offset,
+            _bias(attn_mask, query, key), None, None, query.shape[2], key.shape[2], dropout_p, is_causal)
+    dq, dk, dv = _on_own_thread(
+        lambda: _aten._scaled_dot_product_cudnn_attention_backward(*args, scale=scale), query.device)
     return dq, dk, dv
 
 
@@ -195,17 +228,8 @@ def _checker(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
         return no(f"head dim {e} (a multiple of 8, at most 128)")
     if length == 0 or s == 0:
         return no("empty sequences")
-    if any(t.requires_grad for t in qkv) and os.environ.get("THUNDER_CUDNN_TRAINING", "0") != "1":
-        # Inside jitted models on the H200 (torch 2.11, tools/device_sweep.py, an eager step first)
-        # cuDNN's backward returned gradients 100% off float64's, given inputs consistent with its
-        # forward: Whisper, DeepSeek-V3, SD3, Flux, EVA-02, Hiera; the same calls alone, with the
-        # same shapes, strides and scales, were right. The likely cause (not confirmed on the GPU):
-        # ATen caches cuDNN's backward graphs per thread keyed by q, k and v's shapes and strides,
-        # not by the output gradient's strides, which a graph bakes in, and eager's backward and
-        # thunder's both run in autograd's thread, so the second caller with the same q, k, v
-        # layouts but another gradient layout reads its gradient through the first one's strides.
-        # Training runs thunder's own fused attention (right on all six) until that is settled.
-        return no("gradients are taken (cuDNN's backward graph cache is shared with eager's; THUNDER_CUDNN_TRAINING=1 claims it)")
+    if any(t.requires_grad for t in qkv) and os.environ.get("THUNDER_CUDNN_TRAINING", "1") == "0":
+        return no("gradients are taken, and THUNDER_CUDNN_TRAINING=0")
     if length == 1 and s == 1:  # (cuDNN's backward: "s_q = s_kv = 1 is not supported"; MobileViT)
         return no("query and key lengths of 1")
     if attn_mask is not None:

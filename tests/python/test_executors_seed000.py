@@ -408,11 +408,24 @@ def test_cudnn_sdpa_is_a_default_executor_on_cuda():
         jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, True))
         jf(q, k, v)
     assert "cudnn_sdpa(" in str(thunder.last_traces(jf)[-1])
-    # Training takes thunder's own fused attention by default (cudnnex._checker says why)
+    jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, True))
+    jf(q, k, v).sum().backward()
+    assert "cudnn_sdpa_fwd(" in str(thunder.last_traces(jf)[-1])
+    assert "cudnn_sdpa_bwd(" in str(thunder.last_backward_traces(jf)[-1])
+
+
+@needs_cuda
+def test_cudnn_training_can_be_left_to_the_other_kernels(monkeypatch):
+    from thunder.executors.cudnnex import cudnn_available
+
+    if not cudnn_available():
+        pytest.skip("this PyTorch has no cuDNN")
+    monkeypatch.setenv("THUNDER_CUDNN_TRAINING", "0")
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     jf = thunder.jit(lambda a, b, c: sdpa(a, b, c, True))
     jf(q, k, v).sum().backward()
     assert "cudnn_sdpa" not in str(thunder.last_traces(jf)[-1])
-    assert "cudnn_sdpa_bwd(" not in str(thunder.last_backward_traces(jf)[-1])
+    assert "sdpaex.fused_attention_backward(" in str(thunder.last_backward_traces(jf)[-1])
 
 
 def test_default_executors_without_cuda_are_the_fuser_alone():

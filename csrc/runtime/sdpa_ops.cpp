@@ -153,6 +153,133 @@ std::optional<double> optScale(K& a, size_t i) {
   return a.none(i) ? std::nullopt : std::optional<double>(a.d(i));
 }
 
+/// A thread that runs one task at a time for its callers, each caller waiting for its task.
+///
+/// Why cuDNN's attention backward runs on one: ATen caches cuDNN's backward graphs per thread,
+/// keyed on q, k and v's sizes and strides (and the mask's, causality, dropout). A graph also fixes
+/// the strides of the output and of the output gradient, which the key leaves out. A call whose
+/// q, k and v are laid out as an earlier call's, but whose output gradient is not, runs the earlier
+/// call's graph, which reads the gradient with the wrong strides: gradients 140% off, silently
+/// (H200, torch 2.11, cuDNN 9). Eager's backward and thunder's both run in autograd's thread and
+/// hand cuDNN the gradient in different layouts (eager as autograd made it, often a transposed
+/// view; thunder in the output's), so each could poison the other's graphs: it happened inside
+/// Whisper, SD3, Flux and DeepSeek-V3 after an eager step. On this thread only thunder's calls
+/// build graphs, each with the gradient in the output's layout, which ATen allocates after q's,
+/// which is in the key: every graph in this thread's cache fits every call that finds it.
+class OwnThread {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  OwnThread() { std::thread([this] { loop(); }).detach(); }
+
+  /// Runs `task` on the thread (the caller's thread-local ATen state, device and stream with it)
+  /// and returns when it is done, rethrowing what it threw.
+  void run(const c10::Device& device, const std::function<void()>& task) {
+    at::ThreadLocalState state;
+    c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+    std::function<void()> wrapped = [&] {
+      at::ThreadLocalStateGuard stateGuard(state);
+      c10::StreamGuard streamGuard(stream);
+      task();
+    };
+    std::lock_guard<std::mutex> one(callers_);
+    error_ = nullptr;
+    done_.store(false);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // (a sleeping thread sees it)
+      task_.store(&wrapped);
+    }
+    changed_.notify_all();
+    if (!spinUntil(Clock::now() + kSpin, [this] { return done_.load(std::memory_order_acquire); })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return done_.load(); });
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  /// Keeps the thread awake (spinning, not sleeping) for `d` from now, so that a task coming
+  /// within that time starts at once: the forward calls this for the backward to come.
+  void wake(Clock::duration d) {
+    const int64_t until = (Clock::now() + d).time_since_epoch().count();
+    if (awakeUntil_.load(std::memory_order_relaxed) >= until) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (awakeUntil_.load() < until) awakeUntil_.store(until);
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  /// Waking a sleeping thread took 180 us per round trip on a 2-core VM (and added 4 ms of host
+  /// time to BERT's training step on the H200, 12 attention backwards). Both sides spin a while
+  /// first: the caller for its task (tens of microseconds once cuDNN's graph is built), the thread
+  /// for the next task (the next layer's, a millisecond or so later) and, after `wake`, for the
+  /// backward's first.
+  static constexpr auto kSpin = std::chrono::milliseconds(2);
+
+  template <typename Ready>
+  static bool spinUntil(Clock::time_point until, Ready ready) {
+    while (!ready()) {
+      if (Clock::now() > until) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
+  Clock::time_point awakeUntil() const { return Clock::time_point(Clock::duration(awakeUntil_.load())); }
+
+  void loop() {
+    for (;;) {
+      auto hasTask = [this] { return task_.load(std::memory_order_acquire) != nullptr; };
+      while (!spinUntil(awakeUntil(), hasTask)) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return hasTask() || awakeUntil() > Clock::now(); });
+      }
+      try {
+        (*task_.load())();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      task_.store(nullptr);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);  // (a sleeping caller sees it)
+        done_.store(true, std::memory_order_release);
+        const int64_t until = (Clock::now() + kSpin).time_since_epoch().count();
+        if (awakeUntil_.load() < until) awakeUntil_.store(until);
+      }
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex callers_;  // one task at a time
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::atomic<const std::function<void()>*> task_{nullptr};
+  std::atomic<bool> done_{false};
+  std::atomic<int64_t> awakeUntil_{0};  // Clock ticks: spin, not sleep, until then
+  std::exception_ptr error_;  // written by the thread before done_, read by the caller after
+};
+
+/// The process's thread for cuDNN's attention backward. A child process after fork has none of
+/// its parent's threads, and starts its own. Never destroyed: the thread waits for tasks until
+/// the process exits.
+OwnThread& cudnnBackwardThread() {
+  static std::mutex mutex;
+  static OwnThread* thread = nullptr;
+  static long owner = 0;
+#if defined(__unix__) || defined(__APPLE__)
+  long pid = static_cast<long>(::getpid());
+#else
+  long pid = 0;
+#endif
+  std::lock_guard<std::mutex> lock(mutex);
+  if (thread == nullptr || owner != pid) {
+    thread = new OwnThread();
+    owner = pid;
+  }
+  return *thread;
+}
+
 auto cudnnAttention(K& a, bool logsumexp) {
   const at::Tensor q = denseLastDim(a.t(0)), k = denseLastDim(a.t(1)), v = denseLastDim(a.t(2));
   double dropout = a.v.size() > 6 ? a.d(6) : 0.0;
@@ -163,6 +290,7 @@ auto cudnnAttention(K& a, bool logsumexp) {
 // cudnn_sdpa_fwd(query, key, value, is_causal, scale, attn_mask=None, dropout_p=0.0)
 //   -> (out, logsumexp) or, with dropout, (out, logsumexp, seed, offset)
 c10::IValue cudnnForward(K& a) {
+  cudnnBackwardThread().wake(std::chrono::milliseconds(5));  // (for the backward's first call)
   auto r = cudnnAttention(a, true);
   if (a.v.size() <= 6 || a.d(6) == 0.0) return tuple({std::get<0>(r), std::get<1>(r)});
   return tuple({std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r)});
@@ -208,113 +336,6 @@ const std::pair<at::Tensor, at::Tensor>& noDropoutState(const c10::Device& devic
     it = states->emplace(key, std::make_pair(at::zeros({}, opts), at::zeros({}, opts))).first;
   }
   return it->second;
-}
-
-/// A thread that runs one task at a time for its callers, each caller waiting for its task.
-///
-/// Why cuDNN's attention backward runs on one: ATen caches cuDNN's backward graphs per thread,
-/// keyed on q, k and v's sizes and strides (and the mask's, causality, dropout). A graph also fixes
-/// the strides of the output and of the output gradient, which the key leaves out. A call whose
-/// q, k and v are laid out as an earlier call's, but whose output gradient is not, runs the earlier
-/// call's graph, which reads the gradient with the wrong strides: gradients 140% off, silently
-/// (H200, torch 2.11, cuDNN 9). Eager's backward and thunder's both run in autograd's thread and
-/// hand cuDNN the gradient in different layouts (eager as autograd made it, often a transposed
-/// view; thunder in the output's), so each could poison the other's graphs: it happened inside
-/// Whisper, SD3, Flux and DeepSeek-V3 after an eager step. On this thread only thunder's calls
-/// build graphs, each with the gradient in the output's layout, which ATen allocates after q's,
-/// which is in the key: every graph in this thread's cache fits every call that finds it.
-class OwnThread {
- public:
-  OwnThread() { std::thread([this] { loop(); }).detach(); }
-
-  /// Runs `task` on the thread (the caller's thread-local ATen state, device and stream with it)
-  /// and returns when it is done, rethrowing what it threw.
-  void run(const c10::Device& device, const std::function<void()>& task) {
-    at::ThreadLocalState state;
-    c10::Stream stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
-    std::function<void()> wrapped = [&] {
-      at::ThreadLocalStateGuard stateGuard(state);
-      c10::StreamGuard streamGuard(stream);
-      task();
-    };
-    std::lock_guard<std::mutex> one(callers_);
-    error_ = nullptr;
-    done_.store(false);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);  // (a sleeping thread sees it)
-      task_.store(&wrapped);
-    }
-    changed_.notify_all();
-    if (!spinUntil([this] { return done_.load(std::memory_order_acquire); })) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return done_.load(); });
-    }
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  /// Waking a sleeping thread took 180 us per round trip (a 2-core VM; BERT's 12 attention
-  /// backwards cost 4 ms of host time per step on the H200 so). Each side spins a while first:
-  /// the caller for the task (tens of microseconds once cuDNN's graph is built), the thread for the
-  /// next task (the backward's next attention layer, a millisecond or so later).
-  static constexpr auto kSpin = std::chrono::milliseconds(2);
-
-  template <typename Ready>
-  static bool spinUntil(Ready ready) {
-    auto until = std::chrono::steady_clock::now() + kSpin;
-    while (!ready()) {
-      if (std::chrono::steady_clock::now() > until) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  }
-
-  void loop() {
-    for (;;) {
-      if (!spinUntil([this] { return task_.load(std::memory_order_acquire) != nullptr; })) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [this] { return task_.load() != nullptr; });
-      }
-      try {
-        (*task_.load())();
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      task_.store(nullptr);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);  // (a sleeping caller sees it)
-        done_.store(true, std::memory_order_release);
-      }
-      changed_.notify_all();
-    }
-  }
-
-  std::mutex callers_;  // one task at a time
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::atomic<const std::function<void()>*> task_{nullptr};
-  std::atomic<bool> done_{false};
-  std::exception_ptr error_;  // written by the thread before done_, read by the caller after
-};
-
-/// The process's thread for cuDNN's attention backward. A child process after fork has none of
-/// its parent's threads, and starts its own. Never destroyed: the thread waits for tasks until
-/// the process exits.
-OwnThread& cudnnBackwardThread() {
-  static std::mutex mutex;
-  static OwnThread* thread = nullptr;
-  static long owner = 0;
-#if defined(__unix__) || defined(__APPLE__)
-  long pid = static_cast<long>(::getpid());
-#else
-  long pid = 0;
-#endif
-  std::lock_guard<std::mutex> lock(mutex);
-  if (thread == nullptr || owner != pid) {
-    thread = new OwnThread();
-    owner = pid;
-  }
-  return *thread;
 }
 
 // cudnn_sdpa_bwd(grad, query, key, value, out, logsumexp, is_causal, scale, attn_mask=None,

@@ -362,7 +362,10 @@ c10::IValue cudnnBackward(K& a) {
   };
   // Under a Python dispatch mode or with tensor subclasses the call may need the GIL, which the
   // caller holds: those run here (their graphs are not cuDNN's anyway).
-  if (c10::impl::dispatch_mode_enabled() || q.key_set().has(c10::DispatchKey::Python))
+  bool python = c10::impl::dispatch_mode_enabled();
+  for (const at::Tensor* t : {&grad, &q, &k, &v, &out, &lse})
+    python = python || t->key_set().has(c10::DispatchKey::Python);
+  if (python)
     call();
   else
     cudnnBackwardThread().run(q.device(), call);

@@ -133,6 +133,12 @@ class _CompilingFlag:
             patches.append((scan, "associative_scan", _associative_scan_for(scan.associative_scan)))
         except ImportError:
             pass
+        # Module backward hooks (register_full_backward_hook, register_full_backward_pre_hook,
+        # register_backward_hook, their global forms): PyTorch sets them up on the autograd graph
+        # of the module's call, which a trace has none of: they would silently never run.
+        module = pytorch.nn.Module
+        for name in ("_get_backward_hooks", "_get_backward_pre_hooks"):
+            patches.append((module, name, _backward_hooks_refused(module.__dict__[name])))
         # Factories given a symbolic size (torch.zeros(n, 4)): PyTorch's argument parser takes
         # only ints in a size, before any torch function mode sees the call.
         for name in _SIZED_TORCH_FACTORIES:
@@ -248,6 +254,30 @@ class _CheckpointTraced:
     def apply(function, preserve_rng_state, *args):
         with _checkpointed():
             return function(*args)
+
+
+def _backward_hooks_refused(original):
+    """nn.Module._get_backward_hooks (or _get_backward_pre_hooks) while a program is traced: a
+    module call under grad mode with backward hooks is refused with a message naming it."""
+
+    def get(self):
+        hooks = original(self)
+        found = any(hooks) if isinstance(hooks, tuple) else bool(hooks)
+        if found and pytorch.is_grad_enabled():
+            from thunder.core.guards import user_location
+
+            where = user_location()
+            raise NotImplementedError(
+                f"thunder.jit: the {type(self).__name__} module has backward hooks (register_full_backward_hook, "
+                "register_full_backward_pre_hook, register_backward_hook or a global one), which thunder.jit does "
+                "not run: its backward is one compiled program, with no autograd graph per module for them"
+                + (f" (called at {where})" if where else "")
+                + ". Under thunder.dynamo.thunderfx(model) they run, as in eager; so do hooks on the parameters "
+                "and on the jitted call's inputs and outputs (Tensor.register_hook)."
+            )
+        return hooks
+
+    return get
 
 
 def _function_apply_for(original):

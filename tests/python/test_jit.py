@@ -815,3 +815,102 @@ def test_is_contiguous_answers_as_eager(view):
     assert torch.equal(got[1], expected[1]), (got[1], expected[1])
     torch.testing.assert_close(got[0], expected[0])
     assert got[0].stride() == expected[0].stride()
+
+
+# ---- hooks --------------------------------------------------------------------------------------
+# thunder's backward is one compiled program: a module's backward hooks and a hook on a tensor the
+# program computes have no autograd graph to sit on. They are refused with a message, never
+# dropped; hooks on what enters and leaves the jitted call run as in eager.
+
+HOOKED_MODULES = [
+    ("full", lambda m: m.register_full_backward_hook(lambda mod, gi, go: None)),
+    ("full_pre", lambda m: m.register_full_backward_pre_hook(lambda mod, go: None)),
+    ("non_full", lambda m: m.register_backward_hook(lambda mod, gi, go: None)),
+]
+
+
+@pytest.mark.parametrize("root", [False, True], ids=["submodule", "root"])
+@pytest.mark.parametrize("name,hook", HOOKED_MODULES, ids=[c[0] for c in HOOKED_MODULES])
+def test_module_backward_hooks_are_refused_not_dropped(name, hook, root):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    handle = hook(model if root else model[0])
+    x = torch.randn(3, 4)
+    with pytest.raises(NotImplementedError, match=rf"the {'Sequential' if root else 'Linear'} module has backward hooks"):
+        thunder.jit(model)(x)
+    with torch.no_grad():  # (no backward: eager sets no hook up either)
+        torch.testing.assert_close(thunder.jit(model)(x), model(x))
+    handle.remove()
+    torch.testing.assert_close(thunder.jit(model)(x), model(x))
+
+
+def test_global_module_backward_hooks_are_refused():
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda mod, gi, go: None)
+    try:
+        with pytest.raises(NotImplementedError, match="module has backward hooks"):
+            thunder.jit(torch.nn.Linear(4, 2))(torch.randn(3, 4))
+    finally:
+        handle.remove()
+
+
+def test_module_forward_hooks_run_as_in_eager():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).double()
+    model.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    model[0].register_forward_hook(lambda mod, args, out: out.tanh())
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    jm = thunder.jit(model)
+    torch.testing.assert_close(jm(x2), model(x))
+    model(x).sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    jm(x2).sum().backward()
+    torch.testing.assert_close([p.grad for p in model.parameters()], expected)
+    torch.testing.assert_close(x2.grad, x.grad)
+
+
+def test_tensor_hook_inside_the_program_is_refused():
+    def f(x):
+        y = x * 2
+        y.register_hook(lambda g: g * 3)
+        return (y * y).sum()
+
+    with pytest.raises(NotImplementedError, match=r"Tensor.register_hook on a tensor the program computes"):
+        thunder.jit(f)(torch.randn(4, requires_grad=True))
+
+
+def test_hooks_on_parameters_inputs_and_outputs_run():
+    model = torch.nn.Linear(4, 2).double()
+    seen = []
+    model.weight.register_hook(lambda g: seen.append("weight") or g * 0)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x.register_hook(lambda g: seen.append("input") or g * 2)
+    out = thunder.jit(model)(x)
+    out.register_hook(lambda g: seen.append("output") or g * 5)
+    out.sum().backward()
+    assert sorted(seen) == ["input", "output", "weight"]
+    assert bool((model.weight.grad == 0).all())
+    torch.testing.assert_close(model.bias.grad, torch.full((2,), 15.0, dtype=torch.float64))
+    torch.testing.assert_close(x.grad, 10 * model.weight.detach().sum(0).expand(3, 4))
+
+
+def test_hooks_thunder_jit_refuses_run_under_thunderfx():
+    from thunder.dynamo import thunderfx
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).double()
+    seen = []
+    model[0].register_full_backward_hook(lambda mod, gi, go: seen.append(go[0].shape))
+
+    def f(x):
+        y = model(x) * 2
+        y.register_hook(lambda g: g * 3)
+        return (y * y).sum()
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    f(x).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    thunderfx(f)(x2).backward()
+    assert seen == [torch.Size([3, 4])] * 2
+    torch.testing.assert_close(x2.grad, x.grad)
+    torch.testing.assert_close([p.grad for p in model.parameters()], expected)

@@ -923,6 +923,19 @@ def _unsupported(what):
     return f
 
 
+def _register_hook(self, hook):
+    from thunder.core.guards import user_location
+
+    where = user_location()
+    raise NotImplementedError(
+        f"thunder.jit: Tensor.register_hook on a tensor the program computes ({self.name}) is not supported"
+        + (f", at {where}" if where else "")
+        + ": thunder's backward is one compiled program, with no autograd graph inside it to hook. A hook on the "
+        "jitted call's inputs, outputs or parameters runs as in eager, and under thunder.dynamo.thunderfx(fn) "
+        "this one does too."
+    )
+
+
 def _mT(self):
     # As eager's: a RuntimeError on a 1-D tensor (fuzzer seed 12509), the identity on a 0-D one
     if self.ndim == 1:
@@ -1054,6 +1067,7 @@ _SPECIAL = {
     torch.Tensor.is_contiguous: _is_contiguous,
     torch.Tensor.where: _where,
     torch.Tensor.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
+    torch.Tensor.register_hook: _register_hook,
     torch.detach: lambda self: _C.get_symbol("ltorch.detach")(self),
     torch.Tensor.__len__: lambda self: len(self),
     torch.Tensor.type: _type,

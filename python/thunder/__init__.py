@@ -136,9 +136,13 @@ class _CompilingFlag:
         # Module backward hooks (register_full_backward_hook, register_full_backward_pre_hook,
         # register_backward_hook, their global forms): PyTorch sets them up on the autograd graph
         # of the module's call, which a trace has none of: they would silently never run.
+        # Full hooks (and backward pre-hooks) run: the module's call is wrapped in two opaque
+        # identity calls whose gradients run them (_TracedBackwardHook). The non-full form, which
+        # PyTorch hangs on the output's grad_fn, is refused with a message.
         module = pytorch.nn.Module
-        for name in ("_get_backward_hooks", "_get_backward_pre_hooks"):
-            patches.append((module, name, _backward_hooks_refused(module.__dict__[name])))
+        patches.append((module, "_get_backward_hooks", _non_full_backward_hooks_refused(module.__dict__["_get_backward_hooks"])))
+        module_module = importlib.import_module("torch.nn.modules.module")
+        patches.append((module_module, "BackwardHook", _traced_backward_hook_for(module_module.BackwardHook)))
         # Factories given a symbolic size (torch.zeros(n, 4)): PyTorch's argument parser takes
         # only ints in a size, before any torch function mode sees the call.
         for name in _SIZED_TORCH_FACTORIES:
@@ -256,28 +260,168 @@ class _CheckpointTraced:
             return function(*args)
 
 
-def _backward_hooks_refused(original):
-    """nn.Module._get_backward_hooks (or _get_backward_pre_hooks) while a program is traced: a
-    module call under grad mode with backward hooks is refused with a message naming it."""
+def _non_full_backward_hooks_refused(original):
+    """nn.Module._get_backward_hooks while a program is traced: a call under grad mode of a module
+    with non-full backward hooks (register_backward_hook) is refused with a message naming it."""
 
     def get(self):
-        hooks = original(self)
-        found = any(hooks) if isinstance(hooks, tuple) else bool(hooks)
-        if found and pytorch.is_grad_enabled():
+        full, non_full = original(self)
+        if non_full and pytorch.is_grad_enabled():
             from thunder.core.guards import user_location
 
             where = user_location()
             raise NotImplementedError(
-                f"thunder.jit: the {type(self).__name__} module has backward hooks (register_full_backward_hook, "
-                "register_full_backward_pre_hook, register_backward_hook or a global one), which thunder.jit does "
-                "not run: its backward is one compiled program, with no autograd graph per module for them"
+                f"thunder.jit: the {type(self).__name__} module has a non-full backward hook (register_backward_hook, "
+                "or its global form), which PyTorch attaches to its output's grad_fn, and a traced output has none"
                 + (f" (called at {where})" if where else "")
-                + ". Under thunder.dynamo.thunderfx(model) they run, as in eager; so do hooks on the parameters "
-                "and on the jitted call's inputs and outputs (Tensor.register_hook)."
+                + ". register_full_backward_hook, PyTorch's replacement for it, runs under thunder.jit."
             )
-        return hooks
+        return full, non_full
 
     return get
+
+
+def _proxy_or_tensor(x) -> bool:
+    return isinstance(x, (_C.TensorProxy, pytorch.Tensor))
+
+
+def _may_need_grad(t) -> bool:
+    """Whether eager's t would require a gradient, as far as the trace tells: a proxy computed in
+    the program carries no requires_grad of its own, and is taken to need one when a floating-point
+    input of the trace does (a module's hooks then see a gradient where eager may see None)."""
+    if not _builtin_isinstance(t, _C.TensorProxy):  # (isinstance(proxy, torch.Tensor) is True while tracing)
+        return t.requires_grad
+    st = functionalize.current()
+    if st is None or not st.grad_enabled or st.trace is None or not pytorch.is_grad_enabled():
+        return False
+    if not getattr(t.dtype, "is_floating_point", False) and not getattr(t.dtype, "is_complex", False):
+        return False
+    inputs = {p.name: p for p in st.trace.inputs if _builtin_isinstance(p, _C.TensorProxy)}
+    if t.name in inputs:
+        return bool(t.requires_grad)
+    return any(p.requires_grad for p in inputs.values())
+
+
+class _ModuleHooks:
+    """A module call's backward hooks while traced (PyTorch's torch.utils.hooks.BackwardHook does
+    the same on autograd's graph): the gradients of the call's outputs go through the backward
+    pre-hooks, then, with the gradients of its inputs, through the full hooks. Both run inside
+    the backward trace, as the gradients of two opaque identity calls (_HookedOutputs,
+    _HookedInputs: thunder runs a custom autograd Function's own backward)."""
+
+    def __init__(self, module, hooks, pre_hooks):
+        self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
+        self.n_inputs = self.n_outputs = 0
+        self.input_index = self.output_index = None  # positions of the tensors among the args
+        self.grad_outputs = None
+
+    @staticmethod
+    def _spread(index, values, n):
+        full = [None] * n
+        for i, v in zip(index, values):
+            full[i] = v
+        return tuple(full)
+
+    @staticmethod
+    def _checked(kind, got, expected):
+        got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        if len(got) != len(expected):
+            raise RuntimeError(f"Backward {kind} hook returned an invalid number of grad_{'output' if kind == 'pre' else 'input'}, "
+                               f"got {len(got)}, but expected {len(expected)}")
+        return got
+
+    def outputs_backward(self, grads):
+        grad_outputs = self._spread(self.output_index, grads, self.n_outputs)
+        for hook in self.pre_hooks:
+            r = hook(self.module, grad_outputs)
+            if r is not None:
+                grad_outputs = self._checked("pre", r, grad_outputs)
+        if self.input_index is None:
+            # No input needs a gradient: the full hooks run now, given None for every input.
+            none = (None,) * self.n_inputs
+            for hook in self.hooks:
+                r = hook(self.module, none, grad_outputs)
+                if r is not None and not (isinstance(r, tuple) and all(x is None for x in r)):
+                    raise RuntimeError("Backward hook for Modules where no input requires gradient should always "
+                                       "return None or None for all gradients.")
+        else:
+            self.grad_outputs = grad_outputs
+        return tuple(grad_outputs[i] for i in self.output_index)
+
+    def inputs_backward(self, grads):
+        grad_inputs = self._spread(self.input_index, grads, self.n_inputs)
+        if self.grad_outputs is not None:  # (None: the gradient did not come through the outputs)
+            for hook in self.hooks:
+                r = hook(self.module, grad_inputs, self.grad_outputs)
+                if r is not None:
+                    grad_inputs = self._checked("full", r, grad_inputs)
+            self.grad_outputs = None
+        return tuple(grad_inputs[i] for i in self.input_index)
+
+
+class _HookedOutputs(pytorch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hooks, *tensors):
+        ctx.hooks = hooks
+        return tuple(t.clone() for t in tensors)  # (copies: the runtime takes no output as an alias)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *ctx.hooks.outputs_backward(grads))
+
+
+class _HookedInputs(pytorch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hooks, *tensors):
+        ctx.hooks = hooks
+        return tuple(t.clone() for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *ctx.hooks.inputs_backward(grads))
+
+
+def _traced_backward_hook_for(original):
+    """torch.nn.modules.module.BackwardHook while a program is traced: a module called with proxies
+    gets its backward hooks from _ModuleHooks; one called with tensors (a constant computed while
+    tracing) from PyTorch's own."""
+
+    class TracedBackwardHook:
+        def __init__(self, module, user_hooks, user_pre_hooks):
+            self.hooks = _ModuleHooks(module, user_hooks, user_pre_hooks)
+            self.eager = None
+
+        def _wrap(self, function, args):
+            index = [i for i, a in enumerate(args) if _proxy_or_tensor(a)]
+            tensors = [args[i] for i in index]
+            if not (any(_may_need_grad(t) for t in tensors) and pytorch.is_grad_enabled()):
+                return args, None
+            new = function.apply(self.hooks, *tensors)
+            out = list(args)
+            for i, t in zip(index, new):
+                out[i] = t
+            return (tuple(out) if type(args) is tuple else type(args)(*out)), index
+
+        def setup_input_hook(self, args):
+            from thunder.core.proxies import _has_proxy
+
+            if self.eager is not None or not _has_proxy(args):
+                self.eager = self.eager or original(self.hooks.module, self.hooks.hooks, self.hooks.pre_hooks)
+                return self.eager.setup_input_hook(args)
+            args, self.hooks.input_index = self._wrap(_HookedInputs, args)
+            self.hooks.n_inputs = len(args)
+            return args
+
+        def setup_output_hook(self, result):
+            if self.eager is not None:
+                return self.eager.setup_output_hook(result)
+            single = not isinstance(result, tuple)
+            outs = (result,) if single else result
+            outs, self.hooks.output_index = self._wrap(_HookedOutputs, outs)
+            self.hooks.n_outputs = len(outs)
+            return outs[0] if single else outs
+
+    return TracedBackwardHook
 
 
 def _function_apply_for(original):

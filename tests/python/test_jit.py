@@ -2,6 +2,7 @@
 
 import copy
 import re
+import warnings
 
 import pytest
 import torch
@@ -822,20 +823,71 @@ def test_is_contiguous_answers_as_eager(view):
 # program computes have no autograd graph to sit on. They are refused with a message, never
 # dropped; hooks on what enters and leaves the jitted call run as in eager.
 
-HOOKED_MODULES = [
-    ("full", lambda m: m.register_full_backward_hook(lambda mod, gi, go: None)),
-    ("full_pre", lambda m: m.register_full_backward_pre_hook(lambda mod, go: None)),
-    ("non_full", lambda m: m.register_backward_hook(lambda mod, gi, go: None)),
+def _record(log, tag):
+    def hook(mod, *grads):  # (module, grad_input, grad_output) or (module, grad_output)
+        log.append((tag, type(mod).__name__, [None if g is None else g.detach().clone() for gs in grads for g in gs]))
+    return hook
+
+
+def _scale(factor):
+    def hook(mod, *grads):
+        return tuple(None if g is None else g * factor for g in grads[0])
+    return hook
+
+
+BACKWARD_HOOKS = [
+    # (name, [(where, kind, hook maker)]): where is the Sequential's index or "root"
+    ("full_records", [(0, "full", lambda log: _record(log, "full"))]),
+    ("pre_records", [(2, "pre", lambda log: _record(log, "pre"))]),
+    ("full_scales_grad_input", [(2, "full", lambda log: _scale(2.0)), (2, "full", lambda log: _record(log, "after"))]),
+    ("pre_scales_grad_output", [(1, "pre", lambda log: _scale(-3.0)), (0, "full", lambda log: _record(log, "full"))]),
+    ("root_both", [("root", "pre", lambda log: _record(log, "pre")), ("root", "full", lambda log: _record(log, "full"))]),
 ]
 
 
+@pytest.mark.parametrize("input_grad", [False, True], ids=["input_without_grad", "input_with_grad"])
+@pytest.mark.parametrize("name,hooks", BACKWARD_HOOKS, ids=[c[0] for c in BACKWARD_HOOKS])
+def test_module_backward_hooks_run_as_in_eager(name, hooks, input_grad):
+    # Full backward hooks and backward pre-hooks, on a submodule or the jitted module itself: the
+    # same calls with the same gradients as eager's, the same changes to the gradients they return.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).double()
+    twin = copy.deepcopy(model)
+    logs = {}
+    for m, tag in ((model, "eager"), (twin, "thunder")):
+        logs[tag] = log = []
+        for where, kind, make in hooks:
+            target = m if where == "root" else m[where]
+            (target.register_full_backward_hook if kind == "full" else target.register_full_backward_pre_hook)(make(log))
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=input_grad)
+    x2 = x.detach().clone().requires_grad_(input_grad)
+    jm = thunder.jit(twin)
+    for _ in range(2):  # (the second call replays the trace: the hooks run again)
+        for log in logs.values():
+            log.clear()
+        for m in (model, twin):
+            m.zero_grad()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (eager's "no inputs require gradients" warning)
+            model(x).square().sum().backward()
+        jm(x2).square().sum().backward()
+        assert [(t, n, len(g)) for t, n, g in logs["thunder"]] == [(t, n, len(g)) for t, n, g in logs["eager"]]
+        for (_, _, got), (_, _, want) in zip(logs["thunder"], logs["eager"]):
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close([p.grad for p in twin.parameters()], [p.grad for p in model.parameters()])
+        if input_grad:
+            torch.testing.assert_close(x2.grad, x.grad)
+            x.grad = x2.grad = None
+
+
 @pytest.mark.parametrize("root", [False, True], ids=["submodule", "root"])
-@pytest.mark.parametrize("name,hook", HOOKED_MODULES, ids=[c[0] for c in HOOKED_MODULES])
-def test_module_backward_hooks_are_refused_not_dropped(name, hook, root):
+def test_non_full_backward_hooks_are_refused_not_dropped(root):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
-    handle = hook(model if root else model[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        handle = (model if root else model[0]).register_backward_hook(lambda mod, gi, go: None)
     x = torch.randn(3, 4)
-    with pytest.raises(NotImplementedError, match=rf"the {'Sequential' if root else 'Linear'} module has backward hooks"):
+    with pytest.raises(NotImplementedError, match=rf"the {'Sequential' if root else 'Linear'} module has a non-full"):
         thunder.jit(model)(x)
     with torch.no_grad():  # (no backward: eager sets no hook up either)
         torch.testing.assert_close(thunder.jit(model)(x), model(x))
@@ -843,13 +895,15 @@ def test_module_backward_hooks_are_refused_not_dropped(name, hook, root):
     torch.testing.assert_close(thunder.jit(model)(x), model(x))
 
 
-def test_global_module_backward_hooks_are_refused():
-    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda mod, gi, go: None)
+def test_global_module_backward_hooks_run():
+    seen = []
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda mod, gi, go: seen.append(type(mod)))
     try:
-        with pytest.raises(NotImplementedError, match="module has backward hooks"):
-            thunder.jit(torch.nn.Linear(4, 2))(torch.randn(3, 4))
+        thunder.jit(torch.nn.Linear(4, 2))(torch.randn(3, 4)).sum().backward()
     finally:
         handle.remove()
+    # (the jitted module, an nn.Module itself, gets the global hook too)
+    assert [t for t in seen if t is not thunder.ThunderModule] == [torch.nn.Linear]
 
 
 def test_module_forward_hooks_run_as_in_eager():
@@ -914,3 +968,29 @@ def test_hooks_thunder_jit_refuses_run_under_thunderfx():
     assert seen == [torch.Size([3, 4])] * 2
     torch.testing.assert_close(x2.grad, x.grad)
     torch.testing.assert_close([p.grad for p in model.parameters()], expected)
+
+
+def test_hooks_added_or_removed_after_the_first_call_take_effect():
+    # Hooks are traced into the program: registering or removing one on a jitted model (or a global
+    # one) outside a trace makes the next call trace again; calls in between reuse the trace.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).double()
+    jm = thunder.jit(model)
+    x = torch.randn(2, 4, dtype=torch.float64)
+    torch.testing.assert_close(jm(x), model(x))
+    fwd = model[0].register_forward_hook(lambda mod, args, out: out * 10)
+    torch.testing.assert_close(jm(x), model(x))
+    seen = []
+    bwd = model[1].register_full_backward_hook(lambda mod, gi, go: seen.append(go[0].shape))
+    jm(x).sum().backward()
+    assert seen == [torch.Size([2, 3])]
+    traced = thunder.cache_misses(jm)
+    jm(x)
+    assert thunder.cache_misses(jm) == traced
+    fwd.remove()
+    bwd.remove()
+    torch.testing.assert_close(jm(x), model(x))
+    jm(x).sum().backward()
+    assert seen == [torch.Size([2, 3])]
+    with torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: out + 1):
+        torch.testing.assert_close(jm(x), model(x) + 1)  # (the jitted module's own call is hooked too)
+    torch.testing.assert_close(jm(x), model(x))

@@ -124,6 +124,53 @@ torch.nn.modules.module.register_module_parameter_registration_hook(_registered)
 torch.nn.modules.module.register_module_buffer_registration_hook(_registered)
 
 
+# A model's hooks (forward and backward, a module's own or global) are traced into its program, as
+# the code they run: one registered on a watched module, or a global one, or removed, outside a
+# trace moves the version too. Before, a forward hook added after the first call was silently
+# never run.
+_MODULE_HOOK_METHODS = ("register_forward_pre_hook", "register_forward_hook", "register_full_backward_pre_hook",
+                        "register_full_backward_hook", "register_backward_hook")
+_GLOBAL_HOOK_FUNCTIONS = ("register_module_forward_pre_hook", "register_module_forward_hook",
+                          "register_module_full_backward_pre_hook", "register_module_full_backward_hook",
+                          "register_module_backward_hook")
+
+
+def _hooks_changed() -> None:
+    from thunder.core import functionalize
+
+    if functionalize.current() is None:  # (a hook a traced forward registers is in its trace)
+        STRUCTURE.version += 1
+
+
+def _moving_the_version(register, method: bool):
+    @functools.wraps(register)
+    def wrapper(*args, **kwargs):
+        handle = register(*args, **kwargs)
+        if method and args[0] not in _watched:
+            return handle
+        _hooks_changed()
+        remove = handle.remove
+
+        def removed():
+            remove()
+            _hooks_changed()
+
+        handle.remove = removed  # (the handle's __exit__ calls it too)
+        return handle
+
+    return wrapper
+
+
+for _name in _MODULE_HOOK_METHODS:
+    setattr(torch.nn.Module, _name, _moving_the_version(getattr(torch.nn.Module, _name), True))
+_module_module = sys.modules["torch.nn.modules.module"]
+for _name in _GLOBAL_HOOK_FUNCTIONS:
+    _wrapped = _moving_the_version(getattr(_module_module, _name), False)
+    setattr(_module_module, _name, _wrapped)
+    if getattr(torch.nn.modules, _name, None) is not None:
+        setattr(torch.nn.modules, _name, _wrapped)
+
+
 class _Collector:
     def __init__(self):
         # What the guard reads, in order: ("attr", obj, name), ("global", globals dict, name)

@@ -13,6 +13,19 @@ Session 37 (diffusers 0.42.1, torch 2.13 CPU): with --embedding64 all 12 models 
 in float64 match to 4e-15 or better (AutoencoderTiny fails in eager in float64); without it DiT,
 PixArt, SD3 and Flux differ by up to 3e-6, the float32 embedding's rounding, as far from float64
 in eager as in thunder.
+
+Session 43 added nine (Sana, AuraFlow, HunyuanDiT, Lumina2, CogVideoX, LTX-Video, Wan, DC-AE,
+Qwen-Image). With --embedding64: CogVideoX and DC-AE match to 5e-16; Sana, AuraFlow, HunyuanDiT,
+LTX-Video, Wan and Qwen-Image differ from eager by 2e-9 to 5e-8, because each computes inside in
+float32 whatever the model's dtype (FP32LayerNorm, float32 RoPE, Sana's linear attention, the
+`.float()` of Wan's modulations): float32's rounding, which eager moved by float64 roundings does
+not show. Their float32 runs against float64 (`tools/device_sweep.py diffusers ... --device cpu
+--dtype float32`): Sana, HunyuanDiT, LTX-Video, Wan within eager's error; AuraFlow and Qwen-Image
+not, from their timestep embedding (scale 1000: sin and cos of arguments up to 1e6 in float32),
+which in float32 is 0.67% off the exact embedding in eager and in thunder alike and differs
+between the two by 0.2%, while the float64 reference computes it with eager's very float32 ops.
+Lumina2 reads per-sample caption lengths as Python numbers (`.tolist()`): thunder.jit refuses it
+by name; under thunderfx (`--fx`) it matches.
 """
 import math
 import sys
@@ -105,6 +118,55 @@ CASES = {
                          lambda: dict(hidden_states=r(B, 16), timestep=t_(), proj_embedding=r(B, 16),
                                       encoder_hidden_states=r(B, 5, 16), attention_mask=torch.ones(B, 5, dtype=torch.bool)),
                          lambda o: o.predicted_image_embedding),
+    # Session 43: nine more, the diffusion transformers and video models of 2024-25 and DC-AE.
+    "Sana": (lambda: D.SanaTransformer2DModel(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8,
+                                               num_layers=2, num_cross_attention_heads=2, cross_attention_head_dim=8,
+                                               cross_attention_dim=16, caption_channels=12, sample_size=8, patch_size=1),
+             lambda: dict(hidden_states=r(B, 4, 8, 8), encoder_hidden_states=r(B, 5, 12), timestep=t_()), lambda o: o.sample),
+    "AuraFlow": (lambda: D.AuraFlowTransformer2DModel(sample_size=8, patch_size=2, in_channels=4, num_mmdit_layers=1,
+                                                       num_single_dit_layers=1, attention_head_dim=8, num_attention_heads=2,
+                                                       joint_attention_dim=16, caption_projection_dim=16, out_channels=4,
+                                                       pos_embed_max_size=16),
+                 lambda: dict(hidden_states=r(B, 4, 8, 8), encoder_hidden_states=r(B, 5, 16), timestep=t_()), lambda o: o.sample),
+    "HunyuanDiT": (lambda: D.HunyuanDiT2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, patch_size=2,
+                                                sample_size=8, hidden_size=16, num_layers=2, cross_attention_dim=16,
+                                                cross_attention_dim_t5=16, pooled_projection_dim=8, text_len=5, text_len_t5=6,
+                                                use_style_cond_and_image_meta_size=False),
+                   lambda: dict(hidden_states=r(B, 4, 8, 8), timestep=t_().double(), encoder_hidden_states=r(B, 5, 16),
+                                text_embedding_mask=torch.ones(B, 5, dtype=torch.bool), encoder_hidden_states_t5=r(B, 6, 16),
+                                text_embedding_mask_t5=torch.ones(B, 6, dtype=torch.bool),
+                                image_rotary_emb=None), lambda o: o.sample),
+    "Lumina2": (lambda: D.Lumina2Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, hidden_size=16, num_layers=2,
+                                                     num_refiner_layers=1, num_attention_heads=2, num_kv_heads=1, multiple_of=16,
+                                                     axes_dim_rope=(4, 2, 2), axes_lens=(32, 32, 32), cap_feat_dim=12),
+                lambda: dict(hidden_states=r(B, 4, 8, 8), timestep=torch.rand(B, dtype=torch.float64), encoder_hidden_states=r(B, 5, 12),
+                             encoder_attention_mask=torch.ones(B, 5, dtype=torch.bool)), lambda o: o.sample),
+    "CogVideoX": (lambda: D.CogVideoXTransformer3DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4,
+                                                         time_embed_dim=8, text_embed_dim=16, num_layers=2, sample_width=8,
+                                                         sample_height=8, sample_frames=5, patch_size=2, max_text_seq_length=5,
+                                                         temporal_compression_ratio=4),
+                  lambda: dict(hidden_states=r(B, 2, 4, 8, 8), encoder_hidden_states=r(B, 5, 16), timestep=t_()), lambda o: o.sample),
+    "LTXVideo": (lambda: D.LTXVideoTransformer3DModel(in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=8,
+                                                       cross_attention_dim=16, num_layers=2, caption_channels=12),
+                 lambda: dict(hidden_states=r(B, 2 * 4 * 4, 8), encoder_hidden_states=r(B, 5, 12), timestep=t_(),
+                              encoder_attention_mask=torch.ones(B, 5), num_frames=2, height=4, width=4), lambda o: o.sample),
+    "Wan": (lambda: D.WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4,
+                                             out_channels=4, text_dim=12, freq_dim=16, ffn_dim=32, num_layers=2, rope_max_seq_len=32),
+            lambda: dict(hidden_states=r(B, 4, 2, 8, 8), timestep=t_(), encoder_hidden_states=r(B, 5, 12)), lambda o: o.sample),
+    "AutoencoderDC": (lambda: D.AutoencoderDC(in_channels=3, latent_channels=4, attention_head_dim=4,
+                                               encoder_block_types=("ResBlock", "EfficientViTBlock"),
+                                               decoder_block_types=("ResBlock", "EfficientViTBlock"),
+                                               encoder_block_out_channels=(8, 8), decoder_block_out_channels=(8, 8),
+                                               encoder_layers_per_block=(1, 1), decoder_layers_per_block=(1, 1),
+                                               encoder_qkv_multiscales=((), (5,)), decoder_qkv_multiscales=((), (5,)),
+                                               decoder_norm_types="rms_norm", decoder_act_fns="silu"),
+                      lambda: dict(sample=r(B, 3, 16, 16)), lambda o: o.sample),
+    "QwenImage": (lambda: D.QwenImageTransformer2DModel(patch_size=2, in_channels=16, out_channels=4, num_layers=2,
+                                                         attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
+                                                         axes_dims_rope=(2, 2, 4)),
+                  lambda: dict(hidden_states=r(B, 16, 16), encoder_hidden_states=r(B, 5, 16),
+                               encoder_hidden_states_mask=torch.ones(B, 5), timestep=torch.rand(B, dtype=torch.float64),
+                               img_shapes=[[(1, 4, 4)]] * B), lambda o: o.sample),
 }
 
 

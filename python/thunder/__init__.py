@@ -133,12 +133,11 @@ class _CompilingFlag:
             patches.append((scan, "associative_scan", _associative_scan_for(scan.associative_scan)))
         except ImportError:
             pass
-        # Module backward hooks (register_full_backward_hook, register_full_backward_pre_hook,
-        # register_backward_hook, their global forms): PyTorch sets them up on the autograd graph
-        # of the module's call, which a trace has none of: they would silently never run.
-        # Full hooks (and backward pre-hooks) run: the module's call is wrapped in two opaque
-        # identity calls whose gradients run them (_TracedBackwardHook). The non-full form, which
-        # PyTorch hangs on the output's grad_fn, is refused with a message.
+        # Module backward hooks: PyTorch sets them up on the autograd graph of the module's call,
+        # which a trace has none of (they silently never ran). Full hooks and backward pre-hooks
+        # (and their global forms) run as the gradients of two opaque identity calls around the
+        # module's call (_traced_backward_hook_for); the non-full form (register_backward_hook),
+        # which PyTorch hangs on the output's grad_fn, is refused with a message.
         module = pytorch.nn.Module
         patches.append((module, "_get_backward_hooks", _non_full_backward_hooks_refused(module.__dict__["_get_backward_hooks"])))
         module_module = importlib.import_module("torch.nn.modules.module")

@@ -227,6 +227,16 @@ struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // create_graph=True (autograd runs this with grad mode on): the caller wants to differentiate
+    // the gradients again (a gradient penalty, a Hessian-vector product). The program records no
+    // autograd graph, so their derivatives would be zero, silently: a WGAN-GP step trained as if
+    // the penalty were constant.
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        !at::GradMode::is_enabled(),
+        "thunder.jit: the backward of a jitted call was asked to build a graph (create_graph=True: a second "
+        "derivative, as a gradient penalty or a Hessian-vector product takes), which it does not do: its backward "
+        "is one compiled program, and the gradients it returns would have no derivative. Compute that part with "
+        "eager PyTorch, or pass create_graph=False where no second derivative is taken.");
     // Throws PyTorch's "Trying to backward through the graph a second time" once freed.
     variable_list ins = ctx->get_saved_variables();
     auto ref = c10::static_intrusive_pointer_cast<EntryRef>(ctx->saved_data.at("thunder").toCapsule());

@@ -994,3 +994,21 @@ def test_hooks_added_or_removed_after_the_first_call_take_effect():
     with torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: out + 1):
         torch.testing.assert_close(jm(x), model(x) + 1)  # (the jitted module's own call is hooked too)
     torch.testing.assert_close(jm(x), model(x))
+
+
+def test_second_derivatives_are_refused_not_zero():
+    # A gradient penalty (WGAN-GP, R1) differentiates the gradients again. thunder's backward records
+    # no autograd graph: the penalty's gradient was silently zero (the discriminator's weights got
+    # 0.16 less than eager's). create_graph=True is refused with a message; without it, as eager.
+    torch.manual_seed(0)
+    disc = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+    jd = thunder.jit(disc)
+    x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    out = jd(x)
+    with pytest.raises(NotImplementedError, match=r"create_graph=True"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match=r"create_graph=True"):
+        jd(x).sum().backward(create_graph=True)
+    (g,) = torch.autograd.grad(jd(x).sum(), x)
+    (want,) = torch.autograd.grad(disc(x).sum(), x)
+    torch.testing.assert_close(g, want)

@@ -21,9 +21,10 @@ float32 whatever the model's dtype (FP32LayerNorm, float32 RoPE, Sana's linear a
 `.float()` of Wan's modulations): float32's rounding, which eager moved by float64 roundings does
 not show. Their float32 runs against float64 (`tools/device_sweep.py diffusers ... --device cpu
 --dtype float32`): Sana, HunyuanDiT, LTX-Video, Wan within eager's error; AuraFlow and Qwen-Image
-not, from their timestep embedding (scale 1000: sin and cos of arguments up to 1e6 in float32),
-which in float32 is 0.67% off the exact embedding in eager and in thunder alike and differs
-between the two by 0.2%, while the float64 reference computes it with eager's very float32 ops.
+not at first, from their timestep embedding (scale 1000: sin and cos of arguments up to 1e6 in
+float32), which in float32 is 0.67% off the exact embedding in eager and in thunder alike and
+differs between the two by 0.2%, while the float64 reference computed it with eager's very float32
+ops. device_sweep's referee now computes it in float64 (`exact_embeddings`): both ok.
 Lumina2 reads per-sample caption lengths as Python numbers (`.tolist()`): thunder.jit refuses it
 by name; under thunderfx (`--fx`) it matches.
 """
@@ -170,23 +171,42 @@ CASES = {
 }
 
 
+def exact_timestep_embedding(timesteps, embedding_dim, flip_sin_to_cos=False, downscale_freq_shift=1, scale=1,
+                             max_period=10000):
+    """diffusers' sinusoidal timestep embedding computed in float64 (diffusers computes it in
+    float32 whatever the model's dtype)."""
+    half = embedding_dim // 2
+    exponent = -math.log(max_period) * torch.arange(0, half, dtype=torch.float64, device=timesteps.device)
+    exponent = exponent / (half - downscale_freq_shift)
+    emb = scale * (timesteps[:, None].double() * torch.exp(exponent)[None, :])
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    if flip_sin_to_cos:
+        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
+    if embedding_dim % 2 == 1:
+        emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
+    return emb
+
+
+class exact_embeddings:
+    """While entered, diffusers' timestep embedding computes in float64 (a float64 referee's runs:
+    at scale 1000, AuraFlow's and Qwen-Image's, its float32 rounding is 0.67% of the embedding)."""
+
+    def __enter__(self):
+        import diffusers.models.embeddings as E
+        self._old = E.get_timestep_embedding
+        E.get_timestep_embedding = exact_timestep_embedding
+        return self
+
+    def __exit__(self, *exc):
+        import diffusers.models.embeddings as E
+        E.get_timestep_embedding = self._old
+        return False
+
+
 if "--embedding64" in sys.argv:
     # The sinusoidal timestep embedding computes in float32 whatever the model's dtype: in float64
     # here, so that thunder and eager can be compared to float64's rounding.
-    import diffusers.models.embeddings as E
-    _orig = E.get_timestep_embedding
-
-    def emb64(timesteps, embedding_dim, flip_sin_to_cos=False, downscale_freq_shift=1, scale=1, max_period=10000):
-        half = embedding_dim // 2
-        exponent = -math.log(max_period) * torch.arange(0, half, dtype=torch.float64) / (half - downscale_freq_shift)
-        emb = scale * (timesteps[:, None].double() * torch.exp(exponent)[None, :])
-        emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
-        if flip_sin_to_cos:
-            emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
-        if embedding_dim % 2 == 1:
-            emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
-        return emb
-    E.get_timestep_embedding = emb64
+    exact_embeddings().__enter__()
 
 
 def build(name):

@@ -312,6 +312,7 @@ class _ModuleHooks:
         self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
         self.n_inputs = self.n_outputs = 0
         self.input_index = self.output_index = None  # positions of the tensors among the args
+        self.output_floating = ()  # whether each output tensor is floating-point (or complex)
         self.grad_outputs = None
 
     @staticmethod
@@ -330,6 +331,8 @@ class _ModuleHooks:
         return got
 
     def outputs_backward(self, grads):
+        # (an integer output's gradient is None, as eager's identity marks it non-differentiable)
+        grads = [g if f else None for g, f in zip(grads, self.output_floating)]
         grad_outputs = self._spread(self.output_index, grads, self.n_outputs)
         for hook in self.pre_hooks:
             r = hook(self.module, grad_outputs)
@@ -418,6 +421,8 @@ def _traced_backward_hook_for(original):
             outs = (result,) if single else result
             outs, self.hooks.output_index = self._wrap(_HookedOutputs, outs)
             self.hooks.n_outputs = len(outs)
+            self.hooks.output_floating = tuple(outs[i].dtype.is_floating_point or outs[i].dtype.is_complex
+                                               for i in self.hooks.output_index or ())
             return outs[0] if single else outs
 
     return TracedBackwardHook

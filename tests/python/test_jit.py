@@ -1012,3 +1012,42 @@ def test_second_derivatives_are_refused_not_zero():
     (g,) = torch.autograd.grad(jd(x).sum(), x)
     (want,) = torch.autograd.grad(disc(x).sum(), x)
     torch.testing.assert_close(g, want)
+
+
+def test_module_backward_hooks_with_integer_inputs_and_outputs_see_eagers_gradients():
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lin = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x, ids):
+            return self.lin(x + self.emb(ids)), ids * 2
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner, self.pre = Inner(), torch.nn.Linear(4, 4)
+
+        def forward(self, x, ids):
+            y, ids2 = self.inner(self.pre(x), ids)
+            return y.square().sum() + ids2.sum() * 0
+
+    def shown(grads):
+        return [None if g is None else (g.dtype, g.double().norm().item()) for g in grads]
+
+    torch.manual_seed(0)
+    model = Outer().double()
+    twin = copy.deepcopy(model)
+    logs = {"eager": [], "thunder": []}
+    for m, tag in ((model, "eager"), (twin, "thunder")):
+        m.inner.register_full_backward_hook(lambda mod, gi, go, tag=tag: logs[tag].append((shown(gi), shown(go))))
+    x, ids = torch.randn(3, 4, dtype=torch.float64), torch.randint(0, 10, (3,))
+    model(x, ids).backward()
+    thunder.jit(twin)(x, ids).backward()
+    assert len(logs["thunder"]) == len(logs["eager"]) == 1
+    (gi_t, go_t), (gi_e, go_e) = logs["thunder"][0], logs["eager"][0]
+    assert [g if g is None else g[0] for g in gi_t + go_t] == [g if g is None else g[0] for g in gi_e + go_e]
+    assert go_t[1] is None  # (the integer output's gradient)
+    torch.testing.assert_close(gi_t[0][1], gi_e[0][1])
+    torch.testing.assert_close(go_t[0][1], go_e[0][1])
+    torch.testing.assert_close([p.grad for p in twin.parameters()], [p.grad for p in model.parameters()])

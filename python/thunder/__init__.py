@@ -12,6 +12,7 @@ import contextlib
 import gc
 import copy
 import os
+import itertools
 import threading
 import types
 import weakref
@@ -301,6 +302,14 @@ def _may_need_grad(t) -> bool:
     return any(p.requires_grad for p in inputs.values())
 
 
+# The hooks of traced module calls by id: the opaque calls take the id, a number argument. Given
+# the state itself, a constant of the fallback symbol, the process-wide symbol table keyed it by
+# its repr, the object's address: a later state at a freed one's address would have found the
+# earlier one's symbol. Each state is held by its module, so it lives as long as the module.
+_MODULE_HOOKS: "weakref.WeakValueDictionary[int, _ModuleHooks]" = weakref.WeakValueDictionary()
+_module_hook_ids = itertools.count()
+
+
 class _ModuleHooks:
     """A module call's backward hooks while traced (PyTorch's torch.utils.hooks.BackwardHook does
     the same on autograd's graph): the gradients of the call's outputs go through the backward
@@ -310,6 +319,9 @@ class _ModuleHooks:
 
     def __init__(self, module, hooks, pre_hooks):
         self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
+        self.id = next(_module_hook_ids)
+        _MODULE_HOOKS[self.id] = self
+        module.__dict__.setdefault("_thunder_traced_hooks", []).append(self)
         self.n_inputs = self.n_outputs = 0
         self.input_index = self.output_index = None  # positions of the tensors among the args
         self.output_floating = ()  # whether each output tensor is floating-point (or complex)
@@ -363,8 +375,8 @@ class _ModuleHooks:
 
 class _HookedOutputs(pytorch.autograd.Function):
     @staticmethod
-    def forward(ctx, hooks, *tensors):
-        ctx.hooks = hooks
+    def forward(ctx, hooks_id, *tensors):
+        ctx.hooks = _MODULE_HOOKS[hooks_id]
         return tuple(t.clone() for t in tensors)  # (copies: the runtime takes no output as an alias)
 
     @staticmethod
@@ -374,8 +386,8 @@ class _HookedOutputs(pytorch.autograd.Function):
 
 class _HookedInputs(pytorch.autograd.Function):
     @staticmethod
-    def forward(ctx, hooks, *tensors):
-        ctx.hooks = hooks
+    def forward(ctx, hooks_id, *tensors):
+        ctx.hooks = _MODULE_HOOKS[hooks_id]
         return tuple(t.clone() for t in tensors)
 
     @staticmethod
@@ -398,7 +410,7 @@ def _traced_backward_hook_for(original):
             tensors = [args[i] for i in index]
             if not (any(_may_need_grad(t) for t in tensors) and pytorch.is_grad_enabled()):
                 return args, None
-            new = function.apply(self.hooks, *tensors)
+            new = function.apply(self.hooks.id, *tensors)
             out = list(args)
             for i, t in zip(index, new):
                 out[i] = t

@@ -1051,3 +1051,20 @@ def test_module_backward_hooks_with_integer_inputs_and_outputs_see_eagers_gradie
     torch.testing.assert_close(gi_t[0][1], gi_e[0][1])
     torch.testing.assert_close(go_t[0][1], go_e[0][1])
     torch.testing.assert_close([p.grad for p in twin.parameters()], [p.grad for p in model.parameters()])
+
+
+def test_a_hooked_model_is_freed_with_its_jitted_module():
+    # The hooks' state belongs to the module: a model with backward hooks, jitted, trained and
+    # dropped, is freed (no process-wide registry holds it).
+    import gc
+    import weakref
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    model[0].register_full_backward_hook(lambda mod, gi, go: None)
+    model[2].register_full_backward_pre_hook(lambda mod, go: None)
+    jm = thunder.jit(model)
+    jm(torch.randn(3, 4)).sum().backward()
+    ref = weakref.ref(model)
+    del model, jm
+    gc.collect()
+    assert ref() is None

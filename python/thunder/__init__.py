@@ -302,10 +302,10 @@ def _may_need_grad(t) -> bool:
     return any(p.requires_grad for p in inputs.values())
 
 
-# The hooks of traced module calls by id: the opaque calls take the id, a number argument. Given
-# the state itself, a constant of the fallback symbol, the process-wide symbol table keyed it by
-# its repr, the object's address: a later state at a freed one's address would have found the
-# earlier one's symbol. Each state is held by its module, so it lives as long as the module.
+# The hooks of traced module calls by id: the opaque calls take the id, a number argument, and
+# share one fallback symbol. (Given the state itself, a constant, each call made a symbol of its own
+# in the process-wide table, keyed by the state's repr: its address.) Each state is held by its
+# module, so it lives as long as the module.
 _MODULE_HOOKS: "weakref.WeakValueDictionary[int, _ModuleHooks]" = weakref.WeakValueDictionary()
 _module_hook_ids = itertools.count()
 

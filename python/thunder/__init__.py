@@ -373,26 +373,28 @@ class _ModuleHooks:
         return tuple(grad_inputs[i] for i in self.input_index)
 
 
-class _HookedOutputs(pytorch.autograd.Function):
+class _Hooked(pytorch.autograd.Function):
+    """The identity on a hooked module call's tensors, whose backward hands their gradients to the
+    call's _ModuleHooks (`_stage`: its method for them)."""
+
+    _stage = ""
+
     @staticmethod
     def forward(ctx, hooks_id, *tensors):
         ctx.hooks = _MODULE_HOOKS[hooks_id]
         return tuple(t.clone() for t in tensors)  # (copies: the runtime takes no output as an alias)
 
-    @staticmethod
-    def backward(ctx, *grads):
-        return (None, *ctx.hooks.outputs_backward(grads))
+    @classmethod
+    def backward(cls, ctx, *grads):
+        return (None, *getattr(ctx.hooks, cls._stage)(grads))
 
 
-class _HookedInputs(pytorch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hooks_id, *tensors):
-        ctx.hooks = _MODULE_HOOKS[hooks_id]
-        return tuple(t.clone() for t in tensors)
+class _HookedOutputs(_Hooked):
+    _stage = "outputs_backward"
 
-    @staticmethod
-    def backward(ctx, *grads):
-        return (None, *ctx.hooks.inputs_backward(grads))
+
+class _HookedInputs(_Hooked):
+    _stage = "inputs_backward"
 
 
 def _traced_backward_hook_for(original):

@@ -110,12 +110,16 @@ STRUCTURE = types.SimpleNamespace(version=0)
 _watched: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
+def _structure_changed() -> None:
+    from thunder.core import functionalize
+
+    if functionalize.current() is None:  # (what a traced forward does is in its trace)
+        STRUCTURE.version += 1
+
+
 def _registered(module, name, value):
     if module in _watched:
-        from thunder.core import functionalize
-
-        if functionalize.current() is None:  # (a forward's own assignments, traced, write back)
-            STRUCTURE.version += 1
+        _structure_changed()
     return None
 
 
@@ -135,25 +139,18 @@ _GLOBAL_HOOK_FUNCTIONS = ("register_module_forward_pre_hook", "register_module_f
                           "register_module_backward_hook")
 
 
-def _hooks_changed() -> None:
-    from thunder.core import functionalize
-
-    if functionalize.current() is None:  # (a hook a traced forward registers is in its trace)
-        STRUCTURE.version += 1
-
-
 def _moving_the_version(register, method: bool):
     @functools.wraps(register)
     def wrapper(*args, **kwargs):
         handle = register(*args, **kwargs)
         if method and args[0] not in _watched:
             return handle
-        _hooks_changed()
+        _structure_changed()
         remove = handle.remove
 
         def removed():
             remove()
-            _hooks_changed()
+            _structure_changed()
 
         handle.remove = removed  # (the handle's __exit__ calls it too)
         return handle

@@ -120,7 +120,12 @@ void floatRule(const Symbol& s, bool upcast, Value (*grad)(const Value& x, const
 const double kPi = 3.14159265358979323846;
 
 const std::pair<PrimId, UnaryGrad> kUnary[] = {
-    {PrimId::abs, [](X x, X, X g) { return mul(g, un("sign", x)); }},
+    // For complex x (a real |x|): g * sgn(x), sgn(x) = x / |x| and 0 at 0, as eager's abs_backward.
+    {PrimId::abs,
+     [](X x, X y, X g) {
+       if (!isComplex(x.tensor().dtype)) return mul(g, un("sign", x));
+       return mul(g, op("where", {op("eq", {y, 0.0}), 0.0, div(x, y)}));
+     }},
     // eager's formulas (derivatives.yaml), in its order of operations: g * rsqrt(1 - x^2), not
     // g / sqrt(1 - x^2) (an ulp apart), and so on; see registerLowPrecisionUnaryRules.
     {PrimId::acos, [](X x, X, X g) { return mul(g, neg(un("rsqrt", sub(1.0, sq(x))))); }},
@@ -142,7 +147,8 @@ const std::pair<PrimId, UnaryGrad> kUnary[] = {
      [](X x, X, X g) { return mul(g, mul(-2.0 / std::sqrt(kPi), un("exp", neg(sq(x))))); }},
     {PrimId::erfinv,
      [](X, X y, X g) { return mul(g, mul(std::sqrt(kPi) / 2.0, un("exp", sq(y)))); }},
-    {PrimId::exp, [](X, X y, X g) { return mul(g, y); }},
+    // (conjugated: PyTorch's convention for a complex x; exact for a real one)
+    {PrimId::exp, [](X, X y, X g) { return mul(g, conj(y)); }},
     {PrimId::exp2, [](X, X y, X g) { return mul(mul(g, y), std::log(2.0)); }},
     {PrimId::expm1, [](X, X y, X g) { return mul(g, add(y, 1.0)); }},
     {PrimId::lgamma, [](X x, X, X g) { return mul(g, un("digamma", x)); }},
@@ -1590,7 +1596,7 @@ void registerGradRules() {
     // Decompositions of torch-language calls that read no size as a number.
     markSymbolicGrad("ltorch.cross_entropy_upcast");
     // Rules that hold for complex values as written (linear maps, or conjugating above).
-    for (PrimId id : {PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
+    for (PrimId id : {PrimId::abs, PrimId::exp, PrimId::add, PrimId::sub, PrimId::neg, PrimId::mul, PrimId::div, PrimId::sum,
                       PrimId::where, PrimId::convert_element_type, PrimId::real, PrimId::imag,
                       PrimId::broadcast_in_dim, PrimId::reshape, PrimId::slice, PrimId::squeeze,
                       PrimId::transpose, PrimId::flip, PrimId::stride_order, PrimId::cat,

@@ -356,6 +356,44 @@ def _register(name, params, meta, fn, prints_as=""):
     return sym
 
 
+class CheckFailed(ValueError, RuntimeError):
+    """A value check traced as passing failed when the program ran (see assume_true); a ValueError
+    as torch.distributions raises and a RuntimeError as torch._check_tensor_all raises."""
+
+
+_check_symbol = None
+
+
+def _check_meta(cond, what):
+    return _C.TensorProxy(shape=tuple(cond._shape), dtype=torch.bool, device=cond.device)
+
+
+def _check_fn(cond, what):
+    if not bool(cond):
+        raise CheckFailed(f"thunder.jit: the program's value check failed ({what}): eager PyTorch raises its "
+                          f"own error here; thunder traced the check as passing and checks it as it runs")
+    return cond
+
+
+def assume_true(cond, what: str) -> bool:
+    """A value check (a one-element bool tensor PyTorch's code tests, such as torch.distributions'
+    `if not torch._is_all_true(valid): raise ValueError(...)`) taken as passing while tracing: the
+    trace checks it where the program computes it, raising CheckFailed if it does not hold for the
+    inputs of a call (a sync with the device there, as eager's check is). Returns True."""
+    global _check_symbol
+    _ensure_executor()
+    with _lock:
+        if _check_symbol is None:
+            _check_symbol = _C.extend_register_operator(
+                EXECUTOR, "check_true", [("cond", "positional", False, None), ("what", "positional", False, None)],
+                None, _check_meta, _check_fn, ["DONT_DCE"])
+            from thunder.extend import _OPERATOR_FNS
+
+            _OPERATOR_FNS[_check_symbol.id] = _check_fn
+    _check_symbol(cond, what)
+    return True
+
+
 def call(func, qualname: str, args: tuple, kwargs: dict):
     """Records a call of `func` (no thunder symbol) as a fallback symbol; returns its outputs as
     proxies in the structure PyTorch returns them."""

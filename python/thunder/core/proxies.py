@@ -166,6 +166,11 @@ def _dispatch(func, args, kwargs):
         # torch.tensor(x.shape[1]): a 0-dim tensor of the size, computed at each run
         return _dispatch(torch.full, ((), args[0]), {"dtype": kwargs.get("dtype") or torch.int64,
                                                       "device": kwargs.get("device")})
+    if func is torch.as_tensor and args and type(args[0]) is TensorProxy:
+        # as_tensor(t, dtype, device) of a tensor: t itself, or converted (torch.distributions)
+        dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+        device = args[2] if len(args) > 2 else kwargs.get("device")
+        return _to(args[0], device=device, dtype=dtype)
     entry = _TORCH_MAP.get(func)
     if entry is None and func in _TRACED_THROUGH:
         return _traced_through(func)(*args, **kwargs)
@@ -485,7 +490,31 @@ def _bool(self):
     if value is not None:
         with torch._C.DisableTorchFunction():
             return bool(value)
+    if getattr(self, "_validity", None) is not None:
+        return fallback.assume_true(self, self._validity)
     return _unsupported("Tensor.__bool__")(self)
+
+
+def _validity(reduce, what):
+    """torch._is_all_true / _is_any_true: what PyTorch's value checks ask (torch.distributions'
+    argument validation, torch._check_tensor_all). The reduction's truth is taken as holding
+    (the check passes) and checked at run time (fallback.assume_true), where a failure raises."""
+
+    def f(self):
+        from thunder.core.guards import user_location
+
+        out = getattr(self, reduce)()
+        where = user_location()
+        out._validity = f"torch.{what}" + (f" at {where}" if where else "")
+        return out
+
+    return f
+
+
+def _item(self):
+    if getattr(self, "_validity", None) is not None and known_value(self) is None:
+        return fallback.assume_true(self, self._validity)
+    return _unsupported("Tensor.item")(self)
 
 
 # Symbols whose memory_format argument only chooses the strides of their result.
@@ -898,6 +927,17 @@ def _weight_norm(v, g, dim=0):
     return v * (g / norm)
 
 
+def _broadcast_tensors(*tensors):
+    """torch.broadcast_tensors: each tensor expanded to the common shape (views, as eager's), so
+    that a tensor whose expansion goes unused gets no gradient (None), as in eager (torch.
+    distributions' broadcast_all)."""
+    for i, t in enumerate(tensors):
+        if not _is_tensor(t):
+            raise TypeError(f"broadcast_tensors(): expected Tensor as element {i}, but got {type(t).__name__}")
+    shape = torch.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    return tuple(t.expand(shape) for t in tensors)
+
+
 def _cuda(self, device=None, non_blocking=False, memory_format=None):
     """Tensor.cuda(device=None): a copy on that CUDA device (the current one by default)."""
     return _to(self, _concrete_device("cuda" if device is None else device))
@@ -1032,8 +1072,9 @@ def _install_methods():
     TensorProxy.__len__ = lambda self: int(_shape(self)[0]) if self._shape else _raise_len()
     TensorProxy.__iter__ = lambda self: iter(self.unbind(0))
     TensorProxy.__hash__ = object.__hash__
-    for name in ("item", "tolist", "numpy", "__float__", "__int__", "__index__"):
+    for name in ("tolist", "numpy", "__float__", "__int__", "__index__"):
         setattr(TensorProxy, name, _unsupported(f"Tensor.{name}"))
+    TensorProxy.item = _item
     TensorProxy.__bool__ = _bool
     TensorProxy.__setitem__ = _setitem
     TensorProxy.data = property(lambda self: dispatch(torch.Tensor.detach, (self,), {}), _set_data)
@@ -1072,6 +1113,11 @@ _SPECIAL = {
     torch.Tensor.__len__: lambda self: len(self),
     torch.Tensor.type: _type,
     torch._weight_norm: _weight_norm,
+    torch.broadcast_tensors: _broadcast_tensors,
+    torch._is_all_true: _validity("all", "_is_all_true"),
+    torch.Tensor._is_all_true: _validity("all", "_is_all_true"),
+    torch._is_any_true: _validity("any", "_is_any_true"),
+    torch.Tensor._is_any_true: _validity("any", "_is_any_true"),
     # Answers of the dtype alone (multi_head_attention_forward's mask checks, XLNet).
     torch.is_floating_point: lambda self: self.dtype.is_floating_point,
     torch.Tensor.is_floating_point: lambda self: self.dtype.is_floating_point,

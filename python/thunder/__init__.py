@@ -899,12 +899,13 @@ class ThunderModule(pytorch.nn.Module):
                 for mod_name, mod, tensors in before:
                     for (kind, key), old in tensors.items():
                         now = (vars(mod) if kind == "__dict__" else getattr(mod, kind)).get(key)
-                        if (now is not old and kind == "__dict__" and old.requires_grad
-                                and isinstance(now, TensorProxy)):
+                        if (now is not old and kind == "__dict__" and isinstance(now, TensorProxy)
+                                and (old.requires_grad or now.shape != old.shape or now.dtype != old.dtype)):
                             # `self.weight = compute(...)` over one computed before (the old
-                            # weight_norm's pre-hook): the attribute is rebound, as in eager, to the
-                            # call's new tensor (outputs.updated), not written into the old one,
-                            # which is part of an autograd graph.
+                            # weight_norm's and spectral_norm's pre-hooks): the attribute is rebound,
+                            # as in eager, to the call's new tensor (outputs.updated), not written
+                            # into the old one, which is part of an autograd graph or of another
+                            # shape or dtype (spectral_norm's, left float32 by module.double()).
                             continue
                         if now is not old:
                             attributes.append((mod_name, key, old, now))

@@ -46,6 +46,29 @@ def test_weight_norm_matches_eager(api, dim):
         assert model.weight.grad_fn is not None
 
 
+def test_old_spectral_norm_after_double_matches_eager():
+    # The hook-based spectral_norm keeps `weight` as a plain attribute, which module.double() leaves
+    # float32; its pre-hook rebinds it to a float64 tensor each call, as thunder now does too.
+    def make():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return torch.nn.utils.spectral_norm(torch.nn.Linear(5, 4)).double()
+
+    torch.manual_seed(0)
+    model, ref = make(), make()
+    ref.load_state_dict(model.state_dict())
+    jm = thunder.jit(model)
+    for _ in range(3):
+        x = torch.randn(3, 5, dtype=torch.float64)
+        out, want = jm(x), ref(x)
+        torch.testing.assert_close(out, want)
+        for g, w in zip(torch.autograd.grad(out.sum(), list(model.parameters())),
+                        torch.autograd.grad(want.sum(), list(ref.parameters()))):
+            torch.testing.assert_close(g, w)
+        torch.testing.assert_close(model.weight_u, ref.weight_u)
+    assert model.weight.dtype == torch.float64
+
+
 def test_spectral_norm_matches_eager():
     # Power iteration on buffers updated in place without grad, every training call.
     model, ref, jm = _steps(lambda: parametrizations.spectral_norm(torch.nn.Linear(5, 4)), (3, 5))

@@ -691,6 +691,9 @@ class ThunderFunction(_C.CompiledFunction):
         return self
 
     def __call__(self, *args, **kwargs):
+        if functionalize.current() is not None:
+            # Called from a program thunder traces: traced through, as part of that program.
+            return self._fn(*args, **kwargs)
         if _dynamo_compiling():
             # (inside the disabled frame is_compiling() is False: this same call, run as it is)
             return _opaque_to_dynamo(self, *args, **kwargs)
@@ -847,7 +850,18 @@ class ThunderModule(pytorch.nn.Module):
                 raise
             return getattr(model, name)
 
+    def __call__(self, *args, **kwargs):
+        # The wrapper runs the model's hooks, global ones included, inside its program; run by
+        # nn.Module.__call__, the global ones ran a second time, for the wrapper. Hooks registered
+        # on the wrapper itself run as for any module.
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks:
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args, **kwargs):
+        if functionalize.current() is not None:
+            # Called from a program thunder traces: traced through, as part of that program.
+            return self._model(*args, **kwargs)
         if _dynamo_compiling():
             return _opaque_to_dynamo(self.forward, *args, **kwargs)
         if self._structure != guards.STRUCTURE.version:
@@ -989,6 +1003,11 @@ def jit(fn: Callable | pytorch.nn.Module, executors=None, plugins=None, cache_si
     cudagraphs = bool(plugins) or "cudagraphs" in names
     if executors is not None and "cudagraphs" in names:
         executors = [e for e, n in zip(executors, names) if n != "cudagraphs"]
+    # torch.compile's wrappers: thunder compiles what they wrap (dynamo cannot trace thunder's proxies).
+    if type(fn).__name__ == "OptimizedModule" and isinstance(getattr(fn, "_orig_mod", None), pytorch.nn.Module):
+        fn = fn._orig_mod
+    elif callable(getattr(fn, "_torchdynamo_orig_callable", None)):
+        fn = fn._torchdynamo_orig_callable
     if isinstance(fn, ThunderModule):
         # Already jitted (by thunder.jit, thunder.distributed.ddp or fsdp): returned as it is.
         if cudagraphs or kwargs or (executors is not None and _executor_names(executors) != fn._executors):

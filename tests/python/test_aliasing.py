@@ -28,6 +28,14 @@ ALIASES = {
     "chunk": lambda y: y.chunk(2, 1)[1],
     "unbind": lambda y: y.unbind(0)[2],
     "detach": lambda y: y.detach(),
+    # of a real tensor: views (H, mH), or the tensor itself (positive, real, conj, resolve_*)
+    "ravel": lambda y: y.ravel(),
+    "positive": lambda y: y.positive(),
+    "H": lambda y: y.H,
+    "mH": lambda y: y.mH,
+    "real": lambda y: y.real,
+    "conj": lambda y: y.conj(),
+    "resolve_neg": lambda y: y.resolve_neg(),
 }
 
 
@@ -110,6 +118,20 @@ def _grad(outs, x):
         return torch.zeros_like(x)
     g = torch.autograd.grad(loss, x, allow_unused=True)[0]
     return torch.zeros_like(x) if g is None else g
+
+
+@pytest.mark.parametrize("part", ["real", "imag", "conj"])
+def test_complex_views_updated_in_place_write_back(part):
+    def f(z):
+        w = z * 1
+        v = getattr(w, part) if part != "conj" else w.conj()
+        v.mul_(2) if part != "conj" else v.add_(1j)
+        return w * 1, v * 1
+
+    z = torch.randn(3, dtype=torch.complex128)
+    got, want = thunder.jit(f)(z), f(z)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b.resolve_conj())
 
 
 def test_contiguous_of_a_non_contiguous_tensor_is_a_copy():

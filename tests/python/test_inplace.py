@@ -643,3 +643,28 @@ def test_shape_changed_in_place_on_an_input_or_a_viewed_tensor_says_so(case):
     fn, what = (on_input, "an input") if case == "input" else (viewed, "a tensor with views")
     with pytest.raises(NotImplementedError, match=f"changes the shape of .* in place, {what}"):
         thunder.jit(fn)(torch.randn(2, 3))
+
+
+def test_computed_tensor_updated_under_no_grad_keeps_its_gradient_path():
+    # y = x * 2, then y.add_(1) with grad off: eager differentiates y as before, at its new values
+    # (the update itself is not differentiated); thunder had cut the path (x's gradient was 1).
+    def f(x):
+        y = x * 2
+        with torch.no_grad():
+            y.add_(1)
+        return (y * y).sum() + x.sum()
+
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    got = torch.autograd.grad(thunder.jit(f)(x), x)[0]
+    want = torch.autograd.grad(f(x), x)[0]
+    torch.testing.assert_close(got, want)  # [13, 21, 29]
+
+    def g(a):
+        y = a * 2
+        with torch.no_grad():
+            y.add_(1)
+        return y
+
+    # made from a tensor needing no gradient: still none
+    assert not thunder.jit(g)(x.detach()).requires_grad
+    assert thunder.jit(g)(x).requires_grad

@@ -902,8 +902,61 @@ def test_global_module_backward_hooks_run():
         thunder.jit(torch.nn.Linear(4, 2))(torch.randn(3, 4)).sum().backward()
     finally:
         handle.remove()
-    # (the jitted module, an nn.Module itself, gets the global hook too)
-    assert [t for t in seen if t is not thunder.ThunderModule] == [torch.nn.Linear]
+    # (once, as in eager: the jitted wrapper, an nn.Module itself, does not run global hooks again)
+    assert seen == [torch.nn.Linear]
+
+
+def test_global_forward_hooks_run_once():
+    model = torch.nn.Linear(3, 2).double()
+    jm = thunder.jit(model)
+    x = torch.randn(2, 3, dtype=torch.float64)
+    seen = []
+    with torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: seen.append(type(mod)) or out + 100):
+        with torch.nn.modules.module.register_module_forward_pre_hook(lambda mod, args: (args[0] * 2,)):
+            want = model(x)
+            got = jm(x)
+    torch.testing.assert_close(got, want)
+    assert seen == [torch.nn.Linear] * 2  # eager's call, then the traced one
+    # a hook on the wrapper itself runs as on any module
+    with jm.register_forward_hook(lambda mod, args, out: out * 3):
+        torch.testing.assert_close(jm(x), model(x) * 3)
+
+
+def test_jitted_calls_inside_a_jitted_program_are_traced_through():
+    inner = thunder.jit(lambda x: x.sin() * 2)
+    block = torch.nn.Linear(4, 4).double()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = thunder.jit(block)
+            self.b = torch.nn.Linear(4, 2).double()
+
+        def forward(self, x):
+            return self.b(inner(self.a(x)))
+
+    m = M()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    jm = thunder.jit(m)
+    torch.testing.assert_close(jm(x), m(x))
+    jm(x).sum().backward()
+    want = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    m(x).sum().backward()
+    torch.testing.assert_close([p.grad for p in m.parameters()], want)
+    assert "sin" in str(thunder.last_traces(jm)[0])  # inner's program is part of the outer trace
+
+
+def test_torch_compile_wrappers_are_unwrapped():
+    def f(x):
+        return x.sin() + 1
+
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(thunder.jit(torch.compile(f, backend="eager"))(x), f(x))
+    m = torch.nn.Linear(3, 2)
+    jm = thunder.jit(torch.compile(m, backend="eager"))
+    assert isinstance(jm, thunder.ThunderModule) and jm._model is m
+    torch.testing.assert_close(jm(x), m(x))
 
 
 def test_module_forward_hooks_run_as_in_eager():
@@ -992,7 +1045,7 @@ def test_hooks_added_or_removed_after_the_first_call_take_effect():
     jm(x).sum().backward()
     assert seen == [torch.Size([2, 3])]
     with torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: out + 1):
-        torch.testing.assert_close(jm(x), model(x) + 1)  # (the jitted module's own call is hooked too)
+        torch.testing.assert_close(jm(x), model(x))  # (each module once: not the jitted wrapper again)
     torch.testing.assert_close(jm(x), model(x))
 
 

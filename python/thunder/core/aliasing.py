@@ -117,6 +117,15 @@ def _unchanged(func, x, out, args, kwargs):
     return SELF if out is x else NEW
 
 
+def _of_real(func, x, out, args, kwargs):
+    """real / conj / resolve_conj / resolve_neg: x itself for a real x (eager returns it); of a
+    complex x, real and conj are views (conj's a conjugate bit over the same storage), and
+    resolve_* a copy (thunder's values carry no conjugate bit)."""
+    if out is x or not x.dtype.is_complex:
+        return SELF
+    return VIEW if func.__name__ in ("real", "conj") else NEW
+
+
 def _reshaped(func, x, out, args, kwargs):
     """reshape / reshape_as / flatten: a view where x's layout allows one, else a copy."""
     return VIEW if _shares_storage(func, args, kwargs) else NEW
@@ -157,6 +166,22 @@ def _wb_reshape(x, v, i, outs, args, kwargs):
     # A view of the same elements in the same order: the base is the update reshaped back.
     shape = tuple(x.shape)
     return lambda b, nv: nv.reshape(shape)
+
+
+def _wb_real(x, v, i, outs, args, kwargs):
+    if not x.dtype.is_complex:
+        return None
+    return lambda b, nv: torch.complex(nv, torch.imag(b))
+
+
+def _wb_conj(x, v, i, outs, args, kwargs):
+    if not x.dtype.is_complex or kwargs or len(args) > 1:
+        return None
+    return lambda b, nv: torch.conj_physical(nv)
+
+
+def _wb_imag(x, v, i, outs, args, kwargs):
+    return lambda b, nv: torch.complex(torch.real(b), nv)
 
 
 def _wb_expand(x, v, i, outs, args, kwargs):
@@ -246,8 +271,7 @@ def _wb_detach(x, v, i, outs, args, kwargs):
 _CONVERSIONS = ("to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
                 "byte", "bool", "cpu", "cuda")
 _SKIPPED_WHEN_NOOP = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d",
-                      "real", "conj", "resolve_conj", "resolve_neg", "atleast_1d", "atleast_2d", "atleast_3d",
-                      "sum_to_size")
+                      "atleast_1d", "atleast_2d", "atleast_3d", "sum_to_size")
 
 # The rules that decide by the input's layout (strides), not by its value.
 _BY_LAYOUT = (_contiguous, _reshaped)
@@ -258,7 +282,12 @@ TABLE = {
     **dict.fromkeys(_SKIPPED_WHEN_NOOP, (_unchanged, None)),
     # views of the same elements in the same order
     **dict.fromkeys(("view", "view_as", "unflatten", "squeeze", "unsqueeze"), (VIEW, _wb_reshape)),
-    **dict.fromkeys(("reshape", "reshape_as", "flatten"), (_reshaped, _wb_reshape)),
+    **dict.fromkeys(("reshape", "reshape_as", "flatten", "ravel"), (_reshaped, _wb_reshape)),
+    "conj": (_of_real, _wb_conj),
+    **dict.fromkeys(("resolve_conj", "resolve_neg"), (_of_real, None)),
+    "real": (_of_real, _wb_real),
+    "imag": (VIEW, _wb_imag),
+    "positive": (SELF, None),
     **dict.fromkeys(("expand", "expand_as", "broadcast_to"), (VIEW, _wb_expand)),
     # permutations of the dims
     **dict.fromkeys(("transpose", "swapaxes", "swapdims"), (VIEW, _wb_transpose)),
@@ -273,7 +302,7 @@ TABLE = {
     **dict.fromkeys(("split", "chunk", "tensor_split"), (VIEW, _wb_split)),
     "detach": (VIEW, _wb_detach),
     # views an update cannot be written back through (several elements share a place, or another dtype)
-    **dict.fromkeys(("diagonal", "as_strided", "unfold", "imag", "view_as_real", "view_as_complex", "adjoint",
+    **dict.fromkeys(("diagonal", "as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint",
                      "hsplit", "vsplit", "dsplit", "split_with_sizes"), (VIEW, None)),
     "clone": (NEW, None),
 }

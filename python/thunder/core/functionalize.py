@@ -204,10 +204,11 @@ def commit(state: TraceState, op_name: str, target, result):
             commit(state, op_name, root, result)
         state.latest[id(proxy)] = (proxy, result)
         return target
-    if (view is None and state.grad_enabled and not torch.is_grad_enabled() and proxy.requires_grad
-            and state.is_input(proxy)):
-        # An input that requires grad updated with grad mode off (`with torch.no_grad(): w.mul_(2)`
-        # in a forward): eager keeps differentiating with respect to it, at its new values. The new
+    if (view is None and state.grad_enabled and not torch.is_grad_enabled()
+            and (proxy.requires_grad if state.is_input(proxy) else not real)):
+        # An input that requires grad, or a tensor the program computed, updated with grad mode
+        # off (`with torch.no_grad(): w.mul_(2)` in a forward, `y = x * 2` then `y.add_(1)` under
+        # no_grad): eager keeps differentiating with respect to it, at its new values. The new
         # value passes the gradient to the old one unchanged (ltorch.pass_gradient).
         with torch.enable_grad():
             result = ltorch.pass_gradient(result, cur)

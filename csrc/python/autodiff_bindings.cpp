@@ -119,7 +119,8 @@ std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> compu
 
 std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computation,
                                                   const std::vector<std::string>& executors,
-                                                  bool verifyEach) {
+                                                  bool verifyEach,
+                                                  const std::vector<std::string>& overwritten) {
   std::vector<Executor*> exs = ExecutorRegistry::get().resolve(executors);
   auto plan = std::make_shared<TrainingPlan>();
   plan->executors = exs;
@@ -129,7 +130,7 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   beforeAutodiff(log, exs);
   const Trace& pruned = *plan->forwardTraces.back();
   auto t0 = Clock::now();
-  plan->fb = forwardBackward(pruned, exs);
+  plan->fb = forwardBackward(pruned, exs, overwritten);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   std::string took = " (took " + std::to_string(ms) + " milliseconds)";
   auto forward = std::make_shared<Trace>(plan->fb.forward);
@@ -346,7 +347,7 @@ void init(py::module_& m) {
   m.def("run_grad_pipeline", &runGradPipeline, py::arg("trace"), py::arg("executors"),
         py::arg("num_args"), py::arg("verify") = false);
   m.def("run_training_pipeline", &runTrainingPipeline, py::arg("trace"), py::arg("executors"),
-        py::arg("verify") = false);
+        py::arg("verify") = false, py::arg("overwritten") = std::vector<std::string>{});
   m.def("has_grad_rule", [](const std::string& id) { return findGradRule(id) != nullptr; },
         py::arg("symbol_id"), "Whether the default table holds a grad rule for the symbol (by id).");
   m.def("mark_recomputable", &markRecomputable, py::arg("symbol_id"),

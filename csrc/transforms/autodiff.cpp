@@ -924,7 +924,8 @@ Trace withUndefinedCotangents(const Trace& backward, const std::vector<bool>& un
   return dce(out);
 }
 
-ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors) {
+ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors,
+                                const std::vector<std::string>& overwritten) {
   std::vector<TensorPtr> wrt;
   for (const TensorPtr& t : computation.inputs)
     if (t->requiresGrad && isFloatTensor(t)) wrt.push_back(t);
@@ -983,7 +984,7 @@ ForwardBackward forwardBackward(const Trace& computation, const std::vector<Exec
   flattenReferenced(joint.bsyms, seen, fwd);
   fb.numSavedWithoutRemat = needed.size();
   for (const TensorPtr& t : needed) fb.savedBytesWithoutRemat += tensorBytes(*t);
-  RematPlan plan = rematerialize(fwd, computation.inputs, needed);
+  RematPlan plan = rematerialize(fwd, computation.inputs, needed, overwritten);
   fb.saved = plan.saved;
   for (const TensorPtr& t : fb.saved) fb.savedBytes += tensorBytes(*t);
 

@@ -101,7 +101,10 @@ struct ForwardBackward {
 /// Differentiates `computation` with respect to its floating inputs that require grad and splits
 /// the joint trace: the forward saves only what the backward needs, with cheap ops recomputed in
 /// the backward where that saves memory (remat.h).
-ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors);
+/// `overwritten`: the names of inputs the program updates in place (their values before the
+/// update are gone when the backward runs): the backward recomputes nothing from them.
+ForwardBackward forwardBackward(const Trace& computation, const std::vector<Executor*>& executors,
+                                const std::vector<std::string>& overwritten = {});
 
 /// The backward trace (ForwardBackward::backward, before lowering) for a call whose cotangent
 /// inputs marked in `undefined` (one flag per cotangent, the trace's last inputs) were not given:

@@ -129,7 +129,8 @@ bool isRecomputable(const BoundSymbol& b) {
 
 RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
                         const std::vector<TensorPtr>& inputs,
-                        const std::vector<TensorPtr>& needed) {
+                        const std::vector<TensorPtr>& needed,
+                        const std::vector<std::string>& overwritten) {
   RematPlan baseline{needed, {}};
   if (needed.empty()) return baseline;
 
@@ -162,8 +163,11 @@ RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
   // Weights: twice the bytes, plus one for tensors the backward does not read itself, so that
   // among equal cuts the one saving what the backward reads (recomputing nothing) wins. Inputs
   // live anyway: saving them costs almost nothing.
+  std::unordered_set<std::string> gone(overwritten.begin(), overwritten.end());
   auto weight = [&](const TensorPtr& t) -> int64_t {
-    if (inputSet.count(t.get())) return 1;
+    // (an overwritten input: a cut through it only where the backward reads it itself, which
+    // the caller refuses)
+    if (inputSet.count(t.get())) return gone.count(t->name) ? kInf / (4 * (needed.size() + 1)) : 1;
     return 2 * tensorBytes(*t) + (neededSet.count(t.get()) ? 0 : 1);
   };
   // What leaves a checkpointed region (read by a call outside it) is saved, as eager's checkpoint

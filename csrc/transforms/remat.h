@@ -34,7 +34,11 @@ void markRecomputable(const std::string& symbolId);
 /// weighted by its bytes (inputs almost free: they live anyway): a tensor the backward `needs`
 /// is either saved or recomputed from saved ones through recomputable calls. Falls back to
 /// saving `needed` as is unless the cut saves strictly fewer bytes.
+/// `overwritten` names inputs the program updates in place: the backward has no value of
+/// theirs, so what it needs of them is saved as computed (y of `y = x * 1; x.mul_(2)`), not
+/// recomputed from them.
 RematPlan rematerialize(const std::vector<BoundSymbol>& forward,
-                        const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& needed);
+                        const std::vector<TensorPtr>& inputs, const std::vector<TensorPtr>& needed,
+                        const std::vector<std::string>& overwritten = {});
 
 }  // namespace thunder

@@ -668,3 +668,103 @@ def test_computed_tensor_updated_under_no_grad_keeps_its_gradient_path():
     # made from a tensor needing no gradient: still none
     assert not thunder.jit(g)(x.detach()).requires_grad
     assert thunder.jit(g)(x).requires_grad
+
+
+def test_foreach_updates_take_effect():
+    # The optimizers' foreach path: the updated lists were dropped (a fallback call whose result
+    # went unused)
+    def f(ps, gs, ms):
+        torch._foreach_mul_(ms, 0.9)
+        torch._foreach_add_(ms, gs)
+        out = torch._foreach_add_(ps, ms, alpha=-0.1)
+        return sum(p.sum() for p in ps), out
+
+    torch.manual_seed(0)
+    ps = [torch.randn(3, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64)]
+    gs = [torch.randn_like(p) for p in ps]
+    ms = [torch.randn_like(p) for p in ps]
+    pe, me = [p.clone() for p in ps], [m.clone() for m in ms]
+    jf = thunder.jit(f)
+    for _ in range(2):
+        want, got = f(pe, gs, me), jf(ps, gs, ms)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], ps)
+        torch.testing.assert_close(ps, pe)
+        torch.testing.assert_close(ms, me)
+
+
+@pytest.mark.parametrize("op", ["fill_diagonal_", "nn.init.constant_", "nn.init.eye_", "set_"])
+def test_inplace_ops_without_an_out_of_place_form_take_effect(op):
+    # run by PyTorch on a copy of the target, whose value the target takes
+    update = {
+        "fill_diagonal_": lambda y: y.fill_diagonal_(0.0),
+        "nn.init.constant_": lambda y: torch.nn.init.constant_(y, 0.3),
+        "nn.init.eye_": lambda y: torch.nn.init.eye_(y),
+        "set_": lambda y: y.set_(torch.ones(3, 3, dtype=y.dtype) * 2),
+    }[op]
+
+    def f(x, w):
+        y = x * 1
+        with torch.no_grad():
+            update(x)
+        return (y * w).sum() + (x * w).sum()
+
+    x = torch.randn(3, 3, dtype=torch.float64)
+    w = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    xe = x.clone()
+    want = f(xe, w)
+    got = thunder.jit(f)(x, w)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x, xe)
+
+
+def test_fill_diagonal_has_eager_gradients():
+    def g(x):
+        y = x * 1
+        y.fill_diagonal_(0.0)
+        return (y * y).sum()
+
+    x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(torch.autograd.grad(thunder.jit(g)(x), x)[0], torch.autograd.grad(g(x), x)[0])
+
+
+def test_random_inplace_ops_draw_at_each_call():
+    jf = thunder.jit(lambda x: x.random_(0, 1000) * 1)
+    x = torch.zeros(64)
+    a = jf(x).clone()
+    assert torch.equal(a, x)  # the input was updated
+    b = jf(x)
+    assert not torch.equal(a, b) and a.max() < 1000 and a.min() >= 0
+
+
+def test_values_computed_before_an_input_update_are_saved_not_recomputed():
+    # y = x * 1 (or x updated first, then used): the backward gets y as computed; recomputing it
+    # from x, which the forward overwrites, was refused ("the backward needs the value that t_0
+    # held before the function updated it")
+    def before(x, w):
+        y = x * 1
+        with torch.no_grad():
+            x.mul_(2)
+        return (y * w).sum() + (x * w).sum()
+
+    def after(x, w):
+        x.mul_(2)
+        return (x * w).sum()
+
+    for f in (before, after):
+        x, w = torch.arange(3.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64, requires_grad=True)
+        xe = x.clone()
+        got = torch.autograd.grad(thunder.jit(f)(x, w), w)[0]
+        want = torch.autograd.grad(f(xe, w), w)[0]
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x, xe)
+
+    def needs_the_old_value(x, w):
+        y = x * w  # its gradient with respect to w is x's value before the update
+        with torch.no_grad():
+            x.mul_(2)
+        return y.sum()
+
+    x, w = torch.arange(3.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="the backward needs the value that .* held before"):
+        thunder.jit(needs_the_old_value)(x, w)

@@ -105,6 +105,9 @@ def dispatch(func, args, kwargs):
     inference_mode, a function decorated with either) is detached, as eager records no graph
     for it: gradients do not flow through it. The result aliases its input as eager's does
     (aliasing.result)."""
+    if not args and "tensor" in kwargs and getattr(func, "__module__", "") == "torch.nn.init":
+        # (torch.nn.init's functions pass their tensor on by keyword)
+        args, kwargs = (kwargs["tensor"],), {k: v for k, v in kwargs.items() if k != "tensor"}
     st = functionalize.current()
     if st is None:
         return _dispatch(func, args, kwargs)
@@ -579,23 +582,64 @@ def _inplace_functional(func):
         return None
     if name in _IOPS and getattr(torch.Tensor, name, None) is func:
         return f"Tensor.{name}", getattr(torch.Tensor, _IOPS[name])
-    if not name.endswith("_") or name.endswith("__") or name.startswith("_"):
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    if name.startswith("_"):
+        if name.startswith("_foreach_") and getattr(torch, name, None) is func:
+            # torch._foreach_add_(tensors, ...) (the optimizers' foreach path): each tensor of the
+            # list takes its value in torch._foreach_add's result
+            functional = getattr(torch, name[:-1], None)
+            return (f"torch.{name}", _Foreach(functional or _on_a_copy(func, f"torch.{name}")))
         return None
     if getattr(torch.Tensor, name, None) is func:
         rule = _INPLACE_RULES.get(name)
         if rule is not None:
             return f"Tensor.{name}", rule
         functional = getattr(torch.Tensor, name[:-1], None)
-        return (f"Tensor.{name}", functional) if functional is not None else None
+        return f"Tensor.{name}", functional if functional is not None else _on_a_copy(func, f"Tensor.{name}")
     if getattr(torch, name, None) is func:
         functional = getattr(torch, name[:-1], None)
         if functional is None:
             functional = getattr(torch.nn.functional, name[:-1], None)
-        return (f"torch.{name}", functional) if functional is not None else None
+        return f"torch.{name}", functional if functional is not None else _on_a_copy(func, f"torch.{name}")
     if getattr(torch.nn.functional, name, None) is func:
         functional = getattr(torch.nn.functional, name[:-1], None)
         return (f"torch.nn.functional.{name}", functional) if functional is not None else None
+    if getattr(torch.nn.init, name, None) is func:
+        # torch.nn.init.constant_(w, 0.3), kaiming_uniform_(w), ... in the program
+        return f"torch.nn.init.{name}", _on_a_copy(func, f"torch.nn.init.{name}")
     return None
+
+
+_ON_A_COPY: dict = {}
+
+
+def _on_a_copy(func, qual):
+    """An in-place op with no out-of-place form thunder knows (fill_diagonal_, random_,
+    torch.nn.init's initializers): PyTorch runs it on a copy of its target (a fallback call
+    printed as `<op>_on_a_copy`), whose result becomes the target's new value. (Recorded as
+    an ordinary fallback call, its update was dropped: the call's result went unused.)"""
+    rule = _ON_A_COPY.get(func)
+    if rule is None:
+        def run(x, *args, **kwargs):
+            if isinstance(x, (list, tuple)):  # (a _foreach_ op's list of tensors)
+                y = [t.clone() for t in x]
+            else:
+                y = x.clone()
+            func(y, *args, **kwargs)
+            return y
+
+        name = "".join(c if c.isalnum() else "_" for c in qual) + "_on_a_copy"
+        rule = _ON_A_COPY[func] = _Rule(lambda *a, **k: fallback.call(run, name, a, k))
+    return rule
+
+
+class _Foreach:
+    """A torch._foreach_*_ op: its out-of-place twin (or a _Rule), whose list of results are the
+    new values of the tensors of its first argument."""
+
+    def __init__(self, functional):
+        self.functional = functional
 
 
 def _inplace_kwarg(func, args, kwargs):
@@ -648,6 +692,13 @@ def _maybe_inplace(st, func, held, args, kwargs):
         qual, functional = hit
         if functional is _RETURN_SELF:
             return held[0]
+        if isinstance(functional, _Foreach):
+            f = functional.functional
+            with st.replay():
+                results = f.rule(*args, **kwargs) if isinstance(f, _Rule) else dispatch(f, args, kwargs)
+            for target, r in zip(held[0], results):
+                functionalize.commit(st, qual, target, _own_value(r, (target,), {}))
+            return list(held[0])  # (eager returns the list's tensors, updated)
         with st.replay():
             result = functional.rule(*args, **kwargs) if isinstance(functional, _Rule) else dispatch(functional, args, kwargs)
         return functionalize.commit(st, qual, held[0], _own_value(result, args, kwargs))

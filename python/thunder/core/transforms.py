@@ -96,7 +96,7 @@ def _pipeline(trace, sources, closures, executors, verify: bool):
 
     if torch.is_grad_enabled() and any(p.requires_grad for p in trace.inputs):
         mutated = thunder.mutated_input_names()
-        plan = _C.run_training_pipeline(trace, executors, verify)
+        plan = _C.run_training_pipeline(trace, executors, verify, sorted(mutated))
         thunder._dump(list(plan.forward_traces) + list(plan.backward_traces))
         overwritten = sorted(mutated & set(plan.saved_names))
         if overwritten:

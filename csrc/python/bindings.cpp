@@ -610,6 +610,19 @@ class CompiledFunction {
       leaves_.clear();
       flatten(args, leaves_, nullptr, nullptr);
       flatten(kwargs, leaves_, nullptr, nullptr);
+      // The Python state the guard reads, changed by the traced program itself (`self.count += 1`,
+      // a decoding position kept in an int): tracing ran that change once, a cached call would
+      // not run it again. Such an entry serves only this call: every call traces, and makes the
+      // change, as eager's does.
+      bool changesItsState = false;
+      if (guardBefore && !guardBefore.is_none()) {
+        std::string again = "|";
+        py::tuple now = guardBefore();
+        std::vector<py::handle> nowValues(now.begin(), now.end());
+        describeItems(nowValues, leaves_.size(), {}, true, again);
+        changesItsState = key.compare(unguarded, std::string::npos, again) != 0;
+      }
+      if (r.size() > 4 && r[4].cast<bool>()) changesItsState = true;  // (an argument's attribute)
       key.resize(unguarded);
       // The trace may have extended the guard (it read a tensor from an argument's attribute):
       // the entry is keyed as the next call with these arguments will be.
@@ -655,10 +668,21 @@ class CompiledFunction {
       // Another thread may have compiled the same key while this one traced (tracing runs
       // Python, which lets other threads in): the first entry stays, so running calls keep it.
       e->lastUse = ++clock_;
-      auto [pos, inserted] = cache_.emplace(key, e);
-      entry = inserted ? e : pos->second;
-      if (inserted && !e->symbolLeaves.empty()) symbolic_.push_back(e);
-      if (inserted) evict();
+      if (changesItsState) {
+        entry = e;
+        // (from the second such call: a first call may set up state it then leaves alone)
+        if (++stateChanges_ == 2) {
+          py::module_::import("warnings").attr("warn")(
+              "thunder.jit: the program changes Python state that it reads (an attribute or a global "
+              "variable, such as a counter it increments): each call is traced again, to make that "
+              "change as eager does. Keep such state in a tensor (a buffer) to compile the program once.");
+        }
+      } else {
+        auto [pos, inserted] = cache_.emplace(key, e);
+        entry = inserted ? e : pos->second;
+        if (inserted && !e->symbolLeaves.empty()) symbolic_.push_back(e);
+        if (inserted) evict();
+      }
     }
     entry->lastUse = ++clock_;
     last_ = entry;
@@ -859,6 +883,7 @@ class CompiledFunction {
   size_t limit_ = defaultCacheSize();
   uint64_t clock_ = 0;
   int hits_ = 0, misses_ = 0, evictions_ = 0;
+  int stateChanges_ = 0;  // calls whose trace changed Python state the guard reads
 };
 
 // ---- CUDA graphs: the per-call path -----------------------------------------------------------

@@ -634,7 +634,18 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:
         reads.append({**outputs.read_slots(slots, closures), **scalar_reads.reads})
+        reads.append(scalar_reads.changed())
     return trace, sources, closures, updated
+
+
+def _serves_once(compiled, reads):
+    """A compiled call (traces, sources, closures[, plan]) marked to serve only the call that traced
+    it where the program changed a scalar attribute it read (the compiled function traces every
+    call then, as its guard on the globals it reads does for those)."""
+    if not reads[1]:
+        return compiled
+    compiled = tuple(compiled)
+    return (*compiled[:3], compiled[3] if len(compiled) > 3 else None, True)
 
 
 def _weak_hook(method):
@@ -710,7 +721,7 @@ class ThunderFunction(_C.CompiledFunction):
             trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads,
                                                        auto=self._auto_dynamic)
             _guard_updated_objects(self, self, updated, reads[0])
-            return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
+            return _serves_once(_transforms._pipeline(trace, sources, closures, self._executors, _VERIFY), reads)
 
 
 def _trace_scopes(owner):
@@ -964,7 +975,7 @@ class ThunderModule(pytorch.nn.Module):
                                                    holders=list(self._model.modules()), reads=reads,
                                                    auto=self._auto_dynamic)
         _guard_updated_objects(self, self._cfn, updated, reads[0])
-        return _transforms._pipeline(trace, sources, closures, self._executors, _VERIFY)
+        return _serves_once(_transforms._pipeline(trace, sources, closures, self._executors, _VERIFY), reads)
 
 
 _VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"

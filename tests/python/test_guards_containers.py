@@ -432,3 +432,80 @@ def test_a_model_changed_after_jit_is_traced_again(how):
     misses = thunder.cache_misses(jnet)
     jnet(x)
     assert thunder.cache_misses(jnet) == misses  # nothing changed: the cache hits
+
+
+_CALLS = 0
+
+
+def test_programs_changing_python_state_they_read_trace_every_call():
+    # `self.pos += 1` (a decoding position), a global or nonlocal counter, an argument's attribute:
+    # tracing made the change once and a cached call did not make it again (the entry was keyed
+    # by the state after the trace). Such calls now trace each time, with a warning.
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.zeros(4))
+            self.pos = 0
+
+        def forward(self, x):
+            self.k[self.pos] = x
+            self.pos += 1
+            return self.k * 1
+
+    eager, jitted = Cache(), Cache()
+    jm = thunder.jit(jitted)
+    with pytest.warns(UserWarning, match="changes Python state that it reads"):
+        for i in range(3):
+            torch.testing.assert_close(jm(torch.tensor(i + 1.0)), eager(torch.tensor(i + 1.0)))
+    assert jitted.pos == eager.pos == 3
+
+    def counted(x):
+        global _CALLS
+        _CALLS += 1
+        return x * _CALLS
+
+    jf = thunder.jit(counted)
+    got = [jf(torch.ones(1)).item() for _ in range(3)]
+    assert got == [1.0, 2.0, 3.0] and _CALLS == 3
+
+    n = 0
+
+    def closure(x):
+        nonlocal n
+        n += 1
+        return x * n
+
+    jc = thunder.jit(closure)
+    assert [jc(torch.ones(1)).item() for _ in range(3)] == [1.0, 2.0, 3.0]
+
+    class Box:
+        k = 0
+
+    box = Box()
+
+    def attribute(x, b):
+        b.k += 1
+        return x * b.k
+
+    ja = thunder.jit(attribute)
+    assert [ja(torch.ones(1), box).item() for _ in range(3)] == [1.0, 2.0, 3.0] and box.k == 3
+
+
+def test_programs_reading_state_they_leave_alone_trace_once():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = Scaled()
+    jm = thunder.jit(m)
+    for _ in range(3):
+        jm(torch.ones(2))
+    assert thunder.cache_misses(jm) == 1
+    m.scale = 3.0
+    torch.testing.assert_close(jm(torch.ones(2)), torch.full((2,), 3.0))
+    jm(torch.ones(2))
+    assert thunder.cache_misses(jm) == 2

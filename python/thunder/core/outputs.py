@@ -204,6 +204,7 @@ class ScalarReads:
     def __init__(self, given):
         self.given = {k: o for k, o in given.items() if not isinstance(o, type)}
         self.reads = {}
+        self.first = {}  # the value each read attribute had when first read
         self._classes = []
 
     @staticmethod
@@ -216,6 +217,7 @@ class ScalarReads:
                 for rec in getattr(local, "active", ()):
                     if id(obj) in rec.given:
                         rec.reads[(id(obj), name, VALUE)] = (_weak(obj), name, VALUE)
+                        rec.first.setdefault((id(obj), name), v)
             return v
 
         return recording
@@ -226,6 +228,7 @@ class ScalarReads:
                 for attr, v in vars(obj).items():
                     if type(v) in _SCALAR_TYPES:
                         self.reads[(id(obj), attr, VALUE)] = (_weak(obj), attr, VALUE)
+                        self.first.setdefault((id(obj), attr), v)
         with ScalarReads._lock:
             for cls in {type(o) for o in self.given.values()}:
                 if cls is types.SimpleNamespace or cls.__module__ == "builtins":
@@ -245,6 +248,15 @@ class ScalarReads:
             active = ScalarReads._local.active = []
         active.append(self)
         return self
+
+    def changed(self) -> bool:
+        """Whether the program changed a scalar attribute it read (`box.k += 1`): the trace made
+        that change once, a cached call would not make it again."""
+        for (oid, name), v in self.first.items():
+            obj = self.given.get(oid)
+            if obj is not None and getattr(obj, name, v) != v:
+                return True
+        return False
 
     def __exit__(self, *exc):
         ScalarReads._local.active.remove(self)

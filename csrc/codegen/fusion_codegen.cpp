@@ -430,6 +430,18 @@ class Emitter {
     return "";
   }
 
+  /// The unsigned type CUDA code computes integer add, sub, mul and neg of dtype d in, so that
+  /// they wrap around as eager's: signed overflow is undefined in C++ (NVCC folds (a + 1) > a to
+  /// true) and NVRTC has no -fwrapv. "" where the plain operators wrap: floats, C++ kernels
+  /// (compiled with -fwrapv), and integers narrower than int (promoted to int, which their sums
+  /// and products cannot overflow; the conversion back keeps the low bits).
+  std::string wrapType(DType d) const {
+    if (!cuda_) return "";
+    if (d == DType::Int32) return "uint32_t";
+    if (d == DType::Int64) return "uint64_t";
+    return "";
+  }
+
   std::string expr(int id, const std::vector<std::string>& o) const {
     const KNode& n = p_.nodes[id];
     DType d = n.dtype;
@@ -441,8 +453,10 @@ class Emitter {
     if (!cuda_ && isF(d) && d != DType::Float64 && !cpuMathFunction(op).empty())
       return cpuMathFunction(op) + "(" + a + ")";  // vectorizable float math (cpu_math.h)
     if (op == "where") return "(" + a + " ? " + b + " : " + o[2] + ")";
-    if (op == "abs") return isF(d) ? fm("fabs", d) + "(" + a + ")" : d == DType::Bool ? a : "(" + a + " < 0 ? -" + a + " : " + a + ")";
-    if (op == "neg") return "(-" + a + ")";
+    std::string U = wrapType(d);
+    std::string negA = U.empty() ? "(-" + a + ")" : "static_cast<" + T + ">(-static_cast<" + U + ">(" + a + "))";
+    if (op == "abs") return isF(d) ? fm("fabs", d) + "(" + a + ")" : d == DType::Bool ? a : "(" + a + " < 0 ? " + negA + " : " + a + ")";
+    if (op == "neg") return negA;
     if (op == "reciprocal") return "(static_cast<" + T + ">(1) / " + a + ")";
     if (op == "rsqrt") return cuda_ ? fm("rsqrt", d) + "(" + a + ")" : "(static_cast<" + T + ">(1) / " + fm("sqrt", d) + "(" + a + "))";
     if (op == "sigmoid") return "(static_cast<" + T + ">(1) / (static_cast<" + T + ">(1) + " + fm("exp", d) + "(-" + a + ")))";
@@ -454,9 +468,11 @@ class Emitter {
     if (op == "round") return fm("rint", d) + "(" + a + ")";
     static const std::set<std::string> direct = {"acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf", "erfc", "exp", "exp2", "expm1", "floor", "lgamma", "log", "log10", "log1p", "log2", "sin", "sinh", "sqrt", "tan", "tanh", "trunc"};
     if (direct.count(op)) return fm(op, d) + "(" + a + ")";
-    if (op == "add") return "(" + a + " + " + b + ")";
-    if (op == "sub") return "(" + a + " - " + b + ")";
-    if (op == "mul") return "(" + a + " * " + b + ")";
+    static const std::map<std::string, std::string> ring = {{"add", " + "}, {"sub", " - "}, {"mul", " * "}};
+    if (auto r = ring.find(op); r != ring.end()) {
+      if (U.empty()) return "(" + a + r->second + b + ")";
+      return "static_cast<" + T + ">(static_cast<" + U + ">(" + a + ")" + r->second + "static_cast<" + U + ">(" + b + "))";
+    }
     if (op == "div") return "(" + a + " / " + b + ")";
     if (op == "pow") {
       if (std::string p = powByConstant(n, d, a); !p.empty()) return p;
@@ -1030,7 +1046,7 @@ std::string emitCuda(const KernelProgram& p, const CudaVariant& variant) {
   s << header(p, "CUDA");
   s << "typedef unsigned char uint8_t;\ntypedef signed char int8_t;\ntypedef short int16_t;\n"
        "typedef unsigned short uint16_t;\ntypedef int int32_t;\ntypedef unsigned int uint32_t;\n"
-       "typedef long long int64_t;\n";
+       "typedef long long int64_t;\ntypedef unsigned long long uint64_t;\n";
   s << kCudaDefs << kPrelude << (usesFloat8(p) ? float8Prelude() : std::string()) << kRemainder << kLimits;
   if (p.hasColumns()) {
     s << "__device__ unsigned int thunder_done[" << kColumnFinishBlocks + 1 << "] = {};\n";

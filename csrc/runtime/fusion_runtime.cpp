@@ -421,10 +421,12 @@ const std::string& cpuMarch() {
 
 // -ffp-contract=off: no fused multiply-adds the source does not ask for, as eager's CPU kernels
 // (a contracted g / b - g * q keeps the rounding error of g * q where eager's gradient of a / a
-// is exactly 0: fuzzer seed 11357).
+// is exactly 0: fuzzer seed 11357). -fwrapv: signed integer arithmetic wraps around as eager's
+// (undefined in C++ otherwise: GCC folded (a + 1) > a to true at a = INT32_MAX).
+// The flags are part of every kernel's cache key (compileCpu).
 const std::string& cpuFlags() {
   static const std::string flags = " -O3 -march=" + cpuMarch() +
-                                   " -fopenmp -fno-math-errno -fno-trapping-math -ffp-contract=off -std=c++17 -fPIC";
+                                   " -fopenmp -fno-math-errno -fno-trapping-math -ffp-contract=off -fwrapv -std=c++17 -fPIC";
   return flags;
 }
 

@@ -8,6 +8,7 @@ typedef unsigned short uint16_t;
 typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long long int64_t;
+typedef unsigned long long uint64_t;
 #define THUNDER_DEVICE __device__
 #define THUNDER_ROW_LEN L
 #define THUNDER_INF __int_as_float(0x7f800000)

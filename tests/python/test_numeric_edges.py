@@ -64,3 +64,28 @@ def test_cuda_integer_arithmetic_is_unsigned(dtype):
 def test_cpu_kernels_compile_with_fwrapv():
     assert "-fwrapv" in _C.cpu_compile_flags().split()
 
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16]
+INF = float("inf")
+
+
+def _value_and_grad(fn, x):
+    x = x.clone().requires_grad_()
+    y = fn(x)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    return y.detach(), g
+
+
+@executor
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_logsigmoid_at_infinities_and_zero(dtype, executor):
+    # logsigmoid(-inf) = -inf, logsigmoid(inf) = 0 (not inf * 0 = NaN); the gradient is
+    # 1 - sigmoid(x): 1 at -inf, 0 at inf, 1/2 at +-0.
+    fn = torch.nn.functional.logsigmoid
+    x = torch.tensor([-INF, INF, -1.0, 0.0, -0.0, 1.0, -100.0, 100.0, 1e-8, 30.0, -30.0, float("nan")], dtype=dtype)
+    ye, ge = _value_and_grad(fn, x)
+    yt, gt = _value_and_grad(_jit(fn, executor), x)
+    torch.testing.assert_close(yt, ye, equal_nan=True)
+    torch.testing.assert_close(gt, ge, equal_nan=True)
+    assert yt[0].item() == -INF and yt[1].item() == 0.0
+

@@ -325,7 +325,29 @@ void registerElementwise() {
   defUnary("log2", prims::log2, PK::IntToFloat);
   defUnary("neg", prims::neg, PK::Default, {"torch.negative", "torch.Tensor.__neg__"});
   defUnary("reciprocal", prims::reciprocal, PK::IntToFloat);
-  defUnary("round", prims::round, PK::Default, {}, true);
+  def("round", "a, *, decimals=0", {"torch.round", "torch.Tensor.round"}, [](const Args& a) -> Value {
+    const char* name = "ltorch.round";
+    const TensorProxy& t = T(a[0], "round");
+    THUNDER_CHECK_KIND(t.dtype != DType::Bool, ErrorKind::NotImplemented, name,
+                       ": argument 'a' has dtype bool8, which is not supported");
+    int64_t decimals = a[1].toInt();
+    if (decimals == 0) {
+      if (isIntegral(t.dtype)) return a[0];
+      return clang::unary(prims::round, a[0], PK::Default, name);
+    }
+    THUNDER_CHECK_KIND(isFloating(t.dtype), ErrorKind::NotImplemented, name, ": decimals=", decimals,
+                       " needs a floating dtype, as eager's, but got ", dtypeName(t.dtype));
+    // ATen's round_decimals: rint(x * 10^d) / 10^d, or rint(x / 10^-d) * 10^-d for d < 0, with
+    // 10^|d| rounded to the math type (inf past its range, which makes the result NaN as eager's).
+    double scale = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
+    clang::PrimBinary in = decimals > 0 ? prims::mul : prims::div;
+    clang::PrimBinary out = decimals > 0 ? prims::div : prims::mul;
+    return inFloat32(a[0], [&](const Value& x) {
+      Value scaled = clang::binary(in, x, scale, PK::Default, name);
+      return clang::binary(out, clang::unary(prims::round, scaled, PK::Default, name), scale,
+                           PK::Default, name);
+    });
+  }, kElementwise);
   defUnary("rsqrt", prims::rsqrt, PK::IntToFloat);
   def("sign", "a", {"torch.sign", "torch.Tensor.sign"}, [](const Args& a) {
     // The sign of a bool is itself.

@@ -730,9 +730,12 @@ void registerLTorchKernels() {
 #define U(n) impl("ltorch." #n, "torch", #n, [](K& a) -> c10::IValue { return at::n(a.t(0)); });
   U(abs) U(acos) U(acosh) U(asin) U(asinh) U(atan) U(atanh) U(bitwise_not) U(ceil) U(cos) U(cosh)
   U(digamma) U(erf) U(erfc) U(erfinv) U(exp) U(exp2) U(expm1) U(floor) U(isfinite) U(lgamma) U(log)
-  U(log10) U(log1p) U(log2) U(neg) U(reciprocal) U(round) U(rsqrt) U(sign) U(signbit) U(sin) U(sinh)
+  U(log10) U(log1p) U(log2) U(neg) U(reciprocal) U(rsqrt) U(sign) U(signbit) U(sin) U(sinh)
   U(sqrt) U(tan) U(tanh) U(trunc) U(sigmoid) U(logical_not) U(square)
 #undef U
+  impl("ltorch.round", "torch", "round", [](K& a) -> c10::IValue {
+    return a.i(1) == 0 ? at::round(a.t(0)) : at::round(a.t(0), a.i(1));
+  });
   // Binary with a tensor first and a tensor or number second.
   // A number second is passed as torch.n(tensor, number) passes it (tn), so that the runtime
   // computes what the printed `torch.n(t, 0.7)` computes, on CUDA too.

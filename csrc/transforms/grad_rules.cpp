@@ -865,6 +865,9 @@ void registerTorchRules() {
     Value s = ltorch::op("sum", {g32, Value::ints({a[1].toInt()}), true});
     putGrad(a[0], sub(g32, mul(un("exp", y32), s)));
   });
+  // round(x, decimals): 0, as eager's (through the decomposition, x * 10^d, it was
+  // 0 * inf = NaN where 10^d overflows the dtype).
+  rule(ltorch::symbol("round"), [](const Args& a, X, X) { putGrad(a[0], zerosLike(a[0])); });
   // detach: the forward only, no gradient.
   registerGradRule("ltorch.detach", [](const Args& a) {
     return call(SymbolRegistry::get().at("ltorch.detach"), a);

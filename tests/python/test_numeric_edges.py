@@ -89,3 +89,33 @@ def test_logsigmoid_at_infinities_and_zero(dtype, executor):
     torch.testing.assert_close(gt, ge, equal_nan=True)
     assert yt[0].item() == -INF and yt[1].item() == 0.0
 
+
+ROUND_VALUES = [0.25, 1.45, -2.55, 1234.5678, 0.5, 1.5, -0.5, 2.675, 15.0, 25.0, -35.0, 1e-7, 0.0, -0.0, INF, -INF,
+                float("nan"), 3e38, 1e30]
+
+
+@executor
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("decimals", [0, 1, 2, 3, -1, -2, 10, 40, -40, 400])
+def test_round_decimals(decimals, dtype, executor):
+    # ATen: rint(x * 10^d) / 10^d, rint(x / 10^-d) * 10^-d for d < 0, in the math type (float for
+    # the 16-bit dtypes); 10^d past its range is inf and the result NaN. The gradient is 0.
+    x = torch.tensor(ROUND_VALUES, dtype=torch.float64).to(dtype)
+    fn = lambda a: torch.round(a, decimals=decimals)  # noqa: E731
+    ye, ge = _value_and_grad(fn, x)
+    yt, gt = _value_and_grad(_jit(fn, executor), x)
+    assert yt.dtype == ye.dtype
+    assert torch.equal(yt.isnan(), ye.isnan())
+    assert torch.equal(yt.nan_to_num(0.0), ye.nan_to_num(0.0))
+    assert torch.equal(gt, ge)
+
+
+@executor
+def test_round_decimals_method_and_integers(executor):
+    x = torch.tensor([1.2345, -6.789])
+    assert torch.equal(_jit(lambda a: a.round(decimals=2), executor)(x), x.round(decimals=2))
+    i = torch.tensor([15, -25], dtype=torch.int32)
+    assert torch.equal(_jit(lambda a: torch.round(a), executor)(i), torch.round(i))
+    # Integers with decimals: eager's error (round_cpu is not implemented for them).
+    with pytest.raises(NotImplementedError, match="round_cpu|needs a floating dtype"):
+        _jit(lambda a: torch.round(a, decimals=-1), executor)(i)

@@ -91,3 +91,22 @@ def test_where_of_a_condition_alone_is_refused_by_name(fn):
     fn(x)  # eager: torch.nonzero(x > 0, as_tuple=True)
     with pytest.raises(NotImplementedError, match=r"torch\.where\(condition\).*data-dependent"):
         thunder.jit(fn)(x)
+
+
+def test_shift_and_unary_plus_operators():
+    # (the proxies had no __lshift__, __rshift__, their reflected forms, nor __pos__)
+    a = torch.tensor([1, -8, 5], dtype=torch.int32)
+    x = torch.tensor([1.5, -2.0])
+
+    def f(a, x):
+        return a << 2, a >> 1, a << a.abs(), 3 >> a.abs(), +x
+
+    for got, want in zip(thunder.jit(f)(a, x), f(a, x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+    def g(x):
+        (+x).add_(1)  # +x is x itself
+        return x * 1
+
+    torch.testing.assert_close(thunder.jit(g)(x.clone()), g(x.clone()))

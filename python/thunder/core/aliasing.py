@@ -287,7 +287,7 @@ TABLE = {
     **dict.fromkeys(("resolve_conj", "resolve_neg"), (_of_real, None)),
     "real": (_of_real, _wb_real),
     "imag": (VIEW, _wb_imag),
-    "positive": (SELF, None),
+    **dict.fromkeys(("positive", "__pos__"), (SELF, None)),
     **dict.fromkeys(("expand", "expand_as", "broadcast_to"), (VIEW, _wb_expand)),
     # permutations of the dims
     **dict.fromkeys(("transpose", "swapaxes", "swapdims"), (VIEW, _wb_transpose)),

@@ -1101,6 +1101,10 @@ def _install_methods():
     # Through dispatch, as every method: they read a tensor's value now and alias as eager's.
     for name in ("to", "contiguous", "detach", "where"):
         setattr(TensorProxy, name, _make_method(name))
+    # Python's operators with no thunder symbol of their own: PyTorch's (the fallback)
+    for name in ("__lshift__", "__rshift__", "__rlshift__", "__rrshift__", "__pos__"):
+        if not hasattr(TensorProxy, name) or name not in TensorProxy.__dict__:
+            setattr(TensorProxy, name, _make_method(name))
     TensorProxy.shape = property(_shape)
     TensorProxy.size = _size
     ndim = TensorProxy.ndim

@@ -1116,7 +1116,9 @@ Value reduce(Value (*prim)(const Value&, const std::vector<int64_t>&), const Val
   DType result = dtype.value_or(t.dtype);
   if (!dtype && intToLong && (isIntegral(t.dtype) || t.dtype == DType::Bool)) result = DType::Int64;
   DType computation = isLowPrecision(result) ? DType::Float32 : result;
-  Value x = clang::maybeConvert(a, computation);
+  // A requested dtype: eager converts the input to it, then reduces as for an input of that
+  // dtype (sum(dtype=float16) of 70000 and -70000 is inf - inf = NaN, not 0).
+  Value x = clang::maybeConvert(clang::maybeConvert(a, result), computation);
   Value r = prim(x, dims);
   r = clang::maybeConvert(r, result);
   return keepdim ? clang::keepDims(r, t.shape, dims) : r;

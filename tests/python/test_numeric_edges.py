@@ -119,3 +119,40 @@ def test_round_decimals_method_and_integers(executor):
     # Integers with decimals: eager's error (round_cpu is not implemented for them).
     with pytest.raises(NotImplementedError, match="round_cpu|needs a floating dtype"):
         _jit(lambda a: torch.round(a, decimals=-1), executor)(i)
+
+
+# (input, op, dtype): eager converts the input to the requested dtype, then reduces as for an
+# input of that dtype (a float16 sum accumulates in float32).
+REQUESTED_DTYPE = {
+    "sum_f32_to_f16": (lambda: torch.randn(4, 37) * 100, "sum", torch.float16),
+    "sum_f32_to_bf16": (lambda: torch.randn(4, 37) * 100, "sum", torch.bfloat16),
+    "sum_i32_overflows_f16": (lambda: torch.tensor([[70000, -70000, 1, 2]], dtype=torch.int32), "sum", torch.float16),
+    "sum_f64_to_f16": (lambda: torch.tensor([[1e5, -1e5, 0.5]], dtype=torch.float64), "sum", torch.float16),
+    "sum_f32_to_i32": (lambda: torch.tensor([[1.7, -2.7, 3.9]]), "sum", torch.int32),
+    "sum_f32_to_f64": (lambda: torch.randn(3, 50), "sum", torch.float64),
+    "prod_f32_overflows_f16": (lambda: torch.tensor([[70000.0, 1e-5], [2.0, 3.0]]), "prod", torch.float16),
+    "prod_f32_to_bf16": (lambda: torch.rand(4, 9) + 0.5, "prod", torch.bfloat16),
+    "prod_i64_to_f16": (lambda: torch.tensor([[100000, 0, 3]]), "prod", torch.float16),
+}
+
+
+@executor
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("name", sorted(REQUESTED_DTYPE))
+def test_reduction_with_requested_dtype(name, keepdim, executor):
+    make, op, dtype = REQUESTED_DTYPE[name]
+    a = make()
+    fn = lambda x: getattr(x, op)(-1, keepdim=keepdim, dtype=dtype)  # noqa: E731
+    expected, got = fn(a), _jit(fn, executor)(a)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    # Eager's CPU prod accumulates 16-bit floats in their dtype, thunder in float32: bfloat16
+    # products differ by a few of its ulps (assert_close's default tolerance).
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.isinf(), expected.isinf())
+
+
+@executor
+def test_full_sum_with_requested_dtype(executor):
+    a = torch.tensor([70000, -70000, 5], dtype=torch.int32)
+    fn = lambda x: x.sum(dtype=torch.float16)  # noqa: E731
+    assert _jit(fn, executor)(a).isnan().item() and fn(a).isnan().item()

@@ -74,8 +74,6 @@ const TensorProxy& T(const Value& v, const std::string& op, const char* arg = "a
   return expectTensor(v, opn(op), arg);
 }
 
-DType defaultFloat() { return DType::Float32; }
-
 std::optional<DType> optDType(const Value& v) {
   if (v.isNone()) return std::nullopt;
   return v.toDType();
@@ -1330,7 +1328,7 @@ DType fillDType(const Value& fill, const Value& dtype) {
   if (!dtype.isNone()) return dtype.toDType();
   DType d = fill.numberDType();
   if (d == DType::Float64) return defaultFloat();
-  if (d == DType::Complex128) return DType::Complex64;
+  if (d == DType::Complex128) return realToComplex(defaultFloat());
   return d;
 }
 

@@ -1,5 +1,6 @@
 #include "ops/type_promotion.h"
 
+#include <atomic>
 #include <optional>
 
 #include "ir/error.h"
@@ -58,6 +59,18 @@ Slot combine(Slot higher, Slot lower) {
 
 }  // namespace
 
+namespace {
+std::atomic<DType> gDefaultFloat{DType::Float32};
+}  // namespace
+
+DType defaultFloat() { return gDefaultFloat.load(std::memory_order_relaxed); }
+
+void setDefaultFloat(DType d) {
+  THUNDER_CHECK_KIND(isFloating(d), ErrorKind::Type, "the default dtype must be a floating-point dtype, but got ",
+                     dtypeName(d));
+  gDefaultFloat.store(d, std::memory_order_relaxed);
+}
+
 DType resultType(const std::vector<Value>& args) {
   Slot dim, zero, wrapped;
   for (const Value& v : args) {
@@ -68,8 +81,8 @@ DType resultType(const std::vector<Value>& args) {
     } else if (v.isNumber()) {
       // Python numbers take the default dtype of their category.
       DType d = v.numberDType();
-      if (d == DType::Float64) d = DType::Float32;
-      if (d == DType::Complex128) d = DType::Complex64;
+      if (d == DType::Float64) d = defaultFloat();
+      if (d == DType::Complex128) d = realToComplex(defaultFloat());
       wrapped = promoteSlot(wrapped, d);
     }
   }
@@ -86,7 +99,7 @@ std::pair<DType, DType> elementwiseTypePromotion(const std::vector<Value>& args,
   switch (kind) {
     case PromotionKind::Default: break;
     case PromotionKind::IntToFloat:
-      if (!isFloating(promoted) && !isComplex(promoted)) result = DType::Float32;
+      if (!isFloating(promoted) && !isComplex(promoted)) result = defaultFloat();
       break;
     case PromotionKind::AlwaysBool: result = DType::Bool; break;
     case PromotionKind::ComplexToFloat: result = complexToReal(promoted); break;

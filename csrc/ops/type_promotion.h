@@ -17,6 +17,12 @@ enum class PromotionKind {
   BoolToLong,      // sum of bools is int64
 };
 
+/// torch.get_default_dtype() as of the trace being made (float32 unless set_default_dtype changed
+/// it): the dtype of Python floats and of integers promoted to floats. The tracer sets it (the
+/// compiled function's cache key holds torch's default dtype).
+DType defaultFloat();
+void setDefaultFloat(DType d);
+
 /// PyTorch's promote_types lattice for two dtypes.
 DType promoteTypes(DType a, DType b);
 

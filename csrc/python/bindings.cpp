@@ -23,6 +23,7 @@
 #include "ops/ltorch.h"
 #include "ops/prims.h"
 #include "ops/symbolic_rules.h"
+#include "ops/type_promotion.h"
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
 #include "transforms/conv_bias.h"
@@ -1398,6 +1399,15 @@ PYBIND11_MODULE(_C, m) {
     return SymbolRegistry::get().inModule(module);
   }, py::return_value_policy::reference);
   m.def("run_pipeline", &runPipeline, py::arg("trace"), py::arg("executors"), py::arg("verify") = false);
+  m.def(
+      "set_default_float",
+      [](const std::string& name) {
+        std::optional<DType> d = dtypeFromName(name);
+        THUNDER_CHECK_KIND(d.has_value(), ErrorKind::Type, "set_default_float: unknown dtype ", name);
+        setDefaultFloat(*d);
+      },
+      py::arg("dtype"), "The dtype of Python floats and of integers promoted to floats in the traces made next "
+                        "(torch.get_default_dtype(), set by the tracer).");
   m.def("executor_names", [] {
     std::vector<std::string> n;
     for (Executor* e : ExecutorRegistry::get().all()) n.push_back(e->name());

@@ -573,6 +573,8 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     its arguments' attributes, the tensors (outputs.read_slots) and the scalars
     (outputs.ScalarReads), for the guard (outputs.read_guard); None: not recorded."""
     leaves, spec = _C.tree_flatten((args, kwargs))
+    # (the dtype Python floats and promoted integers take: part of the cache key)
+    _C.set_default_float(str(pytorch.get_default_dtype()).removeprefix("torch."))
     trace = _C.Trace()
     sources = []
     ctx = _C.TracingContext(trace)

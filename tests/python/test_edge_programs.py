@@ -110,3 +110,24 @@ def test_shift_and_unary_plus_operators():
         return x * 1
 
     torch.testing.assert_close(thunder.jit(g)(x.clone()), g(x.clone()))
+
+
+def test_default_dtype_decides_promotion_to_floats():
+    # torch.set_default_dtype(torch.float64): integers promoted to floats and Python floats are
+    # float64, as in eager (thunder had promoted them to float32)
+    a = torch.tensor([1, 2, 3], dtype=torch.int32)
+
+    def f(a):
+        return a * 2.5, a / 2, a.sqrt(), (a > 1) * 1.5, torch.full((2,), 0.1), a * (1 + 2j)
+
+    jf = thunder.jit(f)
+    before = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float64, torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            for got, want in zip(jf(a), f(a)):
+                assert got.dtype == want.dtype, (dtype, got.dtype, want.dtype)
+                torch.testing.assert_close(got, want)
+    finally:
+        torch.set_default_dtype(before)
+    assert thunder.cache_misses(jf) == 2

@@ -131,3 +131,20 @@ def test_default_dtype_decides_promotion_to_floats():
     finally:
         torch.set_default_dtype(before)
     assert thunder.cache_misses(jf) == 2
+
+
+_TABLE = torch.arange(6.0).view(2, 3)
+
+
+def test_sizes_and_methods_of_tensors_the_program_holds():
+    # size() of a tensor the program closes over or made from constants (torch.distributions'
+    # `len(value.size())` of a torch.tensor([...]) target) crashed: it was read as a proxy's
+    def f(x):
+        c = torch.tensor([1.0, 2.0, 3.0])
+        w = _TABLE
+        return (x * w.size(0) + w.size(-1) + w.dim() + w.numel() + len(w) + c.size(0) + w.shape[1]
+                + w.is_contiguous() + w.t().contiguous().sum() + w.to(torch.float64).sum() + w.detach().sum()
+                + w.stride(0) + w.T.shape[0] + w.where(w > 2, 0.0).sum())
+
+    x = torch.ones(3)
+    torch.testing.assert_close(thunder.jit(f)(x), f(x))

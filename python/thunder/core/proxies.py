@@ -906,7 +906,11 @@ def _latest(self):
 
 def _shape(self):
     """torch.Size of the proxy's sizes; a SymSize (thunder/core/symbolic.py) where some are
-    symbolic."""
+    symbolic. (A tensor the program holds, not a proxy: its sizes, `table.size(0)` of a tensor
+    it closes over or made from constants.)"""
+    if type(self) is not TensorProxy:
+        with torch._C.DisableTorchFunction():
+            return self.shape
     return symbolic.shape_of(_latest(self))
 
 

@@ -118,7 +118,9 @@ def _structure_changed() -> None:
 
 
 def _registered(module, name, value):
-    if module in _watched:
+    # (not while torch.compile traces: dynamo would guard on the watched set's size, which thunder
+    # changes as it compiles the graph's pieces; "Guard failed on the same frame it was created")
+    if not torch.compiler.is_compiling() and module in _watched:
         _structure_changed()
     return None
 
@@ -143,7 +145,7 @@ def _moving_the_version(register, method: bool):
     @functools.wraps(register)
     def wrapper(*args, **kwargs):
         handle = register(*args, **kwargs)
-        if method and args[0] not in _watched:
+        if torch.compiler.is_compiling() or (method and args[0] not in _watched):
             return handle
         _structure_changed()
         remove = handle.remove

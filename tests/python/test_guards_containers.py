@@ -509,3 +509,41 @@ def test_programs_reading_state_they_leave_alone_trace_once():
     torch.testing.assert_close(jm(torch.ones(2)), torch.full((2,), 3.0))
     jm(torch.ones(2))
     assert thunder.cache_misses(jm) == 2
+
+
+@pytest.mark.parametrize("change", ["del_list_item", "list_insert", "list_pop", "del_dict_item", "dict_pop",
+                                    "del_attribute", "del_parameter"])
+def test_submodules_taken_away_trace_again(change):
+    # Before, the next call ran the old model's trace, the removed layer included.
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(3, 3) for _ in range(2)])
+            self.d = torch.nn.ModuleDict({"a": torch.nn.Linear(3, 3), "b": torch.nn.Linear(3, 3)})
+            self.head = torch.nn.Linear(3, 3)
+            self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            for layer in self.d.values():
+                x = layer(x)
+            x = self.head(x) if hasattr(self, "head") else x
+            return x * self.scale if hasattr(self, "scale") else x
+
+    torch.manual_seed(0)
+    m = M().double()
+    jm = thunder.jit(m)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    torch.testing.assert_close(jm(x), m(x))
+    {
+        "del_list_item": lambda: m.layers.__delitem__(0),
+        "list_insert": lambda: m.layers.insert(0, torch.nn.Linear(3, 3).double()),
+        "list_pop": lambda: m.layers.pop(1),
+        "del_dict_item": lambda: m.d.__delitem__("a"),
+        "dict_pop": lambda: m.d.pop("b"),
+        "del_attribute": lambda: delattr(m, "head"),
+        "del_parameter": lambda: delattr(m, "scale"),
+    }[change]()
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 2

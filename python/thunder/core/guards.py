@@ -130,6 +130,41 @@ torch.nn.modules.module.register_module_parameter_registration_hook(_registered)
 torch.nn.modules.module.register_module_buffer_registration_hook(_registered)
 
 
+# Submodules, parameters and buffers taken away (`del model.head`, `del layers[0]`) or moved
+# without a registration (ModuleList.insert and ModuleDict's deletions write the module's dict
+# directly) move the version too: the next call traced the old model's program, removed layers
+# included.
+def _moving_after(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        if not torch.compiler.is_compiling() and self in _watched:
+            _structure_changed()
+        return out
+
+    return wrapper
+
+
+def _delattr(original):
+    @functools.wraps(original)
+    def wrapper(self, name):
+        held = name in self._parameters or name in self._buffers or name in self._modules
+        original(self, name)
+        if held and not torch.compiler.is_compiling() and self in _watched:
+            _structure_changed()
+
+    return wrapper
+
+
+torch.nn.Module.__delattr__ = _delattr(torch.nn.Module.__delattr__)
+for _cls, _names in ((torch.nn.ModuleList, ("insert",)), (torch.nn.Sequential, ("insert",)),
+                     (torch.nn.ModuleDict, ("__delitem__", "clear", "pop")),
+                     (torch.nn.ParameterDict, ("__delitem__", "clear", "pop"))):
+    for _name in _names:
+        if _name in vars(_cls):
+            setattr(_cls, _name, _moving_after(vars(_cls)[_name]))
+
+
 # A model's hooks (forward and backward, a module's own or global) are traced into its program, as
 # the code they run: one registered on a watched module, or a global one, or removed, outside a
 # trace moves the version too. Before, a forward hook added after the first call was silently

@@ -156,3 +156,36 @@ def test_full_sum_with_requested_dtype(executor):
     a = torch.tensor([70000, -70000, 5], dtype=torch.int32)
     fn = lambda x: x.sum(dtype=torch.float16)  # noqa: E731
     assert _jit(fn, executor)(a).isnan().item() and fn(a).isnan().item()
+
+
+# (length, make): a fused elementwise + row sum over a long row; the error against float64 stays
+# within a small factor of eager's (cascaded) one.
+LONG_ROWS = {
+    "const_200k": (200_000, lambda n: torch.full((2, n), 0.1)),
+    "const_3M": (3_000_000, lambda n: torch.full((1, n), 0.1)),
+    "rand_1M": (1_000_000, lambda n: torch.rand(2, n)),
+    "randn_17k": (17_000, lambda n: torch.randn(3, n) + 1),
+}
+
+
+@executor
+@pytest.mark.parametrize("name", sorted(LONG_ROWS))
+def test_long_row_sum_accuracy(name, executor):
+    n, make = LONG_ROWS[name]
+    x = make(n)
+    fn = lambda a: (a * 1.5).sum(-1)  # noqa: E731
+    ref = (x.double() * 1.5).sum(-1)
+    err_eager = (fn(x).double() - ref).abs().max().item()
+    err = (_jit(fn, executor)(x).double() - ref).abs().max().item()
+    assert err <= 20 * err_eager + 1e-6 * ref.abs().max().item(), (err, err_eager)
+
+
+@executor
+@pytest.mark.parametrize("n", [1, 1023, 1024, 16 * 1024, 16 * 1024 + 1, 256 * 1024 + 5000])
+def test_row_sum_lengths_around_blocks(n, executor):
+    # Integer sums are exact in any order: every block and cascade boundary is added once.
+    x = torch.arange(2 * n, dtype=torch.int64).reshape(2, n) % 7
+    fn = lambda a: (a + 1).sum(-1)  # noqa: E731
+    assert torch.equal(_jit(fn, executor)(x), fn(x))
+    xf = torch.randn(2, n, dtype=torch.float64)
+    torch.testing.assert_close(_jit(lambda a: (a * 2).sum(-1), executor)(xf), (xf * 2).sum(-1))

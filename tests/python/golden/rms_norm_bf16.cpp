@@ -116,6 +116,19 @@ template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return 
 template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
+template <typename T> struct thunder_cascade {
+  T level[3] = {};  // level l: a sum of up to 16 sums of level l - 1 (level 0: of 16 blocks each)
+  int64_t added = 0;
+  void add(T sum16) {
+    level[0] = level[0] + sum16;
+    for (int64_t k = ++added, l = 0; l < 2 && k % 16 == 0; k /= 16, ++l) {
+      level[l + 1] = level[l + 1] + level[l];
+      level[l] = static_cast<T>(0);
+    }
+  }
+  // The row's sum, `rest` the sum of the blocks added since the last add.
+  T total(T rest) const { return level[2] + (level[1] + (level[0] + rest)); }
+};
 extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int64_t* g) {
   const uint16_t* __restrict__ in0 = static_cast<const uint16_t*>(inputs[0]);
   const uint16_t* __restrict__ in1 = static_cast<const uint16_t*>(inputs[1]);
@@ -128,6 +141,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     int64_t base1 = 0;
     const int64_t i0 = rem % g[0]; rem /= g[0]; (void)i0; base0 += i0 * g[2];
     float v3 = static_cast<float>(0);
+    thunder_cascade<float> v3_c;
     for (int64_t b = 0; b < L; b += 1024) {
       const int64_t bn = b + 1024 < L ? b + 1024 : L;
       float v3_b = static_cast<float>(0);
@@ -139,7 +153,12 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
         v3_b = v3_b + v2;
       }
       v3 = v3 + v3_b;
+      if (b / 1024 % 16 == 15) {
+        v3_c.add(v3);
+        v3 = static_cast<float>(0);
+      }
     }
+    if (v3_c.added) v3 = v3_c.total(v3);
     #pragma omp simd
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = thunder_bf16_to_float(in0[base0 + n]);  // load in0

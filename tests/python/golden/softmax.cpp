@@ -389,6 +389,19 @@ template <> THUNDER_DEVICE inline int8_t thunder_limit<int8_t>(bool m) { return 
 template <> THUNDER_DEVICE inline int16_t thunder_limit<int16_t>(bool m) { return m ? 32767 : -32768; }
 template <> THUNDER_DEVICE inline int32_t thunder_limit<int32_t>(bool m) { return m ? 2147483647 : -2147483647 - 1; }
 template <> THUNDER_DEVICE inline int64_t thunder_limit<int64_t>(bool m) { return m ? 9223372036854775807LL : -9223372036854775807LL - 1; }
+template <typename T> struct thunder_cascade {
+  T level[3] = {};  // level l: a sum of up to 16 sums of level l - 1 (level 0: of 16 blocks each)
+  int64_t added = 0;
+  void add(T sum16) {
+    level[0] = level[0] + sum16;
+    for (int64_t k = ++added, l = 0; l < 2 && k % 16 == 0; k /= 16, ++l) {
+      level[l + 1] = level[l + 1] + level[l];
+      level[l] = static_cast<T>(0);
+    }
+  }
+  // The row's sum, `rest` the sum of the blocks added since the last add.
+  T total(T rest) const { return level[2] + (level[1] + (level[0] + rest)); }
+};
 extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int64_t* g) {
   const float* __restrict__ in0 = static_cast<const float*>(inputs[0]);
   float* __restrict__ out0 = static_cast<float*>(outputs[0]);
@@ -408,6 +421,7 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
     }
     if (nan1) v1 = THUNDER_NAN;
     float v4 = static_cast<float>(0);
+    thunder_cascade<float> v4_c;
     for (int64_t b = 0; b < L; b += 1024) {
       const int64_t bn = b + 1024 < L ? b + 1024 : L;
       float v4_b = static_cast<float>(0);
@@ -419,7 +433,12 @@ extern "C" void cpuFusion0(void* const* inputs, void* const* outputs, const int6
         v4_b = v4_b + v3;
       }
       v4 = v4 + v4_b;
+      if (b / 1024 % 16 == 15) {
+        v4_c.add(v4);
+        v4 = static_cast<float>(0);
+      }
     }
+    if (v4_c.added) v4 = v4_c.total(v4);
     #pragma omp simd
     for (int64_t n = 0; n < L; ++n) {
       const float v0 = in0[base0 + n];  // load in0

@@ -10,6 +10,7 @@
 #include <torch/csrc/utils/tensor_dtypes.h>
 
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <set>
 #include <unordered_map>
@@ -427,7 +428,47 @@ struct Entry {
   std::vector<SymGuard> guards;
   /// Per trace input: the guard value it is read from (CompiledFunction::sourceFromGuard), or -1.
   std::vector<int> guardSources;
+  /// The trace inputs the program updates in place (written back with prims.copy_), found on
+  /// the entry's first run.
+  std::optional<std::vector<size_t>> written;
 };
+
+/// A program that updates an input in place assumes no other input shares its memory: each
+/// input is a value of its own in the trace (f(x, x) with `a.add_(1); return b * 2` read b's old
+/// value, where eager's b is a). Such calls are refused, naming the inputs.
+void checkWrittenInputsUnaliased(Entry& e, const std::vector<at::Tensor>& inputs) {
+  const Trace& t = *e.traces.front();
+  if (!e.written) {
+    std::unordered_set<const TensorProxy*> copied;
+    for (const BoundSymbol& b : t.bsyms)
+      if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
+        copied.insert(b.args[1].toTensor().get());
+    e.written.emplace();
+    for (size_t k = 0; k < t.inputs.size(); ++k)
+      if (copied.count(t.inputs[k].get())) e.written->push_back(k);
+  }
+  if (e.written->empty()) return;
+  std::unordered_map<const void*, size_t> first;
+  first.reserve(inputs.size());
+  std::vector<const void*> storage(inputs.size(), nullptr);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].defined() || !inputs[k].has_storage()) continue;
+    storage[k] = inputs[k].storage().unsafeGetStorageImpl();
+    first.emplace(storage[k], k);
+  }
+  for (size_t w : *e.written) {
+    if (w >= inputs.size() || storage[w] == nullptr) continue;
+    for (size_t k = first.at(storage[w]); k < inputs.size(); ++k) {
+      if (k == w || storage[k] != storage[w]) continue;
+      std::string msg = "thunder.jit: the program updates " + t.inputs[w]->name + " in place, and " +
+                        t.inputs[k]->name + " shares its memory (the same tensor, or views of one, passed twice, "
+                        "or passed and also read from a module or a global); thunder traces them as separate "
+                        "values. Pass separate tensors (clone one of them).";
+      PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+      throw py::error_already_set();
+    }
+  }
+}
 
 /// Appends the cache-key bytes of `items` (the call's leaves, or its guard values), item i being
 /// slot first + i: the sizes listed in `masked` as (slot, dim) are written as -1. With `aliases`,
@@ -700,6 +741,7 @@ class CompiledFunction {
       return xs;
     };
     std::vector<at::Tensor> inputs = gather();
+    checkWrittenInputsUnaliased(*entry, inputs);
     // The program drops its references to the inputs without the GIL. Where a tensor's last C++
     // reference beside its Python object's goes, PyTorch releases the Python object (it holds it
     // while C++ shares the tensor), which takes the GIL: once per input, each time waiting for

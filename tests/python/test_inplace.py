@@ -768,3 +768,21 @@ def test_values_computed_before_an_input_update_are_saved_not_recomputed():
     x, w = torch.arange(3.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64, requires_grad=True)
     with pytest.raises(NotImplementedError, match="the backward needs the value that .* held before"):
         thunder.jit(needs_the_old_value)(x, w)
+
+
+def test_inputs_sharing_memory_with_an_updated_input_are_refused():
+    # f(x, x) with `a.add_(1); return b * 2`: thunder traced a and b as separate values and read b's
+    # old value (eager's b is a): refused, naming both, rather than silently wrong
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    jf = thunder.jit(f)
+    x = torch.zeros(3)
+    torch.testing.assert_close(jf(torch.zeros(3), torch.zeros(3)), torch.zeros(3))
+    for other in (x, x[1:], x.view(1, 3)):
+        with pytest.raises(NotImplementedError, match=r"updates t_0 in place, and t_1 shares its memory"):
+            jf(x, other)
+    torch.testing.assert_close(jf(x, x.clone()), torch.zeros(3))  # (separate tensors: fine)
+    # a program that only reads may be given one tensor twice
+    torch.testing.assert_close(thunder.jit(lambda a, b: a * b)(x, x), x * x)

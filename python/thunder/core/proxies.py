@@ -199,8 +199,17 @@ def _dispatch(func, args, kwargs):
         return out
     sym, swapped = entry
     if "memory_format" in kwargs and sym.name in _MEMORY_FORMAT_FREE:
-        # A result's values do not depend on the memory format it is laid out in.
+        # A result's values do not depend on the memory format it is laid out in; a clone's layout
+        # is the one asked for, as eager's (x.t().clone(memory_format=torch.contiguous_format).view(-1))
+        fmt = kwargs["memory_format"]
         kwargs = {k: v for k, v in kwargs.items() if k != "memory_format"}
+        if sym.name == "clone" and fmt is not None and fmt is not torch.preserve_format:
+            return _dispatch(func, args, kwargs).contiguous(memory_format=fmt)
+    if "memory_format" in kwargs and sym.name in _CONVERSION_METHODS:
+        # x.half(memory_format=...), x.float(...): converted, then laid out as asked
+        fmt = kwargs["memory_format"]
+        out = _dispatch(func, args, {k: v for k, v in kwargs.items() if k != "memory_format"})
+        return out if fmt is None or fmt is torch.preserve_format else out.contiguous(memory_format=fmt)
     if sym.name in ("var", "std", "var_mean", "std_mean"):
         args, kwargs = _unbiased_to_correction(args, kwargs)
     sargs, skwargs = args, kwargs
@@ -521,6 +530,8 @@ def _item(self):
 
 
 # Symbols whose memory_format argument only chooses the strides of their result.
+_CONVERSION_METHODS = frozenset({"half", "float", "double", "bfloat16", "int", "long", "short", "char", "byte",
+                                 "bool", "cfloat", "cdouble"})
 _MEMORY_FORMAT_FREE = frozenset({"clone", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"})
 
 
@@ -925,7 +936,7 @@ def _to(self, *args, **kwargs):
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("non_blocking", None)
     kwargs.pop("copy", None)
-    kwargs.pop("memory_format", None)
+    fmt = kwargs.pop("memory_format", None)
     dtype = _PYTHON_DTYPES.get(dtype, dtype) if type(dtype) is type else dtype
     for a in args:
         if type(a) is type and a in _PYTHON_DTYPES:
@@ -938,7 +949,11 @@ def _to(self, *args, **kwargs):
             device = a
         elif a is not None and not isinstance(a, bool):
             raise TypeError(f"Tensor.to: unexpected argument {a!r}")
-    return _METHODS["to"][0](self, _concrete_device(device), dtype)
+    out = _METHODS["to"][0](self, _concrete_device(device), dtype)
+    if fmt is not None and fmt is not torch.preserve_format:
+        # x.to(dtype, memory_format=torch.contiguous_format): laid out so, as eager's (a .view after)
+        out = out.contiguous(memory_format=fmt)
+    return out
 
 
 def _concrete_device(device):

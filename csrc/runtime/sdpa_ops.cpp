@@ -8,11 +8,14 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <numeric>
+#include <vector>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -338,11 +341,39 @@ const std::pair<at::Tensor, at::Tensor>& noDropoutState(const c10::Device& devic
   return it->second;
 }
 
+/// `out` in the layout ATen's cuDNN forward gives an output for this `q` (its dims in q's order
+/// of strides, packed). ATen's backward graphs, cached per thread by q, k and v's layouts, also
+/// fix the output's and its gradient's strides; eager's backward always has the forward's q with
+/// its output. thunder's backward may get q in another layout than the forward had (recomputed by
+/// a fused kernel: HunyuanDiT's normalized q), and with it an output laid out for the other: after
+/// DiT, whose q had that layout with the output laid out for it, HunyuanDiT's q and k gradients
+/// came out 100% off float64 (H200, torch 2.11). Each call now gives both in the layout the key's
+/// q implies.
+at::Tensor outLayoutOf(const at::Tensor& q, const at::Tensor& out) {
+  const int64_t n = out.dim();
+  if (q.dim() != n) return out;
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return q.stride(x) < q.stride(y); });
+  std::vector<int64_t> strides(n);
+  int64_t next = 1;
+  for (int64_t d : order) {
+    strides[d] = next;
+    next *= out.size(d);
+  }
+  bool same = true;
+  for (int64_t d = 0; d < n; ++d) same = same && (out.size(d) <= 1 || out.stride(d) == strides[d]);
+  if (same) return out;
+  at::Tensor laid = at::empty_strided(out.sizes(), strides, out.options());
+  laid.copy_(out);
+  return laid;
+}
+
 // cudnn_sdpa_bwd(grad, query, key, value, out, logsumexp, is_causal, scale, attn_mask=None,
 //                dropout_p=0.0, rng_seed=None, rng_offset=None) -> (dq, dk, dv)
 c10::IValue cudnnBackward(K& a) {
   const at::Tensor q = denseLastDim(a.t(1)), k = denseLastDim(a.t(2)), v = denseLastDim(a.t(3));
-  const at::Tensor &out = a.t(4), &lse = a.t(5);
+  const at::Tensor out = outLayoutOf(q, a.t(4)), lse = a.t(5).contiguous();
   double dropout = a.v.size() > 9 ? a.d(9) : 0.0;
   at::Tensor seed, offset;
   if (dropout != 0.0) {

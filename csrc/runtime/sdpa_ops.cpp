@@ -345,10 +345,10 @@ const std::pair<at::Tensor, at::Tensor>& noDropoutState(const c10::Device& devic
 /// of strides, packed). ATen's backward graphs, cached per thread by q, k and v's layouts, also
 /// fix the output's and its gradient's strides; eager's backward always has the forward's q with
 /// its output. thunder's backward may get q in another layout than the forward had (recomputed by
-/// a fused kernel: HunyuanDiT's normalized q), and with it an output laid out for the other: after
-/// DiT, whose q had that layout with the output laid out for it, HunyuanDiT's q and k gradients
-/// came out 100% off float64 (H200, torch 2.11). Each call now gives both in the layout the key's
-/// q implies.
+/// a fused kernel), and with it an output laid out for the other q. After DiT, HunyuanDiT's q and
+/// k gradients came out 100% off float64 (H200, torch 2.11; each alone, and HunyuanDiT after the
+/// other diffusers models but DiT, were right); this was the suspected cause when this was
+/// written. Each call now gives both in the layout the key's q implies.
 at::Tensor outLayoutOf(const at::Tensor& q, const at::Tensor& out) {
   const int64_t n = out.dim();
   if (q.dim() != n) return out;

@@ -343,3 +343,27 @@ def test_autograd_function_with_data_dependent_forward_names_it():
 
     with pytest.raises(NotImplementedError, match="Nonzero.apply"):
         thunder.jit(lambda x: Nonzero.apply(x) * 2)(torch.randn(5))
+
+
+@pytest.mark.parametrize("case", ["ctc_mean", "ctc_sum", "ctc_none", "cov", "corrcoef", "cov_1d", "cov_weights"])
+def test_ops_without_meta_kernels_whose_shapes_the_arguments_decide(case):
+    # ctc_loss, cov and corrcoef have no meta kernel: their output metadata comes from a rule
+    # (fallback._META_RULES); PyTorch runs them, and their gradients go through torch.autograd
+    import torch.nn.functional as F
+
+    tg, il, tl = torch.tensor([[1, 2, 2], [3, 1, 1]]), torch.tensor([6, 6]), torch.tensor([3, 2])
+    fns = {
+        "ctc_mean": lambda x: F.ctc_loss(x.log_softmax(-1), tg, il, tl),
+        "ctc_sum": lambda x: F.ctc_loss(x.log_softmax(-1), tg, il, tl, reduction="sum", zero_infinity=True),
+        "ctc_none": lambda x: F.ctc_loss(x.log_softmax(-1), tg, il, tl, reduction="none"),
+        "cov": lambda x: torch.cov(x[0].t() * 2),
+        "corrcoef": lambda x: x[0].t().corrcoef(),
+        "cov_1d": lambda x: torch.cov(x[0, 0]),
+        "cov_weights": lambda x: torch.cov(x[0], correction=0, aweights=x[1, 0].abs()),
+    }
+    fn = fns[case]
+    x = torch.randn(6, 2, 5, dtype=torch.float64, requires_grad=True)
+    want, got = fn(x), thunder.jit(fn)(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])

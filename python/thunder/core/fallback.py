@@ -72,6 +72,31 @@ def _meta_leaf(x):
     return _to_torch_leaf(x)
 
 
+def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+                   zero_infinity=False):
+    batched = log_probs.dim() == 3
+    shape = (log_probs.shape[1],) if reduction == "none" and batched else ()
+    return torch.empty(shape, dtype=log_probs.dtype, device="meta")
+
+
+def _cov_meta(input, *args, **kwargs):
+    n = input.shape[0] if input.dim() == 2 else 1
+    dtype = input.dtype if input.dtype.is_floating_point or input.dtype.is_complex else torch.get_default_dtype()
+    return torch.empty((n, n) if n > 1 else (), dtype=dtype, device="meta")
+
+
+# The output metadata of ops PyTorch has no meta kernel for, whose outputs' shapes the arguments'
+# shapes decide (not their values).
+_META_RULES = {
+    torch.nn.functional.ctc_loss: _ctc_loss_meta,
+    torch.ctc_loss: _ctc_loss_meta,
+    torch.cov: _cov_meta,
+    torch.Tensor.cov: _cov_meta,
+    torch.corrcoef: _cov_meta,
+    torch.Tensor.corrcoef: _cov_meta,
+}
+
+
 def _sanitize(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
@@ -146,11 +171,14 @@ def _make_symbol(call: _Call):
                 text = str(e)
                 if isinstance(e, RuntimeError) and "meta" not in text.lower() and "data-dependent" not in text.lower():
                     raise
-                raise NotImplementedError(
-                    f"thunder.jit: {qualname} has no thunder symbol, and PyTorch cannot tell its output's "
-                    f"metadata without running it ({text.splitlines()[0][:160]}); it cannot be traced "
-                    f"(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)"
-                ) from None
+                rule = _META_RULES.get(func)
+                if rule is None:
+                    raise NotImplementedError(
+                        f"thunder.jit: {qualname} has no thunder symbol, and PyTorch cannot tell its output's "
+                        f"metadata without running it ({text.splitlines()[0][:160]}); it cannot be traced "
+                        f"(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)"
+                    ) from None
+                out = rule(*margs, **mkwargs)
         out_leaves, out_spec = pytree.tree_flatten(out)
         device = _device_of(pytree.tree_leaves(args), mkwargs.get("device"))
         proxies = []

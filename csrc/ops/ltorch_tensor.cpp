@@ -2044,10 +2044,17 @@ void registerMoreTensorOps() {
         Value flat = clang::reshape(a[0], {t.numel()}, "ltorch.median");
         Value sorted = sortImpl(flat, 0, false, false, "median").items()[0];
         Value r = op("select", {sorted, 0, (t.numel() - 1) / 2});
-        // With a nan, the median is the last sorted value (a nan), as eager's (and its gradient).
-        if (isFloating(t.dtype))
-          r = op("where", {op("any", {op("isnan", {flat})}), op("select", {sorted, 0, -1}), r});
-        return r;
+        if (!isFloating(t.dtype)) return r;
+        // With a nan, the median is the last sorted value (a nan), as eager's.
+        r = op("where", {op("any", {op("isnan", {flat})}), op("select", {sorted, 0, -1}), r});
+        // Its gradient as eager's (evenly_distribute_backward): shared evenly among the elements
+        // equal to it (the nans, for a nan), not all given to the one sort put there. The value
+        // is the median's exactly: it adds the elements' differences from themselves (zeros).
+        Value m = op("detach", {r});
+        Value equal = op("where", {op("isnan", {m}), op("isnan", {flat}), op("eq", {flat, m})});
+        Value zeros = op("sub", {flat, op("detach", {flat})});
+        Value shared = op("div", {op("sum", {op("where", {equal, zeros, 0.0})}), op("sum", {equal})});
+        return op("add", {m, op("to", {shared, Value(), t.dtype})});
       },
       kReductionOp);
 }

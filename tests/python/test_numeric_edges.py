@@ -189,3 +189,15 @@ def test_row_sum_lengths_around_blocks(n, executor):
     assert torch.equal(_jit(fn, executor)(x), fn(x))
     xf = torch.randn(2, n, dtype=torch.float64)
     torch.testing.assert_close(_jit(lambda a: (a * 2).sum(-1), executor)(xf), (xf * 2).sum(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("values", [[1, 1, 2, 3], [3, 1, 2, 2, 2, 5], [1.0, float("nan"), 2.0, float("nan")], [4.0],
+                                    [0.1, 0.1, 0.1, 0.5, 0.7]], ids=str)
+def test_median_shares_its_gradient_among_ties(values, dtype):
+    # eager's evenly_distribute_backward: [1, 1, 2, 3] gives [0.5, 0.5, 0, 0] (thunder gave [0, 1, 0, 0])
+    x = torch.tensor(values, dtype=dtype)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want, got = a.median(), thunder.jit(lambda y: y.median())(b)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(got, b)[0], torch.autograd.grad(want, a)[0], equal_nan=True)

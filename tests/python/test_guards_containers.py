@@ -547,3 +547,34 @@ def test_submodules_taken_away_trace_again(change):
     }[change]()
     torch.testing.assert_close(jm(x), m(x))
     assert thunder.cache_misses(jm) == 2
+
+
+class _Cfg:
+    k = 2.0
+
+
+_CFG = _Cfg()
+
+
+def test_class_level_scalars_the_program_reads_are_guarded():
+    # `class M: scale = 2.0` read as self.scale, and a config object's class default: changing
+    # either after jitting reused the old trace
+    class M(torch.nn.Module):
+        scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m, x = M(), torch.ones(2)
+    jm = thunder.jit(m)
+    jm(x)
+    M.scale = 5.0
+    torch.testing.assert_close(jm(x), m(x))
+
+    jf = thunder.jit(lambda x: x * _CFG.k)
+    jf(x)
+    _CFG.k = 4.0  # on the instance, shadowing the class's
+    torch.testing.assert_close(jf(x), x * 4.0)
+    del _CFG.k
+    _Cfg.k = 3.0
+    torch.testing.assert_close(jf(x), x * 3.0)

@@ -238,9 +238,14 @@ class _Collector:
             if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
                 self.function(fwd, depth, self_obj=mod)
                 for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
-                    m = getattr(type(mod), name, None)
+                    m = getattr(type(mod), name, _MISSING)
                     if isinstance(m, types.FunctionType):
                         self.function(m, depth + 1, self_obj=mod)
+                    elif (m is not _MISSING and isinstance(m, _SCALARS) and not name.startswith("_") and name not in vars(mod)
+                          and not hasattr(torch.nn.Module, name)):
+                        # a scalar the class holds (`scale = 2.0` in its body) that forward names:
+                        # `Model.scale = 5` after jitting traces again
+                        self.attr(mod, name)
 
     def function(self, fn, depth: int = 0, self_obj=_MISSING) -> None:
         if isinstance(fn, types.MethodType):
@@ -294,7 +299,12 @@ class _Collector:
         if not isinstance(d, dict):
             return
         for name in code.co_names:
-            if name in d and isinstance(d[name], _SCALARS + (tuple,)):
+            if name in d:
+                if isinstance(d[name], _SCALARS + (tuple,)):
+                    self.attr(obj, name)
+            elif not name.startswith("__") and isinstance(getattr(type(obj), name, _MISSING), _SCALARS):
+                # a default its class holds (`class Cfg: k = 2.0`): read through the instance, so
+                # `Cfg.k = 3` and a later `cfg.k = 4` both trace again
                 self.attr(obj, name)
 
     def value(self, value, code, depth: int) -> None:

@@ -529,9 +529,10 @@ def _item(self):
     return _unsupported("Tensor.item")(self)
 
 
-# Symbols whose memory_format argument only chooses the strides of their result.
+# The dtype conversion methods, which take a memory_format too.
 _CONVERSION_METHODS = frozenset({"half", "float", "double", "bfloat16", "int", "long", "short", "char", "byte",
                                  "bool", "cfloat", "cdouble"})
+# Symbols whose memory_format argument only chooses the strides of their result.
 _MEMORY_FORMAT_FREE = frozenset({"clone", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"})
 
 

@@ -428,26 +428,28 @@ struct Entry {
   std::vector<SymGuard> guards;
   /// Per trace input: the guard value it is read from (CompiledFunction::sourceFromGuard), or -1.
   std::vector<int> guardSources;
-  /// The trace inputs the program updates in place (written back with prims.copy_), found on
-  /// the entry's first run.
-  std::optional<std::vector<size_t>> written;
+  /// The trace inputs the program updates in place (writtenInputs).
+  std::vector<size_t> written;
 };
+
+/// The inputs of `t` its program updates in place: those it writes back with prims.copy_.
+std::vector<size_t> writtenInputs(const Trace& t) {
+  std::unordered_set<const TensorProxy*> copied;
+  for (const BoundSymbol& b : t.bsyms)
+    if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
+      copied.insert(b.args[1].toTensor().get());
+  std::vector<size_t> written;
+  for (size_t k = 0; k < t.inputs.size(); ++k)
+    if (copied.count(t.inputs[k].get())) written.push_back(k);
+  return written;
+}
 
 /// A program that updates an input in place assumes no other input shares its memory: each
 /// input is a value of its own in the trace (f(x, x) with `a.add_(1); return b * 2` read b's old
 /// value, where eager's b is a). Such calls are refused, naming the inputs.
-void checkWrittenInputsUnaliased(Entry& e, const std::vector<at::Tensor>& inputs) {
+void checkWrittenInputsUnaliased(const Entry& e, const std::vector<at::Tensor>& inputs) {
+  if (e.written.empty()) return;
   const Trace& t = *e.traces.front();
-  if (!e.written) {
-    std::unordered_set<const TensorProxy*> copied;
-    for (const BoundSymbol& b : t.bsyms)
-      if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
-        copied.insert(b.args[1].toTensor().get());
-    e.written.emplace();
-    for (size_t k = 0; k < t.inputs.size(); ++k)
-      if (copied.count(t.inputs[k].get())) e.written->push_back(k);
-  }
-  if (e.written->empty()) return;
   std::unordered_map<const void*, size_t> first;
   first.reserve(inputs.size());
   std::vector<const void*> storage(inputs.size(), nullptr);
@@ -456,7 +458,7 @@ void checkWrittenInputsUnaliased(Entry& e, const std::vector<at::Tensor>& inputs
     storage[k] = inputs[k].storage().unsafeGetStorageImpl();
     first.emplace(storage[k], k);
   }
-  for (size_t w : *e.written) {
+  for (size_t w : e.written) {
     if (w >= inputs.size() || storage[w] == nullptr) continue;
     for (size_t k = first.at(storage[w]); k < inputs.size(); ++k) {
       if (k == w || storage[k] != storage[w]) continue;
@@ -671,6 +673,7 @@ class CompiledFunction {
       if (guard_) appendGuard(key);
       auto e = std::make_shared<Entry>();
       e->traces = r[0].cast<std::vector<std::shared_ptr<Trace>>>();
+      e->written = writtenInputs(*e->traces.front());
       e->sources = r[1].cast<std::vector<int>>();
       for (py::handle t : r[2]) e->closures.push_back(THPVariable_Unpack(t.ptr()));
       sourceFromGuard(*e, values);
@@ -765,13 +768,8 @@ class CompiledFunction {
   std::vector<int> lastWrittenLeaves() const {
     std::vector<int> leaves;
     if (!last_) return leaves;
-    const Trace& t = *last_->traces.front();
-    std::unordered_set<const TensorProxy*> written;
-    for (const BoundSymbol& b : t.bsyms)
-      if (b.sym->id() == "prims.copy_" && b.args.size() == 2 && b.args[1].isTensor())
-        written.insert(b.args[1].toTensor().get());
-    for (size_t k = 0; k < t.inputs.size() && k < last_->sources.size(); ++k)
-      if (written.count(t.inputs[k].get()) && last_->sources[k] >= 0) leaves.push_back(last_->sources[k]);
+    for (size_t k : last_->written)
+      if (k < last_->sources.size() && last_->sources[k] >= 0) leaves.push_back(last_->sources[k]);
     return leaves;
   }
   /// The devices ("cpu", "cuda:0", ...) of the tensors the last call's program reads and makes,

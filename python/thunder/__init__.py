@@ -846,9 +846,33 @@ class ThunderModule(pytorch.nn.Module):
 
     def __deepcopy__(self, memo):
         # A copy of the original module, jitted alike (compiled again on its first call).
-        new = ThunderModule(copy.deepcopy(self._model, memo), self._executors, self._graphs is not None)
-        _attach_executors(new, new._model, self._jit_options)
-        return new
+        return _rejit_module(copy.deepcopy(self._model, memo), *self._rejit_options())
+
+    def _rejit_options(self):
+        return (self._executors, self._graphs is not None, self._jit_options, self._auto_dynamic is not None,
+                self._cfn.cache_limit)
+
+    def __reduce__(self):
+        # pickle.dumps(tm), torch.save(tm): the original module and the jit options; loading jits it
+        # again (the compiled entries are not saved, and the first call compiles).
+        if type(self) is not ThunderModule:
+            raise TypeError(f"cannot pickle a {type(self).__name__}; save its state_dict() instead")
+        return (_rejit_module, (self._model, *self._rejit_options()))
+
+    # The wrapper answers for the original's parameters, buffers and state dict under the
+    # original's names ("fc.weight", not "_model.fc.weight"), so that a checkpoint saved from either
+    # loads into the other, and optimizers and logging see the model's own names.
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return self._model.named_parameters(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return self._model.named_buffers(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        return self._model.state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
 
     def __getattr__(self, name):
         # What the wrapper lacks is the original module's (its config, a submodule, a parameter,
@@ -978,6 +1002,16 @@ class ThunderModule(pytorch.nn.Module):
                                                    auto=self._auto_dynamic)
         _guard_updated_objects(self, self._cfn, updated, reads[0])
         return _serves_once(_transforms._pipeline(trace, sources, closures, self._executors, _VERIFY), reads)
+
+
+def _rejit_module(model, executors, cudagraphs, jit_options, symbolic, cache_limit):
+    """A ThunderModule copied or unpickled: the model jitted again with the same options."""
+    new = ThunderModule(model, executors, cudagraphs)
+    _attach_executors(new, model, jit_options)
+    if symbolic:
+        new._auto_dynamic = _AutoDynamic()
+    new._cfn.cache_limit = cache_limit
+    return new
 
 
 _VERIFY = os.environ.get("THUNDER_VERIFY", "0") == "1"

@@ -498,9 +498,9 @@ def test_scaling_state_saved_and_restored(cpu_fp8):
     _train(jm, m, opt, xs[:3])
     state = copy.deepcopy(jm.state_dict())
     opt_state = copy.deepcopy(opt.state_dict())
-    assert {"_model.up.fp8_amax_history", "_model.up.fp8_scale", "_model.down.fp8_amax_history",
-            "_model.down.fp8_scale"} <= set(state)
-    assert state["_model.up.fp8_amax_history"][:, fp8ex.INPUT].ne(0).sum() == 3
+    assert {"up.fp8_amax_history", "up.fp8_scale", "down.fp8_amax_history",
+            "down.fp8_scale"} <= set(state)
+    assert state["up.fp8_amax_history"][:, fp8ex.INPUT].ne(0).sum() == 3
     want = _train(jm, m, opt, xs[3:])
 
     # A fresh model, jitted, then loaded: its next steps are the same, to the bit.

@@ -92,6 +92,59 @@ def test_deepcopy_of_a_jitted_module_is_a_jitted_copy():
     assert not torch.allclose(tc(x), m(x))
 
 
+def _bn_mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def test_state_dict_and_parameter_names_are_the_originals():
+    # named_parameters, named_buffers and state_dict use the model's names (were "_model.0.weight"),
+    # and load_state_dict takes the original's checkpoint; the next call uses the loaded values.
+    import io
+
+    m = _bn_mlp()
+    tm = thunder.jit(copy.deepcopy(m))
+    x = torch.randn(5, 4)
+    tm(x), m(x)
+    assert list(tm.state_dict()) == list(m.state_dict())
+    assert [n for n, _ in tm.named_parameters()] == [n for n, _ in m.named_parameters()]
+    assert [n for n, _ in tm.named_buffers()] == [n for n, _ in m.named_buffers()]
+    other = _bn_mlp()
+    for p in other.parameters():
+        p.data.normal_()
+    m.load_state_dict(other.state_dict())
+    tm.load_state_dict(other.state_dict())
+    torch.testing.assert_close(tm(x), m(x))
+    buf = io.BytesIO()
+    torch.save(tm.state_dict(), buf)
+    buf.seek(0)
+    fresh = _bn_mlp()
+    fresh.load_state_dict(torch.load(buf))
+    torch.testing.assert_close(fresh(x), m(x))
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_a_jitted_module_pickles_as_a_jitted_copy(how):
+    import io
+    import pickle
+
+    m = _bn_mlp().eval()
+    tm = thunder.jit(copy.deepcopy(m), cache_size=7)
+    x = torch.randn(5, 4)
+    tm(x)
+    if how == "pickle":
+        tc = pickle.loads(pickle.dumps(tm))
+    else:
+        buf = io.BytesIO()
+        torch.save(tm, buf)
+        buf.seek(0)
+        tc = torch.load(buf, weights_only=False)
+    assert isinstance(tc, thunder.ThunderModule) and thunder.compile_stats(tc)["cache_misses"] == 0
+    assert tc._cfn.cache_limit == 7
+    torch.testing.assert_close(tc(x), m(x))
+    assert thunder.cache_misses(tc) == 1
+
+
 def test_module_parameters_and_buffers_are_inputs():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 4))

@@ -7,6 +7,11 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/python_hook.h>
+
+#include <cstring>
+#include <typeinfo>
+#include <unordered_map>
 
 #include <chrono>
 #include <map>
@@ -38,6 +43,11 @@ struct TrainingPlan {
   ForwardBackward fb;
   std::vector<std::shared_ptr<Trace>> forwardTraces, backwardTraces;
   size_t numUserOutputs = 0;
+  /// Per returned tensor: the other returned tensors computed from it (`return y, f(y)`, or one
+  /// tensor returned twice). Such a tensor's gradient in eager holds what flows back from those;
+  /// at this call's node it holds only what the caller adds (see OutputGradientReads).
+  std::vector<std::vector<size_t>> feeds;
+  bool feedsAny = false;
   /// The executors, to lower the backward of calls that leave some cotangents undefined.
   std::vector<Executor*> executors;
   bool verify = false;
@@ -105,6 +115,8 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
   log.run("Delete Last Used", [](const Trace& t) { return delLastUsed(t); });
 }
 
+std::vector<std::vector<size_t>> outputsComputedFrom(const Trace& forward, const std::vector<TensorPtr>& outs);
+
 std::vector<std::shared_ptr<Trace>> runGradPipeline(std::shared_ptr<Trace> computation,
                                                     const std::vector<std::string>& executors,
                                                     size_t numArgs, bool verifyEach) {
@@ -148,6 +160,8 @@ std::shared_ptr<TrainingPlan> runTrainingPipeline(std::shared_ptr<Trace> computa
   std::vector<TensorPtr> outs;
   plan->fb.userOutput.collectTensors(outs);
   plan->numUserOutputs = outs.size();
+  plan->feeds = outputsComputedFrom(plan->fb.forward, outs);
+  for (const auto& f : plan->feeds) plan->feedsAny = plan->feedsAny || !f.empty();
   return plan;
 }
 
@@ -177,6 +191,91 @@ struct FreedBuffersTag {
 };
 template struct PrivateMember<SavedVariablesTag, &AutogradContext::saved_variables_>;
 template struct PrivateMember<FreedBuffersTag, &AutogradContext::has_freed_buffers_>;
+
+/// Per tensor of outs: the other tensors of outs that the forward computes from it (or that are
+/// it: one tensor returned twice).
+std::vector<std::vector<size_t>> outputsComputedFrom(const Trace& forward, const std::vector<TensorPtr>& outs) {
+  size_t n = outs.size();
+  std::vector<std::vector<size_t>> feeds(n);
+  // from[t]: which of outs t is computed from.
+  std::unordered_map<const TensorProxy*, std::vector<bool>> from;
+  for (size_t i = 0; i < n; ++i) {
+    auto& bits = from[outs[i].get()];
+    bits.resize(n);
+    bits[i] = true;
+  }
+  for (const BoundSymbol& b : forward.bsyms) {
+    std::vector<bool> bits;
+    for (const TensorPtr& in : b.inputTensors()) {
+      auto it = from.find(in.get());
+      if (it == from.end()) continue;
+      bits.resize(n);
+      for (size_t i = 0; i < n; ++i) bits[i] = bits[i] || it->second[i];
+    }
+    if (bits.empty()) continue;
+    for (const TensorPtr& o : b.outputTensors()) {
+      auto& ob = from[o.get()];
+      ob.resize(n);
+      for (size_t i = 0; i < n; ++i) ob[i] = ob[i] || bits[i];
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const std::vector<bool>& bits = from[outs[j].get()];
+    for (size_t i = 0; i < n; ++i)
+      if (i != j && bits[i]) feeds[i].push_back(j);
+  }
+  return feeds;
+}
+
+/// Refuses a backward in which the caller reads the gradient of a returned tensor that other
+/// returned tensors were computed from, while gradients of those flow back: a hook on it
+/// (`y.register_hook`), `y.retain_grad()`, `torch.autograd.grad(loss, y)`. In eager that gradient
+/// includes what flows back through the others (Grad-CAM's activations: `feats, logits = model(x)`);
+/// at this call's one node it holds only what the caller adds to `y` directly, the rest being
+/// computed inside the backward program, so the hook saw, and the caller got, a partial gradient.
+/// A tensor pre-hook of the call's node, installed first: autograd runs the node's tensor hooks
+/// (then the retain_grad hooks) on the gradients reaching it, also where it only captures them
+/// for torch.autograd.grad and does not run the backward, before any of the caller's hooks.
+struct OutputGradientReads : torch::autograd::FunctionPreHook {
+  OutputGradientReads(torch::autograd::Node* node, std::shared_ptr<const TrainingPlan> plan)
+      : node(node), plan(std::move(plan)) {}
+  torch::autograd::Node* node;  // (the node owns this hook)
+  std::shared_ptr<const TrainingPlan> plan;
+
+  variable_list operator()(const variable_list& grads) override {
+    const auto& feeds = plan->feeds;
+    size_t n = feeds.size();
+    std::vector<const char*> how(n, nullptr);
+    for (const auto& [idx, hook] : node->retains_grad_hooks())
+      if (idx < n && hook) how[idx] = "retain_grad()";
+    for (const auto& hook : node->tensor_pre_hooks()) {
+      // (by name: libtorch_python does not export the type's typeinfo)
+      if (!hook || std::strcmp(typeid(*hook).name(), "N5torch8autograd23PyFunctionTensorPreHookE") != 0) continue;
+      auto* h = static_cast<const torch::autograd::PyFunctionTensorPreHook*>(hook.get());
+      if (h->value_idx >= n || feeds[h->value_idx].empty()) continue;
+      py::gil_scoped_acquire gil;
+      if (h->dict && PyDict_Size(h->dict) > 0) how[h->value_idx] = "a hook (register_hook)";
+    }
+    if (const auto* info = torch::autograd::get_current_graph_task_exec_info()) {
+      auto it = info->find(node);
+      if (it != info->end() && it->second.captures_)
+        for (const auto& c : *it->second.captures_)
+          if (c.input_idx_ >= 0 && static_cast<size_t>(c.input_idx_) < n) how[c.input_idx_] = "torch.autograd.grad";
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!how[i]) continue;
+      for (size_t j : feeds[i])
+        TORCH_CHECK_NOT_IMPLEMENTED(
+            !(j < grads.size() && grads[j].defined()), "thunder.jit: the gradient of returned tensor ", i,
+            " of a jitted call is read by ", how[i], ", and returned tensor ", j,
+            " was computed from it inside the call: its gradient in eager would include what flows back "
+            "through that one, which the jitted call's backward computes inside its one program and cannot "
+            "hand to ", how[i], ". Return the tensors computed from it from a separate jitted call (or "
+            "compute them outside the jitted call), or run the model under thunder.dynamo.thunderfx.");
+    }
+    return grads;
+  }
+};
 
 /// The one autograd node of a training call.
 struct ThunderFunction : torch::autograd::Function<ThunderFunction> {
@@ -435,7 +534,16 @@ std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,
                                     std::vector<at::Tensor> inputs) {
   auto ref = c10::make_intrusive<EntryRef>();
   ref->entry = entry;
-  return ThunderFunction::apply(at::TensorList(inputs), ref);
+  std::vector<at::Tensor> outs = ThunderFunction::apply(at::TensorList(inputs), ref);
+  if (entry->plan->feedsAny) {
+    for (const at::Tensor& o : outs) {
+      if (!o.defined() || !o.grad_fn()) continue;
+      auto node = o.grad_fn();
+      node->add_tensor_pre_hook(std::make_unique<OutputGradientReads>(node.get(), entry->plan));
+      break;
+    }
+  }
+  return outs;
 }
 
 const Value& trainingOutput(const TrainingEntry& entry) { return entry.plan->fb.userOutput; }

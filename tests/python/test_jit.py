@@ -1053,6 +1053,57 @@ def test_hooks_on_parameters_inputs_and_outputs_run():
     torch.testing.assert_close(x.grad, 10 * model.weight.detach().sum(0).expand(3, 4))
 
 
+def _features_and_logits():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4).double()
+
+    def f(x):
+        feats = lin(x)
+        return feats, feats.relu() * 3
+
+    return lin, f
+
+
+OUTPUT_GRADIENT_READS = [
+    ("hook", lambda y: y.register_hook(lambda g: None)),
+    ("retain_grad", lambda y: y.retain_grad()),
+]
+
+
+@pytest.mark.parametrize("name,read", OUTPUT_GRADIENT_READS, ids=[c[0] for c in OUTPUT_GRADIENT_READS])
+def test_reading_the_gradient_of_an_output_other_outputs_come_from_is_refused(name, read):
+    # Grad-CAM's pattern: `feats, logits = model(x)`, then the gradient of feats. Eager's includes
+    # what flows back through logits; the jitted call's node got only what the caller adds to feats
+    # directly (a hook saw ones instead of 4s, a zeroing hook left the weights' gradients alone),
+    # silently. Now refused; the same hooks where nothing flows back through the other output, or
+    # on an output nothing else comes from, run as in eager.
+    lin, f = _features_and_logits()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    feats, logits = thunder.jit(f)(x)
+    read(feats)
+    with pytest.raises(NotImplementedError, match="computed from it inside the call"):
+        (feats.sum() + logits.sum()).backward()
+    with pytest.raises(NotImplementedError, match="computed from it inside the call"):
+        torch.autograd.grad(logits[:, 1].sum(), feats, allow_unused=True)
+
+    for tf in (f, thunder.jit(f)):
+        lin.zero_grad()
+        seen = []
+        feats, logits = tf(x)
+        feats.register_hook(lambda g: seen.append(g.clone()))
+        feats.sum().backward()  # nothing flows back through logits
+        feats, logits = tf(x)
+        # (a hook on an output the backward does not reach gets None, as on a split's other piece)
+        logits.register_hook(lambda g: None if g is None else seen.append(g.clone()) or g * 2)
+        logits.sum().backward()  # a hook on logits, which nothing else comes from
+        if tf is f:
+            want, want_grad = seen, lin.weight.grad.clone()
+    assert len(seen) == len(want) == 2
+    for a, b in zip(seen, want):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(lin.weight.grad, want_grad)
+
+
 def test_hooks_thunder_jit_refuses_run_under_thunderfx():
     from thunder.dynamo import thunderfx
 

@@ -1236,6 +1236,27 @@ Value isInf(const Value& a, int sign) {
   return op("eq", {op("abs", {a}), INFINITY});
 }
 
+/// xlogy(x, y) = x * log(y) and xlog1py(x, y) = x * log1p(y) (`onePlus`), as ATen's kernels: NaN
+/// where y is NaN, else 0 where x == 0 (whatever log(y) is: -inf at y = 0, NaN below), else the
+/// product. Either operand may be a number. Their gradients are eager's formulas (grad_rules.cpp).
+Value xlogy(const Args& a, const std::string& name, bool onePlus) {
+  THUNDER_CHECK_KIND(a[0].isTensor() || a[1].isTensor(), ErrorKind::Type, opn(name),
+                     ": expected at least one tensor argument");
+  auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
+  THUNDER_CHECK_KIND(!isComplex(result), ErrorKind::Type, opn(name),
+                     ": complex inputs are not supported, got ", dtypeName(result));
+  Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
+  Value logY = y.isTensor() ? op(onePlus ? "log1p" : "log", {y})
+                            : Value(onePlus ? std::log1p(y.toDouble()) : std::log(y.toDouble()));
+  // a NaN number y, or a nonzero number x: the product everywhere
+  if ((!y.isTensor() && std::isnan(y.toDouble())) || (!x.isTensor() && x.toDouble() != 0))
+    return clang::maybeConvert(op("mul", {x, logY}), result);
+  Value zero = clang::maybeConvert(Value(0), comp);
+  Value r = x.isTensor() ? op("where", {op("eq", {x, 0}), zero, op("mul", {x, logY})}) : zero;
+  if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
+  return clang::maybeConvert(r, result);
+}
+
 void registerElementwiseTensorOps() {
   for (auto [alias, target] : std::vector<std::pair<const char*, const char*>>{{"arccos", "acos"},
                                                                                {"arcsin", "asin"},
@@ -1357,38 +1378,8 @@ void registerElementwiseTensorOps() {
         },
         kElementwise);
   }
-  define(
-      "xlogy", "a, other", {"torch.xlogy", "torch.Tensor.xlogy", "torch.special.xlogy"},
-      [](const Args& a) {
-        THUNDER_CHECK_KIND(a[0].isTensor() || a[1].isTensor(), ErrorKind::Type,
-                           "ltorch.xlogy: expected at least one tensor argument");
-        auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
-        THUNDER_CHECK_KIND(!isComplex(result), ErrorKind::Type,
-                           "ltorch.xlogy: complex inputs are not supported, got ",
-                           dtypeName(result));
-        Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
-        // 0 where x == 0 (unless y is nan), x * log(y) elsewhere. Where x == 0 and log(y) is
-        // infinite, y is replaced by 1: the product is 0 and its gradient with respect to x
-        // stays log(y) elsewhere, as in PyTorch.
-        Value r;
-        if (!x.isTensor()) {
-          r = x.toDouble() == 0
-                  ? op("where", {op("isnan", {y}), y, clang::maybeConvert(Value(0), comp)})
-                  : op("mul", {x, op("log", {y})});
-        } else if (y.isTensor()) {
-          Value bad = op("logical_and", {op("eq", {x, 0}),
-                                         op("logical_or", {op("eq", {y, 0}), op("isinf", {y})})});
-          r = op("mul", {x, op("log", {op("where", {bad, 1, y})})});
-        } else {
-          double ly = std::log(y.toDouble());
-          r = std::isfinite(ly) || std::isnan(ly)
-                  ? op("mul", {x, ly})
-                  : op("where",
-                       {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, ly})});
-        }
-        return clang::maybeConvert(r, result);
-      },
-      kElementwise);
+  define("xlogy", "a, other", {"torch.xlogy", "torch.Tensor.xlogy", "torch.special.xlogy"},
+         [](const Args& a) { return xlogy(a, "xlogy", false); }, kElementwise);
   define(
       "logit", "a, eps=None", {"torch.logit", "torch.Tensor.logit", "torch.special.logit"},
       [](const Args& a) {
@@ -1889,20 +1880,8 @@ void registerMoreTensorOps() {
                             op("div", {a[0], safe})});
       },
       kElementwise);
-  define(
-      "xlog1py", "a, other", {"torch.special.xlog1py"},
-      [](const Args& a) {
-        auto [comp, result] = elementwiseTypePromotion({a[0], a[1]}, PK::IntToFloat);
-        THUNDER_CHECK_KIND(!isComplex(result) && a[0].isTensor(), ErrorKind::Type,
-                           "ltorch.xlog1py: expected a real tensor input");
-        Value x = clang::maybeConvert(a[0], comp), y = clang::maybeConvert(a[1], comp);
-        Value lp = y.isTensor() ? op("log1p", {y}) : Value(std::log1p(y.toDouble()));
-        Value r = op("where",
-                     {op("eq", {x, 0}), clang::maybeConvert(Value(0), comp), op("mul", {x, lp})});
-        if (y.isTensor()) r = op("where", {op("isnan", {y}), y, r});
-        return clang::maybeConvert(r, result);
-      },
-      kElementwise);
+  define("xlog1py", "a, other", {"torch.special.xlog1py"},
+         [](const Args& a) { return xlogy(a, "xlog1py", true); }, kElementwise);
   define(
       "entr", "a", {"torch.special.entr"},
       [](const Args& a) {

@@ -630,6 +630,24 @@ void registerNNRules() {
 
 // ---- end nn ops ----
 
+/// xlogy's and xlog1py's gradients (`onePlus`), eager's formulas (derivatives.yaml): for x,
+/// xlogy(g, y) (xlog1py(g, y)), 0 where g == 0 unless y is NaN, set to 0 where x == 0 and y <= 0
+/// (y <= -1), or, for a number y, everywhere x == 0 unless y > 0 (> -1), NaN included; for y,
+/// g * x / y (g * x / (y + 1)), NaN at x == y == 0. (The decomposition's own gradients differ at
+/// x == 0: log(y) for x, 0 for y.)
+void xlogyGrads(const Args& a, X g, bool onePlus) {
+  const Value &x = a[0], &y = a[1];
+  const double edge = onePlus ? -1.0 : 0.0;  // where log(y) (log1p(y)) stops being finite
+  if (x.isTensor() && needsGrad(x)) {
+    Value gx = op(onePlus ? "xlog1py" : "xlogy", {g, y});
+    Value mask;
+    if (y.isTensor()) mask = op("logical_and", {op("eq", {x, 0}), op("le", {y, edge})});
+    else if (!(y.toDouble() > edge)) mask = op("eq", {x, 0});
+    putGrad(x, mask.isNone() ? gx : op("where", {mask, 0.0, gx}));
+  }
+  if (y.isTensor() && needsGrad(y)) putGrad(y, div(mul(g, x), onePlus ? add(y, 1.0) : y));
+}
+
 void registerTorchRules() {
   // clamp passes the gradient where min <= x <= max, bounds included, as PyTorch does (through
   // maximum/minimum a value exactly at a bound would get half of it); tensor bounds get the rest.
@@ -714,6 +732,8 @@ void registerTorchRules() {
     putGrad(a[0], g);
     putGrad(a[1], g);
   });
+  rule(ltorch::symbol("xlogy"), [](const Args& a, X, X g) { xlogyGrads(a, g, false); });
+  rule(ltorch::symbol("xlog1py"), [](const Args& a, X, X g) { xlogyGrads(a, g, true); });
   rule(ltorch::symbol("lerp"), [](const Args& a, X, X g) {
     const Value& w = a[2];
     Value oneMinus = w.isTensor()    ? sub(1.0, w)

@@ -201,3 +201,40 @@ def test_median_shares_its_gradient_among_ties(values, dtype):
     want, got = a.median(), thunder.jit(lambda y: y.median())(b)
     torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
     torch.testing.assert_close(torch.autograd.grad(got, b)[0], torch.autograd.grad(want, a)[0], equal_nan=True)
+
+
+NAN = float("nan")
+# x == 0 against log's and log1p's poles and edges; the last entries are away from them.
+XLOGY_X = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.0, 1.5, -2.0, 1.5, -0.5, 2.0]
+XLOGY_Y = [0.0, -1.0, -2.0, NAN, INF, 2.0, 0.0, 0.0, -1.0, NAN, INF, 3.0]
+XLOGY_OPS = {"xlogy": torch.xlogy, "xlog1py": torch.special.xlog1py}
+# (x, y): None is the tensor; a number is that operand as a Python number (eager's Scalar_Self and
+# Scalar_Other forms, each with its own derivative formula).
+XLOGY_FORMS = {"tensors": (None, None), **{f"y={v}": (None, v) for v in (0.0, -1.0, -2.0, 0.5, NAN, INF)},
+               **{f"x={v}": (v, None) for v in (0.0, 2.0, -1.5)}}
+
+
+@executor
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("form", sorted(XLOGY_FORMS))
+@pytest.mark.parametrize("name", sorted(XLOGY_OPS))
+def test_xlogy_at_zero_and_poles(name, form, dtype, executor):
+    # eager: 0 where x == 0 unless y is nan; d/dx is xlogy(g, y) set to 0 where x == 0 and y <= 0
+    # (xlog1py: y <= -1), or for a number y not above it where x == 0; d/dy is g * x / y (xlog1py:
+    # / (1 + y)), nan at x == y == 0. thunder gave log(y) for d/dx and 0 for d/dy at x == 0.
+    op = XLOGY_OPS[name]
+    fx, fy = XLOGY_FORMS[form]
+
+    def run(f):
+        x = torch.tensor(XLOGY_X, dtype=dtype, requires_grad=True) if fx is None else fx
+        y = torch.tensor(XLOGY_Y, dtype=dtype, requires_grad=True) if fy is None else fy
+        out = f(x, y)
+        ins = [v for v in (x, y) if isinstance(v, torch.Tensor)]
+        cot = torch.linspace(0.5, 2.0, out.numel(), dtype=dtype)
+        return out.detach(), torch.autograd.grad(out, ins, cot)
+
+    want, want_grads = run(op)
+    got, got_grads = run(_jit(op, executor))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, equal_nan=True)

@@ -304,6 +304,18 @@ void registerElementwise() {
   defUnary("cos", prims::cos, PK::IntToFloat);
   defUnary("cosh", prims::cosh, PK::IntToFloat);
   defUnary("digamma", prims::digamma, PK::IntToFloat, {"torch.special.digamma"});
+  // polygamma(n, a), the n-th derivative of digamma; Tensor.polygamma(n) takes the tensor first.
+  def("polygamma", "n, a", {"torch.polygamma", "torch.special.polygamma"}, [](const Args& a) {
+    THUNDER_CHECK_KIND(a[0].isInt(), ErrorKind::Type,
+                       "ltorch.polygamma: expected 'n' to be an int, but got ", describe(a[0]));
+    // eager's message
+    THUNDER_CHECK(a[0].toInt() >= 0, "polygamma(n, x) does not support negative n.");
+    T(a[1], "polygamma");
+    DType dt = elementwiseTypePromotion({a[1]}, PK::IntToFloat).second;
+    return prims::polygamma(a[0].toInt(), clang::maybeConvert(a[1], dt));
+  }, kElementwise);
+  def("tensor_polygamma", "a, n", {"torch.Tensor.polygamma"},
+      [](const Args& a) { return op("polygamma", {a[1], a[0]}); }, kElementwise);
   defUnary("erf", prims::erf, PK::IntToFloat, {"torch.special.erf"});
   defUnary("erfc", prims::erfc, PK::IntToFloat, {"torch.special.erfc"});
   defUnary("erfinv", prims::erfinv, PK::IntToFloat, {"torch.special.erfinv"});

@@ -148,6 +148,16 @@ Value meta_convert_element_type(const std::vector<Value>& args) {
   return laidOut(newTensor(a.shape, args[1].toDType(), a.device), {&args[0]});
 }
 
+Value meta_polygamma(const std::vector<Value>& args) {
+  const std::string op = "prims.polygamma";
+  THUNDER_CHECK_KIND(args[0].isInt(), ErrorKind::Type, op, ": expected 'n' to be an int, but got ",
+                     describe(args[0]));
+  THUNDER_CHECK(args[0].toInt() >= 0, op, ": expected a non-negative n, but got ", args[0].toInt());
+  const TensorProxy& a = tensorArg(args[1], "polygamma", "a");
+  checkKind(op, "F", args[1], "a");
+  return laidOut(newTensor(a.shape, a.dtype, a.device), {&args[1]});
+}
+
 Value meta_device_put(const std::vector<Value>& args) {
   const TensorProxy& a = tensorArg(args[0], "device_put", "a");
   THUNDER_CHECK_KIND(args[1].isDevice(), ErrorKind::Type, "prims.device_put: expected 'device' to be a device, but got ",
@@ -1012,6 +1022,7 @@ Value where(const Value& pred, const Value& a, const Value& b) {
 Value convert_element_type(const Value& a, DType dtype) {
   return call(symbol(PrimId::convert_element_type), {a, dtype});
 }
+Value polygamma(int64_t n, const Value& a) { return call(symbol(PrimId::polygamma), {n, a}); }
 Value device_put(const Value& a, Device device) { return call(symbol(PrimId::device_put), {a, device}); }
 Value full(const Shape& shape, const Value& fill, Device device, DType dtype) {
   return call(symbol(PrimId::full), {Value::ints(shape), fill, device, dtype});

@@ -41,6 +41,8 @@ const Symbol& delSymbol();
 
 Value where(const Value& pred, const Value& a, const Value& b);
 Value convert_element_type(const Value& a, DType dtype);
+/// The n-th derivative of digamma at a (a real floating tensor), n >= 0.
+Value polygamma(int64_t n, const Value& a);
 /// a's values on `device` (Tensor.to(device)).
 Value device_put(const Value& a, Device device);
 Value full(const Shape& shape, const Value& fill, Device device, DType dtype);

@@ -499,6 +499,8 @@ void registerPrimKernels() {
   impl("prims.where", "torchex", "where", [](K& a) -> c10::IValue {
     return at::where(a.tw(0), a.tw(1), a.tw(2)).to(a.outDType);
   });
+  impl("prims.polygamma", "torchex", "polygamma",
+       [](K& a) -> c10::IValue { return at::polygamma(a.i(0), a.t(1)); });
   impl("prims.convert_element_type", "torchex", "convert_element_type",
        [](K& a) -> c10::IValue { return a.t(0).to(*a.dtype(1)); });
   impl("prims.device_put", "torchex", "device_put", [](K& a) -> c10::IValue {
@@ -733,6 +735,8 @@ void registerLTorchKernels() {
   U(log10) U(log1p) U(log2) U(neg) U(reciprocal) U(rsqrt) U(sign) U(signbit) U(sin) U(sinh)
   U(sqrt) U(tan) U(tanh) U(trunc) U(sigmoid) U(logical_not) U(square)
 #undef U
+  impl("ltorch.polygamma", "torch", "polygamma",
+       [](K& a) -> c10::IValue { return at::polygamma(a.i(0), a.t(1)); });
   impl("ltorch.round", "torch", "round", [](K& a) -> c10::IValue {
     return a.i(1) == 0 ? at::round(a.t(0)) : at::round(a.t(0), a.i(1));
   });

@@ -151,6 +151,7 @@ const std::pair<PrimId, UnaryGrad> kUnary[] = {
     {PrimId::exp, [](X, X y, X g) { return mul(g, conj(y)); }},
     {PrimId::exp2, [](X, X y, X g) { return mul(mul(g, y), std::log(2.0)); }},
     {PrimId::expm1, [](X, X y, X g) { return mul(g, add(y, 1.0)); }},
+    {PrimId::digamma, [](X x, X, X g) { return mul(g, op("polygamma", {1, x})); }},
     {PrimId::lgamma, [](X x, X, X g) { return mul(g, un("digamma", x)); }},
     {PrimId::log, [](X x, X, X g) { return div(g, x); }},
     {PrimId::log10, [](X x, X, X g) { return div(g, mul(x, std::log(10.0))); }},
@@ -262,6 +263,10 @@ void registerShapeRules() {
   rule(sym(PrimId::where), [](const Args& a, X, X g) {
     putGrad(a[1], op("where", {a[0], g, 0.0}));
     putGrad(a[2], op("where", {a[0], 0.0, g}));
+  });
+  // d/da polygamma(n, a) = polygamma(n + 1, a)
+  rule(sym(PrimId::polygamma), [](const Args& a, X, X g) {
+    putGrad(a[1], mul(g, op("polygamma", {a[0].toInt() + 1, a[1]})));
   });
   rule(sym(PrimId::device_put), [](const Args& a, X, X g) {
     putGrad(a[0], prims::device_put(g, a[0].tensor().device));

@@ -276,6 +276,50 @@ opinfos: list[OpInfo] = [
 ]
 
 
+
+def _polygamma_samples(tensor_first, poles=True):
+    """(n, x) for n = 0 (digamma) to 3 over unary_samples' shapes and, for floats, values between
+    and near the poles, then (`poles`) the poles (0, negative integers), nan and inf. (At the
+    poles a float32 gradient is not near the float64 one, eager's neither: the gradient samples
+    leave them to tests/python/test_numeric_edges.py, which compares with eager in one dtype.)"""
+
+    def gen(dtype):
+        ns = (0, 1, 2, 3)
+        for i, ((x,), _) in enumerate(unary_samples(0.5, 5)(dtype)):
+            n = ns[i % len(ns)]
+            yield ((x, n) if tensor_first else (n, x)), {}
+        if not dtype.is_floating_point:
+            return
+        values = [-2.5, -0.5, 0.25, 1e-2, 30.0] + ([0.0, -0.0, -1.0, math.nan, math.inf, -math.inf] if poles else [])
+        x = torch.tensor(values, dtype=dtype, device=DEVICE)
+        for n in ns:
+            yield ((x, n) if tensor_first else (n, x)), {}
+
+    return gen
+
+
+def _polygamma_errors(tensor_first):
+    def gen():
+        x = make((3,))
+        yield ErrorInput(((x, -1) if tensor_first else (-1, x)), {}, RuntimeError,
+                         r"polygamma\(n, x\) does not support negative n")
+        yield ErrorInput(((x, 1.5) if tensor_first else (1.5, x)), {}, TypeError,
+                         r"polygamma.*'n'.*(int|float)")
+        yield ErrorInput(((make((3,), c64), 1) if tensor_first else (1, make((3,), c64))), {}, NotImplementedError,
+                         r"complex64|ComplexFloat")
+
+    return gen
+
+
+# polygamma(n, x) and Tensor.polygamma(n) (the tensor first: its own symbol, tensor_polygamma).
+opinfos += [
+    OpInfo("polygamma", ("torch.polygamma", "torch.special.polygamma"), _polygamma_samples(False), (b8,) + REALS,
+           error_inputs=_polygamma_errors(False), tol=LOWP),
+    OpInfo("tensor_polygamma", ("torch.Tensor.polygamma",), _polygamma_samples(True), (b8,) + REALS,
+           error_inputs=_polygamma_errors(True), tol=LOWP),
+]
+
+
 # An OpInfo in seed 003's spelling: the thunder symbol, a generator taking (op, device, dtype,
 # requires_grad) and yielding SampleInputs drawn from the op's domain, the torch reference.
 def elementwise_unary_generator(op, device, dtype, requires_grad, **kwargs):
@@ -1462,8 +1506,9 @@ opinfos += [
 # on the extra samples below (points where the derivative needs care).
 
 DIFFERENTIABLE = """
-    abs acosh asin asinh atan atanh ceil floor round trunc sign cos cosh erf erfc erfinv exp exp2
-    expm1 lgamma log log10 log1p log2 neg reciprocal rsqrt sin sinh sqrt tan tanh sigmoid square
+    abs acosh asin asinh atan atanh ceil floor round trunc sign cos cosh digamma polygamma tensor_polygamma
+    erf erfc erfinv exp exp2 expm1 lgamma log log10 log1p log2 neg reciprocal rsqrt sin sinh sqrt tan tanh
+    sigmoid square
     add sub mul div pow atan2 maximum minimum copysign fmod remainder lerp where masked_fill clamp
     relu relu6 gelu silu softplus leaky_relu elu hardswish mish
     to type_as float double half bfloat16
@@ -1567,6 +1612,8 @@ def _matmul_grad_extra(dtype):
 
 
 OPS["matmul"].grad_sample_inputs = _plus(_matmul_samples, _matmul_grad_extra)
+OPS["polygamma"].grad_sample_inputs = _polygamma_samples(False, poles=False)
+OPS["tensor_polygamma"].grad_sample_inputs = _polygamma_samples(True, poles=False)
 OPS["prod"].grad_sample_inputs = _plus(_prod_samples, _prod_grad_extra)
 OPS["amax"].grad_sample_inputs = _plus(_amax_samples, _amax_grad_extra)
 OPS["amin"].grad_sample_inputs = _plus(_amax_samples, _amax_grad_extra)

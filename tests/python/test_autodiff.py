@@ -111,11 +111,18 @@ def test_known_gradient_divergences(name, fn, args):
 
 
 def test_an_op_without_a_gradient_says_so():
-    # digamma has no grad rule (its derivative, polygamma, is not a prim): differentiating it is
-    # a clear error, never a silent zero.
+    # An executor's operator registered without a grad rule (every differentiable prim has one):
+    # differentiating it is a clear error, never a silent zero.
+    from thunder.core.proxies import TensorProxy
+    from thunder.extend import OperatorExecutor, register_executor
+
+    ex = OperatorExecutor("no_grad_rule_ex", version="0.1")
+    register_executor(ex)
+    double = ex.register_operator("double", meta=lambda a: TensorProxy(like=a), fn=lambda a: a * 2)
     x = t(3).requires_grad_()
-    with pytest.raises(NotImplementedError, match=r"thunder cannot differentiate prims.digamma: it has no grad rule"):
-        thunder.jit(torch.digamma)(x)
+    with pytest.raises(NotImplementedError,
+                       match=r"thunder cannot differentiate no_grad_rule_ex.double: it has no grad rule"):
+        thunder.jit(double, executors=[ex])(x)
 
 
 def test_scatter_add_with_a_source_larger_than_the_index():

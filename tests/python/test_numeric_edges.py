@@ -1,5 +1,6 @@
 """Numerical edge cases against eager PyTorch: integer overflow in fused kernels, infinities,
-requested reduction dtypes, rounding to decimals, long-row sums, tied medians."""
+requested reduction dtypes, rounding to decimals, long-row sums, tied medians, xlogy at zero and
+the poles of digamma and polygamma."""
 
 import pytest
 import torch
@@ -238,3 +239,49 @@ def test_xlogy_at_zero_and_poles(name, form, dtype, executor):
     torch.testing.assert_close(got, want, equal_nan=True)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, equal_nan=True)
+
+
+# Poles (0 and the negative integers), values near and between them, nan and infinities.
+GAMMA_X = [0.0, -0.0, -1.0, -2.0, -2.5, -0.5, 1e-3, 0.25, 1.0, 2.5, 30.0, 1e4, NAN, INF, -INF]
+GAMMA_OPS = {
+    "digamma": torch.digamma,
+    "special.digamma": torch.special.digamma,
+    "lgamma": torch.lgamma,
+    **{f"polygamma{n}": (lambda a, n=n: torch.polygamma(n, a)) for n in (0, 1, 2, 3)},
+    "special.polygamma2": lambda a: torch.special.polygamma(2, a),
+    "Tensor.polygamma1": lambda a: a.polygamma(1),
+}
+
+
+@executor
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(GAMMA_OPS))
+def test_digamma_and_polygamma_values_and_gradients(name, dtype, executor):
+    # d/dx digamma = polygamma(1, x), d/dx polygamma(n, x) = polygamma(n + 1, x), d/dx lgamma =
+    # digamma(x), as eager, poles included (digamma had no gradient in thunder).
+    fn = GAMMA_OPS[name]
+    x = torch.tensor(GAMMA_X, dtype=dtype)
+    ye, ge = _value_and_grad(fn, x)
+    yt, gt = _value_and_grad(_jit(fn, executor), x)
+    assert yt.dtype == ye.dtype and gt.dtype == ge.dtype
+    torch.testing.assert_close(yt, ye, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(gt, ge, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(XLOGY_OPS))
+def test_xlogy_kernels_compile_and_polygamma_stays_with_aten(name):
+    # xlogy's and xlog1py's values and gradients are fusible prims: the generated CUDA kernels of
+    # both traces compile. polygamma, as digamma, has no fused kernel: it runs as ATen's.
+    op = XLOGY_OPS[name]
+    fn = lambda x, y: op(x, y) * 2 + torch.polygamma(2, y) + op(x, -0.5)  # noqa: E731
+    x, y = torch.randn(8, requires_grad=True), (torch.rand(8) + 0.5).requires_grad_()
+    jf = thunder.jit(fn, executors=[])
+    jf(x, y).sum().backward()
+    for trace in (thunder.last_traces(jf)[1], thunder.last_backward_traces(jf)[0]):
+        sources = _C.generate_fusion_sources(trace, "cuda")
+        assert sources and all("polygamma" not in s for _, s in sources)
+        if _C.nvrtc_available():
+            for _, source in sources:
+                assert _C.nvrtc_compile(source, "sm_90") > 0
+    assert "torch.polygamma(2, " in str(thunder.last_traces(jf)[-1])
+    assert "torch.polygamma(3, " in str(thunder.last_backward_traces(jf)[-1])

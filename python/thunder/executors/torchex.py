@@ -66,6 +66,10 @@ for _name in (
     globals()[_name] = _binary(getattr(torch, _name))
 
 
+def polygamma(n, a):
+    return torch.polygamma(n, a)
+
+
 def div(a, b):
     x, y = _t(a, b), _t(b, a)
     if not (x.is_floating_point() or x.is_complex() or y.is_floating_point() or y.is_complex()):

@@ -744,6 +744,7 @@ void registerConversions() {
 // ---- shapes ---------------------------------------------------------------------------------
 
 Value getitem(const Value& a, const Value& key);
+Value wrapNegativeIndices(const Value& index, int64_t n);
 
 void registerShapeOps() {
   def("reshape", "a, *shape", {"torch.reshape", "torch.Tensor.reshape"}, [](const Args& a) {
@@ -1001,10 +1002,27 @@ void registerShapeOps() {
     const TensorProxy& t = T(a[0], "gather");
     return prims::gather(a[0], a[2], dimArg(a[1], t.ndim(), "gather"));
   });
-  def("take_along_dim", "a, indices, dim", {"torch.take_along_dim", "torch.Tensor.take_along_dim"},
+  def("take_along_dim", "a, indices, dim=None", {"torch.take_along_dim", "torch.Tensor.take_along_dim"},
       [](const Args& a) {
+        const std::string op = "ltorch.take_along_dim";
         const TensorProxy& t = T(a[0], "take_along_dim");
-        return prims::gather(a[0], a[1], dimArg(a[2], t.ndim(), "take_along_dim"));
+        const TensorProxy& idx = T(a[1], "take_along_dim", "indices");
+        THUNDER_CHECK_KIND(idx.dtype == DType::Int64, ErrorKind::Runtime, op,
+                           ": dtype of indices should be Long (int64) but got ", dtypeName(idx.dtype));
+        if (a[2].isNone())  // eager's: the flattened input at the flattened indices
+          return prims::gather(clang::reshape(a[0], {t.numel()}, op), clang::reshape(a[1], {idx.numel()}, op), 0);
+        int64_t dim = dimArg(a[2], t.ndim(), "take_along_dim");
+        THUNDER_CHECK(idx.ndim() == t.ndim(), op, ": input and indices should have the same number of dimensions, "
+                      "but got ", t.ndim(), " dimensions for input, and ", idx.ndim(), " dimensions for indices");
+        // Eager broadcasts the input and the indices in every dim but `dim`, and reads a negative
+        // index from the end of the dim.
+        Shape selfShape = t.shape;
+        selfShape[dim] = idx.shape[dim];
+        Shape shape = clang::broadcastShapes({selfShape, idx.shape}, op);
+        Value index = clang::expandTo(a[1], shape, op);
+        shape[dim] = t.shape[dim];
+        Value x = clang::expandTo(a[0], shape, op);
+        return prims::gather(x, wrapNegativeIndices(index, t.shape[dim]), dim);
       });
   def("scatter_add", "a, dim, index, src", {"torch.scatter_add", "torch.Tensor.scatter_add"},
       [](const Args& a) {
@@ -1048,6 +1066,21 @@ void registerShapeOps() {
       [](const Args& a) { return getitem(a[0], a[1]); });
 }
 
+/// An index tensor's negative entries counted from the end of a dim of length n, as eager's
+/// advanced indexing reads them (`x[[-1, 0]]`); entries below -n stay negative, and the gather
+/// raises eager's IndexError for them. (Unsigned indices are never negative.)
+Value wrapNegativeIndices(const Value& index, int64_t n) {
+  if (index.tensor().dtype == DType::UInt8) return index;
+  return clang::where(op("lt", {index, 0}), op("add", {index, n}), index, "ltorch.getitem");
+}
+
+/// A 0-dim integer tensor in an index: eager reads its value as a Python int's (a view, one dim
+/// dropped), not as an advanced index.
+bool isIntegerScalarTensor(const Value& k) {
+  return k.isTensor() && k.tensor().ndim() == 0 && isIntegral(k.tensor().dtype) &&
+         k.tensor().dtype != DType::UInt8;
+}
+
 Value getitem(const Value& a, const Value& keyIn) {
   const std::string op = "ltorch.getitem";
   const TensorProxy& t = expectTensor(a, op, "a");
@@ -1055,13 +1088,14 @@ Value getitem(const Value& a, const Value& keyIn) {
   // Advanced indexing with one integer tensor in front: a gather along dim 0.
   if (key.size() == 1 && key[0].isTensor()) {
     const TensorProxy& idx = key[0].tensor();
-    THUNDER_CHECK_KIND(idx.dtype != DType::Bool, ErrorKind::NotImplemented, op,
+    // (uint8: eager's deprecated form of a boolean mask)
+    THUNDER_CHECK_KIND(idx.dtype != DType::Bool && idx.dtype != DType::UInt8, ErrorKind::NotImplemented, op,
                        ": indexing with a boolean mask makes a data-dependent shape and is not supported "
                        "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
     THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, op,
                        ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
     THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, op, ": cannot index a 0-dim tensor with a tensor");
-    Value index = clang::indexOnDeviceOf(key[0], t);
+    Value index = wrapNegativeIndices(clang::indexOnDeviceOf(key[0], t), t.shape[0]);
     Value flat = idx.ndim() == 1 ? index : clang::reshape(index, {idx.numel()}, op);
     Value taken = prims::take(a, flat, 0);
     Shape out = idx.shape;
@@ -1070,8 +1104,12 @@ Value getitem(const Value& a, const Value& keyIn) {
   }
   int64_t consumed = 0;
   for (const Value& k : key) {
-    if (k.isInt() || k.isSlice()) ++consumed;
+    if (k.isInt() || k.isSlice() || isIntegerScalarTensor(k)) ++consumed;
     else if (k.isTensor()) {
+      THUNDER_CHECK_KIND(k.tensor().dtype != DType::Bool && k.tensor().dtype != DType::UInt8,
+                         ErrorKind::NotImplemented, op,
+                         ": indexing with a boolean mask makes a data-dependent shape and is not supported "
+                         "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
       throw Error(ErrorKind::NotImplemented,
                   op + ": indexing with a tensor mixed with other indices is not supported");
     } else if (!k.isNone() && !k.isEllipsis()) {
@@ -1090,6 +1128,12 @@ Value getitem(const Value& a, const Value& keyIn) {
       consumed = t.ndim();
     } else if (k.isNone()) {
       x = clang::unsqueeze(x, dim, op);
+      ++dim;
+    } else if (k.isTensor()) {  // a 0-dim integer tensor: as its value, an int
+      int64_t n = x.tensor().shape[dim];
+      Value index = wrapNegativeIndices(clang::indexOnDeviceOf(k, t), n);
+      x = prims::take(x, clang::reshape(index, {1}, op), dim);
+      squeezeDims.push_back(dim);
       ++dim;
     } else if (k.isInt()) {
       int64_t n = x.tensor().shape[dim];

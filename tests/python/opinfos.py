@@ -865,6 +865,12 @@ def _take_along_dim_samples(dtype):
     yield (make((4, 3), dtype), index((2, 3), 4), 0), {}
     yield (make((4, 3), dtype), index((4, 2), 3), -1), {}
     yield (transposed((4, 3), dtype), index((4, 1), 3), 1), {}
+    # eager broadcasts the input and the indices but in dim, reads negative indices from the end,
+    # and without dim takes from the flattened input
+    yield (make((4, 3), dtype), torch.tensor([[-1, 0]], device=DEVICE), 1), {}
+    yield (make((1, 3), dtype), index((4, 2), 3), -1), {}
+    yield (make((4, 1, 3), dtype), index((1, 2, 2), 3), 2), {}
+    yield (make((4, 3), dtype), torch.tensor([11, 0, 5], device=DEVICE)), {}
 
 
 def _scatter_add_samples(dtype):
@@ -918,6 +924,10 @@ def _getitem_samples(dtype):
     yield (make((), dtype), None), {}
     yield (make((), dtype), Ellipsis), {}
     yield (transposed((4, 3), dtype), (1, slice(None, None, 2))), {}
+    # negative index values count from the end; 0-dim integer tensors index as ints
+    yield (x(), torch.tensor([-1, 0, -4, 2], device=DEVICE)), {}
+    yield (x(), (torch.tensor(-1, device=DEVICE), torch.tensor(2, device=DEVICE))), {}
+    yield (x(), (torch.tensor(2, device=DEVICE), slice(None), 0)), {}
 
 
 def _getitem_errors():

@@ -232,6 +232,47 @@ def test_native_getitem_takes_only_keys_of_tensors():
     assert not fallback._native_getitem(fallback._Call(torch.Tensor.__setitem__, "x", (t, i, 1.0), {}))
 
 
+def test_getitem_keys_of_one_structure_and_other_leaves_get_their_own_symbols():
+    # x[1, i] (an int beside a tensor: flat leaves) and x[i, j] (tensors only) have one pytree
+    # structure; the second got the first's symbol, with another parameter list (TypeError, shown
+    # as getitem's refusal), in any later program of the process.
+    i, j = torch.tensor([0, 1]), torch.tensor([2, -1])
+    x = torch.randn(4, 5)
+    assert torch.equal(thunder.jit(lambda x: x[1, j])(x), x[1, j])
+    assert torch.equal(thunder.jit(lambda x: x[i, j])(x), x[i, j])
+
+
+@pytest.mark.parametrize("key", ["0d_and_tensor", "0d_slice_tensor", "none_tensor", "bool_list", "list_of_lists",
+                                 "true", "negative_list"])
+def test_getitem_keys_as_eager_reads_them(key):
+    # 0-dim integer tensors are read as ints (meta tensors have no value: refused before), lists of
+    # bools are masks known while tracing, a list of lists is a tuple (eager's deprecated reading),
+    # True adds a dim, negative positions count from the end
+    keys = {
+        "0d_and_tensor": (torch.tensor(2), torch.tensor([0, -1])),
+        "0d_slice_tensor": (torch.tensor(-1), slice(None), torch.tensor([1, 0])),
+        "none_tensor": (None, torch.tensor([0, 1])),
+        "bool_list": [True, False, True, False],
+        "list_of_lists": [[0, 1], [2, 3]],
+        "true": (True, 1),
+        "negative_list": [-1, 0, -4],
+    }
+    key = keys[key]
+
+    def f(x):
+        return x[key] * 2
+
+    x = torch.randn(4, 5, 3, dtype=torch.float64, requires_grad=True)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a list of lists: eager's deprecation warning)
+        want = f(x)
+        got = thunder.jit(f)(x)
+    torch.testing.assert_close(got, want)
+    g = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
+
+
 # ---- torch.autograd.Function ----------------------------------------------------------------------
 
 

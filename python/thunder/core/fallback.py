@@ -97,6 +97,18 @@ _META_RULES = {
 }
 
 
+def _scalar_index_tensors_as_ints(key):
+    """An index key with its 0-dim integer tensors as ints: eager reads their values (x[t, idx] is
+    x[int(t), idx]), which meta tensors do not have; the result's metadata does not depend on them."""
+    def conv(k):
+        if isinstance(k, torch.Tensor) and k.ndim == 0 and not k.dtype.is_floating_point \
+                and not k.dtype.is_complex and k.dtype not in (torch.bool, torch.uint8):
+            return 0
+        return k
+
+    return tuple(conv(k) for k in key) if isinstance(key, tuple) else key
+
+
 def _sanitize(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
@@ -126,7 +138,9 @@ class _Call:
 
     def key(self):
         consts = tuple((i, repr(x)) for i, x in sorted({**self.constants, **self.static}.items()))
-        return (self.func, str(self.spec), consts)
+        # (flat: the same structure with other kinds of leaves, x[1, idx] then x[idx0, idx1], passes
+        # its leaves one by one; the second got the first's symbol, whose parameters differ)
+        return (self.func, str(self.spec), consts, self.flat)
 
     def params(self):
         pos = [(f"a{i}", "positional", False, None) for i in range(self.nargs)]
@@ -238,6 +252,8 @@ def _native_getitem(call: _Call) -> bool:
         return False
     key = call.args[1]
     keys = key if isinstance(key, tuple) else (key,)
+            if func is torch.Tensor.__getitem__ and len(margs) == 2:
+                margs = (margs[0], _scalar_index_tensors_as_ints(margs[1]))
     return len(keys) > 0 and all(isinstance(k, (_C.TensorProxy, torch.Tensor)) for k in keys)
 
 

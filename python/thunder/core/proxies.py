@@ -564,14 +564,31 @@ def _named_result(func, out):
 
 
 def _index_lists_as_tensors(x, key):
-    """x[[0, 2]] and x[:, [-1]]: a list of ints indexes like the tensor it spells."""
+    """x[[0, 2]] and x[:, [-1]]: a list of ints indexes like the tensor it spells; in a tuple, a list
+    of lists of ints too (x[:, [[0, 1], [2, 3]]]). A list of bools is a mask whose positions are
+    known while tracing (x[[True, False, True]]: x[[0, 2]]), and True an index that adds a dim
+    (None). A list holding lists, slices, None or Ellipsis is a tuple, as eager (still) reads it
+    (x[[[0, 1], [2, 3]]] is x[[0, 1], [2, 3]])."""
+    def ints(k):
+        return isinstance(k, int) and not isinstance(k, bool) or (
+            isinstance(k, list) and bool(k) and all(ints(i) for i in k))
+
     def conv(k):
-        if isinstance(k, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in k):
+        if k is True:
+            return None
+        if isinstance(k, list) and k and all(type(i) is bool for i in k):
+            k = [i for i, b in enumerate(k) if b]
+            if not k:
+                with torch._C.DisableTorchFunction():
+                    return torch.zeros(0, dtype=torch.int64, device=x._device_str)
+        if isinstance(k, list) and all(ints(i) for i in k):
             with torch._C.DisableTorchFunction():
                 return torch.tensor(k, dtype=torch.int64, device=x._device_str)
         return k
 
     if isinstance(key, tuple):
+    if isinstance(key, list) and any(isinstance(k, (list, tuple, slice)) or k is None or k is Ellipsis for k in key):
+        key = tuple(key)
         return tuple(conv(k) for k in key)
     return conv(key)
 

@@ -28,6 +28,12 @@ ALIASES = {
     "chunk": lambda y: y.chunk(2, 1)[1],
     "unbind": lambda y: y.unbind(0)[2],
     "detach": lambda y: y.detach(),
+    # a diagonal is written back with diagonal_scatter (an update of it was refused)
+    "diagonal": lambda y: y.diagonal(),
+    "diagonal_offset": lambda y: y.diagonal(1),
+    # a 0-dim integer tensor indexes as the int it holds: a view (thunder's copy dropped updates)
+    "getitem_0d_tensor": lambda y: y[torch.tensor(1)],
+    "getitem_0d_tensor_and_slice": lambda y: y[torch.tensor(-1), 1:],
     # of a real tensor: views (H, mH), or the tensor itself (positive, real, conj, resolve_*)
     "ravel": lambda y: y.ravel(),
     "positive": lambda y: y.positive(),
@@ -249,6 +255,25 @@ def test_detached_view_updated_from_a_tensor_needing_grad_keeps_that_history():
     assert [t.requires_grad for t in got] == [t.requires_grad for t in want]
     seeds = [torch.randn_like(t) for t in want]
     torch.testing.assert_close(torch.autograd.grad(got, a1, seeds), torch.autograd.grad(want, a2, seeds))
+
+
+@pytest.mark.parametrize("form", ["data", "detach"])
+def test_an_input_updated_through_its_detach_gives_the_source_no_gradient(form):
+    # x.data.copy_(v) changes x's values outside autograd: x + 1 differentiates to x only (v got
+    # the gradient through x's new values); the detached tensor itself keeps the copy's history.
+    def f(x, v):
+        d = x.data if form == "data" else x.detach()
+        d.copy_(v)
+        return x + 1, d * 2
+
+    args = [torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    ours = [a.detach().clone().requires_grad_() for a in args]
+    got, want = thunder.jit(f)(*ours), f(*args)
+    torch.testing.assert_close(got, want)
+    seeds = [torch.randn_like(t) for t in want]
+    torch.testing.assert_close(torch.autograd.grad(got, ours, seeds, allow_unused=True, materialize_grads=True),
+                               torch.autograd.grad(want, args, seeds, allow_unused=True, materialize_grads=True))
+    torch.testing.assert_close(ours[0].detach(), args[0].detach())
 
 
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])

@@ -122,8 +122,47 @@ def _inplace_cases():
     def sigmoid_(x):
         return torch.sigmoid_(x * 1) + x.exp_()
 
+    # x[key] = v for keys mixing index tensors with ints, slices, None, masks: as eager's index_put_
+    # on the view the ints and slices make (they were refused)
+    def setitem_int_and_tensor(x, idx, v):
+        x[1, idx] = v
+        return x
+
+    def setitem_slice_and_list(x):
+        x[1:3, [0, 2, 0]] += 1
+        return x
+
+    def setitem_separated_tensors(x, i, j, v):  # the indexed dims first in the value, as eager's
+        x[i, :, j] = v
+        return x
+
+    def setitem_adjacent_after_slice(x, i, j, v):
+        x[:, i, j] *= v
+        return x
+
+    def setitem_mask_on_dim_1(x, m):
+        x[:, m] = 0.0
+        return x
+
+    def setitem_mask_rows_with_a_row(x, m, row):
+        x[m] = row
+        return x
+
+    def setitem_0d_tensor_and_tensor(x, i, idx):
+        x[i, :, idx] = -1.0
+        return x
+
     f32 = lambda *s: torch.randn(*s)  # noqa: E731
     return [
+        ("setitem_int_and_tensor", setitem_int_and_tensor, (f32(3, 6), torch.tensor([4, -1]), f32(2))),
+        ("setitem_slice_and_list", setitem_slice_and_list, (f32(4, 5),)),
+        ("setitem_separated_tensors", setitem_separated_tensors,
+         (f32(4, 5, 6), torch.tensor([0, 3]), torch.tensor([[1], [-2]]), f32(2, 2, 5))),
+        ("setitem_adjacent_after_slice", setitem_adjacent_after_slice,
+         (f32(4, 5, 6), torch.tensor([0, 3]), torch.tensor([1, 2]), f32(2))),
+        ("setitem_mask_on_dim_1", setitem_mask_on_dim_1, (f32(3, 5, 2), torch.rand(5) > 0.5)),
+        ("setitem_mask_rows_with_a_row", setitem_mask_rows_with_a_row, (f32(4, 3), torch.rand(4) > 0.5, f32(3))),
+        ("setitem_0d_tensor_and_tensor", setitem_0d_tensor_and_tensor, (f32(3, 4, 5), torch.tensor(-1), torch.tensor([0, 4]))),
         ("add_", add_, (f32(3, 4), f32(4))),
         ("chained", chain, (f32(3, 4), f32(3, 4))),
         ("augmented_assignment", iadd, (f32(5), f32(5))),
@@ -575,8 +614,10 @@ def test_setitem_at_positions_errors_like_eager():
         jf(torch.zeros(2, 6), torch.tensor([6]))
     with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):
         jf(torch.zeros(2, 6), torch.tensor([1.0]))
-    with pytest.raises(NotImplementedError, match=r"one index tensor \(x\[:, idx\] = v\), not several"):
-        thunder.jit(two_after_slice)(torch.zeros(2, 3, 4), torch.tensor([0]), torch.tensor([1]))
+    # several index tensors after a slice: as eager (it was refused)
+    args = (torch.zeros(2, 3, 4), torch.tensor([0, 2]), torch.tensor([1, -1]))
+    expected = two_after_slice(*(a.clone() for a in args))
+    torch.testing.assert_close(thunder.jit(two_after_slice)(*args), expected)
 
 
 

@@ -21,7 +21,7 @@ Proxies are immutable values, so a tensor that the program updates in place is a
 changes (functionalize.TraceState.latest). An update of a base makes its views recomputed from the
 base's new value at their next read; an update of a view is written into its base (and the base's
 base...), after which the base's other views are recomputed too, as eager's share the storage. A
-view with no write-back (`diagonal`, `unfold`, `as_strided`) updated in place makes its base
+view with no write-back (`unfold`, `as_strided`) updated in place makes its base
 unreadable (a NotImplementedError naming both).
 """
 
@@ -132,13 +132,23 @@ def _reshaped(func, x, out, args, kwargs):
 
 
 def _indexed(func, x, out, args, kwargs):
-    """x[key]: a view for ints, slices, None and Ellipsis; tensor (advanced) indices copy."""
+    """x[key]: a view for ints, slices, None and Ellipsis; tensor (advanced) indices copy. A 0-dim
+    integer tensor indexes as the int it holds (eager reads its value): x[torch.tensor(1)] is a
+    view, which an update writes into x."""
     return NEW if len(args) > 1 and _has_tensor_index(args[1]) else VIEW
 
 
+def _int_tensor(k) -> bool:
+    """A 0-dim integer tensor, which eager's indexing reads as a Python int."""
+    return (_is_tensor(k) and k.ndim == 0 and not k.dtype.is_floating_point and not k.dtype.is_complex
+            and k.dtype not in (torch.bool, torch.uint8))
+
+
 def _has_tensor_index(key) -> bool:
-    if isinstance(key, (_C.TensorProxy, torch.Tensor, list)):
+    if isinstance(key, list):
         return True
+    if isinstance(key, (_C.TensorProxy, torch.Tensor)):
+        return not _int_tensor(key)
     if isinstance(key, tuple):
         return any(_has_tensor_index(k) for k in key)
     return False
@@ -228,7 +238,12 @@ def _wb_index(key):
 
 def _wb_getitem(x, v, i, outs, args, kwargs):
     key = args[1]
-    return _wb_index(key) if _basic_key(key) else None
+    if _basic_key(key):
+        return _wb_index(key)
+    keys = key if isinstance(key, tuple) else (key,)
+    if all(_int_tensor(k) or _basic_key(k) for k in keys):  # x[torch.tensor(1)], x[i, :2]
+        return _wb_index(key)
+    return None
 
 
 def _wb_narrow(x, v, i, outs, args, kwargs):
@@ -254,6 +269,14 @@ def _wb_split(x, v, i, outs, args, kwargs):
     dim = _arg(args, kwargs, 2, "dim", 0)
     start = sum(o.shape[dim] for o in outs[:i])
     return _wb_index(_key_at(x, dim, slice(start, start + v.shape[dim])))
+
+
+def _wb_diagonal(x, v, i, outs, args, kwargs):
+    # x.diagonal().fill_(0), x.diagonal(1).add_(eps): the diagonal's elements are distinct places
+    offset, dim1, dim2 = _arg(args, kwargs, 1, "offset", 0), _arg(args, kwargs, 2, "dim1", 0), _arg(args, kwargs, 3, "dim2", 1)
+    if not all(isinstance(a, int) for a in (offset, dim1, dim2)):
+        return None
+    return lambda b, nv: torch.diagonal_scatter(b, nv, offset, dim1, dim2)
 
 
 def _wb_detach(x, v, i, outs, args, kwargs):
@@ -302,7 +325,8 @@ TABLE = {
     **dict.fromkeys(("split", "chunk", "tensor_split"), (VIEW, _wb_split)),
     "detach": (VIEW, _wb_detach),
     # views an update cannot be written back through (several elements share a place, or another dtype)
-    **dict.fromkeys(("diagonal", "as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint",
+    "diagonal": (VIEW, _wb_diagonal),
+    **dict.fromkeys(("as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint",
                      "hsplit", "vsplit", "dsplit", "split_with_sizes"), (VIEW, None)),
     "clone": (NEW, None),
 }
@@ -504,14 +528,11 @@ def setitem_value(x, key, value):
         mask = keys[0]
         if mask.ndim < x.ndim:
             mask = mask.reshape(tuple(mask.shape) + (1,) * (x.ndim - mask.ndim))
-        if _is_tensor(value):
-            if value.ndim > 0 and value.numel() != 1:
-                raise NotImplementedError(
-                    "thunder.jit: Tensor.__setitem__ with a boolean mask and a value of shape "
-                    f"{list(value.shape)} depends on how many elements the mask selects; use torch.where"
-                )
-            value = value.reshape(()).to(x.dtype)
-        return torch.where(mask, value, x)
+        if not _is_tensor(value) or value.numel() == 1:
+            if _is_tensor(value):
+                value = value.reshape(()).to(x.dtype)
+            return torch.where(mask, value, x)
+        # x[mask] = row: a value that broadcasts to each selected element's trailing dims
     if any(_is_tensor(k) or isinstance(k, list) for k in keys):
         return _index_put_value(x, keys, value)
     return _basic_setitem_value(x, keys, value)
@@ -522,7 +543,9 @@ def _full(shape, value, dtype, device):
 
 
 def _expand_ellipsis(keys, ndim):
-    n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
+    # (a boolean mask indexes as many dims as it has)
+    n_real = sum(k.ndim if _is_tensor(k) and k.dtype in (torch.bool, torch.uint8) else 1
+                 for k in keys if k is not None and k is not Ellipsis)
     out = []
     for k in keys:
         if k is Ellipsis:
@@ -536,6 +559,28 @@ def _expand_ellipsis(keys, ndim):
 
 def _index_put_value(x, keys, value):
     expanded = _expand_ellipsis(keys, x.ndim)
+    for p, k in enumerate(expanded):
+        if _int_tensor(k) and not (p > 0 and len(expanded) == x.ndim and all(
+                isinstance(j, slice) and j == slice(None) for q, j in enumerate(expanded) if q != p)):
+            # (x[:, pos] = v of a 0-dim pos, a KV cache's position: index_copy below)
+            # x[i, ...] = v with a 0-dim integer tensor i: eager reads i as an int, a view of x without
+            # that dim, which the rest of the key indexes: that row updated, then written back
+            d = sum(1 for j in expanded[:p] if j is not None)
+            n = x.shape[d]
+            i = k.reshape(1).long()
+            i = torch.where(i < 0, i + n, i)
+            row = torch.index_select(x, d, i).squeeze(d)
+            rest = tuple(expanded[:p]) + tuple(expanded[p + 1:])
+            new_row = setitem_value(row, rest if rest else (Ellipsis,), value)
+            return torch.index_copy(x, d, i, new_row.unsqueeze(d))
+    expanded = [_key_tensor(k, x) for k in expanded]
+    mixed = any(k is None or isinstance(k, int) or (isinstance(k, slice) and k != slice(None)) for k in expanded)
+    tpos = [p for p, k in enumerate(expanded) if _is_tensor(k)]
+    masks = any(expanded[p].dtype in (torch.bool, torch.uint8) for p in tpos)
+    one_row_index = (len(tpos) == 1 and len(expanded) == x.ndim and tpos[0] > 0 and expanded[tpos[0]].ndim <= 1
+                     and not mixed and not masks)  # x[:, :, pos] = v: index_copy below
+    if not one_row_index and (mixed or masks or tpos[0] > 0 or tpos != list(range(len(tpos)))):
+        return _mixed_index_put_value(x, expanded, value)
     tensors = [i for i, k in enumerate(expanded) if _is_tensor(k)]
     if (len(tensors) == 1 and len(expanded) == x.ndim and tensors[0] > 0 and expanded[tensors[0]].ndim <= 1
             and expanded[tensors[0]].dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
@@ -570,6 +615,77 @@ def _index_put_value(x, keys, value):
     if not _is_tensor(value):
         value = _full((), value, x.dtype, x.device)
     return torch.index_put(x, tuple(indices), value.to(x.dtype))
+
+
+def _key_tensor(k, x):
+    """A list in an index as the tensor eager makes of it (ints: positions; bools: a mask)."""
+    if isinstance(k, list):
+        with torch._C.DisableTorchFunction():
+            return torch.tensor(k, device=str(x.device), dtype=None if k else torch.int64)
+    return k
+
+
+def _mixed_index_put_value(x, expanded, value):
+    """x[key] = value for a key of tensors with ints, slices or None (x[1, idx] = v, x[:, mask] = 0,
+    x[idx, :, idx2] += 1), as eager runs it: the ints, slices and None index a view of x, whose
+    dims the tensors then index (index_put_ on the view)."""
+    basic, adv = [], []  # the basic key; per dim of x[basic], its index tensor or None
+    for k in expanded:
+        if _is_tensor(k):
+            if k.dtype.is_floating_point or k.dtype.is_complex:
+                raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+            m = k.ndim if k.dtype in (torch.bool, torch.uint8) else 1  # a mask indexes as many dims as it has
+            basic.extend([slice(None)] * m)
+            adv.extend([k] + [None] * (m - 1))
+        elif isinstance(k, int):
+            basic.append(k)
+        else:  # a slice or None
+            basic.append(k)
+            adv.append(None)
+    basic = tuple(basic)
+    y = x[basic]
+    new_y = _advanced_put_value(y, adv + [None] * (y.ndim - len(adv)), value)
+    return _basic_setitem_value(x, basic, new_y)
+
+
+def _advanced_put_value(y, adv, value):
+    """y[adv] = value, adv holding one index tensor or None (a full slice) per dim of y."""
+    if not _is_tensor(value):
+        value = _full((), value, y.dtype, y.device)
+    value = value.to(y.dtype)
+    pos = [d for d, k in enumerate(adv) if k is not None]
+    tensors = [adv[d] for d in pos]
+    if any(t.dtype in (torch.bool, torch.uint8) for t in tensors):
+        if len(tensors) != 1:
+            raise NotImplementedError("thunder.jit: Tensor.__setitem__ with a boolean mask beside other index "
+                                      "tensors is not supported")
+        # one mask over dims [p, p + m): the selected elements take the value, which must not depend
+        # on how many the mask selects (its dim for them of length 1)
+        mask, p = tensors[0].bool(), pos[0]
+        m, post = mask.ndim, y.ndim - pos[0] - tensors[0].ndim
+        v = value.reshape((1,) * max(0, p + 1 + post - value.ndim) + tuple(value.shape))
+        if v.ndim > p + 1 + post or v.shape[p] != 1:
+            raise NotImplementedError(
+                "thunder.jit: Tensor.__setitem__ with a boolean mask and a value of shape "
+                f"{list(value.shape)} depends on how many elements the mask selects; use torch.where")
+        v = v.reshape(tuple(v.shape[:p]) + (1,) * m + tuple(v.shape[p + 1:]))
+        mask = mask.reshape((1,) * p + tuple(mask.shape) + (1,) * post)
+        return torch.where(mask, v, y)
+    # Eager's result y[adv]: the broadcast index shape in place of the indexed dims where they are
+    # adjacent, else in front. The indexed dims are moved to the front, index_put there.
+    bshape = tuple(torch.broadcast_shapes(*[tuple(t.shape) for t in tensors]))
+    rest = [d for d in range(y.ndim) if d not in pos]
+    adjacent = pos == list(range(pos[0], pos[0] + len(pos)))
+    front = pos[0] if adjacent else 0
+    shape = tuple(y.shape[d] for d in rest[:front]) + bshape + tuple(y.shape[d] for d in rest[front:])
+    v = value.expand(shape)
+    nb = len(bshape)
+    if front:
+        v = v.movedim(tuple(range(front, front + nb)), tuple(range(nb)))
+    perm = pos + rest
+    out = torch.index_put(y.permute(perm), tuple(tensors), v)
+    inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+    return out.permute(inverse)
 
 
 def _index_copy_value(x, d, index, value):

@@ -200,8 +200,11 @@ def commit(state: TraceState, op_name: str, target, result):
         if not _same_layout(view.base, proxy):
             raise NotImplementedError(f"thunder.jit: {op_name} updates {proxy.name}, a detached view of {root.name} "
                                       f"of another shape; update {root.name} itself")
+        with state.replay():
+            # the input takes the new values only: `x.data.copy_(v)` gives v no gradient through x
+            values = result.detach()
         with torch.no_grad():
-            commit(state, op_name, root, result)
+            commit(state, op_name, root, values)
         state.latest[id(proxy)] = (proxy, result)
         return target
     if (view is None and state.grad_enabled and not torch.is_grad_enabled()

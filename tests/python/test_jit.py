@@ -1225,3 +1225,37 @@ def test_a_hooked_model_is_freed_with_its_jitted_module():
     del model, jm
     gc.collect()
     assert ref() is None
+
+
+def test_reading_the_gradient_of_a_given_tensor_is_refused_not_none():
+    # `p.grad` of a parameter inside the program answered None: an update loop that skips
+    # parameters without a gradient (every optimizer's) did nothing, silently. Refused; the
+    # gradients passed as arguments train as in eager.
+    def step(params, lr):
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-lr)
+
+    def step_with(params, grads, lr):
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p.add_(g, alpha=-lr)
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    ref = copy.deepcopy(m)
+    m(torch.randn(3, 4)).sum().backward()
+    with pytest.raises(NotImplementedError, match=r"reads .*\.grad, the gradient of a tensor it is given"):
+        thunder.jit(step)(list(m.parameters()), 0.1)
+    m.zero_grad()
+    jstep = thunder.jit(step_with)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        for model, f in ((ref, step_with), (m, jstep)):
+            model(x).pow(2).sum().backward()
+            f(list(model.parameters()), [p.grad for p in model.parameters()], 0.1)
+            model.zero_grad()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+    assert thunder.cache_misses(jstep) == 1

@@ -5,6 +5,7 @@ methods and operators, each a call of the ltorch symbol that the torch name maps
 """
 
 import functools
+import sys
 import types
 
 import torch
@@ -865,11 +866,31 @@ _PROPERTIES = {
     "nbytes": lambda self: torch.empty((), dtype=self.dtype).element_size() * self.numel(),
     "real": lambda self: dispatch(torch.real, (self,), {}),
     "imag": lambda self: dispatch(torch.imag, (self,), {}),
-    "grad": lambda self: None,
+    "grad": lambda self: _grad(self, sys._getframe(2)),
     "grad_fn": lambda self: None,
     "is_leaf": lambda self: not self.requires_grad,
     "names": lambda self: (None,) * self.ndim,
 }
+
+
+_MODULE_APPLY = torch.nn.Module._apply.__code__
+
+
+def _grad(self, reader):
+    """x.grad: None for what the program computes (as eager answers for a non-leaf). The gradient
+    of a tensor the program is given (a parameter, an argument) that requires grad is a value
+    the trace does not hold, and None in its place made an update loop skip every parameter
+    (`if p.grad is None: continue`): a jitted hand-written SGD step did nothing, silently. Refused
+    instead, except where nn.Module._apply reads it (`self.to(dtype)` in a forward converts the
+    parameters' gradients too, which are no value of the program)."""
+    st = functionalize.current()
+    if st is not None and self.requires_grad and reader.f_code is not _MODULE_APPLY and st.is_input(self):
+        raise NotImplementedError(
+            f"thunder.jit: the program reads {self.name}.grad, the gradient of a tensor it is given, which a trace "
+            f"does not hold; pass the gradients as arguments (`step(params, [p.grad for p in params])`), or run "
+            f"the optimizer's step outside the jitted function"
+        )
+    return None
 
 
 def _getattr(self, name):

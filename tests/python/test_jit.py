@@ -1259,3 +1259,21 @@ def test_reading_the_gradient_of_a_given_tensor_is_refused_not_none():
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q)
     assert thunder.cache_misses(jstep) == 1
+
+
+@pytest.mark.parametrize("call", ["backward", "autograd.grad"])
+def test_a_backward_inside_the_program_is_refused_by_name(call):
+    # A training step jitted whole, or forces as the gradient of an energy: PyTorch's "element 0 of
+    # tensors does not require grad" before; now a message naming the call and what runs it.
+    m = torch.nn.Linear(4, 2)
+
+    def step(x):
+        loss = m(x).pow(2).sum()
+        if call == "backward":
+            loss.backward()
+            return loss
+        return torch.autograd.grad(loss, x)[0]
+
+    what = "Tensor.backward()" if call == "backward" else "torch.autograd.grad"
+    with pytest.raises(NotImplementedError, match=re.escape(what) + " inside the jitted program.*thunderfx"):
+        thunder.jit(step)(torch.randn(3, 4, requires_grad=True))

@@ -149,9 +149,23 @@ def _detached(out, args):
 _PYTHON_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
 
 
+# A backward taken inside the program (`loss.backward()` in a jitted training step, forces as
+# `torch.autograd.grad(energy, pos)`) ran as an opaque call on the trace's tensors, which record no
+# graph: PyTorch's "element 0 of tensors does not require grad and does not have a grad_fn".
+_AUTOGRAD_CALLS = {torch.Tensor.backward: "Tensor.backward()", torch.autograd.backward: "torch.autograd.backward",
+                   torch.autograd.grad: "torch.autograd.grad"}
+
+
 def _dispatch(func, args, kwargs):
     """The value of func(*args, **kwargs) on values (no in-place op): a special case, the
     mapped ltorch symbol, or the fallback."""
+    if func in _AUTOGRAD_CALLS:
+        raise NotImplementedError(
+            f"thunder.jit: {_AUTOGRAD_CALLS[func]} inside the jitted program: a trace computes no autograd graph to "
+            f"run it on. Jit the model or the loss and call backward on its result outside the jitted function "
+            f"(the jitted call's gradients are PyTorch autograd's); thunder.dynamo.thunderfx(fn) runs such a "
+            f"program, with PyTorch taking the gradient"
+        )
     special = _SPECIAL.get(func)
     if special is not None:
         out = special(*args, **kwargs)

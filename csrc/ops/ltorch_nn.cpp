@@ -138,12 +138,20 @@ void registerConvolution() {
 
 // ---- normalization ----------------------------------------------------------------------------
 
-/// Writes a running statistic's update (1 - m) * old + m * batch into the running tensor.
-void updateRunning(const Value& running, const Value& batch, double momentum) {
+/// A running statistic's update (1 - m) * old + m * batch, in the running tensor's dtype; m is a
+/// number or a 0-dim tensor.
+Value runningUpdate(const Value& running, const Value& batch, const Value& momentum) {
   const TensorProxy& r = running.tensor();
   Value b = clang::maybeConvert(batch, r.dtype);
-  Value updated = op("add", {op("mul", {running, 1.0 - momentum}), op("mul", {b, momentum})});
-  prims::copy_(clang::maybeConvert(updated, r.dtype), running);
+  Value keep = momentum.isTensor() ? op("add", {op("neg", {momentum}), 1.0})
+                                   : Value(1.0 - momentum.toDouble());
+  Value updated = op("add", {op("mul", {running, keep}), op("mul", {b, momentum})});
+  return clang::maybeConvert(updated, r.dtype);
+}
+
+/// Writes a running statistic's update (runningUpdate) into the running tensor.
+void updateRunning(const Value& running, const Value& batch, const Value& momentum) {
+  prims::copy_(runningUpdate(running, batch, momentum), running);
 }
 
 /// Whether training-mode batch_norm runs as the batch_norm prim (ATen's kernels): float types,
@@ -185,10 +193,19 @@ Value batchNorm(const Args& a) {
   THUNDER_CHECK(training || !a[1].isNone(), opn(name),
                 ": running_mean and running_var must be given when training=False");
   double eps = a[7].toDouble();
+  // momentum: a number, or a 0-dim floating tensor (BatchNorm's cumulative moving average, with
+  // momentum=None: 1 / num_batches_tracked, a value the program computes).
+  if (a[6].isTensor()) {
+    const TensorProxy& m = a[6].tensor();
+    THUNDER_CHECK_KIND(m.ndim() == 0 && isFloating(m.dtype), ErrorKind::Type, opn(name),
+                       ": expected momentum to be a number or a 0-dim floating tensor, but got ",
+                       describe(a[6]));
+  }
   if (training && atenBatchNorm(a, t)) {
     // One prim that runs as ATen's kernels, forward and backward; the running statistics are
     // updated from its new values, as eager updates them.
-    double momentum = a[6].isNone() ? 0.0 : a[6].toDouble();
+    // A tensor momentum: the prim's new statistics are the batch's (momentum 1), mixed in here.
+    double momentum = a[6].isNone() ? 0.0 : a[6].isTensor() ? 1.0 : a[6].toDouble();
     THUNDER_CHECK_KIND(a[1].isNone() || !a[6].isNone(), ErrorKind::Value, opn(name),
                        ": momentum=None must be resolved by the module (a cumulative average)");
     int64_t n = t.numel() / std::max<int64_t>(c, 1);
@@ -196,8 +213,12 @@ Value batchNorm(const Args& a) {
                        ": expected more than 1 value per channel when training, but got input of "
                        "shape ", shapeStr(t.shape));
     Value r = call(prims::symbol(PrimId::batch_norm), {a[0], a[3], a[4], a[1], a[2], momentum, eps});
-    for (int i = 1; i <= 2 && !a[1].isNone(); ++i)
-      prims::copy_(clang::maybeConvert(r.items()[2 + i], a[i].tensor().dtype), a[i]);
+    for (int i = 1; i <= 2 && !a[1].isNone(); ++i) {
+      Value updated = r.items()[2 + i];
+      prims::copy_(a[6].isTensor() ? runningUpdate(a[i], updated, a[6])
+                                   : clang::maybeConvert(updated, a[i].tensor().dtype),
+                   a[i]);
+    }
     return r.items()[0];
   }
   std::vector<int64_t> dims = {0};
@@ -215,9 +236,8 @@ Value batchNorm(const Args& a) {
     if (training && !a[1].isNone()) {
       THUNDER_CHECK_KIND(!a[6].isNone(), ErrorKind::Value, opn(name),
                          ": momentum=None must be resolved by the module (a cumulative average)");
-      double m = a[6].toDouble();
-      updateRunning(a[1], mean, m);
-      updateRunning(a[2], op("mul", {var, static_cast<double>(n) / static_cast<double>(n - 1)}), m);
+      updateRunning(a[1], mean, a[6]);
+      updateRunning(a[2], op("mul", {var, static_cast<double>(n) / static_cast<double>(n - 1)}), a[6]);
     }
   } else {
     mean = clang::maybeConvert(a[1], comp);

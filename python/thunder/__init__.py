@@ -143,6 +143,12 @@ class _CompilingFlag:
         patches.append((module, "_get_backward_hooks", _non_full_backward_hooks_refused(module.__dict__["_get_backward_hooks"])))
         module_module = importlib.import_module("torch.nn.modules.module")
         patches.append((module_module, "BackwardHook", _traced_backward_hook_for(module_module.BackwardHook)))
+        # BatchNorm with momentum=None: the cumulative average's factor, 1 / num_batches_tracked,
+        # computed in the trace (core/batchnorm.py); eager's forward reads the counter's value.
+        from thunder.core import batchnorm
+
+        bn = pytorch.nn.modules.batchnorm._BatchNorm
+        patches.append((bn, "forward", batchnorm.traced_forward(bn.__dict__["forward"])))
         # Factories given a symbolic size (torch.zeros(n, 4)): PyTorch's argument parser takes
         # only ints in a size, before any torch function mode sees the call.
         for name in _SIZED_TORCH_FACTORIES:

@@ -217,6 +217,49 @@ def test_resnet_block_matches_eager(train):
         ref.zero_grad()
 
 
+# BatchNorm with momentum=None: a cumulative moving average, running stats mixed in with the factor
+# 1 / num_batches_tracked of each step (eager reads the counter's value; thunder refused it).
+CMA_MODELS = {
+    "bn1d": (lambda: nn.BatchNorm1d(3, momentum=None), (6, 3)),
+    "bn1d_seq": (lambda: nn.BatchNorm1d(3, momentum=None), (4, 3, 5)),
+    "conv_bn2d": (lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3, momentum=None), nn.ReLU()), (2, 2, 6, 6)),
+    "bn2d_no_affine": (lambda: nn.BatchNorm2d(3, momentum=None, affine=False), (2, 3, 4, 4)),
+    "bn3d": (lambda: nn.BatchNorm3d(2, momentum=None), (2, 2, 3, 3, 3)),
+    "bn2d_untracked": (lambda: nn.BatchNorm2d(3, momentum=None, track_running_stats=False), (2, 3, 4, 4)),
+    "mixed_momenta": (lambda: nn.Sequential(nn.BatchNorm1d(4, momentum=None), nn.Linear(4, 4),
+                                            nn.BatchNorm1d(4, momentum=0.3)), (5, 4)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, f64], ids=str)
+@pytest.mark.parametrize("name", sorted(CMA_MODELS))
+def test_batch_norm_cumulative_average_matches_eager(name, dtype):
+    make, shape = CMA_MODELS[name]
+    torch.manual_seed(0)
+    model = make().to(dtype)
+    ref = make().to(dtype)
+    ref.load_state_dict(model.state_dict())
+    jmodel = thunder.jit(model)
+    for step in range(4):
+        # eval after two steps, then training again: the running stats serve eval and keep averaging
+        model.train(step != 2)
+        ref.train(step != 2)
+        x = torch.randn(*shape, dtype=dtype) * (step + 1) + step
+        xj, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, expected = jmodel(xj), ref(xe)
+        torch.testing.assert_close(out, expected)
+        if step != 2:
+            cot = torch.randn_like(out)
+            out.backward(cot)
+            expected.backward(cot)
+            torch.testing.assert_close(xj.grad, xe.grad)
+            for (pname, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"grad of {pname}: {m}")
+        for (bname, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+            torch.testing.assert_close(b, c, msg=lambda m: f"buffer {bname} after step {step}: {m}")
+    assert thunder.cache_misses(jmodel) == 2  # one trace for training, one for eval
+
+
 # ---- random ops: the seed decides, and the gradient is the mask that was drawn -----------------
 
 RANDOM = [

@@ -408,3 +408,78 @@ def test_ops_without_meta_kernels_whose_shapes_the_arguments_decide(case):
     assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
+
+
+# torch.linalg.lstsq has no meta kernel: its outputs' metadata come from a rule (fallback.
+# _DEVICE_META_RULES; which outputs are empty depends on the driver, whose default is the
+# device's), PyTorch runs it, and the solution's and residuals' gradients go through
+# torch.autograd. (A, B shapes, driver)
+LSTSQ_CASES = {
+    "tall_default": ((5, 3), (5, 2), None),
+    "tall_gels": ((5, 3), (5, 2), "gels"),
+    "wide_gelsy": ((3, 5), (3, 2), "gelsy"),
+    "square_gelsd": ((4, 4), (4, 1), "gelsd"),
+    "square_gelss": ((3, 3), (3, 2), "gelss"),
+    "wide_gelsd": ((3, 5), (3, 2), "gelsd"),
+    "vector_gels": ((5, 3), (5,), "gels"),
+    "batched_vector": ((2, 5, 3), (2, 5), "gels"),
+    "broadcast_batch": ((1, 5, 3), (2, 5, 2), "gels"),
+    "batched_default": ((2, 4, 3), (2, 4, 2), None),
+    "empty_rows": ((0, 3), (0, 2), "gels"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", sorted(LSTSQ_CASES))
+def test_linalg_lstsq_matches_eager(case, dtype):
+    a_shape, b_shape, driver = LSTSQ_CASES[case]
+    torch.manual_seed(0)
+    a = torch.randn(*a_shape, dtype=dtype, requires_grad=True)
+    b = torch.randn(*b_shape, dtype=dtype, requires_grad=True)
+    fn = lambda a, b: torch.linalg.lstsq(a, b, driver=driver)  # noqa: E731
+    want, got = fn(a, b), thunder.jit(fn)(a, b)
+    assert type(got) is type(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g, w)
+        torch.testing.assert_close(g, w)
+
+    def loss(r):
+        return (r.solution * torch.linspace(-1, 1, r.solution.numel(), dtype=dtype).reshape(r.solution.shape)).sum() \
+            + r.residuals.sum()
+
+    for g, w in zip(torch.autograd.grad(loss(got), (a, b)), torch.autograd.grad(loss(want), (a, b))):
+        torch.testing.assert_close(g, w)
+
+
+LSTSQ_ERRORS = {
+    "1d_input": (lambda: (torch.randn(5), torch.randn(5)), {}, RuntimeError, r"input must have at least 2 dimensions"),
+    "rows": (lambda: (torch.randn(5, 3), torch.randn(4, 2)), {}, RuntimeError,
+             r"input.size\(-2\) should match other.size\(-2\)"),
+    "dtypes": (lambda: (torch.randn(5, 3), torch.randn(5, 2, dtype=torch.float64)), {}, RuntimeError,
+               r"Expected input and other to have the same dtype"),
+    "driver": (lambda: (torch.randn(5, 3), torch.randn(5, 2)), dict(driver="foo"), RuntimeError,
+               r"parameter `driver` should be one of"),
+    "dims": (lambda: (torch.randn(5, 3), torch.randn(5, 2, 2, 2)), {}, RuntimeError,
+             r"input.dim\(\) must be greater or equal to other.dim\(\)"),
+    "vector_rows": (lambda: (torch.randn(5, 3), torch.randn(4)), {}, RuntimeError,
+                    r"input.size\(-2\) should match other.size\(-1\)"),
+    "integers": (lambda: (torch.ones(5, 3, dtype=torch.int32), torch.ones(5, 2, dtype=torch.int32)), {}, RuntimeError,
+                 r"doesn't handle types other than float and double"),
+    "batch": (lambda: (torch.randn(2, 5, 3), torch.randn(3, 5, 2)), {}, RuntimeError, r"size|broadcast|[Mm]ismatch"),
+    # the residuals of gelsd and gelss exist only where every matrix has full rank: a shape that
+    # depends on the values (eager runs it)
+    "rank_dependent_residuals": (lambda: (torch.randn(5, 3), torch.randn(5, 2)), dict(driver="gelsd"),
+                                 NotImplementedError, r"lstsq with driver='gelsd' returns residuals only when"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LSTSQ_ERRORS))
+def test_linalg_lstsq_errors(case):
+    make, kwargs, exc, match = LSTSQ_ERRORS[case]
+    args = make()
+    fn = lambda a, b: torch.linalg.lstsq(a, b, **kwargs)  # noqa: E731
+    if exc is RuntimeError:
+        with pytest.raises(exc, match=match):
+            fn(*args)
+    with pytest.raises(exc, match=match):
+        thunder.jit(fn)(*args)

@@ -12,6 +12,7 @@ needed (PyTorch's own message says which).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 
@@ -85,6 +86,62 @@ def _cov_meta(input, *args, **kwargs):
     return torch.empty((n, n) if n > 1 else (), dtype=dtype, device="meta")
 
 
+_C10_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.complex64: "ComplexFloat",
+                    torch.complex128: "ComplexDouble", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+
+
+def _lstsq_check(A, B, driver):
+    """torch.linalg.lstsq's checks, in its order and with its messages (PyTorch makes them in the
+    kernel, which meta tensors do not reach)."""
+    dim_diff = A.dim() - B.dim()
+    if not 0 <= dim_diff <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if A.shape[-2] != B.shape[-1 if dim_diff else -2]:
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size({-1 if dim_diff else -2})")
+    if A.dtype != B.dtype:
+        name = lambda d: _C10_DTYPE_NAMES.get(d, str(d))  # noqa: E731
+        raise RuntimeError(f"torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's "
+                           f"dtype {name(A.dtype)} and other's dtype {name(B.dtype)}")
+    if driver is not None and driver not in ("gels", "gelsy", "gelsd", "gelss"):
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        raise RuntimeError("This function doesn't handle types other than float and double")
+
+
+def _lstsq_meta(device, A, B, rcond=None, *, driver=None):
+    """torch.linalg.lstsq's (solution, residuals, rank, singular_values) on `device`, after its
+    checks (_lstsq_check). Which outputs are empty depends on the driver: gelsy (the CPU's default) computes no residuals, gels (CUDA's only one)
+    no rank, and only gelsd and gelss the singular values. Residuals (for m > n) are computed by
+    gelsd and gelss only when every matrix has full rank, a shape that depends on the values."""
+    _lstsq_check(A, B, driver)
+    cuda = torch.device(_to_torch_leaf(device)).type == "cuda"
+    driver = driver or ("gels" if cuda else "gelsy")
+    if cuda and driver != "gels":
+        raise RuntimeError("torch.linalg.lstsq: `driver` other than `gels` is not supported on CUDA")
+    m, n = A.shape[-2:]
+    vector = B.dim() == A.dim() - 1
+    k = 1 if vector else B.shape[-1]
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2])
+    real = A.real.dtype if A.is_complex() else A.dtype
+    if m > n and driver in ("gelsd", "gelss"):
+        raise NotImplementedError(
+            f"thunder.jit: torch.linalg.lstsq with driver='{driver}' returns residuals only when every matrix "
+            "has full rank, an output shape that depends on the tensors' values; driver='gels' or 'gelsy' can be "
+            "traced (thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)")
+
+    def empty(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    solution = empty((*batch, n) if vector else (*batch, n, k), A.dtype)
+    residuals = empty((*batch, k) if m > n and driver != "gelsy" else (0,), real)
+    rank = empty(batch if driver != "gels" else (0,), torch.int64)
+    singular = empty((*batch, min(m, n)) if driver in ("gelsd", "gelss") else (0,), real)
+    return torch.return_types.linalg_lstsq((solution, residuals, rank, singular))
+
+
 # The output metadata of ops PyTorch has no meta kernel for, whose outputs' shapes the arguments'
 # shapes decide (not their values).
 _META_RULES = {
@@ -94,6 +151,10 @@ _META_RULES = {
     torch.Tensor.cov: _cov_meta,
     torch.corrcoef: _cov_meta,
     torch.Tensor.corrcoef: _cov_meta,
+}
+# Rules whose outputs depend on the device the call runs on: called with it first.
+_DEVICE_META_RULES = {
+    torch.linalg.lstsq: _lstsq_meta,
 }
 
 
@@ -179,6 +240,8 @@ def _make_symbol(call: _Call):
     def meta(*args, **kwargs):
         with torch._C.DisableTorchFunction():
             margs, mkwargs = call.rebuild(call.leaves(args, kwargs), _meta_leaf)
+            if func is torch.Tensor.__getitem__ and len(margs) == 2:
+                margs = (margs[0], _scalar_index_tensors_as_ints(margs[1]))
             try:
                 out = func(*margs, **mkwargs)
             except (NotImplementedError, RuntimeError) as e:
@@ -186,6 +249,8 @@ def _make_symbol(call: _Call):
                 if isinstance(e, RuntimeError) and "meta" not in text.lower() and "data-dependent" not in text.lower():
                     raise
                 rule = _META_RULES.get(func)
+                if func in _DEVICE_META_RULES:
+                    rule = functools.partial(_DEVICE_META_RULES[func], _device_of(pytree.tree_leaves(args), None))
                 if rule is None:
                     raise NotImplementedError(
                         f"thunder.jit: {qualname} has no thunder symbol, and PyTorch cannot tell its output's "
@@ -252,8 +317,6 @@ def _native_getitem(call: _Call) -> bool:
         return False
     key = call.args[1]
     keys = key if isinstance(key, tuple) else (key,)
-            if func is torch.Tensor.__getitem__ and len(margs) == 2:
-                margs = (margs[0], _scalar_index_tensors_as_ints(margs[1]))
     return len(keys) > 0 and all(isinstance(k, (_C.TensorProxy, torch.Tensor)) for k in keys)
 
 

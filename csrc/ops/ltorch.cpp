@@ -1649,6 +1649,12 @@ void registerNN() {
       {"torch.nn.functional.embedding"}, [](const Args& a) {
         THUNDER_CHECK_KIND(a[3].isNone(), ErrorKind::NotImplemented,
                            "ltorch.embedding: max_norm is not supported");
+        // (PyTorch's embedding runs these: the gradient scaled by each id's count in the batch,
+        // a sparse gradient; thunder's ignored both, the first silently giving other gradients)
+        THUNDER_CHECK_KIND(!a[5].toBool(), ErrorKind::NotImplemented,
+                           "ltorch.embedding: scale_grad_by_freq is not supported");
+        THUNDER_CHECK_KIND(!a[6].toBool(), ErrorKind::NotImplemented,
+                           "ltorch.embedding: sparse is not supported");
         const TensorProxy& w = T(a[1], "embedding", "weight");
         std::optional<int64_t> pad;
         if (!a[2].isNone()) pad = canonicalizeDim(w.ndim() ? w.shape[0] : 1, a[2].toInt(), "ltorch.embedding");

@@ -116,6 +116,10 @@ CASES = [
      lambda: (t(3, 4), torch.softmax(t(3, 4, requires_grad=False), 1), t(4, low=0.5, requires_grad=False))),
     ("nll_loss_weight_ignore", lambda x, y, w: F.nll_loss(x, y, w, ignore_index=1),
      lambda: (t(5, 3), torch.tensor([0, 1, 2, 2, 1]), t(3, low=0.5, requires_grad=False))),
+    # (both were ignored: the summed gradient, not divided by each id's count; a dense gradient)
+    ("embedding_scale_grad_by_freq", lambda i, w: F.embedding(i, w, padding_idx=0, scale_grad_by_freq=True),
+     lambda: (torch.tensor([[0, 2, 2], [4, 2, 1]]), t(5, 3))),
+    ("embedding_sparse", lambda i, w: F.embedding(i, w, sparse=True), lambda: (torch.tensor([[0, 2, 2], [4, 2, 1]]), t(5, 3))),
 ]
 
 

@@ -1069,8 +1069,10 @@ void registerShapeOps() {
 /// An index tensor's negative entries counted from the end of a dim of length n, as eager's
 /// advanced indexing reads them (`x[[-1, 0]]`); entries below -n stay negative, and the gather
 /// raises eager's IndexError for them. (Unsigned indices are never negative.)
-Value wrapNegativeIndices(const Value& index, int64_t n) {
-  if (index.tensor().dtype == DType::UInt8) return index;
+Value wrapNegativeIndices(const Value& indexIn, int64_t n) {
+  if (indexIn.tensor().dtype == DType::UInt8) return indexIn;
+  // (a 0-dim int8 or int16 index, read as an int: ATen's gathers take int32 and int64 only)
+  Value index = indexIn.tensor().dtype == DType::Int32 ? indexIn : clang::maybeConvert(indexIn, DType::Int64);
   return clang::where(op("lt", {index, 0}), op("add", {index, n}), index, "ltorch.getitem");
 }
 
@@ -1092,6 +1094,10 @@ Value getitem(const Value& a, const Value& keyIn) {
     THUNDER_CHECK_KIND(idx.dtype != DType::Bool && idx.dtype != DType::UInt8, ErrorKind::NotImplemented, op,
                        ": indexing with a boolean mask makes a data-dependent shape and is not supported "
                        "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
+    // (eager's message; int8 and int16 indices are refused too)
+    THUNDER_CHECK_KIND(idx.dtype == DType::Int64 || idx.dtype == DType::Int32 || idx.ndim() == 0, ErrorKind::Index,
+                       op, ": tensors used as indices must be long, int, byte or bool tensors, got ",
+                       dtypeName(idx.dtype));
     THUNDER_CHECK_KIND(isIntegral(idx.dtype), ErrorKind::Index, op,
                        ": tensors used as indices must be integer tensors, got ", dtypeName(idx.dtype));
     THUNDER_CHECK_KIND(t.ndim() > 0, ErrorKind::Index, op, ": cannot index a 0-dim tensor with a tensor");

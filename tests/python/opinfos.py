@@ -935,7 +935,9 @@ def _getitem_errors():
     yield ErrorInput((make((4, 3)), (0, 0, 0)), {}, IndexError, r"getitem: too many indices for tensor of shape [\[(]4, 3,?[\])]")
     yield ErrorInput((make((4, 3)), make((4,), b8)), {}, NotImplementedError, r"getitem: indexing with a boolean mask",
                      False)
-    yield ErrorInput((make((4, 3)), make((2,), f32)), {}, IndexError, r"getitem: tensors used as indices must be integer")
+    yield ErrorInput((make((4, 3)), make((2,), f32)), {}, IndexError, r"getitem: tensors used as indices must be")
+    yield ErrorInput((make((4, 3)), torch.tensor([1], dtype=torch.int16, device=DEVICE)), {}, IndexError,
+                     r"getitem: tensors used as indices must be long, int, byte or bool tensors")
 
 
 opinfos += [

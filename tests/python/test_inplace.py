@@ -614,6 +614,10 @@ def test_setitem_at_positions_errors_like_eager():
         jf(torch.zeros(2, 6), torch.tensor([6]))
     with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):
         jf(torch.zeros(2, 6), torch.tensor([1.0]))
+    # int8 and int16 index tensors: eager's IndexError (thunder wrote with them)
+    for key in ((slice(None), torch.tensor([1], dtype=torch.int8)), (1, torch.tensor([1], dtype=torch.int16))):
+        with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):
+            thunder.jit(lambda x: x.__setitem__(key, 1.0))(torch.zeros(2, 6))
     # several index tensors after a slice: as eager (it was refused)
     args = (torch.zeros(2, 3, 4), torch.tensor([0, 2]), torch.tensor([1, -1]))
     expected = two_after_slice(*(a.clone() for a in args))

@@ -265,8 +265,13 @@ def _wb_unbind(x, v, i, outs, args, kwargs):
 
 
 def _wb_split(x, v, i, outs, args, kwargs):
-    # split, chunk, tensor_split: consecutive pieces along dim, at the sum of the pieces before.
-    dim = _arg(args, kwargs, 2, "dim", 0)
+    # split, chunk, tensor_split, split_with_sizes: consecutive pieces along dim, at the sum of the
+    # pieces before.
+    return _wb_split_along(x, v, i, outs, args, kwargs, dim=_arg(args, kwargs, 2, "dim", 0))
+
+
+def _wb_split_along(x, v, i, outs, args, kwargs, dim):
+    # (hsplit, vsplit and dsplit: along dim 1 (0 of a 1-D tensor), 0 and 2)
     start = sum(o.shape[dim] for o in outs[:i])
     return _wb_index(_key_at(x, dim, slice(start, start + v.shape[dim])))
 
@@ -322,12 +327,14 @@ TABLE = {
     "narrow": (VIEW, _wb_narrow),
     "select": (VIEW, _wb_select),
     "unbind": (VIEW, _wb_unbind),
-    **dict.fromkeys(("split", "chunk", "tensor_split"), (VIEW, _wb_split)),
+    **dict.fromkeys(("split", "chunk", "tensor_split", "split_with_sizes"), (VIEW, _wb_split)),
+    "hsplit": (VIEW, lambda x, *a: _wb_split_along(x, *a, dim=1 if x.ndim > 1 else 0)),
+    "vsplit": (VIEW, lambda x, *a: _wb_split_along(x, *a, dim=0)),
+    "dsplit": (VIEW, lambda x, *a: _wb_split_along(x, *a, dim=2)),
     "detach": (VIEW, _wb_detach),
     # views an update cannot be written back through (several elements share a place, or another dtype)
     "diagonal": (VIEW, _wb_diagonal),
-    **dict.fromkeys(("as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint",
-                     "hsplit", "vsplit", "dsplit", "split_with_sizes"), (VIEW, None)),
+    **dict.fromkeys(("as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint"), (VIEW, None)),
     "clone": (NEW, None),
 }
 
@@ -583,7 +590,7 @@ def _index_put_value(x, keys, value):
         return _mixed_index_put_value(x, expanded, value)
     tensors = [i for i, k in enumerate(expanded) if _is_tensor(k)]
     if (len(tensors) == 1 and len(expanded) == x.ndim and tensors[0] > 0 and expanded[tensors[0]].ndim <= 1
-            and expanded[tensors[0]].dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
+            and expanded[tensors[0]].dtype in (torch.int64, torch.int32)
             and all(isinstance(k, slice) and k == slice(None) for i, k in enumerate(expanded) if i != tensors[0])):
         # x[:, :, pos] = v (a KV cache written at its positions): the rows of one dim, as
         # x.index_copy(d, pos, v), which the fuser stores from the kernel computing v.
@@ -606,7 +613,7 @@ def _index_put_value(x, keys, value):
     while indices and indices[-1] is None:
         indices.pop()
     for k in indices:
-        if k is not None and (k.dtype.is_floating_point or k.dtype.is_complex):
+        if k is not None and (k.dtype.is_floating_point or k.dtype.is_complex or k.dtype in (torch.int8, torch.int16)):
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
     if any(k is None for k in indices):
         raise NotImplementedError(
@@ -632,7 +639,7 @@ def _mixed_index_put_value(x, expanded, value):
     basic, adv = [], []  # the basic key; per dim of x[basic], its index tensor or None
     for k in expanded:
         if _is_tensor(k):
-            if k.dtype.is_floating_point or k.dtype.is_complex:
+            if k.dtype.is_floating_point or k.dtype.is_complex or k.dtype in (torch.int8, torch.int16):
                 raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
             m = k.ndim if k.dtype in (torch.bool, torch.uint8) else 1  # a mask indexes as many dims as it has
             basic.extend([slice(None)] * m)

@@ -719,8 +719,9 @@ class CompiledFunction {
         if (++stateChanges_ == 2) {
           py::module_::import("warnings").attr("warn")(
               "thunder.jit: the program changes Python state that it reads (an attribute or a global "
-              "variable, such as a counter it increments): each call is traced again, to make that "
-              "change as eager does. Keep such state in a tensor (a buffer) to compile the program once.");
+              "variable, such as a counter it increments, or the state of Python's or NumPy's random "
+              "generator it draws from): each call is traced again, to make that change as eager does. "
+              "Keep such state in a tensor (a buffer), and draw with torch.rand, to compile the program once.");
         }
       } else {
         auto [pos, inserted] = cache_.emplace(key, e);

@@ -613,6 +613,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 outputs.set_slot(obj, attr, index, p)
                 substituted.append((obj, attr, index, t, p))
         scalar_reads = outputs.ScalarReads(given if reads is not None else {})  # (not the holders)
+        drawn_from = guards.random_states()
         given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         trace.records_guards = True
@@ -642,7 +643,9 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:
         reads.append({**outputs.read_slots(slots, closures), **scalar_reads.reads})
-        reads.append(scalar_reads.changed())
+        # A draw from Python's or NumPy's random generator (`if random.random() < p`) is a value the
+        # trace holds as a constant, and a state the program changes: the entry serves this call only.
+        reads.append(scalar_reads.changed() or guards.random_states() != drawn_from)
     return trace, sources, closures, updated
 
 

@@ -13,6 +13,16 @@ D = torch.distributions
 f64 = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def _validation_on():
+    # Importing torch.compile's inductor turns the distributions' default validation off for the
+    # process (Distribution._validate_args): these tests run with PyTorch's own default.
+    saved = D.Distribution._validate_args
+    D.Distribution.set_default_validate_args(True)
+    yield
+    D.Distribution.set_default_validate_args(saved)
+
+
 def _x(*shape, low=None):
     g = torch.Generator().manual_seed(sum(shape) + 7)
     t = torch.randn(shape, dtype=f64, generator=g)

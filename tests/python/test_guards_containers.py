@@ -4,6 +4,7 @@ Each row changes one such value between calls: the jitted call must compute what
 with the new value (it traces again), and a call with nothing changed must hit the cache."""
 
 import argparse
+import os
 import types
 import warnings
 
@@ -578,3 +579,153 @@ def test_class_level_scalars_the_program_reads_are_guarded():
     del _CFG.k
     _Cfg.k = 3.0
     torch.testing.assert_close(jf(x), x * 3.0)
+
+
+# Functions, defaults and the environment the program reads (session 45: each was baked into the
+# trace, and a change after jitting silently ran the old program).
+def _scaled(x, scale=2.0):
+    return x * scale
+
+
+def _calls_a_helper_with_a_default(x):
+    return _scaled(x)
+
+
+def _deep5(x):
+    return x * CFG["scale"]
+
+
+def _deep4(x):
+    return _deep5(x)
+
+
+def _deep3(x):
+    return _deep4(x)
+
+
+def _deep2(x):
+    return _deep3(x)
+
+
+def _deep1(x):
+    return _deep2(x)
+
+
+def _reads_six_calls_deep(x):
+    return _deep1(x)
+
+
+def _reads_the_environment(x):
+    if os.environ.get("THUNDER_TEST_GUARD_FLAG") == "1":
+        return x * 2
+    if os.getenv("THUNDER_TEST_GUARD_OTHER"):
+        return x * 3
+    return x - 1 if "THUNDER_TEST_GUARD_SET" in os.environ else x
+
+
+class _Activated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.act = torch.relu
+
+    def helper(self, x):
+        return x + 1
+
+    def forward(self, x):
+        return self.act(self.helper(self.lin(x)))
+
+
+def _patch_class_method():
+    saved = _Activated.helper
+    _Activated.helper = lambda self, x: x - 5
+    return lambda: setattr(_Activated, "helper", saved)
+
+
+def _patch_forward_of_a_library_module(m):
+    m.lin.forward = lambda x: x * 3
+    return lambda: None
+
+
+def _set_environment(name, value):
+    os.environ[name] = value
+    return lambda: os.environ.pop(name, None)
+
+
+FUNCTION_CASES = [
+    # (name, make the function or module, change it: returns an undo)
+    ("helper_default_changed", lambda: _calls_a_helper_with_a_default,
+     lambda f: (setattr(_scaled, "__defaults__", (5.0,)), lambda: setattr(_scaled, "__defaults__", (2.0,)))[1]),
+    ("own_default_changed", lambda: _scaled,
+     lambda f: (setattr(_scaled, "__defaults__", (-1.0,)), lambda: setattr(_scaled, "__defaults__", (2.0,)))[1]),
+    ("read_six_calls_deep", lambda: _reads_six_calls_deep,
+     lambda f: (CFG.__setitem__("scale", 9.0), _reset)[1]),
+    ("environ_get", lambda: _reads_the_environment, lambda f: _set_environment("THUNDER_TEST_GUARD_FLAG", "1")),
+    ("os_getenv", lambda: _reads_the_environment, lambda f: _set_environment("THUNDER_TEST_GUARD_OTHER", "x")),
+    ("environ_contains", lambda: _reads_the_environment, lambda f: _set_environment("THUNDER_TEST_GUARD_SET", "")),
+    ("class_method_replaced", _Activated, lambda m: _patch_class_method()),
+    ("instance_method_set", _Activated,
+     lambda m: (setattr(m, "helper", types.MethodType(lambda self, x: x * 10, m)), lambda: None)[1]),
+    ("function_attribute_replaced", _Activated, lambda m: (setattr(m, "act", torch.sigmoid), lambda: None)[1]),
+    ("library_module_forward_replaced", _Activated, _patch_forward_of_a_library_module),
+    ("object_function_attribute_replaced", lambda: _uses_a_config_function,
+     lambda f: (setattr(FN_CFG, "act", torch.tanh), lambda: setattr(FN_CFG, "act", torch.relu))[1]),
+]
+
+FN_CFG = types.SimpleNamespace(act=torch.relu)
+
+
+def _uses_a_config_function(x):
+    return FN_CFG.act(x - 0.5)
+
+
+@pytest.mark.parametrize("name,make,change", FUNCTION_CASES, ids=[c[0] for c in FUNCTION_CASES])
+def test_functions_defaults_and_the_environment_the_program_reads_are_guarded(name, make, change):
+    _reset()
+    fn = make()
+    x = torch.randn(3, 4)
+    jfn = thunder.jit(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(jfn(x), fn(x))
+        torch.testing.assert_close(jfn(x), fn(x))
+        assert thunder.cache_misses(jfn) == 1 and thunder.cache_hits(jfn) == 1
+        undo = change(fn)
+        try:
+            expected = fn(x)
+            torch.testing.assert_close(jfn(x), expected)
+            assert thunder.cache_misses(jfn) == 2
+            torch.testing.assert_close(jfn(x), expected)
+            assert thunder.cache_hits(jfn) == 2
+        finally:
+            undo()
+            _reset()
+
+
+def test_draws_from_python_and_numpy_random_generators_run_each_call():
+    # `if random.random() < p` (a layer-drop) and NumPy draws: the trace held the first call's draw
+    # and every later call repeated it. Such calls trace each time, as state-changing ones do.
+    import random
+
+    import numpy as np
+
+    def layer_drop(x):
+        return x * 0 if random.random() < 0.5 else x + 1
+
+    def numpy_scaled(x):
+        return x * float(np.random.rand())
+
+    x = torch.randn(4)
+    for fn, seed in ((layer_drop, random.seed), (numpy_scaled, np.random.seed)):
+        jfn = thunder.jit(fn)
+        seed(0)
+        expected = [fn(x) for _ in range(12)]
+        seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = [jfn(x) for _ in range(12)]
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e)
+    # A program that draws nothing is cached as before.
+    jf = thunder.jit(lambda x: x * 2)
+    jf(x), jf(x)
+    assert thunder.cache_hits(jf) == 1

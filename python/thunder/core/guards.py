@@ -26,6 +26,7 @@ import dis
 import functools
 import itertools
 import os
+import random
 import sys
 import types
 import warnings
@@ -35,8 +36,10 @@ from typing import Callable
 import torch
 
 _SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device)
+# Functions an object holds, keyed by identity (`self.act = torch.relu`, `cfg.fn = my_fn`).
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
 _MISSING = object()
-_MAX_DEPTH = 4
+_MAX_DEPTH = 8
 _THUNDER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -156,7 +159,22 @@ def _delattr(original):
     return wrapper
 
 
+# A function set on a jitted model's module (`block.act = torch.sigmoid`, `layer.forward =
+# patched`, a bound method replacing one of its class's) moves the version: the trace ran the one
+# it held. Other values set there are scalars (guarded by value) or registered (above).
+def _setattr(original):
+    @functools.wraps(original)
+    def wrapper(self, name, value):
+        original(self, name, value)
+        if (isinstance(value, _FUNCTIONS + (types.MethodType,)) or name == "forward") \
+                and not torch.compiler.is_compiling() and self in _watched:
+            _structure_changed()
+
+    return wrapper
+
+
 torch.nn.Module.__delattr__ = _delattr(torch.nn.Module.__delattr__)
+torch.nn.Module.__setattr__ = _setattr(torch.nn.Module.__setattr__)
 for _cls, _names in ((torch.nn.ModuleList, ("insert",)), (torch.nn.Sequential, ("insert",)),
                      (torch.nn.ModuleDict, ("__delitem__", "clear", "pop")),
                      (torch.nn.ParameterDict, ("__delitem__", "clear", "pop"))):
@@ -236,10 +254,15 @@ class _Collector:
                     self.attr(mod, name)
             fwd = type(mod).forward
             if isinstance(fwd, types.FunctionType) and not _library(type(mod)):
+                # The class's functions by identity: `Model.forward = patched` or `Block.helper =
+                # other` after jitting traces again (a module's own attributes set later move the
+                # structure version, _setattr).
+                self.attr(type(mod), "forward")
                 self.function(fwd, depth, self_obj=mod)
                 for name in fwd.__code__.co_names:  # self.helper(...): methods of the class
                     m = getattr(type(mod), name, _MISSING)
                     if isinstance(m, types.FunctionType):
+                        self.attr(type(mod), name)
                         self.function(m, depth + 1, self_obj=mod)
                     elif (m is not _MISSING and isinstance(m, _SCALARS) and not name.startswith("_") and name not in vars(mod)
                           and not hasattr(torch.nn.Module, name)):
@@ -256,6 +279,12 @@ class _Collector:
             fn, self_obj = fn.__func__, fn.__self__
         if not isinstance(fn, types.FunctionType) or _library(fn) or depth > _MAX_DEPTH:
             return
+        # Its defaults are read as the closure is (`def helper(x, scale=2.0)`, then
+        # `helper.__defaults__ = (3.0,)`; functools.partial's are the partial's own arguments).
+        if fn.__defaults__:
+            self.attr(fn, "__defaults__")
+        if fn.__kwdefaults__:
+            self.attr(fn, "__kwdefaults__")
         self.code(fn.__code__, fn.__globals__, fn.__closure__, depth, self_obj)
 
     def container_reads(self, code, globals_: dict, closure, self_obj) -> None:
@@ -300,7 +329,8 @@ class _Collector:
             return
         for name in code.co_names:
             if name in d:
-                if isinstance(d[name], _SCALARS + (tuple,)):
+                # (a function it holds by identity: `cfg.act = torch.tanh` after jitting)
+                if isinstance(d[name], _SCALARS + (tuple,) + _FUNCTIONS):
                     self.attr(obj, name)
             elif not name.startswith("__") and isinstance(getattr(type(obj), name, _MISSING), _SCALARS):
                 # a default its class holds (`class Cfg: k = 2.0`): read through the instance, so
@@ -330,6 +360,8 @@ class _Collector:
                     if isinstance(v, _SCALARS):
                         self.attr(value, name)
                     elif isinstance(v, (types.FunctionType, staticmethod, classmethod)):
+                        if not isinstance(v, classmethod):  # (a classmethod reads as a new bound method)
+                            self.attr(value, name)
                         self.function(getattr(value, name), depth + 1)
         elif not isinstance(value, _SCALARS + (tuple, torch.Tensor)) and _user_data(value):
             self.obj_attrs(value, code)
@@ -391,8 +423,11 @@ def _container_path(value, steps, how) -> bool:
     (`how`) one of a container, len() excepted. Indexing a tensor (self.weight[0]) or a ModuleList
     makes a new object per call, and a library object's attributes may be computed."""
     for op, key in steps:
+        if value is os and op == "attr" and key == "environ":  # (the environment a program reads)
+            value = os.environ
+            continue
         if op == "item":
-            if not isinstance(value, _CONTAINERS):
+            if not isinstance(value, _CONTAINERS) and value is not os.environ:
                 return False
             try:
                 value = value[key]
@@ -404,7 +439,7 @@ def _container_path(value, steps, how) -> bool:
             value = _probe(value, key)
             if value is _MISSING:
                 return True
-    return how in ("value", "len") or isinstance(value, _CONTAINERS)
+    return how in ("value", "len") or isinstance(value, _CONTAINERS) or value is os.environ
 
 
 # Builtins whose result depends on every item of a container argument.
@@ -469,6 +504,9 @@ def _container_reads(code) -> tuple:
                 and stack[-2] is not None and stack[-2][0] == "path" and isinstance(stack[-1][1], (int, str, bool)):
             key, path = stack.pop()[1], stack.pop()
             stack.append(("path", path[1], path[2] + (("item", key),)))
+        elif op == "LOAD_ATTR" and arg == "getenv" and stack and stack[-1] is not None and stack[-1][0] == "path":
+            path = stack.pop()  # (3.11 loads a module's function as an attribute)
+            stack.append(("method", ("path", path[1], path[2] + (("attr", "environ"),)), "get"))
         elif op == "LOAD_ATTR" and stack and stack[-1] is not None and stack[-1][0] == "path":
             path = stack.pop()
             stack.append(("path", path[1], path[2] + (("attr", arg),)))
@@ -476,6 +514,8 @@ def _container_reads(code) -> tuple:
             path = stack.pop()
             if arg in ("get", "keys", "values", "items"):
                 stack.append(("method", path, arg))
+            elif arg == "getenv":  # os.getenv(k, d) reads os.environ.get(k, d)
+                stack.append(("method", ("path", path[1], path[2] + (("attr", "environ"),)), "get"))
             else:
                 consumed(path)
                 stack.append(None)
@@ -560,7 +600,8 @@ def _contents(obj) -> tuple:
 
 # Values whose key item is the value itself (_normalize appends them as they are): the guard
 # appends them without the walk through _normalize's cases. It runs before every call.
-_AS_IS = frozenset(_SCALARS + (types.ModuleType, types.FunctionType, type, object, dict, list))
+_AS_IS = frozenset(_SCALARS + (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type, object, dict,
+                                list))
 
 
 def _read(reader):
@@ -696,6 +737,19 @@ def guard_for_module(module: torch.nn.Module) -> Callable[[], tuple] | None:
     c = _Collector()
     c.module(module)
     return _make_guard(c.readers)
+
+
+def random_states() -> tuple:
+    """The states of Python's and (where it is imported) NumPy's global random generators, as
+    comparable values: a traced call that drew from one (`random.random() < p` in a layer-drop)
+    changed it, and holds the value it drew."""
+    # (numpy.random only where the program imported it: numpy imports it lazily, and an import
+    # made while tracing holds the import lock, which a process forked meanwhile finds taken)
+    np_random = sys.modules.get("numpy.random")
+    if np_random is None:
+        return (random.getstate(),)
+    kind, keys, pos, has_gauss, gauss = np_random.get_state(legacy=True)
+    return random.getstate(), kind, keys.tobytes(), pos, has_gauss, gauss
 
 
 def user_location() -> str:

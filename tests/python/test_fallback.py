@@ -3,6 +3,7 @@ reports which calls are native, which fall back and which cannot run."""
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,7 +244,8 @@ def test_getitem_keys_of_one_structure_and_other_leaves_get_their_own_symbols():
 
 
 @pytest.mark.parametrize("key", ["0d_and_tensor", "0d_slice_tensor", "none_tensor", "bool_list", "list_of_lists",
-                                 "true", "negative_list"])
+                                 "true", "negative_list", "numpy", "numpy_bools", "range", "tuple_in_tuple",
+                                 "list_of_0d_tensors"])
 def test_getitem_keys_as_eager_reads_them(key):
     # 0-dim integer tensors are read as ints (meta tensors have no value: refused before), lists of
     # bools are masks known while tracing, a list of lists is a tuple (eager's deprecated reading),
@@ -256,6 +258,12 @@ def test_getitem_keys_as_eager_reads_them(key):
         "list_of_lists": [[0, 1], [2, 3]],
         "true": (True, 1),
         "negative_list": [-1, 0, -4],
+        # (NumPy arrays and ranges: the lists they spell; were a SystemError and a TypeError)
+        "numpy": np.array([3, -1]),
+        "numpy_bools": (slice(None), np.array([True, False, True, True, False])),
+        "range": (slice(None), range(1, 4)),
+        "tuple_in_tuple": ((0, 1),),
+        "list_of_0d_tensors": [torch.tensor(1), torch.tensor(2)],
     }
     key = keys[key]
 

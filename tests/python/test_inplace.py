@@ -4,6 +4,7 @@ same inputs and compares outputs and every input afterwards."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -152,8 +153,21 @@ def _inplace_cases():
         x[i, :, idx] = -1.0
         return x
 
+    def setitem_true_false(x):  # (True is no int 1 here: it adds a dim, as None; False selects nothing)
+        x[True] = 1.0
+        x[False] = 2.0
+        x[0, True] = 3.0
+        return x
+
+    def setitem_numpy_and_range(x):
+        x[np.array([0, -1])] = 1.0
+        x[:, range(1, 3)] += 2.0
+        return x
+
     f32 = lambda *s: torch.randn(*s)  # noqa: E731
     return [
+        ("setitem_true_false", setitem_true_false, (f32(3, 4),)),
+        ("setitem_numpy_and_range", setitem_numpy_and_range, (f32(3, 4),)),
         ("setitem_int_and_tensor", setitem_int_and_tensor, (f32(3, 6), torch.tensor([4, -1]), f32(2))),
         ("setitem_slice_and_list", setitem_slice_and_list, (f32(4, 5),)),
         ("setitem_separated_tensors", setitem_separated_tensors,

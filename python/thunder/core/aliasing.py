@@ -135,7 +135,7 @@ def _indexed(func, x, out, args, kwargs):
     """x[key]: a view for ints, slices, None and Ellipsis; tensor (advanced) indices copy. A 0-dim
     integer tensor indexes as the int it holds (eager reads its value): x[torch.tensor(1)] is a
     view, which an update writes into x."""
-    return NEW if len(args) > 1 and _has_tensor_index(args[1]) else VIEW
+    return NEW if len(args) > 1 and _has_tensor_index(eager_key(args[1])) else VIEW
 
 
 def _int_tensor(k) -> bool:
@@ -525,12 +525,35 @@ def _basic_key(key) -> bool:
 
 # ---- the value of x after x[key] = value -------------------------------------------------
 
+def eager_key(key):
+    """An index key as eager's indexing reads it: a NumPy array or a range as the list it spells, a
+    tuple inside the key as a list, and a list holding lists, tensors, slices, None or Ellipsis
+    as a tuple (x[[[0, 1], [2, 3]]] is x[[0, 1], [2, 3]])."""
+    def seq(k):
+        if isinstance(k, range) or (type(k).__module__ == "numpy" and hasattr(k, "tolist") and getattr(k, "ndim", 0)):
+            return list(k) if isinstance(k, range) else k.tolist()
+        return k
+
+    key = seq(key)
+    if isinstance(key, list) and any(isinstance(k, (list, tuple, slice, range, _C.TensorProxy, torch.Tensor))
+                                     or k is None or k is Ellipsis for k in key):
+        key = tuple(key)
+    if isinstance(key, tuple):
+        return tuple(list(k) if isinstance(k, tuple) else seq(k) for k in key)
+    return key
+
+
 def setitem_value(x, key, value):
     """The value of x after x[key] = value, computed without mutation."""
     if isinstance(value, (list, tuple)):
         with torch._C.DisableTorchFunction():
             value = torch.tensor(value, dtype=x.dtype, device=str(x.device))
-    keys = key if isinstance(key, tuple) else (key,)
+    keys = eager_key(key)
+    keys = keys if isinstance(keys, tuple) else (keys,)
+    if any(k is False for k in keys):  # x[False] = v selects nothing
+        return x
+    # (True adds a dim, as None does: x[True] = v sets every element; bool is an int to Python)
+    keys = tuple(None if k is True else k for k in keys)
     if len(keys) == 1 and _is_tensor(keys[0]) and keys[0].dtype == torch.bool:
         mask = keys[0]
         if mask.ndim < x.ndim:

@@ -601,9 +601,8 @@ def _index_lists_as_tensors(x, key):
                 return torch.tensor(k, dtype=torch.int64, device=x._device_str)
         return k
 
+    key = aliasing.eager_key(key)
     if isinstance(key, tuple):
-    if isinstance(key, list) and any(isinstance(k, (list, tuple, slice)) or k is None or k is Ellipsis for k in key):
-        key = tuple(key)
         return tuple(conv(k) for k in key)
     return conv(key)
 

@@ -877,6 +877,11 @@ class ThunderModule(pytorch.nn.Module):
     def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         return self._model.named_buffers(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
 
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        # (the model's, as the names above: a parameter's name is its module's name and its own, as
+        # code grouping parameters by module builds it, nanoGPT's configure_optimizers)
+        return self._model.named_modules(memo=memo, prefix=prefix, remove_duplicate=remove_duplicate)
+
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
         return self._model.state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
 

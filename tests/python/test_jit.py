@@ -109,6 +109,8 @@ def test_state_dict_and_parameter_names_are_the_originals():
     assert list(tm.state_dict()) == list(m.state_dict())
     assert [n for n, _ in tm.named_parameters()] == [n for n, _ in m.named_parameters()]
     assert [n for n, _ in tm.named_buffers()] == [n for n, _ in m.named_buffers()]
+    assert [n for n, _ in tm.named_modules()] == [n for n, _ in m.named_modules()]
+    assert tm.get_parameter("1.weight") is tm._model[1].weight and tm.get_submodule("3") is tm._model[3]
     other = _bn_mlp()
     for p in other.parameters():
         p.data.normal_()

@@ -284,6 +284,15 @@ def _wb_diagonal(x, v, i, outs, args, kwargs):
     return lambda b, nv: torch.diagonal_scatter(b, nv, offset, dim1, dim2)
 
 
+def _wb_view_as_real(x, v, i, outs, args, kwargs):
+    # the same elements as real pairs: the base is the update read back as complex numbers
+    return lambda b, nv: torch.view_as_complex(nv.contiguous())
+
+
+def _wb_view_as_complex(x, v, i, outs, args, kwargs):
+    return lambda b, nv: torch.view_as_real(nv)
+
+
 def _wb_detach(x, v, i, outs, args, kwargs):
     # x.detach() shares x's storage outside autograd: an update through it changes x's values, and
     # x keeps its gradient path (ltorch.pass_gradient: the new values, x's gradient path).
@@ -334,7 +343,9 @@ TABLE = {
     "detach": (VIEW, _wb_detach),
     # views an update cannot be written back through (several elements share a place, or another dtype)
     "diagonal": (VIEW, _wb_diagonal),
-    **dict.fromkeys(("as_strided", "unfold", "view_as_real", "view_as_complex", "adjoint"), (VIEW, None)),
+    "view_as_real": (VIEW, _wb_view_as_real),
+    "view_as_complex": (VIEW, _wb_view_as_complex),
+    **dict.fromkeys(("as_strided", "unfold", "adjoint"), (VIEW, None)),
     "clone": (NEW, None),
 }
 

@@ -233,14 +233,29 @@ def commit(state: TraceState, op_name: str, target, result):
                 f"{op_name}: a view of a leaf Variable that requires grad ({proxy.name}, a view of {root.name} "
                 f"made by {view.op}) is being used in an in-place operation."
             )
-        if state.is_input(root) and root.requires_grad and not detached:
-            raise NotImplementedError(
-                f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
-                f"(made by {view.op}), which requires grad, with grad mode off; writing through a view of "
-                f"such an input is not supported: update {root.name} itself"
-            )
+        leaf_no_grad = state.is_input(root) and root.requires_grad and not detached and not real
         if state.is_input(root) and id(root) not in state.latest:
             state.latest[id(root)] = (root, root)
+        if leaf_no_grad:
+            # `with torch.no_grad(): w.diagonal().fill_(1)`, `w.t()[0] = 0`: the leaf takes the new
+            # values and keeps differentiating as itself (ltorch.pass_gradient, as an update of the
+            # leaf itself with grad mode off), its views recomputed from it at their next read
+            cur = state.fresh(root)
+            if not aliasing.write_through(state, proxy, result):
+                raise NotImplementedError(
+                    f"thunder.jit: {op_name} updates {proxy.name} in place, a view of the input {root.name} "
+                    f"(made by {view.op}), which requires grad, with grad mode off; writing through such a view "
+                    f"is not supported: update {root.name} itself"
+                )
+            if state.grad_enabled:
+                with torch.enable_grad(), state.replay():
+                    state.latest[id(root)] = (root, ltorch.pass_gradient(state.latest[id(root)][1].detach(), cur))
+            aliasing.invalidate(state, root)
+            p = proxy
+            while p is not root:
+                state.pending.add(id(p))
+                p = state.view_of[id(p)].base
+            return target
         if not aliasing.write_through(state, proxy, result):
             state.stale[id(root)] = (
                 f"thunder.jit: {root.name} was changed by {op_name} through its view {proxy.name} (made by "

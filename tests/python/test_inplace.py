@@ -891,3 +891,17 @@ def test_inputs_sharing_memory_with_an_updated_input_are_refused():
     torch.testing.assert_close(jf(x, x.clone()), torch.zeros(3))  # (separate tensors: fine)
     # a program that only reads may be given one tensor twice
     torch.testing.assert_close(thunder.jit(lambda a, b: a * b)(x, x), x * x)
+
+
+def test_updating_a_computed_input_that_requires_grad_says_how_to_write_it():
+    # A block jitted on its own whose input is computed outside (a non-leaf, which eager updates in
+    # place): refused as a leaf's update was, now saying what to write instead.
+    block = torch.nn.Linear(3, 3)
+
+    def residual(x):
+        x += block(torch.relu(x))
+        return x
+
+    x = torch.nn.Linear(2, 3)(torch.randn(4, 2))
+    with pytest.raises(RuntimeError, match=r"x = x \+ f\(x\)"):
+        thunder.jit(residual)(x)

@@ -217,7 +217,10 @@ def commit(state: TraceState, op_name: str, target, result):
             result = ltorch.pass_gradient(result, cur)
     if view is None and torch.is_grad_enabled() and proxy.requires_grad and state.is_input(proxy):
         raise RuntimeError(
-            f"{op_name}: a leaf Variable that requires grad ({proxy.name}) is being used in an in-place operation."
+            f"{op_name}: a leaf Variable that requires grad ({proxy.name}) is being used in an in-place operation. "
+            f"(Where {proxy.name} is a tensor computed outside the jitted call, which eager updates in place, as "
+            f"the input of a block jitted on its own: thunder.jit does not update such an input in place; write "
+            f"the update out of place (`x = x + f(x)` for `x += f(x)`, inplace=False), or jit the whole model.)"
         )
     if view is not None:
         root = state.root(proxy)

@@ -896,18 +896,43 @@ class CompiledFunction {
   int evictions() const { return evictions_; }
 
  private:
+  /// The returned tensors already built, by proxy: one value returned twice (`return y, y`, a
+  /// ModelOutput holding a tensor under two names) is one tensor, as in eager. (A training call's
+  /// node returns the second as an alias of the first, with a gradient of its own: an in-place
+  /// update of one then made PyTorch refuse the other, "a view ... of a function that returns
+  /// multiple views", and the two were not one object.)
+  using Built = std::vector<std::pair<const TensorProxy*, std::pair<size_t, py::object>>>;
+
   py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos) {
+    Built built;
+    return buildOutput(v, outs, pos, built);
+  }
+
+  py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos, Built& built) {
     switch (v.kind()) {
-      case Value::Kind::Tensor: return py::reinterpret_steal<py::object>(THPVariable_Wrap(outs[pos++]));
+      case Value::Kind::Tensor: {
+        const at::Tensor& t = outs[pos++];
+        const TensorProxy* proxy = &v.tensor();
+        for (const auto& [p, first] : built) {
+          const at::Tensor& u = outs[first.first];
+          if (p == proxy && u.is_alias_of(t) && u.sizes() == t.sizes() && u.strides() == t.strides() &&
+              u.storage_offset() == t.storage_offset() && u.requires_grad() == t.requires_grad())
+            return first.second;
+        }
+        py::object o = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+        built.push_back({proxy, {pos - 1, o}});
+        return o;
+      }
       case Value::Kind::Tuple:
       case Value::Kind::List: {
         py::list l;
-        for (const Value& x : v.items()) l.append(buildOutput(x, outs, pos));
+        for (const Value& x : v.items()) l.append(buildOutput(x, outs, pos, built));
         return v.isTuple() ? py::object(py::tuple(l)) : py::object(l);
       }
       case Value::Kind::Dict: {
         py::dict d;
-        for (size_t i = 0; i < v.items().size(); ++i) d[py::str(v.keys()[i])] = buildOutput(v.items()[i], outs, pos);
+        for (size_t i = 0; i < v.items().size(); ++i)
+          d[py::str(v.keys()[i])] = buildOutput(v.items()[i], outs, pos, built);
         return d;
       }
       default: return fromValue(v);

@@ -138,6 +138,30 @@ def test_output_that_is_an_input():
     torch.testing.assert_close(y.grad, x.detach())
 
 
+def test_a_tensor_returned_twice_is_one_tensor():
+    # `return y, y` (a ModelOutput holding a tensor under two names): one object, as in eager. The
+    # training call returned the second as an alias with a gradient of its own, and an in-place
+    # update of one made PyTorch refuse the other ("a view ... of a function that returns multiple
+    # views").
+    def f(x, w):
+        y = x @ w
+        return y, {"again": y}, y * 2
+
+    x = _leaf(3, 4)
+    w = _leaf(4, 4)
+    xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    results = []
+    for fn, args in ((f, (xe, we)), (thunder.jit(f), (x, w))):
+        y, d, z = fn(*args)
+        assert d["again"] is y
+        y.add_(1)
+        (d["again"].sum() + z.sum()).backward()
+        results.append(y.detach())
+    torch.testing.assert_close(results[1], results[0])
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(w.grad, we.grad)
+
+
 def test_backward_twice_raises_and_retain_graph_allows_it():
     f = thunder.jit(lambda x: (x.sin() * x).sum())
     x = _leaf(4)

@@ -21,7 +21,10 @@ from typing import Any, Callable, Sequence
 import torch as pytorch
 
 from thunder import _C
-from thunder.core import devices, dtypes, functionalize, guards, outputs
+# (batchnorm: imported with thunder, not by the first trace, as every module a trace uses: an import
+# holds Python's import lock, and a process forked meanwhile, a DataLoader's worker, found it taken
+# and hung in its own first call)
+from thunder.core import batchnorm, devices, dtypes, functionalize, guards, outputs
 from thunder.core.devices import Device
 from thunder.core import proxies, symbolic as _symbolic
 from thunder.core.proxies import TensorProxy, ThunderTorchMode
@@ -145,8 +148,6 @@ class _CompilingFlag:
         patches.append((module_module, "BackwardHook", _traced_backward_hook_for(module_module.BackwardHook)))
         # BatchNorm with momentum=None: the cumulative average's factor, 1 / num_batches_tracked,
         # computed in the trace (core/batchnorm.py); eager's forward reads the counter's value.
-        from thunder.core import batchnorm
-
         bn = pytorch.nn.modules.batchnorm._BatchNorm
         patches.append((bn, "forward", batchnorm.traced_forward(bn.__dict__["forward"])))
         # Factories given a symbolic size (torch.zeros(n, 4)): PyTorch's argument parser takes

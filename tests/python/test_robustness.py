@@ -476,6 +476,26 @@ def test_fork_while_kernels_compile(tmp_path):
     assert r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stdout  # 14: SIGALRM, a child hung
 
 
+FIRST_CALL_IMPORTS_SCRIPT = """
+    import sys, torch, thunder
+    f = thunder.jit(lambda a: torch.tanh(a * 3.0 + 1.0) * 2.0)
+    m = thunder.jit(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.GELU()))
+    before = set(sys.modules)
+    f(torch.randn(3, 4))
+    m(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_first_calls_import_nothing():
+    # A module imported while a call traces holds Python's import lock: a process forked then (a
+    # DataLoader starting its workers beside a thread's first call) found the lock taken and hung
+    # in its own first call (thunder.core.batchnorm, imported by the tracing patches).
+    r = run_script(FIRST_CALL_IMPORTS_SCRIPT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]", r.stdout
+
+
 FORK_QUEUE_SCRIPT = """
     import os, threading, time, torch, thunder
     from thunder import _C

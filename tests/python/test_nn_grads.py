@@ -120,6 +120,11 @@ CASES = [
     ("embedding_scale_grad_by_freq", lambda i, w: F.embedding(i, w, padding_idx=0, scale_grad_by_freq=True),
      lambda: (torch.tensor([[0, 2, 2], [4, 2, 1]]), t(5, 3))),
     ("embedding_sparse", lambda i, w: F.embedding(i, w, sparse=True), lambda: (torch.tensor([[0, 2, 2], [4, 2, 1]]), t(5, 3))),
+    # (its check that var has no negative entry asked the data: refused; var's smallest entries clamped)
+    ("gaussian_nll_loss", lambda x, y, v: F.gaussian_nll_loss(x, y, v, full=True),
+     lambda: (t(4, 3), t(4, 3), torch.cat([t(4, 2, low=0.1, high=2), t(4, 1, low=0, high=1e-7)], 1))),
+    ("gaussian_nll_loss_homoscedastic", lambda x, y, v: F.gaussian_nll_loss(x, y, v, reduction="sum"),
+     lambda: (t(4, 3), t(4, 3), t(4, low=0.1, high=2))),
 ]
 
 
@@ -410,3 +415,13 @@ def test_norm_modules_match_eager(name, make, shape, train):
             torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: grad of {n}: {m}")
         for (n, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
             torch.testing.assert_close(b, c, msg=lambda m: f"{name}: buffer {n} after step {step}: {m}")
+
+
+def test_gaussian_nll_loss_checks_var_where_the_program_computes_it():
+    f = thunder.jit(lambda x, y, v: F.gaussian_nll_loss(x, y, v))
+    x, y = t(3, 2), t(3, 2)
+    f(x, y, t(3, 2, low=0.5, high=1))
+    with pytest.raises(ValueError, match="var has negative entry"):
+        f(x, y, -t(3, 2, low=0.5, high=1, requires_grad=False))
+    with pytest.raises(ValueError, match="var is of incorrect size"):
+        f(x, y, t(2, 2, low=0.5, high=1))

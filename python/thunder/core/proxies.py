@@ -310,7 +310,8 @@ def _dispatch(func, args, kwargs):
 # computes through multi_head_attention_forward: its projections, scaled_dot_product_attention
 # (need_weights=False) or the explicit softmax(q k^T) v with averaged weights. The others are
 # compositions of pooling, padding and pointwise math. (Not here: functions whose Python asks the
-# data a question, as gaussian_nll_loss's `torch.any(var < 0)`, and thin wrappers of one ATen op.)
+# data a question, as gaussian_nll_loss's `torch.any(var < 0)` (_gaussian_nll_loss), and thin
+# wrappers of one ATen op.)
 _TRACED_THROUGH = {
     torch.nn.functional.multi_head_attention_forward,
     torch.nn.functional.local_response_norm,
@@ -1220,6 +1221,42 @@ def _raise_len():
     raise TypeError("len() of a 0-d tensor")
 
 
+def _gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """F.gaussian_nll_loss as torch writes it, its check that var has no negative entry (`if
+    torch.any(var < 0): raise ValueError`, a question to the data: the call was refused) taken as
+    passing while tracing and checked where the program computes it (fallback.assume_true: a
+    negative entry raises CheckFailed, a ValueError)."""
+    import math
+
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = var * torch.ones_like(input)
+    else:
+        fallback.assume_true(torch.logical_not(torch.any(var < 0)),
+                             "torch.nn.functional.gaussian_nll_loss: var has negative entry/entries")
+    if var.size() != input.size():
+        if input.size()[:-1] == var.size():
+            var = torch.unsqueeze(var, -1)
+        elif input.ndim == var.ndim and sum(y for x, y in zip(input.size(), var.size()) if x != y) == 1:
+            pass
+        else:
+            raise ValueError("var is of incorrect size")
+    if reduction != "none" and reduction != "mean" and reduction != "sum":
+        raise ValueError(reduction + " is not valid")
+    var = var.clone()
+    with torch.no_grad():
+        var.clamp_(min=eps)
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss += 0.5 * math.log(2 * math.pi)
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
 _SPECIAL = {
     torch.Tensor.size: _size,
     torch.Tensor.dim: lambda self: self.ndim,
@@ -1239,6 +1276,7 @@ _SPECIAL = {
     torch.Tensor.__len__: lambda self: len(self),
     torch.Tensor.type: _type,
     torch._weight_norm: _weight_norm,
+    torch.nn.functional.gaussian_nll_loss: _gaussian_nll_loss,
     torch.broadcast_tensors: _broadcast_tensors,
     torch._is_all_true: _validity("all", "_is_all_true"),
     torch.Tensor._is_all_true: _validity("all", "_is_all_true"),

@@ -678,6 +678,24 @@ def test_setitem_at_positions_errors_like_eager():
     for key in ((slice(None), torch.tensor([1], dtype=torch.int8)), (1, torch.tensor([1], dtype=torch.int16))):
         with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):
             thunder.jit(lambda x: x.__setitem__(key, 1.0))(torch.zeros(2, 6))
+    # a value of another dtype: eager's index_put_ refuses it where integer tensors index, or a
+    # mask with a value of more than one element (thunder converted it); a one-element value
+    # under a mask, and basic indexing, convert
+    def put(key, value):
+        def f(x):
+            x[key] = value
+            return x
+        return f
+
+    f64 = lambda *s: torch.ones(*s, dtype=torch.float64)  # noqa: E731
+    for key, value in (((slice(None), torch.tensor([1])), f64(2, 1)), (torch.tensor([0, 1]), f64(())),
+                       ((1, [0, 2]), torch.ones(2, dtype=torch.int64)), (torch.tensor([True, False]), f64(6))):
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+            put(key, value)(torch.zeros(2, 6))
+        with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+            thunder.jit(put(key, value))(torch.zeros(2, 6))
+    for key, value in ((torch.tensor([True, False]), f64(1)), (slice(0, 1), f64(6)), (torch.tensor(1), f64(6))):
+        torch.testing.assert_close(thunder.jit(put(key, value))(torch.zeros(2, 6)), put(key, value)(torch.zeros(2, 6)))
     # several index tensors after a slice: as eager (it was refused)
     args = (torch.zeros(2, 3, 4), torch.tensor([0, 2]), torch.tensor([1, -1]))
     expected = two_after_slice(*(a.clone() for a in args))

@@ -565,6 +565,8 @@ def setitem_value(x, key, value):
         return x
     # (True adds a dim, as None does: x[True] = v sets every element; bool is an int to Python)
     keys = tuple(None if k is True else k for k in keys)
+    if _is_tensor(value) and value.dtype != x.dtype:
+        _check_index_put_dtypes(x, keys, value)
     if len(keys) == 1 and _is_tensor(keys[0]) and keys[0].dtype == torch.bool:
         mask = keys[0]
         if mask.ndim < x.ndim:
@@ -577,6 +579,23 @@ def setitem_value(x, key, value):
     if any(_is_tensor(k) or isinstance(k, list) for k in keys):
         return _index_put_value(x, keys, value)
     return _basic_setitem_value(x, keys, value)
+
+
+def _check_index_put_dtypes(x, keys, value):
+    """Eager's index_put_ takes a value of x's dtype only, where the key indexes by integer tensors,
+    or by a mask with a value of more than one element (a one-element value is a masked_fill)."""
+    ints = any(isinstance(k, list) or (_is_tensor(k) and not _int_tensor(k) and k.dtype not in (torch.bool, torch.uint8))
+               for k in keys)
+    masks = any(_is_tensor(k) and k.dtype in (torch.bool, torch.uint8) for k in keys)
+    if ints or (masks and value.numel() != 1):
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{_title(x.dtype)} for the destination and {_title(value.dtype)} for the source.")
+
+
+def _title(dtype):
+    from thunder.core.functionalize import _dtype_title
+
+    return _dtype_title(dtype)
 
 
 def _full(shape, value, dtype, device):

@@ -1109,13 +1109,14 @@ Value getitem(const Value& a, const Value& keyIn) {
     return clang::reshape(taken, out, op);
   }
   int64_t consumed = 0;
+  for (const Value& k : key)  // (a mask anywhere in the key: the reason, before any other)
+    THUNDER_CHECK_KIND(!k.isTensor() || (k.tensor().dtype != DType::Bool && k.tensor().dtype != DType::UInt8),
+                       ErrorKind::NotImplemented, op,
+                       ": indexing with a boolean mask makes a data-dependent shape and is not supported "
+                       "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
   for (const Value& k : key) {
     if (k.isInt() || k.isSlice() || isIntegerScalarTensor(k)) ++consumed;
     else if (k.isTensor()) {
-      THUNDER_CHECK_KIND(k.tensor().dtype != DType::Bool && k.tensor().dtype != DType::UInt8,
-                         ErrorKind::NotImplemented, op,
-                         ": indexing with a boolean mask makes a data-dependent shape and is not supported "
-                         "(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)");
       throw Error(ErrorKind::NotImplemented,
                   op + ": indexing with a tensor mixed with other indices is not supported");
     } else if (!k.isNone() && !k.isEllipsis()) {

@@ -600,7 +600,9 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
-        slots = outputs.tensor_slots(given)  # before the call replaces any of them
+        # (and those the holders hold: a module's plain tensor attribute, `self.table = torch.zeros(4)`,
+        # replaced after jitting, was read as the tensor the first trace captured)
+        slots = outputs.tensor_slots({**given, **{id(h): h for h in holders}})  # before the call replaces any
         before = outputs.snapshot({**given, **{id(h): h for h in holders}})
         # A tensor held by an argument's attribute with symbolic sizes is its proxy while the
         # program runs: every size the program reads from it is symbolic (read from the tensor
@@ -620,7 +622,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         trace.records_guards = True
         try:
             with functionalize.tracing_state(trace) as state, _compiling():
-                with ThunderTorchMode(), scalar_reads:
+                with ThunderTorchMode() as mode, scalar_reads:
                     out = fn(*pargs, **pkwargs)
                     if on_exit is not None:
                         on_exit(state)
@@ -643,10 +645,13 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         closures = ctx.closures()
     sources += [-(k + 1) for k in range(len(closures))]
     if reads is not None:
-        reads.append({**outputs.read_slots(slots, closures), **scalar_reads.reads})
+        # (the `.grad` of tensors outside the program that it read: the tensor each holds is keyed and
+        # given to the trace as the one it captured, None traces again)
+        grads = {(id(t), "grad", None): (outputs._weak(t), "grad", None) for t in mode.grad_reads}
+        reads.append({**outputs.read_slots(slots, closures), **scalar_reads.reads, **grads})
         # A draw from Python's or NumPy's random generator (`if random.random() < p`) is a value the
         # trace holds as a constant, and a state the program changes: the entry serves this call only.
-        reads.append(scalar_reads.changed() or guards.random_states() != drawn_from)
+        reads.append(scalar_reads.changed() or guards.drew_since(drawn_from))
     return trace, sources, closures, updated
 
 
@@ -730,8 +735,12 @@ class ThunderFunction(_C.CompiledFunction):
     def _compile(self, args, kwargs):
         with _trace_scopes(self):
             reads = []
-            trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads,
-                                                       auto=self._auto_dynamic)
+            stepped = guards.StepCreatesState(guards.optimizers_of(self._base_guard))
+            try:
+                trace, sources, closures, updated = _trace(self._fn, args, kwargs, (), reads=reads,
+                                                           auto=self._auto_dynamic)
+            finally:
+                stepped.check(TensorProxy)
             _guard_updated_objects(self, self, updated, reads[0])
             return _serves_once(_transforms._pipeline(trace, sources, closures, self._executors, _VERIFY), reads)
 

@@ -4,6 +4,7 @@ Each row changes one such value between calls: the jitted call must compute what
 with the new value (it traces again), and a call with nothing changed must hit the cache."""
 
 import argparse
+import copy
 import os
 import types
 import warnings
@@ -729,3 +730,115 @@ def test_draws_from_python_and_numpy_random_generators_run_each_call():
     jf = thunder.jit(lambda x: x * 2)
     jf(x), jf(x)
     assert thunder.cache_hits(jf) == 1
+
+
+def test_a_module_plain_tensor_attribute_replaced_after_jitting_is_read():
+    # `self.table = torch.zeros(4)` (neither parameter nor buffer), replaced by a tensor of the same
+    # kind: the trace kept the one it captured. It is read at each call now, without a new trace.
+    class A(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.table = torch.zeros(4)
+
+        def forward(self, x):
+            return self.lin(x) + self.table
+
+    m = A()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), m(x))
+        m.table = torch.arange(4.0)
+        torch.testing.assert_close(jm(x), m(x))
+        assert thunder.cache_misses(jm) == 1
+        m.table = torch.arange(8.0).reshape(2, 4)  # another shape: traced again
+        torch.testing.assert_close(jm(x), m(x))
+        assert thunder.cache_misses(jm) == 2
+
+
+def _optimizer_steps(make, steps=5, set_to_none=True, scheduler=False, eager_first=False):
+    torch.manual_seed(0)
+    m1 = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    m2 = copy.deepcopy(m1)
+    o1, o2 = make(m1.parameters()), make(m2.parameters())
+    if scheduler:
+        s1, s2 = (torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5) for o in (o1, o2))
+    step = thunder.jit(o2.step)
+    for i in range(steps):
+        x = torch.randn(5, 4)
+        m1(x).pow(2).sum().backward()
+        m2(x).pow(2).sum().backward()
+        o1.step()
+        if eager_first and i == 0:
+            o2.step()
+        else:
+            step()
+        o1.zero_grad(set_to_none=set_to_none)
+        o2.zero_grad(set_to_none=set_to_none)
+        if scheduler:
+            s1.step()
+            s2.step()
+        for a, b in zip(m1.parameters(), m2.parameters()):
+            torch.testing.assert_close(b, a)
+    return step
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_a_jitted_optimizer_step_reads_the_current_gradients_and_hyperparameters(set_to_none, scheduler):
+    # thunder.jit(optimizer.step): the gradients `zero_grad(set_to_none=True)` and backward replace
+    # were read as the first call's tensors, and an LR scheduler's new lr as the first lr.
+    step = _optimizer_steps(lambda p: torch.optim.SGD(p, lr=0.1, foreach=False), set_to_none=set_to_none,
+                            scheduler=scheduler)
+    assert thunder.cache_misses(step) == (5 if scheduler else 1)
+
+
+@pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+                                  lambda p: torch.optim.Adam(p, lr=0.1, foreach=False)], ids=["sgd_momentum", "adam"])
+def test_a_jitted_optimizer_step_that_creates_its_state_is_refused_and_runs_after_an_eager_step(make):
+    # The first step creates the momentum buffers (Adam's moments); traced, they were proxies left
+    # in optimizer.state, and later calls kept the first step's branch (no momentum), silently.
+    m = torch.nn.Linear(4, 2)
+    opt = make(m.parameters())
+    m(torch.randn(3, 4)).sum().backward()
+    with pytest.raises(NotImplementedError, match=r"step creates its state on this call .*optimizer\.step\(\)"):
+        thunder.jit(opt.step)()
+    assert len(opt.state) == 0  # put back as it was
+    opt.step()  # eager's first step works on the state the refusal left
+    _optimizer_steps(make, eager_first=True)
+
+
+INDEX_LIST = [0, 1]
+INDEX_ARRAY = None
+
+
+def _indexed_by_a_global_list(x):
+    return x[INDEX_LIST] * 2
+
+
+def _indexed_by_a_global_array(x):
+    return x[INDEX_ARRAY] * 2
+
+
+@pytest.mark.parametrize("which", ["list", "numpy"])
+def test_a_list_or_array_the_program_indexes_with_is_guarded_by_its_contents(which):
+    # x[IDX] with IDX a global list (or NumPy array) changed in place: the trace held the old
+    # positions.
+    import numpy as np
+
+    global INDEX_ARRAY
+    INDEX_LIST[:] = [0, 1]
+    INDEX_ARRAY = np.array([0, 1])
+    fn = _indexed_by_a_global_list if which == "list" else _indexed_by_a_global_array
+    x = torch.arange(12.0).view(4, 3)
+    jfn = thunder.jit(fn)
+    torch.testing.assert_close(jfn(x), fn(x))
+    torch.testing.assert_close(jfn(x), fn(x))
+    assert thunder.cache_misses(jfn) == 1
+    if which == "list":
+        INDEX_LIST[0] = 3
+    else:
+        INDEX_ARRAY[0] = 3
+    torch.testing.assert_close(jfn(x), fn(x))
+    assert thunder.cache_misses(jfn) == 2

@@ -223,6 +223,70 @@ for _name in _GLOBAL_HOOK_FUNCTIONS:
         setattr(torch.nn.modules, _name, _wrapped)
 
 
+class _OptimizerState:
+    """The values of an optimizer that a traced step holds as constants: each param group's
+    hyperparameters (a scheduler's new `lr`, `betas`, `maximize`...) and parameter list, and the
+    keys of each parameter's state with the tensors there by identity (the first step creates
+    the momentum buffer or Adam's moments: a step traced before they existed took the branch that
+    creates them). `key` is one hash, keyed by value."""
+
+    def __init__(self, opt):
+        self._opt = weakref.ref(opt)
+
+    @property
+    def key(self):
+        opt = self._opt()
+        if opt is None:
+            return None
+        items = []
+        for group in opt.param_groups:
+            for k, v in group.items():
+                if k == "params":
+                    items.append((len(v), tuple(map(id, v))))
+                elif isinstance(v, torch.Tensor):
+                    items.append((k, id(v)))
+                elif isinstance(v, _SCALARS + (tuple,)):
+                    items.append((k, v))
+                else:
+                    items.append((k, id(v)))
+        for p, st in opt.state.items():
+            items.append(id(p))
+            for k, v in st.items():
+                items.append((k, id(v) if isinstance(v, torch.Tensor) else v))
+        return hash(tuple(items))
+
+
+def optimizers_of(guard) -> list:
+    """The optimizers a guard reads (_OptimizerState), alive."""
+    readers = getattr(guard, "readers", ())
+    opts = (r[1]._opt() for r in readers if r[0] == "attr" and isinstance(r[1], _OptimizerState))
+    return [o for o in opts if o is not None]
+
+
+class StepCreatesState:
+    """While a call is traced: the state of the optimizers it steps, as it was. A traced step that
+    created state (the first step's momentum buffers, Adam's moments) left proxies in it, which
+    no later call can read: the state is put back, and the call refused with what to do."""
+
+    def __init__(self, optimizers):
+        self._before = [(o, {p: dict(st) for p, st in o.state.items()}) for o in optimizers]
+
+    def check(self, proxy_type) -> None:
+        for opt, before in self._before:
+            if not any(isinstance(v, proxy_type) for st in opt.state.values() for v in st.values()):
+                continue
+            for p in [p for p in opt.state if p not in before]:
+                del opt.state[p]
+            for p, st in before.items():
+                opt.state[p].clear()
+                opt.state[p].update(st)
+            raise NotImplementedError(
+                f"thunder.jit: {type(opt).__name__}.step creates its state on this call (momentum buffers, moments, "
+                f"step counts), which a trace cannot keep; run the first step as it is (`optimizer.step()`), then "
+                f"call the jitted step"
+            )
+
+
 class _Collector:
     def __init__(self):
         # What the guard reads, in order: ("attr", obj, name), ("global", globals dict, name)
@@ -270,13 +334,32 @@ class _Collector:
                         # `Model.scale = 5` after jitting traces again
                         self.attr(mod, name)
 
+    def optimizer(self, opt) -> None:
+        """An optimizer the program steps: its hyperparameters and the structure of its state
+        (_OptimizerState), which it reads with keys it computes (`group['lr']` of each group it
+        iterates, `self.state[p]`)."""
+        key = ("optimizer", id(opt))
+        if key not in self._seen_attr:
+            self._seen_attr.add(key)
+            self.readers.append(("attr", _OptimizerState(opt), "key"))
+
     def function(self, fn, depth: int = 0, self_obj=_MISSING) -> None:
         if isinstance(fn, types.MethodType):
+            if isinstance(fn.__self__, torch.optim.Optimizer):
+                self.optimizer(fn.__self__)
             if isinstance(fn.__self__, torch.nn.Module):
                 # thunder.jit(model.forward): the model's state is read as a jitted model's is
                 self.module(fn.__self__, depth)
             self.obj_attrs(fn.__self__, fn.__func__.__code__)
             fn, self_obj = fn.__func__, fn.__self__
+        if isinstance(fn, types.FunctionType) and fn.__closure__ and depth <= _MAX_DEPTH:
+            # A step wrapped by a library (an LR scheduler replaces `optimizer.step` by a function
+            # holding the optimizer through a weak reference and the class's step)
+            for cell in fn.__closure__:
+                v = cell.cell_contents if _cell_full(cell) else None
+                v = v() if isinstance(v, weakref.ref) else v
+                if isinstance(v, torch.optim.Optimizer):
+                    self.optimizer(v)
         if not isinstance(fn, types.FunctionType) or _library(fn) or depth > _MAX_DEPTH:
             return
         # Its defaults are read as the closure is (`def helper(x, scale=2.0)`, then
@@ -343,6 +426,8 @@ class _Collector:
         the attributes `code` reads from it."""
         if isinstance(value, torch.nn.Module):
             self.module(value, depth + 1)
+        elif isinstance(value, torch.optim.Optimizer):
+            self.optimizer(value)
         elif isinstance(value, (types.FunctionType, types.MethodType)):
             self.function(value, depth + 1)
         elif isinstance(value, types.ModuleType):
@@ -439,7 +524,8 @@ def _container_path(value, steps, how) -> bool:
             value = _probe(value, key)
             if value is _MISSING:
                 return True
-    return how in ("value", "len") or isinstance(value, _CONTAINERS) or value is os.environ
+    return how in ("value", "len") or isinstance(value, _CONTAINERS) or value is os.environ or (
+        how == "contents" and type(value).__name__ == "ndarray")
 
 
 # Builtins whose result depends on every item of a container argument.
@@ -519,6 +605,11 @@ def _container_reads(code) -> tuple:
             else:
                 consumed(path)
                 stack.append(None)
+        elif op in ("BINARY_SUBSCR", "STORE_SUBSCR") and stack and stack[-1] is not None and stack[-1][0] == "path":
+            # x[IDX]: a list the program indexes with (its positions are the key's)
+            path = stack.pop()
+            reads.append((path[1], path[2], "contents", None))
+            forget()
         elif op == "CONTAINS_OP" and len(stack) >= 2 and stack[-2] is not None and stack[-2][0] == "const" \
                 and stack[-1] is not None and stack[-1][0] == "path":
             path, key = stack.pop(), stack.pop()[1]
@@ -593,6 +684,9 @@ def _contents(obj) -> tuple:
     or the object (by identity) past _MAX_CONTENTS items or for other iterables."""
     if isinstance(obj, (list, tuple)) and len(obj) <= _MAX_CONTENTS:
         return (len(obj),) + tuple(obj)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray) and obj.size <= _MAX_CONTENTS:
+        return (obj.ndim, *obj.shape, str(obj.dtype)) + tuple(obj.ravel().tolist())
     if isinstance(obj, dict) and len(obj) <= _MAX_CONTENTS:
         return (len(obj),) + tuple(x for kv in obj.items() for x in kv)
     return (obj,)
@@ -747,9 +841,16 @@ def random_states() -> tuple:
     # made while tracing holds the import lock, which a process forked meanwhile finds taken)
     np_random = sys.modules.get("numpy.random")
     if np_random is None:
-        return (random.getstate(),)
+        return random.getstate(), None
     kind, keys, pos, has_gauss, gauss = np_random.get_state(legacy=True)
-    return random.getstate(), kind, keys.tobytes(), pos, has_gauss, gauss
+    return random.getstate(), (kind, keys.tobytes(), pos, has_gauss, gauss)
+
+
+def drew_since(before: tuple) -> bool:
+    """Whether a random generator's state moved since `before` (random_states): NumPy's only where
+    it was imported then (a trace may import numpy.random without drawing from it)."""
+    now = random_states()
+    return now[0] != before[0] or (before[1] is not None and now[1] != before[1])
 
 
 def user_location() -> str:

@@ -844,10 +844,23 @@ _VARARG_FACTORIES = frozenset({"zeros", "ones", "empty", "rand", "randn"})
 _FACTORIES = frozenset({"full", "zeros", "ones", "empty", "arange", "rand", "randn", "eye", "linspace", "logspace"})
 
 
+_GRAD_ATTRIBUTE = torch._C.TensorBase.__dict__["grad"]
+
+
 class ThunderTorchMode(TorchFunctionMode):
-    """Routes every torch call made while tracing to thunder's torch language."""
+    """Routes every torch call made while tracing to thunder's torch language. `grad_reads`: the
+    tensors outside the program (parameters a function closes over, an optimizer's) whose `.grad`
+    it read: a value the trace holds, which `zero_grad(set_to_none=True)` then backward replace
+    by a new tensor; the caller guards on what each holds (a jitted `optimizer.step` kept
+    stepping with the first call's gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        self.grad_reads = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__self__", None) is _GRAD_ATTRIBUTE and args and not isinstance(args[0], TensorProxy):
+            self.grad_reads.append(args[0])
         return dispatch(func, args, kwargs or {})
 
 

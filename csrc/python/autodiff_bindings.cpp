@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/python_hook.h>
+#include <torch/version.h>
 
 #include <cstring>
 #include <typeinfo>
@@ -535,7 +536,11 @@ std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,
   auto ref = c10::make_intrusive<EntryRef>();
   ref->entry = entry;
   std::vector<at::Tensor> outs = ThunderFunction::apply(at::TensorList(inputs), ref);
-  if (entry->plan->feedsAny) {
+  // OutputGradientReads reads autograd's internals (its hooks, the graph task's captures): on
+  // torch 2.11 (the GPU machine's) the refusal's test crashed the process in backward, cause not
+  // found; it runs where it was verified, torch 2.13 and later.
+  constexpr bool kOutputGradientReads = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13);
+  if (kOutputGradientReads && entry->plan->feedsAny) {
     for (const at::Tensor& o : outs) {
       if (!o.defined() || !o.grad_fn()) continue;
       auto node = o.grad_fn();

@@ -678,6 +678,11 @@ def _on_a_copy(func, qual):
     return rule
 
 
+def _held(t):
+    """A tensor as the trace holds it: a real tensor (closed over) as its captured proxy."""
+    return _C.capture_tensor(t) if isinstance(t, torch.Tensor) and not isinstance(t, TensorProxy) else t
+
+
 class _Foreach:
     """A torch._foreach_*_ op: its out-of-place twin (or a _Rule), whose list of results are the
     new values of the tensors of its first argument."""
@@ -738,6 +743,9 @@ def _maybe_inplace(st, func, held, args, kwargs):
             return held[0]
         if isinstance(functional, _Foreach):
             f = functional.functional
+            # (tensors the program closes over, an optimizer's parameters and states: as the trace
+            # holds them, so that the results are the program's values)
+            args = tuple([_held(t) for t in a] if isinstance(a, (list, tuple)) else _held(a) for a in args)
             with st.replay():
                 results = f.rule(*args, **kwargs) if isinstance(f, _Rule) else dispatch(f, args, kwargs)
             for target, r in zip(held[0], results):

@@ -120,11 +120,16 @@ def _structure_changed() -> None:
         STRUCTURE.version += 1
 
 
-def _registered(module, name, value):
-    # (not while torch.compile traces: dynamo would guard on the watched set's size, which thunder
-    # changes as it compiles the graph's pieces; "Guard failed on the same frame it was created")
+def _changed(module) -> None:
+    """Moves the version where `module` belongs to a jitted model. (Not while torch.compile traces:
+    dynamo would guard on the watched set's size, which thunder changes as it compiles the graph's
+    pieces; "Guard failed on the same frame it was created".)"""
     if not torch.compiler.is_compiling() and module in _watched:
         _structure_changed()
+
+
+def _registered(module, name, value):
+    _changed(module)
     return None
 
 
@@ -141,8 +146,7 @@ def _moving_after(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         out = method(self, *args, **kwargs)
-        if not torch.compiler.is_compiling() and self in _watched:
-            _structure_changed()
+        _changed(self)
         return out
 
     return wrapper
@@ -153,8 +157,8 @@ def _delattr(original):
     def wrapper(self, name):
         held = name in self._parameters or name in self._buffers or name in self._modules
         original(self, name)
-        if held and not torch.compiler.is_compiling() and self in _watched:
-            _structure_changed()
+        if held:
+            _changed(self)
 
     return wrapper
 
@@ -166,9 +170,8 @@ def _setattr(original):
     @functools.wraps(original)
     def wrapper(self, name, value):
         original(self, name, value)
-        if (isinstance(value, _FUNCTIONS + (types.MethodType,)) or name == "forward") \
-                and not torch.compiler.is_compiling() and self in _watched:
-            _structure_changed()
+        if isinstance(value, _FUNCTIONS + (types.MethodType,)) or name == "forward":
+            _changed(self)
 
     return wrapper
 
@@ -328,7 +331,7 @@ class _Collector:
                     if isinstance(m, types.FunctionType):
                         self.attr(type(mod), name)
                         self.function(m, depth + 1, self_obj=mod)
-                    elif (m is not _MISSING and isinstance(m, _SCALARS) and not name.startswith("_") and name not in vars(mod)
+                    elif (isinstance(m, _SCALARS) and not name.startswith("_") and name not in vars(mod)
                           and not hasattr(torch.nn.Module, name)):
                         # a scalar the class holds (`scale = 2.0` in its body) that forward names:
                         # `Model.scale = 5` after jitting traces again

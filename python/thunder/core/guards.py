@@ -254,8 +254,8 @@ class _OptimizerState:
                     items.append((k, id(v)))
         for p, st in opt.state.items():
             items.append(id(p))
-            for k, v in st.items():
-                items.append((k, id(v) if isinstance(v, torch.Tensor) else v))
+            for k, v in st.items():  # (LBFGS keeps lists there: by identity)
+                items.append((k, v if isinstance(v, _SCALARS) else id(v)))
         return hash(tuple(items))
 
 

@@ -796,8 +796,9 @@ def test_a_jitted_optimizer_step_reads_the_current_gradients_and_hyperparameters
 
 @pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
                                   lambda p: torch.optim.Adam(p, lr=0.1, foreach=False),
-                                  lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True)],
-                         ids=["sgd_momentum", "adam", "sgd_momentum_foreach"])
+                                  lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True),
+                                  lambda p: torch.optim.AdamW(p, lr=0.1, foreach=True)],
+                         ids=["sgd_momentum", "adam", "sgd_momentum_foreach", "adamw_foreach"])
 def test_a_jitted_optimizer_step_that_creates_its_state_is_refused_and_runs_after_an_eager_step(make):
     # The first step creates the momentum buffers (Adam's moments); traced, they were proxies left
     # in optimizer.state, and later calls kept the first step's branch (no momentum), silently.

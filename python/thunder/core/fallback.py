@@ -142,6 +142,13 @@ def _lstsq_meta(device, A, B, rcond=None, *, driver=None):
     return torch.return_types.linalg_lstsq((solution, residuals, rank, singular))
 
 
+def _foreach_pointwise_meta(self, *args, **kwargs):
+    """torch._foreach_addcdiv / _foreach_addcmul (the out-of-place forms of Adam's foreach step):
+    each result is like the tensor of `self` it updates. Their meta kernels refuse a list of step
+    sizes held in a CPU tensor (`scalars`), which the values decide, not the shapes."""
+    return [torch.empty_like(t) for t in self]
+
+
 # The output metadata of ops PyTorch has no meta kernel for, whose outputs' shapes the arguments'
 # shapes decide (not their values).
 _META_RULES = {
@@ -151,6 +158,8 @@ _META_RULES = {
     torch.Tensor.cov: _cov_meta,
     torch.corrcoef: _cov_meta,
     torch.Tensor.corrcoef: _cov_meta,
+    torch._foreach_addcdiv: _foreach_pointwise_meta,
+    torch._foreach_addcmul: _foreach_pointwise_meta,
 }
 # Rules whose outputs depend on the device the call runs on: called with it first.
 _DEVICE_META_RULES = {

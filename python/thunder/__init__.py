@@ -600,10 +600,11 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 new_leaves.append(leaf)
         pargs, pkwargs = _C.tree_unflatten(spec, new_leaves)
         given = outputs.given_objects((args, kwargs))
-        # (and those the holders hold: a module's plain tensor attribute, `self.table = torch.zeros(4)`,
-        # replaced after jitting, was read as the tensor the first trace captured)
-        slots = outputs.tensor_slots({**given, **{id(h): h for h in holders}})  # before the call replaces any
-        before = outputs.snapshot({**given, **{id(h): h for h in holders}})
+        held = {**given, **{id(h): h for h in holders}}
+        # (the holders' too: a module's plain tensor attribute, `self.table = torch.zeros(4)`, replaced
+        # after jitting, was read as the tensor the first trace captured)
+        slots = outputs.tensor_slots(held)  # before the call replaces any of them
+        before = outputs.snapshot(held)
         # A tensor held by an argument's attribute with symbolic sizes is its proxy while the
         # program runs: every size the program reads from it is symbolic (read from the tensor
         # itself, `cache.keys.shape[-2]` would be the traced length, baked into the trace).
@@ -617,7 +618,6 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
                 substituted.append((obj, attr, index, t, p))
         scalar_reads = outputs.ScalarReads(given if reads is not None else {})  # (not the holders)
         drawn_from = guards.random_states()
-        given.update((id(h), h) for h in holders)
         trace.set_provenance("Constructed by Trace acquisition")
         trace.records_guards = True
         try:
@@ -633,10 +633,10 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             # the objects as they were: proxies it set on them (torchvision's AnchorGenerator caches
             # its anchors on itself) made the model fail in eager afterwards.
             _put_back(substituted)
-            outputs.restore(outputs.updated(given), before)
+            outputs.restore(outputs.updated(held), before)
             raise
         _put_back(substituted)
-        updated = outputs.updated(given)
+        updated = outputs.updated(held)
         trace.set_output(outputs.prepare(out, updated, state.fresh))
         trace.records_guards = False
         # The objects hold what they held before the call until its program runs (outputs.finish

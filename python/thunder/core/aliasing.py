@@ -33,7 +33,7 @@ import torch
 
 from thunder import _C
 import thunder.torch as ltorch
-from thunder.core import prims, symbolic
+from thunder.core import fallback, prims, symbolic
 
 SELF, VIEW, NEW = "self", "view", "new"
 
@@ -140,8 +140,7 @@ def _indexed(func, x, out, args, kwargs):
 
 def _int_tensor(k) -> bool:
     """A 0-dim integer tensor, which eager's indexing reads as a Python int."""
-    return (_is_tensor(k) and k.ndim == 0 and not k.dtype.is_floating_point and not k.dtype.is_complex
-            and k.dtype not in (torch.bool, torch.uint8))
+    return _is_tensor(k) and fallback.indexes_as_int(k)
 
 
 def _has_tensor_index(key) -> bool:

@@ -167,14 +167,18 @@ _DEVICE_META_RULES = {
 }
 
 
+def indexes_as_int(k) -> bool:
+    """Whether an index key's item `k` (a tensor or its proxy) is a 0-dim integer tensor, which
+    eager's indexing reads as the Python int it holds (bool and uint8 ones are masks)."""
+    return (k.ndim == 0 and not k.dtype.is_floating_point and not k.dtype.is_complex
+            and k.dtype not in (torch.bool, torch.uint8))
+
+
 def _scalar_index_tensors_as_ints(key):
     """An index key with its 0-dim integer tensors as ints: eager reads their values (x[t, idx] is
     x[int(t), idx]), which meta tensors do not have; the result's metadata does not depend on them."""
     def conv(k):
-        if isinstance(k, torch.Tensor) and k.ndim == 0 and not k.dtype.is_floating_point \
-                and not k.dtype.is_complex and k.dtype not in (torch.bool, torch.uint8):
-            return 0
-        return k
+        return 0 if isinstance(k, torch.Tensor) and indexes_as_int(k) else k
 
     return tuple(conv(k) for k in key) if isinstance(key, tuple) else key
 

@@ -989,7 +989,14 @@ void registerLosses() {
         const std::string name = "binary_cross_entropy_with_logits";
         const TensorProxy& x = T(a[0], name);
         checkFloating(x, name);
-        checkSameShape(x, T(a[1], name, "target"), name);
+        const TensorProxy& target = T(a[1], name, "target");
+        checkSameShape(x, target, name);
+        // ATen computes the loss into `1 - target` in place, so it has the target's dtype (float32
+        // for a float64 input and a float32 target) and is reduced in it; an integer or bool
+        // target cannot hold it there.
+        THUNDER_CHECK(isFloating(target.dtype), opn(name),
+                      ": expected a floating-point target (the loss is computed in its dtype), but got ",
+                      dtypeName(target.dtype), " of shape ", shapeStr(target.shape));
         // (1 - t) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = 1 + (pos_weight - 1) t.
         Value softplusNeg = op("add", {op("log1p", {op("exp", {op("neg", {op("abs", {a[0]})})})}),
                                        op("relu", {op("neg", {a[0]})})});
@@ -998,7 +1005,7 @@ void registerLosses() {
         Value loss = op("add", {op("mul", {op("sub", {1.0, a[1]}), a[0]}),
                                 a[6].isNone() ? softplusNeg : op("mul", {lw, softplusNeg})});
         if (!a[2].isNone()) loss = op("mul", {loss, a[2]});
-        return reduce(loss, a[5].toString(), name);
+        return reduce(clang::maybeConvert(loss, target.dtype), a[5].toString(), name);
       });
   define("l1_loss", "a, target, size_average=None, reduce=None, reduction='mean'",
          {"torch.nn.functional.l1_loss"}, [](const Args& a) {

@@ -553,6 +553,10 @@ std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,
 
 const Value& trainingOutput(const TrainingEntry& entry) { return entry.plan->fb.userOutput; }
 
+std::vector<int64_t> trainingSymbolValues(const TrainingEntry& entry, const std::vector<at::Tensor>& inputs) {
+  return entry.forward->symbolic() ? entry.forward->symbolValues(inputs) : std::vector<int64_t>();
+}
+
 py::object trainingPlan(const TrainingEntry& entry) {
   return py::cast(std::const_pointer_cast<TrainingPlan>(entry.plan));
 }

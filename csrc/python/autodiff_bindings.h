@@ -30,6 +30,9 @@ std::string trainingSymbolicCheck(py::handle plan, std::vector<SymGuard>& guards
 /// returns the user-visible output tensors in the order of trainingOutput's tensors.
 std::vector<at::Tensor> runTraining(const std::shared_ptr<TrainingEntry>& entry,
                                     std::vector<at::Tensor> inputs);
+/// The values of the entry's size symbols at a call with these forward inputs (empty where the
+/// entry serves only its traced sizes).
+std::vector<int64_t> trainingSymbolValues(const TrainingEntry& entry, const std::vector<at::Tensor>& inputs);
 /// The structure of the user-visible output.
 const Value& trainingOutput(const TrainingEntry& entry);
 /// The plan as a Python object (thunder._C.TrainingPlan).

@@ -746,6 +746,11 @@ class CompiledFunction {
     };
     std::vector<at::Tensor> inputs = gather();
     checkWrittenInputsUnaliased(*entry, inputs);
+    // The symbols' values at this call: ints the program returns (`x.shape[1]`, `n * 3 + 1`)
+    // are evaluated with them.
+    std::vector<int64_t> syms = entry->training ? trainingSymbolValues(*entry->training, inputs)
+                                : entry->program->symbolic() ? entry->program->symbolValues(inputs)
+                                                             : std::vector<int64_t>();
     // The program drops its references to the inputs without the GIL. Where a tensor's last C++
     // reference beside its Python object's goes, PyTorch releases the Python object (it holds it
     // while C++ shares the tensor), which takes the GIL: once per input, each time waiting for
@@ -760,9 +765,10 @@ class CompiledFunction {
     }
     eagerLayouts(outs, gather);
     size_t pos = 0;
+    Built built;
     return buildOutput(entry->training ? trainingOutput(*entry->training)
                                        : entry->traces.back()->output,
-                       outs, pos);
+                       outs, pos, built, syms);
   }
   /// The leaves (positions in the flattened (args, kwargs)) that the last call's program
   /// updates in place: the inputs its computation trace writes back with prims.copy_.
@@ -903,13 +909,15 @@ class CompiledFunction {
   /// multiple views", and the two were not one object.)
   using Built = std::vector<std::pair<const TensorProxy*, std::pair<size_t, py::object>>>;
 
-  py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos) {
-    Built built;
-    return buildOutput(v, outs, pos, built);
-  }
-
-  py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos, Built& built) {
+  /// The caller's value of the trace's output `v`. `syms`: the size symbols' values at this call
+  /// (empty where the entry serves only its traced sizes), which the returned ints with an
+  /// expression take: the caller gets a Python int, never a SymInt holding the traced size.
+  py::object buildOutput(const Value& v, const std::vector<at::Tensor>& outs, size_t& pos, Built& built,
+                         const std::vector<int64_t>& syms) {
     switch (v.kind()) {
+      case Value::Kind::Int:
+        if (!v.symExpr()) return py::int_(v.toInt());
+        return py::int_(syms.empty() ? v.toSymInt().hint : v.symExpr()->eval(syms));
       case Value::Kind::Tensor: {
         const at::Tensor& t = outs[pos++];
         const TensorProxy* proxy = &v.tensor();
@@ -926,13 +934,13 @@ class CompiledFunction {
       case Value::Kind::Tuple:
       case Value::Kind::List: {
         py::list l;
-        for (const Value& x : v.items()) l.append(buildOutput(x, outs, pos, built));
+        for (const Value& x : v.items()) l.append(buildOutput(x, outs, pos, built, syms));
         return v.isTuple() ? py::object(py::tuple(l)) : py::object(l);
       }
       case Value::Kind::Dict: {
         py::dict d;
         for (size_t i = 0; i < v.items().size(); ++i)
-          d[py::str(v.keys()[i])] = buildOutput(v.items()[i], outs, pos, built);
+          d[py::str(v.keys()[i])] = buildOutput(v.items()[i], outs, pos, built, syms);
         return d;
       }
       default: return fromValue(v);

@@ -585,7 +585,7 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
     trace = _C.Trace()
     sources = []
     ctx = _C.TracingContext(trace)
-    with ctx:
+    with ctx, _symbolic.tracing_scope():
         new_leaves = []
         counter = 0
         for i, leaf in enumerate(leaves):
@@ -620,6 +620,11 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
         drawn_from = guards.random_states()
         trace.set_provenance("Constructed by Trace acquisition")
         trace.records_guards = True
+        # Grad mode as the call found it, put back when the program has run: a program that
+        # leaves it switched (a dynamo piece ending inside `torch.no_grad()`, which the next piece
+        # leaves) changed it only while traced, and the call is a training call by the mode it
+        # was made in (its outputs computed before the switch were returned without a gradient).
+        grad_mode = pytorch.is_grad_enabled()
         try:
             with functionalize.tracing_state(trace) as state, _compiling():
                 with ThunderTorchMode() as mode, scalar_reads:
@@ -635,6 +640,8 @@ def _trace(fn: Callable, args: tuple, kwargs: dict, input_names: Sequence[str | 
             _put_back(substituted)
             outputs.restore(outputs.updated(held), before)
             raise
+        finally:
+            pytorch._C._set_grad_enabled(grad_mode)
         _put_back(substituted)
         updated = outputs.updated(held)
         trace.set_output(outputs.prepare(out, updated, state.fresh))

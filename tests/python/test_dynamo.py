@@ -49,8 +49,11 @@ def _check_values_and_grads(fn, make_args, compiled=None, atol=1e-5, rtol=1.3e-6
     compiled = compiled or thunderfx(fn)
     out, ref = compiled(*args), fn(*ref_args)
     _close(out, ref, "output", atol, rtol)
-    leaves = [o for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad]
-    ref_leaves = [o for o in (ref if isinstance(ref, tuple) else (ref,)) if o.requires_grad]
+    outs, refs = (out if isinstance(out, tuple) else (out,)), (ref if isinstance(ref, tuple) else (ref,))
+    # (an output that came back without a gradient would otherwise skip the check of gradients)
+    assert [o.requires_grad for o in outs] == [o.requires_grad for o in refs], "outputs' requires_grad"
+    leaves = [o for o in outs if o.requires_grad]
+    ref_leaves = [o for o in refs if o.requires_grad]
     if leaves:
         sum(o.float().sum() for o in leaves).backward()
         sum(o.float().sum() for o in ref_leaves).backward()
@@ -215,6 +218,32 @@ def test_autocast_and_grad_regions_across_a_split():
     assert [p.thunder for p in info.pieces] == [True, False, True]
     assert "u" in info.pieces[2].nodes and [r.node for r in info.split_reasons] == ["cond"]
     assert "bf16" in str(f.last_traces[1][-1])
+
+
+def no_grad_across_a_graph_break(x):
+    y = x * 2
+    with torch.no_grad():
+        z = y * 3
+        print("a graph break inside no_grad")
+        w = z + y
+    return y * w
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_no_grad_region_across_a_graph_break(dynamic, capsys):
+    # The piece before the break ends inside the region (its graph switches grad mode off and the
+    # next piece switches it back on): thunder took the call for inference, and y, computed before
+    # the switch, came back without a gradient, so the output did not require grad.
+    f = thunderfx(no_grad_across_a_graph_break, dynamic=dynamic)
+    for n in (2, 4, 5):
+        x = torch.randn(n, 3, requires_grad=True)
+        ref_x = x.detach().clone().requires_grad_()
+        out, ref = f(x), no_grad_across_a_graph_break(ref_x)
+        assert out.requires_grad and torch.is_grad_enabled()
+        _close(out, ref, "output")
+        out.sum().backward()
+        ref.sum().backward()
+        _close(x.grad, ref_x.grad, "grad")
 
 
 # ---- modules and training -----------------------------------------------------------------------

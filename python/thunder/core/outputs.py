@@ -19,6 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from thunder import _C
+from thunder.core import symbolic
 
 MARK = "__thunder_rebuild__"
 
@@ -324,7 +325,7 @@ def given_objects(args, depth=0, seen=None) -> dict:
 def _contains_proxy(x, depth=0) -> bool:
     if depth > 8:
         return False
-    if isinstance(x, _C.TensorProxy):
+    if isinstance(x, (_C.TensorProxy, symbolic.SymInt)):
         return True
     if isinstance(x, (tuple, list)):
         return any(_contains_proxy(y, depth + 1) for y in x)
@@ -335,10 +336,24 @@ def _contains_proxy(x, depth=0) -> bool:
     return False
 
 
+class _Size(_Spec):
+    """A torch.Size, or one with symbolic sizes (a SymSize): rebuilt as a torch.Size of the sizes
+    the call computed."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def rebuild(self, it):
+        return torch.Size(s.rebuild(it) for s in self.items)
+
+
 def _spec(x, leaves, given=None, fresh=None) -> _Spec:
-    if isinstance(x, _C.TensorProxy):
+    if isinstance(x, (_C.TensorProxy, symbolic.SymInt)):
+        # (a symbolic int is returned by the trace, which evaluates it at each call)
         leaves.append(x)
         return _Leaf()
+    if type(x) in (symbolic.SymSize, torch.Size):
+        return _Size([_spec(y, leaves, given, fresh) for y in x])
     if isinstance(x, _CONSTANT_TYPES) or isinstance(x, torch.Tensor):
         return _Const(x)
     given = given or {}

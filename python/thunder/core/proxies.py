@@ -130,6 +130,34 @@ def dispatch(func, args, kwargs):
     return aliasing.result(st, func, held, args, kwargs, out, dispatch)
 
 
+def _has_symbolic(x) -> bool:
+    if symbolic.is_symbolic(x):
+        return True
+    return isinstance(x, (list, tuple)) and any(_has_symbolic(y) for y in x)
+
+
+def _tensor_of_sizes(func, args, kwargs):
+    """torch.tensor([x.shape[0], x.shape[1]]), torch.tensor(x.shape[-2:]): a flat sequence of ints,
+    some symbolic, is a stack of 0-dim tensors each computed at each run. Any other data (nested,
+    floats among the sizes) pins the sizes: the trace serves those sizes only."""
+    data = args[0]
+    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    device = args[2] if len(args) > 2 else kwargs.get("device")
+    rest = {k: v for k, v in kwargs.items() if k not in ("dtype", "device")}
+    if not rest and len(data) and all(type(y) is int or symbolic.is_symbolic(y) for y in data):
+        items = [_dispatch(torch.full, ((), y), {"dtype": torch.int64, "device": device}) for y in data]
+        out = _dispatch(torch.stack, (items,), {})
+        return out if dtype is None or dtype is torch.int64 else _dispatch(torch.Tensor.to, (out, dtype), {})
+
+    def pinned(x):
+        if symbolic.is_symbolic(x):
+            return int(x)
+        return type(x)(pinned(y) for y in x) if isinstance(x, (list, tuple)) else x
+
+    with torch._C.DisableTorchFunction():
+        return func(pinned(data), *args[1:], **kwargs)
+
+
 def _detached(out, args):
     """out with each tensor proxy detached, except an argument returned as it is (an in-place op
     returns the tensor it updated)."""
@@ -184,6 +212,9 @@ def _dispatch(func, args, kwargs):
         # torch.tensor(x.shape[1]): a 0-dim tensor of the size, computed at each run
         return _dispatch(torch.full, ((), args[0]), {"dtype": kwargs.get("dtype") or torch.int64,
                                                       "device": kwargs.get("device")})
+    if func in (torch.tensor, torch.as_tensor) and args and type(args[0]) in (list, tuple, symbolic.SymSize) \
+            and _has_symbolic(args[0]):
+        return _tensor_of_sizes(func, args, kwargs)
     if func is torch.as_tensor and args and type(args[0]) is TensorProxy:
         # as_tensor(t, dtype, device) of a tensor: t itself, or converted (torch.distributions)
         dtype = args[1] if len(args) > 1 else kwargs.get("dtype")

@@ -16,9 +16,11 @@ the answer is the same:
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import sys
+import threading
 
 import torch
 
@@ -49,6 +51,30 @@ def _make(hint: int, const: int, terms: tuple):
     return SymInt(hint, const, terms) if terms else hint
 
 
+_tls = threading.local()
+
+
+@contextlib.contextmanager
+def tracing_scope():
+    """While a call is traced: the SymInts made are recorded, and when the outermost trace ends
+    each becomes the constant it was traced at. A size the program stored where it outlives the
+    trace (`sizes.append(x.shape[0])` on a global list, an object's attribute) is then the int
+    eager stores: read by a later trace, its expression would be over that trace's symbols, and
+    its value the new call's size, not the stored one."""
+    depth = getattr(_tls, "depth", 0)
+    if depth == 0:
+        _tls.made = []
+    _tls.depth = depth + 1
+    try:
+        yield
+    finally:
+        _tls.depth = depth
+        if depth == 0:
+            made, _tls.made = _tls.made, None
+            for s in made:
+                s.const, s.terms = s.hint, ()
+
+
 class SymInt:
     """An int computed from size symbols: `hint` its value at trace time, `const + sum(c * s_k)`
     its expression."""
@@ -57,6 +83,9 @@ class SymInt:
 
     def __init__(self, hint: int, const: int, terms: tuple):
         self.hint, self.const, self.terms = int(hint), int(const), tuple((int(k), int(c)) for k, c in terms)
+        made = getattr(_tls, "made", None)
+        if made is not None and self.terms:
+            made.append(self)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -64,6 +93,13 @@ class SymInt:
         # tensor method is (PyTorch's argument parser hands over objects with __torch_function__).
         from thunder.core.proxies import dispatch
 
+        if not any(is_symbolic(a) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+            # Sizes a finished trace left (constants now): the call as PyTorch makes it with ints.
+            args, kwargs = torch.utils._pytree.tree_map(lambda a: a.hint if isinstance(a, SymInt) else a,
+                                                        (args, kwargs or {}))
+            if not any(type(a) is _C.TensorProxy for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+                with torch._C.DisableTorchFunction():
+                    return func(*args, **kwargs)
         return dispatch(func, args, kwargs or {})
 
     @property
@@ -71,6 +107,8 @@ class SymInt:
         return self.hint, self.const, self.terms
 
     def __repr__(self):
+        if not self.terms:
+            return repr(self.hint)  # (a size its trace left: the int it stands for)
         return f"SymInt({self._expr()}, hint={self.hint})"
 
     def _expr(self) -> str:
@@ -91,7 +129,8 @@ class SymInt:
 
             print(f"thunder: the program compares {self!r}:", "".join(traceback.format_stack(limit=4)[:-2]),
                   file=sys.stderr)
-        _C.add_size_guard(const, terms, less_than, outcome)
+        if terms:
+            _C.add_size_guard(const, terms, less_than, outcome)
 
     def _pin(self) -> int:
         """The hint, guarded: the trace serves only sizes where this expression has this value."""
@@ -257,7 +296,7 @@ class SymSize(tuple):
 
 
 def is_symbolic(x) -> bool:
-    return isinstance(x, SymInt)
+    return isinstance(x, SymInt) and bool(x.terms)
 
 
 def has_symbolic_size(*tensors) -> bool:

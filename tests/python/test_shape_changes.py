@@ -1,0 +1,155 @@
+"""Programs called with changing shapes (batch sizes, sequence lengths, a last partial batch) that
+compute with their sizes in Python: every call's outputs and gradients equal eager's, under the
+default cache, `cache="symbolic values"` and `torch._dynamo.mark_dynamic`."""
+
+import math
+
+import pytest
+import torch
+
+import thunder
+
+MODES = ("default", "symbolic values", "mark_dynamic")
+
+
+def _jit(fn, mode):
+    return thunder.jit(fn, cache="symbolic values") if mode == "symbolic values" else thunder.jit(fn)
+
+
+def _args(shapes, mode, grad, seed):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for s in shapes:
+        t = torch.randn(*s, generator=g, dtype=torch.float64)
+        if mode == "mark_dynamic":
+            for d, n in enumerate(s):
+                if n > 1:
+                    torch._dynamo.mark_dynamic(t, d)
+        out.append(t.requires_grad_(grad))
+    return out
+
+
+def _same(got, expected):
+    """Equal values of the same types: a Python int is an int (not an object holding the traced
+    size), a torch.Size a torch.Size."""
+    assert type(got) is type(expected), (type(got), type(expected))
+    if isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(got, expected)
+    elif isinstance(expected, (tuple, list)):
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            _same(a, b)
+    elif isinstance(expected, dict):
+        assert list(got) == list(expected)
+        for k in expected:
+            _same(got[k], expected[k])
+    else:
+        assert got == expected
+
+
+def _check(fn, shape_seq, mode, grad=True):
+    jf = _jit(fn, mode)
+    for i, shapes in enumerate(shape_seq):
+        xs = _args(shapes, mode, grad, i)
+        ex = [x.detach().clone().requires_grad_(grad) for x in xs]
+        got, expected = jf(*xs), fn(*ex)
+        _same(got, expected)
+        if grad:
+            outs = [(a, b) for a, b in zip(_flat(got), _flat(expected)) if isinstance(b, torch.Tensor) and b.requires_grad]
+            cot = [torch.randn_like(b) for _, b in outs]
+            torch.autograd.backward([a for a, _ in outs], cot)
+            torch.autograd.backward([b for _, b in outs], cot)
+            for a, b in zip(xs, ex):
+                torch.testing.assert_close(a.grad, b.grad)
+    return jf
+
+
+def _flat(x):
+    if isinstance(x, dict):
+        return _flat(list(x.values()))
+    if isinstance(x, (tuple, list)) and not isinstance(x, torch.Size):
+        return [y for z in x for y in _flat(z)]
+    return [x]
+
+
+# ---- sizes returned to the caller ------------------------------------------------------------------
+
+
+def _returns_sizes(x):
+    return x * 2, x.shape[1], x.shape[1] * 3 + 1, x.shape, x.size(0) - x.size(1)
+
+
+def _returns_sizes_in_a_dict(x):
+    return {"y": x.sum(1), "n": x.shape[1], "shape": x.shape[-1:]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fn", [_returns_sizes, _returns_sizes_in_a_dict])
+@pytest.mark.parametrize("grad", [False, True])
+def test_returned_sizes_are_the_calls_ints(fn, mode, grad):
+    # A symbolic trace returned the SymInt it traced with (its hint) at every later size.
+    _check(fn, [[(2, 4)], [(2, 6)], [(3, 8)], [(3, 9)]], mode, grad)
+
+
+# ---- sizes as tensor values ------------------------------------------------------------------------
+
+
+def _tensor_of_a_list_of_sizes(x):
+    return (torch.tensor([x.shape[0], x.shape[1]]) + 1, torch.tensor(x.shape, dtype=x.dtype) * x.sum(),
+            torch.tensor([[x.shape[0]]]), x.new_tensor(x.shape[-1:]), torch.as_tensor((x.shape[1], 2, x.shape[0])))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_of_a_list_of_sizes(mode):
+    # torch.tensor([x.shape[0], x.shape[1]]) raised "Could not infer dtype of SymInt".
+    _check(_tensor_of_a_list_of_sizes, [[(2, 4)], [(3, 6)], [(4, 8)], [(5, 9)]], mode)
+
+
+# ---- grad mode left switched by the program ---------------------------------------------------------
+
+
+def _switches_grad_off(x):
+    y = x * 2
+    torch._C._set_grad_enabled(False)  # as a piece of a dynamo graph split inside torch.no_grad()
+    return y, y * 3
+
+
+def test_a_program_that_switches_grad_mode_off_is_a_training_call():
+    # The training/inference choice read the grad mode the program left: y came back detached.
+    jf = thunder.jit(_switches_grad_off)
+    for n in (2, 3):
+        x = torch.randn(n, 4, requires_grad=True)
+        try:
+            y, z = jf(x)
+        finally:
+            torch._C._set_grad_enabled(True)
+        assert y.requires_grad and not z.requires_grad
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+
+
+# ---- sizes the program stores where they outlive the trace -------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sizes_stored_on_a_global_list_are_ints(mode):
+    # A size appended to a global list stayed a SymInt of its trace: the next trace read it as an
+    # expression over its own symbols (the new call's size, not the stored one): wrong values from
+    # the third call; and eager code using the list (torch.zeros(n), repr) failed or printed it.
+    stored, eager_stored = [1], [1]
+
+    def make(sizes):
+        def f(x):
+            out = x * sizes[-1]
+            sizes.append(x.shape[1])
+            return out
+
+        return f
+
+    f, jf = make(eager_stored), _jit(make(stored), mode)
+    for i, n in enumerate((2, 3, 4, 5, 6)):
+        (x,) = _args([(2, n)], mode, False, i)
+        torch.testing.assert_close(jf(x), f(x.clone()))
+    assert stored == eager_stored and all(type(int(s)) is int for s in stored)
+    assert repr(stored) == repr(eager_stored)
+    assert torch.zeros(stored[-1]).shape == (6,) and sum(stored) + 1 == sum(eager_stored) + 1

@@ -390,7 +390,8 @@ def _refuse_where_of_condition(args, kwargs):
     raise NotImplementedError(
         f"thunder.jit: torch.where(condition) with one argument (condition of shape {shape}) is "
         f"torch.nonzero(condition, as_tuple=True), whose output's shape depends on the tensor's values "
-        f"(data-dependent); it cannot be traced. torch.where(condition, input, other) is supported"
+        f"(data-dependent); it cannot be traced. torch.where(condition, input, other) is supported; "
+        f"thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture"
     )
 
 

@@ -100,6 +100,9 @@ bool symInts(const Value& v, Dims& out) {
 /// recorded as guards: true where it is and the rule covers it.
 bool indexInside(RuleCtx& c, const SymInt& i, const SymInt& size) {
   if (i.hint < 0) return !i.symbolic() && c.lessEqual(-i, size);
+  // (a symbolic index counts from the start at every size the trace serves, as at its hint:
+  // `x[:, T - 3]` at T = 2 is x[:, -1])
+  if (i.symbolic() && !c.lessEqual(constant(0), i)) return false;
   return c.lessEqual(i + constant(1), size);
 }
 
@@ -431,6 +434,8 @@ bool narrow(RuleCtx& c, std::vector<Dims>& outs) {
   if (start.hint < 0) {
     if (start.symbolic()) return false;
     start = in[d] + start;
+  } else if (start.symbolic() && !c.lessEqual(constant(0), start)) {
+    return false;
   }
   if (!c.lessEqual(constant(0), length) || !c.lessEqual(start + length, in[d])) return false;
   in[d] = length;
@@ -681,6 +686,10 @@ bool getitem(RuleCtx& c, std::vector<Dims>& outs) {
           if (b.symbolic()) return false;
           b = size + b;
           if (!c.lessEqual(constant(0), b)) return (out = constant(0)), true;
+        } else if (b.symbolic() && !c.lessEqual(constant(0), b)) {
+          // (a symbolic bound counts from the start at every size the trace serves, as at its
+          // hint: `x[:, T - 3:]` at T = 2 is x[:, -1:], one column, not T - (T - 3))
+          return false;
         }
         if (!c.lessEqual(b, size)) return (out = size), true;
         return (out = b), true;

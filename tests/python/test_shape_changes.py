@@ -153,3 +153,54 @@ def test_sizes_stored_on_a_global_list_are_ints(mode):
     assert stored == eager_stored and all(type(int(s)) is int for s in stored)
     assert repr(stored) == repr(eager_stored)
     assert torch.zeros(stored[-1]).shape == (6,) and sum(stored) + 1 == sum(eager_stored) + 1
+
+
+# ---- bounds computed from sizes that cross zero -----------------------------------------------------
+
+
+def _slice_from_t_minus_3(x):
+    return x[:, x.shape[1] - 3:] * 2
+
+
+def _slice_to_t_minus_3(x):
+    return x[:, 1:x.shape[1] - 3] * 2
+
+
+def _index_t_minus_3(x):
+    return x[:, x.shape[1] - 3] * 2
+
+
+def _narrow_from_t_minus_3(x):
+    return x.narrow(1, x.shape[1] - 3, 1) * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fn", [_slice_from_t_minus_3, _slice_to_t_minus_3, _index_t_minus_3, _narrow_from_t_minus_3])
+def test_bounds_computed_from_sizes_that_turn_negative(fn, mode):
+    # x[:, T - 3:] traced at T >= 3 served T = 2 (a bound of -1, the last column in eager) with the
+    # length T - (T - 3) = 3: the backward padded with a negative size.
+    _check(fn, [[(2, 4)], [(2, 6)], [(2, 9)], [(2, 2)], [(2, 5)], [(3, 2)]], mode)
+
+
+# ---- Python's int operations on sizes ----------------------------------------------------------------
+
+_INT_OPS = {
+    "divmod": lambda n: sum(divmod(n, 3)), "and": lambda n: n & 3, "rand": lambda n: 7 & n, "or": lambda n: n | 1,
+    "xor": lambda n: n ^ 1, "rshift": lambda n: n >> 1, "lshift": lambda n: n << 1, "rlshift": lambda n: 1 << n,
+    "invert": lambda n: ~n, "rpow": lambda n: 2 ** n, "bit_length": lambda n: n.bit_length(),
+    "str": lambda n: int(str(n)), "times a bool": lambda n: n * True + (n > 2),
+    "power of two": lambda n: int(n & (n - 1) == 0), "floordiv": lambda n: -n // 4 + n // -2 + n % -3,
+}
+
+
+@pytest.mark.parametrize("mode", ["symbolic values", "mark_dynamic"])
+@pytest.mark.parametrize("name", list(_INT_OPS))
+def test_python_int_operations_on_sizes(name, mode):
+    # Sizes are SymInts while a program is traced with symbols: `n & 3`, `divmod(n, 8)`, `2 ** n`,
+    # `n.bit_length()` raised TypeError or AttributeError, and str(n) was "SymInt(s0, hint=4)".
+    op = _INT_OPS[name]
+
+    def fn(x):
+        return x * op(x.shape[1])
+
+    _check(fn, [[(2, n)] for n in (2, 3, 4, 5, 8, 9)], mode, grad=False)

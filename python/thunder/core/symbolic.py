@@ -39,11 +39,13 @@ def _terms_add(a: tuple, b: tuple, sign: int = 1) -> tuple:
 
 
 def _parts(x):
-    """(hint, constant, terms) of an int or a SymInt; None for anything else."""
+    """(hint, constant, terms) of an int (a bool is one, as Python computes with it) or a SymInt;
+    None for anything else."""
     if isinstance(x, SymInt):
         return x.hint, x.const, x.terms
-    if isinstance(x, bool) or not isinstance(x, int):
+    if not isinstance(x, int):
         return None
+    x = int(x)
     return x, x, ()
 
 
@@ -267,9 +269,33 @@ class SymInt:
     def __format__(self, spec):
         return format(int(self), spec)
 
+    def __str__(self):
+        # (a string of the size is a value the program may compute with: `int(str(n))`, a key)
+        return str(int(self))
+
+    def __getattr__(self, name):
+        # int's methods and properties (n.bit_length(), n.numerator): the pinned int's
+        if name.startswith("_") or not hasattr(int, name):
+            raise AttributeError(f"'SymInt' object has no attribute '{name}'")
+        return getattr(int(self), name)
+
 
 for _op in SymInt._GUARDS:
     setattr(SymInt, f"__{_op}__", (lambda op: lambda self, other: self._compare(other, op))(_op))
+
+
+def _pinned(x):
+    return int(x) if isinstance(x, SymInt) else x
+
+
+# What stays no affine expression (bitwise ops, shifts, divmod, a size as an exponent, a bool
+# operand): the value of the pinned ints, as Python computes it for ints.
+for _name, _op in (("and", operator.and_), ("or", operator.or_), ("xor", operator.xor), ("lshift", operator.lshift),
+                   ("rshift", operator.rshift), ("divmod", divmod)):
+    setattr(SymInt, f"__{_name}__", (lambda op: lambda self, other: op(int(self), _pinned(other)))(_op))
+    setattr(SymInt, f"__r{_name}__", (lambda op: lambda self, other: op(_pinned(other), int(self)))(_op))
+SymInt.__invert__ = lambda self: ~int(self)
+SymInt.__rpow__ = lambda self, other, mod=None: pow(other, int(self), mod)
 
 
 class SymSize(tuple):

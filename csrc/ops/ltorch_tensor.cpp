@@ -307,6 +307,11 @@ void registerScatter() {
            // one linear index into a reshaped to (prod(leading), *rest).
            const TensorProxy& t = T(a[0], "index_put");
            const std::vector<Value>& idxs = a[1].items();
+           // As eager (a value of another dtype in x[idx] = v is converted first, by __setitem__)
+           THUNDER_CHECK(!a[2].isTensor() || a[2].tensor().dtype == t.dtype,
+                         "ltorch.index_put: the source and destination dtypes must match, but got ",
+                         dtypeName(t.dtype), " for the destination (shape ", shapeStr(t.shape),
+                         ") and ", a[2].isTensor() ? dtypeName(a[2].tensor().dtype) : "", " for values");
            THUNDER_CHECK_KIND(!idxs.empty() && static_cast<int64_t>(idxs.size()) <= t.ndim(),
                               ErrorKind::Index, "ltorch.index_put: expected 1 to ", t.ndim(),
                               " index tensors for shape ", shapeStr(t.shape), ", but got ",
@@ -621,7 +626,11 @@ void registerMatmulFamily() {
       [](const Args& a) {
         checkDims(T(a[1], "addmv", "mat"), 2, "addmv", "mat");
         checkDims(T(a[2], "addmv", "vec"), 1, "addmv", "vec");
-        T(a[0], "addmv");
+        DType dt = T(a[0], "addmv").dtype;
+        THUNDER_CHECK(a[1].tensor().dtype == dt && a[2].tensor().dtype == dt,
+                      "ltorch.addmv: input tensors must have the same dtype, but got input ",
+                      dtypeName(dt), ", mat ", dtypeName(a[1].tensor().dtype), " and vec ",
+                      dtypeName(a[2].tensor().dtype));
         Value p = op("matmul", {a[1], a[2]});
         return clang::expandTo(addScaled(a[0], p, a[3], a[4]), p.tensor().shape, "ltorch.addmv");
       },
@@ -1016,6 +1025,10 @@ void registerShapeUtilities() {
       THUNDER_CHECK(t.ndim() <= 1,
                     "ltorch.meshgrid: expected 0- or 1-dimensional tensors, but tensor ", i,
                     " has shape ", shapeStr(t.shape));
+      const DType first = ts[0].isTensor() ? ts[0].tensor().dtype : t.dtype;
+      THUNDER_CHECK(t.dtype == first,
+                    "ltorch.meshgrid: expected all tensors to have the same dtype, but tensor 0 is ",
+                    dtypeName(first), " and tensor ", i, " is ", dtypeName(t.dtype));
       shape.push_back(t.numel());
     }
     bool xy = indexing == "xy" && ts.size() >= 2;
@@ -1626,6 +1639,9 @@ Value countBelow(const Value& boundaries, const Value& values, bool right, DType
 /// The cross product of 3-vectors along dim (None: the first dimension of length 3).
 Value crossImpl(const Value& a, const Value& b, const Value& dim) {
   const TensorProxy &x = T(a, "cross"), &y = T(b, "cross", "other");
+  THUNDER_CHECK(x.dtype == y.dtype, "ltorch.cross: expected input and other to have the same dtype, but got ",
+                dtypeName(x.dtype), " ", shapeStr(x.shape), " and ", dtypeName(y.dtype), " ",
+                shapeStr(y.shape));
   THUNDER_CHECK(x.ndim() == y.ndim(),
                 "ltorch.cross: inputs must have the same number of dimensions, but got shapes ",
                 shapeStr(x.shape), " and ", shapeStr(y.shape));

@@ -74,7 +74,7 @@ _POLICY = {
         fp32=(
             "avg_pool3d binary_cross_entropy grid_sample polar prod quantile nanquantile stft cdist trace "
             "view_as_complex cholesky cholesky_inverse cholesky_solve inverse lu_solve orgqr ormqr pinverse "
-            "max_pool3d max_unpool2d max_unpool3d adaptive_avg_pool3d adaptive_max_pool3d "
+            "max_pool3d max_unpool2d max_unpool3d adaptive_avg_pool3d adaptive_max_pool3d adaptive_max_pool3d_with_indices "
             "fractional_max_pool2d fractional_max_pool3d mse_loss cosine_embedding_loss nll_loss "
             "hinge_embedding_loss poisson_nll_loss cross_entropy smooth_l1_loss huber_loss l1_loss "
             "margin_ranking_loss soft_margin_loss triplet_margin_loss multi_margin_loss ctc_loss kl_div "
@@ -101,11 +101,99 @@ def _pad_class(args, kwargs):
     return FP32 if (mode == "reflect" and len(pad) <= 4) or mode == "replicate" else None
 
 
+def _einsum_class(args, kwargs):
+    """CPU's einsum is not listed: ATen's einsum contracts its operands left to right, a pair by
+    bmm (lower precision) when they share a label summed there of length other than 1 on both
+    sides, else by mul (their dtypes promoted); one operand is only summed and permuted. So
+    torch.einsum("i,j->ij", t, inv_freq) (rotary embeddings' outer product) stays float32, and
+    "bqd,bkd->bqk" runs in lower precision. A chain mixing both kinds rounds between them as no
+    one class does: refused."""
+    eq = kwargs.get("equation", args[0] if args else None)
+    ops = args[1:] if len(args) > 1 else kwargs.get("operands", ())
+    if len(ops) == 1 and isinstance(ops[0], (tuple, list)):
+        ops = ops[0]
+    if not isinstance(eq, str) or "." in eq or not ops or not all(_is_tensor(t) for t in ops):
+        return LOWER
+    eq = eq.replace(" ", "")
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ops):
+        return LOWER
+    if "->" not in eq:
+        out = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1 and c.isalpha()))
+    shapes = [tuple(t.shape) for t in ops]
+    if any(len(ls) != len(sh) for ls, sh in zip(terms, shapes)):
+        return LOWER
+    steps = []
+    acc = dict(zip(terms[0], shapes[0]))
+    for i in range(1, len(terms)):
+        keep = set(out).union(*terms[i + 1:])
+        nxt = dict(zip(terms[i], shapes[i]))
+        steps.append(any(c not in keep and n != 1 and nxt[c] != 1 for c, n in acc.items() if c in nxt))
+        merged = {**nxt, **acc}
+        acc = {c: max(merged[c], nxt.get(c, 1)) for c in merged if c in keep}
+    if not steps:
+        return None
+    if all(steps):
+        return LOWER
+    if not any(steps):
+        return None
+    raise NotImplementedError(
+        f"thunder.jit: torch.einsum('{eq}') under torch.autocast('cpu'): ATen contracts this chain of "
+        f"operands partly by bmm (in the autocast dtype) and partly by mul (in the operands' dtypes); "
+        f"thunder casts an einsum as one op: split the einsum in two, or disable autocast around it")
+
+
+def _matrix_sizes(x, dims):
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+def _tensordot_class(args, kwargs, name="tensordot"):
+    """CPU's tensordot is not listed: ATen's multiplies the free dims' matrices by mm (lower
+    precision), but a product of two vectors (one free element on each side) by dot, not listed."""
+    a = args[0] if args else kwargs.get("a")
+    b = args[1] if len(args) > 1 else kwargs.get("b")
+    dims = args[2] if len(args) > 2 else kwargs.get("dims", 2)
+    if not (_is_tensor(a) and _is_tensor(b)):
+        return LOWER
+    if a.dtype != b.dtype:
+        # ATen checks before its mm, which autocast would cast.
+        raise RuntimeError(f"{name}: both inputs should have same dtype, but got {a.dtype} and {b.dtype} "
+                           f"(torch.autocast('cpu') does not cast {name}'s arguments, as in eager)")
+    if _is_tensor(dims):
+        return LOWER
+    if isinstance(dims, int):
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = (list(d) if isinstance(d, (list, tuple)) else [d] for d in dims)
+    da = [d % a.ndim for d in da] if a.ndim else []
+    db = [d % b.ndim for d in db] if b.ndim else []
+    free_a = _matrix_sizes(a, [d for d in range(a.ndim) if d not in da])
+    free_b = _matrix_sizes(b, [d for d in range(b.ndim) if d not in db])
+    return None if free_a == 1 and free_b == 1 else LOWER
+
+
+def _inner_class(args, kwargs):
+    """ATen's inner: mul for a 0-dim operand, else tensordot over the last dims."""
+    a = args[0] if args else kwargs.get("input")
+    b = args[1] if len(args) > 1 else kwargs.get("other")
+    if not (_is_tensor(a) and _is_tensor(b)) or a.ndim == 0 or b.ndim == 0:
+        return None
+    return _tensordot_class((a, b, ([a.ndim - 1], [b.ndim - 1])), {}, "inner")
+
+
 # Ops whose class depends on their mode: ATen runs a kernel per mode, listed or not.
 _MODE_RULES = {
     # upsample_* kernels are float32; "area" is adaptive_avg_pool, not listed.
     ("cuda", "interpolate"): lambda args, kwargs: None if _mode(args, kwargs, 3, "nearest") == "area" else FP32,
     ("cpu", "pad"): _pad_class,
+    # Composite ops of CPU's autocast, by the ATen op their decomposition reaches.
+    ("cpu", "einsum"): _einsum_class,
+    ("cpu", "tensordot"): _tensordot_class,
+    ("cpu", "inner"): _inner_class,
 }
 
 

@@ -12,6 +12,7 @@ needed (PyTorch's own message says which).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
@@ -71,6 +72,57 @@ def _meta_leaf(x):
     if isinstance(x, _C.TensorProxy):
         return torch.empty(tuple(x._shape), dtype=x.dtype, device="meta")
     return _to_torch_leaf(x)
+
+
+# ---- autocast -----------------------------------------------------------------------------------
+# A call traced under torch.autocast of an op with no thunder symbol runs under that autocast
+# state, as eager runs it: ATen applies its policy to the op, or, for a composite op, to the ops it
+# decomposes into (CPU's torch.linalg.multi_dot and matrix_power reach mm, in lower precision).
+# Meta tensors have no autocast, so the outputs' metadata come from fake tensors on the call's
+# device under the same state; a call fake tensors cannot run keeps autocast off.
+
+
+def _autocast_state() -> tuple:
+    return tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+
+
+@contextlib.contextmanager
+def _autocast(state):
+    """The traced autocast state (the runtime runs with autocast off); the cast cache off, as the
+    call's inputs are the program's values of this run."""
+    with contextlib.ExitStack() as stack:
+        for device, dtype in state:
+            stack.enter_context(torch.autocast(device, dtype=dtype, cache_enabled=False))
+        yield
+
+
+def _fake_outputs(call, state, args, kwargs):
+    """The outputs of the call run on fake tensors under the autocast state `state`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def leaf(x):
+        if isinstance(x, _C.TensorProxy):
+            with mode:
+                return torch.empty(tuple(x._shape), dtype=x.dtype, device=x._device_str)
+        return _to_torch_leaf(x)
+
+    with torch._C.DisableTorchFunction():
+        fargs, fkwargs = call.rebuild(call.leaves(args, kwargs), leaf)
+        with mode, _autocast(state):
+            return call.func(*fargs, **fkwargs)
+
+
+def _autocast_probe(call, state) -> tuple:
+    """`state` when fake tensors run the call under it, else () (autocast off for the call)."""
+    if not state:
+        return ()
+    try:
+        _fake_outputs(call, state, call.args, call.kwargs)
+    except Exception:  # noqa: BLE001 - data-dependent or unsupported for fake tensors
+        return ()
+    return state
 
 
 def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
@@ -194,6 +246,7 @@ class _Call:
     def __init__(self, func, qualname, args, kwargs):
         self.func, self.qualname = func, qualname
         self.nargs, self.kwnames = len(args), tuple(kwargs)
+        self.autocast = ()  # the autocast state the call runs under (see _autocast_probe)
         leaves, self.spec = pytree.tree_flatten((args, kwargs))
         self.constants = {i: x for i, x in enumerate(leaves) if not _is_value(x)}
         # Dtypes, devices and strings stay arguments (the trace prints them), but the kernel gets
@@ -214,7 +267,7 @@ class _Call:
         consts = tuple((i, repr(x)) for i, x in sorted({**self.constants, **self.static}.items()))
         # (flat: the same structure with other kinds of leaves, x[1, idx] then x[idx0, idx1], passes
         # its leaves one by one; the second got the first's symbol, whose parameters differ)
-        return (self.func, str(self.spec), consts, self.flat)
+        return (self.func, str(self.spec), consts, self.flat, self.autocast)
 
     def params(self):
         pos = [(f"a{i}", "positional", False, None) for i in range(self.nargs)]
@@ -251,6 +304,8 @@ def _make_symbol(call: _Call):
     box = {}
 
     def meta(*args, **kwargs):
+        if call.autocast:
+            return outputs(_fake_outputs(call, call.autocast, args, kwargs), args, {})
         with torch._C.DisableTorchFunction():
             margs, mkwargs = call.rebuild(call.leaves(args, kwargs), _meta_leaf)
             if func is torch.Tensor.__getitem__ and len(margs) == 2:
@@ -271,6 +326,9 @@ def _make_symbol(call: _Call):
                         f"(thunder.dynamo.thunderfx runs such a program, split there by torch.compile's capture)"
                     ) from None
                 out = rule(*margs, **mkwargs)
+        return outputs(out, args, mkwargs)
+
+    def outputs(out, args, mkwargs):
         out_leaves, out_spec = pytree.tree_flatten(out)
         device = _device_of(pytree.tree_leaves(args), mkwargs.get("device"))
         proxies = []
@@ -291,7 +349,8 @@ def _make_symbol(call: _Call):
 
     def fn(*args, **kwargs):
         rargs, rkwargs = call.rebuild(call.leaves(args, kwargs), _to_torch_leaf)
-        out = func(*rargs, **rkwargs)
+        with _autocast(call.autocast):
+            out = func(*rargs, **rkwargs)
         tensors = tuple(x for x in pytree.tree_leaves(out) if x is not None)
         return tensors[0] if len(tensors) == 1 else tensors
 
@@ -429,7 +488,8 @@ def _make_vjp(call: _Call, nleaves, tensor_at, consts, diff_in, diff_out):
             for i in wrt_at:
                 leaves[i] = leaves[i].detach().requires_grad_(True)
             args, kwargs = call.rebuild(leaves, _to_torch_leaf)
-            out = call.func(*args, **kwargs)
+            with _autocast(call.autocast):
+                out = call.func(*args, **kwargs)
             outs = [x for x in pytree.tree_leaves(out) if x is not None]
             pairs = [(outs[i], c) for i, c in zip(diff_out, cots) if outs[i].requires_grad]
             wrt = [leaves[i] for i in wrt_at]
@@ -519,6 +579,7 @@ def call(func, qualname: str, args: tuple, kwargs: dict):
     proxies in the structure PyTorch returns them."""
     _ensure_executor()
     c = _Call(func, qualname, args, kwargs)
+    c.autocast = _autocast_probe(c, _autocast_state())
     key = c.key()
     with _lock:
         entry = _symbols.get(key)

@@ -55,11 +55,14 @@ def test_opinfo_op_follows_eager_autocast(op, device):
     torch.manual_seed(0)
     samples = op.samples(torch.float32, "cpu")
     assert samples, f"{op.name} has no float32 samples"
-    jf = thunder.jit(op.op)
+    # What users write: the torch callable (an op given as a thunder symbol is traced through its
+    # torch reference, the call autocast applies to).
+    fn = op.reference if hasattr(op.op, "id") and op._reference is not None else op.op
+    jf = thunder.jit(fn)
     # float32 arguments under bfloat16
     args, kwargs = _sample(op, samples, device)
     what = f"{op.name}[{device} bf16]{describe(args, kwargs)}"
-    check_call(jf, op.op, args, kwargs, device, torch.bfloat16, what, random=op.random, reference=op.reference)
+    check_call(jf, fn, args, kwargs, device, torch.bfloat16, what, random=op.random, reference=op.reference)
     if op.supports_grad and not op.random:
         gargs, gkwargs = _sample(op, op.grad_samples(torch.float32, "cpu"), device)
         check_grads(jf, op.grad_reference, gargs, gkwargs, device, torch.bfloat16,
@@ -68,7 +71,7 @@ def test_opinfo_op_follows_eager_autocast(op, device):
     if torch.float16 in op.dtypes:
         args, kwargs = _sample(op, samples, device, first_to=torch.float16)
         what = f"{op.name}[{device} f16]{describe(args, kwargs)}"
-        check_call(jf, op.op, args, kwargs, device, torch.float16, what, random=op.random, reference=op.reference)
+        check_call(jf, fn, args, kwargs, device, torch.float16, what, random=op.random, reference=op.reference)
 
 
 # ---- calls models make: nn.functional, tensor methods, composite ops, mixed dtypes -------------
@@ -123,7 +126,12 @@ CALLS = [
     ("einsum_dot", lambda a, b: torch.einsum("i,i->", a, b), [(5,), (5,)]),
     ("einsum_broadcast_dim", lambda a, b: torch.einsum("ij,jk->ik", a, b), [(3, 1), (1, 4)]),
     ("einsum_chain", lambda a, b, c: torch.einsum("ij,jk,kl->il", a, b, c), [(2, 3), (3, 4), (4, 5)]),
+    ("einsum_bmm_then_mul", lambda a, b, c: torch.einsum("ij,j,k->ik", a, b, c), [(2, 3), (3,), (4,)]),
+    ("einsum_mul_then_bmm", lambda a, b, c: torch.einsum("i,j,ij->", a, b, c), [(2,), (3,), (2, 3)]),
+    ("einsum_outer_mixed", lambda a, b: torch.einsum("i,j->ij", a, b), [((3,), BF), (4,)]),
+    ("einsum_bmm_mixed", lambda a, b: torch.einsum("ij,jk->ik", a, b), [((3, 4), BF), (4, 2)]),
     ("tensordot", lambda a, b: torch.tensordot(a, b, 1), [(2, 3), (3, 4)]),
+    ("tensordot_mixed", lambda a, b: torch.tensordot(a, b, 1), [((2, 3), BF), (3, 4)]),
     ("tensordot_full", lambda a, b: torch.tensordot(a, b, 2), [(2, 3), (2, 3)]),
     ("inner", lambda a, b: torch.inner(a, b), [(2, 3), (4, 3)]),
     ("inner_vectors", lambda a, b: torch.inner(a, b), [(3,), (3,)]),

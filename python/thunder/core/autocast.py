@@ -55,7 +55,7 @@ _POLICY = {
             "cosine_embedding_loss nll_loss hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss "
             "mse_loss margin_ranking_loss multilabel_margin_loss soft_margin_loss triplet_margin_loss "
             "multi_margin_loss binary_cross_entropy_with_logits cross_entropy dist pdist cdist renorm "
-            "logsumexp upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d "
+            "logsumexp arccos arcsin square rtruediv normalize trace upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d "
             "upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d"
         ),
         fp32_unless_dtype=(
@@ -101,13 +101,18 @@ def _pad_class(args, kwargs):
     return FP32 if (mode == "reflect" and len(pad) <= 4) or mode == "replicate" else None
 
 
+class InsideTheOp(NotImplementedError):
+    """Autocast casts values inside the op, between the ops its ATen implementation calls, as
+    thunder's symbol cannot: the call falls back to PyTorch, run under the traced autocast state."""
+
+
 def _einsum_class(args, kwargs):
     """CPU's einsum is not listed: ATen's einsum contracts its operands left to right, a pair by
     bmm (lower precision) when they share a label summed there of length other than 1 on both
     sides, else by mul (their dtypes promoted); one operand is only summed and permuted. So
     torch.einsum("i,j->ij", t, inv_freq) (rotary embeddings' outer product) stays float32, and
     "bqd,bkd->bqk" runs in lower precision. A chain mixing both kinds rounds between them as no
-    one class does: refused."""
+    one class does, and mul promotes operands of two dtypes: PyTorch runs these."""
     eq = kwargs.get("equation", args[0] if args else None)
     ops = args[1:] if len(args) > 1 else kwargs.get("operands", ())
     if len(ops) == 1 and isinstance(ops[0], (tuple, list)):
@@ -132,16 +137,14 @@ def _einsum_class(args, kwargs):
         steps.append(any(c not in keep and n != 1 and nxt[c] != 1 for c, n in acc.items() if c in nxt))
         merged = {**nxt, **acc}
         acc = {c: max(merged[c], nxt.get(c, 1)) for c in merged if c in keep}
-    if not steps:
-        return None
     if all(steps):
-        return LOWER
-    if not any(steps):
+        return LOWER if steps else None
+    if not any(steps) and len({t.dtype for t in ops}) == 1:
         return None
-    raise NotImplementedError(
+    raise InsideTheOp(
         f"thunder.jit: torch.einsum('{eq}') under torch.autocast('cpu'): ATen contracts this chain of "
-        f"operands partly by bmm (in the autocast dtype) and partly by mul (in the operands' dtypes); "
-        f"thunder casts an einsum as one op: split the einsum in two, or disable autocast around it")
+        f"operands partly by bmm (in the autocast dtype) and partly by mul (in the operands' dtypes), "
+        f"which thunder's einsum does not")
 
 
 def _matrix_sizes(x, dims):
@@ -194,7 +197,53 @@ _MODE_RULES = {
     ("cpu", "einsum"): _einsum_class,
     ("cpu", "tensordot"): _tensordot_class,
     ("cpu", "inner"): _inner_class,
+    # CUDA's tensordot is listed (promote); inner reaches it, but for a 0-dim operand (mul).
+    ("cuda", "inner"): lambda args, kwargs: None if any(
+        _is_tensor(t) and t.ndim == 0 for t in args[:2]) else PROMOTE,
+    # Tensor.sum_to_size sums (listed) only where the size differs.
+    ("cuda", "sum_to_size"): lambda args, kwargs: FP32_UNLESS_DTYPE if _is_tensor(args[0]) and tuple(
+        args[0].shape) != _size_arg(args[1:]) else None,
 }
+
+
+def _size_arg(rest) -> tuple:
+    return tuple(rest[0]) if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)) else tuple(rest)
+
+
+# Entries of the CUDA policy that PyTorch versions list differently (rms_norm is float32 from
+# torch 2.13, linalg_cross promotes there; torch 2.11 lists neither): asked of the installed
+# torch on a tiny CUDA call the first time they matter.
+def _cuda_rms_norm_listed() -> bool:
+    x = torch.ones(1, 2, device="cuda", dtype=torch.float16)
+    with torch.autocast("cuda", dtype=torch.float16):
+        return torch.nn.functional.rms_norm(x, (2,)).dtype == torch.float32
+
+
+def _cuda_linalg_cross_listed() -> bool:
+    a = torch.ones(1, 3, device="cuda", dtype=torch.float16)
+    with torch.autocast("cuda", dtype=torch.float16):
+        try:
+            torch.linalg.cross(a, a.float())
+        except RuntimeError:
+            return False
+    return True
+
+
+_VERSIONED = {("cuda", "rms_norm"): _cuda_rms_norm_listed, ("cuda", "linalg_cross"): _cuda_linalg_cross_listed}
+_versioned_answers: dict = {}
+
+
+def _listed_here(device_type: str, name: str) -> bool:
+    key = (device_type, name)
+    probe = _VERSIONED.get(key)
+    if probe is None:
+        return True
+    if key not in _versioned_answers:
+        try:
+            _versioned_answers[key] = probe()
+        except Exception:  # noqa: BLE001 - no CUDA to ask: the table's entry
+            _versioned_answers[key] = True
+    return _versioned_answers[key]
 
 
 def _is_tensor(x) -> bool:
@@ -248,9 +297,11 @@ def _promoted(name: str, tensors, device_type: str, lower: torch.dtype) -> torch
     return to
 
 
-def apply(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def apply(name: str, args: tuple, kwargs: dict, for_fallback: bool = False) -> tuple[tuple, dict]:
     """(args, kwargs) of a call of op `name` cast as autocast would cast them now; the same
-    objects when autocast is off for the op's device type or the op is not in its policy."""
+    objects when autocast is off for the op's device type or the op is not in its policy.
+    Raises InsideTheOp where only PyTorch's op can apply the policy; `for_fallback`: the
+    arguments of that call (the same objects; it runs under the autocast state)."""
     if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
         return args, kwargs
     tensors = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
@@ -260,8 +311,13 @@ def apply(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if not torch.is_autocast_enabled(device_type):
         return args, kwargs
     rule = _MODE_RULES.get((device_type, name))
-    cls = rule(args, kwargs) if rule is not None else _POLICY[device_type].get(name)
-    if cls is None:
+    try:
+        cls = rule(args, kwargs) if rule is not None else _POLICY[device_type].get(name)
+    except InsideTheOp:
+        if for_fallback:
+            return args, kwargs
+        raise
+    if cls is None or not _listed_here(device_type, name):
         return args, kwargs
     lower = torch.get_autocast_dtype(device_type)
     if cls == UNSAFE:

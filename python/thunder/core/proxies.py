@@ -299,16 +299,17 @@ def _dispatch(func, args, kwargs):
         # these functions PyTorch's argument parser takes numbers for tensors, and the result is a
         # 0-dim tensor of the numbers' type (int64, the default float dtype, bool).
         sargs = (_number_tensor(sargs[0]), *sargs[1:])
-    # Under torch.autocast, the arguments cast as autocast casts them for this op.
-    sargs, skwargs = autocast.apply(sym.name, sargs, skwargs)
     try:
+        # Under torch.autocast, the arguments cast as autocast casts them for this op.
+        sargs, skwargs = autocast.apply(sym.name, sargs, skwargs)
         out = sym(*sargs, **skwargs)
     except NotImplementedError as e:
-        # A case the thunder symbol does not cover (an indexing form, an option): PyTorch runs it.
+        # A case the thunder symbol does not cover (an indexing form, an option, a cast autocast
+        # makes inside the op): PyTorch runs it.
         if not _has_proxy(args) and not _has_proxy(kwargs):
             raise
         try:
-            cargs, ckwargs = autocast.apply(sym.name, args, kwargs)
+            cargs, ckwargs = autocast.apply(sym.name, args, kwargs, for_fallback=True)
             out = fallback.call(func, _qualname(func), cargs, ckwargs)
         except Exception:  # noqa: BLE001 - PyTorch (on meta tensors) cannot run it either:
             raise e from None  # the symbol's error names the case and has eager's type

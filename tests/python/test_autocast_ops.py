@@ -62,16 +62,16 @@ def test_opinfo_op_follows_eager_autocast(op, device):
     # float32 arguments under bfloat16
     args, kwargs = _sample(op, samples, device)
     what = f"{op.name}[{device} bf16]{describe(args, kwargs)}"
-    check_call(jf, fn, args, kwargs, device, torch.bfloat16, what, random=op.random, reference=op.reference)
+    check_call(jf, fn, args, kwargs, device, torch.bfloat16, what, random=op.random)
     if op.supports_grad and not op.random:
         gargs, gkwargs = _sample(op, op.grad_samples(torch.float32, "cpu"), device)
-        check_grads(jf, op.grad_reference, gargs, gkwargs, device, torch.bfloat16,
+        check_grads(jf, fn, gargs, gkwargs, device, torch.bfloat16,
                     f"{op.name}[{device} bf16]{describe(gargs, gkwargs)}", op.no_grad_kwargs)
     # a float16 argument among float32 ones under float16
     if torch.float16 in op.dtypes:
         args, kwargs = _sample(op, samples, device, first_to=torch.float16)
         what = f"{op.name}[{device} f16]{describe(args, kwargs)}"
-        check_call(jf, fn, args, kwargs, device, torch.float16, what, random=op.random, reference=op.reference)
+        check_call(jf, fn, args, kwargs, device, torch.float16, what, random=op.random)
 
 
 # ---- calls models make: nn.functional, tensor methods, composite ops, mixed dtypes -------------
@@ -215,3 +215,63 @@ def test_model_call_follows_eager_autocast(name, fn, specs, low, device):
     args = _inputs(specs, device)
     grad = not name.endswith("_int")
     check_call(thunder.jit(fn), fn, args, {}, device, low, f"{name}[{device} {low}]", grad=grad)
+
+
+# ---- the autocast state inside the program ------------------------------------------------------
+
+
+def _reads_state(x, w):
+    y = F.linear(x, w)
+    if torch.is_autocast_enabled("cpu"):
+        y = y * 2
+    return y.float() + torch.ones((), dtype=torch.get_autocast_dtype("cpu")), torch.is_autocast_enabled()
+
+
+def _cache_variants(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        a = F.linear(x, w)
+    with torch.autocast("cpu", dtype=torch.float16, cache_enabled=True):
+        b = F.linear(x, w)
+    return a, b
+
+
+def _enabled_false_nested(x, w):
+    with torch.autocast("cpu", enabled=False):
+        a = F.linear(x, w)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b = F.linear(x, w)
+    return a, b, F.linear(x, w)
+
+
+def _amp_spellings(x, w):
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        a = F.linear(x, w)
+    with torch.autocast(device_type="cpu"):
+        b = F.linear(x, w).softmax(-1)
+    return a, b, torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+
+
+def _decorated(x, w):
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def inner(x):
+        return F.linear(x, w)
+
+    return inner(x), F.linear(x, w)
+
+
+@pytest.mark.parametrize("outer", [None, BF, F16], ids=["plain", "outer-bf16", "outer-f16"])
+@pytest.mark.parametrize("fn", [_reads_state, _cache_variants, _enabled_false_nested, _amp_spellings, _decorated],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_autocast_state_inside_the_program(fn, outer):
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    jfn = thunder.jit(fn)
+    with torch.autocast("cpu", dtype=outer or BF, enabled=outer is not None):
+        out, ref = jfn(x, w), fn(x, w)
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        if isinstance(r, torch.Tensor):
+            assert o.dtype == r.dtype
+            torch.testing.assert_close(o, r)  # the same casts, the same kernels: equal values
+        else:
+            assert o == r

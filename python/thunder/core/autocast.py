@@ -55,7 +55,7 @@ _POLICY = {
             "cosine_embedding_loss nll_loss hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss "
             "mse_loss margin_ranking_loss multilabel_margin_loss soft_margin_loss triplet_margin_loss "
             "multi_margin_loss binary_cross_entropy_with_logits cross_entropy dist pdist cdist renorm "
-            "logsumexp arccos arcsin square rtruediv normalize trace upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d "
+            "logsumexp arccos arcsin square rtruediv normalize trace pairwise_distance upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d "
             "upsample_bilinear2d upsample_trilinear3d upsample_bicubic2d"
         ),
         fp32_unless_dtype=(

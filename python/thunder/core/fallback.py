@@ -115,10 +115,19 @@ def _fake_outputs(call, state, args, kwargs):
 
 
 def _autocast_probe(call, state) -> tuple:
-    """`state` when fake tensors run the call under it, else () (autocast off for the call)."""
+    """`state` when fake tensors run the call under it, else () (autocast off for the call). A call
+    meta tensors cannot run keeps the way it has without autocast (refused, or its meta rule)."""
     if not state:
         return ()
     try:
+        def leaf(x):  # tensors the call holds as constants on the meta device too
+            if isinstance(x, torch.Tensor) and not isinstance(x, _C.TensorProxy):
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            return _meta_leaf(x)
+
+        with torch._C.DisableTorchFunction():
+            margs, mkwargs = call.rebuild(call.leaves(call.args, call.kwargs), leaf)
+            call.func(*margs, **mkwargs)
         _fake_outputs(call, state, call.args, call.kwargs)
     except Exception:  # noqa: BLE001 - data-dependent or unsupported for fake tensors
         return ()

@@ -215,6 +215,7 @@ class ZeroCotangents {
       anyDep |= dep_.count(t.get()) > 0;
     }
     std::vector<TensorPtr> outs = b.outputTensors();
+    if (!anyZero && !anyDep && outs.size() == 1 && zeroFill(b)) filledZero_.insert(outs[0].get());
     if (anyZero && linearInCotangents(b, ins)) {
       for (const TensorPtr& t : outs) mark(t, true);
       return std::nullopt;
@@ -245,6 +246,13 @@ class ZeroCotangents {
 
   static bool isNumber(const Value& v, double x) {
     return (v.isInt() || v.isFloat()) && v.toDouble() == x;
+  }
+
+  /// A tensor of zeros made in the backward (the base an index's gradient is scattered into).
+  static bool zeroFill(const BoundSymbol& b) {
+    const std::string id = b.sym->id();
+    if (id == "ltorch.full" || id == "prims.full") return b.args.size() >= 2 && isNumber(b.args[1], 0.0);
+    return id == "ltorch.zeros" || id == "ltorch.zeros_like" || id == "ltorch.new_zeros";
   }
 
   /// Linear in the cotangents it reads (a fallback call's VJP, `vjp_<name>(inputs...,
@@ -302,6 +310,20 @@ class ZeroCotangents {
     if ((id == "ltorch.where" || id == "prims.where") && a.size() == 3 && !isDep(a[0]) &&
         (isZero(a[1]) || isNumber(a[1], 0.0)) && (isZero(a[2]) || isNumber(a[2], 0.0)))
       return true;
+    // Zeros scattered (or indexed, put) into zeros: an index's or gather's gradient from a zero
+    // cotangent (`full(0)` then `scatter_add`). (A detector's RPN objectness loss, left out of the
+    // loss, gave its head zero gradients where eager leaves them None.)
+    static const std::unordered_set<std::string> writesInto = {
+        "ltorch.scatter_add", "prims.scatter_add", "ltorch.scatter", "prims.scatter",
+        "ltorch.index_add", "prims.index_add", "ltorch.index_put", "prims.index_put",
+        "ltorch.index_copy", "prims.index_copy"};
+    if (writesInto.count(id)) {
+      bool zeros = true;
+      for (const TensorPtr& t : b.inputTensors())
+        zeros &= isFloatTensor(t) ? (zero_.count(t.get()) > 0 || filledZero_.count(t.get()) > 0)
+                                  : dep_.count(t.get()) == 0;
+      if (zeros) return true;
+    }
     if ((isAdd || isSub) && a.size() >= 2 && unitAlpha) {
       if (isZero(a[0]) && isZero(a[1])) return true;
       // One term zero, the other a gradient of the output's type: the sum is that term.
@@ -315,6 +337,7 @@ class ZeroCotangents {
 
   std::function<Value(const TensorPtr&)> makeZeros_;
   std::unordered_set<const TensorProxy*> dep_, zero_;  // computed from cotangents; from zero ones only
+  std::unordered_set<const TensorProxy*> filledZero_;  // zeros made in the backward, from no cotangent
   Subst ren_;
 };
 

@@ -131,3 +131,48 @@ def test_parameters_only_an_unread_output_reaches_keep_no_gradient(name, aux):
         if q.grad is not None:
             torch.testing.assert_close(p.grad, q.grad, msg=n)
     assert all(p.grad is None for p in m.aux.parameters()) and m.aux_emb.weight.grad is None
+
+
+# The unread output selected by indices (torchvision's RPN: the objectness logits of the sampled
+# anchors, `objectness[sampled_inds]`, in a loss the training step left out): the index's gradient
+# is zeros scattered into zeros, and the parameters before it keep no gradient either.
+_IDX = torch.tensor([0, 2, 2])
+INDEXED_AUX = [
+    ("getitem_tensor", lambda y: y[_IDX]),
+    ("getitem_flat", lambda y: y.flatten()[_IDX * 3]),
+    ("index_select", lambda y: y.index_select(1, _IDX)),
+    ("gather", lambda y: y.gather(1, _IDX.expand(y.shape[0], 3))),
+    ("take_along_dim", lambda y: torch.take_along_dim(y, _IDX[None].expand(y.shape[0], 3), 1)),
+    ("index_put", lambda y: y.index_put((_IDX[:2],), torch.zeros(2, y.shape[1], dtype=y.dtype))),
+    ("scatter", lambda y: y.scatter(1, _IDX[None, :2].expand(y.shape[0], 2), 0.0)),
+    ("bce_of_selected", lambda y: torch.nn.functional.binary_cross_entropy_with_logits(
+        y.flatten()[_IDX], torch.tensor([1.0, 0.0, 1.0]))),
+]
+
+
+@pytest.mark.parametrize("name,select", INDEXED_AUX, ids=[c[0] for c in INDEXED_AUX])
+def test_parameters_only_an_unread_indexed_output_reaches_keep_no_gradient(name, select):
+    import copy
+
+    torch.manual_seed(0)
+    m = torch.nn.ModuleDict({"trunk": torch.nn.Linear(4, 4), "main": torch.nn.Linear(4, 2),
+                             "aux": torch.nn.Linear(4, 5)}).double()
+
+    def step(mod):
+        def f(x):
+            h = torch.tanh(mod["trunk"](x))
+            return mod["main"](h).square().mean(), select(mod["aux"](h)).square().mean()
+        return f
+
+    x = torch.randn(3, 4, dtype=torch.float64)
+    ref = copy.deepcopy(m)
+    main, aux = thunder.jit(step(m))(x)
+    main.backward()
+    want_main, want_aux = step(ref)(x)
+    want_main.backward()
+    torch.testing.assert_close((main, aux), (want_main, want_aux))
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), (n, p.grad is None, q.grad is None)
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, msg=n)
+    assert m["aux"].weight.grad is None and m["aux"].bias.grad is None

@@ -124,7 +124,8 @@ def run(name, mode, contenders, iters, top, traces=""):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", required=True, help="comma-separated models of the suite or of models_unseen")
-    ap.add_argument("--mode", default="train", choices=("train", "infer", "both"))
+    ap.add_argument("--mode", default="train", choices=("train", "infer", "amp", "both"),
+                    help="amp: training under torch.autocast (bfloat16), float32 parameters")
     ap.add_argument("--contenders", default=",".join(models.CONTENDERS))
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--top", type=int, default=18)

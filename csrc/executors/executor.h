@@ -69,6 +69,12 @@ class Executor {
     auto it = updating_.find(exec);
     return it == updating_.end() ? nullptr : &it->second;
   }
+  /// Whether `sym` is the updating form of one of this executor's calls.
+  bool isUpdatingVariant(const Symbol* sym) const {
+    for (const auto& [exec, form] : updating_)
+      if (form.sym == sym) return true;
+    return false;
+  }
   /// The in-place form of `exec`, or nullptr.
   const Symbol* inplaceVariant(const Symbol* exec) const {
     auto it = inplace_.find(exec);

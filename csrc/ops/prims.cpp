@@ -148,6 +148,20 @@ Value meta_convert_element_type(const std::vector<Value>& args) {
   return laidOut(newTensor(a.shape, args[1].toDType(), a.device), {&args[0]});
 }
 
+Value meta_convert_element_types(const std::vector<Value>& args) {
+  const std::string op = "prims.convert_element_types";
+  THUNDER_CHECK_KIND(args[0].isSequence(), ErrorKind::Type, op, ": expected 'tensors' to be a sequence of tensors, but got ",
+                     describe(args[0]));
+  DType dtype = args[1].toDType();
+  std::vector<Value> outs;
+  const std::vector<Value>& ts = args[0].items();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorProxy& a = expectTensor(ts[i], op, "tensors[" + std::to_string(i) + "]");
+    outs.push_back(laidOut(newTensor(a.shape, dtype, a.device), {&ts[i]}));
+  }
+  return Value::tuple(outs);
+}
+
 Value meta_polygamma(const std::vector<Value>& args) {
   const std::string op = "prims.polygamma";
   THUNDER_CHECK_KIND(args[0].isInt(), ErrorKind::Type, op, ": expected 'n' to be an int, but got ",

@@ -31,6 +31,7 @@
 #include "transforms/cat_reshapes.h"
 #include "transforms/column_sums.h"
 #include "transforms/grad_layout.h"
+#include "transforms/grouped_casts.h"
 #include "transforms/matmul_operands.h"
 #include "transforms/pad_sums.h"
 #include "transforms/pipeline.h"
@@ -112,6 +113,7 @@ void lowerForExecution(std::vector<std::shared_ptr<Trace>>& traces,
       return in;
     });
   }
+  log.runIfChanged("Grouped casts", [&](const Trace& t) { return groupCasts(t, exs); });
   if (hasPrefetchCalls(log.last())) log.run("Prefetch", [](const Trace& t) { return prefetch(t); });
   log.run("Delete Last Used", [](const Trace& t) { return delLastUsed(t); });
 }

@@ -27,6 +27,7 @@
 #include "ops/type_promotion.h"
 #include "runtime/fusion_runtime.h"
 #include "runtime/program.h"
+#include "transforms/grouped_casts.h"
 #include "transforms/conv_bias.h"
 #include "transforms/cse.h"
 #include "transforms/del_last_used.h"
@@ -1230,6 +1231,7 @@ std::vector<std::shared_ptr<Trace>> runPipeline(std::shared_ptr<Trace> computati
   for (const Executor* ex : exs)
     if (ex->isFusion())
       log.runIfChanged("Fuse in-place updates", [&](const Trace& t) { return ex->fuseInplaceUpdates(t, inplace); });
+  log.runIfChanged("Grouped casts", [&](const Trace& t) { return groupCasts(t, exs); });
   if (hasPrefetchCalls(log.last())) log.run("Prefetch", [](const Trace& t) { return prefetch(t); });
   log.run("Delete Last Used", [](const Trace& t) { return delLastUsed(t); });
   return traces;

@@ -90,6 +90,15 @@ def convert_element_type(a, dtype):
     return a.to(to_torch_dtype(dtype))
 
 
+def convert_element_types(tensors, dtype):
+    """Each tensor converted to dtype, as one multi-tensor copy (transforms/grouped_casts.h)."""
+    dtype = to_torch_dtype(dtype)
+    out = [torch.empty_like(t, dtype=dtype) for t in tensors]
+    if out:
+        torch._foreach_copy_(out, list(tensors))
+    return tuple(out)
+
+
 def full(shape, fill_value, *, device, dtype):
     return torch.full(tuple(shape), fill_value, device=to_torch_device(device), dtype=to_torch_dtype(dtype))
 

@@ -1035,6 +1035,9 @@ void registerLosses() {
            Value d = op("abs", {op("sub", {a[0], a[1]})});
            Value loss = op("where", {op("lt", {d, delta}), op("mul", {op("mul", {d, d}), 0.5}),
                                      op("mul", {op("sub", {d, 0.5 * delta}), delta})});
+           // ATen's huber_loss has the input's dtype (a float32 input and a float64 target: float32);
+           // a weight multiplies it afterwards, in Python, with type promotion.
+           loss = clang::maybeConvert(loss, T(a[0], "huber_loss").dtype);
            if (!a[4].isNone()) loss = op("mul", {loss, a[4]});
            return reduce(loss, a[2].toString(), "huber_loss");
          });

@@ -52,3 +52,21 @@ def test_bce_with_logits_refuses_a_target_that_is_not_floating(target):
         F.binary_cross_entropy_with_logits(x, target)
     with pytest.raises(RuntimeError, match=r"binary_cross_entropy_with_logits.*floating-point target.*shape \(?\[?3"):
         thunder.jit(F.binary_cross_entropy_with_logits)(x, target)
+
+
+@pytest.mark.parametrize("weight", [None, torch.float32, torch.float64], ids=["no_weight", "weight32", "weight64"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("dtypes", [(torch.float64, torch.float32), (torch.float32, torch.float64)],
+                         ids=["f64_input_f32_target", "f32_input_f64_target"])
+def test_huber_loss_has_the_inputs_dtype(dtypes, reduction, weight):
+    # (eager's huber_loss has its input's dtype; its backward refuses mixed dtypes, so values only)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 5, generator=g, dtype=torch.float64) * 2).to(dtypes[0])
+    t = torch.randn(4, 5, generator=g, dtype=torch.float64).to(dtypes[1])
+    kw = dict(reduction=reduction, delta=0.7)
+    if weight is not None:
+        kw["weight"] = torch.rand(4, 5, generator=g, dtype=torch.float64).to(weight)
+    e = F.huber_loss(x, t, **kw)
+    r = thunder.jit(lambda x, t: F.huber_loss(x, t, **kw))(x, t)
+    assert r.dtype == e.dtype, (r.dtype, e.dtype)
+    torch.testing.assert_close(r, e, rtol=1e-6, atol=1e-6)

@@ -140,7 +140,10 @@ Value call(const Symbol& sym, std::vector<Value> args) {
     std::vector<TensorPtr> ins = bsym.inputTensors();
     for (const TensorPtr& o : bsym.outputTensors())
       passthrough &= std::find(ins.begin(), ins.end(), o) != ins.end();
-    if (passthrough) return out;
+    if (passthrough) {
+      if (symbolic) recordPassthrough(ctx.trace(), bsym);
+      return out;
+    }
   }
   ctx.scope().push_back(std::move(bsym));
   return out;

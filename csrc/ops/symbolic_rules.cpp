@@ -989,6 +989,71 @@ void recordSymbolic(Trace& trace, BoundSymbol& b) {
   for (int k : read) pinSymbol(trace, k);
 }
 
+void recordPassthrough(Trace& trace, const BoundSymbol& b) {
+  // Ops whose ints are sizes and dimensions only: whether such a call leaves its input as it is
+  // follows from the sizes, which the rule's expressions give (x.view(B, T, C) of a (B, T, C)
+  // tensor is one at every size). Another op's ints may decide it by their value: x.roll(T - 3)
+  // traced at T = 3 returned x, which at T = 5 is wrong.
+  static const std::set<std::string> shapesOnly = {
+      "ltorch.reshape", "ltorch.view", "ltorch.view_as", "ltorch.reshape_as", "ltorch.flatten",
+      "ltorch.unflatten", "ltorch.squeeze", "ltorch.unsqueeze", "ltorch.permute", "ltorch.transpose",
+      "ltorch.movedim", "ltorch.contiguous", "ltorch.to", "ltorch.type_as", "ltorch.getitem", "ltorch.expand",
+      "ltorch.expand_as", "ltorch.broadcast_to"};
+  std::set<int> read;
+  if (!shapesOnly.count(b.sym->id())) {
+    // (the ints it read decided it: x.float() of a float tensor reads none)
+    std::function<void(const Value&)> ints = [&](const Value& v) {
+      if (v.isTensor()) return;  // (a tensor's sizes: its own calls follow them)
+      collectSymbols(v.symExpr(), read);
+      if (v.isSequence() || v.isDict() || v.isSlice())
+        for (const Value& x : v.items()) ints(x);
+    };
+    for (const Value& a : b.args) ints(a);
+    static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
+    if (debug && !read.empty())
+      std::fprintf(stderr, "thunder: %s left its input as it is at the ints it read: it pins them\n", b.sym->id().c_str());
+    for (int k : read) pinSymbol(trace, k);
+    return;
+  }
+  std::vector<std::vector<SymInt>> outs;
+  std::vector<SymGuard> needs;
+  bool ok = symbolicRule(*b.sym, b, outs, needs);
+  if (ok) {
+    // ... and only where the rule gives the output the input's sizes (narrow(x, 1, T - 3, 3) at
+    // T = 3 is x, but has 3 columns at every size)
+    // A reshape or an expand to a static size where the input's varies (a grad rule's reshape
+    // to the input's shape, given as numbers) stays as it was: at another size it is not a view
+    // of the input's elements (eager refuses it), where a slice's static length is a result
+    // (x[:, :8] of a T-long x).
+    static const std::set<std::string> sameElements = {
+        "ltorch.reshape", "ltorch.view", "ltorch.view_as", "ltorch.reshape_as", "ltorch.flatten",
+        "ltorch.unflatten", "ltorch.expand", "ltorch.expand_as", "ltorch.broadcast_to"};
+    bool staticOk = sameElements.count(b.sym->id()) > 0;
+    std::vector<TensorPtr> made = b.outputTensors();
+    for (size_t i = 0; ok && i < made.size(); ++i) {
+      std::vector<SymInt> have = made[i]->symShape();
+      ok = i < outs.size() && outs[i].size() == have.size();
+      for (size_t d = 0; ok && d < have.size(); ++d)
+        ok = sameSym(have[d], outs[i][d]) || (staticOk && !outs[i][d].symbolic() && outs[i][d].hint == have[d].hint);
+    }
+  }
+  if (ok) return;
+  static const bool debug = std::getenv("THUNDER_DEBUG_SYMBOLIC") != nullptr;
+  if (debug) {
+    std::string why;
+    std::vector<TensorPtr> made = b.outputTensors();
+    for (size_t i = 0; i < made.size(); ++i) {
+      why += " output " + made[i]->typeString() + " rule:";
+      if (i < outs.size())
+        for (const SymInt& d : outs[i]) why += " " + (d.e ? d.e->str() : std::to_string(d.hint));
+    }
+    std::fprintf(stderr, "thunder: %s left its input as it is at the traced sizes: it pins its sizes;%s\n",
+                 b.sym->id().c_str(), why.c_str());
+  }
+  for (const Value& a : b.args) collectSymbols(a, read);
+  for (int k : read) pinSymbol(trace, k);
+}
+
 void pinSymbol(Trace& trace, int k) {
   SymGuard g;
   g.rel = SymGuard::Rel::Eq;

@@ -39,6 +39,12 @@ std::string symbolicCheck(const std::vector<SymGuard>& guards, const Trace& exec
 /// Adds the guards of `more` that `into` lacks.
 void mergeGuards(std::vector<SymGuard>& into, const std::vector<SymGuard>& more);
 
+/// A call reading symbolic sizes that returned its input unchanged (trace.cpp's call drops it
+/// from the trace): where that holds at every size the rule allows (an op of sizes and dimensions
+/// whose rule gives the output the input's sizes) nothing is recorded; otherwise the symbols it
+/// reads are specialized (x.roll(T - 3) traced at T = 3).
+void recordPassthrough(Trace& trace, const BoundSymbol& b);
+
 /// Specializes symbol k of `trace` to its traced value (a guard s<k> == hint).
 void pinSymbol(Trace& trace, int k);
 

@@ -204,3 +204,22 @@ def test_python_int_operations_on_sizes(name, mode):
         return x * op(x.shape[1])
 
     _check(fn, [[(2, n)] for n in (2, 3, 4, 5, 8, 9)], mode, grad=False)
+
+
+# ---- calls that leave their input as it is at the traced size -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["mark_dynamic"])
+@pytest.mark.parametrize("fn", [
+    lambda x: x.roll(x.shape[1] - 3, 1) * 2,
+    lambda x: x.narrow(1, x.shape[1] - 3, 3) * 2,
+    lambda x: x[:, x.shape[1] - 3:x.shape[1]] * 2,
+    lambda x: x[:, :1].expand(-1, x.shape[1] - 2) * 2,
+    lambda x: x.view(x.shape[0], x.shape[1]) * 2,
+], ids=["roll", "narrow", "slice", "expand", "view"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_call_that_is_a_no_op_at_the_traced_size_only(fn, mode, grad):
+    # Traced at T = 3, x.roll(T - 3) is x itself: the call was dropped from the trace, which then
+    # served T = 5 and 7 returning x unrolled (narrow(x, 1, T - 3, 3), x[:, T-3:T] and
+    # x[:, :1].expand(-1, T - 2) returned all of x, or one column).
+    _check(fn, [[(3, 3)], [(5, 5)], [(7, 7)], [(4, 4)]], mode, grad)

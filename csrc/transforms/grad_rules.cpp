@@ -1129,6 +1129,19 @@ void registerHypotRule() {
 }
 
 
+/// special.entr: eager's backward, g * -(1 + log x), at every x: inf at 0 and NaN below it, where
+/// the decomposition's where (0 at 0, -inf below) would give 0.
+void registerEntrRule() {
+  const Symbol* s = SymbolRegistry::get().find("ltorch.entr");
+  if (s == nullptr) return;
+  registerGradRule(s->id(), [s](const Args& a) {
+    Value y = call(*s, a);
+    Value g = getGrad(y);
+    putGrad(a[0], mul(g, neg(add(un("log", a[0]), 1.0))));
+    return y;
+  });
+}
+
 // ---- rules at symbolic sizes ----
 //
 // A training trace with size symbols differentiates the calls that read symbols the trace does
@@ -1616,6 +1629,7 @@ void registerGradRules() {
     registerLowPrecisionUnaryRules();
     registerLowPrecisionPowRule();
     registerHypotRule();
+    registerEntrRule();
     registerSymbolicRules();
     // Torch-language rules that read no sizes: they serve symbolic sizes as written.
     for (const char* n : {"clamp", "silu", "gelu", "relu", "softmax", "log_softmax", "lerp", "pass_gradient",

@@ -285,3 +285,21 @@ def test_xlogy_kernels_compile_and_polygamma_stays_with_aten(name):
                 assert _C.nvrtc_compile(source, "sm_90") > 0
     assert "torch.polygamma(2, " in str(thunder.last_traces(jf)[-1])
     assert "torch.polygamma(3, " in str(thunder.last_backward_traces(jf)[-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_entr_gradient_outside_its_domain_is_eagers(dtype):
+    # d/dx entr(x) = -(1 + log x): inf at 0 and NaN below, as eager's backward gives, where the
+    # decomposition's branches (0 at 0, -inf below) differentiate to 0.
+    def f(x):
+        return torch.special.entr(x)
+
+    x = torch.tensor([-1.0, 0.0, 0.5, 2.0, float("nan"), float("inf")], dtype=dtype)
+    xe, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ye, yt = f(xe), thunder.jit(f)(xt)
+    torch.testing.assert_close(yt, ye, equal_nan=True)
+    g = torch.linspace(0.5, 1.5, x.numel(), dtype=dtype)
+    ye.backward(g)
+    yt.backward(g)
+    assert xt.grad.dtype == xe.grad.dtype
+    torch.testing.assert_close(xt.grad, xe.grad, equal_nan=True)
